@@ -1,0 +1,211 @@
+#include "core/control_client.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/log.h"
+
+namespace syncline {
+
+absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(
+    Transport& transport, const ControlOptions& options) {
+  auto endpoint = transport.CreateEndpoint(ControlEndpointId(options.role, options.rank));
+  if (!endpoint.ok()) return endpoint.status();
+  Endpoint& ep = **endpoint;
+  if (auto s = ep.Connect(kCoordinatorId, options.coordinator_address); !s.ok()) return s;
+
+  MessageBuilder b(wire::MsgType::REGISTER);
+  b.header().setRole(options.role);
+  b.header().setRank(options.rank);
+  auto reg = b.header().getBody().initRegister();
+  reg.setDataAddress(options.data_address);
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  reg.setHost(host);
+  reg.setPid(static_cast<int32_t>(getpid()));
+  const absl::Time deadline = absl::Now() + options.startup_timeout;
+  if (auto s = ep.Send(kCoordinatorId, b.Finish(), deadline); !s.ok()) return s;
+
+  while (true) {
+    auto reply = ep.Receive(deadline);
+    if (!reply.ok()) {
+      if (absl::IsDeadlineExceeded(reply.status())) {
+        return absl::DeadlineExceededError(absl::StrFormat(
+            "no answer from the coordinator at %s within %s: is it running, and did every node "
+            "of the job start?",
+            options.coordinator_address, absl::FormatDuration(options.startup_timeout)));
+      }
+      return reply.status();
+    }
+    if (auto s = reply->Parse(); !s.ok()) {
+      SYNCLINE_LOG(WARNING) << "ignoring a malformed control message: " << s;
+      continue;
+    }
+    auto h = reply->header();
+    if (h.getType() == wire::MsgType::ERROR || h.getType() == wire::MsgType::ABORT) {
+      return StatusFromHeader(h);
+    }
+    if (h.getType() != wire::MsgType::REGISTERED || !h.getBody().isNodeTable()) continue;
+    auto table = NodeTable::FromWire(h.getBody().getNodeTable());
+    if (!table.ok()) return table.status();
+    return std::unique_ptr<ControlClient>(
+        new ControlClient(std::move(*endpoint), options, std::move(*table)));
+  }
+}
+
+ControlClient::ControlClient(std::unique_ptr<Endpoint> endpoint, ControlOptions options,
+                             NodeTable table)
+    : endpoint_(std::move(endpoint)), options_(std::move(options)), table_(std::move(table)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+ControlClient::~ControlClient() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+void ControlClient::ReportReady() {
+  Send(MakeSimple(wire::MsgType::READY, options_.role, options_.rank));
+}
+
+absl::Status ControlClient::WaitForStart(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return started_ || !health_.ok(); };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+    return absl::DeadlineExceededError("the coordinator did not start the job in time");
+  }
+  return health_;
+}
+
+absl::StatusOr<Command> ControlClient::WaitForCommand(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !commands_.empty() || !health_.ok();
+  };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+    return absl::DeadlineExceededError("no command from the coordinator in time");
+  }
+  if (!commands_.empty()) {
+    Command c = commands_.front();
+    commands_.pop_front();
+    return c;
+  }
+  return health_;
+}
+
+void ControlClient::Send(Message message) {
+  absl::MutexLock lock(&mu_);
+  outbox_.push_back(std::move(message));
+}
+
+absl::Status ControlClient::Flush(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return (outbox_.empty() && in_flight_ == 0) || stop_;
+  };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+    return absl::DeadlineExceededError("control messages not sent in time");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ControlClient::health() const {
+  absl::MutexLock lock(&mu_);
+  return health_;
+}
+
+std::vector<int> ControlClient::TakeDownWorkers() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(down_workers_, {});
+}
+
+void ControlClient::Handle(Message& message) {
+  if (auto s = message.Parse(); !s.ok()) {
+    SYNCLINE_LOG(WARNING) << "ignoring a malformed control message from " << message.peer() << ": "
+                          << s;
+    return;
+  }
+  auto h = message.header();
+  absl::MutexLock lock(&mu_);
+  switch (h.getType()) {
+    case wire::MsgType::START:
+      started_ = true;
+      break;
+    case wire::MsgType::EVALUATE:
+      commands_.push_back(Command::kEvaluate);
+      break;
+    case wire::MsgType::SHUTDOWN:
+      commands_.push_back(Command::kShutdown);
+      break;
+    case wire::MsgType::NODE_DOWN:
+      if (h.getBody().isNodeDown()) {
+        auto d = h.getBody().getNodeDown();
+        SYNCLINE_LOG(WARNING) << RoleName(d.getRole()) << " " << d.getRank()
+                              << " is down: " << d.getReason().cStr();
+        if (d.getRole() == wire::Role::WORKER) down_workers_.push_back(d.getRank());
+      }
+      break;
+    case wire::MsgType::ABORT:
+    case wire::MsgType::ERROR:
+      if (health_.ok()) {
+        health_ = absl::AbortedError(absl::StrCat("job aborted: ", h.getMessage().cStr()));
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+void ControlClient::Loop() {
+  const absl::Duration interval = table_.heartbeat_interval;
+  absl::Time next_heartbeat = absl::Now();
+  absl::Time last_heard = absl::Now();
+  while (true) {
+    std::deque<Message> outgoing;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_) return;
+      outgoing.swap(outbox_);
+      in_flight_ = outgoing.size();
+    }
+    const absl::Time now = absl::Now();
+    if (now >= next_heartbeat) {
+      outgoing.push_back(MakeSimple(wire::MsgType::HEARTBEAT, options_.role, options_.rank));
+      next_heartbeat = now + interval;
+    }
+    for (Message& m : outgoing) {
+      if (auto s = endpoint_->Send(kCoordinatorId, std::move(m), now + absl::Seconds(5)); !s.ok()) {
+        SYNCLINE_LOG(WARNING) << "control message not sent: " << s;
+      }
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      in_flight_ = 0;
+    }
+    // Short receive timeouts keep queued reports moving without a wake-up channel.
+    auto message =
+        endpoint_->Receive(std::min(next_heartbeat, absl::Now() + absl::Milliseconds(20)));
+    if (message.ok()) {
+      last_heard = absl::Now();
+      Handle(*message);
+    } else if (!absl::IsDeadlineExceeded(message.status())) {
+      SYNCLINE_LOG(WARNING) << "control receive failed: " << message.status();
+    }
+    if (absl::Now() - last_heard > table_.heartbeat_timeout) {
+      absl::MutexLock lock(&mu_);
+      if (health_.ok()) {
+        health_ = absl::UnavailableError(absl::StrFormat(
+            "lost contact with the coordinator at %s: nothing heard for %s",
+            options_.coordinator_address, absl::FormatDuration(absl::Now() - last_heard)));
+      }
+    }
+  }
+}
+
+}  // namespace syncline

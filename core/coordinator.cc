@@ -1,0 +1,340 @@
+#include "core/coordinator.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/log.h"
+
+namespace syncline {
+
+struct Coordinator::NodeState {
+  wire::Role role;
+  int rank;
+  std::string control_id;
+  std::string address;
+  std::string host;
+  int pid = 0;
+  absl::Time last_seen;
+  bool ready = false;
+  bool done = false;  // workers: finished training
+  bool down = false;
+  bool stats = false;  // servers: statistics received at shutdown
+
+  std::string Name() const {
+    return absl::StrFormat("%s (pid %d on %s)", DataEndpointId(role, rank), pid, host);
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(Transport& transport,
+                                                                 const std::string& address,
+                                                                 CoordinatorOptions options,
+                                                                 CoordinatorObserver* observer) {
+  if (options.num_servers < 0 || options.num_workers < 1) {
+    return absl::InvalidArgumentError("a job needs at least one worker");
+  }
+  auto endpoint = transport.CreateEndpoint(kCoordinatorId);
+  if (!endpoint.ok()) return endpoint.status();
+  auto bound = (*endpoint)->Bind(address);
+  if (!bound.ok()) return bound.status();
+  return std::unique_ptr<Coordinator>(
+      new Coordinator(std::move(*endpoint), std::move(*bound), options, observer));
+}
+
+Coordinator::Coordinator(std::unique_ptr<Endpoint> endpoint, std::string address,
+                         CoordinatorOptions options, CoordinatorObserver* observer)
+    : endpoint_(std::move(endpoint)),
+      address_(std::move(address)),
+      options_(options),
+      observer_(observer) {}
+
+Coordinator::~Coordinator() = default;
+
+void Coordinator::Abort(std::string reason) {
+  absl::MutexLock lock(&mu_);
+  if (abort_reason_.empty()) abort_reason_ = std::move(reason);
+  abort_requested_.store(true);
+}
+
+absl::Status Coordinator::Run() {
+  if (auto s = Register(); !s.ok()) return Fail(s);
+  if (auto s = AwaitReady(); !s.ok()) return Fail(s);
+  if (auto s = Supervise(); !s.ok()) return Fail(s);
+  return Shutdown();
+}
+
+absl::Status Coordinator::Fail(absl::Status status) {
+  SYNCLINE_LOG(ERROR) << "job failed: " << status.message();
+  MessageBuilder b(wire::MsgType::ABORT);
+  b.header().setRole(wire::Role::COORDINATOR);
+  b.header().setStatusCode(static_cast<int32_t>(status.code()));
+  b.header().setMessage(std::string(status.message()));
+  Broadcast(b.Finish());
+  return status;
+}
+
+void Coordinator::SendTo(const std::string& control_id, Message message) {
+  if (auto s = endpoint_->Send(control_id, std::move(message), absl::Now() + absl::Seconds(2));
+      !s.ok()) {
+    SYNCLINE_LOG(WARNING) << "cannot reach " << control_id << ": " << s;
+  }
+}
+
+void Coordinator::Broadcast(const Message& message) {
+  for (const auto& node : nodes_) {
+    if (node->down) continue;
+    Message copy;
+    copy.frames() = message.frames();  // frames share their bytes
+    SendTo(node->control_id, std::move(copy));
+  }
+}
+
+Coordinator::NodeState* Coordinator::Find(const std::string& control_id) {
+  for (auto& n : nodes_) {
+    if (n->control_id == control_id) return n.get();
+  }
+  return nullptr;
+}
+
+absl::Status Coordinator::Register() {
+  const absl::Time deadline = absl::Now() + options_.startup_timeout;
+  const size_t expected = options_.num_servers + options_.num_workers;
+  while (nodes_.size() < expected) {
+    if (abort_requested_.load()) {
+      absl::MutexLock lock(&mu_);
+      return absl::AbortedError(abort_reason_);
+    }
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      std::vector<std::string> missing;
+      for (int r = 0; r < options_.num_servers; ++r) {
+        if (!Find(ControlEndpointId(wire::Role::SERVER, r)))
+          missing.push_back(absl::StrCat("ps", r));
+      }
+      for (int r = 0; r < options_.num_workers; ++r) {
+        if (!Find(ControlEndpointId(wire::Role::WORKER, r)))
+          missing.push_back(absl::StrCat("w", r));
+      }
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "nodes did not register within %s: missing %s",
+          absl::FormatDuration(options_.startup_timeout), absl::StrJoin(missing, ", ")));
+    }
+    auto message = endpoint_->Receive(std::min(deadline, now + absl::Milliseconds(100)));
+    if (!message.ok()) continue;
+    if (auto s = message->Parse(); !s.ok()) {
+      SYNCLINE_LOG(WARNING) << "malformed message from " << message->peer() << ": " << s;
+      continue;
+    }
+    auto h = message->header();
+    if (h.getType() != wire::MsgType::REGISTER || !h.getBody().isRegister()) continue;
+    auto reg = h.getBody().getRegister();
+    const wire::Role role = h.getRole();
+    const int rank = h.getRank();
+    absl::Status problem;
+    const int limit = role == wire::Role::SERVER   ? options_.num_servers
+                      : role == wire::Role::WORKER ? options_.num_workers
+                                                   : 0;
+    if (rank < 0 || rank >= limit) {
+      problem = absl::InvalidArgumentError(
+          absl::StrFormat("%s rank %d is outside this job (%d servers, %d workers)", RoleName(role),
+                          rank, options_.num_servers, options_.num_workers));
+    } else if (message->peer() != ControlEndpointId(role, rank)) {
+      problem = absl::InvalidArgumentError("control endpoint id does not match role and rank");
+    } else if (Find(message->peer()) != nullptr) {
+      problem = absl::AlreadyExistsError(
+          absl::StrFormat("%s %d is already registered", RoleName(role), rank));
+    } else if (role == wire::Role::SERVER && reg.getDataAddress().size() == 0) {
+      problem = absl::InvalidArgumentError("a server must give its data address");
+    }
+    if (!problem.ok()) {
+      SYNCLINE_LOG(WARNING) << "rejected registration from " << message->peer() << ": " << problem;
+      SendTo(message->peer(), MakeErrorReply(h, problem));
+      continue;
+    }
+    auto node = std::make_unique<NodeState>();
+    node->role = role;
+    node->rank = rank;
+    node->control_id = message->peer();
+    node->address = reg.getDataAddress();
+    node->host = reg.getHost();
+    node->pid = reg.getPid();
+    node->last_seen = absl::Now();
+    nodes_.push_back(std::move(node));
+  }
+
+  table_.num_servers = options_.num_servers;
+  table_.num_workers = options_.num_workers;
+  table_.staleness = options_.staleness;
+  table_.heartbeat_interval = options_.heartbeat_interval;
+  table_.heartbeat_timeout = options_.heartbeat_timeout;
+  std::sort(nodes_.begin(), nodes_.end(), [](const auto& a, const auto& b) {
+    return std::make_pair(a->role, a->rank) < std::make_pair(b->role, b->rank);
+  });
+  for (const auto& n : nodes_) {
+    table_.nodes.push_back(
+        NodeInfo{n->role, n->rank, DataEndpointId(n->role, n->rank), n->address});
+  }
+  MessageBuilder b(wire::MsgType::REGISTERED);
+  b.header().setRole(wire::Role::COORDINATOR);
+  table_.ToWire(b.header().getBody().initNodeTable());
+  Broadcast(b.Finish());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<Message>> Coordinator::Step(absl::Time deadline) {
+  if (abort_requested_.load()) {
+    absl::MutexLock lock(&mu_);
+    return absl::AbortedError(abort_reason_);
+  }
+  if (auto s = CheckHeartbeats(); !s.ok()) return s;
+  auto message = endpoint_->Receive(std::min(deadline, absl::Now() + absl::Milliseconds(100)));
+  if (!message.ok()) {
+    if (absl::IsDeadlineExceeded(message.status())) return std::optional<Message>();
+    return message.status();
+  }
+  if (auto s = message->Parse(); !s.ok()) {
+    SYNCLINE_LOG(WARNING) << "malformed message from " << message->peer() << ": " << s;
+    return std::optional<Message>();
+  }
+  NodeState* node = Find(message->peer());
+  if (node == nullptr || node->down) return std::optional<Message>();
+  node->last_seen = absl::Now();
+  auto h = message->header();
+  switch (h.getType()) {
+    case wire::MsgType::HEARTBEAT:
+      SendTo(node->control_id, MakeSimple(wire::MsgType::HEARTBEAT, wire::Role::COORDINATOR, 0));
+      return std::optional<Message>();
+    case wire::MsgType::PROGRESS:
+      if (node->role == wire::Role::WORKER && h.getBody().isProgress() && observer_) {
+        observer_->OnProgress(node->rank, h.getBody().getProgress());
+      }
+      return std::optional<Message>();
+    case wire::MsgType::ABORT:
+      return absl::AbortedError(
+          absl::StrFormat("%s failed: %s", node->Name(), h.getMessage().cStr()));
+    default:
+      return std::optional<Message>(std::move(*message));
+  }
+}
+
+absl::Status Coordinator::CheckHeartbeats() {
+  const absl::Time now = absl::Now();
+  for (auto& n : nodes_) {
+    if (n->down || now - n->last_seen <= options_.heartbeat_timeout) continue;
+    n->down = true;
+    const std::string reason = absl::StrFormat(
+        "%s sent no heartbeat for %s", n->Name(),
+        absl::FormatDuration(absl::Trunc(now - n->last_seen, absl::Milliseconds(100))));
+    SYNCLINE_LOG(ERROR) << reason;
+    if (observer_) observer_->OnNodeDown(n->role, n->rank, reason);
+    if (n->role == wire::Role::SERVER) {
+      return absl::UnavailableError(absl::StrCat("lost server: ", reason));
+    }
+    if (options_.staleness == 0 && !n->done) {
+      return absl::UnavailableError(
+          absl::StrCat("lost worker under BSP, which cannot go on without it: ", reason));
+    }
+    MessageBuilder b(wire::MsgType::NODE_DOWN);
+    b.header().setRole(wire::Role::COORDINATOR);
+    auto d = b.header().getBody().initNodeDown();
+    d.setRole(n->role);
+    d.setRank(n->rank);
+    d.setReason(reason);
+    Broadcast(b.Finish());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::AwaitReady() {
+  const absl::Time deadline = absl::Now() + options_.startup_timeout;
+  auto all_ready = [&] {
+    return std::all_of(nodes_.begin(), nodes_.end(), [](const auto& n) { return n->ready; });
+  };
+  while (!all_ready()) {
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError("nodes did not report ready in time");
+    }
+    auto message = Step(deadline);
+    if (!message.ok()) return message.status();
+    if (!message->has_value()) continue;
+    if ((*message)->header().getType() == wire::MsgType::READY) {
+      Find((*message)->peer())->ready = true;
+    }
+  }
+  Broadcast(MakeSimple(wire::MsgType::START, wire::Role::COORDINATOR, 0));
+  if (observer_) observer_->OnStarted(table_);
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::Supervise() {
+  auto workers_finished = [&] {
+    return std::all_of(nodes_.begin(), nodes_.end(), [](const auto& n) {
+      return n->role != wire::Role::WORKER || n->done || n->down;
+    });
+  };
+  while (!workers_finished()) {
+    auto message = Step(absl::InfiniteFuture());
+    if (!message.ok()) return message.status();
+    if (!message->has_value()) continue;
+    Message& m = **message;
+    NodeState* node = Find(m.peer());
+    auto h = m.header();
+    if (h.getType() == wire::MsgType::WORKER_DONE && node->role == wire::Role::WORKER) {
+      node->done = true;
+      if (observer_ && h.getBody().isWorkerStats()) {
+        observer_->OnWorkerDone(node->rank, h.getBody().getWorkerStats());
+      }
+    }
+  }
+  if (!options_.evaluate) return absl::OkStatus();
+
+  NodeState* evaluator = nullptr;
+  for (auto& n : nodes_) {
+    if (n->role == wire::Role::WORKER && !n->down) {
+      evaluator = n.get();
+      break;
+    }
+  }
+  if (evaluator == nullptr) return absl::UnavailableError("every worker is down");
+  SendTo(evaluator->control_id, MakeSimple(wire::MsgType::EVALUATE, wire::Role::COORDINATOR, 0));
+  const absl::Time deadline = absl::Now() + options_.evaluate_timeout;
+  while (true) {
+    if (absl::Now() >= deadline) return absl::DeadlineExceededError("evaluation took too long");
+    if (evaluator->down) return absl::UnavailableError("the evaluating worker is down");
+    auto message = Step(deadline);
+    if (!message.ok()) return message.status();
+    if (!message->has_value()) continue;
+    auto h = (**message).header();
+    if (h.getType() == wire::MsgType::RESULT && (**message).peer() == evaluator->control_id) {
+      if (observer_ && h.getBody().isEvaluation()) {
+        observer_->OnEvaluation(evaluator->rank, h.getBody().getEvaluation());
+      }
+      return absl::OkStatus();
+    }
+  }
+}
+
+absl::Status Coordinator::Shutdown() {
+  Broadcast(MakeSimple(wire::MsgType::SHUTDOWN, wire::Role::COORDINATOR, 0));
+  const absl::Time deadline = absl::Now() + options_.shutdown_timeout;
+  auto all_stats = [&] {
+    return std::all_of(nodes_.begin(), nodes_.end(), [](const auto& n) {
+      return n->role != wire::Role::SERVER || n->stats || n->down;
+    });
+  };
+  while (!all_stats() && absl::Now() < deadline) {
+    auto message = endpoint_->Receive(deadline);
+    if (!message.ok() || !message->Parse().ok()) continue;
+    NodeState* node = Find(message->peer());
+    auto h = message->header();
+    if (node && h.getType() == wire::MsgType::SERVER_STATS && h.getBody().isServerStats()) {
+      node->stats = true;
+      if (observer_) observer_->OnServerStats(node->rank, h.getBody().getServerStats());
+    }
+  }
+  if (!all_stats()) SYNCLINE_LOG(WARNING) << "some servers did not report statistics at shutdown";
+  return absl::OkStatus();
+}
+
+}  // namespace syncline

@@ -1,0 +1,112 @@
+// Coordinator: rendezvous and supervision of one job.
+//
+// Nodes register with their role, rank and data address; once all expected nodes are in,
+// every node receives the NodeTable. Nodes report ready when their handlers are in place and
+// the coordinator then starts them all. During the run it answers heartbeats and declares a
+// node that stays silent for the heartbeat timeout down, by name: under BSP, or when a server
+// is lost, the job is aborted (every node is told why); under ASP/SSP a lost worker leaves the
+// clock set and the others go on. When every worker is done it asks one worker to evaluate
+// the final model, then shuts every node down and collects the servers' statistics.
+//
+// The observer sees progress, results and failures as they come (the launcher turns them into
+// a progress line, metrics.csv and summary.json).
+//
+// Thread-safety: Run() is called from one thread; Abort() may be called from any thread.
+#ifndef SYNCLINE_CORE_COORDINATOR_H_
+#define SYNCLINE_CORE_COORDINATOR_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/node_table.h"
+#include "core/transport.h"
+
+namespace syncline {
+
+struct CoordinatorOptions {
+  int num_servers = 1;
+  int num_workers = 1;
+  // 0 = BSP, -1 = ASP (unbounded), s > 0 = SSP(s). Handed to every node.
+  int64_t staleness = 0;
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  // A node silent for this long is declared down.
+  absl::Duration heartbeat_timeout = absl::Seconds(5);
+  // How long registration and the ready barrier may take.
+  absl::Duration startup_timeout = absl::Seconds(120);
+  // How long evaluation may take once every worker is done.
+  absl::Duration evaluate_timeout = absl::Seconds(600);
+  // How long nodes have to report their statistics at shutdown.
+  absl::Duration shutdown_timeout = absl::Seconds(10);
+  // Ask a worker to evaluate the final model when every worker is done.
+  bool evaluate = true;
+};
+
+// Callbacks from Run()'s thread. The readers are valid during the call only.
+class CoordinatorObserver {
+ public:
+  virtual ~CoordinatorObserver() = default;
+  virtual void OnStarted(const NodeTable& table) {}
+  virtual void OnProgress(int worker, wire::Progress::Reader progress) {}
+  virtual void OnWorkerDone(int worker, wire::WorkerStats::Reader stats) {}
+  virtual void OnEvaluation(int worker, wire::Evaluation::Reader evaluation) {}
+  virtual void OnServerStats(int server, wire::ServerStats::Reader stats) {}
+  virtual void OnNodeDown(wire::Role role, int rank, const std::string& reason) {}
+};
+
+class Coordinator {
+ public:
+  // Binds the coordinator's endpoint at `address` (e.g. "tcp://127.0.0.1:0").
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(Transport& transport,
+                                                             const std::string& address,
+                                                             CoordinatorOptions options,
+                                                             CoordinatorObserver* observer);
+  ~Coordinator();
+
+  // The address nodes connect to.
+  const std::string& address() const { return address_; }
+
+  // Runs the job's control protocol to the end. OK when every worker finished and every
+  // server shut down; otherwise the reason the job failed (after telling every node).
+  absl::Status Run();
+
+  // Makes Run() abort the job with `reason` (e.g. the launcher saw a process die).
+  void Abort(std::string reason);
+
+ private:
+  struct NodeState;
+  Coordinator(std::unique_ptr<Endpoint> endpoint, std::string address, CoordinatorOptions options,
+              CoordinatorObserver* observer);
+
+  absl::Status Register();
+  absl::Status AwaitReady();
+  absl::Status Supervise();
+  absl::Status Shutdown();
+  // Receives one message until `deadline`, handling heartbeats, failures and reports.
+  // Returns the message for the caller when it is something else, else nullopt.
+  absl::StatusOr<std::optional<Message>> Step(absl::Time deadline);
+  absl::Status CheckHeartbeats();
+  absl::Status Fail(absl::Status status);
+  void Broadcast(const Message& message);
+  void SendTo(const std::string& control_id, Message message);
+  NodeState* Find(const std::string& control_id);
+
+  const std::unique_ptr<Endpoint> endpoint_;
+  const std::string address_;
+  const CoordinatorOptions options_;
+  CoordinatorObserver* const observer_;
+  NodeTable table_;
+  std::vector<std::unique_ptr<NodeState>> nodes_;
+
+  absl::Mutex mu_;
+  std::string abort_reason_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> abort_requested_{false};
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_CORE_COORDINATOR_H_

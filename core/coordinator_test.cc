@@ -1,0 +1,150 @@
+#include "core/coordinator.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "core/control_client.h"
+#include "core/inproc_transport.h"
+
+namespace syncline {
+namespace {
+
+class RecordingObserver : public CoordinatorObserver {
+ public:
+  void OnProgress(int worker, wire::Progress::Reader p) override { last_clock = p.getClock(); }
+  void OnWorkerDone(int worker, wire::WorkerStats::Reader s) override { ++done; }
+  void OnEvaluation(int worker, wire::Evaluation::Reader e) override { auc = e.getAuc(); }
+  void OnServerStats(int server, wire::ServerStats::Reader s) override { ++server_stats; }
+  void OnNodeDown(wire::Role role, int rank, const std::string& reason) override {
+    down_reason = reason;
+  }
+  int64_t last_clock = -1;
+  int done = 0;
+  double auc = -1;
+  int server_stats = 0;
+  std::string down_reason;
+};
+
+absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
+
+CoordinatorOptions SmallJob() {
+  CoordinatorOptions o;
+  o.num_servers = 1;
+  o.num_workers = 1;
+  o.heartbeat_interval = absl::Milliseconds(20);
+  o.heartbeat_timeout = absl::Milliseconds(500);
+  o.startup_timeout = absl::Seconds(10);
+  return o;
+}
+
+TEST(CoordinatorTest, RunsTheWholeProtocol) {
+  InprocTransport transport;
+  RecordingObserver observer;
+  auto coordinator = Coordinator::Create(transport, "inproc://c", SmallJob(), &observer);
+  ASSERT_TRUE(coordinator.ok());
+  absl::Status result;
+  std::thread run([&] { result = (*coordinator)->Run(); });
+
+  std::thread server([&] {
+    ControlOptions o{(*coordinator)->address(), wire::Role::SERVER, 0, "inproc://ps0"};
+    auto c = ControlClient::Connect(transport, o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ((*c)->table().num_workers, 1);
+    ASSERT_EQ((*c)->table().Servers().size(), 1u);
+    EXPECT_EQ((*c)->table().Servers()[0]->address, "inproc://ps0");
+    (*c)->ReportReady();
+    auto cmd = (*c)->WaitForCommand(Soon());
+    ASSERT_TRUE(cmd.ok());
+    EXPECT_EQ(*cmd, Command::kShutdown);
+    MessageBuilder b(wire::MsgType::SERVER_STATS);
+    b.header().getBody().initServerStats().setRequests(5);
+    (*c)->Send(b.Finish());
+    ASSERT_TRUE((*c)->Flush(Soon()).ok());
+  });
+
+  ControlOptions o{(*coordinator)->address(), wire::Role::WORKER, 0, ""};
+  auto worker = ControlClient::Connect(transport, o);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  (*worker)->ReportReady();
+  ASSERT_TRUE((*worker)->WaitForStart(Soon()).ok());
+  MessageBuilder p(wire::MsgType::PROGRESS);
+  p.header().getBody().initProgress().setClock(17);
+  (*worker)->Send(p.Finish());
+  MessageBuilder d(wire::MsgType::WORKER_DONE);
+  d.header().getBody().initWorkerStats().setSteps(17);
+  (*worker)->Send(d.Finish());
+  auto cmd = (*worker)->WaitForCommand(Soon());
+  ASSERT_TRUE(cmd.ok());
+  ASSERT_EQ(*cmd, Command::kEvaluate);
+  MessageBuilder r(wire::MsgType::RESULT);
+  r.header().getBody().initEvaluation().setAuc(0.75);
+  (*worker)->Send(r.Finish());
+  cmd = (*worker)->WaitForCommand(Soon());
+  ASSERT_TRUE(cmd.ok());
+  EXPECT_EQ(*cmd, Command::kShutdown);
+
+  server.join();
+  run.join();
+  EXPECT_TRUE(result.ok()) << result;
+  EXPECT_EQ(observer.last_clock, 17);
+  EXPECT_EQ(observer.done, 1);
+  EXPECT_DOUBLE_EQ(observer.auc, 0.75);
+  EXPECT_EQ(observer.server_stats, 1);
+}
+
+TEST(CoordinatorTest, SilentNodeIsReportedByNameAndBspJobAborts) {
+  InprocTransport transport;
+  RecordingObserver observer;
+  CoordinatorOptions options = SmallJob();
+  options.num_servers = 0;
+  options.num_workers = 2;
+  auto coordinator = Coordinator::Create(transport, "inproc://c", options, &observer);
+  ASSERT_TRUE(coordinator.ok());
+  absl::Status result;
+  std::thread run([&] { result = (*coordinator)->Run(); });
+
+  std::unique_ptr<ControlClient> w0, w1;
+  std::thread t0([&] {
+    auto c =
+        ControlClient::Connect(transport, {(*coordinator)->address(), wire::Role::WORKER, 0, ""});
+    ASSERT_TRUE(c.ok()) << c.status();
+    w0 = std::move(*c);
+  });
+  std::thread t1([&] {
+    auto c =
+        ControlClient::Connect(transport, {(*coordinator)->address(), wire::Role::WORKER, 1, ""});
+    ASSERT_TRUE(c.ok()) << c.status();
+    w1 = std::move(*c);
+  });
+  t0.join();
+  t1.join();
+  ASSERT_TRUE(w0 && w1);
+  w0->ReportReady();
+  w1->ReportReady();
+  ASSERT_TRUE(w0->WaitForStart(Soon()).ok());
+  w1.reset();  // w1 goes silent: its heartbeats stop
+  run.join();
+  EXPECT_EQ(result.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(observer.down_reason.find("w1"), std::string::npos) << observer.down_reason;
+  // The surviving worker learns that the job is over.
+  const absl::Time deadline = Soon();
+  while (w0->health().ok() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(w0->health().code(), absl::StatusCode::kAborted);
+}
+
+TEST(CoordinatorTest, RejectsRanksOutsideTheJob) {
+  InprocTransport transport;
+  auto coordinator = Coordinator::Create(transport, "inproc://c", SmallJob(), nullptr);
+  ASSERT_TRUE(coordinator.ok());
+  std::thread run([&] { (void)(*coordinator)->Run(); });
+  auto bad =
+      ControlClient::Connect(transport, {(*coordinator)->address(), wire::Role::WORKER, 5, ""});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("outside this job"), std::string::npos);
+  (*coordinator)->Abort("test over");
+  run.join();
+}
+
+}  // namespace
+}  // namespace syncline

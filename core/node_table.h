@@ -1,0 +1,48 @@
+// NodeTable: who is in the job (every node's role, rank, routing id and address) and the
+// job-wide settings every node needs, as handed out by the coordinator at rendezvous.
+#ifndef SYNCLINE_CORE_NODE_TABLE_H_
+#define SYNCLINE_CORE_NODE_TABLE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/syncline.capnp.h"
+
+namespace syncline {
+
+struct NodeInfo {
+  wire::Role role = wire::Role::WORKER;
+  int rank = 0;
+  std::string id;       // routing id of the node's data endpoint
+  std::string address;  // where that endpoint listens ("" if it does not)
+};
+
+struct NodeTable {
+  std::vector<NodeInfo> nodes;
+  int num_servers = 0;
+  int num_workers = 0;
+  int64_t staleness = 0;  // 0 = BSP, -1 = unbounded (ASP), s > 0 = SSP(s)
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  absl::Duration heartbeat_timeout = absl::Seconds(5);
+
+  // Data endpoint ids of the servers, by rank.
+  std::vector<const NodeInfo*> Servers() const;
+
+  void ToWire(wire::NodeTable::Builder out) const;
+  static absl::StatusOr<NodeTable> FromWire(wire::NodeTable::Reader in);
+};
+
+// The routing id of a node's data endpoint ("ps0", "w3") and of its control endpoint.
+std::string DataEndpointId(wire::Role role, int rank);
+std::string ControlEndpointId(wire::Role role, int rank);
+std::string RoleName(wire::Role role);
+
+// The coordinator's routing id: fixed, so that nodes need only its address.
+inline constexpr char kCoordinatorId[] = "coordinator";
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_CORE_NODE_TABLE_H_

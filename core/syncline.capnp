@@ -1,0 +1,154 @@
+# The one wire schema of Syncline. Every message is a Header (this file) followed by zero or
+# more raw payload frames (keys as little-endian uint64, values as float32) that travel as
+# separate ZeroMQ frames so that they are neither copied into nor re-encoded by Cap'n Proto.
+@0xfc2b57ed042a86a0;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("syncline::wire");
+
+enum MsgType {
+  invalid @0;
+  # Control plane: node <-> coordinator.
+  register @1;      # node -> coordinator: body.register
+  registered @2;    # coordinator -> node: body.nodeTable (sent once every node has registered)
+  ready @3;         # node -> coordinator: handlers are in place
+  start @4;         # coordinator -> node: every node is ready
+  heartbeat @5;     # node -> coordinator, and the coordinator's acknowledgement
+  progress @6;      # worker -> coordinator: body.progress
+  workerDone @7;    # worker -> coordinator: body.workerStats
+  evaluate @8;      # coordinator -> worker 0: every worker is done, evaluate the final model
+  result @9;        # worker 0 -> coordinator: body.evaluation
+  shutdown @10;     # coordinator -> node: exit cleanly (servers answer with serverStats first)
+  serverStats @11;  # server -> coordinator: body.serverStats
+  nodeDown @12;     # coordinator -> node: body.nodeDown
+  abort @13;        # either way: the job cannot go on; `message` says why
+
+  # Data plane: worker <-> server.
+  declareTable @14; # body.table; idempotent for an identical spec
+  push @15;         # keys frame (sparse) or rangeBegin (dense), then a values frame
+  pull @16;         # keys frame or [rangeBegin, rangeEnd); the reply carries a values frame
+  pushPull @17;     # a push, then a pull of the same keys
+  clock @18;        # the sender has finished iteration `clock - 1`; no reply unless it is an error
+  finish @19;       # the sender leaves the clock set
+  reply @20;        # success; carries values for pulls
+  error @21;        # failure: statusCode and message
+}
+
+enum Role {
+  coordinator @0;
+  server @1;
+  worker @2;
+}
+
+struct Header {
+  type @0 :MsgType;
+  role @1 :Role;           # sender's role
+  rank @2 :Int32;          # sender's rank within its role
+  requestId @3 :UInt64;    # echoed in the reply
+  table @4 :UInt32;
+  clock @5 :Int64;         # pulls: the iteration the reader is in; pushes: the iteration the gradient is from
+  weight @6 :Float32;      # pushes: examples behind the gradient sum (the server divides by it)
+  keyCount @7 :UInt64;     # entries in the keys frame (0: dense range or no keys)
+  valueCount @8 :UInt64;   # entries in the values frame
+  rangeBegin @9 :UInt64;   # dense tables: first key of the range
+  rangeEnd @10 :UInt64;    # dense tables: one past the last key
+  codec @11 :UInt8;        # 0 = raw float32 values; later issues add compressed codecs
+  statusCode @12 :Int32;   # error replies: an absl::StatusCode
+  message @13 :Text;       # error replies and aborts: what went wrong
+
+  body :union {
+    none @14 :Void;
+    register @15 :Register;
+    nodeTable @16 :NodeTable;
+    progress @17 :Progress;
+    workerStats @18 :WorkerStats;
+    evaluation @19 :Evaluation;
+    serverStats @20 :ServerStats;
+    nodeDown @21 :NodeDown;
+    table @22 :TableSpec;
+  }
+}
+
+struct Register {
+  dataAddress @0 :Text;    # where the node's data endpoint listens ("" for workers)
+  host @1 :Text;
+  pid @2 :Int32;
+}
+
+struct NodeInfo {
+  role @0 :Role;
+  rank @1 :Int32;
+  id @2 :Text;             # routing id of the data endpoint
+  address @3 :Text;
+}
+
+struct NodeTable {
+  nodes @0 :List(NodeInfo);
+  numServers @1 :Int32;
+  numWorkers @2 :Int32;
+  staleness @3 :Int64;     # -1 = unbounded (ASP), 0 = BSP
+  heartbeatIntervalMs @4 :Int32;
+  heartbeatTimeoutMs @5 :Int32;
+}
+
+struct Progress {
+  clock @0 :Int64;
+  epoch @1 :Int32;
+  trainLoss @2 :Float64;   # mean over the examples since the last report
+  examples @3 :UInt64;     # examples since the last report
+  totalSteps @4 :Int64;    # steps this worker will run
+  staleness @5 :Float64;   # mean staleness served to this worker since the last report
+}
+
+struct WorkerStats {
+  steps @0 :Int64;
+  bytesPushed @1 :UInt64;
+  bytesPulled @2 :UInt64;
+  examples @3 :UInt64;
+}
+
+struct Evaluation {
+  loss @0 :Float64;
+  auc @1 :Float64;         # binary models, else -1
+  accuracy @2 :Float64;    # multiclass models, else -1
+  examples @3 :UInt64;
+}
+
+struct ServerStats {
+  bytesIn @0 :UInt64;
+  bytesOut @1 :UInt64;
+  requests @2 :UInt64;
+  rejected @3 :UInt64;     # malformed or invalid requests answered with an error
+  stalenessHistogram @4 :List(UInt64);  # [k] = pulls served with staleness k (last bucket: >=)
+  parkedPulls @5 :UInt64;
+}
+
+struct NodeDown {
+  role @0 :Role;
+  rank @1 :Int32;
+  reason @2 :Text;
+}
+
+enum TableKind {
+  dense @0;    # keys 0..numKeys-1, sharded by contiguous key range
+  sparse @1;   # 64-bit keys below numKeys (0 = any), sharded by hash
+}
+
+enum OptimizerKind {
+  sgd @0;
+  adagrad @1;
+  adam @2;
+}
+
+struct TableSpec {
+  id @0 :UInt32;
+  kind @1 :TableKind;
+  numKeys @2 :UInt64;
+  dim @3 :UInt32;          # floats per key
+  optimizer @4 :OptimizerKind;
+  learningRate @5 :Float32;
+  l2 @6 :Float32;
+  initScale @7 :Float32;   # rows start uniform in [-initScale, initScale], 0 = zeros
+  seed @8 :UInt64;
+  maxRows @9 :UInt64;      # sparse: rows a shard may hold (0 = default bound)
+}

@@ -1,0 +1,63 @@
+#include "core/table_config.h"
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+
+namespace syncline {
+
+void TableConfig::ToWire(wire::TableSpec::Builder out) const {
+  out.setId(id);
+  out.setKind(dense ? wire::TableKind::DENSE : wire::TableKind::SPARSE);
+  out.setNumKeys(num_keys);
+  out.setDim(dim);
+  out.setOptimizer(optimizer.kind);
+  out.setLearningRate(optimizer.learning_rate);
+  out.setL2(optimizer.l2);
+  out.setInitScale(init_scale);
+  out.setSeed(seed);
+  out.setMaxRows(max_rows);
+}
+
+absl::StatusOr<TableConfig> TableConfig::FromWire(wire::TableSpec::Reader in) {
+  TableConfig c;
+  c.id = in.getId();
+  const auto kind = in.getKind();
+  if (kind != wire::TableKind::DENSE && kind != wire::TableKind::SPARSE) {
+    return absl::InvalidArgumentError(absl::StrFormat("table %d: unknown kind", c.id));
+  }
+  c.dense = kind == wire::TableKind::DENSE;
+  c.num_keys = in.getNumKeys();
+  c.dim = in.getDim();
+  const auto opt = in.getOptimizer();
+  if (opt != wire::OptimizerKind::SGD && opt != wire::OptimizerKind::ADAGRAD &&
+      opt != wire::OptimizerKind::ADAM) {
+    return absl::InvalidArgumentError(absl::StrFormat("table %d: unknown optimizer", c.id));
+  }
+  c.optimizer.kind = opt;
+  c.optimizer.learning_rate = in.getLearningRate();
+  c.optimizer.l2 = in.getL2();
+  c.init_scale = in.getInitScale();
+  c.seed = in.getSeed();
+  c.max_rows = in.getMaxRows() == 0 ? kDefaultMaxRows : in.getMaxRows();
+  if (c.dim == 0 || c.dim > kMaxDim) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("table %d: dim %d is outside [1, %d]", c.id, c.dim, kMaxDim));
+  }
+  if (c.dense && (c.num_keys == 0 || c.num_keys * c.dim > (uint64_t{1} << 34))) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("table %d: a dense table needs 1 to 2^34 values, not %d keys x %d", c.id,
+                        c.num_keys, c.dim));
+  }
+  if (!std::isfinite(c.optimizer.learning_rate) || c.optimizer.learning_rate <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("table %d: learning rate must be > 0", c.id));
+  }
+  if (!std::isfinite(c.optimizer.l2) || c.optimizer.l2 < 0 || !std::isfinite(c.init_scale) ||
+      c.init_scale < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("table %d: l2 and init scale must be finite and >= 0", c.id));
+  }
+  return c;
+}
+
+}  // namespace syncline

@@ -1,0 +1,46 @@
+// TableConfig: what a parameter table is (dense or sparse, size, row width) and how the
+// servers update it. Workers declare tables with it; servers validate what arrives.
+#ifndef SYNCLINE_CORE_TABLE_CONFIG_H_
+#define SYNCLINE_CORE_TABLE_CONFIG_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "core/syncline.capnp.h"
+
+namespace syncline {
+
+struct OptimizerConfig {
+  wire::OptimizerKind kind = wire::OptimizerKind::SGD;
+  float learning_rate = 0.1f;
+  float l2 = 0.0f;        // weight decay added to the gradient
+  float beta1 = 0.9f;     // Adam
+  float beta2 = 0.999f;   // Adam
+  float epsilon = 1e-8f;  // Adam and Adagrad
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
+struct TableConfig {
+  uint32_t id = 0;
+  // Dense tables hold keys [0, num_keys) split into contiguous ranges; sparse tables hold any
+  // key below num_keys (0: any 64-bit key), spread by hash, rows created on first touch.
+  bool dense = true;
+  uint64_t num_keys = 0;
+  uint32_t dim = 1;  // floats per key
+  OptimizerConfig optimizer;
+  float init_scale = 0.0f;  // rows start uniform in [-init_scale, init_scale]; 0 = zeros
+  uint64_t seed = 1;        // with (table, key), makes row initialisation agree everywhere
+  uint64_t max_rows = 0;    // sparse: rows one shard may hold; 0 = kDefaultMaxRows
+  bool operator==(const TableConfig&) const = default;
+
+  static constexpr uint64_t kDefaultMaxRows = uint64_t{1} << 26;
+  static constexpr uint32_t kMaxDim = 1 << 16;
+
+  void ToWire(wire::TableSpec::Builder out) const;
+  // Validates everything: a spec from the network is untrusted.
+  static absl::StatusOr<TableConfig> FromWire(wire::TableSpec::Reader in);
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_CORE_TABLE_CONFIG_H_

@@ -1,0 +1,117 @@
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "core/inproc_transport.h"
+#include "core/zmq_transport.h"
+
+namespace syncline {
+namespace {
+
+enum class Kind { kZmq, kInproc };
+
+class TransportTest : public testing::TestWithParam<Kind> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == Kind::kZmq) {
+      transport_ = std::make_unique<ZmqTransport>();
+    } else {
+      transport_ = std::make_unique<InprocTransport>();
+    }
+  }
+  std::string BindAddress() const {
+    return GetParam() == Kind::kZmq ? "tcp://127.0.0.1:0" : "inproc://x";
+  }
+  absl::Time Soon() const { return absl::Now() + absl::Seconds(5); }
+  std::unique_ptr<Transport> transport_;
+};
+
+Message Simple(int table, std::vector<float> values) {
+  MessageBuilder b(wire::MsgType::PUSH);
+  b.header().setTable(table);
+  b.AddFrame(Frame::Own(std::move(values)));
+  return b.Finish();
+}
+
+TEST_P(TransportTest, RequestAndReplyByRoutingId) {
+  auto server = transport_->CreateEndpoint("server");
+  auto client = transport_->CreateEndpoint("client");
+  ASSERT_TRUE(server.ok() && client.ok());
+  auto address = (*server)->Bind(BindAddress());
+  ASSERT_TRUE(address.ok()) << address.status();
+  ASSERT_TRUE((*client)->Connect("server", *address).ok());
+
+  std::vector<float> big(1 << 18, 1.25f);  // 1 MiB: the zero-copy path
+  ASSERT_TRUE((*client)->Send("server", Simple(3, big), Soon()).ok());
+  auto got = (*server)->Receive(Soon());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->peer(), "client");
+  ASSERT_TRUE(got->Parse().ok());
+  EXPECT_EQ(got->header().getTable(), 3u);
+  auto values = got->payload(0).As<float>();
+  ASSERT_TRUE(values.ok());
+  ASSERT_EQ(values->size(), big.size());
+  EXPECT_EQ((*values)[12345], 1.25f);
+
+  ASSERT_TRUE((*server)->Send("client", Simple(4, {2.0f}), Soon()).ok());
+  auto reply = (*client)->Receive(Soon());
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->peer(), "server");
+  EXPECT_GT((*client)->counters().bytes_sent.load(), big.size() * sizeof(float));
+}
+
+TEST_P(TransportTest, PreservesOrderBetweenTwoEndpoints) {
+  auto server = transport_->CreateEndpoint("server");
+  auto client = transport_->CreateEndpoint("client");
+  auto address = (*server)->Bind(BindAddress());
+  ASSERT_TRUE((*client)->Connect("server", *address).ok());
+  for (int i = 0; i < 500; ++i) ASSERT_TRUE((*client)->Send("server", Simple(i, {}), Soon()).ok());
+  for (int i = 0; i < 500; ++i) {
+    auto m = (*server)->Receive(Soon());
+    ASSERT_TRUE(m.ok());
+    ASSERT_TRUE(m->Parse().ok());
+    ASSERT_EQ(m->header().getTable(), static_cast<uint32_t>(i));
+  }
+}
+
+TEST_P(TransportTest, ReceiveTimesOutAndUnknownPeersFail) {
+  auto a = transport_->CreateEndpoint("a");
+  ASSERT_TRUE(a.ok());
+  auto m = (*a)->Receive(absl::Now() + absl::Milliseconds(20));
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ((*a)->Send("nobody", Simple(1, {}), Soon()).code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_P(TransportTest, ManyClientsOneServer) {
+  auto server = transport_->CreateEndpoint("server");
+  auto address = (*server)->Bind(BindAddress());
+  constexpr int kClients = 4;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      auto ep = transport_->CreateEndpoint("c" + std::to_string(c));
+      ASSERT_TRUE(ep.ok());
+      ASSERT_TRUE((*ep)->Connect("server", *address).ok());
+      for (int i = 0; i < 50; ++i) {
+        ASSERT_TRUE((*ep)->Send("server", Simple(c, {float(i)}), Soon()).ok());
+        auto r = (*ep)->Receive(Soon());
+        ASSERT_TRUE(r.ok());
+      }
+    });
+  }
+  for (int i = 0; i < kClients * 50; ++i) {
+    auto m = (*server)->Receive(Soon());
+    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_TRUE((*server)->Send(m->peer(), Simple(0, {}), Soon()).ok());
+  }
+  for (auto& t : threads) t.join();
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, TransportTest, testing::Values(Kind::kZmq, Kind::kInproc),
+                         [](const auto& info) {
+                           return info.param == Kind::kZmq ? std::string("Zmq")
+                                                           : std::string("Inproc");
+                         });
+
+}  // namespace
+}  // namespace syncline

@@ -1,0 +1,148 @@
+#include "core/zmq_transport.h"
+
+#include <algorithm>
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace syncline {
+namespace {
+
+int RemainingMs(absl::Time deadline) {
+  if (deadline == absl::InfiniteFuture()) return -1;
+  const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+  return static_cast<int>(std::clamp<int64_t>(ms, 0, 1 << 30));
+}
+
+// Keeps a frame's owner alive until ZeroMQ has sent the bytes.
+void ReleaseOwner(void* /*data*/, void* hint) {
+  delete static_cast<std::shared_ptr<const void>*>(hint);
+}
+void ReleaseNothing(void* /*data*/, void* /*hint*/) {}
+
+class ZmqEndpoint : public Endpoint {
+ public:
+  ZmqEndpoint(zmq::context_t& context, std::string id, const ZmqOptions& options)
+      : id_(std::move(id)), options_(options), socket_(context, zmq::socket_type::router) {
+    socket_.set(zmq::sockopt::routing_id, id_);
+    socket_.set(zmq::sockopt::router_mandatory, 1);
+    // A restarted peer with the same id takes over its old connection.
+    socket_.set(zmq::sockopt::router_handover, 1);
+    socket_.set(zmq::sockopt::sndhwm, options.high_water_mark);
+    socket_.set(zmq::sockopt::rcvhwm, options.high_water_mark);
+    socket_.set(zmq::sockopt::linger, 200);
+    socket_.set(zmq::sockopt::tcp_keepalive, 1);
+  }
+
+  const std::string& id() const override { return id_; }
+
+  absl::StatusOr<std::string> Bind(const std::string& address) override {
+    try {
+      socket_.bind(address);
+      return socket_.get(zmq::sockopt::last_endpoint);
+    } catch (const zmq::error_t& e) {
+      return absl::UnavailableError(absl::StrCat("cannot bind ", address, ": ", e.what()));
+    }
+  }
+
+  absl::Status Connect(const std::string& peer_id, const std::string& address) override {
+    try {
+      socket_.set(zmq::sockopt::connect_routing_id, peer_id);
+      socket_.connect(address);
+      return absl::OkStatus();
+    } catch (const zmq::error_t& e) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot connect to ", peer_id, " at ", address, ": ", e.what()));
+    }
+  }
+
+  absl::Status Send(const std::string& peer_id, Message message, absl::Time deadline) override {
+    std::vector<Frame>& frames = message.frames();
+    if (frames.empty()) return absl::InvalidArgumentError("cannot send a message without frames");
+    socket_.set(zmq::sockopt::sndtimeo, RemainingMs(deadline));
+    size_t bytes = 0;
+    try {
+      zmq::message_t route(peer_id.data(), peer_id.size());
+      if (!socket_.send(route, zmq::send_flags::sndmore)) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("send to ", peer_id, " timed out: its queue is full"));
+      }
+      for (size_t i = 0; i < frames.size(); ++i) {
+        const Frame& f = frames[i];
+        zmq::message_t part = ToZmq(f);
+        bytes += f.size();
+        const auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+        // Once the routing frame is accepted the rest of the message goes to the same pipe
+        // and does not block.
+        if (!socket_.send(part, flags)) {
+          return absl::DeadlineExceededError(absl::StrCat("send to ", peer_id, " timed out"));
+        }
+      }
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EHOSTUNREACH) {
+        return absl::UnavailableError(absl::StrCat("peer ", peer_id, " is not connected"));
+      }
+      return absl::UnavailableError(absl::StrCat("send to ", peer_id, " failed: ", e.what()));
+    }
+    counters_.bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+    counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Message> Receive(absl::Time deadline) override {
+    socket_.set(zmq::sockopt::rcvtimeo, RemainingMs(deadline));
+    Message message;
+    size_t bytes = 0;
+    try {
+      zmq::message_t route;
+      if (!socket_.recv(route)) return absl::DeadlineExceededError("no message before deadline");
+      message.set_peer(route.to_string());
+      while (socket_.get(zmq::sockopt::rcvmore)) {
+        auto part = std::make_shared<zmq::message_t>();
+        // The rest of a multipart message is already queued: this does not block.
+        (void)socket_.recv(*part);
+        bytes += part->size();
+        const void* data = part->data();
+        const size_t size = part->size();
+        message.frames().push_back(Frame::Shared(std::move(part), data, size));
+      }
+    } catch (const zmq::error_t& e) {
+      return absl::UnavailableError(absl::StrCat("receive failed: ", e.what()));
+    }
+    counters_.bytes_received.fetch_add(bytes, std::memory_order_relaxed);
+    counters_.messages_received.fetch_add(1, std::memory_order_relaxed);
+    return message;
+  }
+
+ private:
+  zmq::message_t ToZmq(const Frame& f) const {
+    if (f.size() < options_.zero_copy_threshold) return zmq::message_t(f.data(), f.size());
+    void* data = const_cast<std::byte*>(f.data());
+    if (!f.owned()) return zmq::message_t(data, f.size(), ReleaseNothing, nullptr);
+    return zmq::message_t(data, f.size(), ReleaseOwner, new std::shared_ptr<const void>(f.owner()));
+  }
+
+  std::string id_;
+  ZmqOptions options_;
+  zmq::socket_t socket_;
+};
+
+}  // namespace
+
+ZmqTransport::ZmqTransport(ZmqOptions options) : options_(options), context_(options.io_threads) {}
+
+ZmqTransport::~ZmqTransport() = default;
+
+absl::StatusOr<std::unique_ptr<Endpoint>> ZmqTransport::CreateEndpoint(std::string id) {
+  if (id.empty() || id.size() > 255) {
+    return absl::InvalidArgumentError("endpoint id must have 1 to 255 bytes");
+  }
+  try {
+    return std::make_unique<ZmqEndpoint>(context_, std::move(id), options_);
+  } catch (const zmq::error_t& e) {
+    return absl::InternalError(absl::StrCat("cannot create a ZeroMQ socket: ", e.what()));
+  }
+}
+
+}  // namespace syncline

@@ -1,0 +1,65 @@
+#include "ps/optimizer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace syncline {
+
+int StateFloatsPerWeight(wire::OptimizerKind kind) {
+  switch (kind) {
+    case wire::OptimizerKind::SGD:
+      return 0;
+    case wire::OptimizerKind::ADAGRAD:
+      return 1;
+    case wire::OptimizerKind::ADAM:
+      return 2;
+  }
+  return 0;
+}
+
+void ApplyUpdate(const OptimizerConfig& c, float* __restrict w, float* __restrict state,
+                 const float* __restrict g, float scale, size_t n, int64_t step) {
+  const float lr = c.learning_rate;
+  const float l2 = c.l2;
+  switch (c.kind) {
+    case wire::OptimizerKind::SGD:
+      for (size_t i = 0; i < n; ++i) w[i] -= lr * (g[i] * scale + l2 * w[i]);
+      return;
+    case wire::OptimizerKind::ADAGRAD: {
+      float* __restrict h = state;
+      for (size_t i = 0; i < n; ++i) {
+        const float gi = g[i] * scale + l2 * w[i];
+        h[i] += gi * gi;
+        w[i] -= lr * gi / (std::sqrt(h[i]) + c.epsilon);
+      }
+      return;
+    }
+    case wire::OptimizerKind::ADAM: {
+      float* __restrict m = state;
+      float* __restrict v = state + n;
+      const double t = static_cast<double>(step < 1 ? 1 : step);
+      const float correction1 = static_cast<float>(1.0 - std::pow(c.beta1, t));
+      const float correction2 = static_cast<float>(1.0 - std::pow(c.beta2, t));
+      const float step_size = lr / correction1;
+      const float inv_sqrt_c2 = 1.0f / std::sqrt(correction2);
+      for (size_t i = 0; i < n; ++i) {
+        const float gi = g[i] * scale + l2 * w[i];
+        m[i] = c.beta1 * m[i] + (1 - c.beta1) * gi;
+        v[i] = c.beta2 * v[i] + (1 - c.beta2) * gi * gi;
+        w[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + c.epsilon);
+      }
+      return;
+    }
+  }
+}
+
+absl::StatusOr<wire::OptimizerKind> ParseOptimizer(const std::string& name) {
+  if (name == "sgd") return wire::OptimizerKind::SGD;
+  if (name == "adagrad") return wire::OptimizerKind::ADAGRAD;
+  if (name == "adam") return wire::OptimizerKind::ADAM;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown optimizer '", name, "' (expected sgd, adagrad or adam)"));
+}
+
+}  // namespace syncline

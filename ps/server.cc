@@ -1,0 +1,313 @@
+#include "ps/server.h"
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "core/log.h"
+#include "core/node_table.h"
+
+namespace syncline {
+namespace {
+
+// Logs the first rejections in full, then one in a thousand: a flood of garbage must not
+// turn into a flood of log lines.
+bool ShouldLogRejection(uint64_t rejected) { return rejected <= 20 || rejected % 1000 == 0; }
+
+}  // namespace
+
+ParameterServer::ParameterServer(Endpoint* endpoint, ServerOptions options)
+    : endpoint_(endpoint),
+      options_(options),
+      gate_(options.staleness),
+      clocks_(options.num_workers) {}
+
+absl::Status ParameterServer::ServeUntil(absl::Time deadline) {
+  while (true) {
+    auto message = endpoint_->Receive(deadline);
+    if (!message.ok()) {
+      return absl::IsDeadlineExceeded(message.status()) ? absl::OkStatus() : message.status();
+    }
+    Handle(std::move(*message));
+  }
+}
+
+void ParameterServer::Reply(const std::string& peer, Message reply) {
+  if (auto s = endpoint_->Send(peer, std::move(reply), absl::Now() + options_.send_timeout);
+      !s.ok()) {
+    SYNCLINE_LOG(WARNING) << "reply to " << peer << " not sent: " << s;
+  }
+}
+
+void ParameterServer::ReplyError(const std::string& peer, const wire::Header::Reader& request,
+                                 const absl::Status& status) {
+  Reply(peer, MakeErrorReply(request, status));
+}
+
+void ParameterServer::Handle(Message message) {
+  ++stats_.requests;
+  const std::string peer = message.peer();
+  absl::Status status = message.Parse();
+  if (status.ok()) status = HandleRequest(message);
+  if (status.ok()) return;
+  ++stats_.rejected;
+  if (ShouldLogRejection(stats_.rejected)) {
+    SYNCLINE_LOG(WARNING) << "rejected a request from " << peer << " (" << stats_.rejected
+                          << " so far): " << status;
+  }
+  if (message.parsed()) {
+    ReplyError(peer, message.header(), status);
+  } else {
+    MessageBuilder b(wire::MsgType::ERROR);
+    b.header().setStatusCode(static_cast<int32_t>(status.code()));
+    b.header().setMessage(std::string(status.message()));
+    Reply(peer, b.Finish());
+  }
+}
+
+absl::StatusOr<ShardTable*> ParameterServer::FindTable(uint32_t id) {
+  auto it = tables_.find(id);
+  if (it == tables_.end()) {
+    return absl::NotFoundError(absl::StrFormat("unknown table %d (declare it first)", id));
+  }
+  return it->second.get();
+}
+
+absl::Status ParameterServer::HandleRequest(Message& message) {
+  auto h = message.header();
+  const int worker = h.getRank();
+  if (h.getRole() != wire::Role::WORKER || worker < 0 || worker >= options_.num_workers) {
+    return absl::PermissionDeniedError(
+        absl::StrFormat("sender claims %s rank %d; only workers 0..%d may use a server",
+                        RoleName(h.getRole()), worker, options_.num_workers - 1));
+  }
+  if (message.peer() != DataEndpointId(wire::Role::WORKER, worker)) {
+    return absl::PermissionDeniedError(
+        absl::StrFormat("sender id '%s' does not match worker rank %d", message.peer(), worker));
+  }
+  if (h.getCodec() != 0) {
+    return absl::UnimplementedError(absl::StrFormat("codec %d is not supported", h.getCodec()));
+  }
+  switch (h.getType()) {
+    case wire::MsgType::DECLARE_TABLE:
+      return DeclareTable(message);
+    case wire::MsgType::PUSH:
+    case wire::MsgType::PUSH_PULL: {
+      auto table = FindTable(h.getTable());
+      if (!table.ok()) return table.status();
+      if (auto s = Push(message, **table); !s.ok()) return s;
+      if (h.getType() == wire::MsgType::PUSH_PULL) return PullOrPark(std::move(message), **table);
+      MessageBuilder b(wire::MsgType::REPLY);
+      b.header().setRequestId(h.getRequestId());
+      b.header().setTable(h.getTable());
+      Reply(message.peer(), b.Finish());
+      return absl::OkStatus();
+    }
+    case wire::MsgType::PULL: {
+      auto table = FindTable(h.getTable());
+      if (!table.ok()) return table.status();
+      return PullOrPark(std::move(message), **table);
+    }
+    case wire::MsgType::CLOCK:
+      return AdvanceClock(worker, h.getClock(), h.getWeight());
+    case wire::MsgType::FINISH: {
+      if (auto s = clocks_.Finish(worker); !s.ok()) return s;
+      if (auto s = OnMinClockChanged(); !s.ok()) return s;
+      MessageBuilder b(wire::MsgType::REPLY);
+      b.header().setRequestId(h.getRequestId());
+      Reply(message.peer(), b.Finish());
+      return absl::OkStatus();
+    }
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrFormat("a server does not handle %s messages", MsgTypeName(h.getType())));
+  }
+}
+
+absl::Status ParameterServer::DeclareTable(Message& message) {
+  auto h = message.header();
+  if (!h.getBody().isTable()) return absl::InvalidArgumentError("declareTable without a spec");
+  auto config = TableConfig::FromWire(h.getBody().getTable());
+  if (!config.ok()) return config.status();
+  auto it = tables_.find(config->id);
+  if (it != tables_.end()) {
+    if (!(it->second->config() == *config)) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("table %d is already declared with a different spec", config->id));
+    }
+  } else {
+    if (tables_.size() >= options_.max_tables) {
+      return absl::ResourceExhaustedError("too many tables");
+    }
+    auto table = ShardTable::Create(*config, options_.rank, options_.num_servers);
+    if (!table.ok()) return table.status();
+    tables_.emplace(config->id, std::move(*table));
+  }
+  MessageBuilder b(wire::MsgType::REPLY);
+  b.header().setRequestId(h.getRequestId());
+  b.header().setTable(config->id);
+  Reply(message.peer(), b.Finish());
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The keys of a request: its first payload frame, which must hold keyCount keys.
+absl::StatusOr<std::span<const uint64_t>> KeysOf(Message& message) {
+  auto h = message.header();
+  if (message.payload_count() < 1) return absl::InvalidArgumentError("missing keys frame");
+  auto keys = message.payload(0).As<uint64_t>();
+  if (!keys.ok()) return keys.status();
+  if (keys->size() != h.getKeyCount() || keys->empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("keys frame holds %d keys, header says %d", keys->size(), h.getKeyCount()));
+  }
+  return *keys;
+}
+
+}  // namespace
+
+absl::Status ParameterServer::Push(Message& message, ShardTable& table) {
+  auto h = message.header();
+  const TableConfig& c = table.config();
+  std::span<const uint64_t> keys;
+  KeyRange range;
+  size_t values_frame = 0;
+  uint64_t expected_values = 0;
+  if (c.dense) {
+    if (h.getKeyCount() != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("table %d is dense: send a range, not keys", c.id));
+    }
+    range = KeyRange{h.getRangeBegin(), h.getRangeEnd()};
+    if (auto s = table.CheckRange(range); !s.ok()) return s;
+    expected_values = range.size() * c.dim;
+  } else {
+    auto k = KeysOf(message);
+    if (!k.ok()) return k.status();
+    keys = *k;
+    if (auto s = table.CheckKeys(keys); !s.ok()) return s;
+    values_frame = 1;
+    expected_values = keys.size() * c.dim;
+  }
+  if (message.payload_count() <= values_frame) {
+    return absl::InvalidArgumentError("push without a values frame");
+  }
+  auto values = message.payload(values_frame).As<float>();
+  if (!values.ok()) return values.status();
+  if (values->size() != expected_values || h.getValueCount() != expected_values) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("table %d: push carries %d values (header: %d), expected %d", c.id,
+                        values->size(), h.getValueCount(), expected_values));
+  }
+  if (gate_.synchronous()) {
+    const int64_t clock = h.getClock();
+    if (clock < clocks_.MinClock() || clock < clocks_.clock(h.getRank())) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "push for clock %d arrived after that clock was applied (worker clock %d)", clock,
+          clocks_.clock(h.getRank())));
+    }
+    if (c.dense) {
+      table.AccumulateRange(clock, range, values->data());
+      return absl::OkStatus();
+    }
+    return table.Accumulate(clock, keys, values->data());
+  }
+  const float weight = h.getWeight();
+  if (!std::isfinite(weight) || weight <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("push weight %f must be > 0", weight));
+  }
+  if (c.dense) {
+    table.ApplyRange(range, values->data(), 1.0f / weight);
+    return absl::OkStatus();
+  }
+  return table.Apply(keys, values->data(), 1.0f / weight);
+}
+
+absl::Status ParameterServer::PullOrPark(Message message, ShardTable& table) {
+  auto h = message.header();
+  if (table.config().dense) {
+    if (auto s = table.CheckRange(KeyRange{h.getRangeBegin(), h.getRangeEnd()}); !s.ok()) return s;
+  } else {
+    auto keys = KeysOf(message);
+    if (!keys.ok()) return keys.status();
+    if (auto s = table.CheckKeys(*keys); !s.ok()) return s;
+  }
+  const int64_t clock = h.getClock();
+  if (gate_.CanRead(clock, clocks_.MinClock())) {
+    std::string peer = message.peer();
+    return AnswerPull(peer, message, table);
+  }
+  if (parked_.size() >= options_.max_parked_pulls) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("%d pulls are already waiting for slow workers", parked_.size()));
+  }
+  ++stats_.parked;
+  std::string peer = message.peer();
+  parked_.emplace(gate_.RequiredMinClock(clock), ParkedPull{peer, std::move(message), clock});
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServer::AnswerPull(const std::string& peer, Message& request,
+                                         ShardTable& table) {
+  auto h = request.header();
+  const TableConfig& c = table.config();
+  std::vector<float> values;
+  if (c.dense) {
+    KeyRange range{h.getRangeBegin(), h.getRangeEnd()};
+    values.resize(range.size() * c.dim);
+    table.ReadRange(range, values.data());
+  } else {
+    auto keys = KeysOf(request);
+    if (!keys.ok()) return keys.status();
+    values.resize(keys->size() * c.dim);
+    if (auto s = table.Read(*keys, values.data()); !s.ok()) return s;
+  }
+  stats_.staleness.Record(StalenessGate::StalenessOf(h.getClock(), clocks_.MinClock()));
+  MessageBuilder b(wire::MsgType::REPLY);
+  b.header().setRequestId(h.getRequestId());
+  b.header().setTable(c.id);
+  b.header().setClock(h.getClock());
+  b.header().setValueCount(values.size());
+  b.AddFrame(Frame::Own(std::move(values)));
+  Reply(peer, b.Finish());
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServer::AdvanceClock(int worker, int64_t clock, float weight) {
+  const int64_t before = clocks_.clock(worker);
+  if (auto s = clocks_.Advance(worker, clock); !s.ok()) return s;
+  if (clock > before && std::isfinite(weight) && weight > 0) clock_weight_[clock - 1] += weight;
+  return OnMinClockChanged();
+}
+
+void ParameterServer::RemoveWorker(int worker) {
+  if (worker < 0 || worker >= clocks_.num_workers() || !clocks_.active(worker)) return;
+  (void)clocks_.Finish(worker);
+  if (auto s = OnMinClockChanged(); !s.ok()) SYNCLINE_LOG(ERROR) << s;
+}
+
+absl::Status ParameterServer::OnMinClockChanged() {
+  const int64_t min_clock = clocks_.MinClock();
+  absl::Status result;
+  if (gate_.synchronous()) {
+    auto scale_of = [this](int64_t clock) {
+      auto it = clock_weight_.find(clock);
+      return it == clock_weight_.end() || it->second <= 0 ? 0.0f
+                                                          : static_cast<float>(1.0 / it->second);
+    };
+    for (auto& [id, table] : tables_) {
+      if (auto s = table->ApplyAggregates(min_clock, scale_of); !s.ok() && result.ok()) result = s;
+    }
+  }
+  clock_weight_.erase(clock_weight_.begin(), clock_weight_.lower_bound(min_clock));
+  while (!parked_.empty() && (min_clock == kAllFinished || parked_.begin()->first <= min_clock)) {
+    auto node = parked_.extract(parked_.begin());
+    ParkedPull& p = node.mapped();
+    auto table = FindTable(p.request.header().getTable());
+    absl::Status s = table.ok() ? AnswerPull(p.peer, p.request, **table) : table.status();
+    if (!s.ok()) ReplyError(p.peer, p.request.header(), s);
+  }
+  return result;
+}
+
+}  // namespace syncline

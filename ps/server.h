@@ -1,0 +1,109 @@
+// ParameterServer: one shard of the parameter server. A single thread receives requests on the
+// shard's endpoint and answers them; there is no queue or thread hop between the socket and
+// the update code, which is what bounds small-message latency in ps-lite-style servers.
+//
+// Consistency: the server keeps every worker's clock (ClockTable) and serves a pull of
+// iteration c only when the StalenessGate allows it; an early pull is parked (bounded) and
+// answered, in clock order, as soon as the slowest worker catches up. Under BSP (staleness 0)
+// pushes are summed per clock and applied once every worker has finished that clock, scaled by
+// the examples all workers reported for it: the result equals synchronous SGD on the union of
+// the workers' batches. Under SSP/ASP each push is applied at once.
+//
+// Every request is validated (header, table, key ranges, shard ownership, value lengths);
+// a bad one gets an error reply and a log line, and the server goes on serving.
+//
+// Thread-safety: thread-compatible; Serve() runs on one thread. stats() may be read from
+// that thread only.
+#ifndef SYNCLINE_PS_SERVER_H_
+#define SYNCLINE_PS_SERVER_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "consistency/clock_table.h"
+#include "core/transport.h"
+#include "ps/shard_table.h"
+
+namespace syncline {
+
+struct ServerOptions {
+  int rank = 0;           // this shard
+  int num_servers = 1;    // shards in the job
+  int num_workers = 1;    // clients whose clocks are tracked
+  int64_t staleness = 0;  // 0 = BSP, -1 = ASP, s > 0 = SSP(s)
+  // Pulls that may wait for slow workers at once; more are refused with ResourceExhausted.
+  size_t max_parked_pulls = 1 << 16;
+  // Tables a server accepts.
+  size_t max_tables = 1024;
+  // Deadline for sending one reply.
+  absl::Duration send_timeout = absl::Seconds(10);
+};
+
+struct ServerStats {
+  uint64_t requests = 0;
+  uint64_t rejected = 0;
+  uint64_t parked = 0;
+  StalenessHistogram staleness;
+};
+
+class ParameterServer {
+ public:
+  // `endpoint` is this shard's bound data endpoint; it must outlive the server.
+  ParameterServer(Endpoint* endpoint, ServerOptions options);
+
+  // Receives and handles messages until `deadline`. Returns OK at the deadline; an error only
+  // when the endpoint itself fails.
+  absl::Status ServeUntil(absl::Time deadline);
+
+  // Handles one received message (public so that tests can drive the server directly).
+  void Handle(Message message);
+
+  // A worker is gone: it leaves the clock set and stops holding others back.
+  void RemoveWorker(int worker);
+
+  const ServerStats& stats() const { return stats_; }
+  const ClockTable& clocks() const { return clocks_; }
+  size_t parked_pulls() const { return parked_.size(); }
+
+ private:
+  struct ParkedPull {
+    std::string peer;
+    Message request;
+    int64_t clock;
+  };
+
+  absl::Status HandleRequest(Message& message);
+  absl::Status DeclareTable(Message& message);
+  absl::Status Push(Message& message, ShardTable& table);
+  // Answers the pull part of `message` now or parks it.
+  absl::Status PullOrPark(Message message, ShardTable& table);
+  absl::Status AnswerPull(const std::string& peer, Message& request, ShardTable& table);
+  absl::Status AdvanceClock(int worker, int64_t clock, float weight);
+  absl::Status OnMinClockChanged();
+  absl::StatusOr<ShardTable*> FindTable(uint32_t id);
+  void Reply(const std::string& peer, Message reply);
+  void ReplyError(const std::string& peer, const wire::Header::Reader& request,
+                  const absl::Status& status);
+
+  Endpoint* const endpoint_;
+  const ServerOptions options_;
+  const StalenessGate gate_;
+  ClockTable clocks_;
+  absl::flat_hash_map<uint32_t, std::unique_ptr<ShardTable>> tables_;
+  // Examples each clock covered, summed over workers (BSP scaling).
+  std::map<int64_t, double> clock_weight_;
+  // Parked pulls keyed by the min clock they need, so release is in clock order.
+  std::multimap<int64_t, ParkedPull> parked_;
+  ServerStats stats_;
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_PS_SERVER_H_

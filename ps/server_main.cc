@@ -1,0 +1,124 @@
+// syncline-ps: one parameter-server shard. Started by syncline-launch (or mpirun/srun); it
+// registers with the job's coordinator, serves its shard until the coordinator shuts the job
+// down, and reports its statistics.
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <iostream>
+
+#include "core/control_client.h"
+#include "core/log.h"
+#include "core/zmq_transport.h"
+#include "ps/server.h"
+
+namespace syncline {
+namespace {
+
+const char* EnvOr(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app(
+      "syncline-ps: one shard of the Syncline parameter server.\n"
+      "Usually started by syncline-launch; every flag may also come from the "
+      "environment variable named in brackets.");
+  std::string coordinator = EnvOr("SYNCLINE_COORDINATOR", "");
+  int rank = std::atoi(EnvOr("SYNCLINE_RANK", "0"));
+  std::string bind = EnvOr("SYNCLINE_BIND", "tcp://127.0.0.1:0");
+  double startup_timeout_s = 120;
+  app.add_option("--coordinator", coordinator,
+                 "address of the job's coordinator, e.g. tcp://127.0.0.1:7000 "
+                 "[SYNCLINE_COORDINATOR]")
+      ->required(coordinator.empty());
+  app.add_option("--rank", rank, "this shard's index, 0..servers-1 [SYNCLINE_RANK]")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--bind", bind,
+                 "ZeroMQ address to serve on; port 0 picks a free one [SYNCLINE_BIND]")
+      ->capture_default_str();
+  app.add_option("--startup-timeout", startup_timeout_s,
+                 "seconds to wait for every node of the job to register")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "syncline-ps: " << e.what() << "\nRun with --help for usage.\n";
+    return 2;
+  }
+  SetLogTag("ps" + std::to_string(rank));
+
+  ZmqTransport transport;
+  auto endpoint = transport.CreateEndpoint(DataEndpointId(wire::Role::SERVER, rank));
+  if (!endpoint.ok()) {
+    SYNCLINE_LOG(ERROR) << endpoint.status();
+    return 1;
+  }
+  auto address = (*endpoint)->Bind(bind);
+  if (!address.ok()) {
+    SYNCLINE_LOG(ERROR) << address.status();
+    return 1;
+  }
+  ControlOptions control_options;
+  control_options.coordinator_address = coordinator;
+  control_options.role = wire::Role::SERVER;
+  control_options.rank = rank;
+  control_options.data_address = *address;
+  control_options.startup_timeout = absl::Seconds(startup_timeout_s);
+  auto control = ControlClient::Connect(transport, control_options);
+  if (!control.ok()) {
+    SYNCLINE_LOG(ERROR) << "cannot join the job: " << control.status();
+    return 1;
+  }
+  const NodeTable& table = (*control)->table();
+  ServerOptions options;
+  options.rank = rank;
+  options.num_servers = table.num_servers;
+  options.num_workers = table.num_workers;
+  options.staleness = table.staleness;
+  ParameterServer server(endpoint->get(), options);
+  (*control)->ReportReady();
+  SYNCLINE_LOG(INFO) << "serving shard " << rank << " of " << table.num_servers << " at "
+                     << *address;
+
+  while (true) {
+    if (auto s = server.ServeUntil(absl::Now() + absl::Milliseconds(50)); !s.ok()) {
+      SYNCLINE_LOG(ERROR) << "endpoint failed: " << s;
+      return 1;
+    }
+    for (int w : (*control)->TakeDownWorkers()) server.RemoveWorker(w);
+    auto command = (*control)->WaitForCommand(absl::Now());
+    if (command.ok() && *command == Command::kShutdown) break;
+    if (!command.ok() && !absl::IsDeadlineExceeded(command.status())) {
+      SYNCLINE_LOG(ERROR) << command.status();
+      return 1;
+    }
+  }
+
+  MessageBuilder b(wire::MsgType::SERVER_STATS);
+  b.header().setRole(wire::Role::SERVER);
+  b.header().setRank(rank);
+  auto stats = b.header().getBody().initServerStats();
+  stats.setBytesIn((*endpoint)->counters().bytes_received.load());
+  stats.setBytesOut((*endpoint)->counters().bytes_sent.load());
+  stats.setRequests(server.stats().requests);
+  stats.setRejected(server.stats().rejected);
+  stats.setParkedPulls(server.stats().parked);
+  const auto& counts = server.stats().staleness.counts();
+  auto hist = stats.initStalenessHistogram(counts.size());
+  for (size_t i = 0; i < counts.size(); ++i) hist.set(i, counts[i]);
+  (*control)->Send(b.Finish());
+  (void)(*control)->Flush(absl::Now() + absl::Seconds(5));
+  SYNCLINE_LOG(INFO) << "shut down after " << server.stats().requests << " requests ("
+                     << server.stats().rejected << " rejected)";
+  return 0;
+}
+
+}  // namespace
+}  // namespace syncline
+
+int main(int argc, char** argv) { return syncline::Main(argc, argv); }

@@ -1,0 +1,259 @@
+#include "ps/server.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "core/inproc_transport.h"
+
+namespace syncline {
+namespace {
+
+// Drives one server from the test thread: requests go in through real endpoints, the server
+// handles what is queued, replies come back to the fake workers.
+class ServerHarness {
+ public:
+  explicit ServerHarness(ServerOptions options) {
+    server_ep_ = *transport_.CreateEndpoint("ps0");
+    for (int w = 0; w < options.num_workers; ++w) {
+      workers_.push_back(*transport_.CreateEndpoint("w" + std::to_string(w)));
+    }
+    server_ = std::make_unique<ParameterServer>(server_ep_.get(), options);
+  }
+
+  void Send(int worker, Message m) {
+    ASSERT_TRUE(workers_[worker]->Send("ps0", std::move(m), Deadline()).ok());
+  }
+  void Serve() { ASSERT_TRUE(server_->ServeUntil(absl::Now() + absl::Milliseconds(5)).ok()); }
+  // The next reply to `worker`, or nullopt if none is waiting.
+  std::optional<Message> Reply(int worker) {
+    auto m = workers_[worker]->Receive(absl::Now() + absl::Milliseconds(5));
+    if (!m.ok()) return std::nullopt;
+    EXPECT_TRUE(m->Parse().ok());
+    return std::move(*m);
+  }
+  ParameterServer& server() { return *server_; }
+  Endpoint& worker_endpoint(int w) { return *workers_[w]; }
+  static absl::Time Deadline() { return absl::Now() + absl::Seconds(5); }
+
+ private:
+  InprocTransport transport_;
+  std::unique_ptr<Endpoint> server_ep_;
+  std::vector<std::unique_ptr<Endpoint>> workers_;
+  std::unique_ptr<ParameterServer> server_;
+};
+
+MessageBuilder Request(wire::MsgType type, int worker, uint64_t id, uint32_t table = 1) {
+  MessageBuilder b(type);
+  b.header().setRole(wire::Role::WORKER);
+  b.header().setRank(worker);
+  b.header().setRequestId(id);
+  b.header().setTable(table);
+  return b;
+}
+
+Message Declare(int worker, const TableConfig& c) {
+  auto b = Request(wire::MsgType::DECLARE_TABLE, worker, 1, c.id);
+  c.ToWire(b.header().getBody().initTable());
+  return b.Finish();
+}
+
+Message SparsePush(int worker, uint64_t id, std::vector<uint64_t> keys, std::vector<float> grads,
+                   int64_t clock, float weight) {
+  auto b = Request(wire::MsgType::PUSH, worker, id);
+  b.header().setKeyCount(keys.size());
+  b.header().setValueCount(grads.size());
+  b.header().setClock(clock);
+  b.header().setWeight(weight);
+  b.AddFrame(Frame::Own(std::move(keys)));
+  b.AddFrame(Frame::Own(std::move(grads)));
+  return b.Finish();
+}
+
+Message SparsePull(int worker, uint64_t id, std::vector<uint64_t> keys, int64_t clock) {
+  auto b = Request(wire::MsgType::PULL, worker, id);
+  b.header().setKeyCount(keys.size());
+  b.header().setClock(clock);
+  b.AddFrame(Frame::Own(std::move(keys)));
+  return b.Finish();
+}
+
+Message Clock(int worker, int64_t clock, float examples) {
+  auto b = Request(wire::MsgType::CLOCK, worker, 0);
+  b.header().setClock(clock);
+  b.header().setWeight(examples);
+  return b.Finish();
+}
+
+TableConfig SparseTable() {
+  TableConfig c;
+  c.id = 1;
+  c.dense = false;
+  c.num_keys = 1000;
+  c.dim = 2;
+  c.optimizer.learning_rate = 1.0f;
+  return c;
+}
+
+std::vector<float> ValuesOf(Message& reply) {
+  EXPECT_EQ(reply.header().getType(), wire::MsgType::REPLY) << reply.header().getMessage().cStr();
+  auto v = reply.payload(0).As<float>();
+  return std::vector<float>(v->begin(), v->end());
+}
+
+TEST(ParameterServerTest, BspAppliesTheMeanOfAllWorkersOnceEveryWorkerFinishedTheClock) {
+  ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 2, .staleness = 0});
+  h.Send(0, Declare(0, SparseTable()));
+  h.Serve();
+  ASSERT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);
+
+  // Worker 0: 2 examples with gradient sum (2, 4) on key 5; worker 1: 6 examples, (6, 8).
+  h.Send(0, SparsePush(0, 2, {5}, {2, 4}, 0, 2));
+  h.Send(1, SparsePush(1, 2, {5}, {6, 8}, 0, 6));
+  h.Send(0, Clock(0, 1, 2));
+  h.Send(0, SparsePull(0, 3, {5}, 1));
+  h.Serve();
+  ASSERT_TRUE(h.Reply(0).has_value());  // push ack
+  EXPECT_FALSE(h.Reply(0).has_value()) << "pull at clock 1 must wait for worker 1";
+  EXPECT_EQ(h.server().parked_pulls(), 1u);
+
+  h.Send(1, Clock(1, 1, 6));
+  h.Serve();
+  ASSERT_TRUE(h.Reply(1).has_value());  // push ack
+  auto reply = h.Reply(0);
+  ASSERT_TRUE(reply.has_value());
+  // w = 0 - lr * (2+6, 4+8) / (2+6 examples) = (-1, -1.5)
+  EXPECT_EQ(ValuesOf(*reply), (std::vector<float>{-1.0f, -1.5f}));
+  EXPECT_EQ(h.server().stats().staleness.max(), 0);
+}
+
+TEST(ParameterServerTest, SspParksOnlyReadsBeyondTheBound) {
+  ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 2, .staleness = 1});
+  h.Send(0, Declare(0, SparseTable()));
+  h.Send(0, Clock(0, 1, 1));
+  h.Send(0, SparsePull(0, 2, {7}, 1));  // 1 ahead of worker 1: allowed
+  h.Send(0, Clock(0, 2, 1));
+  h.Send(0, SparsePull(0, 3, {7}, 2));  // 2 ahead: parked
+  h.Serve();
+  ASSERT_TRUE(h.Reply(0).has_value());  // declare
+  auto first = h.Reply(0);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->header().getRequestId(), 2u);
+  EXPECT_FALSE(h.Reply(0).has_value());
+  h.Send(1, Clock(1, 1, 1));
+  h.Serve();
+  auto second = h.Reply(0);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->header().getRequestId(), 3u);
+  EXPECT_EQ(h.server().stats().staleness.max(), 1);
+}
+
+TEST(ParameterServerTest, AspAppliesEachPushAtOnce) {
+  ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 2, .staleness = -1});
+  h.Send(0, Declare(0, SparseTable()));
+  h.Send(0, SparsePush(0, 2, {5}, {2, 4}, 0, 2));
+  h.Send(0, SparsePull(0, 3, {5}, 10));
+  h.Serve();
+  (void)h.Reply(0);
+  (void)h.Reply(0);
+  auto reply = h.Reply(0);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(ValuesOf(*reply), (std::vector<float>{-1.0f, -2.0f}));
+}
+
+TEST(ParameterServerTest, MalformedRequestsGetErrorsAndTheServerKeepsServing) {
+  ServerHarness h({.rank = 0, .num_servers = 2, .num_workers = 1, .staleness = -1});
+  h.Send(0, Declare(0, SparseTable()));
+  h.Serve();
+  (void)h.Reply(0);
+
+  // A key owned by this shard (shard 0 of 2) and one that is not.
+  uint64_t mine = 0, other = 0;
+  while (SparseShardOf(mine, 2) != 0) ++mine;
+  while (SparseShardOf(other, 2) != 1) ++other;
+
+  std::vector<Message> bad;
+  bad.push_back(SparsePush(0, 11, {mine}, {1.0f}, 0, 1));  // wrong value length
+  bad.push_back(SparsePull(0, 12, {5000}, 0));             // key out of range
+  bad.push_back(SparsePull(0, 13, {other}, 0));            // key of another shard
+  {
+    auto b = Request(wire::MsgType::PULL, 0, 14, /*table=*/99);  // unknown table
+    b.header().setKeyCount(1);
+    b.AddFrame(Frame::Own(std::vector<uint64_t>{mine}));
+    bad.push_back(b.Finish());
+  }
+  {
+    auto b = Request(wire::MsgType::PULL, 0, 15);  // key count disagrees
+    b.header().setKeyCount(3);
+    b.AddFrame(Frame::Own(std::vector<uint64_t>{mine}));
+    bad.push_back(b.Finish());
+  }
+  {
+    auto b = Request(wire::MsgType::PULL, 0, 16);  // truncated keys frame
+    b.header().setKeyCount(1);
+    b.AddFrame(Frame::Copy("abc", 3));
+    bad.push_back(b.Finish());
+  }
+  {
+    auto b = Request(wire::MsgType::PULL, 3, 17);  // rank outside the job
+    bad.push_back(b.Finish());
+  }
+  for (Message& m : bad) h.Send(0, std::move(m));
+  // Random garbage, seeded.
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 200; ++i) {
+    Message m;
+    std::vector<uint8_t> junk(rng() % 100);
+    for (auto& b : junk) b = static_cast<uint8_t>(rng());
+    m.frames().push_back(Frame::Own(std::move(junk)));
+    if (i % 3 == 0) m.frames().push_back(Frame::Copy("zz", 2));
+    h.Send(0, std::move(m));
+  }
+  h.Serve();
+  int errors = 0;
+  while (auto r = h.Reply(0)) {
+    EXPECT_EQ(r->header().getType(), wire::MsgType::ERROR);
+    ++errors;
+  }
+  EXPECT_EQ(errors, 7 + 200);
+  EXPECT_EQ(h.server().stats().rejected, 207u);
+
+  // Still serving.
+  h.Send(0, SparsePull(0, 20, {mine}, 0));
+  h.Serve();
+  auto ok = h.Reply(0);
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ValuesOf(*ok), (std::vector<float>{0.0f, 0.0f}));
+}
+
+TEST(ParameterServerTest, ConflictingDeclarationIsRefused) {
+  ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 1, .staleness = -1});
+  TableConfig c = SparseTable();
+  h.Send(0, Declare(0, c));
+  h.Send(0, Declare(0, c));  // identical: fine
+  c.dim = 3;
+  h.Send(0, Declare(0, c));
+  h.Serve();
+  EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);
+  EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);
+  auto conflict = h.Reply(0);
+  EXPECT_EQ(conflict->header().getType(), wire::MsgType::ERROR);
+  EXPECT_EQ(StatusFromHeader(conflict->header()).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ParameterServerTest, FinishedWorkersDoNotHoldOthersBack) {
+  ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 2, .staleness = 0});
+  h.Send(0, Declare(0, SparseTable()));
+  h.Send(0, Clock(0, 1, 1));
+  h.Send(0, SparsePull(0, 2, {1}, 1));
+  h.Serve();
+  (void)h.Reply(0);
+  EXPECT_FALSE(h.Reply(0).has_value());
+  h.server().RemoveWorker(1);
+  auto released = h.Reply(0);
+  ASSERT_TRUE(released.has_value());
+  EXPECT_EQ(released->header().getRequestId(), 2u);
+}
+
+}  // namespace
+}  // namespace syncline

@@ -1,0 +1,191 @@
+#include "ps/shard_table.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "ps/optimizer.h"
+
+namespace syncline {
+
+absl::StatusOr<std::unique_ptr<ShardTable>> ShardTable::Create(const TableConfig& config, int shard,
+                                                               int num_shards) {
+  if (num_shards < 1 || shard < 0 || shard >= num_shards) {
+    return absl::InvalidArgumentError("bad shard index");
+  }
+  return std::unique_ptr<ShardTable>(new ShardTable(config, shard, num_shards));
+}
+
+ShardTable::ShardTable(const TableConfig& config, int shard, int num_shards)
+    : config_(config),
+      shard_(shard),
+      num_shards_(num_shards),
+      state_floats_(StateFloatsPerWeight(config.optimizer.kind)) {
+  if (config_.dense) {
+    range_ = DenseShardRange(config_.num_keys, shard, num_shards);
+    const size_t n = range_.size() * config_.dim;
+    weights_.resize(n);
+    for (uint64_t k = range_.begin; k < range_.end; ++k) {
+      InitRow(k, weights_.data() + (k - range_.begin) * config_.dim);
+    }
+    state_.assign(n * state_floats_, 0.0f);
+    steps_.assign(1, 0);
+  }
+}
+
+void ShardTable::InitRow(uint64_t key, float* row) const {
+  if (config_.init_scale == 0) {
+    std::fill(row, row + config_.dim, 0.0f);
+    return;
+  }
+  // A counter-based generator: the row depends on (seed, table, key, i) only.
+  const uint64_t base =
+      MixKey(config_.seed ^ MixKey(config_.id + 0x9e3779b97f4a7c15ULL) ^ MixKey(key));
+  for (uint32_t i = 0; i < config_.dim; ++i) {
+    const uint64_t bits = MixKey(base + i);
+    const float unit = static_cast<float>(bits >> 40) * (1.0f / static_cast<float>(1 << 24));
+    row[i] = (2.0f * unit - 1.0f) * config_.init_scale;
+  }
+}
+
+absl::Status ShardTable::CheckKeys(std::span<const uint64_t> keys) const {
+  if (config_.dense) {
+    for (uint64_t k : keys) {
+      if (!range_.Contains(k)) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("table %d: key %d is outside this shard's range [%d, %d)", config_.id,
+                            k, range_.begin, range_.end));
+      }
+    }
+    return absl::OkStatus();
+  }
+  for (uint64_t k : keys) {
+    if (config_.num_keys != 0 && k >= config_.num_keys) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("table %d: key %d is out of range (the table has %d keys)", config_.id, k,
+                          config_.num_keys));
+    }
+    if (num_shards_ > 1 && SparseShardOf(k, num_shards_) != shard_) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("table %d: key %d belongs to shard %d, not %d", config_.id, k,
+                          SparseShardOf(k, num_shards_), shard_));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardTable::CheckRange(KeyRange r) const {
+  if (!config_.dense) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("table %d is sparse: a request needs keys, not a range", config_.id));
+  }
+  if (r.begin >= r.end || r.begin < range_.begin || r.end > range_.end) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("table %d: range [%d, %d) is not inside this shard's range [%d, %d)",
+                        config_.id, r.begin, r.end, range_.begin, range_.end));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> ShardTable::RowOf(uint64_t key) {
+  if (config_.dense) return static_cast<uint32_t>(key - range_.begin);
+  auto it = sparse_rows_.find(key);
+  if (it != sparse_rows_.end()) return it->second;
+  const uint64_t limit = config_.max_rows ? config_.max_rows : TableConfig::kDefaultMaxRows;
+  if (sparse_rows_.size() >= limit) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("table %d: shard %d is full (%d rows)", config_.id, shard_, limit));
+  }
+  const uint32_t row = static_cast<uint32_t>(sparse_rows_.size());
+  sparse_rows_.emplace(key, row);
+  weights_.resize(weights_.size() + config_.dim);
+  InitRow(key, weights_.data() + static_cast<size_t>(row) * config_.dim);
+  state_.resize(state_.size() + static_cast<size_t>(config_.dim) * state_floats_, 0.0f);
+  steps_.push_back(0);
+  return row;
+}
+
+absl::Status ShardTable::Read(std::span<const uint64_t> keys, float* out) {
+  const uint32_t dim = config_.dim;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto row = RowOf(keys[i]);
+    if (!row.ok()) return row.status();
+    std::memcpy(out + i * dim, weights_.data() + static_cast<size_t>(*row) * dim,
+                dim * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+void ShardTable::ReadRange(KeyRange r, float* out) const {
+  std::memcpy(out, weights_.data() + (r.begin - range_.begin) * config_.dim,
+              r.size() * config_.dim * sizeof(float));
+}
+
+absl::Status ShardTable::Apply(std::span<const uint64_t> keys, const float* grad_sum, float scale) {
+  const uint32_t dim = config_.dim;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto row = RowOf(keys[i]);
+    if (!row.ok()) return row.status();
+    const size_t r = *row;
+    const int64_t step = config_.dense ? ++steps_[0] : ++steps_[r];
+    ApplyUpdate(config_.optimizer, weights_.data() + r * dim,
+                state_.data() + r * dim * state_floats_, grad_sum + i * dim, scale, dim, step);
+  }
+  return absl::OkStatus();
+}
+
+void ShardTable::ApplyRange(KeyRange r, const float* grad_sum, float scale) {
+  const size_t offset = (r.begin - range_.begin) * config_.dim;
+  const size_t n = r.size() * config_.dim;
+  // One vectorised call over the block. Dense state is laid out [m... | v...] over the whole
+  // shard, so a block of it is contiguous for one-component rules and for the whole shard.
+  const int64_t step = ++steps_[0];
+  if (state_floats_ <= 1 || n == weights_.size()) {
+    ApplyUpdate(config_.optimizer, weights_.data() + offset, state_.data() + offset, grad_sum,
+                scale, n, step);
+    return;
+  }
+  // Adam over part of the shard: m and v for the block are not adjacent; update in place with
+  // a small scratch copy of the block's state.
+  const size_t total = weights_.size();
+  std::vector<float> scratch(2 * n);
+  std::memcpy(scratch.data(), state_.data() + offset, n * sizeof(float));
+  std::memcpy(scratch.data() + n, state_.data() + total + offset, n * sizeof(float));
+  ApplyUpdate(config_.optimizer, weights_.data() + offset, scratch.data(), grad_sum, scale, n,
+              step);
+  std::memcpy(state_.data() + offset, scratch.data(), n * sizeof(float));
+  std::memcpy(state_.data() + total + offset, scratch.data() + n, n * sizeof(float));
+}
+
+absl::Status ShardTable::Accumulate(int64_t clock, std::span<const uint64_t> keys,
+                                    const float* grad_sum) {
+  Aggregate& a = aggregates_[clock];
+  const uint32_t dim = config_.dim;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto [it, inserted] = a.sparse_index.try_emplace(keys[i], a.sparse_keys.size());
+    if (inserted) {
+      a.sparse_keys.push_back(keys[i]);
+      a.sparse.resize(a.sparse.size() + dim, 0.0f);
+    }
+    float* __restrict dst = a.sparse.data() + static_cast<size_t>(it->second) * dim;
+    const float* __restrict src = grad_sum + i * dim;
+    for (uint32_t j = 0; j < dim; ++j) dst[j] += src[j];
+  }
+  return absl::OkStatus();
+}
+
+void ShardTable::AccumulateRange(int64_t clock, KeyRange r, const float* grad_sum) {
+  Aggregate& a = aggregates_[clock];
+  if (a.dense.empty()) a.dense.assign(range_.size() * config_.dim, 0.0f);
+  float* __restrict dst = a.dense.data() + (r.begin - range_.begin) * config_.dim;
+  const size_t n = r.size() * config_.dim;
+  for (size_t i = 0; i < n; ++i) dst[i] += grad_sum[i];
+}
+
+absl::Status ShardTable::ApplyAggregate(Aggregate& a, float scale) {
+  if (!a.dense.empty()) ApplyRange(range_, a.dense.data(), scale);
+  if (!a.sparse_keys.empty()) return Apply(a.sparse_keys, a.sparse.data(), scale);
+  return absl::OkStatus();
+}
+
+}  // namespace syncline

@@ -1,0 +1,95 @@
+// ShardTable: one server's shard of one parameter table, with its optimizer state and the
+// per-clock gradient aggregates that BSP applies once every worker has finished a clock.
+//
+// Dense shards own a contiguous key range and store it flat, so a range push is one
+// vectorised update over a contiguous block. Sparse shards map 64-bit keys to rows created on
+// first touch (initialised from a seed, the table id and the key, so every shard and every
+// restart agrees) and are bounded by max_rows.
+//
+// Every method that takes keys or ranges from the network validates them first and returns
+// InvalidArgument without touching state when they are wrong.
+//
+// Thread-safety: thread-compatible (the server's single thread owns it).
+#ifndef SYNCLINE_PS_SHARD_TABLE_H_
+#define SYNCLINE_PS_SHARD_TABLE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/sharding.h"
+#include "core/table_config.h"
+
+namespace syncline {
+
+class ShardTable {
+ public:
+  static absl::StatusOr<std::unique_ptr<ShardTable>> Create(const TableConfig& config, int shard,
+                                                            int num_shards);
+
+  const TableConfig& config() const { return config_; }
+  // Dense: the key range this shard owns.
+  KeyRange range() const { return range_; }
+  uint64_t rows() const { return config_.dense ? range_.size() : sparse_rows_.size(); }
+
+  // Validation of untrusted requests.
+  absl::Status CheckKeys(std::span<const uint64_t> keys) const;
+  absl::Status CheckRange(KeyRange range) const;
+
+  // Copies the values of `keys` (sparse) or `range` (dense) into `out`, creating missing
+  // sparse rows. `out` holds keys.size() * dim floats.
+  absl::Status Read(std::span<const uint64_t> keys, float* out);
+  void ReadRange(KeyRange range, float* out) const;
+
+  // Applies a gradient sum with the given scale (1 / examples) through the optimizer.
+  absl::Status Apply(std::span<const uint64_t> keys, const float* grad_sum, float scale);
+  void ApplyRange(KeyRange range, const float* grad_sum, float scale);
+
+  // BSP: adds a gradient sum to the aggregate of `clock`.
+  absl::Status Accumulate(int64_t clock, std::span<const uint64_t> keys, const float* grad_sum);
+  void AccumulateRange(int64_t clock, KeyRange range, const float* grad_sum);
+  // Applies the aggregates of clocks below `min_clock`, in clock order, scaling each by
+  // scale_of(clock), and drops them.
+  template <typename ScaleOf>
+  absl::Status ApplyAggregates(int64_t min_clock, ScaleOf scale_of) {
+    while (!aggregates_.empty() && aggregates_.begin()->first < min_clock) {
+      auto node = aggregates_.extract(aggregates_.begin());
+      if (auto s = ApplyAggregate(node.mapped(), scale_of(node.key())); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  size_t pending_aggregates() const { return aggregates_.size(); }
+
+ private:
+  struct Aggregate {
+    std::vector<float> dense;                              // dense: range_.size() * dim
+    absl::flat_hash_map<uint64_t, uint32_t> sparse_index;  // sparse: key -> row in sparse
+    std::vector<float> sparse;
+    std::vector<uint64_t> sparse_keys;
+  };
+
+  ShardTable(const TableConfig& config, int shard, int num_shards);
+  absl::StatusOr<uint32_t> RowOf(uint64_t key);
+  void InitRow(uint64_t key, float* row) const;
+  absl::Status ApplyAggregate(Aggregate& aggregate, float scale);
+
+  const TableConfig config_;
+  const int shard_;
+  const int num_shards_;
+  const int state_floats_;
+  KeyRange range_;
+  std::vector<float> weights_;
+  std::vector<float> state_;
+  std::vector<int64_t> steps_;  // sparse: per row; dense: one for the shard
+  absl::flat_hash_map<uint64_t, uint32_t> sparse_rows_;
+  std::map<int64_t, Aggregate> aggregates_;
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_PS_SHARD_TABLE_H_

@@ -1,0 +1,360 @@
+#include "worker/kv_client.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/log.h"
+#include "core/sharding.h"
+
+namespace syncline {
+namespace {
+
+wire::MsgType TypeOf(int op) {
+  static constexpr wire::MsgType kTypes[] = {wire::MsgType::PUSH, wire::MsgType::PULL,
+                                             wire::MsgType::PUSH_PULL};
+  return kTypes[op];
+}
+
+}  // namespace
+
+KVClient::KVClient(Endpoint* endpoint, KVClientOptions options)
+    : endpoint_(endpoint), options_(std::move(options)) {}
+
+Ticket KVClient::NewTicket() {
+  const Ticket t = next_ticket_++;
+  tickets_[t] = TicketState{};
+  return t;
+}
+
+absl::StatusOr<const TableConfig*> KVClient::FindTable(uint32_t table, bool dense) const {
+  auto it = tables_.find(table);
+  if (it == tables_.end()) {
+    return absl::FailedPreconditionError(absl::StrFormat("table %d was not declared", table));
+  }
+  if (it->second.dense != dense) {
+    return absl::InvalidArgumentError(absl::StrFormat("table %d is %s; use the %s calls", table,
+                                                      dense ? "sparse" : "dense",
+                                                      dense ? "sparse" : "dense"));
+  }
+  return &it->second;
+}
+
+absl::Status KVClient::SendRequest(Ticket ticket, int server, Message message, Request request) {
+  if (requests_.size() >= options_.max_in_flight) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%d requests are already in flight; Wait() for some first", requests_.size()));
+  }
+  const uint64_t id = next_request_id_++;
+  request.ticket = ticket;
+  request.server = server;
+  auto status = endpoint_->Send(options_.server_ids[server], std::move(message),
+                                absl::Now() + options_.send_timeout);
+  if (!status.ok()) return status;
+  requests_.emplace(id, std::move(request));
+  ++tickets_[ticket].pending;
+  return absl::OkStatus();
+}
+
+absl::Status KVClient::DeclareTable(const TableConfig& config, absl::Time deadline) {
+  tables_[config.id] = config;
+  const Ticket ticket = NewTicket();
+  for (int s = 0; s < num_servers(); ++s) {
+    MessageBuilder b(wire::MsgType::DECLARE_TABLE);
+    b.header().setRole(wire::Role::WORKER);
+    b.header().setRank(options_.rank);
+    b.header().setRequestId(next_request_id_);
+    b.header().setTable(config.id);
+    config.ToWire(b.header().getBody().initTable());
+    if (auto st = SendRequest(ticket, s, b.Finish(), Request{}); !st.ok()) return st;
+  }
+  return Wait(ticket, deadline);
+}
+
+absl::StatusOr<Ticket> KVClient::SparseOp(Op op, uint32_t table, std::span<const uint64_t> keys,
+                                          std::span<const float> values, std::span<float> out,
+                                          int64_t clock, float weight) {
+  auto config = FindTable(table, /*dense=*/false);
+  if (!config.ok()) return config.status();
+  const uint32_t dim = (*config)->dim;
+  const bool pushes = op != Op::kPull;
+  const bool pulls = op != Op::kPush;
+  if (pushes && values.size() != keys.size() * dim) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "push of %d keys needs %d values, got %d", keys.size(), keys.size() * dim, values.size()));
+  }
+  if (pulls && out.size() != keys.size() * dim) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("pull of %d keys needs room for %d values, got %d", keys.size(),
+                        keys.size() * dim, out.size()));
+  }
+  const Ticket ticket = NewTicket();
+  if (keys.empty()) return ticket;
+  const int n = num_servers();
+
+  auto build = [&](std::span<const uint64_t> k, std::span<const float> v, Frame key_frame,
+                   Frame value_frame) {
+    MessageBuilder b(TypeOf(static_cast<int>(op)));
+    b.header().setRole(wire::Role::WORKER);
+    b.header().setRank(options_.rank);
+    b.header().setRequestId(next_request_id_);
+    b.header().setTable(table);
+    b.header().setClock(clock);
+    b.header().setWeight(weight);
+    b.header().setKeyCount(k.size());
+    b.AddFrame(std::move(key_frame));
+    if (pushes) {
+      b.header().setValueCount(v.size());
+      b.AddFrame(std::move(value_frame));
+    }
+    return b.Finish();
+  };
+
+  if (n == 1) {
+    Request r;
+    r.dim = dim;
+    if (pulls) {
+      r.out = out.data();
+      r.out_values = out.size();
+    }
+    Message m = build(keys, values, Frame::Borrow(keys), Frame::Borrow(values));
+    if (pushes) bytes_pushed_ += m.ByteSize();
+    if (auto s = SendRequest(ticket, 0, std::move(m), std::move(r)); !s.ok()) return s;
+    return ticket;
+  }
+
+  // Group keys by shard, keeping each key's position for the scatter of the reply.
+  std::vector<std::vector<uint32_t>> positions(n);
+  for (uint32_t i = 0; i < keys.size(); ++i) positions[SparseShardOf(keys[i], n)].push_back(i);
+  for (int s = 0; s < n; ++s) {
+    if (positions[s].empty()) continue;
+    std::vector<uint64_t> shard_keys(positions[s].size());
+    std::vector<float> shard_values(pushes ? positions[s].size() * dim : 0);
+    for (size_t j = 0; j < positions[s].size(); ++j) {
+      const uint32_t i = positions[s][j];
+      shard_keys[j] = keys[i];
+      if (pushes)
+        std::memcpy(&shard_values[j * dim], &values[size_t{i} * dim], dim * sizeof(float));
+    }
+    Request r;
+    r.dim = dim;
+    if (pulls) {
+      r.out = out.data();
+      r.out_values = positions[s].size() * dim;
+      r.positions = positions[s];
+    }
+    const std::span<const uint64_t> k(shard_keys);
+    const std::span<const float> v(shard_values);
+    Message m = build(k, v, Frame::Own(std::move(shard_keys)), Frame::Own(std::move(shard_values)));
+    if (pushes) bytes_pushed_ += m.ByteSize();
+    if (auto st = SendRequest(ticket, s, std::move(m), std::move(r)); !st.ok()) return st;
+  }
+  return ticket;
+}
+
+absl::StatusOr<Ticket> KVClient::DenseOp(Op op, uint32_t table, uint64_t begin,
+                                         std::span<const float> values, std::span<float> out,
+                                         int64_t clock, float weight) {
+  auto config = FindTable(table, /*dense=*/true);
+  if (!config.ok()) return config.status();
+  const TableConfig& c = **config;
+  const bool pushes = op != Op::kPull;
+  const bool pulls = op != Op::kPush;
+  const size_t count = pushes ? values.size() : out.size();
+  if (pushes && pulls && values.size() != out.size()) {
+    return absl::InvalidArgumentError("push-pull needs as many output values as input values");
+  }
+  if (count % c.dim != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d values is not a whole number of rows of %d", count, c.dim));
+  }
+  const uint64_t end = begin + count / c.dim;
+  if (end > c.num_keys || begin >= end) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "range [%d, %d) is empty or outside table %d's %d keys", begin, end, table, c.num_keys));
+  }
+  const Ticket ticket = NewTicket();
+  const int n = num_servers();
+  const uint64_t keys_per_piece =
+      std::max<uint64_t>(1, options_.max_piece_bytes / (sizeof(float) * c.dim));
+  for (int s = 0; s < n; ++s) {
+    const KeyRange shard = DenseShardRange(c.num_keys, s, n);
+    uint64_t lo = std::max(begin, shard.begin);
+    const uint64_t hi = std::min(end, shard.end);
+    for (; lo < hi; lo += keys_per_piece) {
+      const uint64_t piece_end = std::min(hi, lo + keys_per_piece);
+      const size_t offset = (lo - begin) * c.dim;
+      const size_t piece_values = (piece_end - lo) * c.dim;
+      MessageBuilder b(TypeOf(static_cast<int>(op)));
+      b.header().setRole(wire::Role::WORKER);
+      b.header().setRank(options_.rank);
+      b.header().setRequestId(next_request_id_);
+      b.header().setTable(table);
+      b.header().setClock(clock);
+      b.header().setWeight(weight);
+      b.header().setRangeBegin(lo);
+      b.header().setRangeEnd(piece_end);
+      if (pushes) {
+        b.header().setValueCount(piece_values);
+        b.AddFrame(Frame::Borrow(values.data() + offset, piece_values * sizeof(float)));
+      }
+      Request r;
+      r.dim = c.dim;
+      if (pulls) {
+        r.out = out.data() + offset;
+        r.out_values = piece_values;
+      }
+      Message m = b.Finish();
+      if (pushes) bytes_pushed_ += m.ByteSize();
+      if (auto st = SendRequest(ticket, s, std::move(m), std::move(r)); !st.ok()) return st;
+    }
+  }
+  return ticket;
+}
+
+absl::StatusOr<Ticket> KVClient::Push(uint32_t table, std::span<const uint64_t> keys,
+                                      std::span<const float> values, int64_t clock, float weight) {
+  return SparseOp(Op::kPush, table, keys, values, {}, clock, weight);
+}
+absl::StatusOr<Ticket> KVClient::Pull(uint32_t table, std::span<const uint64_t> keys,
+                                      std::span<float> out, int64_t clock) {
+  return SparseOp(Op::kPull, table, keys, {}, out, clock, 0);
+}
+absl::StatusOr<Ticket> KVClient::PushPull(uint32_t table, std::span<const uint64_t> keys,
+                                          std::span<const float> values, std::span<float> out,
+                                          int64_t clock, float weight) {
+  return SparseOp(Op::kPushPull, table, keys, values, out, clock, weight);
+}
+absl::StatusOr<Ticket> KVClient::PushDense(uint32_t table, uint64_t begin,
+                                           std::span<const float> values, int64_t clock,
+                                           float weight) {
+  return DenseOp(Op::kPush, table, begin, values, {}, clock, weight);
+}
+absl::StatusOr<Ticket> KVClient::PullDense(uint32_t table, uint64_t begin, std::span<float> out,
+                                           int64_t clock) {
+  return DenseOp(Op::kPull, table, begin, {}, out, clock, 0);
+}
+absl::StatusOr<Ticket> KVClient::PushPullDense(uint32_t table, uint64_t begin,
+                                               std::span<const float> values, std::span<float> out,
+                                               int64_t clock, float weight) {
+  return DenseOp(Op::kPushPull, table, begin, values, out, clock, weight);
+}
+
+void KVClient::Complete(uint64_t request_id, Message& reply) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return;
+  Request& r = it->second;
+  TicketState& t = tickets_[r.ticket];
+  auto h = reply.header();
+  const std::string& server = options_.server_ids[r.server];
+  absl::Status status;
+  if (reply.peer() != server) {
+    status = absl::InternalError(absl::StrFormat("reply to request %d came from %s, not %s",
+                                                 request_id, reply.peer(), server));
+  } else if (h.getType() == wire::MsgType::ERROR) {
+    const absl::Status e = StatusFromHeader(h);
+    status = absl::Status(e.code(), absl::StrFormat("%s: %s", server, e.message()));
+  } else if (r.out_values > 0) {
+    auto values =
+        reply.payload_count() > 0
+            ? reply.payload(0).As<float>()
+            : absl::StatusOr<std::span<const float>>(absl::InvalidArgumentError("no values frame"));
+    if (!values.ok() || values->size() != r.out_values) {
+      status = absl::DataLossError(absl::StrFormat("%s answered a pull with %d values, expected %d",
+                                                   server, values.ok() ? values->size() : 0,
+                                                   r.out_values));
+    } else {
+      bytes_pulled_ += reply.ByteSize();
+      if (r.positions.empty()) {
+        std::memcpy(r.out, values->data(), r.out_values * sizeof(float));
+      } else {
+        const uint32_t dim = r.dim;
+        for (size_t j = 0; j < r.positions.size(); ++j) {
+          std::memcpy(r.out + size_t{r.positions[j]} * dim, values->data() + j * dim,
+                      dim * sizeof(float));
+        }
+      }
+    }
+  }
+  if (!status.ok() && t.status.ok()) t.status = status;
+  --t.pending;
+  requests_.erase(it);
+}
+
+absl::Status KVClient::ReceiveOne(absl::Time deadline) {
+  // Wake at least every 100 ms to look at the job's health.
+  const absl::Time slice = std::min(deadline, absl::Now() + absl::Milliseconds(100));
+  auto message = endpoint_->Receive(slice);
+  if (!message.ok()) {
+    if (absl::IsDeadlineExceeded(message.status())) {
+      if (options_.health) return options_.health();
+      return absl::OkStatus();
+    }
+    return message.status();
+  }
+  if (auto s = message->Parse(); !s.ok()) {
+    SYNCLINE_LOG(WARNING) << "malformed reply from " << message->peer() << ": " << s;
+    return absl::OkStatus();
+  }
+  const uint64_t id = message->header().getRequestId();
+  if (id == 0 && message->header().getType() == wire::MsgType::ERROR) {
+    // An error about a message that has no reply (a clock): the job cannot be trusted.
+    return absl::Status(
+        StatusFromHeader(message->header()).code(),
+        absl::StrFormat("%s: %s", message->peer(), StatusFromHeader(message->header()).message()));
+  }
+  Complete(id, *message);
+  return absl::OkStatus();
+}
+
+absl::Status KVClient::Wait(Ticket ticket, absl::Time deadline) {
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end()) {
+    return absl::InvalidArgumentError(absl::StrFormat("unknown ticket %d", ticket));
+  }
+  while (tickets_[ticket].pending > 0) {
+    if (absl::Now() >= deadline) {
+      std::vector<std::string> waiting;
+      for (const auto& [id, r] : requests_) {
+        if (r.ticket == ticket) waiting.push_back(options_.server_ids[r.server]);
+      }
+      std::sort(waiting.begin(), waiting.end());
+      waiting.erase(std::unique(waiting.begin(), waiting.end()), waiting.end());
+      return absl::DeadlineExceededError(
+          absl::StrFormat("no reply from %s before the deadline", absl::StrJoin(waiting, ", ")));
+    }
+    if (auto s = ReceiveOne(deadline); !s.ok()) return s;
+  }
+  absl::Status status = tickets_[ticket].status;
+  tickets_.erase(ticket);
+  return status;
+}
+
+absl::Status KVClient::Clock(int64_t clock, float examples) {
+  for (int s = 0; s < num_servers(); ++s) {
+    MessageBuilder b(wire::MsgType::CLOCK);
+    b.header().setRole(wire::Role::WORKER);
+    b.header().setRank(options_.rank);
+    b.header().setClock(clock);
+    b.header().setWeight(examples);
+    auto st =
+        endpoint_->Send(options_.server_ids[s], b.Finish(), absl::Now() + options_.send_timeout);
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KVClient::Finish(absl::Time deadline) {
+  const Ticket ticket = NewTicket();
+  for (int s = 0; s < num_servers(); ++s) {
+    MessageBuilder b(wire::MsgType::FINISH);
+    b.header().setRole(wire::Role::WORKER);
+    b.header().setRank(options_.rank);
+    b.header().setRequestId(next_request_id_);
+    if (auto st = SendRequest(ticket, s, b.Finish(), Request{}); !st.ok()) return st;
+  }
+  return Wait(ticket, deadline);
+}
+
+}  // namespace syncline

@@ -1,0 +1,125 @@
+// KVClient: a worker's connection to the sharded parameter servers, in the spirit of ps-lite's
+// KVWorker but with deadlines and Status. Push, Pull and PushPull return a ticket at once;
+// Wait(ticket, deadline) completes it. Requests are split by shard (dense tables by key range,
+// sparse keys by hash) and large dense ranges into ~1 MiB pieces so that they pipeline.
+//
+// Zero copy: a push of a dense range, or of sparse keys when there is one server, sends the
+// caller's arrays as they are; the caller keeps `keys`, `values` and `out` alive and unchanged
+// until Wait returns for that ticket. Pull replies are copied once, straight from the received
+// frame into `out`.
+//
+// There is no background thread: Wait() drives the endpoint itself, so a reply reaches the
+// caller without a thread hop.
+//
+// Thread-safety: thread-compatible; use one KVClient per thread.
+#ifndef SYNCLINE_WORKER_KV_CLIENT_H_
+#define SYNCLINE_WORKER_KV_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/table_config.h"
+#include "core/transport.h"
+
+namespace syncline {
+
+struct KVClientOptions {
+  int rank = 0;                         // this worker's rank
+  std::vector<std::string> server_ids;  // data endpoint ids of the servers, by shard
+  absl::Duration send_timeout = absl::Seconds(10);
+  size_t max_in_flight = 1 << 14;    // requests awaiting a reply
+  size_t max_piece_bytes = 1 << 20;  // dense ranges are sent in pieces of at most this size
+  // Checked while waiting; a non-OK status ends the wait (e.g. the job was aborted).
+  std::function<absl::Status()> health;
+};
+
+using Ticket = uint64_t;
+
+class KVClient {
+ public:
+  // `endpoint` must be connected to every server and outlive the client.
+  KVClient(Endpoint* endpoint, KVClientOptions options);
+
+  // Declares a table on every server and waits for their answers.
+  absl::Status DeclareTable(const TableConfig& config, absl::Time deadline);
+
+  // Sparse tables: `values` / `out` hold keys.size() * dim floats.
+  absl::StatusOr<Ticket> Push(uint32_t table, std::span<const uint64_t> keys,
+                              std::span<const float> values, int64_t clock, float weight);
+  absl::StatusOr<Ticket> Pull(uint32_t table, std::span<const uint64_t> keys, std::span<float> out,
+                              int64_t clock);
+  absl::StatusOr<Ticket> PushPull(uint32_t table, std::span<const uint64_t> keys,
+                                  std::span<const float> values, std::span<float> out,
+                                  int64_t clock, float weight);
+
+  // Dense tables: keys [begin, begin + values.size() / dim).
+  absl::StatusOr<Ticket> PushDense(uint32_t table, uint64_t begin, std::span<const float> values,
+                                   int64_t clock, float weight);
+  absl::StatusOr<Ticket> PullDense(uint32_t table, uint64_t begin, std::span<float> out,
+                                   int64_t clock);
+  absl::StatusOr<Ticket> PushPullDense(uint32_t table, uint64_t begin,
+                                       std::span<const float> values, std::span<float> out,
+                                       int64_t clock, float weight);
+
+  // Completes a ticket: OK, or the first error a server answered, or DeadlineExceeded.
+  absl::Status Wait(Ticket ticket, absl::Time deadline);
+
+  // Tells every server that this worker finished `clock` iterations, the last of which
+  // covered `examples` examples. Fire and forget: servers answer only errors.
+  absl::Status Clock(int64_t clock, float examples);
+  // Leaves the servers' clock sets and waits for their acknowledgement.
+  absl::Status Finish(absl::Time deadline);
+
+  uint64_t bytes_pushed() const { return bytes_pushed_; }
+  uint64_t bytes_pulled() const { return bytes_pulled_; }
+  int num_servers() const { return static_cast<int>(options_.server_ids.size()); }
+
+ private:
+  struct Request {
+    Ticket ticket = 0;
+    int server = 0;
+    float* out = nullptr;             // where pulled values land
+    size_t out_values = 0;            // values expected in the reply (0: none)
+    std::vector<uint32_t> positions;  // sparse scatter: reply row i goes to out row positions[i]
+    uint32_t dim = 1;
+  };
+  struct TicketState {
+    int pending = 0;
+    absl::Status status;
+  };
+
+  enum class Op { kPush, kPull, kPushPull };
+  absl::StatusOr<Ticket> SparseOp(Op op, uint32_t table, std::span<const uint64_t> keys,
+                                  std::span<const float> values, std::span<float> out,
+                                  int64_t clock, float weight);
+  absl::StatusOr<Ticket> DenseOp(Op op, uint32_t table, uint64_t begin,
+                                 std::span<const float> values, std::span<float> out, int64_t clock,
+                                 float weight);
+  absl::StatusOr<const TableConfig*> FindTable(uint32_t table, bool dense) const;
+  Ticket NewTicket();
+  // Sends one request and records what its reply should do.
+  absl::Status SendRequest(Ticket ticket, int server, Message message, Request request);
+  absl::Status ReceiveOne(absl::Time deadline);
+  void Complete(uint64_t request_id, Message& reply);
+
+  Endpoint* const endpoint_;
+  const KVClientOptions options_;
+  absl::flat_hash_map<uint32_t, TableConfig> tables_;
+  absl::flat_hash_map<uint64_t, Request> requests_;
+  absl::flat_hash_map<Ticket, TicketState> tickets_;
+  uint64_t next_request_id_ = 1;
+  Ticket next_ticket_ = 1;
+  uint64_t bytes_pushed_ = 0;
+  uint64_t bytes_pulled_ = 0;
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_WORKER_KV_CLIENT_H_
