@@ -1,0 +1,369 @@
+#include "launch/job_config.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/string_view.h"
+#include "toml++/toml.h"
+
+namespace syncline {
+namespace {
+
+using FieldMember = std::variant<int JobConfig::*, uint64_t JobConfig::*, double JobConfig::*,
+                                 std::string JobConfig::*>;
+
+// One row per option, shared by the flag registration and the job-file reader so the two cannot
+// drift apart.
+struct Field {
+  absl::string_view name;  // flag without "--", and job-file key
+  FieldMember member;
+  const char* help;
+};
+
+const std::array<Field, 24> kFields = {{
+    {"servers", &JobConfig::servers, "Number of parameter-server processes"},
+    {"workers", &JobConfig::workers, "Number of worker processes"},
+    {"sync", &JobConfig::sync,
+     "Consistency model: bsp, asp, or ssp:S (workers at most S steps ahead of the slowest)"},
+    {"model", &JobConfig::model, "Model: logreg or softmax"},
+    {"classes", &JobConfig::classes, "Number of classes (more than 2 needs --model softmax)"},
+    {"train", &JobConfig::train, "Training data file; empty: synthetic data generated into --out"},
+    {"test", &JobConfig::test, "Test data file (needs --train)"},
+    {"format", &JobConfig::format, "Data file format: auto, libsvm or csv"},
+    {"index-base", &JobConfig::index_base, "First libsvm feature index: auto, 0 or 1"},
+    {"epochs", &JobConfig::epochs, "Passes over the training data"},
+    {"batch-size", &JobConfig::batch_size, "Examples per worker step"},
+    {"optimizer", &JobConfig::optimizer, "Server-side update rule: sgd, adagrad or adam"},
+    {"lr", &JobConfig::learning_rate, "Learning rate"},
+    {"l2", &JobConfig::l2, "L2 regularization strength"},
+    {"out", &JobConfig::out, "Output directory for metrics, logs and synthetic data"},
+    {"seed", &JobConfig::seed, "Random seed of data generation, initialization and shuffling"},
+    {"log-every", &JobConfig::log_every, "Steps between metrics rows and progress updates"},
+    {"request-timeout", &JobConfig::request_timeout_s, "Deadline of one push or pull, seconds"},
+    {"heartbeat-interval", &JobConfig::heartbeat_interval_s, "Seconds between heartbeats"},
+    {"heartbeat-timeout", &JobConfig::heartbeat_timeout_s,
+     "Seconds without a heartbeat before a node is declared dead"},
+    {"gen-rows", &JobConfig::gen_rows, "Synthetic data: training examples"},
+    {"gen-test-rows", &JobConfig::gen_test_rows, "Synthetic data: test examples (0: none)"},
+    {"gen-features", &JobConfig::gen_features, "Synthetic data: feature dimension"},
+    {"gen-nnz", &JobConfig::gen_nnz, "Synthetic data: nonzero features per example"},
+}};
+
+const Field* FindField(absl::string_view name) {
+  for (const Field& field : kFields) {
+    if (field.name == name) return &field;
+  }
+  return nullptr;
+}
+
+absl::string_view TypeName(toml::node_type type) {
+  switch (type) {
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a number";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::date:
+    case toml::node_type::time:
+    case toml::node_type::date_time:
+      return "a date/time";
+    case toml::node_type::none:
+      break;
+  }
+  return "nothing";
+}
+
+// Stores `node` into `config->*member`, or says why it cannot.
+class FieldAssigner {
+ public:
+  FieldAssigner(const toml::node& node, JobConfig* config) : node_(node), config_(config) {}
+
+  std::string operator()(int JobConfig::*member) const {
+    const std::optional<int64_t> value = node_.value_exact<int64_t>();
+    if (!value) return Expected("an integer");
+    if (*value < std::numeric_limits<int>::min() || *value > std::numeric_limits<int>::max()) {
+      return absl::StrCat("value ", *value, " is out of range");
+    }
+    config_->*member = static_cast<int>(*value);
+    return "";
+  }
+  std::string operator()(uint64_t JobConfig::*member) const {
+    const std::optional<int64_t> value = node_.value_exact<int64_t>();
+    if (!value) return Expected("an integer");
+    if (*value < 0) return absl::StrCat("value ", *value, " is negative");
+    config_->*member = static_cast<uint64_t>(*value);
+    return "";
+  }
+  std::string operator()(double JobConfig::*member) const {
+    // `lr = 1` should work, so integers count as numbers.
+    if (!node_.is_floating_point() && !node_.is_integer()) return Expected("a number");
+    config_->*member = *node_.value<double>();
+    return "";
+  }
+  std::string operator()(std::string JobConfig::*member) const {
+    if (const std::optional<std::string> value = node_.value_exact<std::string>()) {
+      config_->*member = *value;
+      return "";
+    }
+    // `index-base = 1` reads more naturally than `index-base = "1"`.
+    if (member == &JobConfig::index_base && node_.is_integer()) {
+      config_->*member = absl::StrCat(*node_.value_exact<int64_t>());
+      return "";
+    }
+    return Expected("a string");
+  }
+
+ private:
+  std::string Expected(absl::string_view type) const {
+    return absl::StrCat("expected ", type, ", got ", TypeName(node_.type()));
+  }
+
+  const toml::node& node_;
+  JobConfig* config_;
+};
+
+// Applies the job file at `path` to `config`, except the options for which `set_by_flag` is true;
+// those are still type-checked, so a broken file is an error either way.
+absl::Status ApplyJobFile(const std::string& path,
+                          const std::function<bool(absl::string_view name)>& set_by_flag,
+                          JobConfig* config) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::ErrnoToStatus(errno, absl::StrFormat("cannot read job file %s", path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+
+  toml::table table;
+  try {
+    table = toml::parse(text.str(), path);
+  } catch (const toml::parse_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s:%d: %s", path, e.source().begin.line, e.description()));
+  }
+
+  // Every problem in the file at once, in file order, saves the user a round trip per mistake.
+  std::vector<std::pair<uint32_t, std::string>> errors;
+  for (auto&& [key, node] : table) {
+    const absl::string_view name(key.str().data(), key.str().size());
+    const Field* field = FindField(name);
+    if (field == nullptr) {
+      std::string message = absl::StrFormat("unknown key '%s'", name);
+      const std::string dashed = absl::StrReplaceAll(name, {{"_", "-"}});
+      if (FindField(dashed) != nullptr) {
+        absl::StrAppend(&message, " (did you mean '", dashed, "'?)");
+      }
+      errors.emplace_back(key.source().begin.line, std::move(message));
+      continue;
+    }
+    JobConfig scratch;
+    JobConfig* target = set_by_flag(field->name) ? &scratch : config;
+    const std::string error = std::visit(FieldAssigner(node, target), field->member);
+    if (!error.empty()) {
+      errors.emplace_back(node.source().begin.line, absl::StrCat(field->name, ": ", error));
+    }
+  }
+  if (errors.empty()) return absl::OkStatus();
+  std::stable_sort(errors.begin(), errors.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  return absl::InvalidArgumentError(absl::StrJoin(
+      errors, "\n", [&](std::string* out, const std::pair<uint32_t, std::string>& error) {
+        absl::StrAppendFormat(out, "%s:%d: %s", path, error.first, error.second);
+      }));
+}
+
+absl::Status Invalid(absl::string_view flag, absl::string_view value, absl::string_view rule) {
+  return absl::InvalidArgumentError(absl::StrFormat("--%s=%s: %s", flag, value, rule));
+}
+
+absl::Status CheckOneOf(absl::string_view flag, const std::string& value,
+                        std::initializer_list<absl::string_view> allowed) {
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return absl::OkStatus();
+  return Invalid(flag, absl::StrCat("'", value, "'"),
+                 absl::StrCat("must be one of ", absl::StrJoin(allowed, ", ")));
+}
+
+absl::Status CheckAtLeast(absl::string_view flag, int value, int min) {
+  if (value >= min) return absl::OkStatus();
+  return Invalid(flag, absl::StrCat(value), absl::StrCat("must be >= ", min));
+}
+
+absl::Status CheckPositive(absl::string_view flag, double value) {
+  if (value > 0 && std::isfinite(value)) return absl::OkStatus();
+  return Invalid(flag, absl::StrCat(value), "must be a positive number");
+}
+
+absl::Status CheckSync(const std::string& sync) {
+  if (sync == "bsp" || sync == "asp") return absl::OkStatus();
+  if (sync.starts_with("ssp:")) {
+    const absl::string_view staleness = absl::string_view(sync).substr(4);
+    int s;
+    // SimpleAtoi alone would also take " 3" and "+3".
+    if (!staleness.empty() &&
+        std::all_of(staleness.begin(), staleness.end(), absl::ascii_isdigit) &&
+        absl::SimpleAtoi(staleness, &s)) {
+      return absl::OkStatus();
+    }
+  }
+  return Invalid("sync", absl::StrCat("'", sync, "'"),
+                 "must be bsp, asp or ssp:S with an integer staleness S >= 0");
+}
+
+absl::Status CheckReadableFile(absl::string_view flag, const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || access(path.c_str(), R_OK) != 0) {
+    return Invalid(flag, path, absl::StrCat("cannot read: ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) return Invalid(flag, path, "not a regular file");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status AddJobFlags(CLI::App& app, JobConfig* config) {
+  try {
+    for (const Field& field : kFields) {
+      CLI::Option* option = std::visit(
+          [&](auto member) {
+            CLI::Option* added =
+                app.add_option(absl::StrCat("--", field.name), config->*member, field.help);
+            // CLI11 2.1 converts with strtoull, which takes "-1" as 2^64-1 and saturates on
+            // overflow; absl rejects both.
+            if constexpr (std::is_same_v<decltype(member), uint64_t JobConfig::*>) {
+              added->check(CLI::Validator(
+                  [](std::string& value) -> std::string {
+                    uint64_t parsed;
+                    if (absl::SimpleAtoi(value, &parsed)) return "";
+                    return absl::StrFormat("'%s' is not an integer in [0, 2^64)", value);
+                  },
+                  "", "uint64"));
+            }
+            return added;
+          },
+          field.member);
+      option->capture_default_str()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    }
+    CLI::Option* config_flag =
+        app.add_option("--config", config->job_file,
+                       "TOML job file: keys are the flag names without dashes; flags win over it")
+            ->type_name("FILE");
+    CLI::Option* positional = app.add_option("job-file", config->job_file, "Same as --config FILE")
+                                  ->type_name("JOB.toml");
+    config_flag->excludes(positional);
+  } catch (const CLI::Error& e) {
+    return absl::AlreadyExistsError(e.what());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CommandLineAction> ParseJobCommandLine(int argc, const char* const* argv,
+                                                      CLI::App& app, JobConfig* config) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success&) {
+    return CommandLineAction::kShowHelp;
+  } catch (const CLI::ParseError& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  if (config->job_file.empty()) return CommandLineAction::kRun;
+  // Only a positional job file needs the suffix (--config takes any name). Checked here rather
+  // than by a CLI11 validator, which would run before CLI11 reports unknown flags: "--severs 2"
+  // would then complain about the stray "2" instead of "--severs".
+  const CLI::Option* positional = app.get_option_no_throw("job-file");
+  if (positional != nullptr && positional->count() > 0 && !config->job_file.ends_with(".toml")) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "unexpected argument '%s' (a job file must end in .toml)", config->job_file));
+  }
+  absl::Status status = ApplyJobFile(
+      config->job_file,
+      [&app](absl::string_view name) {
+        const CLI::Option* option = app.get_option_no_throw(absl::StrCat("--", name));
+        return option != nullptr && option->count() > 0;
+      },
+      config);
+  if (!status.ok()) return status;
+  return CommandLineAction::kRun;
+}
+
+absl::Status Validate(const JobConfig& c) {
+  for (const absl::Status& status : {
+           CheckAtLeast("servers", c.servers, 1),
+           CheckAtLeast("workers", c.workers, 1),
+           CheckSync(c.sync),
+           CheckOneOf("model", c.model, {"logreg", "softmax"}),
+           CheckAtLeast("classes", c.classes, 2),
+           CheckOneOf("format", c.format, {"auto", "libsvm", "csv"}),
+           CheckOneOf("index-base", c.index_base, {"auto", "0", "1"}),
+           CheckAtLeast("epochs", c.epochs, 1),
+           CheckAtLeast("batch-size", c.batch_size, 1),
+           CheckOneOf("optimizer", c.optimizer, {"sgd", "adagrad", "adam"}),
+           CheckPositive("lr", c.learning_rate),
+           CheckAtLeast("log-every", c.log_every, 1),
+           CheckPositive("request-timeout", c.request_timeout_s),
+           CheckPositive("heartbeat-interval", c.heartbeat_interval_s),
+           CheckPositive("heartbeat-timeout", c.heartbeat_timeout_s),
+           CheckAtLeast("gen-rows", c.gen_rows, 1),
+           CheckAtLeast("gen-test-rows", c.gen_test_rows, 0),
+           CheckAtLeast("gen-features", c.gen_features, 1),
+           CheckAtLeast("gen-nnz", c.gen_nnz, 1),
+       }) {
+    if (!status.ok()) return status;
+  }
+  if (c.model == "logreg" && c.classes != 2) {
+    return Invalid("classes", absl::StrCat(c.classes), "needs --model softmax (logreg is binary)");
+  }
+  if (!(c.l2 >= 0) || !std::isfinite(c.l2)) {
+    return Invalid("l2", absl::StrCat(c.l2), "must be a number >= 0");
+  }
+  if (c.out.empty()) return Invalid("out", "''", "must name a directory");
+  if (c.heartbeat_timeout_s <= c.heartbeat_interval_s) {
+    return Invalid(
+        "heartbeat-timeout", absl::StrCat(c.heartbeat_timeout_s),
+        absl::StrCat("must be more than --heartbeat-interval (", c.heartbeat_interval_s, ")"));
+  }
+  if (c.gen_nnz > c.gen_features) {
+    return Invalid("gen-nnz", absl::StrCat(c.gen_nnz),
+                   absl::StrCat("must be <= --gen-features (", c.gen_features, ")"));
+  }
+  if (!c.train.empty()) {
+    if (absl::Status status = CheckReadableFile("train", c.train); !status.ok()) return status;
+  }
+  if (!c.test.empty()) {
+    if (c.train.empty()) {
+      return Invalid("test", c.test, "needs --train (synthetic data brings its own test set)");
+    }
+    if (absl::Status status = CheckReadableFile("test", c.test); !status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace syncline

@@ -1,0 +1,107 @@
+// JobConfig is every option of one training job in one place. The launcher fills it from its
+// command line and an optional TOML job file, validates it, and passes the relevant parts on to the
+// servers and workers it starts.
+//
+// JobConfig is a plain struct; it and the functions below are thread-compatible.
+
+#ifndef SYNCLINE_LAUNCH_JOB_CONFIG_H_
+#define SYNCLINE_LAUNCH_JOB_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace syncline {
+
+// Each field's flag is given in brackets; a TOML job file uses the same name without the dashes,
+// e.g. `batch-size = 64`.
+struct JobConfig {
+  // [--servers] Number of parameter-server processes. Default 2.
+  int servers = 2;
+  // [--workers] Number of worker processes. Default 2.
+  int workers = 2;
+  // [--sync] Consistency model: "bsp" (bulk synchronous), "asp" (asynchronous) or "ssp:S" (stale
+  // synchronous: a worker may run at most S steps ahead of the slowest; S >= 0). Default "bsp".
+  std::string sync = "bsp";
+  // [--model] "logreg" (binary logistic regression) or "softmax". Default "logreg".
+  std::string model = "logreg";
+  // [--classes] Number of classes; only softmax may have more than 2. Default 2.
+  int classes = 2;
+  // [--train] Training data file. Empty: the launcher generates synthetic data into `out`.
+  std::string train;
+  // [--test] Test data file, evaluated once training is done. Empty: none (synthetic data brings
+  // its own). Requires `train`.
+  std::string test;
+  // [--format] Data file format: "auto" (from the extension and content), "libsvm" or "csv".
+  // Default "auto".
+  std::string format = "auto";
+  // [--index-base] Whether libsvm feature indices start at "0" or "1"; "auto" guesses from the
+  // data. Default "auto".
+  std::string index_base = "auto";
+  // [--epochs] Passes over the training data. Default 1.
+  int epochs = 1;
+  // [--batch-size] Examples per worker step. Default 256.
+  int batch_size = 256;
+  // [--optimizer] Update rule the servers apply: "sgd", "adagrad" or "adam". Default "adagrad",
+  // which suits sparse features (rare ids keep larger steps).
+  std::string optimizer = "adagrad";
+  // [--lr] Learning rate (> 0). Default 0.1.
+  double learning_rate = 0.1;
+  // [--l2] L2 regularization strength (>= 0). Default 0.
+  double l2 = 0.0;
+  // [--out] Directory for metrics, logs and synthetic data. Default "runs/latest".
+  std::string out = "runs/latest";
+  // [--seed] Seed of every random choice (data generation, initialization, shuffling), so a run
+  // can be replayed. Default 1.
+  uint64_t seed = 1;
+  // [--log-every] Steps between metrics rows and progress updates. Default 10.
+  int log_every = 10;
+  // [--request-timeout] Deadline of one push or pull, in seconds. Default 60.
+  double request_timeout_s = 60;
+  // [--heartbeat-interval] Seconds between a node's heartbeats. Default 0.5.
+  double heartbeat_interval_s = 0.5;
+  // [--heartbeat-timeout] Seconds without a heartbeat after which a node is declared dead; more
+  // than the interval. Default 5.
+  double heartbeat_timeout_s = 5;
+  // Synthetic data, used when `train` is empty:
+  // [--gen-rows] Training examples. Default 20000.
+  int gen_rows = 20000;
+  // [--gen-test-rows] Test examples; 0 for none. Default 4000.
+  int gen_test_rows = 4000;
+  // [--gen-features] Feature dimension. Default 10000.
+  int gen_features = 10000;
+  // [--gen-nnz] Nonzero features per example (<= gen-features). Default 20.
+  int gen_nnz = 20;
+  // [--config FILE, or a positional argument ending in .toml] The TOML job file the values above
+  // were read from; empty when there was none. Not a key of the job file itself.
+  std::string job_file;
+};
+
+// Registers one flag per JobConfig field on `app`, bound to `*config` and showing its default, plus
+// the job file as `--config FILE` or a positional `JOB.toml`. A flag given twice keeps the last
+// value. `config` must outlive `app`'s parsing. Fails if a flag name is already taken.
+absl::Status AddJobFlags(CLI::App& app, JobConfig* config);
+
+enum class CommandLineAction {
+  kRun,       // *config is filled in; call Validate() next.
+  kShowHelp,  // --help was given: print app.help() to stdout and exit 0.
+};
+
+// Parses the command line into `*config`, which AddJobFlags(app, config) must have bound to `app`:
+// the flags, then the job file for every option that no flag set, so flags win over the file.
+// Errors (unknown flag, malformed value, unreadable job file, a TOML syntax error, unknown key or
+// wrong type, reported as "FILE:LINE: ...") come back as a status whose message is meant for the
+// user; the launcher prints it and exits 2. Does not call Validate().
+absl::StatusOr<CommandLineAction> ParseJobCommandLine(int argc, const char* const* argv,
+                                                      CLI::App& app, JobConfig* config);
+
+// Checks every value (ranges, names, the sync grammar, that given data files are readable).
+// The InvalidArgument error names the flag and the bad value.
+absl::Status Validate(const JobConfig& config);
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_LAUNCH_JOB_CONFIG_H_

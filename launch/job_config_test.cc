@@ -1,0 +1,411 @@
+#include "launch/job_config.h"
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace syncline {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// absl::string_view is not std::string_view in this Abseil build, and gmock's string matchers
+// want the latter.
+std::string Message(const absl::Status& status) { return std::string(status.message()); }
+
+// Writes `content` to a fresh file in the test's temporary directory and returns its path.
+std::string WriteFile(const std::string& name, const std::string& content) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/", name);
+  std::ofstream(path) << content;
+  return path;
+}
+
+// Parses `args` (without the program name) into `*config` through a fresh CLI::App.
+absl::StatusOr<CommandLineAction> Parse(std::vector<std::string> args, JobConfig* config,
+                                        std::string* help = nullptr) {
+  CLI::App app("syncline-launch");
+  if (absl::Status status = AddJobFlags(app, config); !status.ok()) return status;
+  args.insert(args.begin(), "syncline-launch");
+  std::vector<const char*> argv;
+  for (const std::string& arg : args) argv.push_back(arg.c_str());
+  absl::StatusOr<CommandLineAction> action =
+      ParseJobCommandLine(static_cast<int>(argv.size()), argv.data(), app, config);
+  if (help != nullptr) *help = app.help();
+  return action;
+}
+
+TEST(JobConfigTest, DefaultsAreValidAndUnchangedByAnEmptyCommandLine) {
+  JobConfig config;
+  absl::StatusOr<CommandLineAction> action = Parse({}, &config);
+  ASSERT_TRUE(action.ok()) << action.status();
+  EXPECT_EQ(*action, CommandLineAction::kRun);
+  EXPECT_EQ(config.servers, 2);
+  EXPECT_EQ(config.workers, 2);
+  EXPECT_EQ(config.sync, "bsp");
+  EXPECT_EQ(config.model, "logreg");
+  EXPECT_EQ(config.classes, 2);
+  EXPECT_EQ(config.train, "");
+  EXPECT_EQ(config.test, "");
+  EXPECT_EQ(config.format, "auto");
+  EXPECT_EQ(config.index_base, "auto");
+  EXPECT_EQ(config.epochs, 1);
+  EXPECT_EQ(config.batch_size, 256);
+  EXPECT_EQ(config.optimizer, "adagrad");
+  EXPECT_DOUBLE_EQ(config.learning_rate, 0.1);
+  EXPECT_DOUBLE_EQ(config.l2, 0.0);
+  EXPECT_EQ(config.out, "runs/latest");
+  EXPECT_EQ(config.seed, 1u);
+  EXPECT_EQ(config.log_every, 10);
+  EXPECT_DOUBLE_EQ(config.request_timeout_s, 60);
+  EXPECT_DOUBLE_EQ(config.heartbeat_interval_s, 0.5);
+  EXPECT_DOUBLE_EQ(config.heartbeat_timeout_s, 5);
+  EXPECT_EQ(config.gen_rows, 20000);
+  EXPECT_EQ(config.gen_test_rows, 4000);
+  EXPECT_EQ(config.gen_features, 10000);
+  EXPECT_EQ(config.gen_nnz, 20);
+  EXPECT_EQ(config.job_file, "");
+  EXPECT_TRUE(Validate(config).ok()) << Validate(config);
+}
+
+TEST(JobConfigTest, ParsesEveryFlag) {
+  const std::string train = WriteFile("flags_train.svm", "1 1:0.5\n");
+  const std::string test = WriteFile("flags_test.svm", "0 2:1\n");
+  JobConfig config;
+  absl::StatusOr<CommandLineAction> action = Parse({"--servers",
+                                                    "3",
+                                                    "--workers=5",
+                                                    "--sync",
+                                                    "ssp:4",
+                                                    "--model",
+                                                    "softmax",
+                                                    "--classes",
+                                                    "7",
+                                                    "--train",
+                                                    train,
+                                                    "--test",
+                                                    test,
+                                                    "--format",
+                                                    "libsvm",
+                                                    "--index-base",
+                                                    "0",
+                                                    "--epochs",
+                                                    "4",
+                                                    "--batch-size",
+                                                    "64",
+                                                    "--optimizer",
+                                                    "adam",
+                                                    "--lr",
+                                                    "0.01",
+                                                    "--l2",
+                                                    "1e-4",
+                                                    "--out",
+                                                    "/tmp/run",
+                                                    "--seed",
+                                                    "18446744073709551615",
+                                                    "--log-every",
+                                                    "5",
+                                                    "--request-timeout",
+                                                    "30",
+                                                    "--heartbeat-interval",
+                                                    "0.25",
+                                                    "--heartbeat-timeout",
+                                                    "2",
+                                                    "--gen-rows",
+                                                    "100",
+                                                    "--gen-test-rows",
+                                                    "0",
+                                                    "--gen-features",
+                                                    "50",
+                                                    "--gen-nnz",
+                                                    "5"},
+                                                   &config);
+  ASSERT_TRUE(action.ok()) << action.status();
+  EXPECT_EQ(*action, CommandLineAction::kRun);
+  EXPECT_EQ(config.servers, 3);
+  EXPECT_EQ(config.workers, 5);
+  EXPECT_EQ(config.sync, "ssp:4");
+  EXPECT_EQ(config.model, "softmax");
+  EXPECT_EQ(config.classes, 7);
+  EXPECT_EQ(config.train, train);
+  EXPECT_EQ(config.test, test);
+  EXPECT_EQ(config.format, "libsvm");
+  EXPECT_EQ(config.index_base, "0");
+  EXPECT_EQ(config.epochs, 4);
+  EXPECT_EQ(config.batch_size, 64);
+  EXPECT_EQ(config.optimizer, "adam");
+  EXPECT_DOUBLE_EQ(config.learning_rate, 0.01);
+  EXPECT_DOUBLE_EQ(config.l2, 1e-4);
+  EXPECT_EQ(config.out, "/tmp/run");
+  EXPECT_EQ(config.seed, 18446744073709551615u);
+  EXPECT_EQ(config.log_every, 5);
+  EXPECT_DOUBLE_EQ(config.request_timeout_s, 30);
+  EXPECT_DOUBLE_EQ(config.heartbeat_interval_s, 0.25);
+  EXPECT_DOUBLE_EQ(config.heartbeat_timeout_s, 2);
+  EXPECT_EQ(config.gen_rows, 100);
+  EXPECT_EQ(config.gen_test_rows, 0);
+  EXPECT_EQ(config.gen_features, 50);
+  EXPECT_EQ(config.gen_nnz, 5);
+  EXPECT_TRUE(Validate(config).ok()) << Validate(config);
+}
+
+TEST(JobConfigTest, RepeatedFlagKeepsTheLastValue) {
+  JobConfig config;
+  ASSERT_TRUE(Parse({"--workers", "3", "--workers", "4"}, &config).ok());
+  EXPECT_EQ(config.workers, 4);
+}
+
+TEST(JobConfigTest, FlagErrorsAreReported) {
+  JobConfig config;
+  absl::StatusOr<CommandLineAction> bad_value = Parse({"--servers", "two"}, &config);
+  ASSERT_FALSE(bad_value.ok());
+  EXPECT_EQ(bad_value.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(bad_value.status()), HasSubstr("two"));
+
+  for (const char* seed : {"-1", "18446744073709551616"}) {
+    absl::StatusOr<CommandLineAction> bad_seed = Parse({"--seed", seed}, &config);
+    ASSERT_FALSE(bad_seed.ok()) << seed;
+    EXPECT_THAT(Message(bad_seed.status()), HasSubstr(seed));
+  }
+
+  absl::StatusOr<CommandLineAction> unknown = Parse({"--severs", "2"}, &config);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(Message(unknown.status()), HasSubstr("--severs"));
+
+  absl::StatusOr<CommandLineAction> stray = Parse({"job.txt"}, &config);
+  ASSERT_FALSE(stray.ok());
+  EXPECT_THAT(Message(stray.status()), HasSubstr("job.txt"));
+}
+
+TEST(JobConfigTest, HelpIsToldApartFromErrors) {
+  JobConfig config;
+  std::string help;
+  absl::StatusOr<CommandLineAction> action = Parse({"--workers", "3", "--help"}, &config, &help);
+  ASSERT_TRUE(action.ok()) << action.status();
+  EXPECT_EQ(*action, CommandLineAction::kShowHelp);
+  EXPECT_THAT(help, HasSubstr("--batch-size"));
+  EXPECT_THAT(help, HasSubstr("Examples per worker step"));
+  EXPECT_THAT(help, HasSubstr("--config"));
+
+  action = Parse({"-h"}, &config);
+  ASSERT_TRUE(action.ok());
+  EXPECT_EQ(*action, CommandLineAction::kShowHelp);
+}
+
+TEST(JobConfigTest, JobFileSetsValues) {
+  const std::string path = WriteFile("sets.toml", R"(# a small job
+servers = 3
+workers = 4
+sync = "ssp:3"
+batch-size = 64
+lr = 1            # an integer is fine for a real-valued option
+l2 = 0.5
+index-base = 1    # and for the index base
+seed = 42
+out = "runs/toml"
+)");
+  JobConfig config;
+  absl::StatusOr<CommandLineAction> action = Parse({path}, &config);
+  ASSERT_TRUE(action.ok()) << action.status();
+  EXPECT_EQ(*action, CommandLineAction::kRun);
+  EXPECT_EQ(config.job_file, path);
+  EXPECT_EQ(config.servers, 3);
+  EXPECT_EQ(config.workers, 4);
+  EXPECT_EQ(config.sync, "ssp:3");
+  EXPECT_EQ(config.batch_size, 64);
+  EXPECT_DOUBLE_EQ(config.learning_rate, 1.0);
+  EXPECT_DOUBLE_EQ(config.l2, 0.5);
+  EXPECT_EQ(config.index_base, "1");
+  EXPECT_EQ(config.seed, 42u);
+  EXPECT_EQ(config.out, "runs/toml");
+  EXPECT_EQ(config.epochs, 1);  // not in the file: default
+  EXPECT_TRUE(Validate(config).ok()) << Validate(config);
+}
+
+TEST(JobConfigTest, ConfigFlagNamesTheJobFile) {
+  const std::string path = WriteFile("by_flag.job", "epochs = 9\n");
+  JobConfig config;
+  ASSERT_TRUE(Parse({"--config", path}, &config).ok());
+  EXPECT_EQ(config.epochs, 9);
+}
+
+TEST(JobConfigTest, FlagsWinOverTheJobFileWhereverTheyAppear) {
+  const std::string path = WriteFile("override.toml", "workers = 4\nepochs = 3\nlr = 0.5\n");
+  JobConfig config;
+  ASSERT_TRUE(Parse({"--workers", "8", path, "--lr=0.25"}, &config).ok());
+  EXPECT_EQ(config.workers, 8);
+  EXPECT_DOUBLE_EQ(config.learning_rate, 0.25);
+  EXPECT_EQ(config.epochs, 3);
+}
+
+TEST(JobConfigTest, UnknownKeyIsAnErrorWithFileAndLine) {
+  const std::string path = WriteFile("unknown.toml", "workers = 4\nbatch_size = 8\nfoo = 1\n");
+  JobConfig config;
+  absl::StatusOr<CommandLineAction> action = Parse({path}, &config);
+  ASSERT_FALSE(action.ok());
+  EXPECT_EQ(action.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Message(action.status()),
+            absl::StrCat(path, ":2: unknown key 'batch_size' (did you mean 'batch-size'?)\n", path,
+                         ":3: unknown key 'foo'"));
+}
+
+TEST(JobConfigTest, WrongTypeIsAnErrorWithFileAndLine) {
+  const std::string path = WriteFile("type.toml", "\nservers = \"two\"\n");
+  JobConfig config;
+  absl::StatusOr<CommandLineAction> action = Parse({path}, &config);
+  ASSERT_FALSE(action.ok());
+  EXPECT_EQ(Message(action.status()),
+            absl::StrCat(path, ":2: servers: expected an integer, got a string"));
+}
+
+TEST(JobConfigTest, WrongTypeIsAnErrorEvenWhenAFlagOverridesIt) {
+  const std::string path = WriteFile("type_overridden.toml", "sync = 3\n");
+  JobConfig config;
+  absl::StatusOr<CommandLineAction> action = Parse({"--sync", "asp", path}, &config);
+  ASSERT_FALSE(action.ok());
+  EXPECT_THAT(Message(action.status()), HasSubstr("sync: expected a string, got an integer"));
+}
+
+TEST(JobConfigTest, OutOfRangeIntegerIsAnError) {
+  const std::string path = WriteFile("range.toml", "workers = 10000000000\n");
+  JobConfig config;
+  absl::StatusOr<CommandLineAction> action = Parse({path}, &config);
+  ASSERT_FALSE(action.ok());
+  EXPECT_THAT(Message(action.status()),
+              HasSubstr(":1: workers: value 10000000000 is out of range"));
+}
+
+TEST(JobConfigTest, TomlSyntaxErrorNamesFileAndLine) {
+  const std::string path = WriteFile("syntax.toml", "servers = 2\nworkers = = 3\n");
+  JobConfig config;
+  absl::StatusOr<CommandLineAction> action = Parse({path}, &config);
+  ASSERT_FALSE(action.ok());
+  EXPECT_THAT(Message(action.status()), StartsWith(absl::StrCat(path, ":2: ")));
+}
+
+TEST(JobConfigTest, MissingJobFileIsAnError) {
+  JobConfig config;
+  absl::StatusOr<CommandLineAction> action = Parse({"/nonexistent/job.toml"}, &config);
+  ASSERT_FALSE(action.ok());
+  EXPECT_THAT(Message(action.status()), HasSubstr("/nonexistent/job.toml"));
+}
+
+TEST(JobConfigTest, JobFileMayBeGivenOnlyOnce) {
+  const std::string path = WriteFile("once.toml", "");
+  JobConfig config;
+  EXPECT_FALSE(Parse({"--config", path, path}, &config).ok());
+}
+
+TEST(JobConfigTest, AddingTheFlagsTwiceIsAnError) {
+  CLI::App app;
+  JobConfig config;
+  ASSERT_TRUE(AddJobFlags(app, &config).ok());
+  EXPECT_FALSE(AddJobFlags(app, &config).ok());
+}
+
+struct ValidateCase {
+  std::string name;
+  std::function<void(JobConfig&)> change;
+  std::string message;
+};
+
+void PrintTo(const ValidateCase& c, std::ostream* os) { *os << c.name; }
+
+class ValidateTest : public ::testing::TestWithParam<ValidateCase> {};
+
+TEST_P(ValidateTest, RejectsTheBadValueNamingFlagAndValue) {
+  JobConfig config;
+  GetParam().change(config);
+  const absl::Status status = Validate(config);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), GetParam().message);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryCheck, ValidateTest,
+    ::testing::Values(
+        ValidateCase{"servers", [](JobConfig& c) { c.servers = 0; }, "--servers=0: must be >= 1"},
+        ValidateCase{"workers", [](JobConfig& c) { c.workers = -1; }, "--workers=-1: must be >= 1"},
+        ValidateCase{"sync_name", [](JobConfig& c) { c.sync = "bulk"; },
+                     "--sync='bulk': must be bsp, asp or ssp:S with an integer staleness S >= 0"},
+        ValidateCase{"sync_negative", [](JobConfig& c) { c.sync = "ssp:-1"; },
+                     "--sync='ssp:-1': must be bsp, asp or ssp:S with an integer staleness S >= 0"},
+        ValidateCase{"sync_empty", [](JobConfig& c) { c.sync = "ssp:"; },
+                     "--sync='ssp:': must be bsp, asp or ssp:S with an integer staleness S >= 0"},
+        ValidateCase{"sync_text", [](JobConfig& c) { c.sync = "ssp:x"; },
+                     "--sync='ssp:x': must be bsp, asp or ssp:S with an integer staleness S >= 0"},
+        ValidateCase{"model", [](JobConfig& c) { c.model = "mlp"; },
+                     "--model='mlp': must be one of logreg, softmax"},
+        ValidateCase{"classes",
+                     [](JobConfig& c) {
+                       c.model = "softmax";
+                       c.classes = 1;
+                     },
+                     "--classes=1: must be >= 2"},
+        ValidateCase{"classes_logreg", [](JobConfig& c) { c.classes = 10; },
+                     "--classes=10: needs --model softmax (logreg is binary)"},
+        ValidateCase{"format", [](JobConfig& c) { c.format = "json"; },
+                     "--format='json': must be one of auto, libsvm, csv"},
+        ValidateCase{"index_base", [](JobConfig& c) { c.index_base = "2"; },
+                     "--index-base='2': must be one of auto, 0, 1"},
+        ValidateCase{"epochs", [](JobConfig& c) { c.epochs = 0; }, "--epochs=0: must be >= 1"},
+        ValidateCase{"batch_size", [](JobConfig& c) { c.batch_size = 0; },
+                     "--batch-size=0: must be >= 1"},
+        ValidateCase{"optimizer", [](JobConfig& c) { c.optimizer = "rmsprop"; },
+                     "--optimizer='rmsprop': must be one of sgd, adagrad, adam"},
+        ValidateCase{"lr", [](JobConfig& c) { c.learning_rate = 0; },
+                     "--lr=0: must be a positive number"},
+        ValidateCase{"lr_nan", [](JobConfig& c) { c.learning_rate = std::nan(""); },
+                     "--lr=nan: must be a positive number"},
+        ValidateCase{"l2", [](JobConfig& c) { c.l2 = -0.5; }, "--l2=-0.5: must be a number >= 0"},
+        ValidateCase{"out", [](JobConfig& c) { c.out = ""; }, "--out='': must name a directory"},
+        ValidateCase{"log_every", [](JobConfig& c) { c.log_every = 0; },
+                     "--log-every=0: must be >= 1"},
+        ValidateCase{"request_timeout", [](JobConfig& c) { c.request_timeout_s = -1; },
+                     "--request-timeout=-1: must be a positive number"},
+        ValidateCase{"heartbeat_interval", [](JobConfig& c) { c.heartbeat_interval_s = 0; },
+                     "--heartbeat-interval=0: must be a positive number"},
+        ValidateCase{"heartbeat_timeout", [](JobConfig& c) { c.heartbeat_timeout_s = 0; },
+                     "--heartbeat-timeout=0: must be a positive number"},
+        ValidateCase{"heartbeat_order", [](JobConfig& c) { c.heartbeat_timeout_s = 0.5; },
+                     "--heartbeat-timeout=0.5: must be more than --heartbeat-interval (0.5)"},
+        ValidateCase{"gen_rows", [](JobConfig& c) { c.gen_rows = 0; },
+                     "--gen-rows=0: must be >= 1"},
+        ValidateCase{"gen_test_rows", [](JobConfig& c) { c.gen_test_rows = -1; },
+                     "--gen-test-rows=-1: must be >= 0"},
+        ValidateCase{"gen_features", [](JobConfig& c) { c.gen_features = 0; },
+                     "--gen-features=0: must be >= 1"},
+        ValidateCase{"gen_nnz", [](JobConfig& c) { c.gen_nnz = 0; }, "--gen-nnz=0: must be >= 1"},
+        ValidateCase{"gen_nnz_above_features", [](JobConfig& c) { c.gen_nnz = 20000; },
+                     "--gen-nnz=20000: must be <= --gen-features (10000)"},
+        ValidateCase{"train_missing", [](JobConfig& c) { c.train = "/nonexistent/train.svm"; },
+                     "--train=/nonexistent/train.svm: cannot read: No such file or directory"},
+        ValidateCase{"train_directory", [](JobConfig& c) { c.train = "/tmp"; },
+                     "--train=/tmp: not a regular file"},
+        ValidateCase{"test_without_train", [](JobConfig& c) { c.test = "/etc/passwd"; },
+                     "--test=/etc/passwd: needs --train (synthetic data brings its own test "
+                     "set)"},
+        ValidateCase{"test_missing",
+                     [](JobConfig& c) {
+                       c.train = "/etc/passwd";
+                       c.test = "/nonexistent/test.svm";
+                     },
+                     "--test=/nonexistent/test.svm: cannot read: No such file or directory"}),
+    [](const ::testing::TestParamInfo<ValidateCase>& info) { return info.param.name; });
+
+TEST(JobConfigTest, ValidateAcceptsTheSyncForms) {
+  JobConfig config;
+  for (const char* sync : {"bsp", "asp", "ssp:0", "ssp:12"}) {
+    config.sync = sync;
+    EXPECT_TRUE(Validate(config).ok()) << sync;
+  }
+}
+
+}  // namespace
+}  // namespace syncline

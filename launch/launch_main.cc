@@ -1,0 +1,277 @@
+// syncline-launch: starts a Syncline job on this machine: the coordinator (in this process),
+// the parameter servers and the workers (as child processes), shows progress, and writes the
+// run's metrics.csv and summary.json. If any process fails it stops the others and exits
+// non-zero with the reason.
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "core/coordinator.h"
+#include "core/log.h"
+#include "core/zmq_transport.h"
+#include "launch/job_config.h"
+#include "launch/process_group.h"
+#include "launch/run_report.h"
+#include "tools/synthetic.h"
+
+namespace syncline {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::atomic<int> g_signal{0};
+void OnSignal(int sig) { g_signal.store(sig); }
+
+// The staleness bound of a --sync value (already validated): 0 BSP, -1 ASP, s SSP(s).
+int64_t StalenessOf(const std::string& sync) {
+  if (sync == "bsp") return 0;
+  if (sync == "asp") return -1;
+  int64_t s = 0;
+  (void)absl::SimpleAtoi(sync.substr(4), &s);
+  return s;
+}
+
+fs::path BinaryDir() {
+  if (const char* dir = std::getenv("SYNCLINE_BIN_DIR"); dir != nullptr && *dir) return dir;
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path(".") : self.parent_path();
+}
+
+// Binaries sit in their folder's build directory (build/ps/syncline-ps) or all in one
+// installed bin/ directory.
+std::string FindBinary(const std::string& name, const std::string& subdir) {
+  const fs::path dir = BinaryDir();
+  for (const fs::path& p : {dir / name, dir.parent_path() / subdir / name}) {
+    if (fs::exists(p)) return p.string();
+  }
+  return (dir / name).string();
+}
+
+absl::Status GenerateData(JobConfig& job) {
+  const fs::path data = fs::path(job.out) / "data";
+  std::error_code ec;
+  fs::create_directories(data, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrFormat("cannot create %s", data.string()));
+  SyntheticOptions o;
+  o.rows = job.gen_rows;
+  o.test_rows = job.gen_test_rows;
+  o.features = job.gen_features;
+  o.nnz = job.gen_nnz;
+  o.classes = job.classes;
+  o.seed = job.seed;
+  job.train = (data / "train.libsvm").string();
+  std::ofstream train(job.train);
+  std::ofstream test;
+  if (job.gen_test_rows > 0) {
+    job.test = (data / "test.libsvm").string();
+    test.open(job.test);
+  }
+  if (!train || (job.gen_test_rows > 0 && !test)) {
+    return absl::PermissionDeniedError(absl::StrFormat("cannot write data into %s", data.string()));
+  }
+  auto summary = WriteSynthetic(o, train, job.gen_test_rows > 0 ? &test : nullptr);
+  if (!summary.ok()) return summary.status();
+  std::cerr << absl::StrFormat(
+      "generated %d training and %d test examples (%d features, seed %d) in %s\n",
+      summary->train_rows, summary->test_rows, o.features, o.seed, data.string());
+  return absl::OkStatus();
+}
+
+std::vector<std::string> WorkerArgs(const JobConfig& job, const std::string& coordinator,
+                                    int rank) {
+  std::vector<std::string> a = {FindBinary("syncline-worker", "worker"),
+                                "--coordinator",
+                                coordinator,
+                                "--rank",
+                                std::to_string(rank),
+                                "--workers",
+                                std::to_string(job.workers),
+                                "--train",
+                                job.train,
+                                "--format",
+                                job.format,
+                                "--index-base",
+                                job.index_base,
+                                "--model",
+                                job.model,
+                                "--classes",
+                                std::to_string(job.classes),
+                                "--epochs",
+                                std::to_string(job.epochs),
+                                "--batch-size",
+                                std::to_string(job.batch_size),
+                                "--optimizer",
+                                job.optimizer,
+                                "--lr",
+                                absl::StrFormat("%.9g", job.learning_rate),
+                                "--l2",
+                                absl::StrFormat("%.9g", job.l2),
+                                "--seed",
+                                std::to_string(job.seed),
+                                "--log-every",
+                                std::to_string(job.log_every),
+                                "--request-timeout",
+                                absl::StrFormat("%g", job.request_timeout_s)};
+  if (!job.test.empty()) {
+    a.insert(a.end(),
+             {"--test", job.test, "--dump-params", (fs::path(job.out) / "params.tsv").string()});
+  }
+  return a;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app(
+      "syncline-launch: runs a Syncline training job on this machine.\n"
+      "Starts the coordinator, --servers parameter servers and --workers workers, shows progress,\n"
+      "and writes OUT/metrics.csv and OUT/summary.json. Options may also come from a TOML job\n"
+      "file (keys are the flag names without dashes); flags win over the file.\n"
+      "Without --train it generates synthetic data (see the --gen-* flags).\n\n"
+      "Example:\n"
+      "  syncline-launch --servers 2 --workers 2 --sync bsp --model logreg \\\n"
+      "      --train a.libsvm --test b.libsvm --epochs 3 --out runs/x\n");
+  JobConfig job;
+  if (auto s = AddJobFlags(app, &job); !s.ok()) {
+    std::cerr << "syncline-launch: " << s.message() << "\n";
+    return 2;
+  }
+  auto action = ParseJobCommandLine(argc, argv, app, &job);
+  if (!action.ok()) {
+    std::cerr << "syncline-launch: " << action.status().message()
+              << "\nRun with --help for usage.\n";
+    return 2;
+  }
+  if (*action == CommandLineAction::kShowHelp) {
+    std::cout << app.help();
+    return 0;
+  }
+  if (auto s = Validate(job); !s.ok()) {
+    std::cerr << "syncline-launch: " << s.message() << "\n";
+    return 2;
+  }
+  SetLogTag("launch");
+  std::error_code ec;
+  fs::create_directories(job.out, ec);
+  if (ec) {
+    std::cerr << "syncline-launch: cannot create --out " << job.out << ": " << ec.message() << "\n";
+    return 2;
+  }
+  if (job.train.empty()) {
+    if (auto s = GenerateData(job); !s.ok()) {
+      std::cerr << "syncline-launch: " << s.message() << "\n";
+      return 2;
+    }
+  }
+
+  RunReport report(job, isatty(STDERR_FILENO) != 0);
+  if (auto s = report.Open(); !s.ok()) {
+    std::cerr << "syncline-launch: " << s.message() << "\n";
+    return 2;
+  }
+
+  ZmqTransport transport;
+  CoordinatorOptions coordinator_options;
+  coordinator_options.num_servers = job.servers;
+  coordinator_options.num_workers = job.workers;
+  coordinator_options.staleness = StalenessOf(job.sync);
+  coordinator_options.heartbeat_interval = absl::Seconds(job.heartbeat_interval_s);
+  coordinator_options.heartbeat_timeout = absl::Seconds(job.heartbeat_timeout_s);
+  coordinator_options.evaluate = !job.test.empty();
+  auto coordinator =
+      Coordinator::Create(transport, "tcp://127.0.0.1:0", coordinator_options, &report);
+  if (!coordinator.ok()) {
+    std::cerr << "syncline-launch: " << coordinator.status().message() << "\n";
+    return 1;
+  }
+
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  ProcessGroup group([&report](std::string_view label, OutputStream, std::string_view line) {
+    report.ChildLine(label, line);
+  });
+  std::atomic<bool> job_done{false};
+  absl::Status job_status;
+  const absl::Time start = absl::Now();
+  std::thread run([&] {
+    job_status = (*coordinator)->Run();
+    job_done.store(true);
+  });
+
+  std::string failure;
+  int failure_code = 1;
+  const std::string& address = (*coordinator)->address();
+  for (int r = 0; r < job.servers && failure.empty(); ++r) {
+    ProcessSpec spec{
+        "ps" + std::to_string(r),
+        {FindBinary("syncline-ps", "ps"), "--coordinator", address, "--rank", std::to_string(r)}};
+    if (auto pid = group.Start(spec); !pid.ok()) failure = std::string(pid.status().message());
+  }
+  for (int r = 0; r < job.workers && failure.empty(); ++r) {
+    ProcessSpec spec{"w" + std::to_string(r), WorkerArgs(job, address, r)};
+    if (auto pid = group.Start(spec); !pid.ok()) failure = std::string(pid.status().message());
+  }
+  if (!failure.empty()) (*coordinator)->Abort(failure);
+
+  std::vector<ExitEvent> exited;
+  while (!job_done.load()) {
+    exited.clear();
+    (void)group.Poll(absl::Milliseconds(200), &exited);
+    for (const ExitEvent& e : exited) {
+      if (!e.success() && failure.empty()) {
+        failure = DescribeExit(e);
+        if (e.exit_code == 2) failure_code = 2;  // bad input, as the child reported
+        (*coordinator)->Abort(failure);
+      }
+    }
+    if (const int sig = g_signal.load(); sig != 0 && failure.empty()) {
+      failure = absl::StrFormat("interrupted by signal %d", sig);
+      failure_code = 128 + sig;
+      (*coordinator)->Abort(failure);
+    }
+    report.DrawProgress(absl::Now() - start);
+  }
+  run.join();
+  // Nodes exit on their own after the shutdown (or the abort); give them a moment.
+  const absl::Time grace = absl::Now() + absl::Seconds(10);
+  while (group.running() > 0 && absl::Now() < grace) {
+    exited.clear();
+    (void)group.Poll(absl::Milliseconds(100), &exited);
+    for (const ExitEvent& e : exited) {
+      if (!e.success() && failure.empty() && job_status.ok()) failure = DescribeExit(e);
+    }
+  }
+  group.TerminateAll(absl::Seconds(2));
+  const absl::Duration wall = absl::Now() - start;
+  report.EndProgress();
+
+  if (!job_status.ok() && failure.empty()) failure = std::string(job_status.message());
+  if (!failure.empty()) {
+    std::cerr << "syncline-launch: job failed: " << failure << "\n";
+    (void)report.WriteSummary(wall, failure);
+    return failure_code;
+  }
+  if (auto s = report.WriteSummary(wall, ""); !s.ok()) {
+    std::cerr << "syncline-launch: " << s.message() << "\n";
+    return 1;
+  }
+  std::cout << report.SummaryText(wall);
+  return 0;
+}
+
+}  // namespace
+}  // namespace syncline
+
+int main(int argc, char** argv) { return syncline::Main(argc, argv); }

@@ -1,0 +1,281 @@
+#include "launch/run_report.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include "absl/strings/str_format.h"
+
+namespace syncline {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string JsonString(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += absl::StrFormat("\\u%04x", c);
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string JsonNumber(double v) {
+  if (!std::isfinite(v)) return "null";
+  return absl::StrFormat("%.6g", v);
+}
+
+std::string HumanBytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return absl::StrFormat("%.1f %s", b, units[u]);
+}
+
+}  // namespace
+
+RunReport::RunReport(const JobConfig& job, bool interactive)
+    : job_(job), interactive_(interactive), start_(absl::Now()) {}
+
+RunReport::~RunReport() = default;
+
+absl::Status RunReport::Open() {
+  absl::MutexLock lock(&mu_);
+  std::error_code ec;
+  fs::create_directories(fs::path(job_.out) / "logs", ec);
+  const std::string path = (fs::path(job_.out) / "metrics.csv").string();
+  metrics_.open(path, std::ios::trunc);
+  if (ec || !metrics_) return absl::PermissionDeniedError(absl::StrFormat("cannot write %s", path));
+  metrics_ << "wall_seconds,worker,clock,epoch,train_loss,examples\n";
+  metrics_.flush();
+  return absl::OkStatus();
+}
+
+void RunReport::OnStarted(const NodeTable& table) {
+  absl::MutexLock lock(&mu_);
+  for (int w = 0; w < table.num_workers; ++w) workers_[w];
+}
+
+void RunReport::OnProgress(int worker, wire::Progress::Reader p) {
+  absl::MutexLock lock(&mu_);
+  WorkerState& w = workers_[worker];
+  w.clock = p.getClock();
+  w.total_steps = p.getTotalSteps();
+  w.epoch = p.getEpoch();
+  w.loss = p.getTrainLoss();
+  metrics_ << absl::StrFormat("%.3f,%d,%d,%d,%.6g,%d\n",
+                              absl::ToDoubleSeconds(absl::Now() - start_), worker, p.getClock(),
+                              p.getEpoch(), p.getTrainLoss(), p.getExamples());
+  metrics_.flush();
+}
+
+void RunReport::OnWorkerDone(int worker, wire::WorkerStats::Reader s) {
+  absl::MutexLock lock(&mu_);
+  WorkerState& w = workers_[worker];
+  w.done = true;
+  w.steps = s.getSteps();
+  w.examples = s.getExamples();
+  w.bytes_pushed = s.getBytesPushed();
+  w.bytes_pulled = s.getBytesPulled();
+}
+
+void RunReport::OnEvaluation(int worker, wire::Evaluation::Reader e) {
+  absl::MutexLock lock(&mu_);
+  have_evaluation_ = true;
+  test_loss_ = e.getLoss();
+  test_auc_ = e.getAuc();
+  test_accuracy_ = e.getAccuracy();
+  test_examples_ = e.getExamples();
+}
+
+void RunReport::OnServerStats(int server, wire::ServerStats::Reader s) {
+  absl::MutexLock lock(&mu_);
+  server_requests_ += s.getRequests();
+  server_rejected_ += s.getRejected();
+  server_bytes_in_ += s.getBytesIn();
+  server_bytes_out_ += s.getBytesOut();
+  auto hist = s.getStalenessHistogram();
+  if (staleness_.size() < hist.size()) staleness_.resize(hist.size(), 0);
+  for (size_t i = 0; i < hist.size(); ++i) staleness_[i] += hist[i];
+}
+
+void RunReport::OnNodeDown(wire::Role role, int rank, const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  down_.push_back(reason);
+}
+
+void RunReport::ClearProgress() {
+  if (interactive_ && progress_shown_) {
+    std::cerr << "\r\033[K";
+    progress_shown_ = false;
+  }
+}
+
+void RunReport::ChildLine(std::string_view label, std::string_view line) {
+  absl::MutexLock lock(&mu_);
+  ClearProgress();
+  std::cerr << "[" << label << "] " << line << "\n";
+  auto [it, inserted] = logs_.try_emplace(std::string(label));
+  if (inserted) {
+    it->second.open(fs::path(job_.out) / "logs" / (std::string(label) + ".log"), std::ios::trunc);
+  }
+  if (it->second) it->second << line << "\n";
+}
+
+std::string RunReport::ProgressText(absl::Duration elapsed) {
+  int64_t done = 0, total = 0;
+  double loss = 0;
+  int reporting = 0, epoch = 0;
+  for (const auto& [rank, w] : workers_) {
+    done += w.clock;
+    total += w.total_steps;
+    epoch = std::max(epoch, w.epoch);
+    if (w.clock > 0) {
+      loss += w.loss;
+      ++reporting;
+    }
+  }
+  const double seconds = absl::ToDoubleSeconds(elapsed);
+  std::string text = absl::StrFormat("[%s] %.1fs", job_.sync, seconds);
+  if (total > 0) {
+    const double rate = seconds > 0 ? done / seconds : 0;
+    text += absl::StrFormat("  epoch %d/%d  steps %d/%d (%.0f%%)  %.0f steps/s", epoch, job_.epochs,
+                            done, total, 100.0 * done / total, rate);
+    if (reporting > 0) text += absl::StrFormat("  train loss %.4f", loss / reporting);
+    if (rate > 0 && done < total) text += absl::StrFormat("  ETA %.0fs", (total - done) / rate);
+  } else {
+    text += "  starting...";
+  }
+  return text;
+}
+
+void RunReport::DrawProgress(absl::Duration elapsed) {
+  absl::MutexLock lock(&mu_);
+  if (interactive_) {
+    std::cerr << "\r\033[K" << ProgressText(elapsed) << std::flush;
+    progress_shown_ = true;
+  } else if (absl::Now() - last_log_line_ >= absl::Seconds(5)) {
+    std::cerr << ProgressText(elapsed) << "\n";
+    last_log_line_ = absl::Now();
+  }
+}
+
+void RunReport::EndProgress() {
+  absl::MutexLock lock(&mu_);
+  ClearProgress();
+}
+
+absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& failure) {
+  absl::MutexLock lock(&mu_);
+  int64_t steps = 0, max_steps = 0;
+  uint64_t pushed = 0, pulled = 0, examples = 0;
+  double final_loss = 0;
+  int reporting = 0;
+  for (const auto& [rank, w] : workers_) {
+    steps += w.steps;
+    max_steps = std::max(max_steps, w.steps);
+    pushed += w.bytes_pushed;
+    pulled += w.bytes_pulled;
+    examples += w.examples;
+    if (w.clock > 0) {
+      final_loss += w.loss;
+      ++reporting;
+    }
+  }
+  uint64_t reads = 0, sum = 0;
+  int64_t max_staleness = 0;
+  for (size_t i = 0; i < staleness_.size(); ++i) {
+    reads += staleness_[i];
+    sum += staleness_[i] * i;
+    if (staleness_[i] > 0) max_staleness = static_cast<int64_t>(i);
+  }
+  std::ostringstream j;
+  j << "{\n";
+  j << "  \"status\": " << JsonString(failure.empty() ? "ok" : "failed") << ",\n";
+  if (!failure.empty()) j << "  \"error\": " << JsonString(failure) << ",\n";
+  j << "  \"sync\": " << JsonString(job_.sync) << ",\n";
+  j << "  \"servers\": " << job_.servers << ",\n";
+  j << "  \"workers\": " << job_.workers << ",\n";
+  j << "  \"model\": " << JsonString(job_.model) << ",\n";
+  j << "  \"optimizer\": " << JsonString(job_.optimizer) << ",\n";
+  j << "  \"learning_rate\": " << JsonNumber(job_.learning_rate) << ",\n";
+  j << "  \"batch_size\": " << job_.batch_size << ",\n";
+  j << "  \"seed\": " << job_.seed << ",\n";
+  j << "  \"train\": " << JsonString(job_.train) << ",\n";
+  j << "  \"test\": " << JsonString(job_.test) << ",\n";
+  j << "  \"epochs\": " << job_.epochs << ",\n";
+  j << "  \"steps\": " << steps << ",\n";
+  j << "  \"steps_per_worker\": " << max_steps << ",\n";
+  j << "  \"examples\": " << examples << ",\n";
+  j << "  \"wall_seconds\": " << JsonNumber(absl::ToDoubleSeconds(wall)) << ",\n";
+  j << "  \"train_loss\": " << (reporting ? JsonNumber(final_loss / reporting) : "null") << ",\n";
+  j << "  \"test_examples\": " << test_examples_ << ",\n";
+  j << "  \"test_loss\": " << (have_evaluation_ ? JsonNumber(test_loss_) : "null") << ",\n";
+  if (job_.model == "logreg") {
+    j << "  \"test_auc\": " << (have_evaluation_ ? JsonNumber(test_auc_) : "null") << ",\n";
+  }
+  j << "  \"test_accuracy\": " << (have_evaluation_ ? JsonNumber(test_accuracy_) : "null") << ",\n";
+  j << "  \"bytes_pushed\": " << pushed << ",\n";
+  j << "  \"bytes_pulled\": " << pulled << ",\n";
+  j << "  \"server_bytes_in\": " << server_bytes_in_ << ",\n";
+  j << "  \"server_bytes_out\": " << server_bytes_out_ << ",\n";
+  j << "  \"server_requests\": " << server_requests_ << ",\n";
+  j << "  \"server_rejected\": " << server_rejected_ << ",\n";
+  j << "  \"max_staleness_served\": " << max_staleness << ",\n";
+  j << "  \"mean_staleness_served\": " << JsonNumber(reads ? static_cast<double>(sum) / reads : 0.0)
+    << ",\n";
+  j << "  \"nodes_down\": [";
+  for (size_t i = 0; i < down_.size(); ++i) j << (i ? ", " : "") << JsonString(down_[i]);
+  j << "]\n}\n";
+  const std::string path = (fs::path(job_.out) / "summary.json").string();
+  std::ofstream out(path, std::ios::trunc);
+  out << j.str();
+  if (!out) return absl::PermissionDeniedError(absl::StrFormat("cannot write %s", path));
+  return absl::OkStatus();
+}
+
+std::string RunReport::SummaryText(absl::Duration wall) {
+  absl::MutexLock lock(&mu_);
+  int64_t steps = 0;
+  uint64_t pushed = 0, pulled = 0;
+  for (const auto& [rank, w] : workers_) {
+    steps += w.steps;
+    pushed += w.bytes_pushed;
+    pulled += w.bytes_pulled;
+  }
+  std::string s = absl::StrFormat(
+      "Syncline run finished: %s, %d servers, %d workers, model %s\n"
+      "  %d steps in %.2f s (%.0f steps/s)\n"
+      "  pushed %s, pulled %s\n",
+      job_.sync, job_.servers, job_.workers, job_.model, steps, absl::ToDoubleSeconds(wall),
+      steps / std::max(1e-9, absl::ToDoubleSeconds(wall)), HumanBytes(pushed), HumanBytes(pulled));
+  if (have_evaluation_) {
+    s += absl::StrFormat("  test: %d examples, loss %.4f", test_examples_, test_loss_);
+    if (test_auc_ >= 0) s += absl::StrFormat(", AUC %.4f", test_auc_);
+    if (test_accuracy_ >= 0) s += absl::StrFormat(", accuracy %.4f", test_accuracy_);
+    s += "\n";
+  }
+  s += absl::StrFormat("  results: %s/summary.json, %s/metrics.csv\n", job_.out, job_.out);
+  return s;
+}
+
+}  // namespace syncline

@@ -1,0 +1,92 @@
+// RunReport: what a user sees of a job and what it leaves behind. It observes the coordinator
+// (progress, results, failures), forwards the children's log lines with a "[w1]" prefix (also
+// into OUT/logs/), keeps a live progress line, and writes OUT/metrics.csv as reports arrive and
+// OUT/summary.json at the end.
+//
+// Thread-safety: the CoordinatorObserver callbacks come from the coordinator's thread; the
+// other methods from the launcher's main thread. State shared by both is guarded by mu_.
+#ifndef SYNCLINE_LAUNCH_RUN_REPORT_H_
+#define SYNCLINE_LAUNCH_RUN_REPORT_H_
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/coordinator.h"
+#include "launch/job_config.h"
+
+namespace syncline {
+
+class RunReport : public CoordinatorObserver {
+ public:
+  RunReport(const JobConfig& job, bool interactive);
+  ~RunReport() override;
+
+  // Creates OUT/metrics.csv and OUT/logs/.
+  absl::Status Open();
+
+  void OnStarted(const NodeTable& table) override;
+  void OnProgress(int worker, wire::Progress::Reader progress) override;
+  void OnWorkerDone(int worker, wire::WorkerStats::Reader stats) override;
+  void OnEvaluation(int worker, wire::Evaluation::Reader evaluation) override;
+  void OnServerStats(int server, wire::ServerStats::Reader stats) override;
+  void OnNodeDown(wire::Role role, int rank, const std::string& reason) override;
+
+  // A line a child printed.
+  void ChildLine(std::string_view label, std::string_view line);
+  // Redraws the progress line (a terminal) or prints one now and then (a log).
+  void DrawProgress(absl::Duration elapsed);
+  void EndProgress();
+
+  // Writes OUT/summary.json; `failure` is empty for a successful run.
+  absl::Status WriteSummary(absl::Duration wall, const std::string& failure);
+  // The closing summary printed on stdout.
+  std::string SummaryText(absl::Duration wall);
+
+ private:
+  struct WorkerState {
+    int64_t clock = 0;
+    int64_t total_steps = 0;
+    int epoch = 0;
+    double loss = 0;
+    bool done = false;
+    uint64_t examples = 0;
+    uint64_t bytes_pushed = 0;
+    uint64_t bytes_pulled = 0;
+    int64_t steps = 0;
+  };
+  std::string ProgressText(absl::Duration elapsed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ClearProgress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const JobConfig job_;
+  const bool interactive_;
+  const absl::Time start_;
+
+  absl::Mutex mu_;
+  std::ofstream metrics_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::ofstream> logs_ ABSL_GUARDED_BY(mu_);
+  std::map<int, WorkerState> workers_ ABSL_GUARDED_BY(mu_);
+  bool have_evaluation_ ABSL_GUARDED_BY(mu_) = false;
+  double test_loss_ ABSL_GUARDED_BY(mu_) = 0;
+  double test_auc_ ABSL_GUARDED_BY(mu_) = -1;
+  double test_accuracy_ ABSL_GUARDED_BY(mu_) = -1;
+  uint64_t test_examples_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<uint64_t> staleness_ ABSL_GUARDED_BY(mu_);
+  uint64_t server_requests_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t server_rejected_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t server_bytes_in_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t server_bytes_out_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> down_ ABSL_GUARDED_BY(mu_);
+  bool progress_shown_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_log_line_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_LAUNCH_RUN_REPORT_H_

@@ -1,0 +1,172 @@
+#include "worker/kv_client.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "core/inproc_transport.h"
+#include "ps/server.h"
+
+namespace syncline {
+namespace {
+
+absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
+
+// Servers on their own threads, as in a real job, over the in-process transport.
+class Cluster {
+ public:
+  Cluster(int servers, int workers, int64_t staleness) {
+    for (int s = 0; s < servers; ++s) {
+      endpoints_.push_back(*transport_.CreateEndpoint("ps" + std::to_string(s)));
+      ServerOptions o{
+          .rank = s, .num_servers = servers, .num_workers = workers, .staleness = staleness};
+      servers_.push_back(std::make_unique<ParameterServer>(endpoints_.back().get(), o));
+      ids_.push_back("ps" + std::to_string(s));
+    }
+    for (auto& server : servers_) {
+      threads_.emplace_back([this, s = server.get()] {
+        while (!stop_.load()) ASSERT_TRUE(s->ServeUntil(absl::Now() + absl::Milliseconds(10)).ok());
+      });
+    }
+  }
+  ~Cluster() {
+    stop_.store(true);
+    for (auto& t : threads_) t.join();
+  }
+  std::unique_ptr<Endpoint> WorkerEndpoint(int rank) {
+    return *transport_.CreateEndpoint("w" + std::to_string(rank));
+  }
+  KVClientOptions ClientOptions(int rank) const {
+    KVClientOptions o;
+    o.rank = rank;
+    o.server_ids = ids_;
+    return o;
+  }
+
+ private:
+  InprocTransport transport_;
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;
+  std::vector<std::unique_ptr<ParameterServer>> servers_;
+  std::vector<std::string> ids_;
+  std::vector<std::thread> threads_;
+  std::atomic<bool> stop_{false};
+};
+
+TableConfig Sparse(uint32_t id, uint32_t dim) {
+  TableConfig c;
+  c.id = id;
+  c.dense = false;
+  c.dim = dim;
+  c.optimizer.learning_rate = 1.0f;
+  return c;
+}
+
+TableConfig Dense(uint32_t id, uint64_t keys) {
+  TableConfig c;
+  c.id = id;
+  c.dense = true;
+  c.num_keys = keys;
+  c.optimizer.learning_rate = 1.0f;
+  return c;
+}
+
+TEST(KVClientTest, SparsePushPullAcrossShards) {
+  Cluster cluster(3, 1, -1);
+  auto ep = cluster.WorkerEndpoint(0);
+  KVClient client(ep.get(), cluster.ClientOptions(0));
+  ASSERT_TRUE(client.DeclareTable(Sparse(1, 2), Soon()).ok());
+  std::vector<uint64_t> keys = {3, 99, 12345678901, 7, 42};
+  std::vector<float> grads;
+  for (size_t i = 0; i < keys.size(); ++i) grads.insert(grads.end(), {float(i), -float(i)});
+  auto push = client.Push(1, keys, grads, 0, 1.0f);
+  ASSERT_TRUE(push.ok());
+  ASSERT_TRUE(client.Wait(*push, Soon()).ok());
+  std::vector<float> out(keys.size() * 2);
+  auto pull = client.Pull(1, keys, out, 0);
+  ASSERT_TRUE(pull.ok());
+  ASSERT_TRUE(client.Wait(*pull, Soon()).ok());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(out[2 * i], -float(i)) << "key " << keys[i];
+    EXPECT_EQ(out[2 * i + 1], float(i));
+  }
+}
+
+TEST(KVClientTest, LargeDenseRangesAreSplitIntoPiecesAndReassembled) {
+  Cluster cluster(2, 1, -1);
+  auto ep = cluster.WorkerEndpoint(0);
+  KVClientOptions o = cluster.ClientOptions(0);
+  o.max_piece_bytes = 4096;  // many pieces per shard
+  KVClient client(ep.get(), o);
+  constexpr uint64_t kKeys = 100003;
+  ASSERT_TRUE(client.DeclareTable(Dense(2, kKeys), Soon()).ok());
+  std::vector<float> grads(kKeys), out(kKeys, 7.0f);
+  for (uint64_t i = 0; i < kKeys; ++i) grads[i] = static_cast<float>(i % 1000);
+  auto t = client.PushPullDense(2, 0, grads, out, 0, 2.0f);
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE(client.Wait(*t, Soon()).ok());
+  for (uint64_t i = 0; i < kKeys; i += 997) ASSERT_EQ(out[i], -static_cast<float>(i % 1000) / 2);
+  // A sub-range that straddles the shard boundary.
+  std::vector<float> part(10);
+  auto p = client.PullDense(2, kKeys / 2 - 5, part, 0);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(client.Wait(*p, Soon()).ok());
+  EXPECT_EQ(part[5], -static_cast<float>((kKeys / 2) % 1000) / 2);
+  EXPECT_GT(client.bytes_pushed(), kKeys * sizeof(float));
+}
+
+TEST(KVClientTest, ServerErrorsNameTheServer) {
+  Cluster cluster(1, 1, -1);
+  auto ep = cluster.WorkerEndpoint(0);
+  KVClient client(ep.get(), cluster.ClientOptions(0));
+  TableConfig c = Sparse(1, 1);
+  c.num_keys = 10;
+  ASSERT_TRUE(client.DeclareTable(c, Soon()).ok());
+  std::vector<uint64_t> keys = {11};
+  std::vector<float> out(1);
+  auto t = client.Pull(1, keys, out, 0);
+  ASSERT_TRUE(t.ok());
+  absl::Status s = client.Wait(*t, Soon());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("ps0"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("out of range"), std::string::npos) << s;
+}
+
+TEST(KVClientTest, WaitHasADeadlineAndChecksHealth) {
+  Cluster cluster(1, 2, 0);  // BSP with a second worker that never shows up
+  auto ep = cluster.WorkerEndpoint(0);
+  KVClientOptions o = cluster.ClientOptions(0);
+  KVClient client(ep.get(), o);
+  ASSERT_TRUE(client.DeclareTable(Sparse(1, 1), Soon()).ok());
+  ASSERT_TRUE(client.Clock(1, 1).ok());
+  std::vector<uint64_t> keys = {1};
+  std::vector<float> out(1);
+  auto t = client.Pull(1, keys, out, 1);  // parked: worker 1 is at clock 0
+  ASSERT_TRUE(t.ok());
+  absl::Status s = client.Wait(*t, absl::Now() + absl::Milliseconds(200));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.message().find("ps0"), std::string::npos);
+
+  o.health = [] { return absl::AbortedError("job aborted"); };
+  auto ep2 = cluster.WorkerEndpoint(1);
+  KVClient other(ep2.get(), o);
+  ASSERT_TRUE(other.DeclareTable(Sparse(1, 1), Soon()).ok());
+  auto t2 = other.Pull(1, keys, out, 5);
+  ASSERT_TRUE(t2.ok());
+  EXPECT_EQ(other.Wait(*t2, Soon()).code(), absl::StatusCode::kAborted);
+}
+
+TEST(KVClientTest, RejectsMismatchedArguments) {
+  Cluster cluster(1, 1, -1);
+  auto ep = cluster.WorkerEndpoint(0);
+  KVClient client(ep.get(), cluster.ClientOptions(0));
+  ASSERT_TRUE(client.DeclareTable(Sparse(1, 2), Soon()).ok());
+  std::vector<uint64_t> keys = {1, 2};
+  std::vector<float> wrong(3);
+  EXPECT_EQ(client.Push(1, keys, wrong, 0, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client.PullDense(1, 0, wrong, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client.Pull(9, keys, wrong, 0).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace syncline

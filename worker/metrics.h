@@ -1,0 +1,35 @@
+// Quality metrics of a model on a dataset: mean log loss, AUC (binary) and accuracy.
+//
+// Thread-safety: free functions with no shared state; safe to call concurrently.
+#ifndef SYNCLINE_WORKER_METRICS_H_
+#define SYNCLINE_WORKER_METRICS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/types/span.h"
+#include "worker/dataset.h"
+#include "worker/model.h"
+
+namespace syncline {
+
+struct Evaluation {
+  double loss = 0;       // Mean log loss / cross-entropy, probabilities clamped to [1e-7, 1-1e-7].
+  double auc = -1;       // Binary models only; -1 when not computed.
+  double accuracy = -1;  // Binary (threshold 0.5) and multiclass (argmax); -1 when no examples.
+  size_t examples = 0;
+};
+
+// Area under the ROC curve of `scores` for `labels` (> 0.5 is positive), computed from ranks
+// (Mann-Whitney U) with tied scores getting their average rank; O(n log n). NaN scores rank
+// lowest. Returns 0.5 when one class is absent, as a ranking then carries no information.
+double BinaryAuc(absl::Span<const float> scores, absl::Span<const float> labels);
+
+// Evaluates `model` over all examples of `data` with the given weights (see Model for the
+// meaning of keys, rows and bias; keys normally UniqueKeys over all examples).
+Evaluation Evaluate(const Model& model, const Dataset& data, absl::Span<const uint64_t> keys,
+                    absl::Span<const float> rows, absl::Span<const float> bias);
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_WORKER_METRICS_H_

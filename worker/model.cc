@@ -1,0 +1,192 @@
+#include "worker/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace syncline {
+namespace {
+
+constexpr size_t kMissing = static_cast<size_t>(-1);
+
+// Mismatched spans are a caller's bug, not bad input: stop loudly rather than read or write out
+// of bounds.
+void CheckOrDie(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "syncline Model: %s\n", what);
+    std::abort();
+  }
+}
+
+// Index of `id` in the sorted `keys`, or kMissing.
+inline size_t FindSlot(absl::Span<const uint64_t> keys, uint64_t id) {
+  const auto it = std::lower_bound(keys.begin(), keys.end(), id);
+  return it != keys.end() && *it == id ? static_cast<size_t>(it - keys.begin()) : kMissing;
+}
+
+// log(1 + exp(x)) without overflow for large x or loss of precision for very negative x.
+inline double Softplus(double x) { return std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x))); }
+
+inline double Sigmoid(double x) {
+  if (x >= 0) return 1.0 / (1.0 + std::exp(-x));
+  const double e = std::exp(x);
+  return e / (1.0 + e);
+}
+
+// A linear model z = W·x + b followed by a sigmoid (kBinary, one output) or a softmax over
+// num_outputs classes. Both share the sparse forward pass and gradient scatter, which is where the
+// time goes; only the link function differs.
+template <bool kBinary>
+class LinearModel final : public Model {
+ public:
+  explicit LinearModel(int num_outputs) : dim_(num_outputs) {}
+
+  std::string_view name() const override { return kBinary ? "logreg" : "softmax"; }
+  int row_dim() const override { return dim_; }
+  int bias_dim() const override { return dim_; }
+  bool binary() const override { return kBinary; }
+
+  double LossAndGradient(const Dataset& data, absl::Span<const uint32_t> examples,
+                         absl::Span<const uint64_t> keys, absl::Span<const float> rows,
+                         absl::Span<const float> bias, absl::Span<float> row_grads,
+                         absl::Span<float> bias_grad) const override {
+    CheckShapes(keys, rows, bias);
+    CheckOrDie(row_grads.size() == rows.size(), "row_grads.size() != rows.size()");
+    CheckOrDie(bias_grad.size() == bias.size(), "bias_grad.size() != bias_dim()");
+    Scratch scratch(dim_);
+    double loss = 0;
+    for (const uint32_t example : examples) {
+      Forward(data, example, keys, rows, bias, &scratch);
+      const size_t label = Label(data, example);
+      double* dz = scratch.z.data();  // Overwritten in place: dLoss/dz.
+      if constexpr (kBinary) {
+        const double z = dz[0];
+        loss += Softplus(z) - (label == 1 ? z : 0.0);
+        dz[0] = Sigmoid(z) - static_cast<double>(label);
+      } else {
+        const double max_z = *std::max_element(dz, dz + dim_);
+        double sum = 0;
+        for (int k = 0; k < dim_; ++k) sum += std::exp(dz[k] - max_z);
+        loss += max_z + std::log(sum) - dz[label];
+        for (int k = 0; k < dim_; ++k) dz[k] = std::exp(dz[k] - max_z) / sum;
+        dz[label] -= 1.0;
+      }
+      const uint64_t begin = data.row_offsets[example];
+      for (size_t j = 0; j < scratch.slots.size(); ++j) {
+        const size_t slot = scratch.slots[j];
+        if (slot == kMissing) continue;
+        const double value = data.values[begin + j];
+        float* grad = &row_grads[slot * dim_];
+        for (int k = 0; k < dim_; ++k) grad[k] += static_cast<float>(value * dz[k]);
+      }
+      for (int k = 0; k < dim_; ++k) bias_grad[k] += static_cast<float>(dz[k]);
+    }
+    return loss;
+  }
+
+  void Predict(const Dataset& data, absl::Span<const uint32_t> examples,
+               absl::Span<const uint64_t> keys, absl::Span<const float> rows,
+               absl::Span<const float> bias, std::vector<float>* scores) const override {
+    CheckShapes(keys, rows, bias);
+    scores->clear();
+    scores->reserve(examples.size() * dim_);
+    Scratch scratch(dim_);
+    for (const uint32_t example : examples) {
+      Forward(data, example, keys, rows, bias, &scratch);
+      const double* z = scratch.z.data();
+      if constexpr (kBinary) {
+        scores->push_back(static_cast<float>(Sigmoid(z[0])));
+      } else {
+        const double max_z = *std::max_element(z, z + dim_);
+        double sum = 0;
+        for (int k = 0; k < dim_; ++k) sum += std::exp(z[k] - max_z);
+        for (int k = 0; k < dim_; ++k) {
+          scores->push_back(static_cast<float>(std::exp(z[k] - max_z) / sum));
+        }
+      }
+    }
+  }
+
+ private:
+  // Per-call buffers, reused across the examples of the call.
+  struct Scratch {
+    explicit Scratch(int dim) : z(dim) {}
+    std::vector<double> z;      // Logits of the current example.
+    std::vector<size_t> slots;  // Row index in keys of each feature of the current example.
+  };
+
+  void CheckShapes(absl::Span<const uint64_t> keys, absl::Span<const float> rows,
+                   absl::Span<const float> bias) const {
+    CheckOrDie(rows.size() == keys.size() * dim_, "rows.size() != keys.size() * row_dim()");
+    CheckOrDie(bias.size() == static_cast<size_t>(dim_), "bias.size() != bias_dim()");
+  }
+
+  // Class index of an example; out-of-range labels are a caller's bug (ReadDataset validates
+  // them against num_classes), clamped so they cannot index out of bounds.
+  size_t Label(const Dataset& data, uint32_t example) const {
+    const float label = data.labels[example];
+    if constexpr (kBinary) return label > 0.5f ? 1 : 0;
+    if (!(label >= 0)) return 0;
+    return std::min(static_cast<size_t>(label), static_cast<size_t>(dim_ - 1));
+  }
+
+  // Fills scratch->z with the example's logits and scratch->slots with its features' rows.
+  void Forward(const Dataset& data, uint32_t example, absl::Span<const uint64_t> keys,
+               absl::Span<const float> rows, absl::Span<const float> bias, Scratch* scratch) const {
+    CheckOrDie(example < data.size(), "example index out of range");
+    double* z = scratch->z.data();
+    for (int k = 0; k < dim_; ++k) z[k] = bias[k];
+    const uint64_t begin = data.row_offsets[example];
+    const uint64_t end = data.row_offsets[example + 1];
+    scratch->slots.resize(end - begin);
+    for (uint64_t j = begin; j < end; ++j) {
+      const size_t slot = FindSlot(keys, data.ids[j]);
+      scratch->slots[j - begin] = slot;
+      if (slot == kMissing) continue;
+      const double value = data.values[j];
+      const float* row = &rows[slot * dim_];
+      for (int k = 0; k < dim_; ++k) z[k] += value * row[k];
+    }
+  }
+
+  const int dim_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string_view name, int num_classes) {
+  if (name == "logreg") {
+    if (num_classes != 2) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "model logreg is binary and needs num_classes 2, got %d (use softmax)", num_classes));
+    }
+    return std::make_unique<LinearModel<true>>(1);
+  }
+  if (name == "softmax") {
+    if (num_classes < 2) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("model softmax needs num_classes >= 2, got %d", num_classes));
+    }
+    return std::make_unique<LinearModel<false>>(num_classes);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrFormat("unknown model '%s' (known: logreg, softmax)", std::string(name)));
+}
+
+std::vector<uint64_t> UniqueKeys(const Dataset& data, absl::Span<const uint32_t> examples) {
+  std::vector<uint64_t> keys;
+  for (const uint32_t example : examples) {
+    keys.insert(keys.end(), data.ids.begin() + data.row_offsets[example],
+                data.ids.begin() + data.row_offsets[example + 1]);
+  }
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  return keys;
+}
+
+}  // namespace syncline

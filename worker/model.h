@@ -1,0 +1,63 @@
+// Models over sparse features whose weights live in two parameter-server tables: a sparse table
+// of rows (row_dim() floats per feature id) and a dense bias table (bias_dim() floats).
+//
+// A Model holds no weights: a worker pulls the rows for a batch's keys (UniqueKeys) and the bias,
+// computes loss and gradients here, and pushes the gradients back. Keys absent from `keys` are
+// treated as all-zero rows (what a server returns for a feature it has never seen) and get no
+// gradient.
+//
+// Thread-safety: Models are immutable after Create; all methods are const and may be called
+// concurrently, provided concurrent calls write to different outputs.
+#ifndef SYNCLINE_WORKER_MODEL_H_
+#define SYNCLINE_WORKER_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "worker/dataset.h"
+
+namespace syncline {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // name: "logreg" (binary logistic regression, row_dim 1, bias_dim 1; num_classes must be 2) or
+  // "softmax" (multiclass, row_dim K, bias_dim K, K = num_classes >= 2).
+  // Unknown names and bad class counts are InvalidArgument.
+  static absl::StatusOr<std::unique_ptr<Model>> Create(std::string_view name, int num_classes);
+
+  virtual std::string_view name() const = 0;
+  virtual int row_dim() const = 0;
+  virtual int bias_dim() const = 0;
+  // True when Predict returns one score, P(y=1), per example (logreg); false when it returns
+  // row_dim() class probabilities per example (softmax, even with 2 classes).
+  virtual bool binary() const = 0;
+
+  // Returns the sum over `examples` (indices into data) of the per-example loss (log loss /
+  // cross-entropy, computed in log space so it never overflows) at the given weights.
+  // keys: sorted unique feature ids, normally covering every feature of the examples (as from
+  // UniqueKeys); rows: keys.size()*row_dim() weights aligned with keys; bias: bias_dim() floats.
+  // ADDS the sum of the per-example gradients into row_grads (aligned with rows) and bias_grad.
+  virtual double LossAndGradient(const Dataset& data, absl::Span<const uint32_t> examples,
+                                 absl::Span<const uint64_t> keys, absl::Span<const float> rows,
+                                 absl::Span<const float> bias, absl::Span<float> row_grads,
+                                 absl::Span<float> bias_grad) const = 0;
+
+  // Replaces *scores with per-example scores, in the order of `examples`: binary() → P(y=1), one
+  // float per example; otherwise row_dim() class probabilities per example.
+  virtual void Predict(const Dataset& data, absl::Span<const uint32_t> examples,
+                       absl::Span<const uint64_t> keys, absl::Span<const float> rows,
+                       absl::Span<const float> bias, std::vector<float>* scores) const = 0;
+};
+
+// Sorted unique feature ids of the given examples.
+std::vector<uint64_t> UniqueKeys(const Dataset& data, absl::Span<const uint32_t> examples);
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_WORKER_MODEL_H_

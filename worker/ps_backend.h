@@ -1,0 +1,48 @@
+// PsBackend: the SyncBackend over sharded parameter servers. The model's rows live in sparse
+// table kRowsTable (hash-sharded) and its bias in dense table kBiasTable. Reads are pulls
+// gated by the servers' staleness bound; updates are pushes acknowledged lazily (the next
+// Read waits for them), so a push overlaps with the computation that follows it.
+//
+// Thread-safety: thread-compatible.
+#ifndef SYNCLINE_WORKER_PS_BACKEND_H_
+#define SYNCLINE_WORKER_PS_BACKEND_H_
+
+#include <vector>
+
+#include "absl/time/time.h"
+#include "worker/kv_client.h"
+#include "worker/sync_backend.h"
+
+namespace syncline {
+
+class PsBackend : public SyncBackend {
+ public:
+  static constexpr uint32_t kRowsTable = 1;
+  static constexpr uint32_t kBiasTable = 2;
+
+  // `client` must outlive the backend; every request gets `request_timeout`.
+  PsBackend(KVClient* client, absl::Duration request_timeout);
+
+  absl::Status Init(const ParameterLayout& layout) override;
+  absl::Status Read(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
+                    std::span<float> bias) override;
+  absl::Status Update(int64_t clock, std::span<const uint64_t> keys,
+                      std::span<const float> row_grads, std::span<const float> bias_grad,
+                      float examples) override;
+  absl::Status EndIteration(int64_t clock, float examples) override;
+  absl::Status Finish() override;
+  uint64_t bytes_pushed() const override { return client_->bytes_pushed(); }
+  uint64_t bytes_pulled() const override { return client_->bytes_pulled(); }
+
+ private:
+  absl::Status WaitForPushes();
+  absl::Time Deadline() const { return absl::Now() + request_timeout_; }
+
+  KVClient* const client_;
+  const absl::Duration request_timeout_;
+  std::vector<Ticket> pending_pushes_;
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_WORKER_PS_BACKEND_H_

@@ -1,0 +1,60 @@
+// SyncBackend: the one interface between a worker's training loop and the way replicas stay in
+// sync. The loop asks for the parameters of a batch, hands back gradient sums and marks the end
+// of each iteration; the backend decides what that means (a sharded parameter server under
+// BSP/SSP/ASP here; gossip and all-reduce backends fit the same calls), so switching the
+// consistency model or the backend is a flag, not a change to the loop.
+//
+// Parameters follow the models' layout: a sparse table of rows (row_dim floats per feature id)
+// and a dense bias (bias_dim floats).
+//
+// Thread-safety: thread-compatible.
+#ifndef SYNCLINE_WORKER_SYNC_BACKEND_H_
+#define SYNCLINE_WORKER_SYNC_BACKEND_H_
+
+#include <cstdint>
+#include <span>
+
+#include "absl/status/status.h"
+#include "core/table_config.h"
+
+namespace syncline {
+
+struct ParameterLayout {
+  uint32_t row_dim = 1;
+  uint64_t num_features = 0;  // sparse keys are below this (0: any)
+  uint32_t bias_dim = 1;
+  OptimizerConfig optimizer;
+  uint64_t seed = 1;
+};
+
+class SyncBackend {
+ public:
+  virtual ~SyncBackend() = default;
+
+  // Creates (or joins) the model's parameters.
+  virtual absl::Status Init(const ParameterLayout& layout) = 0;
+
+  // Fills `rows` (keys.size() * row_dim) and `bias` with the parameters a reader in iteration
+  // `clock` may see; a negative clock reads the latest values without waiting (evaluation).
+  virtual absl::Status Read(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
+                            std::span<float> bias) = 0;
+
+  // Sends the gradient sums of iteration `clock`. The spans (keys too) must stay valid and
+  // unchanged until the next Read() or Finish() has returned: they may still be on the wire.
+  virtual absl::Status Update(int64_t clock, std::span<const uint64_t> keys,
+                              std::span<const float> row_grads, std::span<const float> bias_grad,
+                              float examples) = 0;
+
+  // Iteration `clock` (covering `examples` examples) is over.
+  virtual absl::Status EndIteration(int64_t clock, float examples) = 0;
+
+  // The worker is done training; it no longer holds others back.
+  virtual absl::Status Finish() = 0;
+
+  virtual uint64_t bytes_pushed() const = 0;
+  virtual uint64_t bytes_pulled() const = 0;
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_WORKER_SYNC_BACKEND_H_

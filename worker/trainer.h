@@ -1,0 +1,61 @@
+// Trainer: the worker's training loop, the same for every sync backend. Each iteration takes
+// the next mini-batch of the worker's partition, reads the parameters of the batch's unique
+// feature ids, computes the loss and gradient sums, sends them and ends the iteration.
+//
+// Thread-safety: thread-compatible.
+#ifndef SYNCLINE_WORKER_TRAINER_H_
+#define SYNCLINE_WORKER_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+
+#include "absl/status/status.h"
+#include "worker/dataset.h"
+#include "worker/model.h"
+#include "worker/sync_backend.h"
+
+namespace syncline {
+
+struct TrainerOptions {
+  int epochs = 1;
+  int batch_size = 256;
+  // Iterations between progress reports.
+  int log_every = 10;
+};
+
+struct TrainProgress {
+  int64_t clock = 0;        // iterations finished
+  int64_t total_steps = 0;  // iterations this worker will run
+  int epoch = 0;            // 1-based
+  double train_loss = 0;    // mean loss per example since the last report
+  uint64_t examples = 0;    // examples since the last report
+};
+
+struct TrainResult {
+  int64_t steps = 0;
+  uint64_t examples = 0;
+  double last_loss = 0;
+};
+
+// Iterations of one epoch over a partition of `examples` examples.
+int64_t StepsPerEpoch(size_t examples, int batch_size);
+
+class Trainer {
+ public:
+  Trainer(const Model& model, SyncBackend& backend, TrainerOptions options)
+      : model_(model), backend_(backend), options_(options) {}
+
+  // Trains on `data`; `on_progress` (may be empty) is called every log_every iterations and
+  // after the last one. Stops at the first backend error.
+  absl::StatusOr<TrainResult> Run(const Dataset& data,
+                                  const std::function<void(const TrainProgress&)>& on_progress);
+
+ private:
+  const Model& model_;
+  SyncBackend& backend_;
+  const TrainerOptions options_;
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_WORKER_TRAINER_H_

@@ -1,0 +1,138 @@
+#include "worker/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "core/inproc_transport.h"
+#include "ps/server.h"
+#include "worker/kv_client.h"
+#include "worker/ps_backend.h"
+
+namespace syncline {
+namespace {
+
+// A small sparse binary dataset, seeded; `partition` of `parts` keeps every parts-th example
+// (the strided split ReadDataset makes).
+Dataset MakeData(uint64_t seed, int n, int features, int partition, int parts) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> feature(0, features - 1);
+  std::vector<float> truth(features);
+  for (float& w : truth) w = std::normal_distribution<float>(0, 1)(rng);
+  Dataset d;
+  d.num_features = features;
+  d.row_offsets.push_back(0);
+  for (int i = 0; i < n; ++i) {
+    std::vector<uint64_t> ids;
+    float score = 0;
+    for (int k = 0; k < 5; ++k) ids.push_back(feature(rng));
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    for (uint64_t id : ids) score += truth[id];
+    const float label = std::bernoulli_distribution(1 / (1 + std::exp(-score)))(rng) ? 1.f : 0.f;
+    if (i % parts != partition) continue;
+    d.labels.push_back(label);
+    for (uint64_t id : ids) {
+      d.ids.push_back(id);
+      d.values.push_back(1.0f);
+    }
+    d.row_offsets.push_back(d.ids.size());
+  }
+  return d;
+}
+
+// Trains `workers` workers against `servers` servers under `staleness` and returns the final
+// parameters of every feature followed by the bias.
+std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
+                         wire::OptimizerKind optimizer) {
+  constexpr int kFeatures = 200;
+  InprocTransport transport;
+  std::vector<std::unique_ptr<Endpoint>> server_eps;
+  std::vector<std::unique_ptr<ParameterServer>> ps;
+  std::vector<std::string> ids;
+  for (int s = 0; s < servers; ++s) {
+    server_eps.push_back(*transport.CreateEndpoint("ps" + std::to_string(s)));
+    ps.push_back(std::make_unique<ParameterServer>(
+        server_eps.back().get(),
+        ServerOptions{
+            .rank = s, .num_servers = servers, .num_workers = workers, .staleness = staleness}));
+    ids.push_back("ps" + std::to_string(s));
+  }
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> serving;
+  for (auto& s : ps) {
+    serving.emplace_back([&stop, s = s.get()] {
+      while (!stop.load()) (void)s->ServeUntil(absl::Now() + absl::Milliseconds(5));
+    });
+  }
+  auto model = *Model::Create("logreg", 2);
+  ParameterLayout layout;
+  layout.num_features = kFeatures;
+  layout.optimizer.kind = optimizer;
+  layout.optimizer.learning_rate = 0.5f;
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      auto ep = *transport.CreateEndpoint("w" + std::to_string(w));
+      KVClient client(ep.get(), KVClientOptions{.rank = w, .server_ids = ids});
+      PsBackend backend(&client, absl::Seconds(10));
+      ASSERT_TRUE(backend.Init(layout).ok());
+      Dataset data = MakeData(7, 1200, kFeatures, w, workers);
+      Trainer trainer(*model, backend, TrainerOptions{.epochs = 2, .batch_size = batch});
+      auto result = trainer.Run(data, nullptr);
+      ASSERT_TRUE(result.ok()) << result.status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Read the result as worker 0 would after training (an ungated read).
+  std::vector<uint64_t> keys(kFeatures);
+  for (int i = 0; i < kFeatures; ++i) keys[i] = i;
+  std::vector<float> rows(kFeatures), bias(1);
+  {
+    auto reader = *transport.CreateEndpoint("w0");
+    KVClient client(reader.get(), KVClientOptions{.rank = 0, .server_ids = ids});
+    PsBackend backend(&client, absl::Seconds(10));
+    EXPECT_TRUE(backend.Init(layout).ok());
+    EXPECT_TRUE(backend.Read(-1, keys, rows, bias).ok());
+  }
+  stop.store(true);
+  for (auto& t : serving) t.join();
+  rows.push_back(bias[0]);
+  return rows;
+}
+
+TEST(TrainerTest, StepsPerEpochRoundsUp) {
+  EXPECT_EQ(StepsPerEpoch(10, 3), 4);
+  EXPECT_EQ(StepsPerEpoch(9, 3), 3);
+  EXPECT_EQ(StepsPerEpoch(0, 3), 0);
+}
+
+class BspEquivalenceTest : public testing::TestWithParam<wire::OptimizerKind> {};
+
+TEST_P(BspEquivalenceTest, TwoWorkersEqualOneWorkerWithTheUnionBatch) {
+  const std::vector<float> one = Train(1, 1, 0, 40, GetParam());
+  const std::vector<float> two = Train(2, 2, 0, 20, GetParam());
+  ASSERT_EQ(one.size(), two.size());
+  double moved = 0;
+  for (size_t i = 0; i < one.size(); ++i) {
+    EXPECT_NEAR(one[i], two[i], 1e-5) << "parameter " << i;
+    moved += std::abs(one[i]);
+  }
+  EXPECT_GT(moved, 1.0) << "training must have changed the parameters";
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, BspEquivalenceTest,
+                         testing::Values(wire::OptimizerKind::SGD, wire::OptimizerKind::ADAGRAD,
+                                         wire::OptimizerKind::ADAM));
+
+TEST(TrainerTest, AspConvergesToo) {
+  const std::vector<float> asp = Train(2, 2, -1, 20, wire::OptimizerKind::SGD);
+  double moved = 0;
+  for (float v : asp) moved += std::abs(v);
+  EXPECT_GT(moved, 1.0);
+}
+
+}  // namespace
+}  // namespace syncline

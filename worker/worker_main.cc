@@ -1,0 +1,304 @@
+// syncline-worker: trains on its partition of the training data and keeps its replica in sync
+// through a SyncBackend (the parameter servers). Started by syncline-launch (or mpirun/srun):
+// it reads its data, registers with the job's coordinator, trains, and when asked evaluates
+// the final model on the test set.
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/str_format.h"
+#include "core/control_client.h"
+#include "core/log.h"
+#include "core/zmq_transport.h"
+#include "ps/optimizer.h"
+#include "worker/dataset.h"
+#include "worker/kv_client.h"
+#include "worker/metrics.h"
+#include "worker/model.h"
+#include "worker/ps_backend.h"
+#include "worker/trainer.h"
+
+namespace syncline {
+namespace {
+
+const char* EnvOr(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+struct WorkerFlags {
+  std::string coordinator = EnvOr("SYNCLINE_COORDINATOR", "");
+  int rank = std::atoi(EnvOr("SYNCLINE_RANK", "0"));
+  int num_workers = 1;
+  std::string train, test, format = "auto", index_base = "auto";
+  std::string model = "logreg";
+  int classes = 2;
+  int epochs = 1;
+  int batch_size = 256;
+  std::string optimizer = "sgd";
+  double lr = 0.1, l2 = 0;
+  uint64_t seed = 1;
+  int log_every = 10;
+  double request_timeout_s = 60, startup_timeout_s = 120;
+  std::string dump_params;
+};
+
+absl::StatusOr<ReadOptions> MakeReadOptions(const WorkerFlags& f, int partition, int partitions) {
+  ReadOptions o;
+  if (f.format == "libsvm") {
+    o.format = DataFormat::kLibsvm;
+  } else if (f.format == "csv") {
+    o.format = DataFormat::kCsv;
+  } else if (f.format != "auto") {
+    return absl::InvalidArgumentError("--format must be auto, libsvm or csv");
+  }
+  if (f.index_base == "0") {
+    o.index_base = IndexBase::kZero;
+  } else if (f.index_base == "1") {
+    o.index_base = IndexBase::kOne;
+  } else if (f.index_base != "auto") {
+    return absl::InvalidArgumentError("--index-base must be auto, 0 or 1");
+  }
+  o.partition = partition;
+  o.num_partitions = partitions;
+  o.num_classes = f.classes;
+  return o;
+}
+
+// Writes the parameters of `keys` and the bias, one key per line, for comparing runs.
+absl::Status DumpParameters(const std::string& path, std::span<const uint64_t> keys,
+                            std::span<const float> rows, std::span<const float> bias, int row_dim) {
+  std::ofstream out(path);
+  if (!out) return absl::PermissionDeniedError(absl::StrFormat("cannot write %s", path));
+  out.precision(9);
+  out << "bias";
+  for (float b : bias) out << '\t' << b;
+  out << '\n';
+  for (size_t i = 0; i < keys.size(); ++i) {
+    out << keys[i];
+    for (int j = 0; j < row_dim; ++j) out << '\t' << rows[i * row_dim + j];
+    out << '\n';
+  }
+  return out.good() ? absl::OkStatus()
+                    : absl::DataLossError(absl::StrFormat("write to %s failed", path));
+}
+
+int Fail(ControlClient* control, const absl::Status& status) {
+  SYNCLINE_LOG(ERROR) << status;
+  if (control != nullptr) {
+    MessageBuilder b(wire::MsgType::ABORT);
+    b.header().setRole(wire::Role::WORKER);
+    b.header().setStatusCode(static_cast<int32_t>(status.code()));
+    b.header().setMessage(std::string(status.message()));
+    control->Send(b.Finish());
+    (void)control->Flush(absl::Now() + absl::Seconds(2));
+  }
+  return 1;
+}
+
+int Main(int argc, char** argv) {
+  WorkerFlags f;
+  CLI::App app(
+      "syncline-worker: trains a model on one partition of the data, in sync with the others "
+      "through the parameter servers.\nUsually started by syncline-launch, which passes every "
+      "flag.");
+  app.add_option("--coordinator", f.coordinator,
+                 "address of the job's coordinator [SYNCLINE_COORDINATOR]")
+      ->required(f.coordinator.empty());
+  app.add_option("--rank", f.rank, "this worker's index, 0..workers-1 [SYNCLINE_RANK]")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--workers", f.num_workers, "workers in the job (the data is split among them)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--train", f.train, "training data file (libsvm or CSV)")->required();
+  app.add_option("--test", f.test, "test data file, evaluated at the end");
+  app.add_option("--format", f.format, "auto | libsvm | csv")->capture_default_str();
+  app.add_option("--index-base", f.index_base, "libsvm feature indices: auto | 0 | 1")
+      ->capture_default_str();
+  app.add_option("--model", f.model, "logreg | softmax")->capture_default_str();
+  app.add_option("--classes", f.classes, "classes of a softmax model")->capture_default_str();
+  app.add_option("--epochs", f.epochs, "passes over the partition")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--batch-size", f.batch_size, "examples per iteration per worker")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--optimizer", f.optimizer, "server-side rule: sgd | adagrad | adam")
+      ->capture_default_str();
+  app.add_option("--lr", f.lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--l2", f.l2, "L2 weight decay")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--seed", f.seed, "seed of parameter initialisation")->capture_default_str();
+  app.add_option("--log-every", f.log_every, "iterations between progress reports")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--request-timeout", f.request_timeout_s, "seconds one push or pull may take")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--startup-timeout", f.startup_timeout_s,
+                 "seconds to wait for every node to register")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--dump-params", f.dump_params,
+                 "evaluator only: write the final parameters of the test set's features here");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "syncline-worker: " << e.what() << "\nRun with --help for usage.\n";
+    return 2;
+  }
+  SetLogTag("w" + std::to_string(f.rank));
+  auto optimizer = ParseOptimizer(f.optimizer);
+  auto model = Model::Create(f.model, f.classes);
+  auto read_options = MakeReadOptions(f, f.rank, f.num_workers);
+  for (const absl::Status& s : {optimizer.status(), model.status(), read_options.status()}) {
+    if (!s.ok()) {
+      std::cerr << "syncline-worker: " << s.message() << "\n";
+      return 2;
+    }
+  }
+
+  // Data first: a bad file fails fast, before the job waits on this worker.
+  auto train = ReadDataset(f.train, *read_options);
+  if (!train.ok()) {
+    std::cerr << "syncline-worker: " << train.status().message() << "\n";
+    return 2;
+  }
+  Dataset test;
+  if (!f.test.empty()) {
+    ReadOptions test_options = *read_options;
+    test_options.partition = 0;
+    test_options.num_partitions = 1;
+    test_options.index_base = train->index_base;
+    auto t = ReadDataset(f.test, test_options);
+    if (!t.ok()) {
+      std::cerr << "syncline-worker: " << t.status().message() << "\n";
+      return 2;
+    }
+    test = std::move(*t);
+  }
+  SYNCLINE_LOG(INFO) << absl::StrFormat("%d training examples (partition %d of %d), %d features",
+                                        train->size(), f.rank, f.num_workers, train->num_features);
+
+  ZmqTransport transport;
+  ControlOptions control_options;
+  control_options.coordinator_address = f.coordinator;
+  control_options.role = wire::Role::WORKER;
+  control_options.rank = f.rank;
+  control_options.startup_timeout = absl::Seconds(f.startup_timeout_s);
+  auto control_or = ControlClient::Connect(transport, control_options);
+  if (!control_or.ok()) {
+    SYNCLINE_LOG(ERROR) << "cannot join the job: " << control_or.status();
+    return 1;
+  }
+  ControlClient* control = control_or->get();
+  const NodeTable& table = control->table();
+  if (table.num_workers != f.num_workers) {
+    return Fail(control, absl::InvalidArgumentError(
+                             absl::StrFormat("--workers %d disagrees with the job's %d workers",
+                                             f.num_workers, table.num_workers)));
+  }
+
+  auto endpoint = transport.CreateEndpoint(DataEndpointId(wire::Role::WORKER, f.rank));
+  if (!endpoint.ok()) return Fail(control, endpoint.status());
+  KVClientOptions kv_options;
+  kv_options.rank = f.rank;
+  for (const NodeInfo* s : table.Servers()) {
+    kv_options.server_ids.push_back(s->id);
+    if (auto st = (*endpoint)->Connect(s->id, s->address); !st.ok()) return Fail(control, st);
+  }
+  kv_options.health = [control] { return control->health(); };
+  KVClient client(endpoint->get(), kv_options);
+  PsBackend backend(&client, absl::Seconds(f.request_timeout_s));
+
+  control->ReportReady();
+  if (auto s = control->WaitForStart(absl::Now() + absl::Seconds(f.startup_timeout_s)); !s.ok()) {
+    return Fail(control, s);
+  }
+
+  ParameterLayout layout;
+  layout.row_dim = (*model)->row_dim();
+  layout.bias_dim = (*model)->bias_dim();
+  layout.num_features = train->num_features;
+  layout.optimizer.kind = *optimizer;
+  layout.optimizer.learning_rate = static_cast<float>(f.lr);
+  layout.optimizer.l2 = static_cast<float>(f.l2);
+  layout.seed = f.seed;
+  if (auto s = backend.Init(layout); !s.ok()) return Fail(control, s);
+
+  TrainerOptions trainer_options;
+  trainer_options.epochs = f.epochs;
+  trainer_options.batch_size = f.batch_size;
+  trainer_options.log_every = f.log_every;
+  Trainer trainer(**model, backend, trainer_options);
+  auto result = trainer.Run(*train, [&](const TrainProgress& p) {
+    MessageBuilder b(wire::MsgType::PROGRESS);
+    b.header().setRole(wire::Role::WORKER);
+    b.header().setRank(f.rank);
+    auto progress = b.header().getBody().initProgress();
+    progress.setClock(p.clock);
+    progress.setEpoch(p.epoch);
+    progress.setTrainLoss(p.train_loss);
+    progress.setExamples(p.examples);
+    progress.setTotalSteps(p.total_steps);
+    control->Send(b.Finish());
+  });
+  if (!result.ok()) return Fail(control, result.status());
+
+  MessageBuilder done(wire::MsgType::WORKER_DONE);
+  done.header().setRole(wire::Role::WORKER);
+  done.header().setRank(f.rank);
+  auto stats = done.header().getBody().initWorkerStats();
+  stats.setSteps(result->steps);
+  stats.setExamples(result->examples);
+  stats.setBytesPushed(backend.bytes_pushed());
+  stats.setBytesPulled(backend.bytes_pulled());
+  control->Send(done.Finish());
+  SYNCLINE_LOG(INFO) << absl::StrFormat("trained %d iterations, last loss %.5f", result->steps,
+                                        result->last_loss);
+
+  while (true) {
+    // The job may evaluate for a long time; the coordinator's heartbeats keep this honest.
+    auto command = control->WaitForCommand(absl::InfiniteFuture());
+    if (!command.ok()) return Fail(nullptr, command.status());
+    if (*command == Command::kShutdown) break;
+    // Evaluate the final model on the test set.
+    Evaluation eval;
+    if (test.size() > 0) {
+      std::vector<uint32_t> all(test.size());
+      for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
+      std::vector<uint64_t> keys = UniqueKeys(test, all);
+      std::vector<float> rows(keys.size() * (*model)->row_dim());
+      std::vector<float> bias((*model)->bias_dim());
+      if (auto s = backend.Read(-1, keys, rows, bias); !s.ok()) return Fail(control, s);
+      eval = Evaluate(**model, test, keys, rows, bias);
+      if (!f.dump_params.empty()) {
+        if (auto s = DumpParameters(f.dump_params, keys, rows, bias, (*model)->row_dim());
+            !s.ok()) {
+          return Fail(control, s);
+        }
+      }
+    }
+    MessageBuilder r(wire::MsgType::RESULT);
+    r.header().setRole(wire::Role::WORKER);
+    r.header().setRank(f.rank);
+    auto e = r.header().getBody().initEvaluation();
+    e.setLoss(eval.loss);
+    e.setAuc((*model)->binary() ? eval.auc : -1);
+    e.setAccuracy(eval.accuracy);
+    e.setExamples(eval.examples);
+    control->Send(r.Finish());
+  }
+  (void)control->Flush(absl::Now() + absl::Seconds(2));
+  return 0;
+}
+
+}  // namespace
+}  // namespace syncline
+
+int main(int argc, char** argv) { return syncline::Main(argc, argv); }
