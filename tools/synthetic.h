@@ -1,9 +1,10 @@
 // Synthetic classification data drawn from a known random sparse linear model, so that anyone
 // can make reproducible train/test files (libsvm or CSV) for trying and testing Syncline.
 //
-// Output depends only on the options: the same seed gives the same bytes on every platform
-// (the random draws are built on std::mt19937_64 alone, not on the implementation-defined
-// std:: distributions).
+// Output depends only on the options: the same seed gives the same bytes from run to run and
+// across compilers, because the random draws are built on std::mt19937_64 alone rather than on
+// the implementation-defined std:: distributions (only a different libm could, rarely, flip a
+// borderline label).
 //
 // Thread-safety: WriteSynthetic has no shared state; concurrent calls on different streams are
 // safe.
@@ -30,16 +31,16 @@ enum class SyntheticValues {
 };
 
 struct SyntheticOptions {
-  uint64_t rows = 20000;       // Training rows.
-  uint64_t test_rows = 2000;   // Test rows, written only when a test stream is given.
-  uint64_t features = 10000;   // Feature ids are drawn from [0, features).
-  uint64_t nnz = 20;           // Distinct features per row, at most `features`.
-  double zipf = 1.1;           // Zipf exponent s >= 0 of feature popularity: P(id) ∝ (id+1)^-s.
-  int classes = 2;             // 2: binary labels 0/1; K > 2: labels 0..K-1.
-  uint64_t seed = 1;           // Seeds the true model, the rows and the label noise.
-  double noise = 0.0;          // Probability that a label is replaced by another random class.
+  uint64_t rows = 20000;      // Training rows.
+  uint64_t test_rows = 2000;  // Test rows, written only when a test stream is given.
+  uint64_t features = 10000;  // Feature ids are drawn from [0, features).
+  uint64_t nnz = 20;          // Distinct features per row, at most `features`.
+  double zipf = 1.1;          // Zipf exponent s >= 0 of feature popularity: P(id) ∝ (id+1)^-s.
+  int classes = 2;            // 2: binary labels 0/1; K > 2: labels 0..K-1.
+  uint64_t seed = 1;          // Seeds the true model, the rows and the label noise.
+  double noise = 0.0;         // Probability that a label is replaced by another random class.
   SyntheticFormat format = SyntheticFormat::kLibsvm;
-  int index_base = 1;          // libsvm: first feature id written (0 or 1).
+  int index_base = 1;  // libsvm: first feature id written (0 or 1).
   SyntheticValues values = SyntheticValues::kOnes;
 };
 

@@ -147,6 +147,7 @@ TEST(KVClientTest, WaitHasADeadlineAndChecksHealth) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(s.message().find("ps0"), std::string::npos);
 
+  o.rank = 1;
   o.health = [] { return absl::AbortedError("job aborted"); };
   auto ep2 = cluster.WorkerEndpoint(1);
   KVClient other(ep2.get(), o);

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 
@@ -23,10 +25,47 @@ void CheckOrDie(bool ok, const char* what) {
   }
 }
 
-// Index of `id` in the sorted `keys`, or kMissing.
-inline size_t FindSlot(absl::Span<const uint64_t> keys, uint64_t id) {
-  const auto it = std::lower_bound(keys.begin(), keys.end(), id);
-  return it != keys.end() && *it == id ? static_cast<size_t>(it - keys.begin()) : kMissing;
+// Maps feature ids to their rows (positions in the sorted `keys`): the training hot loop. A hash
+// map makes a lookup O(1) but costs O(keys) to build, which pays when the call makes at least
+// about as many lookups as there are keys (a whole batch); a call that looks up few of many keys
+// (e.g. one thread's slice of a batch), or has few keys, binary-searches instead.
+class KeyIndex {
+ public:
+  KeyIndex(absl::Span<const uint64_t> keys, size_t lookups) : keys_(keys) {
+    if (keys.size() >= kMinHashedKeys && lookups >= keys.size()) {
+      slots_.reserve(keys.size());
+      for (size_t i = 0; i < keys.size(); ++i) slots_.emplace(keys[i], static_cast<uint32_t>(i));
+      hashed_ = true;
+    }
+  }
+
+  // The row of `id`, or kMissing.
+  size_t Find(uint64_t id) const {
+    if (hashed_) {
+      const auto it = slots_.find(id);
+      return it == slots_.end() ? kMissing : it->second;
+    }
+    const auto it = std::lower_bound(keys_.begin(), keys_.end(), id);
+    return it != keys_.end() && *it == id ? static_cast<size_t>(it - keys_.begin()) : kMissing;
+  }
+
+ private:
+  static constexpr size_t kMinHashedKeys = 64;
+
+  absl::Span<const uint64_t> keys_;
+  bool hashed_ = false;
+  absl::flat_hash_map<uint64_t, uint32_t> slots_;
+};
+
+// Number of feature occurrences in `examples`, i.e. the lookups a pass over them makes. Checks
+// the example indices on the way, before anything reads the examples.
+size_t CountFeatures(const Dataset& data, absl::Span<const uint32_t> examples) {
+  size_t count = 0;
+  for (const uint32_t example : examples) {
+    CheckOrDie(example < data.size(), "example index out of range");
+    count += data.row_offsets[example + 1] - data.row_offsets[example];
+  }
+  return count;
 }
 
 // log(1 + exp(x)) without overflow for large x or loss of precision for very negative x.
@@ -59,9 +98,10 @@ class LinearModel final : public Model {
     CheckOrDie(row_grads.size() == rows.size(), "row_grads.size() != rows.size()");
     CheckOrDie(bias_grad.size() == bias.size(), "bias_grad.size() != bias_dim()");
     Scratch scratch(dim_);
+    const KeyIndex key_index(keys, CountFeatures(data, examples));
     double loss = 0;
     for (const uint32_t example : examples) {
-      Forward(data, example, keys, rows, bias, &scratch);
+      Forward(data, example, key_index, rows, bias, &scratch);
       const size_t label = Label(data, example);
       double* dz = scratch.z.data();  // Overwritten in place: dLoss/dz.
       if constexpr (kBinary) {
@@ -96,8 +136,9 @@ class LinearModel final : public Model {
     scores->clear();
     scores->reserve(examples.size() * dim_);
     Scratch scratch(dim_);
+    const KeyIndex key_index(keys, CountFeatures(data, examples));
     for (const uint32_t example : examples) {
-      Forward(data, example, keys, rows, bias, &scratch);
+      Forward(data, example, key_index, rows, bias, &scratch);
       const double* z = scratch.z.data();
       if constexpr (kBinary) {
         scores->push_back(static_cast<float>(Sigmoid(z[0])));
@@ -136,16 +177,15 @@ class LinearModel final : public Model {
   }
 
   // Fills scratch->z with the example's logits and scratch->slots with its features' rows.
-  void Forward(const Dataset& data, uint32_t example, absl::Span<const uint64_t> keys,
+  void Forward(const Dataset& data, uint32_t example, const KeyIndex& key_index,
                absl::Span<const float> rows, absl::Span<const float> bias, Scratch* scratch) const {
-    CheckOrDie(example < data.size(), "example index out of range");
     double* z = scratch->z.data();
     for (int k = 0; k < dim_; ++k) z[k] = bias[k];
     const uint64_t begin = data.row_offsets[example];
     const uint64_t end = data.row_offsets[example + 1];
     scratch->slots.resize(end - begin);
     for (uint64_t j = begin; j < end; ++j) {
-      const size_t slot = FindSlot(keys, data.ids[j]);
+      const size_t slot = key_index.Find(data.ids[j]);
       scratch->slots[j - begin] = slot;
       if (slot == kMissing) continue;
       const double value = data.values[j];
@@ -179,13 +219,17 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string_view name, int 
 }
 
 std::vector<uint64_t> UniqueKeys(const Dataset& data, absl::Span<const uint32_t> examples) {
+  // Popular features repeat across a batch: dropping repeats with a hash set first leaves far
+  // fewer ids to sort.
+  absl::flat_hash_set<uint64_t> seen;
+  seen.reserve(CountFeatures(data, examples));
   std::vector<uint64_t> keys;
   for (const uint32_t example : examples) {
-    keys.insert(keys.end(), data.ids.begin() + data.row_offsets[example],
-                data.ids.begin() + data.row_offsets[example + 1]);
+    for (uint64_t j = data.row_offsets[example]; j < data.row_offsets[example + 1]; ++j) {
+      if (seen.insert(data.ids[j]).second) keys.push_back(data.ids[j]);
+    }
   }
   std::sort(keys.begin(), keys.end());
-  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   return keys;
 }
 

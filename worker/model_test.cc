@@ -234,6 +234,48 @@ TEST(ModelTest, MissingKeysActAsZeroWeightsWithoutGradient) {
   EXPECT_NEAR(bias_grad[0], dz, 1e-6);
 }
 
+// A batch split into single-example calls (as threads might) must add up to the whole-batch
+// call, with some features missing from the keys. The two look keys up differently (a hash map
+// for the batch, binary search for one example among many keys).
+TEST(ModelTest, SplitBatchAddsUpToTheWholeBatch) {
+  std::unique_ptr<Model> model = MustCreate("softmax", 3);
+  std::mt19937_64 rng(9);
+  std::vector<Example> rows;
+  for (int i = 0; i < 200; ++i) {
+    Example e{static_cast<float>(i % 3), {}};
+    for (int j = 0; j < 5; ++j) e.features.push_back({rng() % 300, 1.0f + j});
+    rows.push_back(e);
+  }
+  const Dataset data = MakeDataset(rows);
+  const std::vector<uint32_t> examples = AllExamples(data);
+  std::vector<uint64_t> keys = UniqueKeys(data, examples);
+  ASSERT_GT(keys.size(), 100u);
+  keys.erase(keys.begin() + 10, keys.begin() + 20);  // Missing rows: zero weight, no gradient.
+  std::vector<float> weights(keys.size() * 3);
+  for (size_t i = 0; i < weights.size(); ++i) weights[i] = std::cos(static_cast<float>(i)) / 4;
+  const std::vector<float> bias = {0.1f, 0.0f, -0.1f};
+
+  std::vector<float> batch_grads(weights.size()), batch_bias(3);
+  const double batch_loss = model->LossAndGradient(
+      data, examples, keys, weights, bias, absl::MakeSpan(batch_grads), absl::MakeSpan(batch_bias));
+  std::vector<float> split_grads(weights.size()), split_bias(3);
+  double split_loss = 0;
+  for (const uint32_t example : examples) {
+    split_loss +=
+        model->LossAndGradient(data, absl::MakeConstSpan(&example, 1), keys, weights, bias,
+                               absl::MakeSpan(split_grads), absl::MakeSpan(split_bias));
+  }
+  EXPECT_NEAR(batch_loss, split_loss, 1e-9 * batch_loss);
+  for (size_t i = 0; i < weights.size(); ++i) EXPECT_NEAR(batch_grads[i], split_grads[i], 1e-4);
+  for (size_t k = 0; k < 3; ++k) EXPECT_NEAR(batch_bias[k], split_bias[k], 1e-4);
+
+  std::vector<float> batch_scores, one_score;
+  model->Predict(data, examples, keys, weights, bias, &batch_scores);
+  model->Predict(data, absl::MakeConstSpan(&examples[7], 1), keys, weights, bias, &one_score);
+  ASSERT_EQ(one_score.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) EXPECT_FLOAT_EQ(one_score[k], batch_scores[7 * 3 + k]);
+}
+
 TEST(ModelTest, ExtremeLogitsGiveFiniteLossAndGradient) {
   for (const auto& [name, classes] : {std::make_pair("logreg", 2), std::make_pair("softmax", 3)}) {
     std::unique_ptr<Model> model = MustCreate(name, classes);

@@ -1,0 +1,438 @@
+// syncline-bench-ps: parameter-server push, pull and push-pull throughput, and small-message
+// round-trip latency, each beside the raw ZeroMQ figure for the same size, window and topology
+// and beside memcpy bandwidth, all measured by this program in the same run.
+//
+// Everything runs in one process: servers and workers are threads, each node with its own
+// zmq context, talking over tcp://127.0.0.1 (see syncline_cluster.h and raw_zmq.h).
+// Throughput is value bytes per request times completed requests per second, summed over the
+// workers (a push-pull counts its bytes once). Every loop is bounded by a request count and
+// a time budget.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <iostream>
+#include <latch>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/bench_client.h"
+#include "bench/raw_zmq.h"
+#include "bench/syncline_cluster.h"
+#include "core/node_table.h"
+
+namespace syncline::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr absl::Duration kWaitTimeout = absl::Seconds(30);
+constexpr size_t kKiB = 1024;
+constexpr size_t kMiB = 1024 * 1024;
+
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct Settings {
+  std::vector<Op> ops = {Op::kPush, Op::kPull, Op::kPushPull};
+  std::vector<size_t> sizes = {4 * kKiB, 64 * kKiB, 1 * kMiB, 16 * kMiB};
+  std::vector<int> windows = {1, 8};
+  std::vector<std::pair<int, int>> topologies = {{1, 1}, {2, 1}, {1, 2}, {2, 2}};  // srv, wrk
+  std::vector<Op> latency_ops = {Op::kPush, Op::kPull};
+  std::vector<size_t> latency_sizes = {8, 64, 512, 4 * kKiB};
+  double budget_s = 0.25;         // per throughput measurement
+  double latency_budget_s = 0.4;  // per latency measurement
+  int64_t max_requests = 200000;  // per worker and measurement
+  int64_t max_round_trips = 20000;
+};
+
+std::string SizeName(size_t bytes) {
+  if (bytes >= kMiB && bytes % kMiB == 0) return absl::StrCat(bytes / kMiB, "M");
+  if (bytes >= kKiB && bytes % kKiB == 0) return absl::StrCat(bytes / kKiB, "K");
+  return absl::StrCat(bytes, "B");
+}
+
+// ---- measurements ---------------------------------------------------------------------------
+
+struct Throughput {
+  int64_t requests = 0;
+  double seconds = 0;
+  double bytes_per_s(size_t bytes) const { return requests * double(bytes) / seconds; }
+  double requests_per_s() const { return requests / seconds; }
+};
+
+// One worker: `window` requests in flight (issue, then wait for the oldest before each new
+// one) until the budget or the request count runs out; then drains.
+absl::Status RunWindow(BenchClient& client, Op op, size_t bytes, int window, const Settings& s,
+                       std::latch& start, Throughput& result) {
+  std::deque<uint64_t> in_flight;
+  auto wait_oldest = [&]() -> absl::Status {
+    absl::Status st = client.Wait(in_flight.front(), absl::Now() + kWaitTimeout);
+    in_flight.pop_front();
+    return st;
+  };
+  // Warm-up (untimed): one window's worth.
+  for (int i = 0; i < window; ++i) {
+    auto id = client.Start(op, bytes);
+    if (!id.ok()) return id.status();
+    in_flight.push_back(*id);
+  }
+  while (!in_flight.empty()) {
+    if (auto st = wait_oldest(); !st.ok()) return st;
+  }
+
+  start.arrive_and_wait();
+  const Clock::time_point t0 = Clock::now();
+  const Clock::time_point end = t0 + std::chrono::duration_cast<Clock::duration>(
+                                         std::chrono::duration<double>(s.budget_s));
+  int64_t issued = 0;
+  while (issued < s.max_requests && Clock::now() < end) {
+    if (static_cast<int>(in_flight.size()) == window) {
+      if (auto st = wait_oldest(); !st.ok()) return st;
+    }
+    auto id = client.Start(op, bytes);
+    if (!id.ok()) return id.status();
+    in_flight.push_back(*id);
+    ++issued;
+  }
+  while (!in_flight.empty()) {
+    if (auto st = wait_oldest(); !st.ok()) return st;
+  }
+  result.requests = issued;
+  result.seconds = SecondsSince(t0);
+  return absl::OkStatus();
+}
+
+// All workers at once; requests summed, time of the slowest worker.
+absl::StatusOr<Throughput> MeasureThroughput(const std::vector<BenchClient*>& clients, Op op,
+                                             size_t bytes, int window, const Settings& s) {
+  const size_t n = clients.size();
+  std::latch start(static_cast<std::ptrdiff_t>(n));
+  std::vector<Throughput> results(n);
+  std::vector<absl::Status> statuses(n);
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < n; ++w) {
+    threads.emplace_back([&, w] {
+      statuses[w] = RunWindow(*clients[w], op, bytes, window, s, start, results[w]);
+      // A failed worker must not leave the others waiting at the latch.
+      if (!statuses[w].ok() && results[w].seconds == 0) start.count_down(0);
+    });
+  }
+  for (auto& t : threads) t.join();
+  Throughput total;
+  for (size_t w = 0; w < n; ++w) {
+    if (!statuses[w].ok()) return statuses[w];
+    total.requests += results[w].requests;
+    total.seconds = std::max(total.seconds, results[w].seconds);
+  }
+  return total;
+}
+
+struct Latency {
+  double p50_us = 0;
+  double p99_us = 0;
+  size_t samples = 0;
+};
+
+absl::StatusOr<Latency> MeasureLatency(BenchClient& client, Op op, size_t bytes,
+                                       const Settings& s) {
+  auto round_trip = [&]() -> absl::Status {
+    auto id = client.Start(op, bytes);
+    if (!id.ok()) return id.status();
+    return client.Wait(*id, absl::Now() + kWaitTimeout);
+  };
+  for (int i = 0; i < 200; ++i) {
+    if (auto st = round_trip(); !st.ok()) return st;
+  }
+  std::vector<double> us;
+  const Clock::time_point t0 = Clock::now();
+  while (static_cast<int64_t>(us.size()) < s.max_round_trips &&
+         SecondsSince(t0) < s.latency_budget_s) {
+    const Clock::time_point t = Clock::now();
+    if (auto st = round_trip(); !st.ok()) return st;
+    us.push_back(SecondsSince(t) * 1e6);
+  }
+  std::sort(us.begin(), us.end());
+  Latency l;
+  l.samples = us.size();
+  l.p50_us = us[us.size() / 2];
+  l.p99_us = us[std::min(us.size() - 1, us.size() * 99 / 100)];
+  return l;
+}
+
+double MemcpyBytesPerSecond(size_t bytes, double budget_s) {
+  std::vector<std::byte> src(bytes, std::byte{3});
+  std::vector<std::byte> dst(bytes, std::byte{0});
+  std::memcpy(dst.data(), src.data(), bytes);
+  // Copies in batches of about 1 MiB so that reading the clock does not count.
+  const int64_t batch = std::max<int64_t>(1, kMiB / bytes);
+  int64_t copies = 0;
+  const Clock::time_point t0 = Clock::now();
+  while (copies < 1000000 && SecondsSince(t0) < budget_s) {
+    for (int64_t i = 0; i < batch; ++i) {
+      std::memcpy(dst.data(), src.data(), bytes);
+      asm volatile("" : : "r"(dst.data()) : "memory");  // keep the copy
+    }
+    copies += batch;
+  }
+  return copies * double(bytes) / SecondsSince(t0);
+}
+
+// ---- the raw ZeroMQ cluster -------------------------------------------------------------------
+
+struct RawCluster {
+  std::vector<std::unique_ptr<RawServer>> servers;
+  std::vector<std::unique_ptr<RawClient>> clients;
+};
+
+absl::StatusOr<RawCluster> MakeRawCluster(int servers, int workers, size_t max_bytes) {
+  RawCluster c;
+  std::vector<const RawServer*> view;
+  for (int s = 0; s < servers; ++s) {
+    auto server = RawServer::Create(DataEndpointId(wire::Role::SERVER, s), max_bytes);
+    if (!server.ok()) return server.status();
+    view.push_back(server->get());
+    c.servers.push_back(std::move(*server));
+  }
+  for (int w = 0; w < workers; ++w) {
+    auto client = RawClient::Create(w, view, max_bytes);
+    if (!client.ok()) return client.status();
+    c.clients.push_back(std::move(*client));
+  }
+  return c;
+}
+
+// ---- reporting --------------------------------------------------------------------------------
+
+struct Row {
+  std::string kind;  // "throughput" or "latency"
+  Op op = Op::kPush;
+  size_t bytes = 0;
+  int window = 1;
+  int servers = 1;
+  int workers = 1;
+  double syncline = 0;  // bytes/s (throughput)
+  double raw = 0;
+  double syncline_ops = 0;  // requests/s
+  double raw_ops = 0;
+  double memcpy = 0;  // bytes/s
+  Latency syncline_latency;
+  Latency raw_latency;
+  double ratio() const {
+    return kind == "latency" ? syncline_latency.p50_us / raw_latency.p50_us : syncline / raw;
+  }
+};
+
+// 4 KiB and smaller rows are about requests, larger ones about bytes.
+bool CountsRequests(size_t bytes) { return bytes <= 4 * kKiB; }
+
+std::string FormatThroughput(const Row& r) {
+  std::string s = absl::StrFormat("%-9s %5s %3d %3d %3d", OpName(r.op), SizeName(r.bytes),
+                                  r.window, r.servers, r.workers);
+  if (CountsRequests(r.bytes)) {
+    absl::StrAppendFormat(&s, " %10.1f kop/s %10.1f kop/s", r.syncline_ops / 1e3, r.raw_ops / 1e3);
+  } else {
+    absl::StrAppendFormat(&s, " %10.0f  MB/s %10.0f  MB/s", r.syncline / 1e6, r.raw / 1e6);
+  }
+  absl::StrAppendFormat(&s, " %6.2f %9.0f", r.ratio(), r.memcpy / 1e6);
+  return s;
+}
+
+std::string FormatLatency(const Row& r) {
+  return absl::StrFormat("%-9s %5s %8.1f %8.1f %8.1f %8.1f %6.2f %6.2f", OpName(r.op),
+                         SizeName(r.bytes), r.syncline_latency.p50_us, r.syncline_latency.p99_us,
+                         r.raw_latency.p50_us, r.raw_latency.p99_us, r.ratio(),
+                         r.syncline_latency.p99_us / r.raw_latency.p99_us);
+}
+
+void WriteCsv(const std::vector<Row>& rows, std::ostream& out) {
+  out << "kind,op,bytes,window,servers,workers,syncline_MBps,raw_MBps,syncline_ops,raw_ops,"
+         "ratio,memcpy_MBps,syncline_p50_us,syncline_p99_us,raw_p50_us,raw_p99_us\n";
+  for (const Row& r : rows) {
+    out << absl::StrFormat("%s,%s,%d,%d,%d,%d,%.1f,%.1f,%.1f,%.1f,%.3f,%.1f,%.2f,%.2f,%.2f,%.2f\n",
+                           r.kind, OpName(r.op), r.bytes, r.window, r.servers, r.workers,
+                           r.syncline / 1e6, r.raw / 1e6, r.syncline_ops, r.raw_ops, r.ratio(),
+                           r.memcpy / 1e6, r.syncline_latency.p50_us, r.syncline_latency.p99_us,
+                           r.raw_latency.p50_us, r.raw_latency.p99_us);
+  }
+}
+
+// The issue's targets, judged on the worst row of each kind.
+void PrintTargets(const std::vector<Row>& rows) {
+  double big = 1e9, small = 1e9, p50 = 0;
+  for (const Row& r : rows) {
+    if (r.kind == "latency") {
+      p50 = std::max(p50, r.ratio());
+    } else if (r.bytes >= kMiB) {
+      big = std::min(big, r.ratio());
+    } else if (r.bytes == 4 * kKiB && r.window == 8) {
+      small = std::min(small, r.ratio());
+    }
+  }
+  auto verdict = [](bool met) { return met ? "met" : "MISSED"; };
+  std::printf("\nTargets (worst row of each kind):\n");
+  if (big < 1e9) {
+    std::printf("  >= 1 MiB throughput       >= 0.90 x raw: worst %.2f  %s\n", big,
+                verdict(big >= 0.9));
+  }
+  if (small < 1e9) {
+    std::printf("  4 KiB, 8 in flight         >= 0.80 x raw: worst %.2f  %s\n", small,
+                verdict(small >= 0.8));
+  }
+  if (p50 > 0) {
+    std::printf("  round-trip p50             <= 1.30 x raw: worst %.2f  %s\n", p50,
+                verdict(p50 <= 1.3));
+  }
+}
+
+absl::Status Run(Settings s, std::vector<Row>& rows) {
+  std::set<size_t> all_sizes(s.sizes.begin(), s.sizes.end());
+  all_sizes.insert(s.latency_sizes.begin(), s.latency_sizes.end());
+  const std::vector<size_t> table_sizes(all_sizes.begin(), all_sizes.end());
+  const size_t max_bytes = table_sizes.back();
+
+  if (s.topologies.empty()) s.sizes.clear();
+  std::printf("memcpy bandwidth (same run):");
+  absl::flat_hash_map<size_t, double> memcpy_of;
+  for (size_t b : s.sizes) {
+    memcpy_of[b] = MemcpyBytesPerSecond(b, std::min(0.05, s.budget_s));
+    std::printf(" %s %.0f MB/s", SizeName(b).c_str(), memcpy_of[b] / 1e6);
+  }
+  std::printf("\n\nThroughput: syncline vs raw ZeroMQ (MB/s = 1e6 value bytes/s, summed over "
+              "workers; 4K rows in 1000 requests/s)\n");
+  std::printf("%-9s %5s %3s %3s %3s %16s %16s %6s %9s\n", "op", "size", "win", "srv", "wrk",
+              "syncline", "raw zmq", "ratio", "memcpy");
+  std::fflush(stdout);
+
+  for (auto [servers, workers] : s.topologies) {
+    auto cluster = SynclineCluster::Create(servers, workers, table_sizes);
+    if (!cluster.ok()) return cluster.status();
+    auto raw = MakeRawCluster(servers, workers, max_bytes);
+    if (!raw.ok()) return raw.status();
+    std::vector<BenchClient*> syncline_clients, raw_clients;
+    for (int w = 0; w < workers; ++w) {
+      syncline_clients.push_back(&(*cluster)->client(w));
+      raw_clients.push_back(raw->clients[w].get());
+    }
+    for (Op op : s.ops) {
+      for (size_t bytes : s.sizes) {
+        for (int window : s.windows) {
+          auto a = MeasureThroughput(syncline_clients, op, bytes, window, s);
+          if (!a.ok()) return a.status();
+          auto b = MeasureThroughput(raw_clients, op, bytes, window, s);
+          if (!b.ok()) return b.status();
+          Row r{.kind = "throughput", .op = op, .bytes = bytes, .window = window,
+                .servers = servers, .workers = workers};
+          r.syncline = a->bytes_per_s(bytes);
+          r.raw = b->bytes_per_s(bytes);
+          r.syncline_ops = a->requests_per_s();
+          r.raw_ops = b->requests_per_s();
+          r.memcpy = memcpy_of[bytes];
+          std::printf("%s\n", FormatThroughput(r).c_str());
+          std::fflush(stdout);
+          rows.push_back(r);
+        }
+      }
+    }
+  }
+
+  if (s.latency_ops.empty() || s.latency_sizes.empty()) return absl::OkStatus();
+  std::printf("\nRound-trip latency, 1 server, 1 worker, 1 in flight (microseconds)\n");
+  std::printf("%-9s %5s %8s %8s %8s %8s %6s %6s\n", "op", "size", "sl p50", "sl p99", "raw p50",
+              "raw p99", "p50 x", "p99 x");
+  auto cluster = SynclineCluster::Create(1, 1, table_sizes);
+  if (!cluster.ok()) return cluster.status();
+  auto raw = MakeRawCluster(1, 1, max_bytes);
+  if (!raw.ok()) return raw.status();
+  for (Op op : s.latency_ops) {
+    for (size_t bytes : s.latency_sizes) {
+      auto a = MeasureLatency((*cluster)->client(0), op, bytes, s);
+      if (!a.ok()) return a.status();
+      auto b = MeasureLatency(*raw->clients[0], op, bytes, s);
+      if (!b.ok()) return b.status();
+      Row r{.kind = "latency", .op = op, .bytes = bytes};
+      r.syncline_latency = *a;
+      r.raw_latency = *b;
+      std::printf("%s\n", FormatLatency(r).c_str());
+      std::fflush(stdout);
+      rows.push_back(r);
+    }
+  }
+  return absl::OkStatus();
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app(
+      "syncline-bench-ps: parameter-server throughput and latency against raw ZeroMQ and "
+      "memcpy, measured in one run.");
+  bool quick = false;
+  std::string csv;
+  std::string part = "all";
+  Settings s;
+  app.add_flag("--quick", quick, "few sizes and short budgets: a smoke run of a few seconds");
+  app.add_option("--csv", csv, "also write every row to this CSV file");
+  app.add_option("--budget", s.budget_s, "seconds per throughput measurement")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--part", part, "what to measure: all, throughput or latency")
+      ->check(CLI::IsMember({"all", "throughput", "latency"}))
+      ->capture_default_str();
+  app.add_option("--latency-budget", s.latency_budget_s, "seconds per latency measurement")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "syncline-bench-ps: " << e.what() << "\nRun with --help for usage.\n";
+    return 2;
+  }
+  if (quick) {
+    s.sizes = {4 * kKiB, 1 * kMiB};
+    s.topologies = {{1, 1}, {2, 2}};
+    s.latency_sizes = {8, 4 * kKiB};
+    s.budget_s = std::min(s.budget_s, 0.03);
+    s.latency_budget_s = std::min(s.latency_budget_s, 0.05);
+    s.max_requests = 2000;
+    s.max_round_trips = 1000;
+  }
+
+  if (part == "latency") s.topologies.clear();
+  if (part == "throughput") s.latency_ops.clear();
+
+  const Clock::time_point t0 = Clock::now();
+  std::vector<Row> rows;
+  absl::Status status = Run(s, rows);
+  if (!status.ok()) {
+    std::fprintf(stderr, "syncline-bench-ps: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  PrintTargets(rows);
+  std::printf("(%zu rows in %.1f s)\n", rows.size(), SecondsSince(t0));
+  if (!csv.empty()) {
+    std::ofstream out(csv);
+    WriteCsv(rows, out);
+    if (!out) {
+      std::fprintf(stderr, "syncline-bench-ps: cannot write %s\n", csv.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace syncline::bench
+
+int main(int argc, char** argv) { return syncline::bench::Main(argc, argv); }

@@ -1,0 +1,137 @@
+#include "bench/syncline_cluster.h"
+
+#include <span>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_format.h"
+#include "core/node_table.h"
+#include "worker/kv_client.h"
+
+namespace syncline::bench {
+namespace {
+
+constexpr absl::Duration kDeclareTimeout = absl::Seconds(10);
+// ServeUntil returns this often so that the server thread sees the stop flag.
+constexpr absl::Duration kServeSlice = absl::Milliseconds(50);
+
+// A KVClient pushing and pulling whole dense tables, one table per request size.
+class SynclineClient : public BenchClient {
+ public:
+  SynclineClient(Endpoint* endpoint, KVClientOptions options, size_t max_bytes)
+      : kv_(endpoint, std::move(options)),
+        grads_(max_bytes / sizeof(float), 1e-3f),
+        out_(max_bytes / sizeof(float)) {}
+
+  absl::Status DeclareTable(uint32_t id, size_t bytes) {
+    TableConfig c;
+    c.id = id;
+    c.dense = true;
+    c.num_keys = bytes / sizeof(float);
+    c.dim = 1;
+    c.optimizer.kind = wire::OptimizerKind::SGD;
+    c.optimizer.learning_rate = 1e-3f;
+    if (auto s = kv_.DeclareTable(c, absl::Now() + kDeclareTimeout); !s.ok()) return s;
+    table_of_[bytes] = id;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<uint64_t> Start(Op op, size_t bytes) override {
+    auto it = table_of_.find(bytes);
+    if (it == table_of_.end()) {
+      return absl::InvalidArgumentError(absl::StrFormat("no table of %d bytes", bytes));
+    }
+    const size_t n = bytes / sizeof(float);
+    const std::span<const float> grads(grads_.data(), n);
+    // Every pull of a window lands in the same buffer: replies are copied one after the other
+    // by this thread, and the benchmark never reads them.
+    const std::span<float> out(out_.data(), n);
+    switch (op) {
+      case Op::kPush:
+        return kv_.PushDense(it->second, 0, grads, /*clock=*/0, /*weight=*/1.0f);
+      case Op::kPull:
+        return kv_.PullDense(it->second, 0, out, /*clock=*/0);
+      case Op::kPushPull:
+        return kv_.PushPullDense(it->second, 0, grads, out, /*clock=*/0, /*weight=*/1.0f);
+    }
+    return absl::InvalidArgumentError("unknown op");
+  }
+
+  absl::Status Wait(uint64_t id, absl::Time deadline) override { return kv_.Wait(id, deadline); }
+
+ private:
+  KVClient kv_;
+  std::vector<float> grads_;
+  std::vector<float> out_;
+  absl::flat_hash_map<size_t, uint32_t> table_of_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SynclineCluster>> SynclineCluster::Create(
+    int servers, int workers, const std::vector<size_t>& request_bytes) {
+  std::unique_ptr<SynclineCluster> cluster(new SynclineCluster());
+  size_t max_bytes = 0;
+  for (size_t b : request_bytes) max_bytes = std::max(max_bytes, b);
+
+  std::vector<std::string> server_ids;
+  std::vector<std::string> addresses;
+  cluster->servers_.resize(servers);
+  for (int s = 0; s < servers; ++s) {
+    ServerNode& node = cluster->servers_[s];
+    node.transport = std::make_unique<ZmqTransport>();
+    server_ids.push_back(DataEndpointId(wire::Role::SERVER, s));
+    auto endpoint = node.transport->CreateEndpoint(server_ids.back());
+    if (!endpoint.ok()) return endpoint.status();
+    node.endpoint = std::move(*endpoint);
+    auto address = node.endpoint->Bind("tcp://127.0.0.1:0");
+    if (!address.ok()) return address.status();
+    addresses.push_back(*address);
+    ServerOptions options{
+        .rank = s, .num_servers = servers, .num_workers = workers, .staleness = -1};
+    node.server = std::make_unique<ParameterServer>(node.endpoint.get(), options);
+  }
+  for (ServerNode& node : cluster->servers_) {
+    node.thread = std::thread([server = node.server.get(), stop = &cluster->stop_] {
+      while (!stop->load(std::memory_order_relaxed)) {
+        if (auto s = server->ServeUntil(absl::Now() + kServeSlice); !s.ok()) {
+          std::fprintf(stderr, "server stopped: %s\n", s.ToString().c_str());
+          return;
+        }
+      }
+    });
+  }
+
+  cluster->workers_.resize(workers);
+  for (int w = 0; w < workers; ++w) {
+    WorkerNode& node = cluster->workers_[w];
+    node.transport = std::make_unique<ZmqTransport>();
+    auto endpoint = node.transport->CreateEndpoint(DataEndpointId(wire::Role::WORKER, w));
+    if (!endpoint.ok()) return endpoint.status();
+    node.endpoint = std::move(*endpoint);
+    for (int s = 0; s < servers; ++s) {
+      if (auto st = node.endpoint->Connect(server_ids[s], addresses[s]); !st.ok()) return st;
+    }
+    KVClientOptions options;
+    options.rank = w;
+    options.server_ids = server_ids;
+    auto client = std::make_unique<SynclineClient>(node.endpoint.get(), options, max_bytes);
+    uint32_t table = 1;
+    for (size_t bytes : request_bytes) {
+      if (auto st = client->DeclareTable(table++, bytes); !st.ok()) return st;
+    }
+    node.client = std::move(client);
+  }
+  return cluster;
+}
+
+SynclineCluster::~SynclineCluster() {
+  stop_.store(true);
+  for (ServerNode& node : servers_) {
+    if (node.thread.joinable()) node.thread.join();
+  }
+  workers_.clear();
+  servers_.clear();
+}
+
+}  // namespace syncline::bench
