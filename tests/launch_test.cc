@@ -1,0 +1,205 @@
+// End-to-end tests: real syncline-launch, syncline-ps and syncline-worker processes talking
+// over ZeroMQ on loopback.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "absl/strings/str_split.h"
+#include "tests/test_util.h"
+
+namespace syncline {
+namespace {
+
+using testing_util::JsonNumber;
+using testing_util::ReadFile;
+using testing_util::RunProcess;
+using testing_util::TempDir;
+
+const std::string kLaunch = SYNCLINE_LAUNCH_BIN;
+const std::string kGen = SYNCLINE_GEN_BIN;
+
+// Shared synthetic data: 20k training and 4k test examples over 10k Zipf features.
+class LaunchTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(TempDir("launch_data"));
+    auto r = RunProcess({kGen, "--out", *dir_ + "/train.libsvm", "--test-out",
+                         *dir_ + "/test.libsvm", "--rows", "20000", "--test-rows", "4000",
+                         "--features", "10000", "--nnz", "20", "--seed", "11"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static std::string Train() { return *dir_ + "/train.libsvm"; }
+  static std::string Test() { return *dir_ + "/test.libsvm"; }
+  static std::string* dir_;
+};
+std::string* LaunchTest::dir_ = nullptr;
+
+TEST_F(LaunchTest, LogregConvergesAndTheRunIsDocumented) {
+  const std::string out = TempDir("converge");
+  auto r =
+      RunProcess({kLaunch,   "--servers",   "2",       "--workers", "2",      "--sync", "bsp",
+                  "--model", "logreg",      "--train", Train(),     "--test", Test(),   "--epochs",
+                  "3",       "--optimizer", "adagrad", "--lr",      "0.1",    "--out",  out});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string summary = ReadFile(out + "/summary.json");
+  // The floor: the generating model's own AUC on this data is about 0.9; a trained model is
+  // well above chance.
+  ASSERT_TRUE(JsonNumber(summary, "test_auc").has_value()) << summary;
+  EXPECT_GT(*JsonNumber(summary, "test_auc"), 0.8) << summary;
+  EXPECT_LT(*JsonNumber(summary, "test_loss"), 0.45) << summary;
+  for (const char* key :
+       {"servers", "workers", "steps", "epochs", "wall_seconds", "bytes_pushed", "bytes_pulled"}) {
+    EXPECT_TRUE(JsonNumber(summary, key).has_value()) << key;
+  }
+  EXPECT_NE(summary.find("\"sync\": \"bsp\""), std::string::npos);
+  EXPECT_EQ(*JsonNumber(summary, "max_staleness_served"), 0);
+  // metrics.csv: a header and rows from both workers, loss falling.
+  std::vector<std::string> lines =
+      absl::StrSplit(ReadFile(out + "/metrics.csv"), '\n', absl::SkipEmpty());
+  ASSERT_GT(lines.size(), 10u);
+  EXPECT_EQ(lines[0], "wall_seconds,worker,clock,epoch,train_loss,examples");
+  EXPECT_NE(r.output.find("AUC"), std::string::npos) << r.output;
+}
+
+// Parameters from params.tsv: key -> values.
+std::map<std::string, std::vector<double>> ReadParams(const std::string& path) {
+  std::map<std::string, std::vector<double>> params;
+  for (absl::string_view line : absl::StrSplit(ReadFile(path), '\n', absl::SkipEmpty())) {
+    std::vector<std::string> f = absl::StrSplit(line, '\t');
+    std::vector<double>& v = params[f[0]];
+    for (size_t i = 1; i < f.size(); ++i) v.push_back(std::stod(f[i]));
+  }
+  return params;
+}
+
+TEST_F(LaunchTest, BspWithTwoWorkersEqualsOneWorkerWithTheUnionBatch) {
+  const std::string one = TempDir("bsp1"), two = TempDir("bsp2");
+  auto a = RunProcess({kLaunch, "--servers", "1", "--workers", "1", "--batch-size", "128",
+                       "--train", Train(), "--test", Test(), "--epochs", "2", "--optimizer", "adam",
+                       "--lr", "0.01", "--out", one});
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto b = RunProcess({kLaunch, "--servers", "2", "--workers", "2", "--batch-size", "64", "--train",
+                       Train(), "--test", Test(), "--epochs", "2", "--optimizer", "adam", "--lr",
+                       "0.01", "--out", two});
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  auto p1 = ReadParams(one + "/params.tsv");
+  auto p2 = ReadParams(two + "/params.tsv");
+  ASSERT_GT(p1.size(), 1000u);
+  ASSERT_EQ(p1.size(), p2.size());
+  double max_diff = 0, moved = 0;
+  for (const auto& [key, v1] : p1) {
+    const auto& v2 = p2[key];
+    ASSERT_EQ(v1.size(), v2.size()) << key;
+    for (size_t i = 0; i < v1.size(); ++i) {
+      max_diff = std::max(max_diff, std::abs(v1[i] - v2[i]));
+      moved += std::abs(v1[i]);
+    }
+  }
+  EXPECT_LE(max_diff, 1e-5);
+  EXPECT_GT(moved, 1.0);
+}
+
+TEST_F(LaunchTest, SoftmaxOnCsvReportsAccuracy) {
+  const std::string dir = TempDir("softmax");
+  auto g = RunProcess({kGen,
+                       "--out",
+                       dir + "/train.csv",
+                       "--test-out",
+                       dir + "/test.csv",
+                       "--format",
+                       "csv",
+                       "--rows",
+                       "3000",
+                       "--test-rows",
+                       "600",
+                       "--features",
+                       "20",
+                       "--nnz",
+                       "20",
+                       "--values",
+                       "gaussian",
+                       "--classes",
+                       "4",
+                       "--seed",
+                       "3"});
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  auto r = RunProcess({kLaunch, "--servers", "1", "--workers", "2", "--model", "softmax",
+                       "--classes", "4", "--train", dir + "/train.csv", "--test", dir + "/test.csv",
+                       "--epochs", "5", "--batch-size", "50", "--out", dir + "/run"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string summary = ReadFile(dir + "/run/summary.json");
+  ASSERT_TRUE(JsonNumber(summary, "test_accuracy").has_value()) << summary;
+  EXPECT_GT(*JsonNumber(summary, "test_accuracy"), 0.5) << summary;  // chance is 0.25
+}
+
+TEST_F(LaunchTest, BadInputGetsAClearMessageAndExitCode2) {
+  const std::string dir = TempDir("bad");
+  {
+    std::ofstream bad(dir + "/bad.libsvm");
+    bad << "1 3:1 7:1\n0 2:1\n1 4:x\n";
+  }
+  auto malformed = RunProcess({kLaunch, "--train", dir + "/bad.libsvm", "--out", dir + "/run"});
+  EXPECT_EQ(malformed.exit_code, 2) << malformed.output;
+  EXPECT_NE(malformed.output.find("bad.libsvm:3"), std::string::npos) << malformed.output;
+
+  auto missing = RunProcess({kLaunch, "--train", dir + "/nope.libsvm", "--out", dir + "/run"});
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("nope.libsvm"), std::string::npos) << missing.output;
+
+  auto flag = RunProcess({kLaunch, "--servers", "x"});
+  EXPECT_EQ(flag.exit_code, 2) << flag.output;
+  EXPECT_NE(flag.output.find("--servers"), std::string::npos) << flag.output;
+
+  auto sync = RunProcess({kLaunch, "--sync", "ssp:-1"});
+  EXPECT_EQ(sync.exit_code, 2) << sync.output;
+
+  auto help = RunProcess({kLaunch, "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.output.find("--train"), std::string::npos);
+}
+
+TEST_F(LaunchTest, LauncherStopsEverythingWhenAWorkerCrashes) {
+  const std::string out = TempDir("crash");
+  std::string output;
+  ProcessGroup group([&](std::string_view, OutputStream, std::string_view line) {
+    output.append(line.data(), line.size());
+    output += '\n';
+  });
+  // Long enough that it is still training when the worker is killed.
+  auto launcher = group.Start(
+      ProcessSpec{"launch",
+                  {kLaunch, "--servers", "2", "--workers", "2", "--train", Train(), "--test",
+                   Test(), "--epochs", "500", "--batch-size", "32", "--out", out}});
+  ASSERT_TRUE(launcher.ok());
+  std::vector<ExitEvent> exited;
+  // Wait until training is under way.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline && exited.empty()) {
+    (void)group.Poll(absl::Milliseconds(100), &exited);
+    const std::string csv = ReadFile(out + "/metrics.csv");
+    if (std::count(csv.begin(), csv.end(), '\n') > 3) break;
+  }
+  ASSERT_TRUE(exited.empty()) << output;
+  auto children = testing_util::Children(*launcher);
+  ASSERT_EQ(children.size(), 4u) << output;
+  int victim = 0;
+  for (const auto& [pid, cmd] : children) {
+    if (cmd.find("syncline-worker") != std::string::npos &&
+        cmd.find("--rank 1 ") != std::string::npos) {
+      victim = pid;
+    }
+  }
+  ASSERT_NE(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  const absl::Time end = absl::Now() + absl::Seconds(30);
+  while (exited.empty() && absl::Now() < end) (void)group.Poll(absl::Milliseconds(100), &exited);
+  ASSERT_EQ(exited.size(), 1u) << "the launcher did not exit:\n" << output;
+  EXPECT_NE(exited[0].exit_code, 0);
+  EXPECT_NE(output.find("w1 killed by signal 9"), std::string::npos) << output;
+  for (const auto& [pid, cmd] : children) EXPECT_FALSE(testing_util::Alive(pid)) << cmd;
+  EXPECT_NE(ReadFile(out + "/summary.json").find("\"status\": \"failed\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace syncline
