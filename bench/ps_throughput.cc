@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <latch>
+#include <pthread.h>
 #include <memory>
 #include <set>
 #include <string>
@@ -117,7 +118,9 @@ absl::Status RunWindow(BenchClient& client, Op op, size_t bytes, int window, boo
 }
 
 // All workers at once; requests summed, time of the slowest worker.
-absl::StatusOr<Throughput> MeasureThroughput(const std::vector<BenchClient*>& clients, Op op,
+// `name` prefixes the worker threads' names (for profilers).
+absl::StatusOr<Throughput> MeasureThroughput(const char* name,
+                                             const std::vector<BenchClient*>& clients, Op op,
                                              size_t bytes, int window, bool warm_up,
                                              const Settings& s) {
   const size_t n = clients.size();
@@ -127,6 +130,7 @@ absl::StatusOr<Throughput> MeasureThroughput(const std::vector<BenchClient*>& cl
   std::vector<std::thread> threads;
   for (size_t w = 0; w < n; ++w) {
     threads.emplace_back([&, w] {
+      pthread_setname_np(pthread_self(), absl::StrCat(name, w).c_str());
       statuses[w] = RunWindow(*clients[w], op, bytes, window, warm_up, s, start, results[w]);
       // A failed worker must not leave the others waiting at the latch.
       if (!statuses[w].ok() && results[w].seconds == 0) start.count_down(0);
@@ -337,9 +341,9 @@ absl::Status Run(Settings s, std::vector<Row>& rows) {
         for (int window : s.windows) {
           Throughput a, b;  // the best turn of each
           for (int turn = 0; turn < s.repeat; ++turn) {
-            auto ta = MeasureThroughput(syncline_clients, op, bytes, window, turn == 0, s);
+            auto ta = MeasureThroughput("sl-w", syncline_clients, op, bytes, window, turn == 0, s);
             if (!ta.ok()) return ta.status();
-            auto tb = MeasureThroughput(raw_clients, op, bytes, window, turn == 0, s);
+            auto tb = MeasureThroughput("raw-w", raw_clients, op, bytes, window, turn == 0, s);
             if (!tb.ok()) return tb.status();
             if (turn == 0 || ta->requests_per_s() > a.requests_per_s()) a = *ta;
             if (turn == 0 || tb->requests_per_s() > b.requests_per_s()) b = *tb;

@@ -1,5 +1,7 @@
 #include "bench/raw_zmq.h"
 
+#include <pthread.h>
+
 #include <cstdio>
 #include <cstring>
 
@@ -66,6 +68,7 @@ RawServer::~RawServer() {
 }
 
 void RawServer::Serve() {
+  pthread_setname_np(pthread_self(), absl::StrCat("raw-", id_).c_str());  // for profilers
   try {
     while (!stop_.load(std::memory_order_relaxed)) {
       zmq::message_t route;

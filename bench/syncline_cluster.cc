@@ -1,9 +1,12 @@
 #include "bench/syncline_cluster.h"
 
+#include <pthread.h>
+
 #include <span>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/node_table.h"
 #include "worker/kv_client.h"
@@ -92,7 +95,9 @@ absl::StatusOr<std::unique_ptr<SynclineCluster>> SynclineCluster::Create(
     node.server = std::make_unique<ParameterServer>(node.endpoint.get(), options);
   }
   for (ServerNode& node : cluster->servers_) {
-    node.thread = std::thread([server = node.server.get(), stop = &cluster->stop_] {
+    node.thread = std::thread([server = node.server.get(), stop = &cluster->stop_,
+                               name = absl::StrCat("sl-", node.endpoint->id())] {
+      pthread_setname_np(pthread_self(), name.c_str());  // for profilers
       while (!stop->load(std::memory_order_relaxed)) {
         if (auto s = server->ServeUntil(absl::Now() + kServeSlice); !s.ok()) {
           std::fprintf(stderr, "server stopped: %s\n", s.ToString().c_str());
