@@ -7,6 +7,9 @@
 // Throughput is value bytes per request times completed requests per second, summed over the
 // workers (a push-pull counts its bytes once). Every loop is bounded by a request count and
 // a time budget.
+#include <pthread.h>
+#include <sys/resource.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -16,7 +19,6 @@
 #include <fstream>
 #include <iostream>
 #include <latch>
-#include <pthread.h>
 #include <memory>
 #include <set>
 #include <string>
@@ -58,6 +60,7 @@ struct Settings {
   double latency_budget_s = 0.15;  // per latency measurement
   int64_t max_requests = 100000;  // per worker and measurement
   int64_t max_round_trips = 20000;
+  size_t piece_bytes = 0;  // KVClientOptions::max_piece_bytes; 0 = KVClient's default
 };
 
 std::string SizeName(size_t bytes) {
@@ -71,77 +74,101 @@ std::string SizeName(size_t bytes) {
 struct Throughput {
   int64_t requests = 0;
   double seconds = 0;
+  double cpu_seconds = 0;  // of the whole process: every node and ZeroMQ I/O thread
   double bytes_per_s(size_t bytes) const { return requests * double(bytes) / seconds; }
   double requests_per_s() const { return requests / seconds; }
+  double cpu_us_per_request() const { return cpu_seconds * 1e6 / requests; }
 };
 
+// User plus system CPU time of this process so far.
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
+  return seconds(u.ru_utime) + seconds(u.ru_stime);
+}
+
 // One worker: `window` requests in flight (issue, then wait for the oldest before each new
-// one) until the budget or the request count runs out; then drains.
-absl::Status RunWindow(BenchClient& client, Op op, size_t bytes, int window, bool warm_up,
-                       const Settings& s, std::latch& start, Throughput& result) {
+// one) until `max_requests` were issued or `budget_s` ran out; then drains. Waits at `start`,
+// when given, before the clock starts.
+absl::Status RunWindow(BenchClient& client, Op op, size_t bytes, int window, int64_t max_requests,
+                       double budget_s, std::latch* start, Throughput& result) {
+  if (start != nullptr) start->arrive_and_wait();
   std::deque<uint64_t> in_flight;
   auto wait_oldest = [&]() -> absl::Status {
     absl::Status st = client.Wait(in_flight.front(), absl::Now() + kWaitTimeout);
     in_flight.pop_front();
     return st;
   };
-  // Warm-up (untimed): one window's worth.
-  for (int i = 0; warm_up && i < window; ++i) {
-    auto id = client.Start(op, bytes);
-    if (!id.ok()) return id.status();
-    in_flight.push_back(*id);
-  }
-  while (!in_flight.empty()) {
-    if (auto st = wait_oldest(); !st.ok()) return st;
-  }
-
-  start.arrive_and_wait();
   const Clock::time_point t0 = Clock::now();
-  const Clock::time_point end = t0 + std::chrono::duration_cast<Clock::duration>(
-                                         std::chrono::duration<double>(s.budget_s));
+  const Clock::time_point end =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(budget_s));
   int64_t issued = 0;
-  while (issued < s.max_requests && Clock::now() < end) {
-    if (static_cast<int>(in_flight.size()) == window) {
-      if (auto st = wait_oldest(); !st.ok()) return st;
-    }
+  absl::Status status;
+  while (status.ok() && issued < max_requests && Clock::now() < end) {
+    if (static_cast<int>(in_flight.size()) == window) status = wait_oldest();
+    if (!status.ok()) break;
     auto id = client.Start(op, bytes);
     if (!id.ok()) return id.status();
     in_flight.push_back(*id);
     ++issued;
   }
   while (!in_flight.empty()) {
-    if (auto st = wait_oldest(); !st.ok()) return st;
+    absl::Status st = wait_oldest();
+    if (status.ok()) status = st;
   }
   result.requests = issued;
   result.seconds = SecondsSince(t0);
-  return absl::OkStatus();
+  return status;
 }
 
-// All workers at once; requests summed, time of the slowest worker.
-// `name` prefixes the worker threads' names (for profilers).
-absl::StatusOr<Throughput> MeasureThroughput(const char* name,
-                                             const std::vector<BenchClient*>& clients, Op op,
-                                             size_t bytes, int window, bool warm_up,
-                                             const Settings& s) {
-  const size_t n = clients.size();
-  std::latch start(static_cast<std::ptrdiff_t>(n));
-  std::vector<Throughput> results(n);
+// Runs `body(w)` on one thread per worker, named `name` + w (for profilers); returns the first
+// error.
+template <typename Body>
+absl::Status OnWorkerThreads(const char* name, size_t n, Body body) {
   std::vector<absl::Status> statuses(n);
   std::vector<std::thread> threads;
   for (size_t w = 0; w < n; ++w) {
     threads.emplace_back([&, w] {
       pthread_setname_np(pthread_self(), absl::StrCat(name, w).c_str());
-      statuses[w] = RunWindow(*clients[w], op, bytes, window, warm_up, s, start, results[w]);
-      // A failed worker must not leave the others waiting at the latch.
-      if (!statuses[w].ok() && results[w].seconds == 0) start.count_down(0);
+      statuses[w] = body(w);
     });
   }
   for (auto& t : threads) t.join();
+  for (const absl::Status& st : statuses) {
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+// All workers at once, after an optional untimed warm-up of one window each; requests summed,
+// time of the slowest worker.
+absl::StatusOr<Throughput> MeasureThroughput(const char* name,
+                                             const std::vector<BenchClient*>& clients, Op op,
+                                             size_t bytes, int window, bool warm_up,
+                                             const Settings& s) {
+  const size_t n = clients.size();
+  std::vector<Throughput> results(n);
+  if (warm_up) {
+    auto st = OnWorkerThreads(name, n, [&](size_t w) {
+      return RunWindow(*clients[w], op, bytes, window, window, 60.0, nullptr, results[w]);
+    });
+    if (!st.ok()) return st;
+  }
+  // Every worker arrives before any starts; the latch cannot strand a thread because
+  // RunWindow arrives first thing.
+  std::latch start(static_cast<std::ptrdiff_t>(n));
+  const double cpu0 = ProcessCpuSeconds();
+  auto st = OnWorkerThreads(name, n, [&](size_t w) {
+    return RunWindow(*clients[w], op, bytes, window, s.max_requests, s.budget_s, &start,
+                     results[w]);
+  });
+  if (!st.ok()) return st;
   Throughput total;
-  for (size_t w = 0; w < n; ++w) {
-    if (!statuses[w].ok()) return statuses[w];
-    total.requests += results[w].requests;
-    total.seconds = std::max(total.seconds, results[w].seconds);
+  total.cpu_seconds = ProcessCpuSeconds() - cpu0;
+  for (const Throughput& r : results) {
+    total.requests += r.requests;
+    total.seconds = std::max(total.seconds, r.seconds);
   }
   return total;
 }
@@ -233,6 +260,8 @@ struct Row {
   double raw = 0;
   double syncline_ops = 0;  // requests/s
   double raw_ops = 0;
+  double syncline_cpu_us = 0;  // process CPU time per request
+  double raw_cpu_us = 0;
   double memcpy = 0;  // bytes/s
   Latency syncline_latency;
   Latency raw_latency;
@@ -252,7 +281,8 @@ std::string FormatThroughput(const Row& r) {
   } else {
     absl::StrAppendFormat(&s, " %10.0f  MB/s %10.0f  MB/s", r.syncline / 1e6, r.raw / 1e6);
   }
-  absl::StrAppendFormat(&s, " %6.2f %9.0f", r.ratio(), r.memcpy / 1e6);
+  absl::StrAppendFormat(&s, " %6.2f %8.1f %8.1f %9.0f", r.ratio(), r.syncline_cpu_us,
+                        r.raw_cpu_us, r.memcpy / 1e6);
   return s;
 }
 
@@ -265,12 +295,13 @@ std::string FormatLatency(const Row& r) {
 
 void WriteCsv(const std::vector<Row>& rows, std::ostream& out) {
   out << "kind,op,bytes,window,servers,workers,syncline_MBps,raw_MBps,syncline_ops,raw_ops,"
-         "ratio,memcpy_MBps,syncline_p50_us,syncline_p99_us,raw_p50_us,raw_p99_us\n";
+         "ratio,syncline_cpu_us_per_req,raw_cpu_us_per_req,memcpy_MBps,syncline_p50_us,"
+         "syncline_p99_us,raw_p50_us,raw_p99_us\n";
   for (const Row& r : rows) {
-    out << absl::StrFormat("%s,%s,%d,%d,%d,%d,%.1f,%.1f,%.1f,%.1f,%.3f,%.1f,%.2f,%.2f,%.2f,%.2f\n",
-                           r.kind, OpName(r.op), r.bytes, r.window, r.servers, r.workers,
-                           r.syncline / 1e6, r.raw / 1e6, r.syncline_ops, r.raw_ops, r.ratio(),
-                           r.memcpy / 1e6, r.syncline_latency.p50_us, r.syncline_latency.p99_us,
+    out << absl::StrFormat(
+        "%s,%s,%d,%d,%d,%d,%.1f,%.1f,%.1f,%.1f,%.3f,%.2f,%.2f,%.1f,%.2f,%.2f,%.2f,%.2f\n", r.kind,
+        OpName(r.op), r.bytes, r.window, r.servers, r.workers, r.syncline / 1e6, r.raw / 1e6,
+        r.syncline_ops, r.raw_ops, r.ratio(), r.syncline_cpu_us, r.raw_cpu_us, r.memcpy / 1e6, r.syncline_latency.p50_us, r.syncline_latency.p99_us,
                            r.raw_latency.p50_us, r.raw_latency.p99_us);
   }
 }
@@ -321,13 +352,13 @@ absl::Status Run(Settings s, std::vector<Row>& rows) {
         "\n\nThroughput: syncline vs raw ZeroMQ, best of %d (MB/s = 1e6 value bytes/s summed "
         "over workers; 4K rows in 1000 requests/s)\n",
         s.repeat);
-    std::printf("%-9s %5s %3s %3s %3s %16s %16s %6s %9s\n", "op", "size", "win", "srv", "wrk",
-                "syncline", "raw zmq", "ratio", "memcpy");
+    std::printf("%-9s %5s %3s %3s %3s %16s %16s %6s %8s %8s %9s\n", "op", "size", "win", "srv",
+                "wrk", "syncline", "raw zmq", "ratio", "cpu/r sl", "cpu/r raw", "memcpy");
     std::fflush(stdout);
   }
 
   for (auto [servers, workers] : s.topologies) {
-    auto cluster = SynclineCluster::Create(servers, workers, table_sizes);
+    auto cluster = SynclineCluster::Create(servers, workers, table_sizes, s.piece_bytes);
     if (!cluster.ok()) return cluster.status();
     auto raw = MakeRawCluster(servers, workers, max_bytes);
     if (!raw.ok()) return raw.status();
@@ -354,6 +385,8 @@ absl::Status Run(Settings s, std::vector<Row>& rows) {
           r.raw = b.bytes_per_s(bytes);
           r.syncline_ops = a.requests_per_s();
           r.raw_ops = b.requests_per_s();
+          r.syncline_cpu_us = a.cpu_us_per_request();
+          r.raw_cpu_us = b.cpu_us_per_request();
           r.memcpy = memcpy_of[bytes];
           std::printf("%s\n", FormatThroughput(r).c_str());
           std::fflush(stdout);
@@ -370,7 +403,7 @@ absl::Status Run(Settings s, std::vector<Row>& rows) {
       s.repeat);
   std::printf("%-9s %5s %8s %8s %8s %8s %6s %6s\n", "op", "size", "sl p50", "sl p99", "raw p50",
               "raw p99", "p50 x", "p99 x");
-  auto cluster = SynclineCluster::Create(1, 1, table_sizes);
+  auto cluster = SynclineCluster::Create(1, 1, table_sizes, s.piece_bytes);
   if (!cluster.ok()) return cluster.status();
   auto raw = MakeRawCluster(1, 1, max_bytes);
   if (!raw.ok()) return raw.status();
@@ -479,6 +512,9 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--topology", topologies,
                  "SERVERSxWORKERS to run, e.g. 1x1 2x2 (default: 1x1 2x1 1x2 2x2)");
+  std::string piece;
+  app.add_option("--piece", piece,
+                 "KVClient piece size for dense ranges, e.g. 256K (default: KVClient's own)");
   app.add_option("--latency-size", latency_sizes,
                  "round-trip message sizes (default: 8 64 512 4K)");
   try {
@@ -504,6 +540,11 @@ int Main(int argc, char** argv) {
   if (parsed.ok()) parsed = ParseList(sizes, ParseSize, s.sizes);
   if (parsed.ok()) parsed = ParseList(topologies, ParseTopology, s.topologies);
   if (parsed.ok()) parsed = ParseList(latency_sizes, ParseSize, s.latency_sizes);
+  if (parsed.ok() && !piece.empty()) {
+    auto bytes = ParseSize(piece);
+    if (bytes.ok()) s.piece_bytes = *bytes;
+    parsed = bytes.status();
+  }
   if (!parsed.ok()) {
     std::cerr << "syncline-bench-ps: " << parsed.message() << "\n";
     return 2;

@@ -72,7 +72,7 @@ class SynclineClient : public BenchClient {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SynclineCluster>> SynclineCluster::Create(
-    int servers, int workers, const std::vector<size_t>& request_bytes) {
+    int servers, int workers, const std::vector<size_t>& request_bytes, size_t max_piece_bytes) {
   std::unique_ptr<SynclineCluster> cluster(new SynclineCluster());
   size_t max_bytes = 0;
   for (size_t b : request_bytes) max_bytes = std::max(max_bytes, b);
@@ -120,6 +120,7 @@ absl::StatusOr<std::unique_ptr<SynclineCluster>> SynclineCluster::Create(
     KVClientOptions options;
     options.rank = w;
     options.server_ids = server_ids;
+    if (max_piece_bytes > 0) options.max_piece_bytes = max_piece_bytes;
     auto client = std::make_unique<SynclineClient>(node.endpoint.get(), options, max_bytes);
     uint32_t table = 1;
     for (size_t bytes : request_bytes) {

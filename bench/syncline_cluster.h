@@ -27,9 +27,11 @@ namespace syncline::bench {
 class SynclineCluster {
  public:
   // Starts `servers` servers and `workers` workers and declares a table for each request size
-  // in `request_bytes` (multiples of 4).
+  // in `request_bytes` (multiples of 4). `max_piece_bytes` overrides KVClient's piece size
+  // when it is not 0.
   static absl::StatusOr<std::unique_ptr<SynclineCluster>> Create(
-      int servers, int workers, const std::vector<size_t>& request_bytes);
+      int servers, int workers, const std::vector<size_t>& request_bytes,
+      size_t max_piece_bytes = 0);
   ~SynclineCluster();  // stops the servers
 
   int num_workers() const { return static_cast<int>(workers_.size()); }

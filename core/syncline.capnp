@@ -67,6 +67,8 @@ struct Header {
     nodeDown @21 :NodeDown;
     table @22 :TableSpec;
   }
+
+  staleness @23 :Int64;    # pull replies: iterations of updates the served values may lack
 }
 
 struct Register {

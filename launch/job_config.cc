@@ -27,6 +27,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 #include "toml++/toml.h"
+#include "worker/slowness.h"
 
 namespace syncline {
 namespace {
@@ -42,7 +43,7 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 24> kFields = {{
+const std::array<Field, 28> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes"},
     {"workers", &JobConfig::workers, "Number of worker processes"},
     {"sync", &JobConfig::sync,
@@ -69,6 +70,14 @@ const std::array<Field, 24> kFields = {{
     {"gen-test-rows", &JobConfig::gen_test_rows, "Synthetic data: test examples (0: none)"},
     {"gen-features", &JobConfig::gen_features, "Synthetic data: feature dimension"},
     {"gen-nnz", &JobConfig::gen_nnz, "Synthetic data: nonzero features per example"},
+    {"straggler", &JobConfig::straggler,
+     "Experiments: RANK:FACTOR makes worker RANK always FACTOR times slower"},
+    {"jitter", &JobConfig::jitter,
+     "Experiments: P:FACTOR makes each step FACTOR times slower with probability P"},
+    {"delay", &JobConfig::delay,
+     "Experiments: RANK:MS delays each request of worker RANK by MS milliseconds"},
+    {"min-step-ms", &JobConfig::min_step_ms,
+     "Experiments: pad each step's compute to at least this many milliseconds"},
 }};
 
 const Field* FindField(absl::string_view name) {
@@ -349,6 +358,27 @@ absl::Status Validate(const JobConfig& c) {
     return Invalid(
         "heartbeat-timeout", absl::StrCat(c.heartbeat_timeout_s),
         absl::StrCat("must be more than --heartbeat-interval (", c.heartbeat_interval_s, ")"));
+  }
+  if (!c.straggler.empty()) {
+    auto s = ParseStraggler(c.straggler);
+    if (!s.ok()) return s.status();
+    if (s->first >= c.workers) {
+      return Invalid("straggler", c.straggler,
+                     absl::StrCat("names no worker (", c.workers, " workers)"));
+    }
+  }
+  if (!c.delay.empty()) {
+    auto d = ParseDelay(c.delay);
+    if (!d.ok()) return d.status();
+    if (d->first >= c.workers) {
+      return Invalid("delay", c.delay, absl::StrCat("names no worker (", c.workers, " workers)"));
+    }
+  }
+  if (!c.jitter.empty()) {
+    if (auto j = ParseJitter(c.jitter); !j.ok()) return j.status();
+  }
+  if (!(c.min_step_ms >= 0) || c.min_step_ms > 60000) {
+    return Invalid("min-step-ms", absl::StrCat(c.min_step_ms), "must be in [0, 60000]");
   }
   if (c.gen_nnz > c.gen_features) {
     return Invalid("gen-nnz", absl::StrCat(c.gen_nnz),

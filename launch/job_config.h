@@ -75,6 +75,15 @@ struct JobConfig {
   int gen_features = 10000;
   // [--gen-nnz] Nonzero features per example (<= gen-features). Default 20.
   int gen_nnz = 20;
+  // Slowness injection for experiments (seeded by `seed`):
+  // [--straggler RANK:FACTOR] Worker RANK's steps always take FACTOR times as long. Empty: none.
+  std::string straggler;
+  // [--jitter P:FACTOR] Each step of every worker takes FACTOR times as long with probability P.
+  std::string jitter;
+  // [--delay RANK:MS] Worker RANK waits MS milliseconds before each request, like a slow link.
+  std::string delay;
+  // [--min-step-ms] Pads each step's compute to at least this many milliseconds. Default 0.
+  double min_step_ms = 0;
   // [--config FILE, or a positional argument ending in .toml] The TOML job file the values above
   // were read from; empty when there was none. Not a key of the job file itself.
   std::string job_file;

@@ -19,6 +19,7 @@
 #include "core/coordinator.h"
 #include "core/log.h"
 #include "core/zmq_transport.h"
+#include "launch/experiment.h"
 #include "launch/job_config.h"
 #include "launch/process_group.h"
 #include "launch/run_report.h"
@@ -123,6 +124,14 @@ std::vector<std::string> WorkerArgs(const JobConfig& job, const std::string& coo
                                 std::to_string(job.log_every),
                                 "--request-timeout",
                                 absl::StrFormat("%g", job.request_timeout_s)};
+  const std::pair<const char*, std::string> injected[] = {
+      {"--straggler", job.straggler}, {"--jitter", job.jitter}, {"--delay", job.delay}};
+  for (const auto& [flag, value] : injected) {
+    if (!value.empty()) a.insert(a.end(), {flag, value});
+  }
+  if (job.min_step_ms > 0) {
+    a.insert(a.end(), {"--min-step-ms", absl::StrFormat("%g", job.min_step_ms)});
+  }
   if (!job.test.empty()) {
     a.insert(a.end(),
              {"--test", job.test, "--dump-params", (fs::path(job.out) / "params.tsv").string()});
@@ -274,4 +283,9 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace syncline
 
-int main(int argc, char** argv) { return syncline::Main(argc, argv); }
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "experiment") {
+    return syncline::RunExperiment(argc - 1, argv + 1);
+  }
+  return syncline::Main(argc, argv);
+}

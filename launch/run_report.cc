@@ -65,7 +65,7 @@ absl::Status RunReport::Open() {
   const std::string path = (fs::path(job_.out) / "metrics.csv").string();
   metrics_.open(path, std::ios::trunc);
   if (ec || !metrics_) return absl::PermissionDeniedError(absl::StrFormat("cannot write %s", path));
-  metrics_ << "wall_seconds,worker,clock,epoch,train_loss,examples\n";
+  metrics_ << "wall_seconds,worker,clock,epoch,train_loss,examples,staleness\n";
   metrics_.flush();
   return absl::OkStatus();
 }
@@ -82,9 +82,9 @@ void RunReport::OnProgress(int worker, wire::Progress::Reader p) {
   w.total_steps = p.getTotalSteps();
   w.epoch = p.getEpoch();
   w.loss = p.getTrainLoss();
-  metrics_ << absl::StrFormat("%.3f,%d,%d,%d,%.6g,%d\n",
+  metrics_ << absl::StrFormat("%.3f,%d,%d,%d,%.6g,%d,%.3g\n",
                               absl::ToDoubleSeconds(absl::Now() - start_), worker, p.getClock(),
-                              p.getEpoch(), p.getTrainLoss(), p.getExamples());
+                              p.getEpoch(), p.getTrainLoss(), p.getExamples(), p.getStaleness());
   metrics_.flush();
 }
 

@@ -262,13 +262,15 @@ absl::Status ParameterServer::AnswerPull(const std::string& peer, Message& reque
     values.resize(keys->size() * c.dim);
     if (auto s = table.Read(*keys, values.data()); !s.ok()) return s;
   }
-  stats_.staleness.Record(StalenessGate::StalenessOf(h.getClock(), clocks_.MinClock()));
   MessageBuilder b(wire::MsgType::REPLY);
   b.header().setRequestId(h.getRequestId());
   b.header().setTable(c.id);
+  const int64_t staleness = StalenessGate::StalenessOf(h.getClock(), clocks_.MinClock());
   b.header().setClock(h.getClock());
+  b.header().setStaleness(staleness);
   b.header().setValueCount(values.size());
   b.AddFrame(Frame::Own(std::move(values)));
+  stats_.staleness.Record(staleness);
   Reply(peer, b.Finish());
   return absl::OkStatus();
 }

@@ -266,6 +266,8 @@ void KVClient::Complete(uint64_t request_id, Message& reply) {
                                                    r.out_values));
     } else {
       bytes_pulled_ += reply.ByteSize();
+      staleness_sum_ += static_cast<uint64_t>(std::max<int64_t>(0, h.getStaleness()));
+      ++staleness_replies_;
       if (r.positions.empty()) {
         std::memcpy(r.out, values->data(), r.out_values * sizeof(float));
       } else {
@@ -329,6 +331,14 @@ absl::Status KVClient::Wait(Ticket ticket, absl::Time deadline) {
   absl::Status status = tickets_[ticket].status;
   tickets_.erase(ticket);
   return status;
+}
+
+double KVClient::TakeMeanStaleness() {
+  const double mean =
+      staleness_replies_ == 0 ? 0.0 : static_cast<double>(staleness_sum_) / staleness_replies_;
+  staleness_sum_ = 0;
+  staleness_replies_ = 0;
+  return mean;
 }
 
 absl::Status KVClient::Clock(int64_t clock, float examples) {

@@ -77,6 +77,9 @@ class KVClient {
   // Leaves the servers' clock sets and waits for their acknowledgement.
   absl::Status Finish(absl::Time deadline);
 
+  // Mean staleness of the pull replies received since the last call (0 when none).
+  double TakeMeanStaleness();
+
   uint64_t bytes_pushed() const { return bytes_pushed_; }
   uint64_t bytes_pulled() const { return bytes_pulled_; }
   int num_servers() const { return static_cast<int>(options_.server_ids.size()); }
@@ -118,6 +121,8 @@ class KVClient {
   Ticket next_ticket_ = 1;
   uint64_t bytes_pushed_ = 0;
   uint64_t bytes_pulled_ = 0;
+  uint64_t staleness_sum_ = 0;
+  uint64_t staleness_replies_ = 0;
 };
 
 }  // namespace syncline

@@ -31,6 +31,7 @@ class PsBackend : public SyncBackend {
                       float examples) override;
   absl::Status EndIteration(int64_t clock, float examples) override;
   absl::Status Finish() override;
+  double TakeMeanStaleness() override { return client_->TakeMeanStaleness(); }
   uint64_t bytes_pushed() const override { return client_->bytes_pushed(); }
   uint64_t bytes_pulled() const override { return client_->bytes_pulled(); }
 

@@ -51,6 +51,9 @@ class SyncBackend {
   // The worker is done training; it no longer holds others back.
   virtual absl::Status Finish() = 0;
 
+  // Mean staleness (in iterations) of the reads served since the last call.
+  virtual double TakeMeanStaleness() { return 0; }
+
   virtual uint64_t bytes_pushed() const = 0;
   virtual uint64_t bytes_pulled() const = 0;
 };

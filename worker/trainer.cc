@@ -22,6 +22,7 @@ absl::StatusOr<TrainResult> Trainer::Run(
     std::vector<float> rows, grads, bias, bias_grad;
   };
   std::array<Buffers, 2> buffers;
+  SlownessInjector slowness(options_.slowness);
   TrainResult result;
   TrainProgress progress;
   progress.total_steps = total;
@@ -37,14 +38,18 @@ absl::StatusOr<TrainResult> Trainer::Run(
     b.keys = UniqueKeys(data, b.examples);
     b.rows.assign(b.keys.size() * model_.row_dim(), 0.0f);
     b.bias.assign(model_.bias_dim(), 0.0f);
+    slowness.BeforeRequest();
     if (auto s = backend_.Read(step, b.keys, b.rows, b.bias); !s.ok()) return s;
+    const absl::Time compute_start = absl::Now();
 
     b.grads.assign(b.rows.size(), 0.0f);
     b.bias_grad.assign(b.bias.size(), 0.0f);
     const double loss =
         model_.LossAndGradient(data, b.examples, b.keys, b.rows, b.bias, absl::MakeSpan(b.grads),
                                absl::MakeSpan(b.bias_grad));
+    if (slowness.active()) slowness.AfterCompute(absl::Now() - compute_start);
     const float n = static_cast<float>(b.examples.size());
+    slowness.BeforeRequest();
     if (auto s = backend_.Update(step, b.keys, b.grads, b.bias_grad, n); !s.ok()) return s;
     if (auto s = backend_.EndIteration(step, n); !s.ok()) return s;
 
@@ -57,6 +62,7 @@ absl::StatusOr<TrainResult> Trainer::Run(
       progress.epoch = static_cast<int>(step / per_epoch) + 1;
       progress.train_loss = loss_since_report / std::max<uint64_t>(1, examples_since_report);
       progress.examples = examples_since_report;
+      progress.staleness = backend_.TakeMeanStaleness();
       result.last_loss = progress.train_loss;
       if (on_progress) on_progress(progress);
       loss_since_report = 0;

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "worker/dataset.h"
 #include "worker/model.h"
+#include "worker/slowness.h"
 #include "worker/sync_backend.h"
 
 namespace syncline {
@@ -21,6 +22,8 @@ struct TrainerOptions {
   int batch_size = 256;
   // Iterations between progress reports.
   int log_every = 10;
+  // Injected slowness, for experiments.
+  SlownessOptions slowness;
 };
 
 struct TrainProgress {
@@ -29,6 +32,7 @@ struct TrainProgress {
   int epoch = 0;            // 1-based
   double train_loss = 0;    // mean loss per example since the last report
   uint64_t examples = 0;    // examples since the last report
+  double staleness = 0;     // mean staleness of the reads since the last report
 };
 
 struct TrainResult {

@@ -42,6 +42,8 @@ struct WorkerFlags {
   int log_every = 10;
   double request_timeout_s = 60, startup_timeout_s = 120;
   std::string dump_params;
+  std::string straggler, jitter, delay;
+  double min_step_ms = 0;
 };
 
 absl::StatusOr<ReadOptions> MakeReadOptions(const WorkerFlags& f, int partition, int partitions) {
@@ -143,6 +145,14 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--dump-params", f.dump_params,
                  "evaluator only: write the final parameters of the test set's features here");
+  app.add_option("--straggler", f.straggler,
+                 "experiments: RANK:FACTOR makes worker RANK always FACTOR times slower");
+  app.add_option("--jitter", f.jitter,
+                 "experiments: P:FACTOR makes each step FACTOR times slower with probability P");
+  app.add_option("--delay", f.delay, "experiments: RANK:MS delays worker RANK's requests");
+  app.add_option("--min-step-ms", f.min_step_ms,
+                 "experiments: pad each step's compute to at least this many milliseconds")
+      ->check(CLI::Range(0.0, 60000.0));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -153,6 +163,42 @@ int Main(int argc, char** argv) {
     return 2;
   }
   SetLogTag("w" + std::to_string(f.rank));
+  SlownessOptions slowness;
+  slowness.min_step = absl::Milliseconds(f.min_step_ms);
+  // Each worker's jitter draws differ but are replayable from the job seed.
+  slowness.seed = f.seed * 1000003 + static_cast<uint64_t>(f.rank);
+  if (!f.straggler.empty()) {
+    auto s = ParseStraggler(f.straggler);
+    if (!s.ok()) {
+      std::cerr << "syncline-worker: " << s.status().message() << "\n";
+      return 2;
+    }
+    if (s->first == f.rank) slowness.factor = s->second;
+  }
+  if (!f.jitter.empty()) {
+    auto j = ParseJitter(f.jitter);
+    if (!j.ok()) {
+      std::cerr << "syncline-worker: " << j.status().message() << "\n";
+      return 2;
+    }
+    slowness.jitter_probability = j->first;
+    slowness.jitter_factor = j->second;
+  }
+  if (!f.delay.empty()) {
+    auto d = ParseDelay(f.delay);
+    if (!d.ok()) {
+      std::cerr << "syncline-worker: " << d.status().message() << "\n";
+      return 2;
+    }
+    if (d->first == f.rank) slowness.delay = absl::Microseconds(d->second * 1000);
+  }
+  if (SlownessInjector(slowness).active()) {
+    SYNCLINE_LOG(INFO) << absl::StrFormat(
+        "injected slowness: factor %g, jitter %g:%g, delay %s, min step %s, seed %d",
+        slowness.factor, slowness.jitter_probability, slowness.jitter_factor,
+        absl::FormatDuration(slowness.delay), absl::FormatDuration(slowness.min_step),
+        slowness.seed);
+  }
   auto optimizer = ParseOptimizer(f.optimizer);
   auto model = Model::Create(f.model, f.classes);
   auto read_options = MakeReadOptions(f, f.rank, f.num_workers);
@@ -235,6 +281,7 @@ int Main(int argc, char** argv) {
   trainer_options.epochs = f.epochs;
   trainer_options.batch_size = f.batch_size;
   trainer_options.log_every = f.log_every;
+  trainer_options.slowness = slowness;
   Trainer trainer(**model, backend, trainer_options);
   auto result = trainer.Run(*train, [&](const TrainProgress& p) {
     MessageBuilder b(wire::MsgType::PROGRESS);
@@ -246,6 +293,7 @@ int Main(int argc, char** argv) {
     progress.setTrainLoss(p.train_loss);
     progress.setExamples(p.examples);
     progress.setTotalSteps(p.total_steps);
+    progress.setStaleness(p.staleness);
     control->Send(b.Finish());
   });
   if (!result.ok()) return Fail(control, result.status());

@@ -1,0 +1,963 @@
+#include "launch/experiment.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "launch/job_config.h"
+#include "launch/process_group.h"
+
+namespace syncline {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------------
+// summary.json: the flat object RunReport writes. Only numbers and strings matter here; null,
+// booleans, arrays and nested objects are skipped.
+
+struct JsonField {
+  std::optional<double> number;
+  std::optional<std::string> text;
+};
+
+class FlatJsonParser {
+ public:
+  explicit FlatJsonParser(const std::string& text) : s_(text) {}
+
+  absl::StatusOr<std::map<std::string, JsonField>> Parse() {
+    std::map<std::string, JsonField> fields;
+    SkipSpace();
+    if (!Eat('{')) return Error("expected '{'");
+    SkipSpace();
+    if (Eat('}')) return fields;
+    while (true) {
+      SkipSpace();
+      std::string key;
+      if (!ParseString(&key)) return Error("expected a string key");
+      SkipSpace();
+      if (!Eat(':')) return Error("expected ':'");
+      SkipSpace();
+      JsonField& field = fields[key];
+      if (Peek() == '"') {
+        std::string text;
+        if (!ParseString(&text)) return Error("bad string");
+        field.text = std::move(text);
+      } else if (Peek() == '-' || absl::ascii_isdigit(Peek())) {
+        const size_t begin = pos_;
+        while (pos_ < s_.size() &&
+               std::string_view("+-.eE0123456789").find(s_[pos_]) != std::string_view::npos) {
+          ++pos_;
+        }
+        double v;
+        if (!absl::SimpleAtod(absl::string_view(s_).substr(begin, pos_ - begin), &v)) {
+          return Error("bad number");
+        }
+        field.number = v;
+      } else if (!SkipValue(0)) {
+        return Error("bad value");
+      }
+      SkipSpace();
+      if (Eat('}')) break;
+      if (!Eat(',')) return Error("expected ',' or '}'");
+    }
+    SkipSpace();
+    if (pos_ != s_.size()) return Error("text after the object");
+    return fields;
+  }
+
+ private:
+  char Peek() const { return pos_ < s_.size() ? s_[pos_] : '\0'; }
+  bool Eat(char c) {
+    if (Peek() != c) return false;
+    ++pos_;
+    return true;
+  }
+  void SkipSpace() {
+    while (pos_ < s_.size() && absl::ascii_isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+  }
+  absl::Status Error(absl::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat(what, " at byte ", pos_));
+  }
+
+  bool ParseString(std::string* out) {
+    if (!Eat('"')) return false;
+    while (pos_ < s_.size()) {
+      const char c = s_[pos_++];
+      if (c == '"') return true;
+      if (c != '\\') {
+        out->push_back(c);
+        continue;
+      }
+      if (pos_ >= s_.size()) return false;
+      const char e = s_[pos_++];
+      switch (e) {
+        case 'n':
+          out->push_back('\n');
+          break;
+        case 't':
+          out->push_back('\t');
+          break;
+        case 'r':
+          out->push_back('\r');
+          break;
+        case 'b':
+          out->push_back('\b');
+          break;
+        case 'f':
+          out->push_back('\f');
+          break;
+        case 'u': {
+          uint32_t code = 0;
+          if (pos_ + 4 > s_.size()) return false;
+          for (int i = 0; i < 4; ++i) {
+            const char h = s_[pos_++];
+            if (!absl::ascii_isxdigit(static_cast<unsigned char>(h))) return false;
+            code =
+                code * 16 + (absl::ascii_isdigit(h) ? h - '0' : absl::ascii_tolower(h) - 'a' + 10);
+          }
+          AppendUtf8(code, out);
+          break;
+        }
+        default:  // '"', '\\', '/'
+          out->push_back(e);
+      }
+    }
+    return false;
+  }
+
+  static void AppendUtf8(uint32_t code, std::string* out) {
+    if (code < 0x80) {
+      out->push_back(static_cast<char>(code));
+    } else if (code < 0x800) {
+      out->push_back(static_cast<char>(0xC0 | (code >> 6)));
+      out->push_back(static_cast<char>(0x80 | (code & 0x3F)));
+    } else {
+      out->push_back(static_cast<char>(0xE0 | (code >> 12)));
+      out->push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
+      out->push_back(static_cast<char>(0x80 | (code & 0x3F)));
+    }
+  }
+
+  // Skips null, true, false, an array or an object (bounded nesting).
+  bool SkipValue(int depth) {
+    if (depth > 16) return false;
+    SkipSpace();
+    for (const char* word : {"null", "true", "false"}) {
+      if (s_.compare(pos_, std::strlen(word), word) == 0) {
+        pos_ += std::strlen(word);
+        return true;
+      }
+    }
+    std::string ignored;
+    if (Peek() == '"') return ParseString(&ignored);
+    if (Peek() == '-' || absl::ascii_isdigit(Peek())) {
+      while (pos_ < s_.size() &&
+             std::string_view("+-.eE0123456789").find(s_[pos_]) != std::string_view::npos) {
+        ++pos_;
+      }
+      return true;
+    }
+    const char open = Peek();
+    if (open != '[' && open != '{') return false;
+    const char close = open == '[' ? ']' : '}';
+    ++pos_;
+    SkipSpace();
+    if (Eat(close)) return true;
+    while (true) {
+      if (open == '{') {
+        SkipSpace();
+        if (!ParseString(&ignored)) return false;
+        SkipSpace();
+        if (!Eat(':')) return false;
+      }
+      if (!SkipValue(depth + 1)) return false;
+      SkipSpace();
+      if (Eat(close)) return true;
+      if (!Eat(',')) return false;
+    }
+  }
+
+  const std::string& s_;
+  size_t pos_ = 0;
+};
+
+absl::StatusOr<std::string> ReadWholeFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrFormat("cannot read %s", path.string()));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The job every run shares.
+
+// Parses launcher flags exactly as syncline-launch does, and validates the result.
+absl::StatusOr<JobConfig> ParseJob(const std::vector<std::string>& args) {
+  CLI::App app;
+  JobConfig job;
+  if (absl::Status s = AddJobFlags(app, &job); !s.ok()) return s;
+  std::vector<const char*> argv = {"syncline-launch"};
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  auto action = ParseJobCommandLine(static_cast<int>(argv.size()), argv.data(), app, &job);
+  if (!action.ok()) return action.status();
+  if (*action == CommandLineAction::kShowHelp) {
+    return absl::InvalidArgumentError("--help is not a job flag");
+  }
+  if (absl::Status s = Validate(job); !s.ok()) return s;
+  return job;
+}
+
+// The value of the swept flag a run is compared against: BSP for --sync; otherwise the first run.
+std::string BaselineValue(const std::string& flag) { return flag == "sync" ? "bsp" : ""; }
+
+// ---------------------------------------------------------------------------------------------
+// Report.
+
+// One run's results, as far as its files tell.
+struct RunData {
+  SweepValue sweep;
+  bool ok = false;
+  std::string error;
+  std::optional<double> wall_seconds, steps, steps_per_worker, train_loss, test_loss, test_auc,
+      test_accuracy, bytes_on_wire, max_staleness, mean_staleness;
+  std::vector<LossPoint> curve;
+  std::optional<double> final_loss;  // the curve's last point
+  std::optional<double> time_to_target;
+
+  std::optional<double> ClocksPerSecond() const {
+    if (!steps_per_worker || !wall_seconds || *wall_seconds <= 0) return std::nullopt;
+    return *steps_per_worker / *wall_seconds;
+  }
+  std::optional<double> StepsPerSecond() const {
+    if (!steps || !wall_seconds || *wall_seconds <= 0) return std::nullopt;
+    return *steps / *wall_seconds;
+  }
+};
+
+RunData LoadRun(const fs::path& dir, const ExperimentRun& run, std::vector<std::string>* warnings) {
+  RunData d;
+  d.sweep = run.sweep;
+  const fs::path folder = dir / run.sweep.folder;
+  auto text = ReadWholeFile(folder / "summary.json");
+  if (!text.ok()) {
+    d.error = run.failure.empty() ? std::string(text.status().message()) : run.failure;
+    return d;
+  }
+  auto json = FlatJsonParser(*text).Parse();
+  if (!json.ok()) {
+    d.error = absl::StrCat((folder / "summary.json").string(), ": ", json.status().message());
+    return d;
+  }
+  auto number = [&](const char* key) -> std::optional<double> {
+    auto it = json->find(key);
+    return it == json->end() ? std::nullopt : it->second.number;
+  };
+  auto text_of = [&](const char* key) -> std::string {
+    auto it = json->find(key);
+    return it == json->end() || !it->second.text ? "" : *it->second.text;
+  };
+  const std::string status = text_of("status");
+  d.ok = status == "ok" && run.failure.empty();
+  if (!d.ok) {
+    d.error = text_of("error");
+    if (d.error.empty()) d.error = run.failure;
+    if (d.error.empty()) d.error = absl::StrCat("status '", status, "' in summary.json");
+  }
+  d.wall_seconds = number("wall_seconds");
+  d.steps = number("steps");
+  d.steps_per_worker = number("steps_per_worker");
+  d.train_loss = number("train_loss");
+  d.test_loss = number("test_loss");
+  d.test_auc = number("test_auc");
+  d.test_accuracy = number("test_accuracy");
+  if (auto pushed = number("bytes_pushed"), pulled = number("bytes_pulled"); pushed && pulled) {
+    d.bytes_on_wire = *pushed + *pulled;
+  }
+  d.max_staleness = number("max_staleness_served");
+  d.mean_staleness = number("mean_staleness_served");
+  const int workers = static_cast<int>(number("workers").value_or(0));
+  auto curve = ReadLossCurve((folder / "metrics.csv").string(), workers);
+  if (curve.ok()) {
+    d.curve = std::move(*curve);
+    if (!d.curve.empty() && std::isfinite(d.curve.back().loss)) d.final_loss = d.curve.back().loss;
+  } else if (d.ok) {
+    warnings->push_back(absl::StrCat(run.sweep.value, ": ", curve.status().message()));
+  }
+  return d;
+}
+
+std::string Fixed(std::optional<double> v, int digits) {
+  if (!v || !std::isfinite(*v)) return "";
+  return absl::StrFormat("%.*f", digits, *v);
+}
+
+std::string General(std::optional<double> v) {
+  if (!v || !std::isfinite(*v)) return "";
+  return absl::StrFormat("%.6g", *v);
+}
+
+std::string CsvField(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string OneLine(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  std::replace(s.begin(), s.end(), '\r', ' ');
+  return s;
+}
+
+absl::Status WriteTextFile(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc | std::ios::binary);
+  out << text;
+  out.close();
+  if (!out) return absl::PermissionDeniedError(absl::StrFormat("cannot write %s", path.string()));
+  return absl::OkStatus();
+}
+
+std::string SummaryCsv(const std::vector<RunData>& runs, std::optional<double> target) {
+  std::string csv =
+      "mode,folder,status,wall_seconds,steps,steps_per_worker,clocks_per_second_per_worker,"
+      "final_train_loss,test_loss,test_auc,test_accuracy,target_loss,time_to_target_seconds,"
+      "bytes_on_wire,max_staleness,mean_staleness,error\n";
+  for (const RunData& r : runs) {
+    const std::vector<std::string> fields = {
+        CsvField(r.sweep.value),       CsvField(r.sweep.folder),   r.ok ? "ok" : "failed",
+        Fixed(r.wall_seconds, 3),      General(r.steps),           General(r.steps_per_worker),
+        Fixed(r.ClocksPerSecond(), 2), General(r.final_loss),      General(r.test_loss),
+        General(r.test_auc),           General(r.test_accuracy),   General(target),
+        Fixed(r.time_to_target, 3),    Fixed(r.bytes_on_wire, 0),  General(r.max_staleness),
+        General(r.mean_staleness),     CsvField(OneLine(r.error)),
+    };
+    absl::StrAppend(&csv, absl::StrJoin(fields, ","), "\n");
+  }
+  return csv;
+}
+
+std::string MarkdownTable(const std::vector<RunData>& runs, const std::string& flag,
+                          bool have_target) {
+  const bool any_auc = std::any_of(runs.begin(), runs.end(),
+                                   [](const RunData& r) { return r.test_auc.has_value(); });
+  std::vector<std::string> header = {
+      absl::StrCat("--", flag), "status",           "wall s",   "steps",
+      "clocks/s per worker",    "final train loss", "test loss"};
+  if (any_auc) header.push_back("test AUC");
+  header.insert(header.end(), {"test accuracy", "time to target s", "on the wire MiB",
+                               "max staleness", "mean staleness"});
+  std::string md = absl::StrCat("| ", absl::StrJoin(header, " | "), " |\n|");
+  for (size_t i = 0; i < header.size(); ++i) md += i < 2 ? " --- |" : " ---: |";
+  md += "\n";
+  for (const RunData& r : runs) {
+    std::vector<std::string> row = {absl::StrCat("`", r.sweep.value, "`"),
+                                    r.ok ? "ok" : "**failed**",
+                                    Fixed(r.wall_seconds, 2),
+                                    General(r.steps),
+                                    Fixed(r.ClocksPerSecond(), 1),
+                                    Fixed(r.final_loss, 4),
+                                    Fixed(r.test_loss, 4)};
+    if (any_auc) row.push_back(Fixed(r.test_auc, 4));
+    const std::optional<double> mib =
+        r.bytes_on_wire ? std::optional<double>(*r.bytes_on_wire / (1024.0 * 1024.0))
+                        : std::nullopt;
+    row.insert(row.end(),
+               {Fixed(r.test_accuracy, 4),
+                r.ok && have_target && !r.time_to_target ? "never" : Fixed(r.time_to_target, 2),
+                Fixed(mib, 1), General(r.max_staleness), Fixed(r.mean_staleness, 2)});
+    absl::StrAppend(&md, "| ", absl::StrJoin(row, " | "), " |\n");
+  }
+  return md;
+}
+
+std::string Ratio(double v) { return absl::StrFormat("%.2f×", v); }
+
+// One sentence per line: which run reached the target first, and speeds relative to the baseline.
+std::string Commentary(const std::vector<RunData>& runs, const std::string& flag,
+                       std::optional<double> target, bool target_given) {
+  std::vector<std::string> lines;
+  const RunData* baseline = nullptr;
+  for (const RunData& r : runs) {
+    if (r.ok && r.sweep.value == BaselineValue(flag)) baseline = &r;
+  }
+  for (const RunData& r : runs) {
+    if (baseline == nullptr && r.ok) baseline = &r;
+  }
+  if (baseline == nullptr) {
+    lines.push_back("No run finished, so there is nothing to compare; the errors are below.");
+  } else if (!target) {
+    lines.push_back("No run reported a training loss, so there is no target to race to.");
+  } else {
+    lines.push_back(absl::StrFormat(
+        "Target training loss: %.4f (%s).", *target,
+        target_given ? "--target-loss" : "the worst final training loss among the runs"));
+    const RunData* first = nullptr;
+    for (const RunData& r : runs) {
+      if (r.ok && r.time_to_target && (!first || *r.time_to_target < *first->time_to_target)) {
+        first = &r;
+      }
+    }
+    if (first == nullptr) {
+      lines.push_back("No run reached the target.");
+    } else {
+      lines.push_back(absl::StrFormat("`%s` reached the target first, after %.2f s.",
+                                      first->sweep.value, *first->time_to_target));
+    }
+    if (baseline->time_to_target) {
+      std::vector<std::string> parts;
+      for (const RunData& r : runs) {
+        if (!r.ok || &r == baseline) continue;
+        parts.push_back(r.time_to_target && *r.time_to_target > 0
+                            ? absl::StrCat("`", r.sweep.value, "` ",
+                                           Ratio(*baseline->time_to_target / *r.time_to_target))
+                            : absl::StrCat("`", r.sweep.value, "` never reached it"));
+      }
+      if (!parts.empty()) {
+        lines.push_back(absl::StrFormat(
+            "Speed to the target relative to `%s` (its time divided by the run's; above 1 is "
+            "faster): %s.",
+            baseline->sweep.value, absl::StrJoin(parts, ", ")));
+      }
+    }
+  }
+  if (baseline != nullptr && baseline->StepsPerSecond() && *baseline->StepsPerSecond() > 0) {
+    std::vector<std::string> parts;
+    for (const RunData& r : runs) {
+      if (!r.ok || &r == baseline || !r.StepsPerSecond()) continue;
+      parts.push_back(absl::StrFormat("`%s` %s (%.0f steps/s)", r.sweep.value,
+                                      Ratio(*r.StepsPerSecond() / *baseline->StepsPerSecond()),
+                                      *r.StepsPerSecond()));
+    }
+    if (!parts.empty()) {
+      lines.push_back(absl::StrFormat("Steps per second relative to `%s` (%.0f steps/s): %s.",
+                                      baseline->sweep.value, *baseline->StepsPerSecond(),
+                                      absl::StrJoin(parts, ", ")));
+    }
+  }
+  for (const RunData& r : runs) {
+    if (!r.ok) lines.push_back(absl::StrCat("`", r.sweep.value, "` failed: ", OneLine(r.error)));
+  }
+  return absl::StrCat(absl::StrJoin(lines, "\n"), "\n");
+}
+
+std::string GnuplotString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// loss_curves.dat: one block per plotted run (gnuplot's `index`), at most kMaxPoints points each.
+std::string CurvesData(const std::vector<const RunData*>& plotted) {
+  constexpr size_t kMaxPoints = 2000;
+  std::string dat =
+      "# Smoothed training loss of each run of a Syncline experiment: after each metrics.csv row,\n"
+      "# the mean over workers of their latest clock and train_loss. One block per run (gnuplot\n"
+      "# `index` 0, 1, ...); columns: wall_seconds clock train_loss\n";
+  for (size_t i = 0; i < plotted.size(); ++i) {
+    const std::vector<LossPoint>& c = plotted[i]->curve;
+    // Two blank lines end a block; the first block follows the header directly.
+    absl::StrAppend(&dat, i == 0 ? "" : "\n\n", "# index ", i, ": ", plotted[i]->sweep.value, "\n");
+    const size_t stride = (c.size() + kMaxPoints - 1) / kMaxPoints;
+    for (size_t j = 0; j < c.size(); ++j) {
+      if (j % stride != 0 && j + 1 != c.size()) continue;
+      absl::StrAppendFormat(&dat, "%.3f %.3f %.6g\n", c[j].wall_seconds, c[j].clock, c[j].loss);
+    }
+  }
+  return dat;
+}
+
+std::string PlotScript(const std::vector<const RunData*>& plotted, const std::string& flag,
+                       std::optional<double> target) {
+  std::string gp = absl::StrCat(
+      "# Draws the experiment's loss curves from loss_curves.dat: cd into this folder and run\n"
+      "#   gnuplot plots.gp\n"
+      "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"
+      "  set terminal pngcairo size 960,600 noenhanced\n"
+      "} else {\n"
+      "  set terminal png size 960,600 noenhanced\n"
+      "}\n"
+      "set grid\n"
+      "set key top right\n"
+      "set ylabel \"training loss (mean of the workers' latest)\"\n");
+  const struct {
+    const char* png;
+    const char* title;
+    const char* xlabel;
+    int column;
+  } kPlots[] = {
+      {"loss_vs_time.png", "Training loss against wall-clock time", "wall-clock seconds", 1},
+      {"loss_vs_steps.png", "Training loss against steps", "clock (mean iterations per worker)", 2},
+  };
+  for (const auto& p : kPlots) {
+    absl::StrAppend(&gp, "\nset output ", GnuplotString(p.png), "\n", "set title ",
+                    GnuplotString(absl::StrCat(p.title, " by --", flag)), "\n", "set xlabel ",
+                    GnuplotString(p.xlabel), "\n", "plot ");
+    for (size_t i = 0; i < plotted.size(); ++i) {
+      absl::StrAppend(&gp, i == 0 ? "\"loss_curves.dat\"" : ", \\\n     \"\"", " index ", i,
+                      " using ", p.column, ":3 with lines lw 2 title ",
+                      GnuplotString(plotted[i]->sweep.value));
+    }
+    if (target) {
+      absl::StrAppendFormat(&gp, ", \\\n     %.6g with lines dt 2 lc rgb \"gray40\" title %s",
+                            *target, GnuplotString(absl::StrFormat("target %.4f", *target)));
+    }
+    gp += "\n";
+  }
+  gp += "unset output\n";
+  return gp;
+}
+
+// Runs `gnuplot plots.gp` in `dir`; returns why it failed, or an empty string.
+std::string RunGnuplot(const std::string& gnuplot, const fs::path& dir) {
+  std::vector<std::string> output;
+  ProcessGroup group([&output](std::string_view, OutputStream, std::string_view line) {
+    if (output.size() < 20) output.emplace_back(line);
+  });
+  auto pid = group.Start(ProcessSpec{"gnuplot", {gnuplot, "plots.gp"}, {}, dir.string()});
+  if (!pid.ok()) return std::string(pid.status().message());
+  std::vector<ExitEvent> exited;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (exited.empty() && absl::Now() < deadline) {
+    (void)group.Poll(absl::Milliseconds(200), &exited);
+  }
+  if (exited.empty()) group.TerminateAll(absl::Seconds(2), &exited);
+  if (!exited.empty() && exited[0].success()) return "";
+  const std::string how = exited.empty() ? "gnuplot did not exit" : DescribeExit(exited[0]);
+  return absl::StrCat(how, output.empty() ? "" : ": ", absl::StrJoin(output, " / "));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running the experiment.
+
+// Set by SIGINT/SIGTERM. A signal handler can reach no object, hence the one file-level variable.
+std::atomic<int> g_experiment_signal{0};
+void OnExperimentSignal(int sig) { g_experiment_signal.store(sig); }
+
+struct ChildOutcome {
+  std::string failure;  // empty when the run exited 0
+  int signal = 0;       // the signal that interrupted the experiment, if any
+};
+
+// Runs one launcher child to completion, forwarding its lines prefixed with its label.
+ChildOutcome RunChild(const std::string& label, std::vector<std::string> argv) {
+  std::string last_message;
+  ProcessGroup group([&](std::string_view, OutputStream stream, std::string_view line) {
+    std::ostream& os = stream == OutputStream::kStdout ? std::cout : std::cerr;
+    os << "[" << label << "] " << line << std::endl;
+    if (line.starts_with("syncline-launch: ")) last_message = line.substr(17);
+  });
+  ChildOutcome outcome;
+  auto pid = group.Start(ProcessSpec{label, std::move(argv)});
+  if (!pid.ok()) {
+    outcome.failure = std::string(pid.status().message());
+    return outcome;
+  }
+  // No deadline of our own: a training run may take hours, and the launcher enforces the job's
+  // deadlines (requests, heartbeats) itself.
+  std::vector<ExitEvent> exited;
+  while (exited.empty()) {
+    (void)group.Poll(absl::Milliseconds(200), &exited);
+    if (const int sig = g_experiment_signal.load(); sig != 0 && exited.empty()) {
+      outcome.signal = sig;
+      // The launcher turns SIGTERM into an orderly abort that still writes its summary.json.
+      group.TerminateAll(absl::Seconds(20), &exited);
+      break;
+    }
+  }
+  if (!exited.empty() && !exited[0].success()) {
+    outcome.failure = last_message.empty()
+                          ? DescribeExit(exited[0])
+                          : absl::StrCat(last_message, " (", DescribeExit(exited[0]), ")");
+  }
+  if (outcome.signal != 0 && outcome.failure.empty()) {
+    outcome.failure = absl::StrFormat("interrupted by signal %d", outcome.signal);
+  }
+  return outcome;
+}
+
+std::string LauncherPath() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "/proc/self/exe" : self.string();
+}
+
+constexpr char kExperimentHelp[] =
+    "syncline-launch experiment: runs the same job once per value of --sync, on identical data\n"
+    "and with the same seed, and compares the runs.\n\n"
+    "Writes OUT/NAME/ for each run (NAME: the value, made filesystem-safe, e.g. ssp_1),\n"
+    "OUT/summary.csv, OUT/report.md, and with gnuplot OUT/loss_vs_time.png and\n"
+    "OUT/loss_vs_steps.png (from OUT/loss_curves.dat and OUT/plots.gp).\n"
+    "Every flag not listed below is passed to each run unchanged (see syncline-launch --help).\n"
+    "Exit code: 0 when every run succeeded, 1 when any failed, 2 for bad flags.\n\n"
+    "Example:\n"
+    "  syncline-launch experiment --sync bsp,asp,ssp:1,ssp:4 --workers 4 --epochs 2 \\\n"
+    "      --out runs/cmp\n";
+
+}  // namespace
+
+std::string RunFolderName(const std::string& value) {
+  std::string name = value;
+  for (char& c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') {
+      c = '_';
+    }
+  }
+  // "." and ".." name other folders.
+  if (name.find_first_not_of('.') == std::string::npos)
+    std::replace(name.begin(), name.end(), '.', '_');
+  return name;
+}
+
+absl::StatusOr<std::vector<SweepValue>> ParseSweepList(const std::string& flag,
+                                                       const std::string& list) {
+  if (std::find(kSweepableFlags.begin(), kSweepableFlags.end(), flag) == kSweepableFlags.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--%s cannot be swept; an experiment sweeps one of: --%s", flag,
+                        absl::StrJoin(kSweepableFlags, ", --")));
+  }
+  std::vector<SweepValue> values;
+  std::set<std::string> folders;
+  for (absl::string_view piece : absl::StrSplit(list, ',')) {
+    const std::string value(absl::StripAsciiWhitespace(piece));
+    if (value.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--%s=%s: empty value in the list", flag, list));
+    }
+    if (auto job = ParseJob({absl::StrCat("--", flag), value}); !job.ok()) return job.status();
+    SweepValue v{value, RunFolderName(value)};
+    if (!folders.insert(v.folder).second) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--%s=%s: '%s' is listed twice", flag, list, value));
+    }
+    values.push_back(std::move(v));
+  }
+  return values;
+}
+
+absl::StatusOr<std::vector<LossPoint>> ReadLossCurve(const std::string& metrics_csv, int workers) {
+  auto text = ReadWholeFile(metrics_csv);
+  if (!text.ok()) return text.status();
+  std::vector<absl::string_view> lines = absl::StrSplit(*text, '\n');
+  // The last piece is empty after a final newline, or a line the run did not finish writing.
+  lines.pop_back();
+  if (lines.empty()) return absl::InvalidArgumentError(absl::StrCat(metrics_csv, ": no header"));
+  const std::vector<absl::string_view> header = absl::StrSplit(lines[0], ',');
+  int wall = -1, worker = -1, clock = -1, loss = -1;
+  for (int i = 0; i < static_cast<int>(header.size()); ++i) {
+    const absl::string_view name = absl::StripAsciiWhitespace(header[i]);
+    if (name == "wall_seconds") wall = i;
+    if (name == "worker") worker = i;
+    if (name == "clock") clock = i;
+    if (name == "train_loss") loss = i;
+  }
+  if (wall < 0 || worker < 0 || clock < 0 || loss < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        metrics_csv, ":1: the header needs wall_seconds, worker, clock and train_loss columns"));
+  }
+  std::map<int, std::pair<double, double>> latest;  // worker -> (clock, loss)
+  std::vector<LossPoint> curve;
+  for (size_t n = 1; n < lines.size(); ++n) {
+    if (absl::StripAsciiWhitespace(lines[n]).empty()) continue;
+    const std::vector<absl::string_view> f = absl::StrSplit(lines[n], ',');
+    double w = 0, c = 0, l = 0;
+    int rank = 0;
+    if (f.size() != header.size() || !absl::SimpleAtod(f[wall], &w) ||
+        !absl::SimpleAtoi(f[worker], &rank) || !absl::SimpleAtod(f[clock], &c) ||
+        !absl::SimpleAtod(f[loss], &l)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s:%d: malformed row '%s'", metrics_csv, n + 1, std::string(lines[n])));
+    }
+    latest[rank] = {c, l};
+    if (static_cast<int>(latest.size()) < workers) continue;
+    LossPoint p{w, 0, 0};
+    for (const auto& [r, cl] : latest) {
+      p.clock += cl.first;
+      p.loss += cl.second;
+    }
+    p.clock /= latest.size();
+    p.loss /= latest.size();
+    // Workers that report in the same millisecond make one point, not a saw-tooth.
+    if (!curve.empty() && curve.back().wall_seconds == w) {
+      curve.back() = p;
+    } else {
+      curve.push_back(p);
+    }
+  }
+  return curve;
+}
+
+std::optional<double> TimeToTarget(const std::vector<LossPoint>& curve, double target) {
+  for (const LossPoint& p : curve) {
+    if (p.loss <= target) return p.wall_seconds;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> FindOnPath(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  if (path == nullptr) return std::nullopt;
+  for (absl::string_view dir : absl::StrSplit(path, ':', absl::SkipEmpty())) {
+    const fs::path candidate = fs::path(std::string(dir)) / program;
+    std::error_code ec;
+    if (fs::is_regular_file(candidate, ec) && access(candidate.c_str(), X_OK) == 0) {
+      return candidate.string();
+    }
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<ReportResult> WriteExperimentReport(const ReportOptions& options,
+                                                   const std::vector<ExperimentRun>& runs) {
+  const fs::path dir = options.dir;
+  ReportResult result;
+  std::vector<RunData> data;
+  for (const ExperimentRun& run : runs) data.push_back(LoadRun(dir, run, &result.warnings));
+
+  result.target_loss = options.target_loss;
+  if (!result.target_loss) {
+    for (const RunData& r : data) {
+      if (r.ok && r.final_loss) {
+        result.target_loss = std::max(result.target_loss.value_or(*r.final_loss), *r.final_loss);
+      }
+    }
+  }
+  for (RunData& r : data) {
+    if (!r.ok) ++result.failed_runs;
+    if (r.ok && result.target_loss) r.time_to_target = TimeToTarget(r.curve, *result.target_loss);
+  }
+  result.commentary =
+      Commentary(data, options.flag, result.target_loss, options.target_loss.has_value());
+
+  std::vector<const RunData*> plotted;
+  for (const RunData& r : data) {
+    if (!r.curve.empty()) plotted.push_back(&r);
+  }
+
+  std::vector<std::string> values;
+  for (const ExperimentRun& run : runs) values.push_back(run.sweep.value);
+  std::string md = absl::StrFormat("# Syncline experiment: --%s %s\n\n", options.flag,
+                                   absl::StrJoin(values, ","));
+  absl::StrAppendFormat(
+      &md, "Every run had the same data, seed and job; only `--%s` changed. Job flags: %s.\n\n",
+      options.flag,
+      options.job_args.empty() ? "the defaults"
+                               : absl::StrCat("`", absl::StrJoin(options.job_args, " "), "`"));
+  md += MarkdownTable(data, options.flag, result.target_loss.has_value());
+  md +=
+      "\nClocks/s per worker: the most steps any worker ran, over the run's wall time. Training "
+      "loss: the mean of the workers' latest reported loss. On the wire: bytes pushed plus "
+      "bytes pulled.\n\n";
+  md += "## Commentary\n\n";
+  for (absl::string_view line : absl::StrSplit(result.commentary, '\n', absl::SkipEmpty())) {
+    absl::StrAppend(&md, "- ", line, "\n");
+  }
+  if (!plotted.empty()) {
+    md +=
+        "\n## Training loss\n\n"
+        "![training loss against wall-clock time](loss_vs_time.png)\n\n"
+        "![training loss against steps](loss_vs_steps.png)\n\n"
+        "Curves: `loss_curves.dat`; to redraw them, `gnuplot plots.gp` in this folder.\n";
+  }
+  md += "\n## Runs\n\n";
+  for (const RunData& r : data) {
+    absl::StrAppendFormat(&md, "- `%s`: [%s/](%s/) (summary.json, metrics.csv, logs/)\n",
+                          r.sweep.value, r.sweep.folder, r.sweep.folder);
+  }
+
+  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
+           {"summary.csv", SummaryCsv(data, result.target_loss)}, {"report.md", md}}) {
+    if (absl::Status s = WriteTextFile(dir / name, text); !s.ok()) return s;
+  }
+  if (plotted.empty()) {
+    result.warnings.push_back("no run has a loss curve; no plots");
+    return result;
+  }
+  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
+           {"loss_curves.dat", CurvesData(plotted)},
+           {"plots.gp", PlotScript(plotted, options.flag, result.target_loss)}}) {
+    if (absl::Status s = WriteTextFile(dir / name, text); !s.ok()) return s;
+  }
+  if (options.gnuplot) {
+    if (std::string error = RunGnuplot(*options.gnuplot, dir); !error.empty()) {
+      result.warnings.push_back(absl::StrCat("gnuplot failed, no plots: ", error));
+    }
+  }
+  return result;
+}
+
+int RunExperiment(int argc, char** argv) {
+  const std::string me = "syncline-launch experiment";
+  CLI::App app(kExperimentHelp, "syncline-launch experiment");
+  app.allow_extras();
+  std::map<std::string, std::string> lists;
+  std::map<std::string, CLI::Option*> list_options;
+  for (const char* flag : kSweepableFlags) {
+    list_options[flag] =
+        app.add_option(absl::StrCat("--", flag), lists[flag],
+                       "Comma-separated values to compare, e.g. bsp,asp,ssp:1,ssp:4")
+            ->type_name("LIST")
+            ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  }
+  double target_loss = std::numeric_limits<double>::quiet_NaN();
+  CLI::Option* target_option =
+      app.add_option("--target-loss", target_loss,
+                     "Training loss the runs race to; default: the worst final loss among them")
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  std::string out = "runs/experiment";
+  app.add_option("--out", out, "Experiment folder")
+      ->capture_default_str()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << me << ": " << e.what() << "\nRun with --help for usage.\n";
+    return 2;
+  }
+  const std::vector<std::string> job_args = app.remaining();
+
+  std::vector<std::string> swept;
+  for (const auto& [flag, option] : list_options) {
+    if (option->count() > 0) swept.push_back(flag);
+  }
+  if (swept.size() != 1) {
+    std::cerr << me << ": give the values to compare of exactly one of --"
+              << absl::StrJoin(kSweepableFlags, ", --")
+              << ", e.g. --sync bsp,asp,ssp:1\nRun with --help for usage.\n";
+    return 2;
+  }
+  const std::string flag = swept[0];
+  if (target_option->count() > 0 && !std::isfinite(target_loss)) {
+    std::cerr << me << ": --target-loss must be a number\n";
+    return 2;
+  }
+  if (out.empty()) {
+    std::cerr << me << ": --out must name a directory\n";
+    return 2;
+  }
+  auto values = ParseSweepList(flag, lists[flag]);
+  if (!values.ok()) {
+    std::cerr << me << ": " << values.status().message() << "\n";
+    return 2;
+  }
+  // Every run's job is checked before the first starts, so a typo costs no training time.
+  bool generate_data = false;
+  for (const SweepValue& v : *values) {
+    std::vector<std::string> args = {absl::StrCat("--", flag), v.value, "--out",
+                                     (fs::path(out) / v.folder).string()};
+    args.insert(args.end(), job_args.begin(), job_args.end());
+    auto job = ParseJob(args);
+    if (!job.ok()) {
+      std::cerr << me << ": " << job.status().message() << "\nRun with --help for usage.\n";
+      return 2;
+    }
+    generate_data = job->train.empty();
+  }
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) {
+    std::cerr << me << ": cannot create --out " << out << ": " << ec.message() << "\n";
+    return 2;
+  }
+
+  struct sigaction sa = {};
+  sa.sa_handler = OnExperimentSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  const std::string launcher = LauncherPath();
+  // Without --train the first run generates the data; the others train on its files.
+  std::vector<std::string> data_args;
+  std::vector<ExperimentRun> runs;
+  int interrupted = 0;
+  for (size_t i = 0; i < values->size() && interrupted == 0; ++i) {
+    const SweepValue& v = (*values)[i];
+    const fs::path run_dir = fs::path(out) / v.folder;
+    // Results left by an earlier experiment in the same folder must not pass for this run's.
+    for (const char* stale :
+         {"summary.json", "metrics.csv", "data/train.libsvm", "data/test.libsvm"}) {
+      fs::remove(run_dir / stale, ec);
+    }
+    std::cerr << absl::StrFormat("=== run %d/%d: %s ===", i + 1, values->size(), v.value)
+              << std::endl;
+    std::vector<std::string> args = {launcher, absl::StrCat("--", flag), v.value, "--out",
+                                     run_dir.string()};
+    args.insert(args.end(), data_args.begin(), data_args.end());
+    args.insert(args.end(), job_args.begin(), job_args.end());
+    ChildOutcome outcome = RunChild(v.value, std::move(args));
+    interrupted = outcome.signal;
+    runs.push_back(ExperimentRun{v, outcome.failure});
+    if (!outcome.failure.empty()) {
+      std::cerr << absl::StrFormat("=== %s failed: %s ===", v.value, outcome.failure) << std::endl;
+    }
+    if (generate_data && data_args.empty() && fs::exists(run_dir / "data" / "train.libsvm", ec)) {
+      data_args = {"--train", (run_dir / "data" / "train.libsvm").string()};
+      if (fs::exists(run_dir / "data" / "test.libsvm", ec)) {
+        data_args.insert(data_args.end(), {"--test", (run_dir / "data" / "test.libsvm").string()});
+      }
+    }
+  }
+
+  ReportOptions report;
+  report.dir = out;
+  report.flag = flag;
+  if (target_option->count() > 0) report.target_loss = target_loss;
+  report.job_args = job_args;
+  report.gnuplot = FindOnPath("gnuplot");
+  if (!report.gnuplot) {
+    std::cerr << me
+              << ": warning: gnuplot is not on PATH, so there are no plots (install gnuplot-nox);"
+                 " the curves and the script are still written to "
+              << (fs::path(out) / "loss_curves.dat").string() << " and "
+              << (fs::path(out) / "plots.gp").string() << "\n";
+  }
+  auto result = WriteExperimentReport(report, runs);
+  if (!result.ok()) {
+    std::cerr << me << ": " << result.status().message() << "\n";
+    return 1;
+  }
+  for (const std::string& warning : result->warnings) {
+    std::cerr << me << ": warning: " << warning << "\n";
+  }
+  std::cout << absl::StrFormat("Syncline experiment finished: %d run(s) of --%s, %d failed\n",
+                               runs.size(), flag, result->failed_runs);
+  for (absl::string_view line : absl::StrSplit(result->commentary, '\n', absl::SkipEmpty())) {
+    std::cout << "  " << line << "\n";
+  }
+  std::cout << "  results: " << (fs::path(out) / "summary.csv").string() << ", "
+            << (fs::path(out) / "report.md").string() << "\n";
+  if (interrupted != 0) return 128 + interrupted;
+  return result->failed_runs > 0 ? 1 : 0;
+}
+
+}  // namespace syncline

@@ -1,0 +1,45 @@
+#include "worker/slowness.h"
+
+#include <gtest/gtest.h>
+
+namespace syncline {
+namespace {
+
+TEST(SlownessTest, ParsesAndRejectsFlags) {
+  EXPECT_EQ(*ParseStraggler("1:3"), std::make_pair(1, 3.0));
+  EXPECT_EQ(*ParseJitter("0.1:5"), std::make_pair(0.1, 5.0));
+  EXPECT_EQ(*ParseDelay("2:20"), std::make_pair(2, 20.0));
+  for (const char* bad : {"", "1", "1:", ":3", "-1:3", "1:0.5", "x:3", "1:3:4"}) {
+    EXPECT_FALSE(ParseStraggler(bad).ok()) << bad;
+  }
+  EXPECT_FALSE(ParseJitter("1.5:2").ok());
+  EXPECT_FALSE(ParseJitter("0.1:0").ok());
+  EXPECT_FALSE(ParseDelay("0:-5").ok());
+  EXPECT_NE(ParseJitter("oops").status().message().find("--jitter"), std::string::npos);
+}
+
+TEST(SlownessTest, StepTimeFollowsFactorFloorAndJitter) {
+  SlownessInjector straggler({.factor = 3, .min_step = absl::Milliseconds(10)});
+  EXPECT_EQ(straggler.StepTime(absl::Milliseconds(2)), absl::Milliseconds(30));
+  EXPECT_EQ(straggler.StepTime(absl::Milliseconds(20)), absl::Milliseconds(60));
+
+  const uint64_t seed = 5;
+  SlownessInjector jitter({.jitter_probability = 0.1, .jitter_factor = 5, .seed = seed});
+  int slow = 0;
+  for (int i = 0; i < 10000; ++i) {
+    const absl::Duration t = jitter.StepTime(absl::Milliseconds(1));
+    ASSERT_TRUE(t == absl::Milliseconds(1) || t == absl::Milliseconds(5));
+    slow += t == absl::Milliseconds(5);
+  }
+  EXPECT_NEAR(slow / 10000.0, 0.1, 0.02) << "seed " << seed;
+  // Same seed, same sequence.
+  SlownessInjector a({.jitter_probability = 0.5, .jitter_factor = 2, .seed = 9});
+  SlownessInjector b({.jitter_probability = 0.5, .jitter_factor = 2, .seed = 9});
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_EQ(a.StepTime(absl::Milliseconds(1)), b.StepTime(absl::Milliseconds(1)));
+  }
+  EXPECT_FALSE(SlownessInjector({}).active());
+}
+
+}  // namespace
+}  // namespace syncline
