@@ -240,8 +240,8 @@ struct RunData {
   SweepValue sweep;
   bool ok = false;
   std::string error;
-  std::optional<double> wall_seconds, steps, steps_per_worker, train_loss, test_loss, test_auc,
-      test_accuracy, bytes_on_wire, max_staleness, mean_staleness;
+  std::optional<double> wall_seconds, steps, steps_per_worker, test_loss, test_auc, test_accuracy,
+      bytes_on_wire, max_staleness, mean_staleness;
   std::vector<LossPoint> curve;
   std::optional<double> final_loss;  // the curve's last point
   std::optional<double> time_to_target;
@@ -288,7 +288,6 @@ RunData LoadRun(const fs::path& dir, const ExperimentRun& run, std::vector<std::
   d.wall_seconds = number("wall_seconds");
   d.steps = number("steps");
   d.steps_per_worker = number("steps_per_worker");
-  d.train_loss = number("train_loss");
   d.test_loss = number("test_loss");
   d.test_auc = number("test_auc");
   d.test_accuracy = number("test_accuracy");
@@ -297,7 +296,10 @@ RunData LoadRun(const fs::path& dir, const ExperimentRun& run, std::vector<std::
   }
   d.max_staleness = number("max_staleness_served");
   d.mean_staleness = number("mean_staleness_served");
-  const int workers = static_cast<int>(number("workers").value_or(0));
+  // Untrusted: anything but a plausible worker count means "whoever reported".
+  const double workers_field = number("workers").value_or(0);
+  const int workers =
+      workers_field >= 1 && workers_field <= 1e6 ? static_cast<int>(workers_field) : 0;
   auto curve = ReadLossCurve((folder / "metrics.csv").string(), workers);
   if (curve.ok()) {
     d.curve = std::move(*curve);
@@ -554,6 +556,72 @@ std::string RunGnuplot(const std::string& gnuplot, const fs::path& dir) {
   return absl::StrCat(how, output.empty() ? "" : ": ", absl::StrJoin(output, " / "));
 }
 
+// report.md: the job, the table, the commentary, the plots and links to the runs.
+std::string ReportMarkdown(const std::vector<RunData>& data, const ReportOptions& options,
+                           const ReportResult& result, bool have_curves, bool plots_drawn) {
+  std::vector<std::string> values;
+  for (const RunData& r : data) values.push_back(r.sweep.value);
+  std::string md = absl::StrFormat("# Syncline experiment: --%s %s\n\n", options.flag,
+                                   absl::StrJoin(values, ","));
+  absl::StrAppendFormat(
+      &md, "Every run had the same data, seed and job; only `--%s` changed. Job flags: %s.\n\n",
+      options.flag,
+      options.job_args.empty() ? "the defaults"
+                               : absl::StrCat("`", absl::StrJoin(options.job_args, " "), "`"));
+  md += MarkdownTable(data, options.flag, result.target_loss.has_value());
+  md +=
+      "\nClocks/s per worker: the most steps any worker ran, over the run's wall time. Training "
+      "loss: the mean of the workers' latest reported loss. On the wire: bytes pushed plus "
+      "bytes pulled.\n\n";
+  md += "## Commentary\n\n";
+  for (absl::string_view line : absl::StrSplit(result.commentary, '\n', absl::SkipEmpty())) {
+    absl::StrAppend(&md, "- ", line, "\n");
+  }
+  if (have_curves) {
+    md += "\n## Training loss\n\n";
+    if (plots_drawn) {
+      md +=
+          "![training loss against wall-clock time](loss_vs_time.png)\n\n"
+          "![training loss against steps](loss_vs_steps.png)\n\n"
+          "Curves: `loss_curves.dat`; to redraw them, run `gnuplot plots.gp` in this folder.\n";
+    } else {
+      md +=
+          "Not drawn (no gnuplot, or it failed). Curves: `loss_curves.dat`; to draw them, run "
+          "`gnuplot plots.gp` in this folder.\n";
+    }
+  }
+  md += "\n## Runs\n\n";
+  for (const RunData& r : data) {
+    absl::StrAppendFormat(&md, "- `%s`: [%s/](%s/) (summary.json, metrics.csv, logs/)\n",
+                          r.sweep.value, r.sweep.folder, r.sweep.folder);
+  }
+  return md;
+}
+
+// Writes loss_curves.dat and plots.gp for the runs with curves and, with a gnuplot, draws them.
+// Plots of an earlier experiment in the same folder are removed first. Returns a warning when
+// nothing could be drawn, empty otherwise; an error only when a file cannot be written.
+absl::StatusOr<std::string> WritePlots(const fs::path& dir,
+                                       const std::vector<const RunData*>& plotted,
+                                       const ReportOptions& options, std::optional<double> target) {
+  std::error_code ec;
+  for (const char* stale :
+       {"loss_vs_time.png", "loss_vs_steps.png", "loss_curves.dat", "plots.gp"}) {
+    fs::remove(dir / stale, ec);
+  }
+  if (plotted.empty()) return std::string("no run has a loss curve; no plots");
+  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
+           {"loss_curves.dat", CurvesData(plotted)},
+           {"plots.gp", PlotScript(plotted, options.flag, target)}}) {
+    if (absl::Status s = WriteTextFile(dir / name, text); !s.ok()) return s;
+  }
+  if (!options.gnuplot) return std::string();  // RunExperiment has said so already
+  if (std::string error = RunGnuplot(*options.gnuplot, dir); !error.empty()) {
+    return absl::StrCat("gnuplot failed, no plots: ", error);
+  }
+  return std::string();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Running the experiment.
 
@@ -760,55 +828,15 @@ absl::StatusOr<ReportResult> WriteExperimentReport(const ReportOptions& options,
   for (const RunData& r : data) {
     if (!r.curve.empty()) plotted.push_back(&r);
   }
-
-  std::vector<std::string> values;
-  for (const ExperimentRun& run : runs) values.push_back(run.sweep.value);
-  std::string md = absl::StrFormat("# Syncline experiment: --%s %s\n\n", options.flag,
-                                   absl::StrJoin(values, ","));
-  absl::StrAppendFormat(
-      &md, "Every run had the same data, seed and job; only `--%s` changed. Job flags: %s.\n\n",
-      options.flag,
-      options.job_args.empty() ? "the defaults"
-                               : absl::StrCat("`", absl::StrJoin(options.job_args, " "), "`"));
-  md += MarkdownTable(data, options.flag, result.target_loss.has_value());
-  md +=
-      "\nClocks/s per worker: the most steps any worker ran, over the run's wall time. Training "
-      "loss: the mean of the workers' latest reported loss. On the wire: bytes pushed plus "
-      "bytes pulled.\n\n";
-  md += "## Commentary\n\n";
-  for (absl::string_view line : absl::StrSplit(result.commentary, '\n', absl::SkipEmpty())) {
-    absl::StrAppend(&md, "- ", line, "\n");
-  }
-  if (!plotted.empty()) {
-    md +=
-        "\n## Training loss\n\n"
-        "![training loss against wall-clock time](loss_vs_time.png)\n\n"
-        "![training loss against steps](loss_vs_steps.png)\n\n"
-        "Curves: `loss_curves.dat`; to redraw them, `gnuplot plots.gp` in this folder.\n";
-  }
-  md += "\n## Runs\n\n";
-  for (const RunData& r : data) {
-    absl::StrAppendFormat(&md, "- `%s`: [%s/](%s/) (summary.json, metrics.csv, logs/)\n",
-                          r.sweep.value, r.sweep.folder, r.sweep.folder);
-  }
+  auto plots = WritePlots(dir, plotted, options, result.target_loss);
+  if (!plots.ok()) return plots.status();
+  if (!plots->empty()) result.warnings.push_back(*plots);
+  const bool drawn = plots->empty() && options.gnuplot.has_value();
 
   for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
-           {"summary.csv", SummaryCsv(data, result.target_loss)}, {"report.md", md}}) {
+           {"summary.csv", SummaryCsv(data, result.target_loss)},
+           {"report.md", ReportMarkdown(data, options, result, !plotted.empty(), drawn)}}) {
     if (absl::Status s = WriteTextFile(dir / name, text); !s.ok()) return s;
-  }
-  if (plotted.empty()) {
-    result.warnings.push_back("no run has a loss curve; no plots");
-    return result;
-  }
-  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
-           {"loss_curves.dat", CurvesData(plotted)},
-           {"plots.gp", PlotScript(plotted, options.flag, result.target_loss)}}) {
-    if (absl::Status s = WriteTextFile(dir / name, text); !s.ok()) return s;
-  }
-  if (options.gnuplot) {
-    if (std::string error = RunGnuplot(*options.gnuplot, dir); !error.empty()) {
-      result.warnings.push_back(absl::StrCat("gnuplot failed, no plots: ", error));
-    }
   }
   return result;
 }
@@ -901,6 +929,7 @@ int RunExperiment(int argc, char** argv) {
   std::vector<ExperimentRun> runs;
   int interrupted = 0;
   for (size_t i = 0; i < values->size() && interrupted == 0; ++i) {
+    if ((interrupted = g_experiment_signal.load()) != 0) break;
     const SweepValue& v = (*values)[i];
     const fs::path run_dir = fs::path(out) / v.folder;
     // Results left by an earlier experiment in the same folder must not pass for this run's.

@@ -213,6 +213,7 @@ TEST(ExperimentReportTest, WritesSummaryCsvAndReportFromRunFolders) {
   EXPECT_THAT(ReadFile((dir / "plots.gp").string()), HasSubstr("loss_vs_time.png"));
   EXPECT_THAT(ReadFile((dir / "loss_curves.dat").string()), HasSubstr("# index 1: asp"));
   EXPECT_FALSE(fs::exists(dir / "loss_vs_time.png"));
+  EXPECT_THAT(md, HasSubstr("Not drawn"));
 }
 
 TEST(ExperimentReportTest, AGivenTargetNobodyReachesIsReportedAsNever) {
@@ -241,6 +242,7 @@ TEST(ExperimentReportTest, GnuplotDrawsBothPlots) {
   for (const char* png : {"loss_vs_time.png", "loss_vs_steps.png"}) {
     EXPECT_GT(fs::file_size(dir / png), 1000u) << png;
   }
+  EXPECT_THAT(ReadFile((dir / "report.md").string()), HasSubstr("](loss_vs_time.png)"));
 }
 
 TEST(ExperimentCommandTest, BadFlagsExitTwoBeforeAnyRun) {
@@ -260,6 +262,22 @@ TEST(ExperimentCommandTest, BadFlagsExitTwoBeforeAnyRun) {
   auto help = RunProcess({SYNCLINE_LAUNCH_BIN, "experiment", "--help"}, absl::Seconds(30));
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_THAT(help.output, HasSubstr("--target-loss"));
+}
+
+TEST(ExperimentCommandTest, AFailedRunIsReportedAndTheExperimentExitsOne) {
+  const std::string out = TempDir("experiment_failed");
+  WriteFile(out + "/bad.libsvm", "1 1:1 2:1\n0 3:1\nnot a label\n");
+  auto r = RunProcess({SYNCLINE_LAUNCH_BIN, "experiment", "--sync", "bsp,asp", "--train",
+                       out + "/bad.libsvm", "--out", out + "/cmp"},
+                      absl::Seconds(60));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  auto rows = ReadCsv(out + "/cmp/summary.csv");
+  ASSERT_EQ(rows.size(), 2u) << r.output;
+  for (auto& row : rows) {
+    EXPECT_EQ(row["status"], "failed");
+    EXPECT_THAT(row["error"], HasSubstr("exited with code 2"));
+  }
+  EXPECT_THAT(ReadFile(out + "/cmp/report.md"), HasSubstr("`asp` failed: "));
 }
 
 TEST(ExperimentCommandTest, ComparesBspAndAspOnTheSameData) {

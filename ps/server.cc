@@ -207,10 +207,11 @@ absl::Status ParameterServer::Push(Message& message, ShardTable& table) {
           clocks_.clock(h.getRank())));
     }
     if (c.dense) {
-      table.AccumulateRange(clock, range, values->data());
-      return absl::OkStatus();
+      table.AccumulateRange(clock, h.getRank(), range, values->data());
+    } else {
+      table.Accumulate(clock, h.getRank(), keys, values->data());
     }
-    return table.Accumulate(clock, keys, values->data());
+    return absl::OkStatus();
   }
   const float weight = h.getWeight();
   if (!std::isfinite(weight) || weight <= 0) {

@@ -157,35 +157,51 @@ void ShardTable::ApplyRange(KeyRange r, const float* grad_sum, float scale) {
   std::memcpy(state_.data() + total + offset, scratch.data() + n, n * sizeof(float));
 }
 
-absl::Status ShardTable::Accumulate(int64_t clock, std::span<const uint64_t> keys,
-                                    const float* grad_sum) {
-  Aggregate& a = aggregates_[clock];
+void ShardTable::Accumulate(int64_t clock, int worker, std::span<const uint64_t> keys,
+                            const float* grad_sum) {
+  aggregates_[clock][worker].push_back(
+      Contribution{std::vector<uint64_t>(keys.begin(), keys.end()),
+                   {},
+                   std::vector<float>(grad_sum, grad_sum + keys.size() * config_.dim)});
+}
+
+void ShardTable::AccumulateRange(int64_t clock, int worker, KeyRange r, const float* grad_sum) {
+  aggregates_[clock][worker].push_back(
+      Contribution{{}, r, std::vector<float>(grad_sum, grad_sum + r.size() * config_.dim)});
+}
+
+absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
   const uint32_t dim = config_.dim;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto [it, inserted] = a.sparse_index.try_emplace(keys[i], a.sparse_keys.size());
-    if (inserted) {
-      a.sparse_keys.push_back(keys[i]);
-      a.sparse.resize(a.sparse.size() + dim, 0.0f);
+  if (config_.dense) {
+    std::vector<float> sum(range_.size() * dim, 0.0f);
+    for (const auto& [worker, contributions] : aggregate) {
+      for (const Contribution& c : contributions) {
+        float* __restrict dst = sum.data() + (c.range.begin - range_.begin) * dim;
+        const float* __restrict src = c.values.data();
+        for (size_t i = 0; i < c.values.size(); ++i) dst[i] += src[i];
+      }
     }
-    float* __restrict dst = a.sparse.data() + static_cast<size_t>(it->second) * dim;
-    const float* __restrict src = grad_sum + i * dim;
-    for (uint32_t j = 0; j < dim; ++j) dst[j] += src[j];
+    ApplyRange(range_, sum.data(), scale);
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
-}
-
-void ShardTable::AccumulateRange(int64_t clock, KeyRange r, const float* grad_sum) {
-  Aggregate& a = aggregates_[clock];
-  if (a.dense.empty()) a.dense.assign(range_.size() * config_.dim, 0.0f);
-  float* __restrict dst = a.dense.data() + (r.begin - range_.begin) * config_.dim;
-  const size_t n = r.size() * config_.dim;
-  for (size_t i = 0; i < n; ++i) dst[i] += grad_sum[i];
-}
-
-absl::Status ShardTable::ApplyAggregate(Aggregate& a, float scale) {
-  if (!a.dense.empty()) ApplyRange(range_, a.dense.data(), scale);
-  if (!a.sparse_keys.empty()) return Apply(a.sparse_keys, a.sparse.data(), scale);
-  return absl::OkStatus();
+  absl::flat_hash_map<uint64_t, uint32_t> index;
+  std::vector<uint64_t> keys;
+  std::vector<float> sum;
+  for (const auto& [worker, contributions] : aggregate) {
+    for (const Contribution& c : contributions) {
+      for (size_t i = 0; i < c.keys.size(); ++i) {
+        auto [it, inserted] = index.try_emplace(c.keys[i], static_cast<uint32_t>(keys.size()));
+        if (inserted) {
+          keys.push_back(c.keys[i]);
+          sum.resize(sum.size() + dim, 0.0f);
+        }
+        float* __restrict dst = sum.data() + static_cast<size_t>(it->second) * dim;
+        const float* __restrict src = c.values.data() + i * dim;
+        for (uint32_t j = 0; j < dim; ++j) dst[j] += src[j];
+      }
+    }
+  }
+  return Apply(keys, sum.data(), scale);
 }
 
 }  // namespace syncline

@@ -50,9 +50,11 @@ class ShardTable {
   absl::Status Apply(std::span<const uint64_t> keys, const float* grad_sum, float scale);
   void ApplyRange(KeyRange range, const float* grad_sum, float scale);
 
-  // BSP: adds a gradient sum to the aggregate of `clock`.
-  absl::Status Accumulate(int64_t clock, std::span<const uint64_t> keys, const float* grad_sum);
-  void AccumulateRange(int64_t clock, KeyRange range, const float* grad_sum);
+  // BSP: records a worker's gradient sum for `clock`. Sums are combined in worker-rank order
+  // when the clock is applied, so a BSP run is bitwise reproducible whatever order the pushes
+  // arrived in.
+  void Accumulate(int64_t clock, int worker, std::span<const uint64_t> keys, const float* grad_sum);
+  void AccumulateRange(int64_t clock, int worker, KeyRange range, const float* grad_sum);
   // Applies the aggregates of clocks below `min_clock`, in clock order, scaling each by
   // scale_of(clock), and drops them.
   template <typename ScaleOf>
@@ -66,12 +68,14 @@ class ShardTable {
   size_t pending_aggregates() const { return aggregates_.size(); }
 
  private:
-  struct Aggregate {
-    std::vector<float> dense;                              // dense: range_.size() * dim
-    absl::flat_hash_map<uint64_t, uint32_t> sparse_index;  // sparse: key -> row in sparse
-    std::vector<float> sparse;
-    std::vector<uint64_t> sparse_keys;
+  // One push kept for a BSP clock: sparse keys, or a dense range, and its gradient sum.
+  struct Contribution {
+    std::vector<uint64_t> keys;
+    KeyRange range;
+    std::vector<float> values;
   };
+  // A clock's contributions by worker rank, each worker's in arrival order.
+  using Aggregate = std::map<int, std::vector<Contribution>>;
 
   ShardTable(const TableConfig& config, int shard, int num_shards);
   absl::StatusOr<uint32_t> RowOf(uint64_t key);

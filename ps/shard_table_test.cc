@@ -69,9 +69,9 @@ TEST(ShardTableTest, AggregatesApplyInClockOrderWithTheirScale) {
   auto t = *ShardTable::Create(c, 0, 1);
   std::vector<uint64_t> k = {42};
   std::vector<float> g1 = {2}, g2 = {6};
-  ASSERT_TRUE(t->Accumulate(0, k, g1.data()).ok());
-  ASSERT_TRUE(t->Accumulate(0, k, g2.data()).ok());
-  ASSERT_TRUE(t->Accumulate(1, k, g1.data()).ok());
+  t->Accumulate(0, 1, k, g1.data());
+  t->Accumulate(0, 0, k, g2.data());
+  t->Accumulate(1, 0, k, g1.data());
   ASSERT_TRUE(t->ApplyAggregates(1, [](int64_t) { return 0.25f; }).ok());
   EXPECT_EQ(t->pending_aggregates(), 1u);
   std::vector<float> out(1);

@@ -5,52 +5,23 @@
 #include <atomic>
 #include <thread>
 
-#include "core/inproc_transport.h"
-#include "ps/server.h"
+#include "ps/inproc_cluster.h"
 
 namespace syncline {
 namespace {
 
 absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
 
-// Servers on their own threads, as in a real job, over the in-process transport.
-class Cluster {
+// Servers on their own threads, as in a real job.
+class Cluster : public InprocCluster {
  public:
-  Cluster(int servers, int workers, int64_t staleness) {
-    for (int s = 0; s < servers; ++s) {
-      endpoints_.push_back(*transport_.CreateEndpoint("ps" + std::to_string(s)));
-      ServerOptions o{
-          .rank = s, .num_servers = servers, .num_workers = workers, .staleness = staleness};
-      servers_.push_back(std::make_unique<ParameterServer>(endpoints_.back().get(), o));
-      ids_.push_back("ps" + std::to_string(s));
-    }
-    for (auto& server : servers_) {
-      threads_.emplace_back([this, s = server.get()] {
-        while (!stop_.load()) ASSERT_TRUE(s->ServeUntil(absl::Now() + absl::Milliseconds(10)).ok());
-      });
-    }
-  }
-  ~Cluster() {
-    stop_.store(true);
-    for (auto& t : threads_) t.join();
-  }
-  std::unique_ptr<Endpoint> WorkerEndpoint(int rank) {
-    return *transport_.CreateEndpoint("w" + std::to_string(rank));
-  }
+  using InprocCluster::InprocCluster;
   KVClientOptions ClientOptions(int rank) const {
     KVClientOptions o;
     o.rank = rank;
-    o.server_ids = ids_;
+    o.server_ids = server_ids();
     return o;
   }
-
- private:
-  InprocTransport transport_;
-  std::vector<std::unique_ptr<Endpoint>> endpoints_;
-  std::vector<std::unique_ptr<ParameterServer>> servers_;
-  std::vector<std::string> ids_;
-  std::vector<std::thread> threads_;
-  std::atomic<bool> stop_{false};
 };
 
 TableConfig Sparse(uint32_t id, uint32_t dim) {

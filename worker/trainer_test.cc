@@ -127,6 +127,13 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, BspEquivalenceTest,
                          testing::Values(wire::OptimizerKind::SGD, wire::OptimizerKind::ADAGRAD,
                                          wire::OptimizerKind::ADAM));
 
+TEST(TrainerTest, BspRunsAreBitwiseReproducible) {
+  const std::vector<float> a = Train(2, 3, 0, 16, wire::OptimizerKind::ADAGRAD);
+  const std::vector<float> b = Train(2, 3, 0, 16, wire::OptimizerKind::ADAGRAD);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "parameter " << i;
+}
+
 TEST(TrainerTest, AspConvergesToo) {
   const std::vector<float> asp = Train(2, 2, -1, 20, wire::OptimizerKind::SGD);
   double moved = 0;
