@@ -506,6 +506,11 @@ int Main(int argc, char** argv) {
   app.add_option("--latency-budget", s.latency_budget_s, "seconds per latency measurement")
       ->check(CLI::Range(0.001, 60.0))
       ->capture_default_str();
+  app.add_option("--max-requests", s.max_requests,
+                 "requests per worker and throughput measurement at most (fixed work for "
+                 "instruction-counting profilers)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->capture_default_str();
   app.add_option("--op", ops, "throughput ops to run: push, pull, pushpull (default: all)");
   app.add_option("--size", sizes, "throughput request sizes, e.g. 4K 1M (default: 4K 64K 1M 16M)");
   app.add_option("--window", windows, "requests in flight per worker (default: 1 8)")

@@ -219,31 +219,52 @@ absl::StatusOr<std::optional<Message>> Coordinator::Step(absl::Time deadline) {
 }
 
 absl::Status Coordinator::CheckHeartbeats() {
+  std::vector<std::pair<std::string, std::string>> lost;
+  {
+    absl::MutexLock lock(&mu_);
+    lost.swap(lost_);
+  }
+  for (const auto& [control_id, reason] : lost) {
+    NodeState* n = Find(control_id);
+    if (n == nullptr || n->down) continue;
+    if (auto s = MarkDown(*n, reason); !s.ok()) return s;
+  }
   const absl::Time now = absl::Now();
   for (auto& n : nodes_) {
     if (n->down || now - n->last_seen <= options_.heartbeat_timeout) continue;
-    n->down = true;
     const std::string reason = absl::StrFormat(
         "%s sent no heartbeat for %s", n->Name(),
         absl::FormatDuration(absl::Trunc(now - n->last_seen, absl::Milliseconds(100))));
-    SYNCLINE_LOG(ERROR) << reason;
-    if (observer_) observer_->OnNodeDown(n->role, n->rank, reason);
-    if (n->role == wire::Role::SERVER) {
-      return absl::UnavailableError(absl::StrCat("lost server: ", reason));
-    }
-    if (options_.staleness == 0 && !n->done) {
-      return absl::UnavailableError(
-          absl::StrCat("lost worker under BSP, which cannot go on without it: ", reason));
-    }
-    MessageBuilder b(wire::MsgType::NODE_DOWN);
-    b.header().setRole(wire::Role::COORDINATOR);
-    auto d = b.header().getBody().initNodeDown();
-    d.setRole(n->role);
-    d.setRank(n->rank);
-    d.setReason(reason);
-    Broadcast(b.Finish());
+    if (auto s = MarkDown(*n, reason); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+absl::Status Coordinator::MarkDown(NodeState& n, const std::string& reason) {
+  n.down = true;
+  SYNCLINE_LOG(ERROR) << reason;
+  if (observer_) observer_->OnNodeDown(n.role, n.rank, reason);
+  if (n.role == wire::Role::SERVER) {
+    return absl::UnavailableError(absl::StrCat("lost server: ", reason));
+  }
+  if (options_.staleness == 0 && !n.done) {
+    return absl::UnavailableError(
+        absl::StrCat("lost worker under BSP, which cannot go on without it: ", reason));
+  }
+  SYNCLINE_LOG(WARNING) << "going on without " << DataEndpointId(n.role, n.rank);
+  MessageBuilder b(wire::MsgType::NODE_DOWN);
+  b.header().setRole(wire::Role::COORDINATOR);
+  auto d = b.header().getBody().initNodeDown();
+  d.setRole(n.role);
+  d.setRank(n.rank);
+  d.setReason(reason);
+  Broadcast(b.Finish());
+  return absl::OkStatus();
+}
+
+void Coordinator::ReportLost(wire::Role role, int rank, std::string reason) {
+  absl::MutexLock lock(&mu_);
+  lost_.emplace_back(ControlEndpointId(role, rank), std::move(reason));
 }
 
 absl::Status Coordinator::AwaitReady() {

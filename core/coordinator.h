@@ -77,6 +77,11 @@ class Coordinator {
   // Makes Run() abort the job with `reason` (e.g. the launcher saw a process die).
   void Abort(std::string reason);
 
+  // A node is gone (e.g. the launcher saw its process exit): handled as if its heartbeats had
+  // stopped, at once. Under ASP/SSP a lost worker leaves the job and the others go on;
+  // otherwise the job is aborted.
+  void ReportLost(wire::Role role, int rank, std::string reason);
+
  private:
   struct NodeState;
   Coordinator(std::unique_ptr<Endpoint> endpoint, std::string address, CoordinatorOptions options,
@@ -90,6 +95,7 @@ class Coordinator {
   // Returns the message for the caller when it is something else, else nullopt.
   absl::StatusOr<std::optional<Message>> Step(absl::Time deadline);
   absl::Status CheckHeartbeats();
+  absl::Status MarkDown(NodeState& node, const std::string& reason);
   absl::Status Fail(absl::Status status);
   void Broadcast(const Message& message);
   void SendTo(const std::string& control_id, Message message);
@@ -104,6 +110,8 @@ class Coordinator {
 
   absl::Mutex mu_;
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
+  // (control endpoint id, reason) of nodes reported lost, not yet handled.
+  std::vector<std::pair<std::string, std::string>> lost_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> abort_requested_{false};
 };
 

@@ -220,6 +220,7 @@ int Main(int argc, char** argv) {
   });
 
   std::string failure;
+  std::vector<std::string> lost;  // workers the job went on without
   int failure_code = 1;
   const std::string& address = (*coordinator)->address();
   for (int r = 0; r < job.servers && failure.empty(); ++r) {
@@ -239,6 +240,14 @@ int Main(int argc, char** argv) {
     exited.clear();
     (void)group.Poll(absl::Milliseconds(200), &exited);
     for (const ExitEvent& e : exited) {
+      const bool worker = e.label.rfind("w", 0) == 0;
+      if (!e.success() && failure.empty() && worker && coordinator_options.staleness != 0 &&
+          e.exit_code != 2) {
+        // ASP/SSP go on without a lost worker; the coordinator tells the servers.
+        lost.push_back(DescribeExit(e));
+        (*coordinator)->ReportLost(wire::Role::WORKER, std::stoi(e.label.substr(1)), lost.back());
+        continue;
+      }
       if (!e.success() && failure.empty()) {
         failure = DescribeExit(e);
         if (e.exit_code == 2) failure_code = 2;  // bad input, as the child reported
@@ -277,6 +286,8 @@ int Main(int argc, char** argv) {
     return 1;
   }
   std::cout << report.SummaryText(wall);
+  for (const std::string& l : lost)
+    std::cerr << "syncline-launch: the job went on without " << l << "\n";
   return 0;
 }
 
