@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/node_table.h"
 #include "core/sharding.h"
 
 namespace syncline::bench {
@@ -97,7 +98,7 @@ void RawServer::Serve() {
 
 RawClient::RawClient(int rank, const std::vector<const RawServer*>& servers, size_t max_bytes)
     : values_(max_bytes, std::byte{2}), socket_(context_, zmq::socket_type::router) {
-  SetCommonOptions(socket_, absl::StrCat("w", rank));
+  SetCommonOptions(socket_, DataEndpointId(wire::Role::WORKER, rank));
   for (const RawServer* s : servers) {
     socket_.set(zmq::sockopt::connect_routing_id, s->id());
     socket_.connect(s->address());
@@ -171,6 +172,23 @@ absl::Status RawClient::Wait(uint64_t id, absl::Time deadline) {
   }
   pending_.erase(it);
   return absl::OkStatus();
+}
+
+absl::StatusOr<RawCluster> RawCluster::Create(int servers, int workers, size_t max_bytes) {
+  RawCluster c;
+  std::vector<const RawServer*> view;
+  for (int s = 0; s < servers; ++s) {
+    auto server = RawServer::Create(DataEndpointId(wire::Role::SERVER, s), max_bytes);
+    if (!server.ok()) return server.status();
+    view.push_back(server->get());
+    c.servers.push_back(std::move(*server));
+  }
+  for (int w = 0; w < workers; ++w) {
+    auto client = RawClient::Create(w, view, max_bytes);
+    if (!client.ok()) return client.status();
+    c.clients.push_back(std::move(*client));
+  }
+  return c;
 }
 
 }  // namespace syncline::bench

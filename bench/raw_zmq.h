@@ -52,7 +52,7 @@ class RawServer {
 
 class RawClient : public BenchClient {
  public:
-  // Connects as routing id "w<rank>" to every server; pushes may carry up to `max_bytes`.
+  // Connects as worker `rank` ("w<rank>") to every server; pushes may carry up to `max_bytes`.
   static absl::StatusOr<std::unique_ptr<RawClient>> Create(
       int rank, const std::vector<const RawServer*>& servers, size_t max_bytes);
 
@@ -63,11 +63,20 @@ class RawClient : public BenchClient {
   RawClient(int rank, const std::vector<const RawServer*>& servers, size_t max_bytes);
 
   std::vector<std::string> server_ids_;
-  std::vector<std::byte> values_;                 // what pushes send
+  std::vector<std::byte> values_;               // what pushes send
   absl::flat_hash_map<uint64_t, int> pending_;  // request id -> replies still to come
   uint64_t next_id_ = 1;
   zmq::context_t context_{1};
   zmq::socket_t socket_;
+};
+
+// `servers` raw servers ("ps<s>") and `workers` clients ("w<w>") connected to all of them,
+// each with its own zmq context, as SynclineCluster arranges Syncline's nodes.
+struct RawCluster {
+  static absl::StatusOr<RawCluster> Create(int servers, int workers, size_t max_bytes);
+
+  std::vector<std::unique_ptr<RawServer>> servers;
+  std::vector<std::unique_ptr<RawClient>> clients;  // after the servers: destroyed first
 };
 
 }  // namespace syncline::bench

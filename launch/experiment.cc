@@ -230,7 +230,11 @@ absl::StatusOr<JobConfig> ParseJob(const std::vector<std::string>& args) {
 }
 
 // The value of the swept flag a run is compared against: BSP for --sync; otherwise the first run.
-std::string BaselineValue(const std::string& flag) { return flag == "sync" ? "bsp" : ""; }
+std::string BaselineValue(const std::string& flag) {
+  if (flag == "sync") return "bsp";
+  if (flag == "compress") return "none";
+  return "";
+}
 
 // ---------------------------------------------------------------------------------------------
 // Report.
@@ -850,7 +854,9 @@ int RunExperiment(int argc, char** argv) {
   for (const char* flag : kSweepableFlags) {
     list_options[flag] =
         app.add_option(absl::StrCat("--", flag), lists[flag],
-                       "Comma-separated values to compare, e.g. bsp,asp,ssp:1,ssp:4")
+                       absl::StrCat("Comma-separated values of --", flag, " to compare, e.g. ",
+                                    std::string(flag) == "sync" ? "bsp,asp,ssp:1,ssp:4"
+                                                                : "none,topk:0.01,sign1,fp16"))
             ->type_name("LIST")
             ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }

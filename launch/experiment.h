@@ -24,7 +24,7 @@
 namespace syncline {
 
 // Flags an experiment may sweep over (names without dashes); exactly one is swept per experiment.
-inline constexpr std::array<const char*, 1> kSweepableFlags = {"sync"};
+inline constexpr std::array<const char*, 2> kSweepableFlags = {"sync", "compress"};
 
 // One value of the swept flag and the folder its run writes into.
 struct SweepValue {

@@ -26,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
+#include "compression/codec.h"
 #include "toml++/toml.h"
 #include "worker/slowness.h"
 
@@ -43,11 +44,13 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 28> kFields = {{
+const std::array<Field, 29> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes"},
     {"workers", &JobConfig::workers, "Number of worker processes"},
     {"sync", &JobConfig::sync,
      "Consistency model: bsp, asp, or ssp:S (workers at most S steps ahead of the slowest)"},
+    {"compress", &JobConfig::compress,
+     "Gradient compression with error feedback: none, topk:R, sign1[:CHUNK] or fp16"},
     {"model", &JobConfig::model, "Model: logreg or softmax"},
     {"classes", &JobConfig::classes, "Number of classes (more than 2 needs --model softmax)"},
     {"train", &JobConfig::train, "Training data file; empty: synthetic data generated into --out"},
@@ -358,6 +361,9 @@ absl::Status Validate(const JobConfig& c) {
     return Invalid(
         "heartbeat-timeout", absl::StrCat(c.heartbeat_timeout_s),
         absl::StrCat("must be more than --heartbeat-interval (", c.heartbeat_interval_s, ")"));
+  }
+  if (auto codec = ParseCodec(c.compress); !codec.ok()) {
+    return Invalid("compress", c.compress, std::string(codec.status().message()));
   }
   if (!c.straggler.empty()) {
     auto s = ParseStraggler(c.straggler);

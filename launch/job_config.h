@@ -26,6 +26,10 @@ struct JobConfig {
   // [--sync] Consistency model: "bsp" (bulk synchronous), "asp" (asynchronous) or "ssp:S" (stale
   // synchronous: a worker may run at most S steps ahead of the slowest; S >= 0). Default "bsp".
   std::string sync = "bsp";
+  // [--compress] Gradient compression of the model's row pushes, with error feedback: "none",
+  // "topk:R" (the fraction R of largest entries), "sign1" (1 bit per entry and a scale per
+  // chunk; "sign1:CHUNK"), "fp16". Anything but none keeps the rows in a dense table.
+  std::string compress = "none";
   // [--model] "logreg" (binary logistic regression) or "softmax". Default "logreg".
   std::string model = "logreg";
   // [--classes] Number of classes; only softmax may have more than 2. Default 2.

@@ -124,6 +124,7 @@ std::vector<std::string> WorkerArgs(const JobConfig& job, const std::string& coo
                                 std::to_string(job.log_every),
                                 "--request-timeout",
                                 absl::StrFormat("%g", job.request_timeout_s)};
+  if (job.compress != "none") a.insert(a.end(), {"--compress", job.compress});
   const std::pair<const char*, std::string> injected[] = {
       {"--straggler", job.straggler}, {"--jitter", job.jitter}, {"--delay", job.delay}};
   for (const auto& [flag, value] : injected) {

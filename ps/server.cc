@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
+#include "compression/codec.h"
 #include "core/log.h"
 #include "core/node_table.h"
 
@@ -83,9 +84,6 @@ absl::Status ParameterServer::HandleRequest(Message& message) {
   if (message.peer() != DataEndpointId(wire::Role::WORKER, worker)) {
     return absl::PermissionDeniedError(
         absl::StrFormat("sender id '%s' does not match worker rank %d", message.peer(), worker));
-  }
-  if (h.getCodec() != 0) {
-    return absl::UnimplementedError(absl::StrFormat("codec %d is not supported", h.getCodec()));
   }
   switch (h.getType()) {
     case wire::MsgType::DECLARE_TABLE:
@@ -192,8 +190,37 @@ absl::Status ParameterServer::Push(Message& message, ShardTable& table) {
   if (message.payload_count() <= values_frame) {
     return absl::InvalidArgumentError("push without a values frame");
   }
-  auto values = message.payload(values_frame).As<float>();
-  if (!values.ok()) return values.status();
+  absl::StatusOr<std::span<const float>> values;
+  std::vector<float> decoded;
+  if (h.getCodec() != 0) {
+    // A compressed gradient: validated and decoded here, then treated like a raw one.
+    if (!c.dense) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("table %d is sparse: compressed pushes need a dense table", c.id));
+    }
+    const auto kind = static_cast<CodecKind>(h.getCodec());
+    if (kind != CodecKind::kTopK && kind != CodecKind::kSign1 && kind != CodecKind::kFp16) {
+      return absl::InvalidArgumentError(absl::StrFormat("unknown codec %d", h.getCodec()));
+    }
+    if (h.getValueCount() != expected_values) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("table %d: compressed push of %d values, expected %d", c.id,
+                          h.getValueCount(), expected_values));
+    }
+    const Frame& block = message.payload(values_frame);
+    decoded.assign(expected_values, 0.0f);
+    CodecSpec spec;
+    spec.kind = kind;
+    if (auto s = Codec::Create(spec)->DecodeAdd(
+            std::span<const std::byte>(block.data(), block.size()), decoded);
+        !s.ok()) {
+      return s;
+    }
+    values = std::span<const float>(decoded);
+  } else {
+    values = message.payload(values_frame).As<float>();
+    if (!values.ok()) return values.status();
+  }
   if (values->size() != expected_values || h.getValueCount() != expected_values) {
     return absl::InvalidArgumentError(
         absl::StrFormat("table %d: push carries %d values (header: %d), expected %d", c.id,

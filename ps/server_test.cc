@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "compression/codec.h"
 #include "core/inproc_transport.h"
 
 namespace syncline {
@@ -224,6 +225,68 @@ TEST(ParameterServerTest, MalformedRequestsGetErrorsAndTheServerKeepsServing) {
   auto ok = h.Reply(0);
   ASSERT_TRUE(ok.has_value());
   EXPECT_EQ(ValuesOf(*ok), (std::vector<float>{0.0f, 0.0f}));
+}
+
+Message EncodedPush(int worker, uint64_t id, uint64_t begin, uint64_t end, const CodecSpec& spec,
+                    std::span<const float> gradient) {
+  std::vector<std::byte> block;
+  Codec::Create(spec)->Encode(gradient, &block);
+  auto b = Request(wire::MsgType::PUSH, worker, id, /*table=*/3);
+  b.header().setRangeBegin(begin);
+  b.header().setRangeEnd(end);
+  b.header().setValueCount(end - begin);
+  b.header().setCodec(static_cast<uint8_t>(spec.kind));
+  b.header().setWeight(1);
+  b.AddFrame(Frame::Own(std::move(block)));
+  return b.Finish();
+}
+
+TEST(ParameterServerTest, CompressedPushesAreDecodedAndBadBlocksRejected) {
+  ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 1, .staleness = -1});
+  TableConfig c;
+  c.id = 3;
+  c.dense = true;
+  c.num_keys = 1000;
+  c.optimizer.learning_rate = 1.0f;
+  h.Send(0, Declare(0, c));
+  std::vector<float> g(1000, 0.0f);
+  g[10] = 5.0f;
+  g[999] = -7.0f;
+  g[500] = 0.001f;
+  CodecSpec topk;
+  topk.kind = CodecKind::kTopK;
+  topk.ratio = 0.002;  // keeps the 2 largest
+  h.Send(0, EncodedPush(0, 2, 0, 1000, topk, g));
+  // A block for 1000 entries claimed to hold 999.
+  Message wrong = EncodedPush(0, 3, 0, 999, topk, g);
+  h.Send(0, std::move(wrong));
+  {
+    auto b = Request(wire::MsgType::PUSH, 0, 4, 3);  // garbage block
+    b.header().setRangeBegin(0);
+    b.header().setRangeEnd(1000);
+    b.header().setValueCount(1000);
+    b.header().setCodec(static_cast<uint8_t>(CodecKind::kSign1));
+    b.header().setWeight(1);
+    b.AddFrame(Frame::Copy("not a block", 11));
+    h.Send(0, b.Finish());
+  }
+  {
+    auto b = Request(wire::MsgType::PULL, 0, 5, 3);
+    b.header().setRangeBegin(0);
+    b.header().setRangeEnd(1000);
+    h.Send(0, b.Finish());
+  }
+  h.Serve();
+  EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);  // declare
+  EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);  // push
+  EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::ERROR);
+  EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::ERROR);
+  auto pulled = h.Reply(0);
+  ASSERT_TRUE(pulled.has_value());
+  std::vector<float> w = ValuesOf(*pulled);
+  EXPECT_FLOAT_EQ(w[10], -5.0f);
+  EXPECT_FLOAT_EQ(w[999], 7.0f);
+  EXPECT_FLOAT_EQ(w[500], 0.0f);  // not among the top 2: left for error feedback
 }
 
 TEST(ParameterServerTest, ConflictingDeclarationIsRefused) {

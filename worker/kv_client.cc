@@ -241,6 +241,42 @@ absl::StatusOr<Ticket> KVClient::PushPullDense(uint32_t table, uint64_t begin,
   return DenseOp(Op::kPushPull, table, begin, values, out, clock, weight);
 }
 
+absl::StatusOr<int> KVClient::DenseShardOf(uint32_t table, uint64_t begin, uint64_t end) const {
+  auto config = FindTable(table, /*dense=*/true);
+  if (!config.ok()) return config.status();
+  for (int s = 0; s < num_servers(); ++s) {
+    const KeyRange shard = DenseShardRange((*config)->num_keys, s, num_servers());
+    if (begin >= shard.begin && end <= shard.end && begin < end) return s;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrFormat("range [%d, %d) of table %d is not inside one shard", begin, end, table));
+}
+
+absl::StatusOr<Ticket> KVClient::PushDenseEncoded(uint32_t table, uint64_t begin, uint64_t end,
+                                                  uint8_t codec, std::span<const std::byte> block,
+                                                  int64_t clock, float weight) {
+  auto shard = DenseShardOf(table, begin, end);
+  if (!shard.ok()) return shard.status();
+  const TableConfig& c = tables_.at(table);
+  const Ticket ticket = NewTicket();
+  MessageBuilder b(wire::MsgType::PUSH);
+  b.header().setRole(wire::Role::WORKER);
+  b.header().setRank(options_.rank);
+  b.header().setRequestId(next_request_id_);
+  b.header().setTable(table);
+  b.header().setClock(clock);
+  b.header().setWeight(weight);
+  b.header().setRangeBegin(begin);
+  b.header().setRangeEnd(end);
+  b.header().setCodec(codec);
+  b.header().setValueCount((end - begin) * c.dim);
+  b.AddFrame(Frame::Borrow(block.data(), block.size()));
+  Message m = b.Finish();
+  bytes_pushed_ += m.ByteSize();
+  if (auto st = SendRequest(ticket, *shard, std::move(m), Request{}); !st.ok()) return st;
+  return ticket;
+}
+
 void KVClient::Complete(uint64_t request_id, Message& reply) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return;

@@ -68,6 +68,15 @@ class KVClient {
                                        std::span<const float> values, std::span<float> out,
                                        int64_t clock, float weight);
 
+  // Dense tables, compressed: pushes one encoded block (see compression/codec.h) holding the
+  // gradient of keys [begin, end), which must lie in one shard. `block` must stay valid until
+  // Wait returns.
+  absl::StatusOr<Ticket> PushDenseEncoded(uint32_t table, uint64_t begin, uint64_t end,
+                                          uint8_t codec, std::span<const std::byte> block,
+                                          int64_t clock, float weight);
+  // The shard holding dense keys [begin, end), or an error if they span shards.
+  absl::StatusOr<int> DenseShardOf(uint32_t table, uint64_t begin, uint64_t end) const;
+
   // Completes a ticket: OK, or the first error a server answered, or DeadlineExceeded.
   absl::Status Wait(Ticket ticket, absl::Time deadline);
 

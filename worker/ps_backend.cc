@@ -1,14 +1,30 @@
 #include "worker/ps_backend.h"
 
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "core/sharding.h"
+
 namespace syncline {
 
-PsBackend::PsBackend(KVClient* client, absl::Duration request_timeout)
-    : client_(client), request_timeout_(request_timeout) {}
+PsBackend::PsBackend(KVClient* client, absl::Duration request_timeout, CodecSpec codec)
+    : client_(client), request_timeout_(request_timeout), codec_spec_(codec) {
+  if (codec.kind != CodecKind::kNone) codec_ = Codec::Create(codec);
+}
 
 absl::Status PsBackend::Init(const ParameterLayout& layout) {
+  if (codec_ != nullptr && !layout.dense_rows) {
+    return absl::InvalidArgumentError("gradient compression needs dense rows");
+  }
+  if (layout.dense_rows && layout.num_features == 0) {
+    return absl::InvalidArgumentError("dense rows need the number of features");
+  }
+  layout_ = layout;
+  feedback_.assign(client_->num_servers(), ErrorFeedback());
+  blocks_.assign(client_->num_servers(), {});
   TableConfig rows;
   rows.id = kRowsTable;
-  rows.dense = false;
+  rows.dense = layout.dense_rows;
   rows.num_keys = layout.num_features;
   rows.dim = layout.row_dim;
   rows.optimizer = layout.optimizer;
@@ -36,7 +52,10 @@ absl::Status PsBackend::WaitForPushes() {
 
 absl::Status PsBackend::Read(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
                              std::span<float> bias) {
-  auto row_ticket = client_->Pull(kRowsTable, keys, rows, clock);
+  const uint32_t dim = layout_.row_dim;
+  if (layout_.dense_rows) table_.resize(layout_.num_features * dim);
+  auto row_ticket = layout_.dense_rows ? client_->PullDense(kRowsTable, 0, table_, clock)
+                                       : client_->Pull(kRowsTable, keys, rows, clock);
   if (!row_ticket.ok()) return row_ticket.status();
   auto bias_ticket = client_->PullDense(kBiasTable, 0, bias, clock);
   if (!bias_ticket.ok()) return bias_ticket.status();
@@ -44,13 +63,54 @@ absl::Status PsBackend::Read(int64_t clock, std::span<const uint64_t> keys, std:
   // order), so waiting for them here costs nothing extra.
   if (auto s = WaitForPushes(); !s.ok()) return s;
   if (auto s = client_->Wait(*row_ticket, Deadline()); !s.ok()) return s;
-  return client_->Wait(*bias_ticket, Deadline());
+  if (auto s = client_->Wait(*bias_ticket, Deadline()); !s.ok()) return s;
+  if (layout_.dense_rows) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i] >= layout_.num_features) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("feature %d is beyond the %d features of the dense rows", keys[i],
+                            layout_.num_features));
+      }
+      std::copy_n(table_.data() + keys[i] * dim, dim, rows.data() + i * dim);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsBackend::PushDenseRows(int64_t clock, std::span<const uint64_t> keys,
+                                      std::span<const float> row_grads, float examples) {
+  const uint32_t dim = layout_.row_dim;
+  gradient_.assign(layout_.num_features * dim, 0.0f);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::copy_n(row_grads.data() + i * dim, dim, gradient_.data() + keys[i] * dim);
+  }
+  if (codec_ == nullptr) {
+    auto t = client_->PushDense(kRowsTable, 0, gradient_, clock, examples);
+    if (!t.ok()) return t.status();
+    pending_pushes_.push_back(*t);
+    return absl::OkStatus();
+  }
+  const int n = client_->num_servers();
+  for (int s = 0; s < n; ++s) {
+    const KeyRange range = DenseShardRange(layout_.num_features, s, n);
+    if (range.size() == 0) continue;
+    std::span<const float> part(gradient_.data() + range.begin * dim, range.size() * dim);
+    feedback_[s].Compress(*codec_, part, &blocks_[s]);
+    auto t = client_->PushDenseEncoded(kRowsTable, range.begin, range.end,
+                                       static_cast<uint8_t>(codec_spec_.kind), blocks_[s], clock,
+                                       examples);
+    if (!t.ok()) return t.status();
+    pending_pushes_.push_back(*t);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status PsBackend::Update(int64_t clock, std::span<const uint64_t> keys,
                                std::span<const float> row_grads, std::span<const float> bias_grad,
                                float examples) {
-  if (!keys.empty()) {
+  if (layout_.dense_rows) {
+    if (auto s = PushDenseRows(clock, keys, row_grads, examples); !s.ok()) return s;
+  } else if (!keys.empty()) {
     auto t = client_->Push(kRowsTable, keys, row_grads, clock, examples);
     if (!t.ok()) return t.status();
     pending_pushes_.push_back(*t);

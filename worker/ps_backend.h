@@ -7,9 +7,11 @@
 #ifndef SYNCLINE_WORKER_PS_BACKEND_H_
 #define SYNCLINE_WORKER_PS_BACKEND_H_
 
+#include <memory>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "compression/codec.h"
 #include "worker/kv_client.h"
 #include "worker/sync_backend.h"
 
@@ -20,8 +22,10 @@ class PsBackend : public SyncBackend {
   static constexpr uint32_t kRowsTable = 1;
   static constexpr uint32_t kBiasTable = 2;
 
-  // `client` must outlive the backend; every request gets `request_timeout`.
-  PsBackend(KVClient* client, absl::Duration request_timeout);
+  // `client` must outlive the backend; every request gets `request_timeout`. With a codec
+  // other than none, row gradients are compressed with error feedback (one residual per shard)
+  // and the rows must be dense (ParameterLayout::dense_rows).
+  PsBackend(KVClient* client, absl::Duration request_timeout, CodecSpec codec = {});
 
   absl::Status Init(const ParameterLayout& layout) override;
   absl::Status Read(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
@@ -37,11 +41,22 @@ class PsBackend : public SyncBackend {
 
  private:
   absl::Status WaitForPushes();
+  absl::Status PushDenseRows(int64_t clock, std::span<const uint64_t> keys,
+                             std::span<const float> row_grads, float examples);
   absl::Time Deadline() const { return absl::Now() + request_timeout_; }
 
   KVClient* const client_;
   const absl::Duration request_timeout_;
   std::vector<Ticket> pending_pushes_;
+  ParameterLayout layout_;
+  const CodecSpec codec_spec_;
+  std::unique_ptr<Codec> codec_;
+  // Dense rows: the whole table as last read, the dense gradient and, per shard, the error
+  // feedback residual and the encoded block (kept until the push is acknowledged).
+  std::vector<float> table_;
+  std::vector<float> gradient_;
+  std::vector<ErrorFeedback> feedback_;
+  std::vector<std::vector<std::byte>> blocks_;
 };
 
 }  // namespace syncline

@@ -23,6 +23,10 @@ struct ParameterLayout {
   uint32_t row_dim = 1;
   uint64_t num_features = 0;  // sparse keys are below this (0: any)
   uint32_t bias_dim = 1;
+  // Keep the rows in a dense table of num_features rows instead of a sparse one: every read
+  // fetches the whole table, every update sends a dense gradient, which is what gradient
+  // compression works on.
+  bool dense_rows = false;
   OptimizerConfig optimizer;
   uint64_t seed = 1;
 };

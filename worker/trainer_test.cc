@@ -46,7 +46,7 @@ Dataset MakeData(uint64_t seed, int n, int features, int partition, int parts) {
 // Trains `workers` workers against `servers` servers under `staleness` and returns the final
 // parameters of every feature followed by the bias.
 std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
-                         wire::OptimizerKind optimizer) {
+                         wire::OptimizerKind optimizer, CodecSpec codec = {}) {
   constexpr int kFeatures = 200;
   InprocTransport transport;
   std::vector<std::unique_ptr<Endpoint>> server_eps;
@@ -72,12 +72,13 @@ std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
   layout.num_features = kFeatures;
   layout.optimizer.kind = optimizer;
   layout.optimizer.learning_rate = 0.5f;
+  layout.dense_rows = codec.kind != CodecKind::kNone;
   std::vector<std::thread> threads;
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
       auto ep = *transport.CreateEndpoint("w" + std::to_string(w));
       KVClient client(ep.get(), KVClientOptions{.rank = w, .server_ids = ids});
-      PsBackend backend(&client, absl::Seconds(10));
+      PsBackend backend(&client, absl::Seconds(10), codec);
       ASSERT_TRUE(backend.Init(layout).ok());
       Dataset data = MakeData(7, 1200, kFeatures, w, workers);
       Trainer trainer(*model, backend, TrainerOptions{.epochs = 2, .batch_size = batch});
@@ -132,6 +133,32 @@ TEST(TrainerTest, BspRunsAreBitwiseReproducible) {
   const std::vector<float> b = Train(2, 3, 0, 16, wire::OptimizerKind::ADAGRAD);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "parameter " << i;
+}
+
+// The loss of the full data at the given parameters (features..., bias).
+double FullLoss(const std::vector<float>& params) {
+  Dataset data = MakeData(7, 1200, 200, 0, 1);
+  auto model = *Model::Create("logreg", 2);
+  std::vector<uint32_t> all(data.size());
+  for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
+  std::vector<uint64_t> keys(200);
+  for (int i = 0; i < 200; ++i) keys[i] = i;
+  std::vector<float> rows(params.begin(), params.begin() + 200), bias = {params[200]};
+  std::vector<float> g(200), gb(1);
+  return model->LossAndGradient(data, all, keys, rows, bias, absl::MakeSpan(g),
+                                absl::MakeSpan(gb)) /
+         data.size();
+}
+
+TEST(TrainerTest, CompressedTrainingWithErrorFeedbackStaysCloseToUncompressed) {
+  const double plain = FullLoss(Train(2, 2, 0, 20, wire::OptimizerKind::SGD));
+  for (const char* spec : {"topk:0.05", "sign1:64", "fp16"}) {
+    SCOPED_TRACE(spec);
+    const double compressed =
+        FullLoss(Train(2, 2, 0, 20, wire::OptimizerKind::SGD, *ParseCodec(spec)));
+    EXPECT_LT(compressed, std::log(2.0) * 0.97) << "must have learned something";
+    EXPECT_LT(compressed, plain * 1.05) << "plain " << plain;
+  }
 }
 
 TEST(TrainerTest, AspConvergesToo) {

@@ -43,6 +43,7 @@ struct WorkerFlags {
   double request_timeout_s = 60, startup_timeout_s = 120;
   std::string dump_params;
   std::string straggler, jitter, delay;
+  std::string compress = "none";
   double min_step_ms = 0;
 };
 
@@ -145,6 +146,10 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--dump-params", f.dump_params,
                  "evaluator only: write the final parameters of the test set's features here");
+  app.add_option("--compress", f.compress,
+                 "gradient compression with error feedback: none, topk:R, sign1[:CHUNK], fp16; "
+                 "anything but none keeps the rows in a dense table")
+      ->capture_default_str();
   app.add_option("--straggler", f.straggler,
                  "experiments: RANK:FACTOR makes worker RANK always FACTOR times slower");
   app.add_option("--jitter", f.jitter,
@@ -200,9 +205,11 @@ int Main(int argc, char** argv) {
         slowness.seed);
   }
   auto optimizer = ParseOptimizer(f.optimizer);
+  auto codec = ParseCodec(f.compress);
   auto model = Model::Create(f.model, f.classes);
   auto read_options = MakeReadOptions(f, f.rank, f.num_workers);
-  for (const absl::Status& s : {optimizer.status(), model.status(), read_options.status()}) {
+  for (const absl::Status& s :
+       {optimizer.status(), model.status(), read_options.status(), codec.status()}) {
     if (!s.ok()) {
       std::cerr << "syncline-worker: " << s.message() << "\n";
       return 2;
@@ -260,7 +267,7 @@ int Main(int argc, char** argv) {
   }
   kv_options.health = [control] { return control->health(); };
   KVClient client(endpoint->get(), kv_options);
-  PsBackend backend(&client, absl::Seconds(f.request_timeout_s));
+  PsBackend backend(&client, absl::Seconds(f.request_timeout_s), *codec);
 
   control->ReportReady();
   if (auto s = control->WaitForStart(absl::Now() + absl::Seconds(f.startup_timeout_s)); !s.ok()) {
@@ -271,6 +278,7 @@ int Main(int argc, char** argv) {
   layout.row_dim = (*model)->row_dim();
   layout.bias_dim = (*model)->bias_dim();
   layout.num_features = train->num_features;
+  layout.dense_rows = codec->kind != CodecKind::kNone;
   layout.optimizer.kind = *optimizer;
   layout.optimizer.learning_rate = static_cast<float>(f.lr);
   layout.optimizer.l2 = static_cast<float>(f.l2);
