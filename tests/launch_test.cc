@@ -100,6 +100,27 @@ TEST_F(LaunchTest, BspWithTwoWorkersEqualsOneWorkerWithTheUnionBatch) {
   EXPECT_GT(moved, 1.0);
 }
 
+TEST_F(LaunchTest, EveryCodecConvergesAndTopKAndSignShrinkThePushes) {
+  double uncompressed_pushed = 0;
+  for (const char* codec : {"none", "topk:0.01", "sign1", "fp16"}) {
+    SCOPED_TRACE(codec);
+    const std::string out = TempDir(std::string("codec_") + codec);
+    auto r = RunProcess({kLaunch, "--servers", "2", "--workers", "2", "--compress", codec,
+                         "--batch-size", "1024", "--train", Train(), "--test", Test(), "--epochs",
+                         "4", "--out", out});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string summary = ReadFile(out + "/summary.json");
+    ASSERT_TRUE(JsonNumber(summary, "test_auc").has_value()) << summary;
+    EXPECT_GT(*JsonNumber(summary, "test_auc"), 0.8) << summary;
+    const double pushed = *JsonNumber(summary, "bytes_pushed");
+    if (std::string(codec) == "none") {
+      uncompressed_pushed = pushed;
+    } else if (std::string(codec) != "fp16") {
+      EXPECT_LT(pushed * 20, uncompressed_pushed) << summary;
+    }
+  }
+}
+
 TEST_F(LaunchTest, SoftmaxOnCsvReportsAccuracy) {
   const std::string dir = TempDir("softmax");
   auto g = RunProcess({kGen,
