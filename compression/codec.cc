@@ -246,7 +246,8 @@ std::unique_ptr<Codec> Codec::Create(const CodecSpec& spec) {
 void ErrorFeedback::Compress(const Codec& codec, std::span<const float> gradient,
                              std::vector<std::byte>* block) {
   if (residual_.size() != gradient.size()) residual_.assign(gradient.size(), 0.0f);
-  for (size_t i = 0; i < gradient.size(); ++i) residual_[i] += gradient[i];
+  BestKernels().float_add(reinterpret_cast<const std::byte*>(gradient.data()), gradient.size(),
+                          1.0f, residual_.data());
   codec.Encode(residual_, block);
   // Subtracting the decoded block leaves exactly what was not sent (topk: zero at the sent
   // entries). A block that does not decode leaves the residual at gradient + residual.

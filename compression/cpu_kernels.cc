@@ -171,6 +171,13 @@ SYNCLINE_AVX2 float ChunkAbsSumAvx2(const float* v, size_t len) {
     a2 = _mm256_add_ps(a2, _mm256_and_ps(abs_mask, _mm256_loadu_ps(v + i + 16)));
     a3 = _mm256_add_ps(a3, _mm256_and_ps(abs_mask, _mm256_loadu_ps(v + i + 24)));
   }
+  if (i == len) {
+    // ReduceSign1Lanes in registers: h = 16 and 8 are whole vectors, then 4, 2, 1 in one.
+    const __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+    const __m128 q = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    const __m128 r = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(r, _mm_shuffle_ps(r, r, 1)));
+  }
   alignas(32) float lanes[kSign1Lanes];
   _mm256_store_ps(lanes, a0);
   _mm256_store_ps(lanes + 8, a1);

@@ -17,6 +17,9 @@ constexpr size_t kMinSampledN = size_t{1} << 16;
 // the relative error of the estimated count is then about 1 / sqrt(512) = 4.4%.
 constexpr double kSampleHits = 512;
 constexpr size_t kMinSample = 4096;
+// At most this share (1 / kMaxSampleShare) of the entries is sampled: on small gradients a
+// coarser estimate (more candidates) is cheaper than a larger sample.
+constexpr size_t kMaxSampleShare = 16;
 constexpr size_t kMaxSample = size_t{1} << 20;
 // Entries per sampled cache line.
 constexpr size_t kSampleLine = 16;
@@ -48,15 +51,28 @@ struct Cut {
 // fraction of them). Two reads of the keys key_at(0 .. size - 1); 1 <= rank <= size.
 template <typename KeyAt>
 Cut CutAtRank(size_t size, const KeyAt& key_at, size_t rank) {
-  std::vector<uint32_t> histogram(kBuckets, 0);
-  for (size_t i = 0; i < size; ++i) ++histogram[key_at(i) >> kBucketShift];
+  // Four interleaved histograms: gradients put most keys in a few buckets, and increments of
+  // one counter would wait on each other.
+  std::vector<uint32_t> histogram(4 * kBuckets, 0);
+  size_t i = 0;
+  for (; i + 4 <= size; i += 4) {
+    ++histogram[(key_at(i) >> kBucketShift)];
+    ++histogram[(key_at(i + 1) >> kBucketShift) + kBuckets];
+    ++histogram[(key_at(i + 2) >> kBucketShift) + 2 * kBuckets];
+    ++histogram[(key_at(i + 3) >> kBucketShift) + 3 * kBuckets];
+  }
+  for (; i < size; ++i) ++histogram[key_at(i) >> kBucketShift];
+  for (size_t b = 0; b < kBuckets; ++b) {
+    histogram[b] += histogram[b + kBuckets] + histogram[b + 2 * kBuckets] +
+                    histogram[b + 3 * kBuckets];
+  }
   size_t bucket = kBuckets;
   size_t above = 0;  // keys in buckets above `bucket`
   while (above + histogram[bucket - 1] < rank) above += histogram[--bucket];
   --bucket;
   std::vector<uint32_t> in_bucket;
   in_bucket.reserve(histogram[bucket]);
-  for (size_t i = 0; i < size; ++i) {
+  for (i = 0; i < size; ++i) {
     const uint32_t key = key_at(i);
     if ((key >> kBucketShift) == bucket) in_bucket.push_back(key);
   }
@@ -104,7 +120,7 @@ bool SelectSampled(std::span<const float> values, size_t k, std::vector<uint64_t
   if (n < kMinSampledN || k > n / 8) return false;
   const double fraction = static_cast<double>(k) / static_cast<double>(n);
   const size_t m = std::min(
-      n / 8,
+      n / kMaxSampleShare,
       std::clamp(static_cast<size_t>(std::ceil(kSampleHits / fraction)), kMinSample, kMaxSample));
   if (static_cast<double>(m) * fraction < kMinSampleHits) return false;
 
@@ -141,11 +157,11 @@ bool SelectSampled(std::span<const float> values, size_t k, std::vector<uint64_t
     ++trace->passes;
     if (count == kTooMany) return false;  // ties at the threshold: sampling cannot separate them
     if (count < k) continue;              // re-tune with a wider margin
-    const std::span<const uint32_t> candidate_keys(keys.get(), count);
+    const uint32_t* candidate_keys = keys.get();
+    auto key_at = [candidate_keys](size_t j) { return candidate_keys[j]; };
     out->reserve(k);
-    TakeAboveCut(
-        std::span<const uint64_t>(indices.get(), count),
-        [&](size_t j) { return candidate_keys[j]; }, CutAtRank(candidate_keys, k), out);
+    TakeAboveCut(std::span<const uint64_t>(indices.get(), count), key_at,
+                 CutAtRank(count, key_at, k), out);
     return true;
   }
   return false;

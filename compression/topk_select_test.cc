@@ -93,5 +93,16 @@ TEST(SelectTopKTest, SampledThresholdNeedsOnePassOnOrdinaryGradients) {
   }
 }
 
+TEST(SelectTopKTest, SampledFallsBackToExactOnTiesAtTheThreshold) {
+  std::vector<float> v(size_t{1} << 17, 0.0f);
+  for (size_t i = 0; i < v.size(); i += 500) v[i] = 1.0f;  // 0.2% nonzero; k is 1%
+  const size_t k = v.size() / 100;
+  std::vector<uint64_t> sampled;
+  TopKTrace trace;
+  SelectTopK(v, k, TopKMethod::kSampled, &sampled, &trace);
+  EXPECT_TRUE(trace.used_exact);
+  EXPECT_EQ(sampled, Reference(v, k));
+}
+
 }  // namespace
 }  // namespace syncline::compression_internal

@@ -71,9 +71,10 @@ class Frame {
           "frame of %d bytes is not a whole number of %d-byte elements", size_, sizeof(T)));
     }
     if (reinterpret_cast<uintptr_t>(data_) % alignof(T) != 0) {
-      std::vector<T> aligned(size_ / sizeof(T));
-      std::memcpy(aligned.data(), data_, size_);
-      *this = Own(std::move(aligned));
+      std::shared_ptr<T[]> aligned = std::make_shared_for_overwrite<T[]>(size_ / sizeof(T));
+      std::memcpy(aligned.get(), data_, size_);
+      const T* data = aligned.get();
+      *this = Shared(std::move(aligned), data, size_);
     }
     return std::span<const T>(reinterpret_cast<const T*>(data_), size_ / sizeof(T));
   }

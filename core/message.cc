@@ -79,13 +79,12 @@ MessageBuilder::MessageBuilder(wire::MsgType type)
 }
 
 Message MessageBuilder::Finish() {
-  kj::Array<capnp::word> flat = capnp::messageToFlatArray(*builder_);
-  auto bytes = flat.asBytes();
-  std::vector<capnp::word> words(flat.size());
-  std::memcpy(words.data(), bytes.begin(), bytes.size());
+  // The flat array becomes the frame's owner: no copy.
+  auto flat = std::make_shared<kj::Array<capnp::word>>(capnp::messageToFlatArray(*builder_));
+  const auto bytes = flat->asBytes();
   Message message;
   message.frames().reserve(1 + payloads_.size());
-  message.frames().push_back(Frame::Own(std::move(words)));
+  message.frames().push_back(Frame::Shared(flat, bytes.begin(), bytes.size()));
   for (Frame& f : payloads_) message.frames().push_back(std::move(f));
   payloads_.clear();
   return message;

@@ -32,6 +32,13 @@ enum MsgType {
   finish @19;       # the sender leaves the clock set
   reply @20;        # success; carries values for pulls
   error @21;        # failure: statusCode and message
+
+  # Data plane: worker <-> worker (gossip/). clock = step, rank = sender, weight = push-sum
+  # weight, rangeBegin = the sender's degree this step, codec/valueCount describe the one
+  # values frame (the sender's parameters). Peers also reuse nodeDown (a peer declared dead,
+  # clock = the first step without it), finish (the sender leaves from step clock) and error
+  # (statusCode FAILED_PRECONDITION: the sender has already finished step clock).
+  gossip @22;
 }
 
 enum Role {

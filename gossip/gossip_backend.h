@@ -1,0 +1,78 @@
+// GossipBackend: a SyncBackend for jobs without parameter servers. Each worker holds the whole
+// model (num_features x row_dim dense rows, then bias_dim bias floats, in one vector), takes a
+// local optimizer step (ps/optimizer.h, with its own optimizer state) and then averages with its
+// neighbours through a GossipMixer: synchronous D-PSGD, or push-sum when asynchronous (the
+// optimizer then steps the push-sum estimate z = x / w directly).
+//
+// The model starts at zero on every node, like the parameter servers' tables (TableConfig's
+// init_scale 0), so every replica starts identical. With 10k features of one float, a step
+// sends 40 KB to each neighbour.
+//
+// Thread-safety: thread-compatible.
+#ifndef SYNCLINE_GOSSIP_GOSSIP_BACKEND_H_
+#define SYNCLINE_GOSSIP_GOSSIP_BACKEND_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/transport.h"
+#include "gossip/gossip_mixer.h"
+#include "gossip/gossip_options.h"
+#include "gossip/topology.h"
+#include "worker/sync_backend.h"
+
+namespace syncline {
+
+class GossipBackend : public SyncBackend {
+ public:
+  // `endpoint` (this worker's data endpoint, connected to every peer) must outlive the backend
+  // and is used by it alone.
+  GossipBackend(Endpoint* endpoint, GossipOptions options);
+
+  // Allocates the local model (dense rows; num_features must be known) and optimizer state.
+  absl::Status Init(const ParameterLayout& layout) override;
+  // Copies the local rows of `keys` and the bias; never waits.
+  absl::Status Read(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
+                    std::span<float> bias) override;
+  // A local optimizer step with the gradient sums scaled by 1 / examples.
+  absl::Status Update(int64_t clock, std::span<const uint64_t> keys,
+                      std::span<const float> row_grads, std::span<const float> bias_grad,
+                      float examples) override;
+  // The gossip round of step `clock`.
+  absl::Status EndIteration(int64_t clock, float examples) override;
+  // Tells the peers this worker leaves, so that they stop waiting for it.
+  absl::Status Finish() override;
+  double TakeMeanStaleness() override { return 0; }
+  uint64_t bytes_pushed() const override { return mixer_.bytes_sent(); }
+  uint64_t bytes_pulled() const override { return mixer_.bytes_received(); }
+
+  // Mean local consensus proxy since the last call: the distance between this worker's model
+  // and the mean of the neighbour models it received (GossipMixer::TakeConsensusProxy).
+  double TakeConsensusProxy() { return mixer_.TakeConsensusProxy(); }
+  // Mean bytes sent to one peer in one step since the last call.
+  double TakeBytesPerPeerStep() { return mixer_.TakeBytesPerPeerStep(); }
+  std::vector<int> dead_peers() const { return mixer_.dead_peers(); }
+  // The whole local model: rows (num_features x row_dim), then the bias.
+  std::span<const float> parameters() const { return params_; }
+
+ private:
+  const GossipOptions options_;
+  GossipMixer mixer_;
+  ParameterLayout layout_;
+  OptimizerConfig bias_optimizer_;
+  int state_floats_ = 0;  // optimizer state per weight
+  std::vector<float> params_;
+  std::vector<float> row_state_;
+  std::vector<int64_t> row_steps_;
+  std::vector<float> bias_state_;
+  int64_t bias_steps_ = 0;
+  int64_t next_step_ = 0;  // one past the last step gossiped
+  bool finished_ = false;
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_GOSSIP_GOSSIP_BACKEND_H_

@@ -1,0 +1,47 @@
+// GossipOptions: how a worker gossips with its peers (see gossip_backend.h and gossip_mixer.h).
+#ifndef SYNCLINE_GOSSIP_GOSSIP_OPTIONS_H_
+#define SYNCLINE_GOSSIP_GOSSIP_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "compression/codec.h"
+#include "core/table_config.h"
+#include "gossip/topology.h"
+
+namespace syncline {
+
+struct GossipOptions {
+  // Which peers exchange parameters at each step (topology.h).
+  GossipTopology topology = GossipTopology::kRing;
+  // false: synchronous D-PSGD (each step waits for its neighbours' parameters of that step);
+  // true: push-sum (never waits; mass is added whenever it arrives).
+  bool asynchronous = false;
+  // This worker's rank in [0, num_peers) and the number of workers.
+  int rank = 0;
+  int num_peers = 1;
+  // Data endpoint ids of all workers by rank ("w0", "w1", ...); the endpoint given to the
+  // backend is already connected to each. peer_ids[rank] is this worker's own id.
+  std::vector<std::string> peer_ids;
+  // Seeds the random topology: every node computes the same graph without talking.
+  uint64_t seed = 1;
+  // A peer that sends nothing for this long while it is awaited is declared dead (also one
+  // whose endpoint refuses messages); it is dropped from the graph and training goes on.
+  absl::Duration peer_timeout = absl::Seconds(10);
+  // The local update rule (GossipBackend only).
+  OptimizerConfig optimizer;
+  // What peers exchange: the parameters themselves, raw (none) or as fp16 (half the bytes, a
+  // relative rounding error of 2^-11 per exchange, so the average is kept only to that
+  // precision). The sparsifying codecs (topk, sign1) would need parameter differences with
+  // error feedback and are refused.
+  CodecSpec codec;
+  // Messages for steps ahead of the current one that are kept (synchronous); later ones are
+  // dropped with a warning. At most this many steps ahead, one message per peer and step.
+  int max_steps_ahead = 64;
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_GOSSIP_GOSSIP_OPTIONS_H_
