@@ -52,29 +52,31 @@ struct Cut {
 template <typename KeyAt>
 Cut CutAtRank(size_t size, const KeyAt& key_at, size_t rank) {
   // Four interleaved histograms: gradients put most keys in a few buckets, and increments of
-  // one counter would wait on each other.
-  std::vector<uint32_t> histogram(4 * kBuckets, 0);
+  // one counter would wait on each other. (Raw pointers, here and below, let the compiler
+  // keep the loop state in registers.)
+  std::vector<uint32_t> histograms(4 * kBuckets, 0);
+  uint32_t* h = histograms.data();
   size_t i = 0;
   for (; i + 4 <= size; i += 4) {
-    ++histogram[(key_at(i) >> kBucketShift)];
-    ++histogram[(key_at(i + 1) >> kBucketShift) + kBuckets];
-    ++histogram[(key_at(i + 2) >> kBucketShift) + 2 * kBuckets];
-    ++histogram[(key_at(i + 3) >> kBucketShift) + 3 * kBuckets];
+    ++h[key_at(i) >> kBucketShift];
+    ++h[(key_at(i + 1) >> kBucketShift) + kBuckets];
+    ++h[(key_at(i + 2) >> kBucketShift) + 2 * kBuckets];
+    ++h[(key_at(i + 3) >> kBucketShift) + 3 * kBuckets];
   }
-  for (; i < size; ++i) ++histogram[key_at(i) >> kBucketShift];
+  for (; i < size; ++i) ++h[key_at(i) >> kBucketShift];
   for (size_t b = 0; b < kBuckets; ++b) {
-    histogram[b] += histogram[b + kBuckets] + histogram[b + 2 * kBuckets] +
-                    histogram[b + 3 * kBuckets];
+    h[b] += h[b + kBuckets] + h[b + 2 * kBuckets] + h[b + 3 * kBuckets];
   }
   size_t bucket = kBuckets;
   size_t above = 0;  // keys in buckets above `bucket`
-  while (above + histogram[bucket - 1] < rank) above += histogram[--bucket];
+  while (above + h[bucket - 1] < rank) above += h[--bucket];
   --bucket;
-  std::vector<uint32_t> in_bucket;
-  in_bucket.reserve(histogram[bucket]);
+  std::vector<uint32_t> in_bucket(h[bucket]);
+  uint32_t* dst = in_bucket.data();
+  size_t count = 0;
   for (i = 0; i < size; ++i) {
     const uint32_t key = key_at(i);
-    if ((key >> kBucketShift) == bucket) in_bucket.push_back(key);
+    if ((key >> kBucketShift) == bucket) dst[count++] = key;
   }
   const size_t nth = rank - above - 1;
   std::nth_element(in_bucket.begin(), in_bucket.begin() + nth, in_bucket.end(), std::greater<>());
@@ -85,32 +87,30 @@ Cut CutAtRank(size_t size, const KeyAt& key_at, size_t rank) {
   return {cut, rank - above - static_cast<size_t>(larger)};
 }
 
-// Appends to *out the entries above the cut and the first cut.ties entries equal to it, in
-// the order of `indices` (ascending); key(j) is the key of the j-th.
-template <typename Key>
-void TakeAboveCut(std::span<const uint64_t> indices, const Key& key, Cut cut,
+// Replaces *out with the k entries of index_at(j), j ascending, whose key_at(j) is above the
+// cut or, for the first cut.ties of them, equal to it.
+template <typename IndexAt, typename KeyAt>
+void TakeAboveCut(size_t size, const IndexAt& index_at, const KeyAt& key_at, Cut cut, size_t k,
                   std::vector<uint64_t>* out) {
-  for (size_t j = 0; j < indices.size(); ++j) {
-    const uint32_t k = key(j);
-    if (k > cut.key || (k == cut.key && cut.ties > 0)) {
-      cut.ties -= k == cut.key;
-      out->push_back(indices[j]);
+  out->resize(k);
+  uint64_t* dst = out->data();
+  size_t taken = 0;
+  for (size_t j = 0; j < size && taken < k; ++j) {
+    const uint32_t key = key_at(j);
+    if (key > cut.key) {
+      dst[taken++] = index_at(j);
+    } else if (key == cut.key && cut.ties > 0) {
+      dst[taken++] = index_at(j);
+      --cut.ties;
     }
   }
 }
 
 void SelectExact(std::span<const float> values, size_t k, std::vector<uint64_t>* out) {
-  const Cut cut = CutAtRank(
-      values.size(), [values](size_t i) { return MagnitudeKey(values[i]); }, k);
-  out->reserve(k);
-  size_t ties = cut.ties;
-  for (size_t i = 0; i < values.size(); ++i) {
-    const uint32_t key = MagnitudeKey(values[i]);
-    if (key > cut.key || (key == cut.key && ties > 0)) {
-      ties -= key == cut.key;
-      out->push_back(i);
-    }
-  }
+  auto key_at = [values](size_t i) { return MagnitudeKey(values[i]); };
+  TakeAboveCut(
+      values.size(), [](size_t i) { return i; }, key_at, CutAtRank(values.size(), key_at, k), k,
+      out);
 }
 
 // Returns false when sampling cannot give the answer (the caller then runs SelectExact).
@@ -158,10 +158,11 @@ bool SelectSampled(std::span<const float> values, size_t k, std::vector<uint64_t
     if (count == kTooMany) return false;  // ties at the threshold: sampling cannot separate them
     if (count < k) continue;              // re-tune with a wider margin
     const uint32_t* candidate_keys = keys.get();
+    const uint64_t* candidate_indices = indices.get();
     auto key_at = [candidate_keys](size_t j) { return candidate_keys[j]; };
-    out->reserve(k);
-    TakeAboveCut(std::span<const uint64_t>(indices.get(), count), key_at,
-                 CutAtRank(count, key_at, k), out);
+    TakeAboveCut(
+        count, [candidate_indices](size_t j) { return candidate_indices[j]; }, key_at,
+        CutAtRank(count, key_at, k), k, out);
     return true;
   }
   return false;

@@ -107,6 +107,7 @@ struct Progress {
   examples @3 :UInt64;     # examples since the last report
   totalSteps @4 :Int64;    # steps this worker will run
   staleness @5 :Float64;   # mean staleness served to this worker since the last report
+  consensus @6 :Float64;   # gossip: mean distance of this worker's model from its neighbours'
 }
 
 struct WorkerStats {

@@ -64,9 +64,20 @@ class ZmqEndpoint : public Endpoint {
     size_t bytes = 0;
     try {
       zmq::message_t route(peer_id.data(), peer_id.size());
-      if (!socket_.send(route, zmq::send_flags::sndmore)) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("send to ", peer_id, " timed out: its queue is full"));
+      const absl::Time give_up = std::min(deadline, absl::Now() + options_.unreachable_grace);
+      absl::Duration backoff = absl::Microseconds(200);
+      while (true) {
+        try {
+          if (!socket_.send(route, zmq::send_flags::sndmore)) {
+            return absl::DeadlineExceededError(
+                absl::StrCat("send to ", peer_id, " timed out: its queue is full"));
+          }
+          break;
+        } catch (const zmq::error_t& e) {
+          if (e.num() != EHOSTUNREACH || absl::Now() >= give_up) throw;
+          absl::SleepFor(backoff);
+          backoff = std::min(backoff * 2, absl::Milliseconds(20));
+        }
       }
       for (size_t i = 0; i < frames.size(); ++i) {
         const Frame& f = frames[i];

@@ -17,6 +17,7 @@
 #include <string>
 #include <zmq.hpp>
 
+#include "absl/time/time.h"
 #include "core/transport.h"
 
 namespace syncline {
@@ -30,6 +31,9 @@ struct ZmqOptions {
   // Frames at least this large are sent without a copy; smaller ones are copied, which is
   // cheaper than the bookkeeping of a zero-copy send.
   size_t zero_copy_threshold = 4096;
+  // A send to a peer whose connection is not up yet (it connected to us and the handshake is
+  // still in flight) is retried for this long before it fails with Unavailable.
+  absl::Duration unreachable_grace = absl::Milliseconds(500);
 };
 
 class ZmqTransport : public Transport {

@@ -27,6 +27,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 #include "compression/codec.h"
+#include "gossip/topology.h"
 #include "toml++/toml.h"
 #include "worker/slowness.h"
 
@@ -48,7 +49,8 @@ const std::array<Field, 29> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes"},
     {"workers", &JobConfig::workers, "Number of worker processes"},
     {"sync", &JobConfig::sync,
-     "Consistency model: bsp, asp, or ssp:S (workers at most S steps ahead of the slowest)"},
+     "Consistency model: bsp, asp, ssp:S (workers at most S steps ahead of the slowest), or "
+     "serverless gossip:ring|exp|random (D-PSGD; :async for push-sum)"},
     {"compress", &JobConfig::compress,
      "Gradient compression with error feedback: none, topk:R, sign1[:CHUNK] or fp16"},
     {"model", &JobConfig::model, "Model: logreg or softmax"},
@@ -236,6 +238,12 @@ absl::Status CheckPositive(absl::string_view flag, double value) {
 
 absl::Status CheckSync(const std::string& sync) {
   if (sync == "bsp" || sync == "asp") return absl::OkStatus();
+  if (sync.starts_with("gossip")) {
+    if (auto mode = ParseGossipMode(sync); !mode.ok()) {
+      return Invalid("sync", absl::StrCat("'", sync, "'"), std::string(mode.status().message()));
+    }
+    return absl::OkStatus();
+  }
   if (sync.starts_with("ssp:")) {
     const absl::string_view staleness = absl::string_view(sync).substr(4);
     int s;
@@ -247,7 +255,8 @@ absl::Status CheckSync(const std::string& sync) {
     }
   }
   return Invalid("sync", absl::StrCat("'", sync, "'"),
-                 "must be bsp, asp or ssp:S with an integer staleness S >= 0");
+                 "must be bsp, asp, ssp:S with an integer staleness S >= 0, or "
+                 "gossip:ring|exp|random[:async]");
 }
 
 absl::Status CheckReadableFile(absl::string_view flag, const std::string& path) {

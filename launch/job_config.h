@@ -24,7 +24,8 @@ struct JobConfig {
   // [--workers] Number of worker processes. Default 2.
   int workers = 2;
   // [--sync] Consistency model: "bsp" (bulk synchronous), "asp" (asynchronous) or "ssp:S" (stale
-  // synchronous: a worker may run at most S steps ahead of the slowest; S >= 0). Default "bsp".
+  // synchronous: a worker may run at most S steps ahead of the slowest; S >= 0), or a serverless
+  // gossip mode "gossip:ring|exp|random" (D-PSGD; add ":async" for push-sum). Default "bsp".
   std::string sync = "bsp";
   // [--compress] Gradient compression of the model's row pushes, with error feedback: "none",
   // "topk:R" (the fraction R of largest entries), "sign1" (1 bit per entry and a scale per

@@ -36,7 +36,8 @@ void OnSignal(int sig) { g_signal.store(sig); }
 // The staleness bound of a --sync value (already validated): 0 BSP, -1 ASP, s SSP(s).
 int64_t StalenessOf(const std::string& sync) {
   if (sync == "bsp") return 0;
-  if (sync == "asp") return -1;
+  // Gossip peers have no servers; the job goes on without a lost peer, as under ASP.
+  if (sync == "asp" || sync.starts_with("gossip")) return -1;
   int64_t s = 0;
   (void)absl::SimpleAtoi(sync.substr(4), &s);
   return s;
@@ -98,6 +99,8 @@ std::vector<std::string> WorkerArgs(const JobConfig& job, const std::string& coo
                                 std::to_string(rank),
                                 "--workers",
                                 std::to_string(job.workers),
+                                "--sync",
+                                job.sync,
                                 "--train",
                                 job.train,
                                 "--format",
@@ -168,6 +171,10 @@ int Main(int argc, char** argv) {
   if (auto s = Validate(job); !s.ok()) {
     std::cerr << "syncline-launch: " << s.message() << "\n";
     return 2;
+  }
+  if (job.sync.starts_with("gossip")) {
+    // Serverless: the workers average with their neighbours.
+    job.servers = 0;
   }
   SetLogTag("launch");
   std::error_code ec;

@@ -65,7 +65,7 @@ absl::Status RunReport::Open() {
   const std::string path = (fs::path(job_.out) / "metrics.csv").string();
   metrics_.open(path, std::ios::trunc);
   if (ec || !metrics_) return absl::PermissionDeniedError(absl::StrFormat("cannot write %s", path));
-  metrics_ << "wall_seconds,worker,clock,epoch,train_loss,examples,staleness\n";
+  metrics_ << "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus\n";
   metrics_.flush();
   return absl::OkStatus();
 }
@@ -82,9 +82,10 @@ void RunReport::OnProgress(int worker, wire::Progress::Reader p) {
   w.total_steps = p.getTotalSteps();
   w.epoch = p.getEpoch();
   w.loss = p.getTrainLoss();
-  metrics_ << absl::StrFormat("%.3f,%d,%d,%d,%.6g,%d,%.3g\n",
+  metrics_ << absl::StrFormat("%.3f,%d,%d,%d,%.6g,%d,%.3g,%.4g\n",
                               absl::ToDoubleSeconds(absl::Now() - start_), worker, p.getClock(),
-                              p.getEpoch(), p.getTrainLoss(), p.getExamples(), p.getStaleness());
+                              p.getEpoch(), p.getTrainLoss(), p.getExamples(), p.getStaleness(),
+                              p.getConsensus());
   metrics_.flush();
 }
 
@@ -236,6 +237,8 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
   j << "  \"test_accuracy\": " << (have_evaluation_ ? JsonNumber(test_accuracy_) : "null") << ",\n";
   j << "  \"bytes_pushed\": " << pushed << ",\n";
   j << "  \"bytes_pulled\": " << pulled << ",\n";
+  j << "  \"bytes_pushed_per_worker_step\": "
+    << JsonNumber(steps > 0 ? static_cast<double>(pushed) / steps : 0.0) << ",\n";
   j << "  \"server_bytes_in\": " << server_bytes_in_ << ",\n";
   j << "  \"server_bytes_out\": " << server_bytes_out_ << ",\n";
   j << "  \"server_requests\": " << server_requests_ << ",\n";

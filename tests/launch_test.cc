@@ -58,7 +58,7 @@ TEST_F(LaunchTest, LogregConvergesAndTheRunIsDocumented) {
   std::vector<std::string> lines =
       absl::StrSplit(ReadFile(out + "/metrics.csv"), '\n', absl::SkipEmpty());
   ASSERT_GT(lines.size(), 10u);
-  EXPECT_EQ(lines[0], "wall_seconds,worker,clock,epoch,train_loss,examples,staleness");
+  EXPECT_EQ(lines[0], "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus");
   EXPECT_NE(r.output.find("AUC"), std::string::npos) << r.output;
 }
 

@@ -57,6 +57,9 @@ class SyncBackend {
 
   // Mean staleness (in iterations) of the reads served since the last call.
   virtual double TakeMeanStaleness() { return 0; }
+  // Decentralised backends: mean distance of this replica from its neighbours' since the last
+  // call (0 where replicas are not kept apart).
+  virtual double TakeConsensusProxy() { return 0; }
 
   virtual uint64_t bytes_pushed() const = 0;
   virtual uint64_t bytes_pulled() const = 0;

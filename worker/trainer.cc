@@ -63,6 +63,7 @@ absl::StatusOr<TrainResult> Trainer::Run(
       progress.train_loss = loss_since_report / std::max<uint64_t>(1, examples_since_report);
       progress.examples = examples_since_report;
       progress.staleness = backend_.TakeMeanStaleness();
+      progress.consensus = backend_.TakeConsensusProxy();
       result.last_loss = progress.train_loss;
       if (on_progress) on_progress(progress);
       loss_since_report = 0;

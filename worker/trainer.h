@@ -33,6 +33,7 @@ struct TrainProgress {
   double train_loss = 0;    // mean loss per example since the last report
   uint64_t examples = 0;    // examples since the last report
   double staleness = 0;     // mean staleness of the reads since the last report
+  double consensus = 0;     // gossip: distance from the neighbours' models since the last report
 };
 
 struct TrainResult {

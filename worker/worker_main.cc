@@ -11,6 +11,8 @@
 #include "core/control_client.h"
 #include "core/log.h"
 #include "core/zmq_transport.h"
+#include "gossip/gossip_backend.h"
+#include "gossip/topology.h"
 #include "ps/optimizer.h"
 #include "worker/dataset.h"
 #include "worker/kv_client.h"
@@ -44,6 +46,9 @@ struct WorkerFlags {
   std::string dump_params;
   std::string straggler, jitter, delay;
   std::string compress = "none";
+  std::string sync = "bsp";
+  std::string bind = "tcp://127.0.0.1:0";
+  double peer_timeout_s = 10;
   double min_step_ms = 0;
 };
 
@@ -146,6 +151,16 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--dump-params", f.dump_params,
                  "evaluator only: write the final parameters of the test set's features here");
+  app.add_option("--sync", f.sync,
+                 "bsp | asp | ssp:S (the servers enforce these), or gossip:ring|exp|random[:async] "
+                 "(no servers: this worker averages with its peers)")
+      ->capture_default_str();
+  app.add_option("--bind", f.bind, "gossip: ZeroMQ address peers reach this worker at")
+      ->capture_default_str();
+  app.add_option("--peer-timeout", f.peer_timeout_s,
+                 "gossip: seconds of silence after which a peer is declared dead")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--compress", f.compress,
                  "gradient compression with error feedback: none, topk:R, sign1[:CHUNK], fp16; "
                  "anything but none keeps the rows in a dense table")
@@ -206,6 +221,15 @@ int Main(int argc, char** argv) {
   }
   auto optimizer = ParseOptimizer(f.optimizer);
   auto codec = ParseCodec(f.compress);
+  std::optional<std::pair<GossipTopology, bool>> gossip;
+  if (f.sync.starts_with("gossip")) {
+    auto mode = ParseGossipMode(f.sync);
+    if (!mode.ok()) {
+      std::cerr << "syncline-worker: " << mode.status().message() << "\n";
+      return 2;
+    }
+    gossip = *mode;
+  }
   auto model = Model::Create(f.model, f.classes);
   auto read_options = MakeReadOptions(f, f.rank, f.num_workers);
   for (const absl::Status& s :
@@ -239,10 +263,20 @@ int Main(int argc, char** argv) {
                                         train->size(), f.rank, f.num_workers, train->num_features);
 
   ZmqTransport transport;
+  auto endpoint = transport.CreateEndpoint(DataEndpointId(wire::Role::WORKER, f.rank));
+  if (!endpoint.ok()) return Fail(nullptr, endpoint.status());
+  std::string data_address;
+  if (gossip) {
+    // Peers reach each other directly: listen before registering the address.
+    auto bound = (*endpoint)->Bind(f.bind);
+    if (!bound.ok()) return Fail(nullptr, bound.status());
+    data_address = *bound;
+  }
   ControlOptions control_options;
   control_options.coordinator_address = f.coordinator;
   control_options.role = wire::Role::WORKER;
   control_options.rank = f.rank;
+  control_options.data_address = data_address;
   control_options.startup_timeout = absl::Seconds(f.startup_timeout_s);
   auto control_or = ControlClient::Connect(transport, control_options);
   if (!control_or.ok()) {
@@ -257,8 +291,6 @@ int Main(int argc, char** argv) {
                                              f.num_workers, table.num_workers)));
   }
 
-  auto endpoint = transport.CreateEndpoint(DataEndpointId(wire::Role::WORKER, f.rank));
-  if (!endpoint.ok()) return Fail(control, endpoint.status());
   KVClientOptions kv_options;
   kv_options.rank = f.rank;
   for (const NodeInfo* s : table.Servers()) {
@@ -267,7 +299,32 @@ int Main(int argc, char** argv) {
   }
   kv_options.health = [control] { return control->health(); };
   KVClient client(endpoint->get(), kv_options);
-  PsBackend backend(&client, absl::Seconds(f.request_timeout_s), *codec);
+  std::unique_ptr<SyncBackend> backend;
+  if (gossip) {
+    GossipOptions g;
+    g.topology = gossip->first;
+    g.asynchronous = gossip->second;
+    g.rank = f.rank;
+    g.num_peers = table.num_workers;
+    g.seed = f.seed;
+    g.peer_timeout = absl::Seconds(std::min(f.request_timeout_s, f.peer_timeout_s));
+    g.optimizer.kind = *optimizer;
+    g.optimizer.learning_rate = static_cast<float>(f.lr);
+    g.optimizer.l2 = static_cast<float>(f.l2);
+    g.codec = *codec;
+    for (int w = 0; w < table.num_workers; ++w)
+      g.peer_ids.push_back(DataEndpointId(wire::Role::WORKER, w));
+    // One connection per pair, opened by the lower rank: two ROUTER sockets that connect to
+    // each other under the same routing ids trip ZeroMQ. The higher rank answers over the
+    // connection it accepted.
+    for (const NodeInfo& n : table.nodes) {
+      if (n.role != wire::Role::WORKER || n.rank <= f.rank) continue;
+      if (auto st = (*endpoint)->Connect(n.id, n.address); !st.ok()) return Fail(control, st);
+    }
+    backend = std::make_unique<GossipBackend>(endpoint->get(), g);
+  } else {
+    backend = std::make_unique<PsBackend>(&client, absl::Seconds(f.request_timeout_s), *codec);
+  }
 
   control->ReportReady();
   if (auto s = control->WaitForStart(absl::Now() + absl::Seconds(f.startup_timeout_s)); !s.ok()) {
@@ -278,19 +335,20 @@ int Main(int argc, char** argv) {
   layout.row_dim = (*model)->row_dim();
   layout.bias_dim = (*model)->bias_dim();
   layout.num_features = train->num_features;
-  layout.dense_rows = codec->kind != CodecKind::kNone;
+  // Compressed pushes work on a dense gradient; gossip peers keep the whole model anyway.
+  layout.dense_rows = codec->kind != CodecKind::kNone && !gossip;
   layout.optimizer.kind = *optimizer;
   layout.optimizer.learning_rate = static_cast<float>(f.lr);
   layout.optimizer.l2 = static_cast<float>(f.l2);
   layout.seed = f.seed;
-  if (auto s = backend.Init(layout); !s.ok()) return Fail(control, s);
+  if (auto s = backend->Init(layout); !s.ok()) return Fail(control, s);
 
   TrainerOptions trainer_options;
   trainer_options.epochs = f.epochs;
   trainer_options.batch_size = f.batch_size;
   trainer_options.log_every = f.log_every;
   trainer_options.slowness = slowness;
-  Trainer trainer(**model, backend, trainer_options);
+  Trainer trainer(**model, *backend, trainer_options);
   auto result = trainer.Run(*train, [&](const TrainProgress& p) {
     MessageBuilder b(wire::MsgType::PROGRESS);
     b.header().setRole(wire::Role::WORKER);
@@ -302,6 +360,7 @@ int Main(int argc, char** argv) {
     progress.setExamples(p.examples);
     progress.setTotalSteps(p.total_steps);
     progress.setStaleness(p.staleness);
+    progress.setConsensus(p.consensus);
     control->Send(b.Finish());
   });
   if (!result.ok()) return Fail(control, result.status());
@@ -312,8 +371,8 @@ int Main(int argc, char** argv) {
   auto stats = done.header().getBody().initWorkerStats();
   stats.setSteps(result->steps);
   stats.setExamples(result->examples);
-  stats.setBytesPushed(backend.bytes_pushed());
-  stats.setBytesPulled(backend.bytes_pulled());
+  stats.setBytesPushed(backend->bytes_pushed());
+  stats.setBytesPulled(backend->bytes_pulled());
   control->Send(done.Finish());
   SYNCLINE_LOG(INFO) << absl::StrFormat("trained %d iterations, last loss %.5f", result->steps,
                                         result->last_loss);
@@ -329,9 +388,14 @@ int Main(int argc, char** argv) {
       std::vector<uint32_t> all(test.size());
       for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
       std::vector<uint64_t> keys = UniqueKeys(test, all);
+      if (layout.dense_rows || gossip) {
+        // A dense model has no rows for features the training data never had; the model
+        // treats missing keys as zero rows, as a server does for a feature it never saw.
+        std::erase_if(keys, [&](uint64_t k) { return k >= layout.num_features; });
+      }
       std::vector<float> rows(keys.size() * (*model)->row_dim());
       std::vector<float> bias((*model)->bias_dim());
-      if (auto s = backend.Read(-1, keys, rows, bias); !s.ok()) return Fail(control, s);
+      if (auto s = backend->Read(-1, keys, rows, bias); !s.ok()) return Fail(control, s);
       eval = Evaluate(**model, test, keys, rows, bias);
       if (!f.dump_params.empty()) {
         if (auto s = DumpParameters(f.dump_params, keys, rows, bias, (*model)->row_dim());
