@@ -333,13 +333,17 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"servers", [](JobConfig& c) { c.servers = 0; }, "--servers=0: must be >= 1"},
         ValidateCase{"workers", [](JobConfig& c) { c.workers = -1; }, "--workers=-1: must be >= 1"},
         ValidateCase{"sync_name", [](JobConfig& c) { c.sync = "bulk"; },
-                     "--sync='bulk': must be bsp, asp or ssp:S with an integer staleness S >= 0"},
+                     "--sync='bulk': must be bsp, asp, ssp:S with an integer staleness S >= 0, or "
+                     "gossip:ring|exp|random[:async]"},
         ValidateCase{"sync_negative", [](JobConfig& c) { c.sync = "ssp:-1"; },
-                     "--sync='ssp:-1': must be bsp, asp or ssp:S with an integer staleness S >= 0"},
+                     "--sync='ssp:-1': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
+                     "or gossip:ring|exp|random[:async]"},
         ValidateCase{"sync_empty", [](JobConfig& c) { c.sync = "ssp:"; },
-                     "--sync='ssp:': must be bsp, asp or ssp:S with an integer staleness S >= 0"},
+                     "--sync='ssp:': must be bsp, asp, ssp:S with an integer staleness S >= 0, or "
+                     "gossip:ring|exp|random[:async]"},
         ValidateCase{"sync_text", [](JobConfig& c) { c.sync = "ssp:x"; },
-                     "--sync='ssp:x': must be bsp, asp or ssp:S with an integer staleness S >= 0"},
+                     "--sync='ssp:x': must be bsp, asp, ssp:S with an integer staleness S >= 0, or "
+                     "gossip:ring|exp|random[:async]"},
         ValidateCase{"model", [](JobConfig& c) { c.model = "mlp"; },
                      "--model='mlp': must be one of logreg, softmax"},
         ValidateCase{"classes",
