@@ -245,7 +245,7 @@ struct RunData {
   bool ok = false;
   std::string error;
   std::optional<double> wall_seconds, steps, steps_per_worker, test_loss, test_auc, test_accuracy,
-      bytes_on_wire, max_staleness, mean_staleness;
+      bytes_on_wire, bytes_pushed, max_staleness, mean_staleness;
   std::vector<LossPoint> curve;
   std::optional<double> final_loss;  // the curve's last point
   std::optional<double> time_to_target;
@@ -297,6 +297,7 @@ RunData LoadRun(const fs::path& dir, const ExperimentRun& run, std::vector<std::
   d.test_accuracy = number("test_accuracy");
   if (auto pushed = number("bytes_pushed"), pulled = number("bytes_pulled"); pushed && pulled) {
     d.bytes_on_wire = *pushed + *pulled;
+    d.bytes_pushed = *pushed;
   }
   d.max_staleness = number("max_staleness_served");
   d.mean_staleness = number("mean_staleness_served");
@@ -486,18 +487,35 @@ std::string CurvesData(const std::vector<const RunData*>& plotted) {
   std::string dat =
       "# Smoothed training loss of each run of a Syncline experiment: after each metrics.csv row,\n"
       "# the mean over workers of their latest clock and train_loss. One block per run (gnuplot\n"
-      "# `index` 0, 1, ...); columns: wall_seconds clock train_loss\n";
+      "# `index` 0, 1, ...); columns: wall_seconds clock train_loss consensus mib_pushed\n"
+      "# (consensus: gossip's mean distance from the neighbours' models; mib_pushed: the bytes\n"
+      "# the workers pushed, spread evenly over the run's clocks, in MiB)\n";
   for (size_t i = 0; i < plotted.size(); ++i) {
     const std::vector<LossPoint>& c = plotted[i]->curve;
     // Two blank lines end a block; the first block follows the header directly.
     absl::StrAppend(&dat, i == 0 ? "" : "\n\n", "# index ", i, ": ", plotted[i]->sweep.value, "\n");
     const size_t stride = (c.size() + kMaxPoints - 1) / kMaxPoints;
+    const RunData& r = *plotted[i];
+    const double mib_per_clock = r.bytes_pushed && r.steps_per_worker && *r.steps_per_worker > 0
+                                     ? *r.bytes_pushed / *r.steps_per_worker / (1024.0 * 1024.0)
+                                     : 0.0;
     for (size_t j = 0; j < c.size(); ++j) {
       if (j % stride != 0 && j + 1 != c.size()) continue;
-      absl::StrAppendFormat(&dat, "%.3f %.3f %.6g\n", c[j].wall_seconds, c[j].clock, c[j].loss);
+      absl::StrAppendFormat(&dat, "%.3f %.3f %.6g %.6g %.6g\n", c[j].wall_seconds, c[j].clock,
+                            c[j].loss, c[j].consensus, c[j].clock * mib_per_clock);
     }
   }
   return dat;
+}
+
+// Whether any plotted run reported a consensus distance (gossip runs).
+bool HasConsensus(const std::vector<const RunData*>& plotted) {
+  for (const RunData* r : plotted) {
+    for (const LossPoint& p : r->curve) {
+      if (p.consensus > 0) return true;
+    }
+  }
+  return false;
 }
 
 std::string PlotScript(const std::vector<const RunData*>& plotted, const std::string& flag,
@@ -511,27 +529,39 @@ std::string PlotScript(const std::vector<const RunData*>& plotted, const std::st
       "  set terminal png size 960,600 noenhanced\n"
       "}\n"
       "set grid\n"
-      "set key top right\n"
-      "set ylabel \"training loss (mean of the workers' latest)\"\n");
-  const struct {
+      "set key top right\n");
+  const char* kLoss = "training loss (mean of the workers' latest)";
+  struct Plot {
     const char* png;
     const char* title;
     const char* xlabel;
-    int column;
-  } kPlots[] = {
-      {"loss_vs_time.png", "Training loss against wall-clock time", "wall-clock seconds", 1},
-      {"loss_vs_steps.png", "Training loss against steps", "clock (mean iterations per worker)", 2},
+    const char* ylabel;
+    int x, y;
   };
-  for (const auto& p : kPlots) {
+  std::vector<Plot> plots = {
+      {"loss_vs_time.png", "Training loss against wall-clock time", "wall-clock seconds", kLoss, 1,
+       3},
+      {"loss_vs_steps.png", "Training loss against steps", "clock (mean iterations per worker)",
+       kLoss, 2, 3},
+      {"loss_vs_bytes.png", "Training loss against bytes pushed",
+       "MiB pushed by the workers (spread evenly over the run)", kLoss, 5, 3},
+  };
+  if (HasConsensus(plotted)) {
+    plots.push_back({"consensus_vs_steps.png", "Consensus distance against steps",
+                     "clock (mean iterations per worker)",
+                     "distance from the neighbours' models (mean over workers)", 2, 4});
+  }
+  for (const auto& p : plots) {
     absl::StrAppend(&gp, "\nset output ", GnuplotString(p.png), "\n", "set title ",
                     GnuplotString(absl::StrCat(p.title, " by --", flag)), "\n", "set xlabel ",
-                    GnuplotString(p.xlabel), "\n", "plot ");
+                    GnuplotString(p.xlabel), "\n", "set ylabel ", GnuplotString(p.ylabel), "\n",
+                    "plot ");
     for (size_t i = 0; i < plotted.size(); ++i) {
       absl::StrAppend(&gp, i == 0 ? "\"loss_curves.dat\"" : ", \\\n     \"\"", " index ", i,
-                      " using ", p.column, ":3 with lines lw 2 title ",
+                      " using ", p.x, ":", p.y, " with lines lw 2 title ",
                       GnuplotString(plotted[i]->sweep.value));
     }
-    if (target) {
+    if (target && p.y == 3) {
       absl::StrAppendFormat(&gp, ", \\\n     %.6g with lines dt 2 lc rgb \"gray40\" title %s",
                             *target, GnuplotString(absl::StrFormat("target %.4f", *target)));
     }
@@ -587,7 +617,13 @@ std::string ReportMarkdown(const std::vector<RunData>& data, const ReportOptions
       md +=
           "![training loss against wall-clock time](loss_vs_time.png)\n\n"
           "![training loss against steps](loss_vs_steps.png)\n\n"
-          "Curves: `loss_curves.dat`; to redraw them, run `gnuplot plots.gp` in this folder.\n";
+          "![training loss against bytes pushed](loss_vs_bytes.png)\n\n";
+      std::vector<const RunData*> all;
+      for (const RunData& r : data) all.push_back(&r);
+      if (HasConsensus(all)) {
+        md += "![consensus distance against steps](consensus_vs_steps.png)\n\n";
+      }
+      md += "Curves: `loss_curves.dat`; to redraw them, run `gnuplot plots.gp` in this folder.\n";
     } else {
       md +=
           "Not drawn (no gnuplot, or it failed). Curves: `loss_curves.dat`; to draw them, run "
@@ -609,8 +645,8 @@ absl::StatusOr<std::string> WritePlots(const fs::path& dir,
                                        const std::vector<const RunData*>& plotted,
                                        const ReportOptions& options, std::optional<double> target) {
   std::error_code ec;
-  for (const char* stale :
-       {"loss_vs_time.png", "loss_vs_steps.png", "loss_curves.dat", "plots.gp"}) {
+  for (const char* stale : {"loss_vs_time.png", "loss_vs_steps.png", "loss_vs_bytes.png",
+                            "consensus_vs_steps.png", "loss_curves.dat", "plots.gp"}) {
     fs::remove(dir / stale, ec);
   }
   if (plotted.empty()) return std::string("no run has a loss curve; no plots");
@@ -742,19 +778,21 @@ absl::StatusOr<std::vector<LossPoint>> ReadLossCurve(const std::string& metrics_
   lines.pop_back();
   if (lines.empty()) return absl::InvalidArgumentError(absl::StrCat(metrics_csv, ": no header"));
   const std::vector<absl::string_view> header = absl::StrSplit(lines[0], ',');
-  int wall = -1, worker = -1, clock = -1, loss = -1;
+  int wall = -1, worker = -1, clock = -1, loss = -1, consensus = -1;
   for (int i = 0; i < static_cast<int>(header.size()); ++i) {
     const absl::string_view name = absl::StripAsciiWhitespace(header[i]);
     if (name == "wall_seconds") wall = i;
     if (name == "worker") worker = i;
     if (name == "clock") clock = i;
     if (name == "train_loss") loss = i;
+    if (name == "consensus") consensus = i;
   }
   if (wall < 0 || worker < 0 || clock < 0 || loss < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         metrics_csv, ":1: the header needs wall_seconds, worker, clock and train_loss columns"));
   }
   std::map<int, std::pair<double, double>> latest;  // worker -> (clock, loss)
+  std::map<int, double> latest_consensus;
   std::vector<LossPoint> curve;
   for (size_t n = 1; n < lines.size(); ++n) {
     if (absl::StripAsciiWhitespace(lines[n]).empty()) continue;
@@ -768,14 +806,18 @@ absl::StatusOr<std::vector<LossPoint>> ReadLossCurve(const std::string& metrics_
           absl::StrFormat("%s:%d: malformed row '%s'", metrics_csv, n + 1, std::string(lines[n])));
     }
     latest[rank] = {c, l};
+    double d = 0;
+    if (consensus >= 0 && absl::SimpleAtod(f[consensus], &d)) latest_consensus[rank] = d;
     if (static_cast<int>(latest.size()) < workers) continue;
-    LossPoint p{w, 0, 0};
+    LossPoint p{w, 0, 0, 0};
     for (const auto& [r, cl] : latest) {
       p.clock += cl.first;
       p.loss += cl.second;
     }
     p.clock /= latest.size();
     p.loss /= latest.size();
+    for (const auto& [r, value] : latest_consensus) p.consensus += value;
+    if (!latest_consensus.empty()) p.consensus /= latest_consensus.size();
     // Workers that report in the same millisecond make one point, not a saw-tooth.
     if (!curve.empty() && curve.back().wall_seconds == w) {
       curve.back() = p;

@@ -48,6 +48,7 @@ struct LossPoint {
   double wall_seconds = 0;
   double clock = 0;
   double loss = 0;
+  double consensus = 0;  // gossip: mean of the workers' latest consensus proxy; 0 otherwise
 };
 
 // Reads a run's metrics.csv (columns found by header name: wall_seconds, worker, clock,
