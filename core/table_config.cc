@@ -1,8 +1,10 @@
 #include "core/table_config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_format.h"
+#include "core/sharding.h"
 
 namespace syncline {
 
@@ -58,6 +60,20 @@ absl::StatusOr<TableConfig> TableConfig::FromWire(wire::TableSpec::Reader in) {
         absl::StrFormat("table %d: l2 and init scale must be finite and >= 0", c.id));
   }
   return c;
+}
+
+void InitialRow(const TableConfig& config, uint64_t key, float* row) {
+  if (config.init_scale == 0) {
+    std::fill(row, row + config.dim, 0.0f);
+    return;
+  }
+  const uint64_t base =
+      MixKey(config.seed ^ MixKey(config.id + 0x9e3779b97f4a7c15ULL) ^ MixKey(key));
+  for (uint32_t i = 0; i < config.dim; ++i) {
+    const uint64_t bits = MixKey(base + i);
+    const float unit = static_cast<float>(bits >> 40) * (1.0f / static_cast<float>(1 << 24));
+    row[i] = (2.0f * unit - 1.0f) * config.init_scale;
+  }
 }
 
 }  // namespace syncline

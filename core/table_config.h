@@ -41,6 +41,11 @@ struct TableConfig {
   static absl::StatusOr<TableConfig> FromWire(wire::TableSpec::Reader in);
 };
 
+// Writes the initial values of row `key` (config.dim floats): zeros, or uniform in
+// [-init_scale, init_scale] from a counter-based generator of (seed, table id, key, i) alone, so
+// every shard, every storage tier and every restart agrees.
+void InitialRow(const TableConfig& config, uint64_t key, float* row);
+
 }  // namespace syncline
 
 #endif  // SYNCLINE_CORE_TABLE_CONFIG_H_

@@ -10,6 +10,7 @@
 #ifndef SYNCLINE_EMBEDDINGS_ADMISSION_SKETCH_H_
 #define SYNCLINE_EMBEDDINGS_ADMISSION_SKETCH_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

@@ -93,9 +93,9 @@ struct EmbeddingStoreOptions {
 
 struct EmbeddingStoreStats {
   uint64_t rows_in_memory = 0;
-  uint64_t rows_on_disk = 0;  // rows with a copy in RocksDB (some of them also in memory)
-  uint64_t admitted = 0;      // rows created after admission (or at first touch without it)
-  uint64_t rejected = 0;      // touches of ids not yet admitted
+  uint64_t rows_on_disk = 0;     // rows with a copy in RocksDB (some of them also in memory)
+  uint64_t admitted = 0;         // rows created after admission (or at first touch without it)
+  uint64_t rejected = 0;         // touches of ids not yet admitted
   uint64_t dropped_updates = 0;  // updates of ids not yet admitted (part of `rejected`)
   uint64_t expired = 0;          // rows deleted by expiry
   uint64_t memory_hits = 0;      // touches served from the memory tier
@@ -120,7 +120,7 @@ class EmbeddingStore {
   // a dense table, a bad dim or a budget below one row; the RocksDB error, with the path, when
   // the database cannot be opened. Counts the table's rows on disk (one scan).
   static absl::StatusOr<std::unique_ptr<EmbeddingStore>> Open(const TableConfig& table,
-                                                               const EmbeddingStoreOptions& options);
+                                                              const EmbeddingStoreOptions& options);
   ~EmbeddingStore();
   EmbeddingStore(const EmbeddingStore&) = delete;
   EmbeddingStore& operator=(const EmbeddingStore&) = delete;
@@ -176,9 +176,7 @@ class EmbeddingStore {
   absl::Status Init();
   absl::Status CheckIds(std::span<const uint64_t> ids) const;
 
-  SlotMeta& meta(uint32_t slot) const {
-    return blocks_[slot / kBlockRows].meta[slot % kBlockRows];
-  }
+  SlotMeta& meta(uint32_t slot) const { return blocks_[slot / kBlockRows].meta[slot % kBlockRows]; }
   float* floats(uint32_t slot) const {
     return blocks_[slot / kBlockRows].floats.get() + (slot % kBlockRows) * shape_.floats();
   }
@@ -206,7 +204,7 @@ class EmbeddingStore {
   absl::flat_hash_map<uint64_t, uint32_t> index_;  // id -> slot; reserved at Open
   std::vector<Block> blocks_;
   std::vector<uint32_t> free_slots_;
-  uint32_t used_slots_ = 0;  // slots ever handed out
+  uint32_t used_slots_ = 0;    // slots ever handed out
   uint32_t lru_head_ = kNone;  // most recently used
   uint32_t lru_tail_ = kNone;  // least recently used
   uint64_t index_bytes_ = 0;

@@ -33,20 +33,7 @@ ShardTable::ShardTable(const TableConfig& config, int shard, int num_shards)
   }
 }
 
-void ShardTable::InitRow(uint64_t key, float* row) const {
-  if (config_.init_scale == 0) {
-    std::fill(row, row + config_.dim, 0.0f);
-    return;
-  }
-  // A counter-based generator: the row depends on (seed, table, key, i) only.
-  const uint64_t base =
-      MixKey(config_.seed ^ MixKey(config_.id + 0x9e3779b97f4a7c15ULL) ^ MixKey(key));
-  for (uint32_t i = 0; i < config_.dim; ++i) {
-    const uint64_t bits = MixKey(base + i);
-    const float unit = static_cast<float>(bits >> 40) * (1.0f / static_cast<float>(1 << 24));
-    row[i] = (2.0f * unit - 1.0f) * config_.init_scale;
-  }
-}
+void ShardTable::InitRow(uint64_t key, float* row) const { InitialRow(config_, key, row); }
 
 absl::Status ShardTable::CheckKeys(std::span<const uint64_t> keys) const {
   if (config_.dense) {
