@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/inproc_transport.h"
+#include "worker/test_data.h"
 #include "worker/trainer.h"
 
 namespace syncline {
@@ -15,33 +16,8 @@ namespace {
 constexpr int kFeatures = 200;
 constexpr uint64_t kDataSeed = 7;
 
-// A small sparse binary dataset from a known model (as in worker/trainer_test.cc); `partition`
-// of `parts` keeps every parts-th example, the strided split ReadDataset makes.
 Dataset MakeData(int n, int partition, int parts) {
-  std::mt19937_64 rng(kDataSeed);
-  std::uniform_int_distribution<int> feature(0, kFeatures - 1);
-  std::vector<float> truth(kFeatures);
-  for (float& w : truth) w = std::normal_distribution<float>(0, 1)(rng);
-  Dataset d;
-  d.num_features = kFeatures;
-  d.row_offsets.push_back(0);
-  for (int i = 0; i < n; ++i) {
-    std::vector<uint64_t> ids;
-    float score = 0;
-    for (int k = 0; k < 5; ++k) ids.push_back(feature(rng));
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    for (uint64_t id : ids) score += truth[id];
-    const float label = std::bernoulli_distribution(1 / (1 + std::exp(-score)))(rng) ? 1.f : 0.f;
-    if (i % parts != partition) continue;
-    d.labels.push_back(label);
-    for (uint64_t id : ids) {
-      d.ids.push_back(id);
-      d.values.push_back(1.0f);
-    }
-    d.row_offsets.push_back(d.ids.size());
-  }
-  return d;
+  return MakeLogisticData(kDataSeed, n, kFeatures, partition, parts);
 }
 
 // Mean log loss of the whole data set at `params` (rows, then the bias).

@@ -57,15 +57,23 @@ absl::Status KVClient::SendRequest(Ticket ticket, int server, Message message, R
   return absl::OkStatus();
 }
 
+MessageBuilder KVClient::NewMessage(wire::MsgType type, uint32_t table, int64_t clock,
+                                    float weight) const {
+  MessageBuilder b(type);
+  b.header().setRole(wire::Role::WORKER);
+  b.header().setRank(options_.rank);
+  b.header().setRequestId(next_request_id_);  // SendRequest assigns this id
+  b.header().setTable(table);
+  b.header().setClock(clock);
+  b.header().setWeight(weight);
+  return b;
+}
+
 absl::Status KVClient::DeclareTable(const TableConfig& config, absl::Time deadline) {
   tables_[config.id] = config;
   const Ticket ticket = NewTicket();
   for (int s = 0; s < num_servers(); ++s) {
-    MessageBuilder b(wire::MsgType::DECLARE_TABLE);
-    b.header().setRole(wire::Role::WORKER);
-    b.header().setRank(options_.rank);
-    b.header().setRequestId(next_request_id_);
-    b.header().setTable(config.id);
+    MessageBuilder b = NewMessage(wire::MsgType::DECLARE_TABLE, config.id, 0, 0);
     config.ToWire(b.header().getBody().initTable());
     if (auto st = SendRequest(ticket, s, b.Finish(), Request{}); !st.ok()) return st;
   }
@@ -95,13 +103,7 @@ absl::StatusOr<Ticket> KVClient::SparseOp(Op op, uint32_t table, std::span<const
 
   auto build = [&](std::span<const uint64_t> k, std::span<const float> v, Frame key_frame,
                    Frame value_frame) {
-    MessageBuilder b(TypeOf(static_cast<int>(op)));
-    b.header().setRole(wire::Role::WORKER);
-    b.header().setRank(options_.rank);
-    b.header().setRequestId(next_request_id_);
-    b.header().setTable(table);
-    b.header().setClock(clock);
-    b.header().setWeight(weight);
+    MessageBuilder b = NewMessage(TypeOf(static_cast<int>(op)), table, clock, weight);
     b.header().setKeyCount(k.size());
     b.AddFrame(std::move(key_frame));
     if (pushes) {
@@ -186,13 +188,7 @@ absl::StatusOr<Ticket> KVClient::DenseOp(Op op, uint32_t table, uint64_t begin,
       const uint64_t piece_end = std::min(hi, lo + keys_per_piece);
       const size_t offset = (lo - begin) * c.dim;
       const size_t piece_values = (piece_end - lo) * c.dim;
-      MessageBuilder b(TypeOf(static_cast<int>(op)));
-      b.header().setRole(wire::Role::WORKER);
-      b.header().setRank(options_.rank);
-      b.header().setRequestId(next_request_id_);
-      b.header().setTable(table);
-      b.header().setClock(clock);
-      b.header().setWeight(weight);
+      MessageBuilder b = NewMessage(TypeOf(static_cast<int>(op)), table, clock, weight);
       b.header().setRangeBegin(lo);
       b.header().setRangeEnd(piece_end);
       if (pushes) {
@@ -259,13 +255,7 @@ absl::StatusOr<Ticket> KVClient::PushDenseEncoded(uint32_t table, uint64_t begin
   if (!shard.ok()) return shard.status();
   const TableConfig& c = tables_.at(table);
   const Ticket ticket = NewTicket();
-  MessageBuilder b(wire::MsgType::PUSH);
-  b.header().setRole(wire::Role::WORKER);
-  b.header().setRank(options_.rank);
-  b.header().setRequestId(next_request_id_);
-  b.header().setTable(table);
-  b.header().setClock(clock);
-  b.header().setWeight(weight);
+  MessageBuilder b = NewMessage(wire::MsgType::PUSH, table, clock, weight);
   b.header().setRangeBegin(begin);
   b.header().setRangeEnd(end);
   b.header().setCodec(codec);
@@ -379,11 +369,9 @@ double KVClient::TakeMeanStaleness() {
 
 absl::Status KVClient::Clock(int64_t clock, float examples) {
   for (int s = 0; s < num_servers(); ++s) {
-    MessageBuilder b(wire::MsgType::CLOCK);
-    b.header().setRole(wire::Role::WORKER);
-    b.header().setRank(options_.rank);
-    b.header().setClock(clock);
-    b.header().setWeight(examples);
+    MessageBuilder b = NewMessage(wire::MsgType::CLOCK, 0, clock, examples);
+    // No reply is awaited: an error about a clock comes back with request id 0.
+    b.header().setRequestId(0);
     auto st =
         endpoint_->Send(options_.server_ids[s], b.Finish(), absl::Now() + options_.send_timeout);
     if (!st.ok()) return st;
@@ -394,10 +382,7 @@ absl::Status KVClient::Clock(int64_t clock, float examples) {
 absl::Status KVClient::Finish(absl::Time deadline) {
   const Ticket ticket = NewTicket();
   for (int s = 0; s < num_servers(); ++s) {
-    MessageBuilder b(wire::MsgType::FINISH);
-    b.header().setRole(wire::Role::WORKER);
-    b.header().setRank(options_.rank);
-    b.header().setRequestId(next_request_id_);
+    MessageBuilder b = NewMessage(wire::MsgType::FINISH, 0, 0, 0);
     if (auto st = SendRequest(ticket, s, b.Finish(), Request{}); !st.ok()) return st;
   }
   return Wait(ticket, deadline);

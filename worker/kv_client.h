@@ -116,6 +116,8 @@ class KVClient {
                                  float weight);
   absl::StatusOr<const TableConfig*> FindTable(uint32_t table, bool dense) const;
   Ticket NewTicket();
+  // A request header from this worker, with the id the next SendRequest will use.
+  MessageBuilder NewMessage(wire::MsgType type, uint32_t table, int64_t clock, float weight) const;
   // Sends one request and records what its reply should do.
   absl::Status SendRequest(Ticket ticket, int server, Message message, Request request);
   absl::Status ReceiveOne(absl::Time deadline);

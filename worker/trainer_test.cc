@@ -10,37 +10,13 @@
 #include "ps/server.h"
 #include "worker/kv_client.h"
 #include "worker/ps_backend.h"
+#include "worker/test_data.h"
 
 namespace syncline {
 namespace {
 
-// A small sparse binary dataset, seeded; `partition` of `parts` keeps every parts-th example
-// (the strided split ReadDataset makes).
 Dataset MakeData(uint64_t seed, int n, int features, int partition, int parts) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int> feature(0, features - 1);
-  std::vector<float> truth(features);
-  for (float& w : truth) w = std::normal_distribution<float>(0, 1)(rng);
-  Dataset d;
-  d.num_features = features;
-  d.row_offsets.push_back(0);
-  for (int i = 0; i < n; ++i) {
-    std::vector<uint64_t> ids;
-    float score = 0;
-    for (int k = 0; k < 5; ++k) ids.push_back(feature(rng));
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    for (uint64_t id : ids) score += truth[id];
-    const float label = std::bernoulli_distribution(1 / (1 + std::exp(-score)))(rng) ? 1.f : 0.f;
-    if (i % parts != partition) continue;
-    d.labels.push_back(label);
-    for (uint64_t id : ids) {
-      d.ids.push_back(id);
-      d.values.push_back(1.0f);
-    }
-    d.row_offsets.push_back(d.ids.size());
-  }
-  return d;
+  return MakeLogisticData(seed, n, features, partition, parts);
 }
 
 // Trains `workers` workers against `servers` servers under `staleness` and returns the final
