@@ -24,6 +24,7 @@
 #include "compression/codec.h"
 #include "compression/cpu_kernels.h"
 #include "compression/topk_select.h"
+#include "core/command_line.h"
 #if defined(SYNCLINE_HAVE_CUDA)
 #include "compression/codec_cuda.h"
 #endif
@@ -217,15 +218,7 @@ int Main(int argc, char** argv) {
   app.add_option("--part", part, "what to measure: all, codecs, select or cuda")
       ->check(CLI::IsMember({"all", "codecs", "select", "cuda"}))
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "syncline-bench-codec: " << e.what() << "\nRun with --help for usage.\n";
-    return 2;
-  }
+  if (auto exit_code = ParseCommandLine(app, argc, argv, "syncline-bench-codec")) return *exit_code;
   for (const std::string& text : s.codecs) {
     if (absl::StatusOr<CodecSpec> spec = ParseCodec(text); !spec.ok()) {
       std::cerr << "syncline-bench-codec: " << spec.status().message() << "\n";

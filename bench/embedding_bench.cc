@@ -30,6 +30,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
+#include "core/command_line.h"
 #include "core/sharding.h"
 #include "embeddings/embedding_store.h"
 #include "ps/optimizer.h"
@@ -251,15 +252,8 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", s.seed, "seed of the ids")->capture_default_str();
   app.add_option("--dir", s.dir, "where the RocksDB directories are made")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "syncline-bench-embedding: " << e.what() << "\nRun with --help for usage.\n";
-    return 2;
-  }
+  if (auto exit_code = ParseCommandLine(app, argc, argv, "syncline-bench-embedding"))
+    return *exit_code;
   if (quick) {
     s.dims = {16};
     s.memory_rows = 20000;

@@ -25,6 +25,7 @@
 #include "bench/raw_zmq.h"
 #include "bench/report.h"
 #include "bench/syncline_cluster.h"
+#include "core/command_line.h"
 
 namespace syncline::bench {
 namespace {
@@ -234,15 +235,7 @@ int Main(int argc, char** argv) {
                  "SERVERSxWORKERS, e.g. 1x1 2x2 (default: 1x1 2x1 1x2 2x2)");
   app.add_option("--latency-size", latency_sizes, "round-trip sizes (default: 8 64 512 4K)");
   app.add_option("--piece", piece, "KVClient piece size for dense ranges (default: KVClient's)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "syncline-bench-ps: " << e.what() << "\nRun with --help for usage.\n";
-    return 2;
-  }
+  if (auto exit_code = ParseCommandLine(app, argc, argv, "syncline-bench-ps")) return *exit_code;
   if (quick) {
     s.sizes = {4 * kKiB, 1 * kMiB};
     s.topologies = {{1, 1}, {2, 2}};

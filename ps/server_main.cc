@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "core/command_line.h"
 #include "core/control_client.h"
 #include "core/log.h"
 #include "core/zmq_transport.h"
@@ -41,15 +42,7 @@ int Main(int argc, char** argv) {
                  "seconds to wait for every node of the job to register")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "syncline-ps: " << e.what() << "\nRun with --help for usage.\n";
-    return 2;
-  }
+  if (auto exit_code = ParseCommandLine(app, argc, argv, "syncline-ps")) return *exit_code;
   SetLogTag("ps" + std::to_string(rank));
 
   ZmqTransport transport;

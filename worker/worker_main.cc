@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "absl/strings/str_format.h"
+#include "core/command_line.h"
 #include "core/control_client.h"
 #include "core/log.h"
 #include "core/zmq_transport.h"
@@ -173,15 +174,7 @@ int Main(int argc, char** argv) {
   app.add_option("--min-step-ms", f.min_step_ms,
                  "experiments: pad each step's compute to at least this many milliseconds")
       ->check(CLI::Range(0.0, 60000.0));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "syncline-worker: " << e.what() << "\nRun with --help for usage.\n";
-    return 2;
-  }
+  if (auto exit_code = ParseCommandLine(app, argc, argv, "syncline-worker")) return *exit_code;
   SetLogTag("w" + std::to_string(f.rank));
   SlownessOptions slowness;
   slowness.min_step = absl::Milliseconds(f.min_step_ms);
