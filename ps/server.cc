@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "compression/codec.h"
+#include "compression/wire.h"
 #include "core/log.h"
 #include "core/node_table.h"
 
@@ -208,6 +209,11 @@ absl::Status ParameterServer::Push(Message& message, ShardTable& table) {
                           h.getValueCount(), expected_values));
     }
     const Frame& block = message.payload(values_frame);
+    const std::span<const std::byte> bytes(block.data(), block.size());
+    if (kind == CodecKind::kTopK) {
+      // A sparse block goes straight to the rows it carries: no dense copy of the range.
+      return PushTopK(message, table, range, bytes);
+    }
     decoded.assign(expected_values, 0.0f);
     CodecSpec spec;
     spec.kind = kind;
@@ -227,12 +233,8 @@ absl::Status ParameterServer::Push(Message& message, ShardTable& table) {
                         values->size(), h.getValueCount(), expected_values));
   }
   if (gate_.synchronous()) {
+    if (auto s = CheckPushClock(h); !s.ok()) return s;
     const int64_t clock = h.getClock();
-    if (clock < clocks_.MinClock() || clock < clocks_.clock(h.getRank())) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "push for clock %d arrived after that clock was applied (worker clock %d)", clock,
-          clocks_.clock(h.getRank())));
-    }
     if (c.dense) {
       table.AccumulateRange(clock, h.getRank(), range, values->data());
     } else {
@@ -249,6 +251,47 @@ absl::Status ParameterServer::Push(Message& message, ShardTable& table) {
     return absl::OkStatus();
   }
   return table.Apply(keys, values->data(), 1.0f / weight);
+}
+
+absl::Status ParameterServer::PushTopK(Message& message, ShardTable& table, KeyRange range,
+                                       std::span<const std::byte> block) {
+  auto h = message.header();
+  const TableConfig& c = table.config();
+  auto view = compression_internal::ParseTopK(block, range.size() * c.dim);
+  if (!view.ok()) return view.status();
+  // Indices ascend, so the rows they fall in come in order.
+  std::vector<uint64_t> keys;
+  std::vector<float> rows;
+  keys.reserve(view->k);
+  for (size_t i = 0; i < view->k; ++i) {
+    const uint64_t index = view->index(i);
+    const uint64_t key = range.begin + index / c.dim;
+    if (keys.empty() || keys.back() != key) {
+      keys.push_back(key);
+      rows.resize(rows.size() + c.dim, 0.0f);
+    }
+    rows[(keys.size() - 1) * c.dim + index % c.dim] = view->value(i);
+  }
+  if (gate_.synchronous()) {
+    if (auto s = CheckPushClock(h); !s.ok()) return s;
+    table.Accumulate(h.getClock(), h.getRank(), keys, rows.data());
+    return absl::OkStatus();
+  }
+  const float weight = h.getWeight();
+  if (!std::isfinite(weight) || weight <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("push weight %f must be > 0", weight));
+  }
+  return table.Apply(keys, rows.data(), 1.0f / weight);
+}
+
+absl::Status ParameterServer::CheckPushClock(const wire::Header::Reader& h) const {
+  const int64_t clock = h.getClock();
+  if (clock < clocks_.MinClock() || clock < clocks_.clock(h.getRank())) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("push for clock %d arrived after that clock was applied (worker clock %d)",
+                        clock, clocks_.clock(h.getRank())));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ParameterServer::PullOrPark(Message message, ShardTable& table) {

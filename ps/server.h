@@ -82,6 +82,10 @@ class ParameterServer {
   absl::Status HandleRequest(Message& message);
   absl::Status DeclareTable(Message& message);
   absl::Status Push(Message& message, ShardTable& table);
+  // A top-K block updates only the rows it carries (lazily, as sparse optimizers do).
+  absl::Status PushTopK(Message& message, ShardTable& table, KeyRange range,
+                        std::span<const std::byte> block);
+  absl::Status CheckPushClock(const wire::Header::Reader& header) const;
   // Answers the pull part of `message` now or parks it.
   absl::Status PullOrPark(Message message, ShardTable& table);
   absl::Status AnswerPull(const std::string& peer, Message& request, ShardTable& table);

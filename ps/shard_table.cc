@@ -110,11 +110,13 @@ void ShardTable::ReadRange(KeyRange r, float* out) const {
 
 absl::Status ShardTable::Apply(std::span<const uint64_t> keys, const float* grad_sum, float scale) {
   const uint32_t dim = config_.dim;
+  // A dense shard counts one step per update, however many of its rows the update touches.
+  const int64_t dense_step = config_.dense ? ++steps_[0] : 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     auto row = RowOf(keys[i]);
     if (!row.ok()) return row.status();
     const size_t r = *row;
-    const int64_t step = config_.dense ? ++steps_[0] : ++steps_[r];
+    const int64_t step = config_.dense ? dense_step : ++steps_[r];
     ApplyUpdate(config_.optimizer, weights_.data() + r * dim,
                 state_.data() + r * dim * state_floats_, grad_sum + i * dim, scale, dim, step);
   }
@@ -163,6 +165,15 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
     std::vector<float> sum(range_.size() * dim, 0.0f);
     for (const auto& [worker, contributions] : aggregate) {
       for (const Contribution& c : contributions) {
+        if (!c.keys.empty()) {
+          // Rows of a sparse update (a decoded top-K block) to a dense shard.
+          for (size_t i = 0; i < c.keys.size(); ++i) {
+            float* __restrict dst = sum.data() + (c.keys[i] - range_.begin) * dim;
+            const float* __restrict src = c.values.data() + i * dim;
+            for (uint32_t j = 0; j < dim; ++j) dst[j] += src[j];
+          }
+          continue;
+        }
         float* __restrict dst = sum.data() + (c.range.begin - range_.begin) * dim;
         const float* __restrict src = c.values.data();
         for (size_t i = 0; i < c.values.size(); ++i) dst[i] += src[i];
