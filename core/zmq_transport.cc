@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <deque>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -109,14 +110,16 @@ class ZmqEndpoint : public Endpoint {
       zmq::message_t route;
       if (!socket_.recv(route)) return absl::DeadlineExceededError("no message before deadline");
       message.set_peer(route.to_string());
+      // One owner for all parts of the message: a deque keeps each part (and the bytes of small
+      // parts, which live inside it) in place as more are added.
+      auto parts = std::make_shared<std::deque<zmq::message_t>>();
+      message.frames().reserve(4);
       while (socket_.get(zmq::sockopt::rcvmore)) {
-        auto part = std::make_shared<zmq::message_t>();
+        zmq::message_t& part = parts->emplace_back();
         // The rest of a multipart message is already queued: this does not block.
-        (void)socket_.recv(*part);
-        bytes += part->size();
-        const void* data = part->data();
-        const size_t size = part->size();
-        message.frames().push_back(Frame::Shared(std::move(part), data, size));
+        (void)socket_.recv(part);
+        bytes += part.size();
+        message.frames().push_back(Frame::Shared(parts, part.data(), part.size()));
       }
     } catch (const zmq::error_t& e) {
       return absl::UnavailableError(absl::StrCat("receive failed: ", e.what()));

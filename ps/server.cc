@@ -21,7 +21,11 @@ ParameterServer::ParameterServer(Endpoint* endpoint, ServerOptions options)
     : endpoint_(endpoint),
       options_(options),
       gate_(options.staleness),
-      clocks_(options.num_workers) {}
+      clocks_(options.num_workers) {
+  for (int w = 0; w < options.num_workers; ++w) {
+    worker_ids_.push_back(DataEndpointId(wire::Role::WORKER, w));
+  }
+}
 
 absl::Status ParameterServer::ServeUntil(absl::Time deadline) {
   while (true) {
@@ -82,7 +86,7 @@ absl::Status ParameterServer::HandleRequest(Message& message) {
         absl::StrFormat("sender claims %s rank %d; only workers 0..%d may use a server",
                         RoleName(h.getRole()), worker, options_.num_workers - 1));
   }
-  if (message.peer() != DataEndpointId(wire::Role::WORKER, worker)) {
+  if (message.peer() != worker_ids_[worker]) {
     return absl::PermissionDeniedError(
         absl::StrFormat("sender id '%s' does not match worker rank %d", message.peer(), worker));
   }

@@ -100,6 +100,7 @@ class ParameterServer {
   const ServerOptions options_;
   const StalenessGate gate_;
   ClockTable clocks_;
+  std::vector<std::string> worker_ids_;  // "w<rank>", the routing id each worker must use
   absl::flat_hash_map<uint32_t, std::unique_ptr<ShardTable>> tables_;
   // Examples each clock covered, summed over workers (BSP scaling).
   std::map<int64_t, double> clock_weight_;
