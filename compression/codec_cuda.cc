@@ -97,6 +97,17 @@ struct CudaCodec::Impl {
     return absl::OkStatus();
   }
 
+  // Copies host values into one of the device buffers and waits.
+  absl::Status Upload(float* device, std::span<const float> values) {
+    if (values.size() > capacity) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%d values exceed the CudaCodec's capacity %d", values.size(), capacity));
+    }
+    SYNCLINE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, values.data(), values.size_bytes(),
+                                                  cudaMemcpyHostToDevice, stream));
+    return Sync();
+  }
+
   absl::Status WriteHeader(size_t words) {
     SYNCLINE_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(block.get(), header, words * 4, cudaMemcpyHostToDevice, stream));
@@ -203,25 +214,11 @@ float* CudaCodec::device_input() { return impl_->input.get(); }
 float* CudaCodec::device_output() { return impl_->output.get(); }
 
 absl::Status CudaCodec::UploadInput(std::span<const float> values) {
-  if (values.size() > impl_->capacity) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%d values exceed the CudaCodec's capacity %d", values.size(), impl_->capacity));
-  }
-  SYNCLINE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl_->input.get(), values.data(),
-                                                values.size_bytes(), cudaMemcpyHostToDevice,
-                                                impl_->stream));
-  return impl_->Sync();
+  return impl_->Upload(impl_->input.get(), values);
 }
 
 absl::Status CudaCodec::UploadOutput(std::span<const float> values) {
-  if (values.size() > impl_->capacity) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%d values exceed the CudaCodec's capacity %d", values.size(), impl_->capacity));
-  }
-  SYNCLINE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl_->output.get(), values.data(),
-                                                values.size_bytes(), cudaMemcpyHostToDevice,
-                                                impl_->stream));
-  return impl_->Sync();
+  return impl_->Upload(impl_->output.get(), values);
 }
 
 absl::Status CudaCodec::DownloadOutput(std::span<float> values) {

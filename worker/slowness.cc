@@ -60,6 +60,32 @@ absl::StatusOr<std::pair<int, double>> ParseDelay(const std::string& text) {
   return std::make_pair(rank, ms);
 }
 
+absl::StatusOr<SlownessOptions> SlownessForWorker(const std::string& straggler,
+                                                  const std::string& jitter,
+                                                  const std::string& delay, double min_step_ms,
+                                                  int rank, uint64_t job_seed) {
+  SlownessOptions o;
+  o.min_step = absl::Microseconds(min_step_ms * 1000);
+  o.seed = job_seed * 1000003 + static_cast<uint64_t>(rank);
+  if (!straggler.empty()) {
+    auto s = ParseStraggler(straggler);
+    if (!s.ok()) return s.status();
+    if (s->first == rank) o.factor = s->second;
+  }
+  if (!jitter.empty()) {
+    auto j = ParseJitter(jitter);
+    if (!j.ok()) return j.status();
+    o.jitter_probability = j->first;
+    o.jitter_factor = j->second;
+  }
+  if (!delay.empty()) {
+    auto d = ParseDelay(delay);
+    if (!d.ok()) return d.status();
+    if (d->first == rank) o.delay = absl::Microseconds(d->second * 1000);
+  }
+  return o;
+}
+
 SlownessInjector::SlownessInjector(SlownessOptions options)
     : options_(options), rng_(options.seed) {}
 

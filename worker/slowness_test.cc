@@ -18,6 +18,23 @@ TEST(SlownessTest, ParsesAndRejectsFlags) {
   EXPECT_NE(ParseJitter("oops").status().message().find("--jitter"), std::string::npos);
 }
 
+TEST(SlownessTest, FlagsApplyToTheWorkersTheyName) {
+  auto w1 = SlownessForWorker("1:3", "0.1:5", "1:20", 10, 1, 7);
+  ASSERT_TRUE(w1.ok());
+  EXPECT_EQ(w1->factor, 3);
+  EXPECT_EQ(w1->delay, absl::Milliseconds(20));
+  EXPECT_EQ(w1->min_step, absl::Milliseconds(10));
+  EXPECT_EQ(w1->jitter_probability, 0.1);
+  auto w0 = SlownessForWorker("1:3", "0.1:5", "1:20", 10, 0, 7);
+  ASSERT_TRUE(w0.ok());
+  EXPECT_EQ(w0->factor, 1);
+  EXPECT_EQ(w0->delay, absl::ZeroDuration());
+  EXPECT_EQ(w0->jitter_factor, 5);
+  EXPECT_NE(w0->seed, w1->seed);
+  EXPECT_FALSE(SlownessForWorker("", "2:1", "", 0, 0, 1).ok());
+  EXPECT_FALSE(SlownessInjector(*SlownessForWorker("", "", "", 0, 0, 1)).active());
+}
+
 TEST(SlownessTest, StepTimeFollowsFactorFloorAndJitter) {
   SlownessInjector straggler({.factor = 3, .min_step = absl::Milliseconds(10)});
   EXPECT_EQ(straggler.StepTime(absl::Milliseconds(2)), absl::Milliseconds(30));

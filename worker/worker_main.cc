@@ -176,35 +176,13 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 60000.0));
   if (auto exit_code = ParseCommandLine(app, argc, argv, "syncline-worker")) return *exit_code;
   SetLogTag("w" + std::to_string(f.rank));
-  SlownessOptions slowness;
-  slowness.min_step = absl::Milliseconds(f.min_step_ms);
-  // Each worker's jitter draws differ but are replayable from the job seed.
-  slowness.seed = f.seed * 1000003 + static_cast<uint64_t>(f.rank);
-  if (!f.straggler.empty()) {
-    auto s = ParseStraggler(f.straggler);
-    if (!s.ok()) {
-      std::cerr << "syncline-worker: " << s.status().message() << "\n";
-      return 2;
-    }
-    if (s->first == f.rank) slowness.factor = s->second;
+  auto slowness_or =
+      SlownessForWorker(f.straggler, f.jitter, f.delay, f.min_step_ms, f.rank, f.seed);
+  if (!slowness_or.ok()) {
+    std::cerr << "syncline-worker: " << slowness_or.status().message() << "\n";
+    return 2;
   }
-  if (!f.jitter.empty()) {
-    auto j = ParseJitter(f.jitter);
-    if (!j.ok()) {
-      std::cerr << "syncline-worker: " << j.status().message() << "\n";
-      return 2;
-    }
-    slowness.jitter_probability = j->first;
-    slowness.jitter_factor = j->second;
-  }
-  if (!f.delay.empty()) {
-    auto d = ParseDelay(f.delay);
-    if (!d.ok()) {
-      std::cerr << "syncline-worker: " << d.status().message() << "\n";
-      return 2;
-    }
-    if (d->first == f.rank) slowness.delay = absl::Microseconds(d->second * 1000);
-  }
+  const SlownessOptions& slowness = *slowness_or;
   if (SlownessInjector(slowness).active()) {
     SYNCLINE_LOG(INFO) << absl::StrFormat(
         "injected slowness: factor %g, jitter %g:%g, delay %s, min step %s, seed %d",
