@@ -1,6 +1,5 @@
 #include "embeddings/row_codec.h"
 
-#include <array>
 #include <bit>
 #include <cstring>
 
@@ -14,17 +13,6 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr uint32_t kMagic = 0x4d455953;  // "SYEM" read as little-endian
 constexpr uint16_t kVersion = 1;
-
-constexpr std::array<uint32_t, 256> MakeCrcTable() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
-    table[i] = c;
-  }
-  return table;
-}
-constexpr std::array<uint32_t, 256> kCrcTable = MakeCrcTable();
 
 template <typename T>
 void Put(char*& p, T v) {
@@ -40,13 +28,6 @@ T Get(const char*& p) {
 }
 
 }  // namespace
-
-uint32_t Crc32c(const void* data, size_t n, uint32_t crc) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  crc = ~crc;
-  for (size_t i = 0; i < n; ++i) crc = kCrcTable[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-  return ~crc;
-}
 
 void EncodeRowKey(uint32_t table, uint64_t id, char* out) {
   out[0] = 'r';

@@ -16,11 +16,9 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/crc32c.h"
 
 namespace syncline {
-
-// CRC32C (Castagnoli) of `n` bytes, continuing from `crc` (0 to start).
-uint32_t Crc32c(const void* data, size_t n, uint32_t crc = 0);
 
 inline constexpr size_t kRowKeySize = 13;
 inline constexpr size_t kRowHeaderSize = 36;
