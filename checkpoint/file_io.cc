@@ -1,0 +1,147 @@
+#include "checkpoint/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <memory>
+
+#include "absl/strings/str_format.h"
+#include "core/crc32c.h"
+
+namespace syncline {
+namespace {
+
+constexpr size_t kChunk = size_t{4} << 20;
+
+absl::Status ErrnoError(int error, const std::string& path, std::string_view what) {
+  return absl::ErrnoToStatus(error, absl::StrFormat("%s: %s", path, what));
+}
+
+// Closes a descriptor on scope exit unless released.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  // Closes now and reports close's error (a write error may surface only here).
+  int Close() {
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    return rc;
+  }
+
+ private:
+  int fd_;
+};
+
+int OpenRetrying(const char* path, int flags, mode_t mode = 0) {
+  int fd;
+  do {
+    fd = ::open(path, flags | O_CLOEXEC, mode);
+  } while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
+// Reads up to n bytes; fewer only at the end of the file. -1 with errno on error.
+ssize_t ReadFull(int fd, char* buf, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::read(fd, buf + done, n - done);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    if (r == 0) break;
+    done += static_cast<size_t>(r);
+  }
+  return static_cast<ssize_t>(done);
+}
+
+}  // namespace
+
+std::string JoinPath(const std::string& dir, const std::string& relative) {
+  if (dir.empty()) return relative;
+  if (dir.back() == '/') return dir + relative;
+  return absl::StrFormat("%s/%s", dir, relative);
+}
+
+absl::StatusOr<FileEntry> DescribeFile(const std::string& checkpoint_dir,
+                                       const std::string& relative_path) {
+  const std::string path = JoinPath(checkpoint_dir, relative_path);
+  Fd fd(OpenRetrying(path.c_str(), O_RDONLY));
+  if (fd.get() < 0) return ErrnoError(errno, path, "cannot open");
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, path, "cannot stat");
+  if (!S_ISREG(st.st_mode)) return absl::FailedPreconditionError(path + ": not a regular file");
+  ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  std::unique_ptr<char[]> buf(new char[kChunk]);
+  FileEntry entry;
+  entry.path = relative_path;
+  for (;;) {
+    const ssize_t n = ReadFull(fd.get(), buf.get(), kChunk);
+    if (n < 0) return ErrnoError(errno, path, "read failed");
+    entry.crc32c = Crc32c(buf.get(), static_cast<size_t>(n), entry.crc32c);
+    entry.size += static_cast<uint64_t>(n);
+    if (static_cast<size_t>(n) < kChunk) break;
+  }
+  return entry;
+}
+
+absl::Status SyncPath(const std::string& path) {
+  Fd fd(OpenRetrying(path.c_str(), O_RDONLY));
+  if (fd.get() < 0) return ErrnoError(errno, path, "cannot open to fsync");
+  if (::fsync(fd.get()) != 0) return ErrnoError(errno, path, "fsync failed");
+  return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomically(const std::string& dir, const std::string& name,
+                                 std::string_view contents) {
+  const std::string final_path = JoinPath(dir, name);
+  const std::string temp_path = JoinPath(dir, absl::StrFormat(".%s.tmp", name));
+  absl::Status status = [&]() -> absl::Status {
+    Fd fd(OpenRetrying(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+    if (fd.get() < 0) return ErrnoError(errno, temp_path, "cannot create");
+    size_t done = 0;
+    while (done < contents.size()) {
+      const ssize_t w = ::write(fd.get(), contents.data() + done, contents.size() - done);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoError(errno, temp_path, "write failed");
+      }
+      done += static_cast<size_t>(w);
+    }
+    if (::fsync(fd.get()) != 0) return ErrnoError(errno, temp_path, "fsync failed");
+    if (fd.Close() != 0) return ErrnoError(errno, temp_path, "close failed");
+    if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
+      return ErrnoError(errno, temp_path, absl::StrFormat("cannot rename to %s", final_path));
+    }
+    return absl::OkStatus();
+  }();
+  if (!status.ok()) {
+    ::unlink(temp_path.c_str());
+    return status;
+  }
+  return SyncPath(dir.empty() ? "." : dir);
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  Fd fd(OpenRetrying(path.c_str(), O_RDONLY));
+  if (fd.get() < 0) return ErrnoError(errno, path, "cannot open");
+  std::string contents;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ReadFull(fd.get(), buf, sizeof(buf));
+    if (n < 0) return ErrnoError(errno, path, "read failed");
+    contents.append(buf, static_cast<size_t>(n));
+    if (static_cast<size_t>(n) < sizeof(buf)) break;
+  }
+  return contents;
+}
+
+}  // namespace syncline
