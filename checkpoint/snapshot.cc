@@ -6,7 +6,10 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "checkpoint/text_format.h"
+#include "core/crc32c.h"
 #include "rocksdb/env.h"
+#include "rocksdb/file_checksum.h"
 #include "rocksdb/iterator.h"
 #include "rocksdb/options.h"
 #include "rocksdb/sst_file_reader.h"
@@ -20,11 +23,36 @@ namespace {
 // Bytes read ahead by ForEach's iterator: large sequential reads.
 constexpr size_t kReadahead = size_t{4} << 20;
 
+constexpr char kCrcName[] = "SynclineCrc32c";
+
+// CRC32C (core/crc32c.h) of every byte the SST writer appends, so that Finish need not read the
+// file back; the checksum is 8 lowercase hex digits.
+class Crc32cGenerator : public rocksdb::FileChecksumGenerator {
+ public:
+  void Update(const char* data, size_t n) override { crc_ = Crc32c(data, n, crc_); }
+  void Finalize() override {}
+  std::string GetChecksum() const override { return absl::StrFormat("%08x", crc_); }
+  const char* Name() const override { return kCrcName; }
+
+ private:
+  uint32_t crc_ = 0;
+};
+
+class Crc32cGeneratorFactory : public rocksdb::FileChecksumGenFactory {
+ public:
+  std::unique_ptr<rocksdb::FileChecksumGenerator> CreateFileChecksumGenerator(
+      const rocksdb::FileChecksumGenContext&) override {
+    return std::make_unique<Crc32cGenerator>();
+  }
+  const char* Name() const override { return "SynclineCrc32cFactory"; }
+};
+
 // The options of every snapshot, written and read. Compression is off: a checkpoint is bound by
 // how fast it is written, and model rows (floats) compress poorly anyway.
 rocksdb::Options SnapshotOptions() {
   rocksdb::Options options;
   options.compression = rocksdb::kNoCompression;
+  options.file_checksum_gen_factory = std::make_shared<Crc32cGeneratorFactory>();
   rocksdb::BlockBasedTableOptions table;
   table.checksum = rocksdb::kXXH3;  // per block; explicit, though it is 7.8's default
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
@@ -69,7 +97,8 @@ SnapshotWriter::~SnapshotWriter() {
 }
 
 absl::StatusOr<std::unique_ptr<SnapshotWriter>> SnapshotWriter::Create(const std::string& path) {
-  // invalidate_page_cache=false: Finish() reads the file back for its CRC32C, from the cache.
+  // invalidate_page_cache=false: should Finish() have to read the file back for its CRC32C,
+  // it comes from the page cache.
   auto writer = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), SnapshotOptions(),
                                                          /*column_family=*/nullptr,
                                                          /*invalidate_page_cache=*/false);
@@ -116,11 +145,24 @@ absl::StatusOr<FileEntry> SnapshotWriter::Finish() {
   } else {
     // SstFileWriter::Finish syncs the file itself; the fsync below makes that explicit and
     // costs nothing when it did.
-    absl::Status s = FromRocks(writer_->Finish(), path_, "cannot finish snapshot");
+    rocksdb::ExternalSstFileInfo info;
+    absl::Status s = FromRocks(writer_->Finish(&info), path_, "cannot finish snapshot");
     writer_.reset();
     if (!s.ok()) return s;
     if (s = SyncPath(path_); !s.ok()) return s;
     if (s = SyncPath(ParentDir(path_)); !s.ok()) return s;
+    // The CRC32C computed while writing, when it covers the whole file (it does unless RocksDB
+    // wrote some bytes other than by appending; then the file is read back).
+    std::error_code ec;
+    const uintmax_t size = std::filesystem::file_size(path_, ec);
+    FileEntry entry;
+    entry.path = path_;
+    entry.size = info.file_size;
+    if (!ec && size == info.file_size && info.file_checksum_func_name == kCrcName &&
+        info.file_checksum.size() == 8 && ParseNumber(info.file_checksum, &entry.crc32c, 16)) {
+      keep_file_ = true;
+      return entry;
+    }
   }
   absl::StatusOr<FileEntry> entry = DescribeFile("", path_);
   if (entry.ok()) keep_file_ = true;

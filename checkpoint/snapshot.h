@@ -47,8 +47,8 @@ class SnapshotWriter {
   // InvalidArgument naming the entry's index otherwise, and the entry is not added.
   // FailedPrecondition after Finish().
   absl::Status Put(std::string_view key, std::string_view value);
-  // Finishes the file, fsyncs it and its directory, and returns its size and CRC32C (read back
-  // from the page cache); the entry's path is the path given to Create. Once only.
+  // Finishes the file, fsyncs it and its directory, and returns its size and CRC32C (computed
+  // as the bytes are written); the entry's path is the path given to Create. Once only.
   absl::StatusOr<FileEntry> Finish();
   // Entries added so far.
   uint64_t entries() const { return entries_; }
