@@ -1,31 +1,23 @@
 #include "worker/dataset.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <cstring>
 #include <limits>
+#include <memory>
 #include <string_view>
 #include <system_error>
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "worker/criteo.h"
+#include "worker/line_reader.h"
 
 namespace syncline {
 namespace {
-
-// Large reads keep the per-line cost to parsing alone; lines longer than a chunk grow the buffer
-// up to kMaxLineBytes, beyond which the file is not one we can sensibly train on.
-constexpr size_t kChunkBytes = size_t{4} << 20;
-constexpr size_t kMaxLineBytes = size_t{256} << 20;
 
 // Hand-rolled rather than string_view::find_first_of(" \t..."), which calls memchr per byte.
 inline bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
@@ -38,78 +30,18 @@ std::string_view Trim(std::string_view s) {
   return s.substr(begin, end - begin);
 }
 
-// Quoted and escaped so that binary garbage or a huge token still makes a readable message.
-// (This absl build's string_view is its own type, not std::string_view.)
-std::string Quote(std::string_view token) {
-  constexpr size_t kMaxShown = 64;
-  const absl::string_view shown(token.data(), std::min(token.size(), kMaxShown));
-  return absl::StrCat("'", absl::CHexEscape(shown), token.size() > kMaxShown ? "...'" : "'");
-}
-
-absl::Status LineError(const std::string& path, uint64_t line_no, std::string_view what,
-                       std::string_view token) {
-  return absl::InvalidArgumentError(
-      absl::StrFormat("%s:%d: %s (%s)", path, line_no, what, Quote(token)));
-}
-
-// Closes a file descriptor on every return path.
-class FdCloser {
- public:
-  explicit FdCloser(int fd) : fd_(fd) {}
-  FdCloser(const FdCloser&) = delete;
-  FdCloser& operator=(const FdCloser&) = delete;
-  ~FdCloser() { ::close(fd_); }
-
- private:
-  int fd_;
-};
-
 // Calls fn(line, line_number) for every line of the file (1-based numbers, without the '\n'),
 // stopping at the first error fn returns.
 template <typename Fn>
 absl::Status ForEachLine(const std::string& path, Fn&& fn) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
-  FdCloser closer(fd);
-
-  std::string buffer(kChunkBytes, '\0');
-  size_t begin = 0;  // Unconsumed bytes are buffer[begin, end).
-  size_t end = 0;
-  size_t scanned = 0;  // buffer[begin, scanned) is known to hold no '\n'.
-  uint64_t line_no = 0;
-  bool eof = false;
+  absl::StatusOr<std::unique_ptr<LineReader>> reader = LineReader::Open(path);
+  if (!reader.ok()) return reader.status();
+  std::string_view line;
   while (true) {
-    const void* newline = std::memchr(buffer.data() + scanned, '\n', end - scanned);
-    if (newline != nullptr) {
-      const size_t pos = static_cast<const char*>(newline) - buffer.data();
-      absl::Status status = fn(std::string_view(buffer.data() + begin, pos - begin), ++line_no);
-      if (!status.ok()) return status;
-      begin = scanned = pos + 1;
-      continue;
-    }
-    if (eof) {
-      if (begin < end) return fn(std::string_view(buffer.data() + begin, end - begin), ++line_no);
-      return absl::OkStatus();
-    }
-    // Move the partial line to the front and refill behind it.
-    std::memmove(buffer.data(), buffer.data() + begin, end - begin);
-    end -= begin;
-    begin = 0;
-    scanned = end;
-    if (end == buffer.size()) {
-      if (buffer.size() >= kMaxLineBytes) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("%s:%d: line longer than %d bytes", path, line_no + 1, kMaxLineBytes));
-      }
-      buffer.resize(buffer.size() * 2);
-    }
-    ssize_t n;
-    do {
-      n = ::read(fd, buffer.data() + end, buffer.size() - end);
-    } while (n < 0 && errno == EINTR);
-    if (n < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot read ", path));
-    if (n == 0) eof = true;
-    end += static_cast<size_t>(n);
+    absl::StatusOr<bool> more = (*reader)->Next(&line);
+    if (!more.ok()) return more.status();
+    if (!*more) return absl::OkStatus();
+    if (absl::Status status = fn(line, (*reader)->line_number()); !status.ok()) return status;
   }
 }
 
@@ -370,7 +302,31 @@ absl::StatusOr<Dataset> Parse(const std::string& path, DatasetBuilder* builder) 
   return parser.Finish();
 }
 
+absl::StatusOr<Dataset> ReadCriteo(const std::string& path, const ReadOptions& options) {
+  if (options.num_classes != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("reading %s: Criteo data is binary, num_classes must be 2, got %d", path,
+                        options.num_classes));
+  }
+  CriteoOptions criteo;
+  criteo.partition = options.partition;
+  criteo.num_partitions = options.num_partitions;
+  absl::StatusOr<std::unique_ptr<CriteoReader>> reader = CriteoReader::Open(path, criteo);
+  if (!reader.ok()) return reader.status();
+  Dataset data;
+  absl::StatusOr<bool> read = (*reader)->ReadChunk(std::numeric_limits<size_t>::max(), &data);
+  if (!read.ok()) return read.status();
+  return data;
+}
+
 }  // namespace
+
+DataFormat ResolveFormat(const std::string& path, DataFormat format) {
+  if (format != DataFormat::kAuto) return format;
+  if (absl::EndsWithIgnoreCase(path, ".csv")) return DataFormat::kCsv;
+  if (absl::EndsWithIgnoreCase(path, ".tsv")) return DataFormat::kCriteo;
+  return DataFormat::kLibsvm;
+}
 
 absl::StatusOr<Dataset> ReadDataset(const std::string& path, const ReadOptions& options) {
   if (options.num_partitions < 1 || options.partition < 0 ||
@@ -388,10 +344,8 @@ absl::StatusOr<Dataset> ReadDataset(const std::string& path, const ReadOptions& 
     return absl::InvalidArgumentError(absl::StrFormat(
         "reading %s: csv_label_column must be >= 0, got %d", path, options.csv_label_column));
   }
-  DataFormat format = options.format;
-  if (format == DataFormat::kAuto) {
-    format = absl::EndsWithIgnoreCase(path, ".csv") ? DataFormat::kCsv : DataFormat::kLibsvm;
-  }
+  const DataFormat format = ResolveFormat(path, options.format);
+  if (format == DataFormat::kCriteo) return ReadCriteo(path, options);
   DatasetBuilder builder(path, options);
   if (format == DataFormat::kCsv) return Parse<CsvParser>(path, &builder);
   return Parse<LibsvmParser>(path, &builder);

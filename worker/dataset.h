@@ -1,4 +1,5 @@
-// Reading training and test examples from libsvm or CSV files into memory.
+// Reading training and test examples from libsvm, CSV or Criteo files into memory (see
+// worker/criteo.h for streaming Criteo files larger than memory).
 //
 // A worker reads its share (partition) of a file into a Dataset: examples in CSR form with
 // 0-based feature ids. Every partition parses and validates the whole file, so all workers of a
@@ -19,9 +20,10 @@
 namespace syncline {
 
 enum class DataFormat {
-  kAuto,    // By extension: ".csv" (any case) is CSV, everything else libsvm.
+  kAuto,    // By extension: ".csv" (any case) is CSV, ".tsv" Criteo, everything else libsvm.
   kLibsvm,  // "label id:value id:value ... [# comment]"
   kCsv,     // "label,f0,f1,..." dense rows, optional header line.
+  kCriteo,  // "label<TAB>13 integers<TAB>26 hex categories", binary; layout in worker/criteo.h.
 };
 
 // How libsvm feature ids are numbered in the file.
@@ -64,6 +66,9 @@ struct Dataset {
 
   size_t size() const { return labels.size(); }
 };
+
+// The format `format` means for the file at `path`: itself, unless it is kAuto.
+DataFormat ResolveFormat(const std::string& path, DataFormat format);
 
 // Reads the examples of options.partition from the file at `path`.
 // Errors: NotFound / PermissionDenied (etc.) naming the path when it cannot be read;

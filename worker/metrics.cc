@@ -49,6 +49,24 @@ double BinaryAuc(absl::Span<const float> scores, absl::Span<const float> labels)
   return (positive_rank_sum - p * (p + 1) / 2) / (p * static_cast<double>(negatives));
 }
 
+Evaluation EvaluateBinary(absl::Span<const float> scores, absl::Span<const float> labels) {
+  Evaluation eval;
+  const size_t n = std::min(scores.size(), labels.size());
+  eval.examples = n;
+  if (n == 0) return eval;
+  double loss = 0;
+  size_t correct = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const bool positive = labels[i] > 0.5f;
+    loss += LogLoss(positive ? scores[i] : 1.0 - scores[i]);
+    correct += (scores[i] >= 0.5f) == positive;
+  }
+  eval.auc = BinaryAuc(scores.subspan(0, n), labels.subspan(0, n));
+  eval.loss = loss / static_cast<double>(n);
+  eval.accuracy = static_cast<double>(correct) / static_cast<double>(n);
+  return eval;
+}
+
 Evaluation Evaluate(const Model& model, const Dataset& data, absl::Span<const uint64_t> keys,
                     absl::Span<const float> rows, absl::Span<const float> bias) {
   Evaluation eval;
@@ -59,24 +77,16 @@ Evaluation Evaluate(const Model& model, const Dataset& data, absl::Span<const ui
   std::vector<float> scores;
   model.Predict(data, examples, keys, rows, bias, &scores);
 
+  if (model.binary()) return EvaluateBinary(scores, data.labels);
   double loss = 0;
   size_t correct = 0;
-  if (model.binary()) {
-    for (size_t i = 0; i < data.size(); ++i) {
-      const bool positive = data.labels[i] > 0.5f;
-      loss += LogLoss(positive ? scores[i] : 1.0 - scores[i]);
-      correct += (scores[i] >= 0.5f) == positive;
-    }
-    eval.auc = BinaryAuc(scores, data.labels);
-  } else {
-    const size_t k = static_cast<size_t>(model.row_dim());
-    for (size_t i = 0; i < data.size(); ++i) {
-      const float* p = &scores[i * k];
-      // Labels outside [0, k) cannot come from ReadDataset; score them as predicted wrong.
-      const size_t label = data.labels[i] >= 0 ? static_cast<size_t>(data.labels[i]) : k;
-      loss += LogLoss(label < k ? p[label] : 0.0);
-      correct += static_cast<size_t>(std::max_element(p, p + k) - p) == label;
-    }
+  const size_t k = static_cast<size_t>(model.row_dim());
+  for (size_t i = 0; i < data.size(); ++i) {
+    const float* p = &scores[i * k];
+    // Labels outside [0, k) cannot come from ReadDataset; score them as predicted wrong.
+    const size_t label = data.labels[i] >= 0 ? static_cast<size_t>(data.labels[i]) : k;
+    loss += LogLoss(label < k ? p[label] : 0.0);
+    correct += static_cast<size_t>(std::max_element(p, p + k) - p) == label;
   }
   eval.loss = loss / static_cast<double>(data.size());
   eval.accuracy = static_cast<double>(correct) / static_cast<double>(data.size());

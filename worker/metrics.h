@@ -25,6 +25,9 @@ struct Evaluation {
 // lowest. Returns 0.5 when one class is absent, as a ranking then carries no information.
 double BinaryAuc(absl::Span<const float> scores, absl::Span<const float> labels);
 
+// Loss, AUC and accuracy of binary scores P(y=1) for `labels` (> 0.5 is positive).
+Evaluation EvaluateBinary(absl::Span<const float> scores, absl::Span<const float> labels);
+
 // Evaluates `model` over all examples of `data` with the given weights (see Model for the
 // meaning of keys, rows and bias; keys normally UniqueKeys over all examples).
 Evaluation Evaluate(const Model& model, const Dataset& data, absl::Span<const uint64_t> keys,

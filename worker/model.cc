@@ -2,60 +2,22 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "worker/ctr_model.h"
+#include "worker/model_internal.h"
 
 namespace syncline {
 namespace {
 
-constexpr size_t kMissing = static_cast<size_t>(-1);
-
-// Mismatched spans are a caller's bug, not bad input: stop loudly rather than read or write out
-// of bounds.
-void CheckOrDie(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "syncline Model: %s\n", what);
-    std::abort();
-  }
-}
-
-// Maps feature ids to their rows (positions in the sorted `keys`): the training hot loop. A hash
-// map makes a lookup O(1) but costs O(keys) to build, which pays when the call makes at least
-// about as many lookups as there are keys (a whole batch); a call that looks up few of many keys
-// (e.g. one thread's slice of a batch), or has few keys, binary-searches instead.
-class KeyIndex {
- public:
-  KeyIndex(absl::Span<const uint64_t> keys, size_t lookups) : keys_(keys) {
-    if (keys.size() >= kMinHashedKeys && lookups >= keys.size()) {
-      slots_.reserve(keys.size());
-      for (size_t i = 0; i < keys.size(); ++i) slots_.emplace(keys[i], static_cast<uint32_t>(i));
-      hashed_ = true;
-    }
-  }
-
-  // The row of `id`, or kMissing.
-  size_t Find(uint64_t id) const {
-    if (hashed_) {
-      const auto it = slots_.find(id);
-      return it == slots_.end() ? kMissing : it->second;
-    }
-    const auto it = std::lower_bound(keys_.begin(), keys_.end(), id);
-    return it != keys_.end() && *it == id ? static_cast<size_t>(it - keys_.begin()) : kMissing;
-  }
-
- private:
-  static constexpr size_t kMinHashedKeys = 64;
-
-  absl::Span<const uint64_t> keys_;
-  bool hashed_ = false;
-  absl::flat_hash_map<uint64_t, uint32_t> slots_;
-};
+using model_internal::CheckOrDie;
+using model_internal::KeyIndex;
+using model_internal::kMissing;
+using model_internal::Sigmoid;
+using model_internal::Softplus;
 
 // Number of feature occurrences in `examples`, i.e. the lookups a pass over them makes. Checks
 // the example indices on the way, before anything reads the examples.
@@ -66,15 +28,6 @@ size_t CountFeatures(const Dataset& data, absl::Span<const uint32_t> examples) {
     count += data.row_offsets[example + 1] - data.row_offsets[example];
   }
   return count;
-}
-
-// log(1 + exp(x)) without overflow for large x or loss of precision for very negative x.
-inline double Softplus(double x) { return std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x))); }
-
-inline double Sigmoid(double x) {
-  if (x >= 0) return 1.0 / (1.0 + std::exp(-x));
-  const double e = std::exp(x);
-  return e / (1.0 + e);
 }
 
 // A linear model z = W·x + b followed by a sigmoid (kBinary, one output) or a softmax over
@@ -199,7 +152,10 @@ class LinearModel final : public Model {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string_view name, int num_classes) {
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string_view name,
+                                                     const ModelOptions& options) {
+  const int num_classes = options.num_classes;
+  if (name == "ctr") return CreateCtrModel(options);
   if (name == "logreg") {
     if (num_classes != 2) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -215,7 +171,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string_view name, int 
     return std::make_unique<LinearModel<false>>(num_classes);
   }
   return absl::InvalidArgumentError(
-      absl::StrFormat("unknown model '%s' (known: logreg, softmax)", std::string(name)));
+      absl::StrFormat("unknown model '%s' (known: logreg, softmax, ctr)", std::string(name)));
+}
+
+std::vector<uint64_t> Model::BatchKeys(const Dataset& data,
+                                       absl::Span<const uint32_t> examples) const {
+  return UniqueKeys(data, examples);
 }
 
 std::vector<uint64_t> UniqueKeys(const Dataset& data, absl::Span<const uint32_t> examples) {

@@ -22,14 +22,27 @@
 
 namespace syncline {
 
+struct ModelOptions {
+  // 2 for binary models; softmax: K >= 2 classes.
+  int num_classes = 2;
+  // ctr: floats per categorical embedding (D), and units of the top MLP's hidden layer.
+  int embedding_dim = 8;
+  int hidden = 64;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
 
-  // name: "logreg" (binary logistic regression, row_dim 1, bias_dim 1; num_classes must be 2) or
-  // "softmax" (multiclass, row_dim K, bias_dim K, K = num_classes >= 2).
-  // Unknown names and bad class counts are InvalidArgument.
-  static absl::StatusOr<std::unique_ptr<Model>> Create(std::string_view name, int num_classes);
+  // name: "logreg" (binary logistic regression, row_dim 1, bias_dim 1; num_classes must be 2),
+  // "softmax" (multiclass, row_dim K, bias_dim K, K = num_classes >= 2) or "ctr" (the
+  // DLRM-style click model of worker/ctr_model.h over Criteo-layout data).
+  // Unknown names and bad options are InvalidArgument.
+  static absl::StatusOr<std::unique_ptr<Model>> Create(std::string_view name,
+                                                       const ModelOptions& options);
+  static absl::StatusOr<std::unique_ptr<Model>> Create(std::string_view name, int num_classes) {
+    return Create(name, ModelOptions{.num_classes = num_classes});
+  }
 
   virtual std::string_view name() const = 0;
   virtual int row_dim() const = 0;
@@ -37,6 +50,16 @@ class Model {
   // True when Predict returns one score, P(y=1), per example (logreg); false when it returns
   // row_dim() class probabilities per example (softmax, even with 2 classes).
   virtual bool binary() const = 0;
+
+  // The sorted unique keys whose rows the model reads for `examples`: UniqueKeys, unless the
+  // model uses some entries as plain values (ctr's dense features).
+  virtual std::vector<uint64_t> BatchKeys(const Dataset& data,
+                                          absl::Span<const uint32_t> examples) const;
+
+  // Rows and bias start uniform in [-scale, scale] on the servers (TableConfig::init_scale);
+  // 0 is zeros. Models with hidden units or products of weights need > 0 to break symmetry.
+  virtual float row_init_scale() const { return 0; }
+  virtual float bias_init_scale() const { return 0; }
 
   // Returns the sum over `examples` (indices into data) of the per-example loss (log loss /
   // cross-entropy, computed in log space so it never overflows) at the given weights.

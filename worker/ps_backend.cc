@@ -29,6 +29,7 @@ absl::Status PsBackend::Init(const ParameterLayout& layout) {
   rows.dim = layout.row_dim;
   rows.optimizer = layout.optimizer;
   rows.seed = layout.seed;
+  rows.init_scale = layout.row_init_scale;
   if (auto s = client_->DeclareTable(rows, Deadline()); !s.ok()) return s;
   TableConfig bias;
   bias.id = kBiasTable;
@@ -38,6 +39,7 @@ absl::Status PsBackend::Init(const ParameterLayout& layout) {
   bias.optimizer = layout.optimizer;
   bias.optimizer.l2 = 0;  // the bias is not regularised
   bias.seed = layout.seed;
+  bias.init_scale = layout.bias_init_scale;
   return client_->DeclareTable(bias, Deadline());
 }
 

@@ -29,6 +29,10 @@ struct ParameterLayout {
   bool dense_rows = false;
   OptimizerConfig optimizer;
   uint64_t seed = 1;
+  // Rows and bias start uniform in [-scale, scale], drawn from `seed` (0: zeros), where the
+  // parameter servers hold them; gossip replicas start from zeros.
+  float row_init_scale = 0;
+  float bias_init_scale = 0;
 };
 
 class SyncBackend {

@@ -4,15 +4,48 @@
 #include <array>
 #include <numeric>
 
+#include "absl/strings/str_format.h"
+
 namespace syncline {
 
 int64_t StepsPerEpoch(size_t examples, int batch_size) {
   return static_cast<int64_t>((examples + batch_size - 1) / batch_size);
 }
 
+absl::StatusOr<Evaluation> EvaluateSource(const Model& model, SyncBackend& backend,
+                                          ExampleSource& source, size_t chunk) {
+  if (!model.binary()) {
+    return absl::InvalidArgumentError("evaluating from a stream needs a binary model");
+  }
+  if (auto s = source.Rewind(); !s.ok()) return s;
+  std::vector<float> scores, labels, chunk_scores, rows, bias(model.bias_dim());
+  std::vector<uint32_t> examples;
+  while (true) {
+    absl::StatusOr<DataSlice> slice = source.Next(chunk);
+    if (!slice.ok()) return slice.status();
+    if (slice->size() == 0) break;
+    const Dataset& data = *slice->data;
+    examples.resize(slice->size());
+    std::iota(examples.begin(), examples.end(), slice->begin);
+    const std::vector<uint64_t> keys = model.BatchKeys(data, examples);
+    rows.assign(keys.size() * model.row_dim(), 0.0f);
+    if (auto s = backend.Read(-1, keys, rows, bias); !s.ok()) return s;
+    model.Predict(data, examples, keys, rows, bias, &chunk_scores);
+    scores.insert(scores.end(), chunk_scores.begin(), chunk_scores.end());
+    for (const uint32_t e : examples) labels.push_back(data.labels[e]);
+  }
+  return EvaluateBinary(scores, labels);
+}
+
 absl::StatusOr<TrainResult> Trainer::Run(
     const Dataset& data, const std::function<void(const TrainProgress&)>& on_progress) {
-  const int64_t per_epoch = StepsPerEpoch(data.size(), options_.batch_size);
+  InMemorySource source(data);
+  return Run(source, on_progress);
+}
+
+absl::StatusOr<TrainResult> Trainer::Run(
+    ExampleSource& source, const std::function<void(const TrainProgress&)>& on_progress) {
+  const int64_t per_epoch = StepsPerEpoch(source.size(), options_.batch_size);
   const int64_t total = per_epoch * options_.epochs;
   // Two sets of buffers, alternating by iteration: what was pushed in iteration t may still be
   // on the wire while iteration t+1 fills the other set (see SyncBackend::Update).
@@ -31,11 +64,22 @@ absl::StatusOr<TrainResult> Trainer::Run(
 
   for (int64_t step = 0; step < total; ++step) {
     Buffers& b = buffers[step % 2];
-    const size_t begin = static_cast<size_t>(step % per_epoch) * options_.batch_size;
-    const size_t end = std::min(data.size(), begin + options_.batch_size);
-    b.examples.resize(end - begin);
-    std::iota(b.examples.begin(), b.examples.end(), static_cast<uint32_t>(begin));
-    b.keys = UniqueKeys(data, b.examples);
+    if (step % per_epoch == 0) {
+      if (auto s = source.Rewind(); !s.ok()) return s;
+    }
+    // The batch's examples stay valid until the next Next(); keys and gradients, which may
+    // still be on the wire, live in the buffers.
+    absl::StatusOr<DataSlice> slice = source.Next(options_.batch_size);
+    if (!slice.ok()) return slice.status();
+    if (slice->size() == 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "the training data ended after %d of %d examples of epoch %d (did the file change?)",
+          (step % per_epoch) * options_.batch_size, source.size(), step / per_epoch + 1));
+    }
+    const Dataset& data = *slice->data;
+    b.examples.resize(slice->size());
+    std::iota(b.examples.begin(), b.examples.end(), slice->begin);
+    b.keys = model_.BatchKeys(data, b.examples);
     b.rows.assign(b.keys.size() * model_.row_dim(), 0.0f);
     b.bias.assign(model_.bias_dim(), 0.0f);
     slowness.BeforeRequest();

@@ -11,6 +11,8 @@
 
 #include "absl/status/status.h"
 #include "worker/dataset.h"
+#include "worker/example_source.h"
+#include "worker/metrics.h"
 #include "worker/model.h"
 #include "worker/slowness.h"
 #include "worker/sync_backend.h"
@@ -45,6 +47,13 @@ struct TrainResult {
 // Iterations of one epoch over a partition of `examples` examples.
 int64_t StepsPerEpoch(size_t examples, int batch_size);
 
+// Evaluates a binary model's latest parameters (SyncBackend::Read with clock -1) over one pass
+// of `source`, `chunk` examples (and their keys) at a time, so a test file larger than memory
+// needs only a score and a label per example. Errors: the source's or the backend's, or
+// InvalidArgument for a non-binary model.
+absl::StatusOr<Evaluation> EvaluateSource(const Model& model, SyncBackend& backend,
+                                          ExampleSource& source, size_t chunk = 8192);
+
 class Trainer {
  public:
   Trainer(const Model& model, SyncBackend& backend, TrainerOptions options)
@@ -53,6 +62,12 @@ class Trainer {
   // Trains on `data`; `on_progress` (may be empty) is called every log_every iterations and
   // after the last one. Stops at the first backend error.
   absl::StatusOr<TrainResult> Run(const Dataset& data,
+                                  const std::function<void(const TrainProgress&)>& on_progress);
+
+  // The same over a source that may stream from disk: each epoch rewinds it and takes
+  // consecutive batches, StepsPerEpoch(source.size(), batch_size) of them. Also stops at the
+  // first source error, or when a pass ends before source.size() examples (FailedPrecondition).
+  absl::StatusOr<TrainResult> Run(ExampleSource& source,
                                   const std::function<void(const TrainProgress&)>& on_progress);
 
  private:

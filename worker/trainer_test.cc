@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <fstream>
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "core/inproc_transport.h"
 #include "ps/server.h"
+#include "worker/criteo.h"
+#include "worker/ctr_model.h"
 #include "worker/kv_client.h"
 #include "worker/ps_backend.h"
 #include "worker/test_data.h"
@@ -142,6 +146,113 @@ TEST(TrainerTest, AspConvergesToo) {
   double moved = 0;
   for (float v : asp) moved += std::abs(v);
   EXPECT_GT(moved, 1.0);
+}
+
+// A small Criteo file whose label follows C1's value.
+std::string WriteCriteoFile(int n) {
+  const std::string path = testing::TempDir() + "trainer_test_criteo.tsv";
+  std::ofstream out(path);
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < n; ++i) {
+    const int c1 = static_cast<int>(rng() % 20);
+    const bool positive = (rng() % 100) < static_cast<uint64_t>(c1 < 10 ? 80 : 20);
+    out << (positive ? 1 : 0) << '\t' << i % 7;
+    for (int j = 1; j < kCriteoDenseFields; ++j) out << '\t';
+    out << '\t' << std::hex << c1 << std::dec;
+    for (int f = 1; f < kCriteoCategoricalFields; ++f) out << '\t' << (f % 3 == 0 ? "" : "a");
+    out << '\n';
+  }
+  return path;
+}
+
+// Trains `model` with `workers` workers under BSP, each on the source make_source(w) gives,
+// then returns what evaluate(backend) returns from an ungated reader.
+template <typename Evaluate>
+auto TrainOnSources(const Model& model, int workers,
+                    const std::function<std::unique_ptr<ExampleSource>(int)>& make_source,
+                    Evaluate evaluate) {
+  InprocTransport transport;
+  auto server_ep = *transport.CreateEndpoint("ps0");
+  ParameterServer server(
+      server_ep.get(),
+      ServerOptions{.rank = 0, .num_servers = 1, .num_workers = workers, .staleness = 0});
+  std::atomic<bool> stop{false};
+  std::thread serving([&] {
+    while (!stop.load()) (void)server.ServeUntil(absl::Now() + absl::Milliseconds(5));
+  });
+  ParameterLayout layout;
+  layout.row_dim = model.row_dim();
+  layout.bias_dim = model.bias_dim();
+  layout.optimizer.kind = wire::OptimizerKind::ADAGRAD;
+  layout.row_init_scale = model.row_init_scale();
+  layout.bias_init_scale = model.bias_init_scale();
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      auto ep = *transport.CreateEndpoint("w" + std::to_string(w));
+      KVClient client(ep.get(), KVClientOptions{.rank = w, .server_ids = {"ps0"}});
+      PsBackend backend(&client, absl::Seconds(10));
+      ASSERT_TRUE(backend.Init(layout).ok());
+      std::unique_ptr<ExampleSource> source = make_source(w);
+      Trainer trainer(model, backend, TrainerOptions{.epochs = 2, .batch_size = 16});
+      auto result = trainer.Run(*source, nullptr);
+      ASSERT_TRUE(result.ok()) << result.status();
+      EXPECT_EQ(result->steps, 2 * StepsPerEpoch(source->size(), 16));
+    });
+  }
+  for (auto& t : threads) t.join();
+  auto reader = *transport.CreateEndpoint("w0");
+  KVClient client(reader.get(), KVClientOptions{.rank = 0, .server_ids = {"ps0"}});
+  PsBackend backend(&client, absl::Seconds(10));
+  EXPECT_TRUE(backend.Init(layout).ok());
+  auto result = evaluate(backend);
+  stop.store(true);
+  serving.join();
+  return result;
+}
+
+TEST(TrainerTest, AStreamedCriteoFileTrainsExactlyLikeTheSameDataInMemory) {
+  const std::string path = WriteCriteoFile(300);
+  auto model = *Model::Create("ctr", ModelOptions{.embedding_dim = 2, .hidden = 4});
+  auto test_everything = [&](SyncBackend& backend) {
+    auto test = *CriteoReader::Open(path, {});
+    auto eval = EvaluateSource(*model, backend, *test, 64);
+    EXPECT_TRUE(eval.ok()) << eval.status();
+    // Chunked evaluation equals evaluating everything at once.
+    Dataset all = *ReadDataset(path, {.format = DataFormat::kCriteo});
+    std::vector<uint32_t> examples(all.size());
+    for (uint32_t i = 0; i < all.size(); ++i) examples[i] = i;
+    std::vector<uint64_t> keys = model->BatchKeys(all, examples);
+    std::vector<float> rows(keys.size() * model->row_dim()), bias(model->bias_dim());
+    EXPECT_TRUE(backend.Read(-1, keys, rows, bias).ok());
+    const Evaluation whole = Evaluate(*model, all, keys, rows, bias);
+    EXPECT_EQ(eval->examples, 300u);
+    EXPECT_DOUBLE_EQ(eval->auc, whole.auc);
+    EXPECT_NEAR(eval->loss, whole.loss, 1e-9);
+    rows.insert(rows.end(), bias.begin(), bias.end());
+    rows.push_back(static_cast<float>(eval->auc));
+    return rows;
+  };
+  std::vector<Dataset> in_memory;
+  for (int w = 0; w < 2; ++w) {
+    in_memory.push_back(
+        *ReadDataset(path, {.format = DataFormat::kCriteo, .partition = w, .num_partitions = 2}));
+  }
+  const std::vector<float> memory = TrainOnSources(
+      *model, 2,
+      [&](int w) -> std::unique_ptr<ExampleSource> {
+        return std::make_unique<InMemorySource>(in_memory[w]);
+      },
+      test_everything);
+  const std::vector<float> streamed = TrainOnSources(
+      *model, 2,
+      [&](int w) -> std::unique_ptr<ExampleSource> {
+        return *CriteoReader::Open(path, {.partition = w, .num_partitions = 2});
+      },
+      test_everything);
+  ASSERT_EQ(memory.size(), streamed.size());
+  for (size_t i = 0; i < memory.size(); ++i) ASSERT_EQ(memory[i], streamed[i]) << i;
+  EXPECT_GT(memory.back(), 0.7) << "test AUC: C1 decides the label";
 }
 
 }  // namespace

@@ -1,0 +1,204 @@
+#include "worker/criteo.h"
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+
+namespace syncline {
+namespace {
+
+constexpr int kFields = 1 + kCriteoEntries;  // The label, then the features.
+
+// splitmix64's finaliser: a bijection of 64-bit values that mixes every input bit into every
+// output bit.
+inline uint64_t Mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+inline int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Parses 1..16 hex digits. Returns nullptr on success, else what is wrong.
+const char* ParseHex(std::string_view token, uint64_t* value) {
+  if (token.size() > 16) return "is longer than 16 hexadecimal digits";
+  uint64_t v = 0;
+  for (const char c : token) {
+    const int d = HexDigit(c);
+    if (d < 0) return "is not hexadecimal";
+    v = v << 4 | static_cast<uint64_t>(d);
+  }
+  *value = v;
+  return nullptr;
+}
+
+// Parses an optionally signed decimal integer. Returns nullptr on success, else what is wrong.
+const char* ParseInteger(std::string_view token, int64_t* value) {
+  if (!token.empty() && token.front() == '+') token.remove_prefix(1);
+  const auto [ptr, ec] = std::from_chars(token.data(), token.data() + token.size(), *value);
+  if (token.empty() || ec == std::errc::invalid_argument || ptr != token.data() + token.size()) {
+    return "is not an integer";
+  }
+  if (ec == std::errc::result_out_of_range) return "is out of range";
+  return nullptr;
+}
+
+}  // namespace
+
+uint64_t CriteoCategoricalId(int field, uint64_t value, bool present) {
+  // The field and presence choose one of 52 independent hash functions of the value.
+  const uint64_t salt = Mix(0x5ca1ab1e00000000ULL + 2 * static_cast<uint64_t>(field) + present);
+  return Mix(salt ^ Mix(value)) | kCriteoCategoricalBit;
+}
+
+float CriteoDenseValue(int64_t x) {
+  return x <= 0 ? 0.0f : static_cast<float>(std::log1p(static_cast<double>(x)));
+}
+
+absl::StatusOr<bool> ParseCriteoLine(std::string_view line, const std::string& path,
+                                     uint64_t line_no, Dataset* out) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  if (line.empty()) return false;
+  // Split first: a wrong field count is the likeliest mistake (a CSV, a libsvm file, a
+  // truncated line) and deserves its own message before any field is judged.
+  std::string_view fields[kFields];
+  int count = 0;
+  for (size_t begin = 0;;) {
+    const size_t tab = line.find('\t', begin);
+    if (count < kFields) fields[count] = line.substr(begin, tab - begin);
+    ++count;
+    if (tab == std::string_view::npos) break;
+    begin = tab + 1;
+  }
+  if (count != kFields) {
+    return LineError(path, line_no,
+                     absl::StrFormat("expected %d tab-separated fields (label, 13 integer, 26 "
+                                     "categorical), got %d",
+                                     kFields, count),
+                     line);
+  }
+  float label;
+  if (fields[0] == "0") {
+    label = 0;
+  } else if (fields[0] == "1") {
+    label = 1;
+  } else {
+    return LineError(path, line_no, "label must be 0 or 1", fields[0]);
+  }
+  float dense[kCriteoDenseFields];
+  for (int i = 0; i < kCriteoDenseFields; ++i) {
+    const std::string_view token = fields[1 + i];
+    int64_t x = 0;
+    if (!token.empty()) {
+      if (const char* what = ParseInteger(token, &x)) {
+        return LineError(path, line_no, absl::StrFormat("integer feature I%d %s", i + 1, what),
+                         token);
+      }
+    }
+    dense[i] = CriteoDenseValue(x);
+  }
+  uint64_t categorical[kCriteoCategoricalFields];
+  for (int c = 0; c < kCriteoCategoricalFields; ++c) {
+    const std::string_view token = fields[1 + kCriteoDenseFields + c];
+    uint64_t value = 0;
+    if (!token.empty()) {
+      if (const char* what = ParseHex(token, &value)) {
+        return LineError(path, line_no, absl::StrFormat("categorical feature C%d %s", c + 1, what),
+                         token);
+      }
+    }
+    categorical[c] = CriteoCategoricalId(c, value, !token.empty());
+  }
+  if (out != nullptr) {
+    if (out->row_offsets.empty()) out->row_offsets.push_back(0);
+    for (int i = 0; i < kCriteoDenseFields; ++i) {
+      out->ids.push_back(static_cast<uint64_t>(i));
+      out->values.push_back(dense[i]);
+    }
+    for (int c = 0; c < kCriteoCategoricalFields; ++c) {
+      out->ids.push_back(categorical[c]);
+      out->values.push_back(1.0f);
+    }
+    out->labels.push_back(label);
+    out->row_offsets.push_back(out->ids.size());
+  }
+  return true;
+}
+
+absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(const std::string& path,
+                                                                 const CriteoOptions& options) {
+  if (options.num_partitions < 1 || options.partition < 0 ||
+      options.partition >= options.num_partitions) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "reading %s: partition %d of %d is not a valid partition (need 0 <= partition < "
+        "num_partitions)",
+        path, options.partition, options.num_partitions));
+  }
+  absl::StatusOr<std::unique_ptr<LineReader>> lines = LineReader::Open(path);
+  if (!lines.ok()) return lines.status();
+  std::unique_ptr<CriteoReader> reader(new CriteoReader(std::move(*lines), options));
+  LineReader& in = *reader->lines_;
+  std::string_view line;
+  while (true) {
+    absl::StatusOr<bool> more = in.Next(&line);
+    if (!more.ok()) return more.status();
+    if (!*more) break;
+    absl::StatusOr<bool> example = ParseCriteoLine(line, path, in.line_number(), nullptr);
+    if (!example.ok()) return example.status();
+    reader->total_examples_ += *example;
+  }
+  const uint64_t p = static_cast<uint64_t>(options.partition);
+  const uint64_t n = static_cast<uint64_t>(options.num_partitions);
+  const uint64_t total = reader->total_examples_;
+  reader->partition_examples_ = total > p ? (total - p + n - 1) / n : 0;
+  if (absl::Status s = reader->Rewind(); !s.ok()) return s;
+  return reader;
+}
+
+absl::Status CriteoReader::Rewind() {
+  data_line_ = 0;
+  return lines_->Rewind();
+}
+
+absl::StatusOr<bool> CriteoReader::ReadChunk(size_t max_examples, Dataset* chunk) {
+  chunk->labels.clear();
+  chunk->ids.clear();
+  chunk->values.clear();
+  chunk->row_offsets.assign(1, 0);
+  chunk->num_features = 0;
+  chunk->index_base = IndexBase::kZero;
+  const uint64_t n = static_cast<uint64_t>(options_.num_partitions);
+  const uint64_t p = static_cast<uint64_t>(options_.partition);
+  std::string_view line;
+  while (chunk->size() < max_examples) {
+    absl::StatusOr<bool> more = lines_->Next(&line);
+    if (!more.ok()) return more.status();
+    if (!*more) break;
+    if (line.empty() || (line.size() == 1 && line[0] == '\r')) continue;  // Blank: no example.
+    // Lines of other partitions are skipped unparsed; Open() validated them.
+    if (data_line_++ % n != p) continue;
+    absl::StatusOr<bool> example =
+        ParseCriteoLine(line, lines_->path(), lines_->line_number(), chunk);
+    if (!example.ok()) return example.status();
+  }
+  return chunk->size() > 0;
+}
+
+absl::StatusOr<DataSlice> CriteoReader::Next(size_t max_examples) {
+  absl::StatusOr<bool> more = ReadChunk(max_examples, &chunk_);
+  if (!more.ok()) return more.status();
+  return DataSlice{&chunk_, 0, static_cast<uint32_t>(chunk_.size())};
+}
+
+}  // namespace syncline
