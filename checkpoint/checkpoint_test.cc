@@ -14,6 +14,8 @@
 #include "core/crc32c.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
 
 namespace syncline {
 namespace {
@@ -389,6 +391,26 @@ TEST_F(CheckpointTest, SnapshotRoundTrips100kEntries) {
   });
   EXPECT_TRUE(absl::IsCancelled(s));
   EXPECT_EQ(calls, 5);
+}
+
+TEST_F(CheckpointTest, RocksDbIngestsSnapshot) {
+  const std::string path = root_ + "/ingest.sst";
+  absl::StatusOr<std::unique_ptr<SnapshotWriter>> writer = SnapshotWriter::Create(path);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  for (uint64_t i = 0; i < 1000; ++i) ASSERT_TRUE((*writer)->Put(BigEndianKey(i), ValueOf(i)).ok());
+  ASSERT_TRUE((*writer)->Finish().ok());
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  rocksdb::DB* raw = nullptr;
+  ASSERT_TRUE(rocksdb::DB::Open(options, root_ + "/db", &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  rocksdb::IngestExternalFileOptions ingest;
+  ingest.move_files = false;
+  rocksdb::Status s = db->IngestExternalFile({path}, ingest);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::string value;
+  ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), BigEndianKey(777), &value).ok());
+  EXPECT_EQ(value, ValueOf(777));
 }
 
 TEST_F(CheckpointTest, SnapshotRejectsNonAscendingKeys) {
