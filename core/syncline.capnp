@@ -131,6 +131,21 @@ struct ServerStats {
   rejected @3 :UInt64;     # malformed or invalid requests answered with an error
   stalenessHistogram @4 :List(UInt64);  # [k] = pulls served with staleness k (last bucket: >=)
   parkedPulls @5 :UInt64;
+  embedding @6 :EmbeddingStats;  # summed over the server's embedding tables
+}
+
+struct EmbeddingStats {
+  tables @0 :UInt32;
+  rowsInMemory @1 :UInt64;
+  rowsOnDisk @2 :UInt64;
+  admitted @3 :UInt64;
+  rejected @4 :UInt64;
+  expired @5 :UInt64;
+  memoryHits @6 :UInt64;
+  diskHits @7 :UInt64;
+  evictions @8 :UInt64;
+  memoryBytes @9 :UInt64;
+  memoryBudgetBytes @10 :UInt64;
 }
 
 struct NodeDown {
@@ -148,6 +163,7 @@ enum OptimizerKind {
   sgd @0;
   adagrad @1;
   adam @2;
+  ftrl @3;     # FTRL-Proximal (McMahan et al. 2013): per-weight z and n, L1 gives exact zeros
 }
 
 struct TableSpec {
@@ -161,4 +177,6 @@ struct TableSpec {
   initScale @7 :Float32;   # rows start uniform in [-initScale, initScale], 0 = zeros
   seed @8 :UInt64;
   maxRows @9 :UInt64;      # sparse: rows a shard may hold (0 = default bound)
+  l1 @10 :Float32;         # FTRL: L1 strength
+  ftrlBeta @11 :Float32;   # FTRL: the beta of its per-coordinate learning rate
 }

@@ -19,6 +19,8 @@ void TableConfig::ToWire(wire::TableSpec::Builder out) const {
   out.setInitScale(init_scale);
   out.setSeed(seed);
   out.setMaxRows(max_rows);
+  out.setL1(optimizer.l1);
+  out.setFtrlBeta(optimizer.ftrl_beta);
 }
 
 absl::StatusOr<TableConfig> TableConfig::FromWire(wire::TableSpec::Reader in) {
@@ -33,12 +35,14 @@ absl::StatusOr<TableConfig> TableConfig::FromWire(wire::TableSpec::Reader in) {
   c.dim = in.getDim();
   const auto opt = in.getOptimizer();
   if (opt != wire::OptimizerKind::SGD && opt != wire::OptimizerKind::ADAGRAD &&
-      opt != wire::OptimizerKind::ADAM) {
+      opt != wire::OptimizerKind::ADAM && opt != wire::OptimizerKind::FTRL) {
     return absl::InvalidArgumentError(absl::StrFormat("table %d: unknown optimizer", c.id));
   }
   c.optimizer.kind = opt;
   c.optimizer.learning_rate = in.getLearningRate();
   c.optimizer.l2 = in.getL2();
+  c.optimizer.l1 = in.getL1();
+  c.optimizer.ftrl_beta = in.getFtrlBeta();
   c.init_scale = in.getInitScale();
   c.seed = in.getSeed();
   c.max_rows = in.getMaxRows() == 0 ? kDefaultMaxRows : in.getMaxRows();
@@ -58,6 +62,11 @@ absl::StatusOr<TableConfig> TableConfig::FromWire(wire::TableSpec::Reader in) {
       c.init_scale < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("table %d: l2 and init scale must be finite and >= 0", c.id));
+  }
+  if (!std::isfinite(c.optimizer.l1) || c.optimizer.l1 < 0 ||
+      !std::isfinite(c.optimizer.ftrl_beta) || c.optimizer.ftrl_beta < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("table %d: FTRL's l1 and beta must be finite and >= 0", c.id));
   }
   return c;
 }

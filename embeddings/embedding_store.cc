@@ -151,10 +151,26 @@ absl::Status EmbeddingStore::Init() {
   // without reading a block.
   table_options.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   db_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
+  rocksdb::Status s;
+  if (!options_.restore_from.empty()) {
+    s = rocksdb::DestroyDB(options_.path, db_options);
+    if (!s.ok()) return DiskError(options_.path, "DestroyDB (before a restore)", s);
+    db_options.create_if_missing = true;
+  }
   rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(db_options, options_.path, &db);
+  s = rocksdb::DB::Open(db_options, options_.path, &db);
   if (!s.ok()) return DiskError(options_.path, "Open", s);
   db_.reset(db);
+  if (!options_.restore_from.empty()) {
+    rocksdb::IngestExternalFileOptions ingest;
+    ingest.move_files = false;  // the checkpoint keeps its copy
+    ingest.verify_checksums_before_ingest = true;
+    s = db_->IngestExternalFile({options_.restore_from}, ingest);
+    if (!s.ok()) {
+      return DiskError(options_.path,
+                       absl::StrCat("IngestExternalFile (", options_.restore_from, ")").c_str(), s);
+    }
+  }
 
   std::string meta;
   s = db_->Get(rocksdb::ReadOptions(), MetaKey(config_.id), &meta);
@@ -536,6 +552,89 @@ absl::Status EmbeddingStore::FlushAll() {
   if (auto s = write(); !s.ok()) return s;
   rocksdb::Status s = db_->Flush(rocksdb::FlushOptions());
   if (!s.ok()) return DiskError(options_.path, "Flush", s);
+  return absl::OkStatus();
+}
+
+std::unique_ptr<EmbeddingSnapshot> EmbeddingStore::Capture() const {
+  std::unique_ptr<EmbeddingSnapshot> snap(new EmbeddingSnapshot());
+  snap->store_ = this;
+  snap->step_ = step_;
+  std::vector<std::pair<uint64_t, uint32_t>> dirty;
+  for (const auto& [id, slot] : index_) {
+    if (meta(slot).dirty) dirty.emplace_back(id, slot);
+  }
+  std::sort(dirty.begin(), dirty.end());
+  const size_t value_size = shape_.value_size();
+  snap->memory_ids_.reserve(dirty.size());
+  snap->memory_values_.resize(dirty.size() * value_size);
+  std::string value;
+  for (size_t i = 0; i < dirty.size(); ++i) {
+    const SlotMeta& m = meta(dirty[i].second);
+    EncodeRowValue(shape_, m.step, m.last_touch, floats(dirty[i].second), &value);
+    std::memcpy(snap->memory_values_.data() + i * value_size, value.data(), value_size);
+    snap->memory_ids_.push_back(dirty[i].first);
+  }
+  snap->db_snapshot_ = db_->GetSnapshot();
+  return snap;
+}
+
+EmbeddingSnapshot::~EmbeddingSnapshot() {
+  if (db_snapshot_ != nullptr) {
+    store_->db_->ReleaseSnapshot(db_snapshot_);
+  }
+}
+
+absl::Status EmbeddingSnapshot::ForEachEntry(
+    absl::FunctionRef<absl::Status(std::string_view key, std::string_view value)> put) const {
+  const EmbeddingStore& store = *store_;
+  const uint32_t table = store.config_.id;
+  const std::string meta_key = MetaKey(table);
+  if (auto s = put(meta_key, std::string_view(reinterpret_cast<const char*>(&step_), 8)); !s.ok()) {
+    return s;
+  }
+  const size_t value_size = store.shape_.value_size();
+  char key[kRowKeySize];
+  size_t next = 0;
+  auto emit_memory = [&](size_t i) {
+    EncodeRowKey(table, memory_ids_[i], key);
+    return put(std::string_view(key, kRowKeySize),
+               std::string_view(memory_values_.data() + i * value_size, value_size));
+  };
+  rocksdb::ReadOptions read;
+  read.snapshot = db_snapshot_;
+  read.fill_cache = false;  // a full scan must not push the hot rows out of the block cache
+  const std::string prefix = RowKeyPrefix(table);
+  std::unique_ptr<rocksdb::Iterator> it(store.db_->NewIterator(read));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    uint64_t id = 0;
+    if (!DecodeRowKey(it->key().data(), it->key().size(), table, &id)) continue;
+    for (; next < memory_ids_.size() && memory_ids_[next] < id; ++next) {
+      if (auto s = emit_memory(next); !s.ok()) return s;
+    }
+    if (next < memory_ids_.size() && memory_ids_[next] == id) {
+      // The memory copy is the current one.
+      if (auto s = emit_memory(next++); !s.ok()) return s;
+      continue;
+    }
+    const rocksdb::Slice v = it->value();
+    int64_t step = 0, last_touch = 0;
+    if (auto s = DecodeRowValue(store.shape_, id, v.data(), v.size(), &step, &last_touch, nullptr);
+        !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("embedding store ", store.options_.path, ": ", s.message()));
+    }
+    if (auto s = put(std::string_view(it->key().data(), it->key().size()),
+                     std::string_view(v.data(), v.size()));
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!it->status().ok()) {
+    return DiskError(store.options_.path, "Iterate (snapshot)", it->status());
+  }
+  for (; next < memory_ids_.size(); ++next) {
+    if (auto s = emit_memory(next); !s.ok()) return s;
+  }
   return absl::OkStatus();
 }
 

@@ -41,6 +41,7 @@
 namespace rocksdb {
 class DB;
 class Env;
+class Snapshot;
 struct ReadOptions;
 struct WriteOptions;
 }  // namespace rocksdb
@@ -89,6 +90,11 @@ struct EmbeddingStoreOptions {
   uint64_t rocksdb_write_buffer_bytes = uint64_t{32} << 20;
   // The RocksDB environment (file system); null: rocksdb::Env::Default(). Not owned.
   rocksdb::Env* env = nullptr;
+  // Restore: a snapshot file (sorted key/values as EmbeddingSnapshot::ForEachEntry writes them,
+  // in RocksDB's SST format) whose rows replace whatever the database at `path` held: the
+  // database is destroyed and the file ingested (copied, the source is left as it is). Empty:
+  // open the database as it is.
+  std::string restore_from;
 };
 
 struct EmbeddingStoreStats {
@@ -112,6 +118,38 @@ struct EmbeddingRow {
   std::span<const float> state;    // StateFloatsPerWeight(kind) * dim floats
   int64_t step = 0;                // updates applied to this row
   int64_t last_touch = 0;          // the store step of the last read or update
+};
+
+class EmbeddingStore;
+
+// A point-in-time copy of an EmbeddingStore for a checkpoint. Capture() takes it on the
+// store's thread at the cost of copying the memory tier's changed rows (clean rows equal their
+// disk copy) and pinning a RocksDB snapshot of the disk tier; ForEachEntry() may then run on
+// any thread while the store goes on serving. The store must outlive its snapshots.
+class EmbeddingSnapshot {
+ public:
+  ~EmbeddingSnapshot();
+  EmbeddingSnapshot(const EmbeddingSnapshot&) = delete;
+  EmbeddingSnapshot& operator=(const EmbeddingSnapshot&) = delete;
+
+  // Calls put(key, value) for the step record and then every row of both tiers in ascending
+  // key order, in the store's own RocksDB format, so that the entries form a file the store
+  // can ingest (EmbeddingStoreOptions::restore_from). Stops at the first error.
+  absl::Status ForEachEntry(
+      absl::FunctionRef<absl::Status(std::string_view key, std::string_view value)> put) const;
+  // Rows copied from the memory tier.
+  uint64_t memory_rows() const { return memory_ids_.size(); }
+  int64_t step() const { return step_; }
+
+ private:
+  friend class EmbeddingStore;
+  EmbeddingSnapshot() = default;
+
+  const EmbeddingStore* store_ = nullptr;
+  const rocksdb::Snapshot* db_snapshot_ = nullptr;
+  int64_t step_ = 0;
+  std::vector<uint64_t> memory_ids_;  // ascending
+  std::string memory_values_;         // their encoded values, value_size() bytes each
 };
 
 class EmbeddingStore {
@@ -153,7 +191,11 @@ class EmbeddingStore {
 
   EmbeddingStoreStats stats() const;
 
+  // A snapshot of every row for a checkpoint; see EmbeddingSnapshot.
+  std::unique_ptr<EmbeddingSnapshot> Capture() const;
+
  private:
+  friend class EmbeddingSnapshot;
   static constexpr uint32_t kNone = ~uint32_t{0};
   static constexpr uint32_t kBlockRows = 4096;
 

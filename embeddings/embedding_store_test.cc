@@ -15,6 +15,7 @@
 #include "ps/optimizer.h"
 #include "ps/shard_table.h"
 #include "rocksdb/db.h"
+#include "rocksdb/sst_file_writer.h"
 
 namespace syncline {
 namespace {
@@ -211,9 +212,64 @@ TEST_P(OptimizerStateTest, EvictionKeepsOptimizerStateBitwise) {
             t.dim * (1 + static_cast<size_t>(StateFloatsPerWeight(t.optimizer.kind))));
 }
 
+TEST_P(OptimizerStateTest, SnapshotRestoresThePointInTimeOfCapture) {
+  constexpr uint64_t kSeed = 77;
+  SCOPED_TRACE(testing::Message() << "seed " << kSeed);
+  TempDir dir;
+  TableConfig t = Table(8, GetParam());
+  t.init_scale = 0.1f;
+  auto store = MustOpen(t, Options(dir.Sub("live"), 50));  // most rows live on disk
+  std::mt19937_64 rng(kSeed);
+  std::normal_distribution<float> normal;
+  std::vector<uint64_t> ids(40);
+  std::vector<float> grad(ids.size() * t.dim);
+  auto train = [&](int rounds) {
+    for (int round = 0; round < rounds; ++round) {
+      for (uint64_t& id : ids) id = rng() % 600;
+      for (float& g : grad) g = normal(rng);
+      ASSERT_TRUE(store->Apply(ids, grad.data(), 0.5f).ok());
+      ASSERT_TRUE(store->AdvanceStep().ok());
+    }
+  };
+  train(30);
+  const auto at_capture = AllRows(*store);
+  auto snapshot = store->Capture();
+  train(10);  // the store goes on changing, in memory and on disk
+  ASSERT_FALSE(BitwiseEqual(at_capture, AllRows(*store)));
+
+  const std::string sst = dir.Sub("snapshot.sst");
+  rocksdb::Options sst_options;
+  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), sst_options);
+  ASSERT_TRUE(writer.Open(sst).ok());
+  uint64_t entries = 0;
+  ASSERT_TRUE(snapshot
+                  ->ForEachEntry([&](std::string_view key, std::string_view value) {
+                    ++entries;
+                    auto s = writer.Put(rocksdb::Slice(key.data(), key.size()),
+                                        rocksdb::Slice(value.data(), value.size()));
+                    return s.ok() ? absl::OkStatus() : absl::InternalError(s.ToString());
+                  })
+                  .ok());
+  ASSERT_TRUE(writer.Finish().ok());
+  EXPECT_EQ(entries, at_capture.size() + 1);  // + the step record
+  snapshot.reset();
+
+  EmbeddingStoreOptions restore = Options(dir.Sub("restored"), 20);
+  restore.restore_from = sst;
+  auto restored = MustOpen(t, restore);
+  EXPECT_EQ(restored->step(), 30);
+  EXPECT_EQ(restored->stats().rows_on_disk, at_capture.size());
+  EXPECT_TRUE(BitwiseEqual(at_capture, AllRows(*restored)));
+  // A restore replaces what the folder held.
+  ASSERT_TRUE(restored->FlushAll().ok());
+  restored.reset();
+  auto again = MustOpen(t, restore);
+  EXPECT_TRUE(BitwiseEqual(at_capture, AllRows(*again)));
+}
+
 INSTANTIATE_TEST_SUITE_P(Rules, OptimizerStateTest,
                          testing::Values(wire::OptimizerKind::SGD, wire::OptimizerKind::ADAGRAD,
-                                         wire::OptimizerKind::ADAM),
+                                         wire::OptimizerKind::ADAM, wire::OptimizerKind::FTRL),
                          [](const auto& info) {
                            switch (info.param) {
                              case wire::OptimizerKind::SGD:
@@ -222,6 +278,8 @@ INSTANTIATE_TEST_SUITE_P(Rules, OptimizerStateTest,
                                return std::string("Adagrad");
                              case wire::OptimizerKind::ADAM:
                                return std::string("Adam");
+                             case wire::OptimizerKind::FTRL:
+                               return std::string("Ftrl");
                            }
                            return std::string("Other");
                          });

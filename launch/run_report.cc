@@ -117,6 +117,20 @@ void RunReport::OnServerStats(int server, wire::ServerStats::Reader s) {
   auto hist = s.getStalenessHistogram();
   if (staleness_.size() < hist.size()) staleness_.resize(hist.size(), 0);
   for (size_t i = 0; i < hist.size(); ++i) staleness_[i] += hist[i];
+  if (s.hasEmbedding()) {
+    auto e = s.getEmbedding();
+    embedding_.tables += e.getTables();
+    embedding_.rows_in_memory += e.getRowsInMemory();
+    embedding_.rows_on_disk += e.getRowsOnDisk();
+    embedding_.admitted += e.getAdmitted();
+    embedding_.rejected += e.getRejected();
+    embedding_.expired += e.getExpired();
+    embedding_.memory_hits += e.getMemoryHits();
+    embedding_.disk_hits += e.getDiskHits();
+    embedding_.evictions += e.getEvictions();
+    embedding_.memory_bytes += e.getMemoryBytes();
+    embedding_.budget_bytes += e.getMemoryBudgetBytes();
+  }
 }
 
 void RunReport::OnNodeDown(wire::Role role, int rank, const std::string& reason) {
@@ -231,7 +245,7 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
   j << "  \"train_loss\": " << (reporting ? JsonNumber(final_loss / reporting) : "null") << ",\n";
   j << "  \"test_examples\": " << test_examples_ << ",\n";
   j << "  \"test_loss\": " << (have_evaluation_ ? JsonNumber(test_loss_) : "null") << ",\n";
-  if (job_.model == "logreg") {
+  if (job_.model != "softmax") {
     j << "  \"test_auc\": " << (have_evaluation_ ? JsonNumber(test_auc_) : "null") << ",\n";
   }
   j << "  \"test_accuracy\": " << (have_evaluation_ ? JsonNumber(test_accuracy_) : "null") << ",\n";
@@ -246,6 +260,18 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
   j << "  \"max_staleness_served\": " << max_staleness << ",\n";
   j << "  \"mean_staleness_served\": " << JsonNumber(reads ? static_cast<double>(sum) / reads : 0.0)
     << ",\n";
+  if (embedding_.tables > 0) {
+    const EmbeddingTotals& e = embedding_;
+    const uint64_t touches = e.memory_hits + e.disk_hits;
+    j << "  \"embedding\": {\"tables\": " << e.tables
+      << ", \"rows_in_memory\": " << e.rows_in_memory << ", \"rows_on_disk\": " << e.rows_on_disk
+      << ", \"admitted\": " << e.admitted << ", \"rejected\": " << e.rejected
+      << ", \"expired\": " << e.expired << ", \"evictions\": " << e.evictions
+      << ", \"memory_hit_rate\": "
+      << JsonNumber(touches ? static_cast<double>(e.memory_hits) / touches : 1.0)
+      << ", \"memory_bytes\": " << e.memory_bytes << ", \"memory_budget_bytes\": " << e.budget_bytes
+      << "},\n";
+  }
   j << "  \"nodes_down\": [";
   for (size_t i = 0; i < down_.size(); ++i) j << (i ? ", " : "") << JsonString(down_[i]);
   j << "]\n}\n";

@@ -82,6 +82,13 @@ class RunReport : public CoordinatorObserver {
   uint64_t server_rejected_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t server_bytes_in_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t server_bytes_out_ ABSL_GUARDED_BY(mu_) = 0;
+  // Embedding tables, summed over servers.
+  struct EmbeddingTotals {
+    uint32_t tables = 0;
+    uint64_t rows_in_memory = 0, rows_on_disk = 0, admitted = 0, rejected = 0, expired = 0;
+    uint64_t memory_hits = 0, disk_hits = 0, evictions = 0, memory_bytes = 0, budget_bytes = 0;
+  };
+  EmbeddingTotals embedding_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> down_ ABSL_GUARDED_BY(mu_);
   bool progress_shown_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_log_line_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

@@ -14,6 +14,8 @@ int StateFloatsPerWeight(wire::OptimizerKind kind) {
       return 1;
     case wire::OptimizerKind::ADAM:
       return 2;
+    case wire::OptimizerKind::FTRL:
+      return 2;
   }
   return 0;
 }
@@ -51,6 +53,28 @@ void ApplyUpdate(const OptimizerConfig& c, float* __restrict w, float* __restric
       }
       return;
     }
+    case wire::OptimizerKind::FTRL: {
+      // FTRL-Proximal with per-coordinate rates: z accumulates gradients minus the proximal
+      // correction, n the squared gradients; the weight is the closed-form minimiser, exactly
+      // zero while |z| <= l1. The state alone defines the weight, so rows that start
+      // non-zero (init_scale > 0) fold their start into z at the first update.
+      float* __restrict z = state;
+      float* __restrict nsq = state + n;
+      const float inv_lr = 1.0f / lr;
+      const float l1 = c.l1;
+      for (size_t i = 0; i < n; ++i) {
+        const float gi = g[i] * scale;
+        const float n_old = nsq[i];
+        const float n_new = n_old + gi * gi;
+        const float sigma = (std::sqrt(n_new) - std::sqrt(n_old)) * inv_lr;
+        z[i] += gi - sigma * w[i];
+        nsq[i] = n_new;
+        const float zi = z[i];
+        const float shrunk = zi > l1 ? zi - l1 : (zi < -l1 ? zi + l1 : 0.0f);
+        w[i] = -shrunk / ((c.ftrl_beta + std::sqrt(n_new)) * inv_lr + l2);
+      }
+      return;
+    }
   }
 }
 
@@ -58,8 +82,9 @@ absl::StatusOr<wire::OptimizerKind> ParseOptimizer(const std::string& name) {
   if (name == "sgd") return wire::OptimizerKind::SGD;
   if (name == "adagrad") return wire::OptimizerKind::ADAGRAD;
   if (name == "adam") return wire::OptimizerKind::ADAM;
+  if (name == "ftrl") return wire::OptimizerKind::FTRL;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown optimizer '", name, "' (expected sgd, adagrad or adam)"));
+      absl::StrCat("unknown optimizer '", name, "' (expected sgd, adagrad, adam or ftrl)"));
 }
 
 }  // namespace syncline

@@ -39,8 +39,56 @@ TEST(OptimizerTest, AdamFirstStepMovesByTheLearningRate) {
   EXPECT_NEAR(w[1], 1.01f, 1e-6);
 }
 
+// FTRL-Proximal in double precision, straight from its definition.
+struct FtrlReference {
+  double alpha, beta, l1, l2, z = 0, n = 0, w = 0;
+  void Step(double g) {
+    const double sigma = (std::sqrt(n + g * g) - std::sqrt(n)) / alpha;
+    z += g - sigma * w;
+    n += g * g;
+    w = std::abs(z) <= l1 ? 0.0
+                          : -(z - std::copysign(l1, z)) / ((beta + std::sqrt(n)) / alpha + l2);
+  }
+};
+
+TEST(OptimizerTest, FtrlMatchesItsDefinitionOnAQuadratic) {
+  OptimizerConfig c;
+  c.kind = wire::OptimizerKind::FTRL;
+  c.learning_rate = 0.5f;
+  c.ftrl_beta = 1.0f;
+  c.l1 = 0.01f;
+  c.l2 = 0.1f;
+  ASSERT_EQ(StateFloatsPerWeight(c.kind), 2);
+  FtrlReference ref{0.5, 1.0, 0.01, 0.1};
+  std::vector<float> w = {0}, state = {0, 0};
+  for (int step = 1; step <= 200; ++step) {
+    // f(w) = (w - 3)^2 / 2, gradient w - 3, given as a sum over 4 examples.
+    const float g_sum = 4 * (w[0] - 3);
+    ref.Step(ref.w - 3);
+    ApplyUpdate(c, w.data(), state.data(), &g_sum, 0.25f, 1, step);
+    ASSERT_NEAR(w[0], ref.w, 1e-4) << "step " << step;
+  }
+  // The minimiser of the regularised objective is a little below 3.
+  EXPECT_GT(w[0], 2.5f);
+  EXPECT_LT(w[0], 3.0f);
+}
+
+TEST(OptimizerTest, FtrlL1KeepsWeakWeightsExactlyZero) {
+  OptimizerConfig c;
+  c.kind = wire::OptimizerKind::FTRL;
+  c.learning_rate = 0.1f;
+  c.l1 = 1.0f;
+  std::vector<float> w = {0, 0}, state(4, 0.0f), g = {0.2f, 5.0f};
+  for (int step = 1; step <= 3; ++step) {
+    ApplyUpdate(c, w.data(), state.data(), g.data(), 1.0f, 2, step);
+  }
+  EXPECT_EQ(w[0], 0.0f);  // |z| = 0.6 stays inside the L1 ball
+  EXPECT_LT(w[1], 0.0f);
+}
+
 TEST(OptimizerTest, ParsesNames) {
   EXPECT_EQ(*ParseOptimizer("adam"), wire::OptimizerKind::ADAM);
+  EXPECT_EQ(*ParseOptimizer("ftrl"), wire::OptimizerKind::FTRL);
   EXPECT_FALSE(ParseOptimizer("rmsprop").ok());
 }
 

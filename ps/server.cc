@@ -1,6 +1,8 @@
 #include "ps/server.h"
 
 #include <cmath>
+#include <filesystem>
+#include <system_error>
 
 #include "absl/strings/str_format.h"
 #include "compression/codec.h"
@@ -141,7 +143,22 @@ absl::Status ParameterServer::DeclareTable(Message& message) {
     if (tables_.size() >= options_.max_tables) {
       return absl::ResourceExhaustedError("too many tables");
     }
-    auto table = ShardTable::Create(*config, options_.rank, options_.num_servers);
+    std::optional<EmbeddingStoreOptions> store;
+    if (options_.embedding && !config->dense) {
+      store = *options_.embedding;
+      store->path = absl::StrFormat("%s/table-%d", options_.embedding->path, config->id);
+      store->create_if_missing = true;
+      // The folder is this run's scratch space: rows left by an earlier run must not leak in.
+      std::error_code ec;
+      std::filesystem::remove_all(store->path, ec);
+      if (!ec) std::filesystem::create_directories(options_.embedding->path, ec);
+      if (ec) {
+        return absl::InternalError(
+            absl::StrFormat("cannot clear the embedding folder %s: %s", store->path, ec.message()));
+      }
+    }
+    auto table =
+        ShardTable::Create(*config, options_.rank, options_.num_servers, store ? &*store : nullptr);
     if (!table.ok()) return table.status();
     tables_.emplace(config->id, std::move(*table));
   }
@@ -363,6 +380,29 @@ absl::Status ParameterServer::AdvanceClock(int worker, int64_t clock, float weig
   return OnMinClockChanged();
 }
 
+ParameterServer::EmbeddingTotals ParameterServer::embedding_totals() const {
+  EmbeddingTotals t;
+  for (const auto& [id, table] : tables_) {
+    const EmbeddingStore* store = table->store();
+    if (store == nullptr) continue;
+    ++t.tables;
+    const EmbeddingStoreStats s = store->stats();
+    t.stats.rows_in_memory += s.rows_in_memory;
+    t.stats.rows_on_disk += s.rows_on_disk;
+    t.stats.admitted += s.admitted;
+    t.stats.rejected += s.rejected;
+    t.stats.dropped_updates += s.dropped_updates;
+    t.stats.expired += s.expired;
+    t.stats.memory_hits += s.memory_hits;
+    t.stats.disk_hits += s.disk_hits;
+    t.stats.evictions += s.evictions;
+    t.stats.disk_writes += s.disk_writes;
+    t.stats.memory_bytes += s.memory_bytes;
+    t.budget_bytes += store->options().max_memory_bytes;
+  }
+  return t;
+}
+
 void ParameterServer::RemoveWorker(int worker) {
   if (worker < 0 || worker >= clocks_.num_workers() || !clocks_.active(worker)) return;
   (void)clocks_.Finish(worker);
@@ -383,6 +423,15 @@ absl::Status ParameterServer::OnMinClockChanged() {
     }
   }
   clock_weight_.erase(clock_weight_.begin(), clock_weight_.lower_bound(min_clock));
+  // One store step per clock every worker finished (at most a bounded catch-up per call: the
+  // min clock only moves by the clocks workers report).
+  if (min_clock != kAllFinished) {
+    for (; stepped_clock_ < min_clock; ++stepped_clock_) {
+      for (auto& [id, table] : tables_) {
+        if (auto s = table->AdvanceStep(); !s.ok() && result.ok()) result = s;
+      }
+    }
+  }
   while (!parked_.empty() && (min_clock == kAllFinished || parked_.begin()->first <= min_clock)) {
     auto node = parked_.extract(parked_.begin());
     ParkedPull& p = node.mapped();

@@ -21,6 +21,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,10 @@ struct ServerOptions {
   size_t max_tables = 1024;
   // Deadline for sending one reply.
   absl::Duration send_timeout = absl::Seconds(10);
+  // Sparse tables keep their rows in an EmbeddingStore (memory tier over RocksDB) when set:
+  // table T's store lives in `embedding->path`/table-T and starts empty (a checkpoint, not
+  // this folder, is what survives a restart). Unset: sparse rows stay in memory.
+  std::optional<EmbeddingStoreOptions> embedding;
 };
 
 struct ServerStats {
@@ -69,6 +74,13 @@ class ParameterServer {
   void RemoveWorker(int worker);
 
   const ServerStats& stats() const { return stats_; }
+  // The statistics of the embedding stores, summed over tables; tables counts them.
+  struct EmbeddingTotals {
+    uint32_t tables = 0;
+    EmbeddingStoreStats stats;
+    uint64_t budget_bytes = 0;  // memory budget in bytes over all stores (0: rows only)
+  };
+  EmbeddingTotals embedding_totals() const;
   const ClockTable& clocks() const { return clocks_; }
   size_t parked_pulls() const { return parked_.size(); }
 
@@ -104,6 +116,8 @@ class ParameterServer {
   absl::flat_hash_map<uint32_t, std::unique_ptr<ShardTable>> tables_;
   // Examples each clock covered, summed over workers (BSP scaling).
   std::map<int64_t, double> clock_weight_;
+  // The min clock the tables' stores have been stepped to.
+  int64_t stepped_clock_ = 0;
   // Parked pulls keyed by the min clock they need, so release is in clock order.
   std::multimap<int64_t, ParkedPull> parked_;
   ServerStats stats_;

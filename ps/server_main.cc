@@ -9,6 +9,7 @@
 #include "core/control_client.h"
 #include "core/log.h"
 #include "core/zmq_transport.h"
+#include "embeddings/memory_budget.h"
 #include "ps/server.h"
 
 namespace syncline {
@@ -42,8 +43,41 @@ int Main(int argc, char** argv) {
                  "seconds to wait for every node of the job to register")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  std::string embedding_dir;
+  std::string embedding_memory = "1000000rows";
+  uint32_t admit_after = 0;
+  int64_t expire_steps = 0;
+  app.add_option("--embedding-dir", embedding_dir,
+                 "keep sparse (embedding) tables in a memory tier over RocksDB in this folder "
+                 "(scratch space, cleared per table); empty: sparse rows stay in memory");
+  app.add_option("--embedding-memory", embedding_memory,
+                 "memory tier budget per table: bytes (2GiB, 512MiB) or rows (1000000rows); "
+                 "least recently used rows move to RocksDB beyond it")
+      ->capture_default_str();
+  app.add_option("--embedding-admit-after", admit_after,
+                 "create an embedding row only when its id was seen this many times "
+                 "(count-min sketch); 0 or 1: at first sight")
+      ->capture_default_str();
+  app.add_option("--embedding-expire-steps", expire_steps,
+                 "delete embedding rows not touched for this many clocks; 0: never")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   if (auto exit_code = ParseCommandLine(app, argc, argv, "syncline-ps")) return *exit_code;
   SetLogTag("ps" + std::to_string(rank));
+  std::optional<EmbeddingStoreOptions> embedding;
+  if (!embedding_dir.empty()) {
+    auto budget = ParseMemoryBudget(embedding_memory);
+    if (!budget.ok()) {
+      std::cerr << "syncline-ps: --embedding-memory: " << budget.status().message() << "\n";
+      return 2;
+    }
+    embedding.emplace();
+    embedding->path = embedding_dir;
+    embedding->max_memory_rows = budget->rows;
+    embedding->max_memory_bytes = budget->bytes;
+    embedding->admit_after = admit_after;
+    embedding->expire_after_steps = expire_steps;
+  }
 
   ZmqTransport transport;
   auto endpoint = transport.CreateEndpoint(DataEndpointId(wire::Role::SERVER, rank));
@@ -73,6 +107,7 @@ int Main(int argc, char** argv) {
   options.num_servers = table.num_servers;
   options.num_workers = table.num_workers;
   options.staleness = table.staleness;
+  options.embedding = embedding;
   ParameterServer server(endpoint->get(), options);
   (*control)->ReportReady();
   SYNCLINE_LOG(INFO) << "serving shard " << rank << " of " << table.num_servers << " at "
@@ -104,6 +139,24 @@ int Main(int argc, char** argv) {
   const auto& counts = server.stats().staleness.counts();
   auto hist = stats.initStalenessHistogram(counts.size());
   for (size_t i = 0; i < counts.size(); ++i) hist.set(i, counts[i]);
+  if (const auto totals = server.embedding_totals(); totals.tables > 0) {
+    auto e = stats.initEmbedding();
+    e.setTables(totals.tables);
+    e.setRowsInMemory(totals.stats.rows_in_memory);
+    e.setRowsOnDisk(totals.stats.rows_on_disk);
+    e.setAdmitted(totals.stats.admitted);
+    e.setRejected(totals.stats.rejected);
+    e.setExpired(totals.stats.expired);
+    e.setMemoryHits(totals.stats.memory_hits);
+    e.setDiskHits(totals.stats.disk_hits);
+    e.setEvictions(totals.stats.evictions);
+    e.setMemoryBytes(totals.stats.memory_bytes);
+    e.setMemoryBudgetBytes(totals.budget_bytes);
+    SYNCLINE_LOG(INFO) << "embedding tables: " << totals.stats.rows_in_memory << " rows in memory, "
+                       << totals.stats.rows_on_disk << " on disk, " << totals.stats.admitted
+                       << " admitted, " << totals.stats.expired << " expired, "
+                       << totals.stats.evictions << " evictions";
+  }
   (*control)->Send(b.Finish());
   (void)(*control)->Flush(absl::Now() + absl::Seconds(5));
   SYNCLINE_LOG(INFO) << "shut down after " << server.stats().requests << " requests ("

@@ -8,13 +8,27 @@
 
 namespace syncline {
 
-absl::StatusOr<std::unique_ptr<ShardTable>> ShardTable::Create(const TableConfig& config, int shard,
-                                                               int num_shards) {
+absl::StatusOr<std::unique_ptr<ShardTable>> ShardTable::Create(
+    const TableConfig& config, int shard, int num_shards,
+    const EmbeddingStoreOptions* store_options) {
   if (num_shards < 1 || shard < 0 || shard >= num_shards) {
     return absl::InvalidArgumentError("bad shard index");
   }
-  return std::unique_ptr<ShardTable>(new ShardTable(config, shard, num_shards));
+  std::unique_ptr<ShardTable> table(new ShardTable(config, shard, num_shards));
+  if (store_options != nullptr && !config.dense) {
+    auto store = EmbeddingStore::Open(config, *store_options);
+    if (!store.ok()) return store.status();
+    table->store_ = std::move(*store);
+  }
+  return table;
 }
+
+uint64_t ShardTable::rows() const {
+  if (config_.dense) return range_.size();
+  return store_ ? store_->stats().rows_in_memory : sparse_rows_.size();
+}
+
+absl::Status ShardTable::AdvanceStep() { return store_ ? store_->AdvanceStep() : absl::OkStatus(); }
 
 ShardTable::ShardTable(const TableConfig& config, int shard, int num_shards)
     : config_(config),
@@ -93,6 +107,7 @@ absl::StatusOr<uint32_t> ShardTable::RowOf(uint64_t key) {
 }
 
 absl::Status ShardTable::Read(std::span<const uint64_t> keys, float* out) {
+  if (store_) return store_->Read(keys, out);
   const uint32_t dim = config_.dim;
   for (size_t i = 0; i < keys.size(); ++i) {
     auto row = RowOf(keys[i]);
@@ -109,6 +124,7 @@ void ShardTable::ReadRange(KeyRange r, float* out) const {
 }
 
 absl::Status ShardTable::Apply(std::span<const uint64_t> keys, const float* grad_sum, float scale) {
+  if (store_) return store_->Apply(keys, grad_sum, scale);
   const uint32_t dim = config_.dim;
   // A dense shard counts one step per update, however many of its rows the update touches.
   const int64_t dense_step = config_.dense ? ++steps_[0] : 0;

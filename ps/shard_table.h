@@ -24,18 +24,27 @@
 #include "absl/status/statusor.h"
 #include "core/sharding.h"
 #include "core/table_config.h"
+#include "embeddings/embedding_store.h"
 
 namespace syncline {
 
 class ShardTable {
  public:
-  static absl::StatusOr<std::unique_ptr<ShardTable>> Create(const TableConfig& config, int shard,
-                                                            int num_shards);
+  // With `store_options` (sparse tables only; ignored for dense ones) the rows live in an
+  // EmbeddingStore opened at store_options->path; errors name that path.
+  static absl::StatusOr<std::unique_ptr<ShardTable>> Create(
+      const TableConfig& config, int shard, int num_shards,
+      const EmbeddingStoreOptions* store_options = nullptr);
 
   const TableConfig& config() const { return config_; }
   // Dense: the key range this shard owns.
   KeyRange range() const { return range_; }
-  uint64_t rows() const { return config_.dense ? range_.size() : sparse_rows_.size(); }
+  // Rows held in memory.
+  uint64_t rows() const;
+  // The embedding store of a sparse table kept in one; null otherwise.
+  EmbeddingStore* store() const { return store_.get(); }
+  // Ends one clock: the store's expiry and sketch ageing. A no-op without a store.
+  absl::Status AdvanceStep();
 
   // Validation of untrusted requests.
   absl::Status CheckKeys(std::span<const uint64_t> keys) const;
@@ -92,6 +101,7 @@ class ShardTable {
   std::vector<int64_t> steps_;  // sparse: per row; dense: one for the shard
   absl::flat_hash_map<uint64_t, uint32_t> sparse_rows_;
   std::map<int64_t, Aggregate> aggregates_;
+  std::unique_ptr<EmbeddingStore> store_;
 };
 
 }  // namespace syncline
