@@ -1,5 +1,6 @@
 #include "ps/server.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <system_error>
@@ -27,6 +28,73 @@ ParameterServer::ParameterServer(Endpoint* endpoint, ServerOptions options)
   for (int w = 0; w < options.num_workers; ++w) {
     worker_ids_.push_back(DataEndpointId(wire::Role::WORKER, w));
   }
+  if (options_.checkpoint_every > 0) {
+    checkpoint_writer_ = std::make_unique<CheckpointWriter>(options_.on_checkpoint);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<ShardTable>> ParameterServer::MakeTable(
+    const TableConfig& config, const std::string& restore_from) {
+  std::optional<EmbeddingStoreOptions> store;
+  if (options_.embedding && !config.dense) {
+    store = *options_.embedding;
+    store->path = absl::StrFormat("%s/table-%d", options_.embedding->path, config.id);
+    store->create_if_missing = true;
+    // The folder is this run's scratch space: rows left by an earlier run must not leak in.
+    std::error_code ec;
+    std::filesystem::remove_all(store->path, ec);
+    if (!ec) std::filesystem::create_directories(options_.embedding->path, ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrFormat("cannot clear the embedding folder %s: %s", store->path, ec.message()));
+    }
+    // An empty snapshot file is not an SST file; there is nothing to ingest from it.
+    if (!restore_from.empty() &&
+        std::filesystem::file_size(restore_from, ec) != kEmptySnapshotContents.size()) {
+      store->restore_from = restore_from;
+    }
+  }
+  return ShardTable::Create(config, options_.rank, options_.num_servers, store ? &*store : nullptr);
+}
+
+absl::Status ParameterServer::Restore(const std::string& checkpoint_dir) {
+  if (!tables_.empty()) return absl::FailedPreconditionError("restore before serving");
+  auto shard = ReadShardCheckpoint(checkpoint_dir, options_.rank,
+                                   [this](const TableConfig& config, const std::string& file) {
+                                     return MakeTable(config, file);
+                                   });
+  if (!shard.ok()) return shard.status();
+  for (auto& table : shard->tables) {
+    const uint32_t id = table->config().id;
+    tables_.emplace(id, std::move(table));
+  }
+  for (int w = 0; w < options_.num_workers; ++w) {
+    if (auto s = clocks_.Advance(w, shard->clock); !s.ok()) return s;
+  }
+  stepped_clock_ = shard->clock;
+  last_checkpoint_clock_ = shard->clock;
+  SYNCLINE_LOG(INFO) << "restored " << tables_.size() << " tables at clock " << shard->clock
+                     << " from " << checkpoint_dir;
+  return absl::OkStatus();
+}
+
+void ParameterServer::StartCheckpoint(int64_t clock) {
+  const absl::Time start = absl::Now();
+  ShardCapture capture;
+  capture.clock = clock;
+  std::vector<uint32_t> ids;
+  for (const auto& [id, table] : tables_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (uint32_t id : ids) capture.tables.push_back(tables_[id]->Capture());
+  checkpoint_writer_->Write(CheckpointDir(options_.checkpoint_root, clock), options_.rank,
+                            std::move(capture));
+  last_checkpoint_clock_ = clock;
+  ++stats_.checkpoints;
+  stats_.checkpoint_pause += absl::Now() - start;
+}
+
+void ParameterServer::WaitForCheckpoints() {
+  if (checkpoint_writer_) checkpoint_writer_->WaitIdle();
 }
 
 absl::Status ParameterServer::ServeUntil(absl::Time deadline) {
@@ -143,22 +211,7 @@ absl::Status ParameterServer::DeclareTable(Message& message) {
     if (tables_.size() >= options_.max_tables) {
       return absl::ResourceExhaustedError("too many tables");
     }
-    std::optional<EmbeddingStoreOptions> store;
-    if (options_.embedding && !config->dense) {
-      store = *options_.embedding;
-      store->path = absl::StrFormat("%s/table-%d", options_.embedding->path, config->id);
-      store->create_if_missing = true;
-      // The folder is this run's scratch space: rows left by an earlier run must not leak in.
-      std::error_code ec;
-      std::filesystem::remove_all(store->path, ec);
-      if (!ec) std::filesystem::create_directories(options_.embedding->path, ec);
-      if (ec) {
-        return absl::InternalError(
-            absl::StrFormat("cannot clear the embedding folder %s: %s", store->path, ec.message()));
-      }
-    }
-    auto table =
-        ShardTable::Create(*config, options_.rank, options_.num_servers, store ? &*store : nullptr);
+    auto table = MakeTable(*config, "");
     if (!table.ok()) return table.status();
     tables_.emplace(config->id, std::move(*table));
   }
@@ -430,6 +483,10 @@ absl::Status ParameterServer::OnMinClockChanged() {
       for (auto& [id, table] : tables_) {
         if (auto s = table->AdvanceStep(); !s.ok() && result.ok()) result = s;
       }
+    }
+    if (checkpoint_writer_ && min_clock > last_checkpoint_clock_ &&
+        min_clock % options_.checkpoint_every == 0) {
+      StartCheckpoint(min_clock);
     }
   }
   while (!parked_.empty() && (min_clock == kAllFinished || parked_.begin()->first <= min_clock)) {

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -30,6 +31,7 @@
 #include "absl/time/time.h"
 #include "consistency/clock_table.h"
 #include "core/transport.h"
+#include "ps/server_checkpoint.h"
 #include "ps/shard_table.h"
 
 namespace syncline {
@@ -49,12 +51,22 @@ struct ServerOptions {
   // table T's store lives in `embedding->path`/table-T and starts empty (a checkpoint, not
   // this folder, is what survives a restart). Unset: sparse rows stay in memory.
   std::optional<EmbeddingStoreOptions> embedding;
+  // Checkpoints: when every worker has finished a multiple of `checkpoint_every` clocks (0:
+  // never), the shard is captured and written in the background into
+  // CheckpointDir(checkpoint_root, clock); `on_checkpoint` is then called on the writer's
+  // thread. Under BSP the capture holds exactly the updates of the clocks before it; under
+  // SSP/ASP it may also hold faster workers' updates of up to `staleness` later clocks.
+  std::string checkpoint_root;
+  int64_t checkpoint_every = 0;
+  std::function<void(int64_t clock, const absl::Status&)> on_checkpoint;
 };
 
 struct ServerStats {
   uint64_t requests = 0;
   uint64_t rejected = 0;
   uint64_t parked = 0;
+  uint64_t checkpoints = 0;         // captures started
+  absl::Duration checkpoint_pause;  // time the server spent capturing and waiting for writes
   StalenessHistogram staleness;
 };
 
@@ -72,6 +84,12 @@ class ParameterServer {
 
   // A worker is gone: it leaves the clock set and stops holding others back.
   void RemoveWorker(int worker);
+
+  // Restores this shard from a validated checkpoint folder before serving: its tables (which
+  // workers then declare again with the same specs) and every worker's clock.
+  absl::Status Restore(const std::string& checkpoint_dir);
+  // Waits until the checkpoint being written (if any) is on disk.
+  void WaitForCheckpoints();
 
   const ServerStats& stats() const { return stats_; }
   // The statistics of the embedding stores, summed over tables; tables counts them.
@@ -104,6 +122,9 @@ class ParameterServer {
   absl::Status AdvanceClock(int worker, int64_t clock, float weight);
   absl::Status OnMinClockChanged();
   absl::StatusOr<ShardTable*> FindTable(uint32_t id);
+  absl::StatusOr<std::unique_ptr<ShardTable>> MakeTable(const TableConfig& config,
+                                                        const std::string& restore_from);
+  void StartCheckpoint(int64_t clock);
   void Reply(const std::string& peer, Message reply);
   void ReplyError(const std::string& peer, const wire::Header::Reader& request,
                   const absl::Status& status);
@@ -121,6 +142,9 @@ class ParameterServer {
   // Parked pulls keyed by the min clock they need, so release is in clock order.
   std::multimap<int64_t, ParkedPull> parked_;
   ServerStats stats_;
+  int64_t last_checkpoint_clock_ = 0;
+  // Declared after the tables: destroyed first, so stores outlive the snapshots being written.
+  std::unique_ptr<CheckpointWriter> checkpoint_writer_;
 };
 
 }  // namespace syncline

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "embeddings/row_codec.h"
 #include "ps/optimizer.h"
 
 namespace syncline {
@@ -26,6 +27,89 @@ absl::StatusOr<std::unique_ptr<ShardTable>> ShardTable::Create(
 uint64_t ShardTable::rows() const {
   if (config_.dense) return range_.size();
   return store_ ? store_->stats().rows_in_memory : sparse_rows_.size();
+}
+
+std::unique_ptr<TableSnapshot> ShardTable::Capture() const {
+  auto snap = std::make_unique<TableSnapshot>();
+  snap->config = config_;
+  if (config_.dense) {
+    snap->weights = weights_;
+    snap->state = state_;
+    snap->step = steps_[0];
+    return snap;
+  }
+  if (store_) {
+    snap->store = store_->Capture();
+    return snap;
+  }
+  std::vector<std::pair<uint64_t, uint32_t>> rows(sparse_rows_.begin(), sparse_rows_.end());
+  std::sort(rows.begin(), rows.end());
+  const RowShape shape{config_.dim, static_cast<uint32_t>(state_floats_)};
+  const size_t value_size = shape.value_size();
+  snap->row_ids.reserve(rows.size());
+  snap->row_values.resize(rows.size() * value_size);
+  std::vector<float> floats(shape.floats());
+  std::string value;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const size_t r = rows[i].second;
+    std::memcpy(floats.data(), weights_.data() + r * config_.dim, config_.dim * sizeof(float));
+    std::memcpy(floats.data() + config_.dim, state_.data() + r * config_.dim * state_floats_,
+                static_cast<size_t>(config_.dim) * state_floats_ * sizeof(float));
+    EncodeRowValue(shape, steps_[r], 0, floats.data(), &value);
+    std::memcpy(snap->row_values.data() + i * value_size, value.data(), value_size);
+    snap->row_ids.push_back(rows[i].first);
+  }
+  return snap;
+}
+
+absl::Status TableSnapshot::ForEachSparseEntry(
+    absl::FunctionRef<absl::Status(std::string_view key, std::string_view value)> put) const {
+  if (store) return store->ForEachEntry(put);
+  const RowShape shape{config.dim,
+                       static_cast<uint32_t>(StateFloatsPerWeight(config.optimizer.kind))};
+  const size_t value_size = shape.value_size();
+  char key[kRowKeySize];
+  for (size_t i = 0; i < row_ids.size(); ++i) {
+    EncodeRowKey(config.id, row_ids[i], key);
+    if (auto s = put(std::string_view(key, kRowKeySize),
+                     std::string_view(row_values.data() + i * value_size, value_size));
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardTable::LoadDense(std::span<const float> weights, std::span<const float> state,
+                                   int64_t step) {
+  if (!config_.dense || weights.size() != weights_.size() || state.size() != state_.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "table %d: the checkpoint holds %d weights and %d state floats, this shard %d and %d",
+        config_.id, weights.size(), state.size(), weights_.size(), state_.size()));
+  }
+  std::copy(weights.begin(), weights.end(), weights_.begin());
+  std::copy(state.begin(), state.end(), state_.begin());
+  steps_[0] = step;
+  return absl::OkStatus();
+}
+
+absl::Status ShardTable::LoadRow(uint64_t id, std::string_view value) {
+  const RowShape shape{config_.dim, static_cast<uint32_t>(state_floats_)};
+  std::vector<float> floats(shape.floats());
+  int64_t step = 0, last_touch = 0;
+  if (auto s =
+          DecodeRowValue(shape, id, value.data(), value.size(), &step, &last_touch, floats.data());
+      !s.ok()) {
+    return s;
+  }
+  auto row = RowOf(id);
+  if (!row.ok()) return row.status();
+  const size_t r = *row;
+  std::memcpy(weights_.data() + r * config_.dim, floats.data(), config_.dim * sizeof(float));
+  std::memcpy(state_.data() + r * config_.dim * state_floats_, floats.data() + config_.dim,
+              static_cast<size_t>(config_.dim) * state_floats_ * sizeof(float));
+  steps_[r] = step;
+  return absl::OkStatus();
 }
 
 absl::Status ShardTable::AdvanceStep() { return store_ ? store_->AdvanceStep() : absl::OkStatus(); }

@@ -17,9 +17,12 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/sharding.h"
@@ -27,6 +30,26 @@
 #include "embeddings/embedding_store.h"
 
 namespace syncline {
+
+// A point-in-time copy of one shard of a table, for a checkpoint (ShardTable::Capture).
+struct TableSnapshot {
+  TableConfig config;
+  // Dense: the shard's weights, optimizer state and update count.
+  std::vector<float> weights;
+  std::vector<float> state;
+  int64_t step = 0;
+  // Sparse rows kept in memory, ascending by id, each encoded as the embedding store encodes
+  // rows (embeddings/row_codec.h), so both kinds of sparse table write the same file.
+  std::vector<uint64_t> row_ids;
+  std::string row_values;
+  // Sparse rows kept in an embedding store.
+  std::unique_ptr<EmbeddingSnapshot> store;
+
+  // Sparse tables: calls put(key, value) for every entry of the table's snapshot file, in
+  // ascending key order (the store's RocksDB format).
+  absl::Status ForEachSparseEntry(
+      absl::FunctionRef<absl::Status(std::string_view key, std::string_view value)> put) const;
+};
 
 class ShardTable {
  public:
@@ -45,6 +68,16 @@ class ShardTable {
   EmbeddingStore* store() const { return store_.get(); }
   // Ends one clock: the store's expiry and sketch ageing. A no-op without a store.
   absl::Status AdvanceStep();
+
+  // Checkpoints. Capture copies the table's state (for a store: its changed memory rows and a
+  // RocksDB snapshot); the copy may be written from another thread.
+  std::unique_ptr<TableSnapshot> Capture() const;
+  // Restore of a dense shard from Capture's weights, state and step; InvalidArgument when the
+  // sizes do not match this shard.
+  absl::Status LoadDense(std::span<const float> weights, std::span<const float> state,
+                         int64_t step);
+  // Restore of one sparse row kept in memory from its encoded value (DataLoss when damaged).
+  absl::Status LoadRow(uint64_t id, std::string_view value);
 
   // Validation of untrusted requests.
   absl::Status CheckKeys(std::span<const uint64_t> keys) const;
