@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -45,7 +46,7 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 29> kFields = {{
+const std::array<Field, 31> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes"},
     {"workers", &JobConfig::workers, "Number of worker processes"},
     {"sync", &JobConfig::sync,
@@ -53,11 +54,14 @@ const std::array<Field, 29> kFields = {{
      "serverless gossip:ring|exp|random (D-PSGD; :async for push-sum)"},
     {"compress", &JobConfig::compress,
      "Gradient compression with error feedback: none, topk:R, sign1[:CHUNK] or fp16"},
-    {"model", &JobConfig::model, "Model: logreg or softmax"},
+    {"model", &JobConfig::model, "Model: logreg, softmax or ctr (DLRM-style; Criteo data)"},
     {"classes", &JobConfig::classes, "Number of classes (more than 2 needs --model softmax)"},
+    {"embedding-dim", &JobConfig::embedding_dim, "ctr: floats per categorical embedding"},
+    {"hidden", &JobConfig::hidden, "ctr: hidden units of the top MLP"},
     {"train", &JobConfig::train, "Training data file; empty: synthetic data generated into --out"},
     {"test", &JobConfig::test, "Test data file (needs --train)"},
-    {"format", &JobConfig::format, "Data file format: auto, libsvm or csv"},
+    {"format", &JobConfig::format,
+     "Data file format: auto (.csv is CSV, .tsv Criteo), libsvm, csv or criteo (streamed)"},
     {"index-base", &JobConfig::index_base, "First libsvm feature index: auto, 0 or 1"},
     {"epochs", &JobConfig::epochs, "Passes over the training data"},
     {"batch-size", &JobConfig::batch_size, "Examples per worker step"},
@@ -231,6 +235,11 @@ absl::Status CheckAtLeast(absl::string_view flag, int value, int min) {
   return Invalid(flag, absl::StrCat(value), absl::StrCat("must be >= ", min));
 }
 
+absl::Status CheckInRange(absl::string_view flag, int value, int min, int max) {
+  if (value >= min && value <= max) return absl::OkStatus();
+  return Invalid(flag, absl::StrCat(value), absl::StrCat("must be in [", min, ", ", max, "]"));
+}
+
 absl::Status CheckPositive(absl::string_view flag, double value) {
   if (value > 0 && std::isfinite(value)) return absl::OkStatus();
   return Invalid(flag, absl::StrCat(value), "must be a positive number");
@@ -259,6 +268,29 @@ absl::Status CheckSync(const std::string& sync) {
                  "gossip:ring|exp|random[:async]");
 }
 
+// Criteo data (and so the ctr model) has unbounded 64-bit hashed ids: no dense rows, no gossip.
+absl::Status CheckCriteo(const JobConfig& c) {
+  if (!UsesCriteoData(c)) {
+    if (c.model == "ctr") {
+      return Invalid("model", "ctr", "needs Criteo data: --format criteo, or a .tsv --train file");
+    }
+    return absl::OkStatus();
+  }
+  if (c.classes != 2) {
+    return Invalid("classes", absl::StrCat(c.classes), "Criteo data is binary (needs 2)");
+  }
+  if (c.model == "softmax") return Invalid("model", "softmax", "Criteo data is binary");
+  if (c.compress != "none") {
+    return Invalid("compress", c.compress,
+                   "needs a bounded feature count; Criteo ids are 64-bit hashes");
+  }
+  if (c.sync.starts_with("gossip")) {
+    return Invalid("sync", c.sync,
+                   "gossip peers need a bounded feature count; Criteo ids are 64-bit hashes");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckReadableFile(absl::string_view flag, const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0 || access(path.c_str(), R_OK) != 0) {
@@ -269,6 +301,13 @@ absl::Status CheckReadableFile(absl::string_view flag, const std::string& path) 
 }
 
 }  // namespace
+
+bool UsesCriteoData(const JobConfig& c) {
+  if (c.format == "criteo") return true;
+  if (c.format != "auto") return false;
+  // Without --train the launcher generates Criteo data for the ctr model.
+  return c.train.empty() ? c.model == "ctr" : absl::EndsWithIgnoreCase(c.train, ".tsv");
+}
 
 absl::Status AddJobFlags(CLI::App& app, JobConfig* config) {
   try {
@@ -340,9 +379,11 @@ absl::Status Validate(const JobConfig& c) {
            CheckAtLeast("servers", c.servers, 1),
            CheckAtLeast("workers", c.workers, 1),
            CheckSync(c.sync),
-           CheckOneOf("model", c.model, {"logreg", "softmax"}),
+           CheckOneOf("model", c.model, {"logreg", "softmax", "ctr"}),
            CheckAtLeast("classes", c.classes, 2),
-           CheckOneOf("format", c.format, {"auto", "libsvm", "csv"}),
+           CheckOneOf("format", c.format, {"auto", "libsvm", "csv", "criteo"}),
+           CheckInRange("embedding-dim", c.embedding_dim, 1, 256),
+           CheckInRange("hidden", c.hidden, 1, 4096),
            CheckOneOf("index-base", c.index_base, {"auto", "0", "1"}),
            CheckAtLeast("epochs", c.epochs, 1),
            CheckAtLeast("batch-size", c.batch_size, 1),
@@ -359,6 +400,7 @@ absl::Status Validate(const JobConfig& c) {
        }) {
     if (!status.ok()) return status;
   }
+  if (absl::Status status = CheckCriteo(c); !status.ok()) return status;
   if (c.model == "logreg" && c.classes != 2) {
     return Invalid("classes", absl::StrCat(c.classes), "needs --model softmax (logreg is binary)");
   }

@@ -31,17 +31,22 @@ struct JobConfig {
   // "topk:R" (the fraction R of largest entries), "sign1" (1 bit per entry and a scale per
   // chunk; "sign1:CHUNK"), "fp16". Anything but none keeps the rows in a dense table.
   std::string compress = "none";
-  // [--model] "logreg" (binary logistic regression) or "softmax". Default "logreg".
+  // [--model] "logreg" (binary logistic regression), "softmax" or "ctr" (DLRM-style click model;
+  // Criteo data only). Default "logreg".
   std::string model = "logreg";
   // [--classes] Number of classes; only softmax may have more than 2. Default 2.
   int classes = 2;
+  // [--embedding-dim] ctr: floats per categorical embedding, in [1, 256]. Default 8.
+  int embedding_dim = 8;
+  // [--hidden] ctr: hidden units of the top MLP, in [1, 4096]. Default 64.
+  int hidden = 64;
   // [--train] Training data file. Empty: the launcher generates synthetic data into `out`.
   std::string train;
   // [--test] Test data file, evaluated once training is done. Empty: none (synthetic data brings
   // its own). Requires `train`.
   std::string test;
-  // [--format] Data file format: "auto" (from the extension and content), "libsvm" or "csv".
-  // Default "auto".
+  // [--format] Data file format: "auto" (from the extension and content: .csv is CSV, .tsv
+  // Criteo), "libsvm", "csv" or "criteo" (streamed from disk). Default "auto".
   std::string format = "auto";
   // [--index-base] Whether libsvm feature indices start at "0" or "1"; "auto" guesses from the
   // data. Default "auto".
@@ -111,6 +116,10 @@ enum class CommandLineAction {
 // user; the launcher prints it and exits 2. Does not call Validate().
 absl::StatusOr<CommandLineAction> ParseJobCommandLine(int argc, const char* const* argv,
                                                       CLI::App& app, JobConfig* config);
+
+// Whether the job reads Criteo data: --format criteo, a .tsv --train file with --format auto,
+// or (no --train) the synthetic data the launcher generates for --model ctr.
+bool UsesCriteoData(const JobConfig& config);
 
 // Checks every value (ranges, names, the sync grammar, that given data files are readable).
 // The InvalidArgument error names the flag and the bad value.

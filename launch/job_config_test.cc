@@ -345,7 +345,32 @@ INSTANTIATE_TEST_SUITE_P(
                      "--sync='ssp:x': must be bsp, asp, ssp:S with an integer staleness S >= 0, or "
                      "gossip:ring|exp|random[:async]"},
         ValidateCase{"model", [](JobConfig& c) { c.model = "mlp"; },
-                     "--model='mlp': must be one of logreg, softmax"},
+                     "--model='mlp': must be one of logreg, softmax, ctr"},
+        ValidateCase{"ctr_needs_criteo",
+                     [](JobConfig& c) {
+                       c.model = "ctr";
+                       c.format = "libsvm";
+                     },
+                     "--model=ctr: needs Criteo data: --format criteo, or a .tsv --train file"},
+        ValidateCase{"embedding_dim", [](JobConfig& c) { c.embedding_dim = 0; },
+                     "--embedding-dim=0: must be in [1, 256]"},
+        ValidateCase{"hidden", [](JobConfig& c) { c.hidden = 5000; },
+                     "--hidden=5000: must be in [1, 4096]"},
+        ValidateCase{"criteo_compress",
+                     [](JobConfig& c) {
+                       c.format = "criteo";
+                       c.compress = "fp16";
+                     },
+                     "--compress=fp16: needs a bounded feature count; Criteo ids are 64-bit "
+                     "hashes"},
+        ValidateCase{"criteo_gossip",
+                     [](JobConfig& c) {
+                       c.model = "ctr";
+                       c.sync = "gossip:ring";
+                     },
+                     "--sync=gossip:ring: gossip peers need a bounded feature count; Criteo ids "
+                     "are 64-bit hashes"},
+
         ValidateCase{"classes",
                      [](JobConfig& c) {
                        c.model = "softmax";
@@ -355,7 +380,7 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"classes_logreg", [](JobConfig& c) { c.classes = 10; },
                      "--classes=10: needs --model softmax (logreg is binary)"},
         ValidateCase{"format", [](JobConfig& c) { c.format = "json"; },
-                     "--format='json': must be one of auto, libsvm, csv"},
+                     "--format='json': must be one of auto, libsvm, csv, criteo"},
         ValidateCase{"index_base", [](JobConfig& c) { c.index_base = "2"; },
                      "--index-base='2': must be one of auto, 0, 1"},
         ValidateCase{"epochs", [](JobConfig& c) { c.epochs = 0; }, "--epochs=0: must be >= 1"},
@@ -409,6 +434,33 @@ TEST(JobConfigTest, ValidateAcceptsTheSyncForms) {
     config.sync = sync;
     EXPECT_TRUE(Validate(config).ok()) << sync;
   }
+}
+
+TEST(JobConfigTest, CtrOptionsComeFromFlagsAndTheJobFile) {
+  const std::string path = WriteFile("ctr.toml", R"(model = "ctr"
+format = "criteo"
+embedding-dim = 16
+)");
+  JobConfig config;
+  absl::StatusOr<CommandLineAction> action = Parse({path, "--hidden", "32"}, &config);
+  ASSERT_TRUE(action.ok()) << action.status();
+  EXPECT_EQ(config.model, "ctr");
+  EXPECT_EQ(config.embedding_dim, 16);
+  EXPECT_EQ(config.hidden, 32);
+  EXPECT_TRUE(Validate(config).ok()) << Validate(config);
+}
+
+TEST(JobConfigTest, CriteoDataIsTheFormatFlagOrATsvFileOrWhatCtrGenerates) {
+  JobConfig config;
+  EXPECT_FALSE(UsesCriteoData(config));
+  config.model = "ctr";
+  EXPECT_TRUE(UsesCriteoData(config));  // No --train: the launcher generates Criteo data.
+  config.train = "day_0.TSV";
+  EXPECT_TRUE(UsesCriteoData(config));
+  config.train = "day_0.txt";
+  EXPECT_FALSE(UsesCriteoData(config));
+  config.format = "criteo";
+  EXPECT_TRUE(UsesCriteoData(config));
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "launch/job_config.h"
 #include "launch/process_group.h"
 #include "launch/run_report.h"
+#include "tools/criteo_gen.h"
 #include "tools/synthetic.h"
 
 namespace syncline {
@@ -60,11 +61,36 @@ std::string FindBinary(const std::string& name, const std::string& subdir) {
   return (dir / name).string();
 }
 
+// Criteo-format click data for the ctr model (see tools/criteo_gen.h).
+absl::Status GenerateCriteoData(JobConfig& job, const fs::path& data) {
+  CriteoGenOptions o;
+  o.rows = job.gen_rows;
+  o.test_rows = job.gen_test_rows;
+  o.seed = job.seed;
+  job.train = (data / "train.tsv").string();
+  std::ofstream train(job.train);
+  std::ofstream test;
+  if (job.gen_test_rows > 0) {
+    job.test = (data / "test.tsv").string();
+    test.open(job.test);
+  }
+  if (!train || (job.gen_test_rows > 0 && !test)) {
+    return absl::PermissionDeniedError(absl::StrFormat("cannot write data into %s", data.string()));
+  }
+  auto summary = WriteCriteoSynthetic(o, train, job.gen_test_rows > 0 ? &test : nullptr);
+  if (!summary.ok()) return summary.status();
+  std::cerr << absl::StrFormat(
+      "generated %d training and %d test examples (Criteo format, seed %d) in %s\n",
+      summary->train_rows, summary->test_rows, o.seed, data.string());
+  return absl::OkStatus();
+}
+
 absl::Status GenerateData(JobConfig& job) {
   const fs::path data = fs::path(job.out) / "data";
   std::error_code ec;
   fs::create_directories(data, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrFormat("cannot create %s", data.string()));
+  if (UsesCriteoData(job)) return GenerateCriteoData(job, data);
   SyntheticOptions o;
   o.rows = job.gen_rows;
   o.test_rows = job.gen_test_rows;
@@ -111,6 +137,10 @@ std::vector<std::string> WorkerArgs(const JobConfig& job, const std::string& coo
                                 job.model,
                                 "--classes",
                                 std::to_string(job.classes),
+                                "--embedding-dim",
+                                std::to_string(job.embedding_dim),
+                                "--hidden",
+                                std::to_string(job.hidden),
                                 "--epochs",
                                 std::to_string(job.epochs),
                                 "--batch-size",
@@ -152,7 +182,9 @@ int Main(int argc, char** argv) {
       "Without --train it generates synthetic data (see the --gen-* flags).\n\n"
       "Example:\n"
       "  syncline-launch --servers 2 --workers 2 --sync bsp --model logreg \\\n"
-      "      --train a.libsvm --test b.libsvm --epochs 3 --out runs/x\n");
+      "      --train a.libsvm --test b.libsvm --epochs 3 --out runs/x\n"
+      "  syncline-launch --model ctr --format criteo --train a.tsv --test b.tsv \\\n"
+      "      --embedding-dim 8 --hidden 64    # DLRM-style CTR model on Criteo data\n");
   JobConfig job;
   if (auto s = AddJobFlags(app, &job); !s.ok()) {
     std::cerr << "syncline-launch: " << s.message() << "\n";

@@ -1,4 +1,5 @@
-// syncline-gen: writes synthetic train/test data from a known random sparse model.
+// syncline-gen: writes synthetic train/test data from a known random sparse model, or with
+// `syncline-gen criteo ...`, Criteo-format click data from a known model with interactions.
 //
 // Exit codes: 0 success (and --help), 1 when an output cannot be written, 2 for a bad flag or
 // value.
@@ -13,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "tools/criteo_gen.h"
 #include "tools/synthetic.h"
 
 namespace syncline {
@@ -51,6 +53,81 @@ std::string Summary(const SyntheticOptions& options, const SyntheticSummary& sum
   return line;
 }
 
+// `syncline-gen criteo`: argv[0] is "criteo".
+int CriteoMain(int argc, char** argv) {
+  CriteoGenOptions options;
+  std::string out_path = "-";
+  std::string test_path;
+  CLI::App app(
+      "Writes synthetic Criteo-format click data (label, 13 integer and 26 hexadecimal\n"
+      "categorical tab-separated fields, some empty) drawn from a known random model: Zipf-\n"
+      "distributed values per field (vocabularies from 3 to 1M), a bias and a latent vector per\n"
+      "value, and labels ~ Bernoulli(sigmoid(biases + pairwise latent dot products among 12\n"
+      "fields + a dense term)). Most of the signal is in the pairwise terms, which the ctr model\n"
+      "learns and logistic regression cannot. The same flags and --seed give the same bytes.",
+      "syncline-gen criteo");
+  app.option_defaults()->always_capture_default();
+  const CLI::Validator kNotNegative(
+      [](std::string& value) {
+        return !value.empty() && value.front() == '-' ? "must not be negative: " + value
+                                                      : std::string();
+      },
+      "", "NOT_NEGATIVE");
+  app.add_option("--rows", options.rows, "Rows in the training file (>= 1)")->check(kNotNegative);
+  app.add_option("--out", out_path, "Training data file to write; - is standard output");
+  app.add_option("--test-out", test_path, "Test data file to write, from the same model");
+  app.add_option("--test-rows", options.test_rows, "Rows in the test file")->check(kNotNegative);
+  app.add_option("--seed", options.seed, "Random seed for the model and the rows")
+      ->check(kNotNegative);
+  app.add_option("--zipf", options.zipf, "Zipf exponent of value popularity, > 0 and not 1");
+  app.add_option("--interaction", options.interaction,
+                 "Scale of the pairwise terms; 0 leaves a first-order model");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : kExitUsage;
+  }
+  if (absl::Status s = ValidateCriteoGenOptions(options); !s.ok()) {
+    std::cerr << "syncline-gen criteo: " << s.message()
+              << "\nRun with --help for more information.\n";
+    return kExitUsage;
+  }
+  std::cerr << "syncline-gen criteo: seed " << options.seed << "\n";
+  std::unique_ptr<std::ofstream> file;
+  if (out_path != "-") {
+    file = OpenOutput(out_path);
+    if (file == nullptr) return kExitWriteFailed;
+  }
+  std::ostream& train = file != nullptr ? *file : std::cout;
+  std::unique_ptr<std::ofstream> test;
+  if (!test_path.empty()) {
+    test = OpenOutput(test_path);
+    if (test == nullptr) return kExitWriteFailed;
+  }
+  absl::StatusOr<CriteoGenSummary> summary = WriteCriteoSynthetic(options, train, test.get());
+  if (summary.ok()) {
+    train.flush();
+    if (file != nullptr) file->close();
+    if (test != nullptr) test->close();
+    if (!train || (file != nullptr && !*file) || (test != nullptr && !*test)) {
+      summary = absl::DataLossError("closing an output file failed");
+    }
+  }
+  if (!summary.ok()) {
+    std::cerr << "syncline-gen criteo: " << summary.status().message() << "\n";
+    return kExitWriteFailed;
+  }
+  // The data may be on standard output: the summary goes to standard error.
+  std::cerr << absl::StrFormat("syncline-gen criteo: wrote %d train rows to %s",
+                               summary->train_rows, out_path == "-" ? "standard output" : out_path);
+  if (test != nullptr) {
+    std::cerr << absl::StrFormat(" and %d test rows to %s", summary->test_rows, test_path);
+  }
+  std::cerr << absl::StrFormat(" (train positive rate %.4f)\n", summary->PositiveRate());
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   SyntheticOptions options;
   std::string out_path;
@@ -62,7 +139,8 @@ int Main(int argc, char** argv) {
       "Writes synthetic classification data drawn from a known random sparse linear model.\n"
       "Feature ids per row follow a Zipf distribution; true weights and bias are N(0, 1); labels\n"
       "are sampled from sigmoid(w.x + b) (binary) or softmax(W x + b) (--classes K > 2).\n"
-      "The same flags and --seed always give the same bytes.",
+      "The same flags and --seed always give the same bytes.\n"
+      "`syncline-gen criteo --help` describes the Criteo-format click data generator.",
       "syncline-gen");
   app.option_defaults()->always_capture_default();
   // CLI11 would wrap "-3" around to 2^64 - 3 for the unsigned options.
@@ -141,4 +219,9 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace syncline
 
-int main(int argc, char** argv) { return syncline::Main(argc, argv); }
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "criteo") {
+    return syncline::CriteoMain(argc - 1, argv + 1);
+  }
+  return syncline::Main(argc, argv);
+}

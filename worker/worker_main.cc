@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/command_line.h"
 #include "core/control_client.h"
@@ -15,6 +16,7 @@
 #include "gossip/gossip_backend.h"
 #include "gossip/topology.h"
 #include "ps/optimizer.h"
+#include "worker/criteo.h"
 #include "worker/dataset.h"
 #include "worker/kv_client.h"
 #include "worker/metrics.h"
@@ -37,6 +39,8 @@ struct WorkerFlags {
   std::string train, test, format = "auto", index_base = "auto";
   std::string model = "logreg";
   int classes = 2;
+  int embedding_dim = 8;
+  int hidden = 64;
   int epochs = 1;
   int batch_size = 256;
   std::string optimizer = "sgd";
@@ -59,8 +63,10 @@ absl::StatusOr<ReadOptions> MakeReadOptions(const WorkerFlags& f, int partition,
     o.format = DataFormat::kLibsvm;
   } else if (f.format == "csv") {
     o.format = DataFormat::kCsv;
+  } else if (f.format == "criteo") {
+    o.format = DataFormat::kCriteo;
   } else if (f.format != "auto") {
-    return absl::InvalidArgumentError("--format must be auto, libsvm or csv");
+    return absl::InvalidArgumentError("--format must be auto, libsvm, csv or criteo");
   }
   if (f.index_base == "0") {
     o.index_base = IndexBase::kZero;
@@ -93,6 +99,37 @@ absl::Status DumpParameters(const std::string& path, std::span<const uint64_t> k
                     : absl::DataLossError(absl::StrFormat("write to %s failed", path));
 }
 
+// The flags a Criteo job (or a ctr model) cannot be combined with.
+absl::Status CheckCriteoCombination(const WorkerFlags& f, bool criteo) {
+  if (f.model == "ctr" && !criteo) {
+    return absl::InvalidArgumentError(
+        "--model ctr needs Criteo data (--format criteo, or a .tsv file)");
+  }
+  if (!criteo) return absl::OkStatus();
+  if (f.compress != "none") {
+    return absl::InvalidArgumentError(
+        "--compress needs a bounded feature count; Criteo ids are 64-bit hashes");
+  }
+  if (f.sync.starts_with("gossip")) {
+    return absl::InvalidArgumentError(
+        "gossip peers hold the whole model and need a bounded feature count; Criteo ids are "
+        "64-bit hashes: use parameter servers (--sync bsp|asp|ssp:S)");
+  }
+  return absl::OkStatus();
+}
+
+// Opens and validates a Criteo file; *reader streams partition `partition` of `partitions`.
+absl::Status OpenCriteo(const std::string& path, int partition, int partitions,
+                        std::unique_ptr<CriteoReader>* reader) {
+  CriteoOptions options;
+  options.partition = partition;
+  options.num_partitions = partitions;
+  auto opened = CriteoReader::Open(path, options);
+  if (!opened.ok()) return opened.status();
+  *reader = std::move(*opened);
+  return absl::OkStatus();
+}
+
 int Fail(ControlClient* control, const absl::Status& status) {
   SYNCLINE_LOG(ERROR) << status;
   if (control != nullptr) {
@@ -120,13 +157,23 @@ int Main(int argc, char** argv) {
   app.add_option("--workers", f.num_workers, "workers in the job (the data is split among them)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--train", f.train, "training data file (libsvm or CSV)")->required();
+  app.add_option("--train", f.train, "training data file (libsvm, CSV or Criteo)")->required();
   app.add_option("--test", f.test, "test data file, evaluated at the end");
-  app.add_option("--format", f.format, "auto | libsvm | csv")->capture_default_str();
+  app.add_option("--format", f.format,
+                 "auto | libsvm | csv | criteo (auto: .csv is CSV, .tsv Criteo, else libsvm; "
+                 "Criteo files are streamed, not held in memory)")
+      ->capture_default_str();
   app.add_option("--index-base", f.index_base, "libsvm feature indices: auto | 0 | 1")
       ->capture_default_str();
-  app.add_option("--model", f.model, "logreg | softmax")->capture_default_str();
+  app.add_option("--model", f.model, "logreg | softmax | ctr (Criteo data only)")
+      ->capture_default_str();
   app.add_option("--classes", f.classes, "classes of a softmax model")->capture_default_str();
+  app.add_option("--embedding-dim", f.embedding_dim, "ctr: floats per categorical embedding")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--hidden", f.hidden, "ctr: hidden units of the top MLP")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   app.add_option("--epochs", f.epochs, "passes over the partition")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -201,7 +248,9 @@ int Main(int argc, char** argv) {
     }
     gossip = *mode;
   }
-  auto model = Model::Create(f.model, f.classes);
+  auto model = Model::Create(
+      f.model, ModelOptions{
+                   .num_classes = f.classes, .embedding_dim = f.embedding_dim, .hidden = f.hidden});
   auto read_options = MakeReadOptions(f, f.rank, f.num_workers);
   for (const absl::Status& s :
        {optimizer.status(), model.status(), read_options.status(), codec.status()}) {
@@ -210,15 +259,36 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
+  // Criteo files are streamed; their hashed ids have no bound, which dense rows need.
+  const bool criteo = ResolveFormat(f.train, read_options->format) == DataFormat::kCriteo;
+  if (absl::Status s = CheckCriteoCombination(f, criteo); !s.ok()) {
+    std::cerr << "syncline-worker: " << s.message() << "\n";
+    return 2;
+  }
 
   // Data first: a bad file fails fast, before the job waits on this worker.
-  auto train = ReadDataset(f.train, *read_options);
+  std::unique_ptr<CriteoReader> train_stream, test_stream;
+  if (criteo) {
+    auto opened = OpenCriteo(f.train, f.rank, f.num_workers, &train_stream);
+    if (opened.ok() && !f.test.empty()) opened = OpenCriteo(f.test, 0, 1, &test_stream);
+    if (!opened.ok()) {
+      std::cerr << "syncline-worker: " << opened.message() << "\n";
+      return 2;
+    }
+  }
+  auto train = criteo ? absl::StatusOr<Dataset>(Dataset()) : ReadDataset(f.train, *read_options);
   if (!train.ok()) {
     std::cerr << "syncline-worker: " << train.status().message() << "\n";
     return 2;
   }
+  std::unique_ptr<ExampleSource> train_source;
+  if (criteo) {
+    train_source = std::move(train_stream);
+  } else {
+    train_source = std::make_unique<InMemorySource>(*train);
+  }
   Dataset test;
-  if (!f.test.empty()) {
+  if (!f.test.empty() && !criteo) {
     ReadOptions test_options = *read_options;
     test_options.partition = 0;
     test_options.num_partitions = 1;
@@ -230,8 +300,10 @@ int Main(int argc, char** argv) {
     }
     test = std::move(*t);
   }
-  SYNCLINE_LOG(INFO) << absl::StrFormat("%d training examples (partition %d of %d), %d features",
-                                        train->size(), f.rank, f.num_workers, train->num_features);
+  SYNCLINE_LOG(INFO) << absl::StrFormat(
+      "%d training examples (partition %d of %d), %s", train_source->size(), f.rank,
+      f.num_workers,
+      criteo ? "Criteo layout, streamed" : absl::StrCat(train->num_features, " features"));
 
   ZmqTransport transport;
   auto endpoint = transport.CreateEndpoint(DataEndpointId(wire::Role::WORKER, f.rank));
@@ -305,7 +377,9 @@ int Main(int argc, char** argv) {
   ParameterLayout layout;
   layout.row_dim = (*model)->row_dim();
   layout.bias_dim = (*model)->bias_dim();
-  layout.num_features = train->num_features;
+  layout.num_features = train->num_features;  // 0 for Criteo data: any 64-bit id
+  layout.row_init_scale = (*model)->row_init_scale();
+  layout.bias_init_scale = (*model)->bias_init_scale();
   // Compressed pushes work on a dense gradient; gossip peers keep the whole model anyway.
   layout.dense_rows = codec->kind != CodecKind::kNone && !gossip;
   layout.optimizer.kind = *optimizer;
@@ -320,7 +394,7 @@ int Main(int argc, char** argv) {
   trainer_options.log_every = f.log_every;
   trainer_options.slowness = slowness;
   Trainer trainer(**model, *backend, trainer_options);
-  auto result = trainer.Run(*train, [&](const TrainProgress& p) {
+  auto result = trainer.Run(*train_source, [&](const TrainProgress& p) {
     MessageBuilder b(wire::MsgType::PROGRESS);
     b.header().setRole(wire::Role::WORKER);
     b.header().setRank(f.rank);
@@ -355,7 +429,12 @@ int Main(int argc, char** argv) {
     if (*command == Command::kShutdown) break;
     // Evaluate the final model on the test set.
     Evaluation eval;
-    if (test.size() > 0) {
+    if (test_stream != nullptr) {
+      // Streamed: the test file need not fit in memory, so there is no --dump-params output.
+      auto e = EvaluateSource(**model, *backend, *test_stream);
+      if (!e.ok()) return Fail(control, e.status());
+      eval = *e;
+    } else if (test.size() > 0) {
       std::vector<uint32_t> all(test.size());
       for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
       std::vector<uint64_t> keys = UniqueKeys(test, all);
