@@ -107,6 +107,10 @@ class ErrorFeedback {
   // inf or NaN gives a non-finite scale), the whole of p stays in the residual.
   void Compress(const Codec& codec, std::span<const float> gradient, std::vector<std::byte>* block);
   std::span<const float> residual() const { return residual_; }
+  // Restore from a checkpoint.
+  void SetResidual(std::span<const float> residual) {
+    residual_.assign(residual.begin(), residual.end());
+  }
   void Reset() { residual_.clear(); }
 
  private:

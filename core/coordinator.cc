@@ -210,6 +210,19 @@ absl::StatusOr<std::optional<Message>> Coordinator::Step(absl::Time deadline) {
         observer_->OnProgress(node->rank, h.getBody().getProgress());
       }
       return std::optional<Message>();
+    case wire::MsgType::CHECKPOINTED:
+      if (observer_) {
+        const int code = h.getStatusCode();
+        const absl::Status status =
+            code == 0 ? absl::OkStatus()
+                      : absl::Status(
+                            code > 0 && code <= static_cast<int>(absl::StatusCode::kUnauthenticated)
+                                ? static_cast<absl::StatusCode>(code)
+                                : absl::StatusCode::kUnknown,
+                            h.getMessage().cStr());
+        observer_->OnCheckpointed(node->role, node->rank, h.getClock(), status);
+      }
+      return std::optional<Message>();
     case wire::MsgType::ABORT:
       return absl::AbortedError(
           absl::StrFormat("%s failed: %s", node->Name(), h.getMessage().cStr()));

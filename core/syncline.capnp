@@ -39,6 +39,10 @@ enum MsgType {
   # clock = the first step without it), finish (the sender leaves from step clock) and error
   # (statusCode FAILED_PRECONDITION: the sender has already finished step clock).
   gossip @22;
+
+  # Checkpoints: node -> coordinator, the node's part of checkpoint `clock` is on disk (its
+  # receipt written), or, with statusCode set, could not be written (`message` says why).
+  checkpointed @23;
 }
 
 enum Role {

@@ -62,7 +62,22 @@ int Main(int argc, char** argv) {
                  "delete embedding rows not touched for this many clocks; 0: never")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  std::string restore;
+  app.add_option("--checkpoint-dir", checkpoint_dir, "folder of the job's checkpoints");
+  app.add_option("--checkpoint-every", checkpoint_every,
+                 "write this shard's part of a checkpoint whenever every worker has finished a "
+                 "multiple of this many clocks; 0: never")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--restore", restore,
+                 "start from this checkpoint folder (one validated by the launcher)");
   if (auto exit_code = ParseCommandLine(app, argc, argv, "syncline-ps")) return *exit_code;
+  if (checkpoint_every > 0 && checkpoint_dir.empty()) {
+    std::cerr << "syncline-ps: --checkpoint-every needs --checkpoint-dir\n";
+    return 2;
+  }
   SetLogTag("ps" + std::to_string(rank));
   std::optional<EmbeddingStoreOptions> embedding;
   if (!embedding_dir.empty()) {
@@ -108,7 +123,32 @@ int Main(int argc, char** argv) {
   options.num_workers = table.num_workers;
   options.staleness = table.staleness;
   options.embedding = embedding;
+  options.checkpoint_root = checkpoint_dir;
+  options.checkpoint_every = checkpoint_every;
+  ControlClient* client = control->get();
+  options.on_checkpoint = [client, rank](int64_t clock, const absl::Status& status) {
+    if (status.ok()) {
+      SYNCLINE_LOG(INFO) << "checkpoint " << clock << " written";
+    } else {
+      SYNCLINE_LOG(ERROR) << "checkpoint " << clock << " failed: " << status;
+    }
+    MessageBuilder b(wire::MsgType::CHECKPOINTED);
+    b.header().setRole(wire::Role::SERVER);
+    b.header().setRank(rank);
+    b.header().setClock(clock);
+    if (!status.ok()) {
+      b.header().setStatusCode(static_cast<int32_t>(status.code()));
+      b.header().setMessage(std::string(status.message()));
+    }
+    client->Send(b.Finish());
+  };
   ParameterServer server(endpoint->get(), options);
+  if (!restore.empty()) {
+    if (auto s = server.Restore(restore); !s.ok()) {
+      SYNCLINE_LOG(ERROR) << "cannot restore from " << restore << ": " << s;
+      return 1;
+    }
+  }
   (*control)->ReportReady();
   SYNCLINE_LOG(INFO) << "serving shard " << rank << " of " << table.num_servers << " at "
                      << *address;
@@ -127,6 +167,7 @@ int Main(int argc, char** argv) {
     }
   }
 
+  server.WaitForCheckpoints();
   MessageBuilder b(wire::MsgType::SERVER_STATS);
   b.header().setRole(wire::Role::SERVER);
   b.header().setRank(rank);

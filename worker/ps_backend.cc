@@ -1,6 +1,7 @@
 #include "worker/ps_backend.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "core/sharding.h"
@@ -130,6 +131,48 @@ absl::Status PsBackend::EndIteration(int64_t clock, float examples) {
 absl::Status PsBackend::Finish() {
   if (auto s = WaitForPushes(); !s.ok()) return s;
   return client_->Finish(Deadline());
+}
+
+// State: a u32 shard count, then per shard a u64 float count and the residual's floats (host
+// byte order; the worker's checkpoint file carries a CRC32C over all of it).
+absl::StatusOr<std::string> PsBackend::SaveState() const {
+  std::string out;
+  const auto put = [&out](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
+  const auto shards = static_cast<uint32_t>(feedback_.size());
+  put(&shards, 4);
+  for (const ErrorFeedback& f : feedback_) {
+    const uint64_t n = f.residual().size();
+    put(&n, 8);
+    put(f.residual().data(), n * sizeof(float));
+  }
+  return out;
+}
+
+absl::Status PsBackend::RestoreState(std::string_view state) {
+  size_t at = 0;
+  const auto get = [&](void* p, size_t n) {
+    if (state.size() - at < n) return false;
+    std::memcpy(p, state.data() + at, n);
+    at += n;
+    return true;
+  };
+  uint32_t shards = 0;
+  if (!get(&shards, 4) || shards != feedback_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the saved worker state has residuals for %d shards, this job has %d",
+                        shards, feedback_.size()));
+  }
+  for (ErrorFeedback& f : feedback_) {
+    uint64_t n = 0;
+    if (!get(&n, 8) || n > (state.size() - at) / sizeof(float)) {
+      return absl::DataLossError("the saved worker state is truncated");
+    }
+    std::vector<float> residual(n);
+    get(residual.data(), n * sizeof(float));
+    f.SetResidual(residual);
+  }
+  if (at != state.size()) return absl::DataLossError("the saved worker state has trailing bytes");
+  return absl::OkStatus();
 }
 
 }  // namespace syncline

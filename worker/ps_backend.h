@@ -36,6 +36,9 @@ class PsBackend : public SyncBackend {
   absl::Status EndIteration(int64_t clock, float examples) override;
   absl::Status Finish() override;
   double TakeMeanStaleness() override { return client_->TakeMeanStaleness(); }
+  // The error-feedback residuals, one per shard (empty without compression).
+  absl::StatusOr<std::string> SaveState() const override;
+  absl::Status RestoreState(std::string_view state) override;
   uint64_t bytes_pushed() const override { return client_->bytes_pushed(); }
   uint64_t bytes_pulled() const override { return client_->bytes_pulled(); }
 

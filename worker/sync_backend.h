@@ -13,6 +13,8 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "core/table_config.h"
@@ -64,6 +66,14 @@ class SyncBackend {
   // Decentralised backends: mean distance of this replica from its neighbours' since the last
   // call (0 where replicas are not kept apart).
   virtual double TakeConsensusProxy() { return 0; }
+
+  // Checkpoints: the state a backend keeps between iterations (error-feedback residuals, say),
+  // as bytes, and its restore. Backends without such state save nothing.
+  virtual absl::StatusOr<std::string> SaveState() const { return std::string(); }
+  virtual absl::Status RestoreState(std::string_view state) {
+    return state.empty() ? absl::OkStatus()
+                         : absl::InvalidArgumentError("this backend keeps no state to restore");
+  }
 
   virtual uint64_t bytes_pushed() const = 0;
   virtual uint64_t bytes_pulled() const = 0;

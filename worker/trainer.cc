@@ -62,7 +62,21 @@ absl::StatusOr<TrainResult> Trainer::Run(
   double loss_since_report = 0;
   uint64_t examples_since_report = 0;
 
-  for (int64_t step = 0; step < total; ++step) {
+  const int64_t start = options_.start_step;
+  if (start < 0 || start > total) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cannot resume at step %d: this worker's run has %d steps", start, total));
+  }
+  if (start > 0 && start % per_epoch != 0) {
+    // Resume mid-epoch: skip the batches the run already trained on.
+    if (auto s = source.Rewind(); !s.ok()) return s;
+    for (int64_t skip = 0; skip < start % per_epoch; ++skip) {
+      absl::StatusOr<DataSlice> slice = source.Next(options_.batch_size);
+      if (!slice.ok()) return slice.status();
+    }
+  }
+  result.steps = start;
+  for (int64_t step = start; step < total; ++step) {
     Buffers& b = buffers[step % 2];
     if (step % per_epoch == 0) {
       if (auto s = source.Rewind(); !s.ok()) return s;
@@ -99,6 +113,10 @@ absl::StatusOr<TrainResult> Trainer::Run(
 
     result.steps = step + 1;
     result.examples += b.examples.size();
+    if (options_.checkpoint_every > 0 && (step + 1) % options_.checkpoint_every == 0 &&
+        options_.on_checkpoint) {
+      if (auto s = options_.on_checkpoint(step + 1); !s.ok()) return s;
+    }
     loss_since_report += loss;
     examples_since_report += b.examples.size();
     if ((step + 1) % options_.log_every == 0 || step + 1 == total) {

@@ -26,6 +26,13 @@ struct TrainerOptions {
   int log_every = 10;
   // Injected slowness, for experiments.
   SlownessOptions slowness;
+  // Resume: the iterations already done (from a checkpoint). The run starts at this clock, at
+  // the batch where an uninterrupted run would be.
+  int64_t start_step = 0;
+  // Checkpoints: on_checkpoint(clock) runs after every iteration that ends a multiple of
+  // checkpoint_every clocks (0: never); an error stops training.
+  int64_t checkpoint_every = 0;
+  std::function<absl::Status(int64_t clock)> on_checkpoint;
 };
 
 struct TrainProgress {

@@ -1,13 +1,16 @@
 #include "worker/trainer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint.h"
 #include "core/inproc_transport.h"
 #include "ps/server.h"
 #include "worker/criteo.h"
@@ -15,6 +18,7 @@
 #include "worker/kv_client.h"
 #include "worker/ps_backend.h"
 #include "worker/test_data.h"
+#include "worker/worker_checkpoint.h"
 
 namespace syncline {
 namespace {
@@ -23,10 +27,21 @@ Dataset MakeData(uint64_t seed, int n, int features, int partition, int parts) {
   return MakeLogisticData(seed, n, features, partition, parts);
 }
 
+// Checkpoint and resume in Train(): with `every` > 0, checkpoints go to `root` every `every`
+// clocks and the workers stop right after writing the one at `stop_at` (a crash at a
+// checkpoint); with `resume` set, servers and workers start from that checkpoint folder.
+struct Checkpointing {
+  std::string root;
+  int64_t every = 0;
+  int64_t stop_at = -1;
+  std::string resume;
+};
+
 // Trains `workers` workers against `servers` servers under `staleness` and returns the final
 // parameters of every feature followed by the bias.
 std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
-                         wire::OptimizerKind optimizer, CodecSpec codec = {}) {
+                         wire::OptimizerKind optimizer, CodecSpec codec = {},
+                         const Checkpointing& ckpt = {}) {
   constexpr int kFeatures = 200;
   InprocTransport transport;
   std::vector<std::unique_ptr<Endpoint>> server_eps;
@@ -34,10 +49,17 @@ std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
   std::vector<std::string> ids;
   for (int s = 0; s < servers; ++s) {
     server_eps.push_back(*transport.CreateEndpoint("ps" + std::to_string(s)));
-    ps.push_back(std::make_unique<ParameterServer>(
-        server_eps.back().get(),
-        ServerOptions{
-            .rank = s, .num_servers = servers, .num_workers = workers, .staleness = staleness}));
+    ps.push_back(std::make_unique<ParameterServer>(server_eps.back().get(),
+                                                   ServerOptions{.rank = s,
+                                                                 .num_servers = servers,
+                                                                 .num_workers = workers,
+                                                                 .staleness = staleness,
+                                                                 .checkpoint_root = ckpt.root,
+                                                                 .checkpoint_every = ckpt.every}));
+    if (!ckpt.resume.empty()) {
+      auto restored = ps.back()->Restore(ckpt.resume);
+      EXPECT_TRUE(restored.ok()) << restored;
+    }
     ids.push_back("ps" + std::to_string(s));
   }
   std::atomic<bool> stop{false};
@@ -61,12 +83,45 @@ std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
       PsBackend backend(&client, absl::Seconds(10), codec);
       ASSERT_TRUE(backend.Init(layout).ok());
       Dataset data = MakeData(7, 1200, kFeatures, w, workers);
-      Trainer trainer(*model, backend, TrainerOptions{.epochs = 2, .batch_size = batch});
+      TrainerOptions options{.epochs = 2, .batch_size = batch};
+      if (!ckpt.resume.empty()) {
+        auto saved = ReadWorkerCheckpoint(ckpt.resume, w);
+        ASSERT_TRUE(saved.ok()) << saved.status();
+        ASSERT_TRUE(backend.RestoreState(saved->state).ok());
+        options.start_step = saved->clock;
+      }
+      options.checkpoint_every = ckpt.every;
+      options.on_checkpoint = [&](int64_t clock) -> absl::Status {
+        auto state = backend.SaveState();
+        if (!state.ok()) return state.status();
+        if (auto s = WriteWorkerCheckpoint(ckpt.root, w, {clock, *state}); !s.ok()) return s;
+        return clock == ckpt.stop_at ? absl::CancelledError("crash") : absl::OkStatus();
+      };
+      Trainer trainer(*model, backend, options);
       auto result = trainer.Run(data, nullptr);
+      if (ckpt.stop_at >= 0) {
+        ASSERT_TRUE(absl::IsCancelled(result.status())) << result.status();
+        return;
+      }
       ASSERT_TRUE(result.ok()) << result.status();
     });
   }
   for (auto& t : threads) t.join();
+  if (ckpt.stop_at >= 0) {
+    // Every server's part of the checkpoint is written once it has seen every worker's clock.
+    const std::string dir = CheckpointDir(ckpt.root, ckpt.stop_at);
+    for (int s = 0; s < servers; ++s) {
+      const absl::Time deadline = absl::Now() + absl::Seconds(20);
+      while (!std::filesystem::exists(dir + "/ps" + std::to_string(s) + ".receipt") &&
+             absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+    }
+    stop.store(true);
+    for (auto& t : serving) t.join();
+    for (auto& s : ps) s->WaitForCheckpoints();
+    return {};
+  }
   // Read the result as worker 0 would after training (an ungated read).
   std::vector<uint64_t> keys(kFeatures);
   for (int i = 0; i < kFeatures; ++i) keys[i] = i;
@@ -140,6 +195,31 @@ TEST(TrainerTest, CompressedTrainingWithErrorFeedbackStaysCloseToUncompressed) {
     EXPECT_LT(compressed, plain * 1.05) << "plain " << plain;
   }
 }
+
+class ResumeTest : public testing::TestWithParam<const char*> {};
+
+// A BSP run stopped right after a checkpoint and resumed from it ends with exactly the
+// parameters of an uninterrupted run: server tables, optimizer state, clocks, the data position
+// and the workers' error-feedback residuals all came back.
+TEST_P(ResumeTest, ResumingFromACheckpointIsBitwiseAnUninterruptedRun) {
+  const CodecSpec codec = *ParseCodec(GetParam());
+  const std::string root = testing::TempDir() + "resume_" + std::to_string(getpid()) + "_" +
+                           std::string(GetParam()).substr(0, 4);
+  std::filesystem::remove_all(root);
+  const std::vector<float> whole = Train(2, 2, 0, 20, wire::OptimizerKind::ADAM, codec);
+  // 1200 examples, 2 workers, batches of 20: 30 steps per epoch, 60 in all.
+  Train(2, 2, 0, 20, wire::OptimizerKind::ADAM, codec, {.root = root, .every = 7, .stop_at = 35});
+  const std::string dir = CheckpointDir(root, 35);
+  ASSERT_TRUE(std::filesystem::exists(dir + "/w1.state"));
+  const std::vector<float> resumed =
+      Train(2, 2, 0, 20, wire::OptimizerKind::ADAM, codec, {.root = root, .resume = dir});
+  ASSERT_EQ(whole.size(), resumed.size());
+  for (size_t i = 0; i < whole.size(); ++i) ASSERT_EQ(whole[i], resumed[i]) << "parameter " << i;
+  std::filesystem::remove_all(root);
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, ResumeTest, testing::Values("none", "topk:0.05"),
+                         [](const auto& info) { return std::string(info.param).substr(0, 4); });
 
 TEST(TrainerTest, AspConvergesToo) {
   const std::vector<float> asp = Train(2, 2, -1, 20, wire::OptimizerKind::SGD);

@@ -1,0 +1,33 @@
+// A worker's part of a checkpoint: the file w<R>.state (its clock and its backend's state,
+// e.g. error-feedback residuals) and its receipt, in the checkpoint folder of that clock.
+//
+// File: magic "SYWS" | version u32 (1) | clock i64 | state length u64 | state | CRC32C u32 of
+// everything before it. Host byte order (little-endian here).
+//
+// Thread-safety: stateless functions.
+#ifndef SYNCLINE_WORKER_WORKER_CHECKPOINT_H_
+#define SYNCLINE_WORKER_WORKER_CHECKPOINT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace syncline {
+
+struct WorkerCheckpoint {
+  int64_t clock = 0;
+  std::string state;  // SyncBackend::SaveState()
+};
+
+// Writes CheckpointDir(root, clock)/w<rank>.state atomically, then the receipt "w<rank>".
+absl::Status WriteWorkerCheckpoint(const std::string& root, int rank,
+                                   const WorkerCheckpoint& checkpoint);
+
+// Reads w<rank>.state from a checkpoint folder; DataLoss naming the file when it is damaged.
+absl::StatusOr<WorkerCheckpoint> ReadWorkerCheckpoint(const std::string& checkpoint_dir, int rank);
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_WORKER_WORKER_CHECKPOINT_H_
