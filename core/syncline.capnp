@@ -136,6 +136,8 @@ struct ServerStats {
   stalenessHistogram @4 :List(UInt64);  # [k] = pulls served with staleness k (last bucket: >=)
   parkedPulls @5 :UInt64;
   embedding @6 :EmbeddingStats;  # summed over the server's embedding tables
+  checkpoints @7 :UInt64;        # checkpoints this server started
+  checkpointPauseSeconds @8 :Float64;  # time serving stopped for them (capture, waiting)
 }
 
 struct EmbeddingStats {

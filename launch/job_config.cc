@@ -28,6 +28,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 #include "compression/codec.h"
+#include "embeddings/memory_budget.h"
 #include "gossip/topology.h"
 #include "toml++/toml.h"
 #include "worker/slowness.h"
@@ -46,7 +47,7 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 31> kFields = {{
+const std::array<Field, 37> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes"},
     {"workers", &JobConfig::workers, "Number of worker processes"},
     {"sync", &JobConfig::sync,
@@ -65,7 +66,7 @@ const std::array<Field, 31> kFields = {{
     {"index-base", &JobConfig::index_base, "First libsvm feature index: auto, 0 or 1"},
     {"epochs", &JobConfig::epochs, "Passes over the training data"},
     {"batch-size", &JobConfig::batch_size, "Examples per worker step"},
-    {"optimizer", &JobConfig::optimizer, "Server-side update rule: sgd, adagrad or adam"},
+    {"optimizer", &JobConfig::optimizer, "Server-side update rule: sgd, adagrad, adam or ftrl"},
     {"lr", &JobConfig::learning_rate, "Learning rate"},
     {"l2", &JobConfig::l2, "L2 regularization strength"},
     {"out", &JobConfig::out, "Output directory for metrics, logs and synthetic data"},
@@ -87,6 +88,17 @@ const std::array<Field, 31> kFields = {{
      "Experiments: RANK:MS delays each request of worker RANK by MS milliseconds"},
     {"min-step-ms", &JobConfig::min_step_ms,
      "Experiments: pad each step's compute to at least this many milliseconds"},
+    {"embedding-memory", &JobConfig::embedding_memory,
+     "Memory budget of each server's embedding table: bytes (2GiB) or rows (1000000rows); the "
+     "rest lives in RocksDB"},
+    {"embedding-admit-after", &JobConfig::embedding_admit_after,
+     "Create an embedding row only at the N-th sighting of its id (0: at the first)"},
+    {"embedding-expire-steps", &JobConfig::embedding_expire_steps,
+     "Delete embedding rows not touched for this many steps (0: never)"},
+    {"checkpoint-every", &JobConfig::checkpoint_every,
+     "Checkpoint every this many steps (0: never)"},
+    {"checkpoint-dir", &JobConfig::checkpoint_dir, "Checkpoint folder (default: OUT/checkpoints)"},
+    {"checkpoint-keep", &JobConfig::checkpoint_keep, "Complete checkpoints to keep"},
 }};
 
 const Field* FindField(absl::string_view name) {
@@ -387,7 +399,7 @@ absl::Status Validate(const JobConfig& c) {
            CheckOneOf("index-base", c.index_base, {"auto", "0", "1"}),
            CheckAtLeast("epochs", c.epochs, 1),
            CheckAtLeast("batch-size", c.batch_size, 1),
-           CheckOneOf("optimizer", c.optimizer, {"sgd", "adagrad", "adam"}),
+           CheckOneOf("optimizer", c.optimizer, {"sgd", "adagrad", "adam", "ftrl"}),
            CheckPositive("lr", c.learning_rate),
            CheckAtLeast("log-every", c.log_every, 1),
            CheckPositive("request-timeout", c.request_timeout_s),
@@ -397,6 +409,10 @@ absl::Status Validate(const JobConfig& c) {
            CheckAtLeast("gen-test-rows", c.gen_test_rows, 0),
            CheckAtLeast("gen-features", c.gen_features, 1),
            CheckAtLeast("gen-nnz", c.gen_nnz, 1),
+           CheckAtLeast("embedding-admit-after", c.embedding_admit_after, 0),
+           CheckAtLeast("embedding-expire-steps", c.embedding_expire_steps, 0),
+           CheckAtLeast("checkpoint-every", c.checkpoint_every, 0),
+           CheckAtLeast("checkpoint-keep", c.checkpoint_keep, 1),
        }) {
     if (!status.ok()) return status;
   }
@@ -433,6 +449,9 @@ absl::Status Validate(const JobConfig& c) {
   }
   if (!c.jitter.empty()) {
     if (auto j = ParseJitter(c.jitter); !j.ok()) return j.status();
+  }
+  if (auto budget = ParseMemoryBudget(c.embedding_memory); !budget.ok()) {
+    return Invalid("embedding-memory", c.embedding_memory, std::string(budget.status().message()));
   }
   if (!(c.min_step_ms >= 0) || c.min_step_ms > 60000) {
     return Invalid("min-step-ms", absl::StrCat(c.min_step_ms), "must be in [0, 60000]");

@@ -94,6 +94,19 @@ struct JobConfig {
   std::string delay;
   // [--min-step-ms] Pads each step's compute to at least this many milliseconds. Default 0.
   double min_step_ms = 0;
+  // [--embedding-memory] Memory tier budget of each server's embedding (sparse) table, in bytes
+  // ("2GiB") or rows ("1000000rows"); colder rows live in RocksDB under OUT/embeddings.
+  std::string embedding_memory = "1000000rows";
+  // [--embedding-admit-after] Create an embedding row at the N-th sighting of its id. Default 0.
+  int embedding_admit_after = 0;
+  // [--embedding-expire-steps] Delete embedding rows untouched for this many clocks (0: never).
+  int embedding_expire_steps = 0;
+  // [--checkpoint-every] Checkpoint every this many clocks (0: never). Default 0.
+  int checkpoint_every = 0;
+  // [--checkpoint-dir] Where checkpoints go. Default: OUT/checkpoints.
+  std::string checkpoint_dir;
+  // [--checkpoint-keep] Complete checkpoints to keep (older ones are deleted). Default 3.
+  int checkpoint_keep = 3;
   // [--config FILE, or a positional argument ending in .toml] The TOML job file the values above
   // were read from; empty when there was none. Not a key of the job file itself.
   std::string job_file;

@@ -370,7 +370,6 @@ INSTANTIATE_TEST_SUITE_P(
                      },
                      "--sync=gossip:ring: gossip peers need a bounded feature count; Criteo ids "
                      "are 64-bit hashes"},
-
         ValidateCase{"classes",
                      [](JobConfig& c) {
                        c.model = "softmax";
@@ -387,7 +386,7 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"batch_size", [](JobConfig& c) { c.batch_size = 0; },
                      "--batch-size=0: must be >= 1"},
         ValidateCase{"optimizer", [](JobConfig& c) { c.optimizer = "rmsprop"; },
-                     "--optimizer='rmsprop': must be one of sgd, adagrad, adam"},
+                     "--optimizer='rmsprop': must be one of sgd, adagrad, adam, ftrl"},
         ValidateCase{"lr", [](JobConfig& c) { c.learning_rate = 0; },
                      "--lr=0: must be a positive number"},
         ValidateCase{"lr_nan", [](JobConfig& c) { c.learning_rate = std::nan(""); },

@@ -16,9 +16,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "checkpoint/checkpoint.h"
 #include "core/coordinator.h"
 #include "core/log.h"
 #include "core/zmq_transport.h"
+#include "launch/checkpoint_tracker.h"
 #include "launch/experiment.h"
 #include "launch/job_config.h"
 #include "launch/process_group.h"
@@ -173,6 +175,16 @@ std::vector<std::string> WorkerArgs(const JobConfig& job, const std::string& coo
   return a;
 }
 
+// Checkpoint flags, the same for servers and workers.
+void AddCheckpointArgs(const JobConfig& job, const std::string& restore,
+                       std::vector<std::string>& args) {
+  if (job.checkpoint_every > 0) {
+    args.insert(args.end(), {"--checkpoint-dir", job.checkpoint_dir, "--checkpoint-every",
+                             std::to_string(job.checkpoint_every)});
+  }
+  if (!restore.empty()) args.insert(args.end(), {"--restore", restore});
+}
+
 int Main(int argc, char** argv) {
   CLI::App app(
       "syncline-launch: runs a Syncline training job on this machine.\n"
@@ -186,6 +198,10 @@ int Main(int argc, char** argv) {
       "  syncline-launch --model ctr --format criteo --train a.tsv --test b.tsv \\\n"
       "      --embedding-dim 8 --hidden 64    # DLRM-style CTR model on Criteo data\n");
   JobConfig job;
+  bool resume = false;
+  app.add_flag("--resume", resume,
+               "Restart the job from the newest complete checkpoint in --checkpoint-dir "
+               "(damaged or partial ones are reported and skipped)");
   if (auto s = AddJobFlags(app, &job); !s.ok()) {
     std::cerr << "syncline-launch: " << s.message() << "\n";
     return 2;
@@ -205,8 +221,41 @@ int Main(int argc, char** argv) {
     return 2;
   }
   if (job.sync.starts_with("gossip")) {
+    if (job.checkpoint_every > 0 || resume) {
+      std::cerr << "syncline-launch: --checkpoint-every and --resume need parameter servers; "
+                   "gossip peers do not checkpoint yet\n";
+      return 2;
+    }
     // Serverless: the workers average with their neighbours.
     job.servers = 0;
+  }
+  if (job.checkpoint_dir.empty()) job.checkpoint_dir = (fs::path(job.out) / "checkpoints").string();
+  std::string restore;  // the checkpoint folder to start from
+  int64_t restore_clock = -1;
+  if (resume) {
+    auto found = FindNewestCheckpoint(job.checkpoint_dir);
+    if (!found.ok()) {
+      std::cerr << "syncline-launch: --resume: " << found.status().message() << "\n";
+      return 2;
+    }
+    for (const std::string& skipped : found->skipped) {
+      std::cerr << "syncline-launch: skipping a damaged or partial checkpoint: " << skipped << "\n";
+    }
+    for (const auto& [key, value] : found->manifest.job) {
+      const std::string expected = key == "servers"   ? std::to_string(job.servers)
+                                   : key == "workers" ? std::to_string(job.workers)
+                                   : key == "sync"    ? job.sync
+                                   : key == "model"   ? job.model
+                                                      : value;
+      if (value != expected) {
+        std::cerr << "syncline-launch: --resume: " << found->dir << " was written by a job with "
+                  << key << " " << value << "; this job has " << expected << "\n";
+        return 2;
+      }
+    }
+    restore = found->dir;
+    restore_clock = found->manifest.clock;
+    std::cerr << "resuming from " << restore << " (clock " << restore_clock << ")\n";
   }
   SetLogTag("launch");
   std::error_code ec;
@@ -223,6 +272,13 @@ int Main(int argc, char** argv) {
   }
 
   RunReport report(job, isatty(STDERR_FILENO) != 0);
+  CheckpointTracker checkpoints(
+      CheckpointTrackerOptions{.root = job.checkpoint_dir,
+                               .servers = job.servers,
+                               .workers = job.workers,
+                               .keep = job.checkpoint_keep,
+                               .job = {{"sync", job.sync}, {"model", job.model}}});
+  report.SetCheckpoints(&checkpoints, restore_clock);
   if (auto s = report.Open(); !s.ok()) {
     std::cerr << "syncline-launch: " << s.message() << "\n";
     return 2;
@@ -264,13 +320,19 @@ int Main(int argc, char** argv) {
   int failure_code = 1;
   const std::string& address = (*coordinator)->address();
   for (int r = 0; r < job.servers && failure.empty(); ++r) {
-    ProcessSpec spec{
-        "ps" + std::to_string(r),
-        {FindBinary("syncline-ps", "ps"), "--coordinator", address, "--rank", std::to_string(r)}};
+    ProcessSpec spec{"ps" + std::to_string(r),
+                     {FindBinary("syncline-ps", "ps"), "--coordinator", address, "--rank",
+                      std::to_string(r), "--embedding-dir",
+                      (fs::path(job.out) / "embeddings" / ("ps" + std::to_string(r))).string(),
+                      "--embedding-memory", job.embedding_memory, "--embedding-admit-after",
+                      std::to_string(job.embedding_admit_after), "--embedding-expire-steps",
+                      std::to_string(job.embedding_expire_steps)}};
+    AddCheckpointArgs(job, restore, spec.argv);
     if (auto pid = group.Start(spec); !pid.ok()) failure = std::string(pid.status().message());
   }
   for (int r = 0; r < job.workers && failure.empty(); ++r) {
     ProcessSpec spec{"w" + std::to_string(r), WorkerArgs(job, address, r)};
+    AddCheckpointArgs(job, restore, spec.argv);
     if (auto pid = group.Start(spec); !pid.ok()) failure = std::string(pid.status().message());
   }
   if (!failure.empty()) (*coordinator)->Abort(failure);

@@ -63,9 +63,14 @@ absl::Status RunReport::Open() {
   std::error_code ec;
   fs::create_directories(fs::path(job_.out) / "logs", ec);
   const std::string path = (fs::path(job_.out) / "metrics.csv").string();
-  metrics_.open(path, std::ios::trunc);
+  // A resumed job goes on with the rows of the run it resumes (its clocks continue).
+  const bool append = resumed_from_ >= 0 && fs::file_size(path, ec) > 0 && !ec;
+  ec.clear();
+  metrics_.open(path, append ? std::ios::app : std::ios::trunc);
   if (ec || !metrics_) return absl::PermissionDeniedError(absl::StrFormat("cannot write %s", path));
-  metrics_ << "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus\n";
+  if (!append) {
+    metrics_ << "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus\n";
+  }
   metrics_.flush();
   return absl::OkStatus();
 }
@@ -97,6 +102,7 @@ void RunReport::OnWorkerDone(int worker, wire::WorkerStats::Reader s) {
   w.examples = s.getExamples();
   w.bytes_pushed = s.getBytesPushed();
   w.bytes_pulled = s.getBytesPulled();
+  if (checkpoints_ != nullptr) checkpoints_->OnWorkerGone(worker, w.steps);
 }
 
 void RunReport::OnEvaluation(int worker, wire::Evaluation::Reader e) {
@@ -117,6 +123,7 @@ void RunReport::OnServerStats(int server, wire::ServerStats::Reader s) {
   auto hist = s.getStalenessHistogram();
   if (staleness_.size() < hist.size()) staleness_.resize(hist.size(), 0);
   for (size_t i = 0; i < hist.size(); ++i) staleness_[i] += hist[i];
+  checkpoint_pause_s_ = std::max(checkpoint_pause_s_, s.getCheckpointPauseSeconds());
   if (s.hasEmbedding()) {
     auto e = s.getEmbedding();
     embedding_.tables += e.getTables();
@@ -134,8 +141,21 @@ void RunReport::OnServerStats(int server, wire::ServerStats::Reader s) {
 }
 
 void RunReport::OnNodeDown(wire::Role role, int rank, const std::string& reason) {
-  absl::MutexLock lock(&mu_);
-  down_.push_back(reason);
+  {
+    absl::MutexLock lock(&mu_);
+    down_.push_back(reason);
+  }
+  if (checkpoints_ != nullptr && role == wire::Role::WORKER) checkpoints_->OnWorkerGone(rank, -1);
+}
+
+void RunReport::OnCheckpointed(wire::Role role, int rank, int64_t clock,
+                               const absl::Status& status) {
+  if (checkpoints_ != nullptr) checkpoints_->OnCheckpointed(role, rank, clock, status);
+}
+
+void RunReport::SetCheckpoints(CheckpointTracker* tracker, int64_t resumed_from) {
+  checkpoints_ = tracker;
+  resumed_from_ = resumed_from;
 }
 
 void RunReport::ClearProgress() {
@@ -271,6 +291,14 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
       << JsonNumber(touches ? static_cast<double>(e.memory_hits) / touches : 1.0)
       << ", \"memory_bytes\": " << e.memory_bytes << ", \"memory_budget_bytes\": " << e.budget_bytes
       << "},\n";
+  }
+  j << "  \"resumed_from_clock\": " << (resumed_from_ >= 0 ? std::to_string(resumed_from_) : "null")
+    << ",\n";
+  if (checkpoints_ != nullptr) {
+    const int64_t last = checkpoints_->last_clock();
+    j << "  \"checkpoints_written\": " << checkpoints_->checkpoints_written() << ",\n";
+    j << "  \"last_checkpoint_clock\": " << (last >= 0 ? std::to_string(last) : "null") << ",\n";
+    j << "  \"checkpoint_pause_seconds\": " << JsonNumber(checkpoint_pause_s_) << ",\n";
   }
   j << "  \"nodes_down\": [";
   for (size_t i = 0; i < down_.size(); ++i) j << (i ? ", " : "") << JsonString(down_[i]);

@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/coordinator.h"
+#include "launch/checkpoint_tracker.h"
 #include "launch/job_config.h"
 
 namespace syncline {
@@ -37,6 +38,12 @@ class RunReport : public CoordinatorObserver {
   void OnEvaluation(int worker, wire::Evaluation::Reader evaluation) override;
   void OnServerStats(int server, wire::ServerStats::Reader stats) override;
   void OnNodeDown(wire::Role role, int rank, const std::string& reason) override;
+  void OnCheckpointed(wire::Role role, int rank, int64_t clock,
+                      const absl::Status& status) override;
+
+  // Checkpoint reports go to `tracker` (not owned; may be null); `resumed_from` is the clock
+  // the job restarted from (-1: a fresh start). Both appear in summary.json.
+  void SetCheckpoints(CheckpointTracker* tracker, int64_t resumed_from);
 
   // A line a child printed.
   void ChildLine(std::string_view label, std::string_view line);
@@ -89,6 +96,9 @@ class RunReport : public CoordinatorObserver {
     uint64_t memory_hits = 0, disk_hits = 0, evictions = 0, memory_bytes = 0, budget_bytes = 0;
   };
   EmbeddingTotals embedding_ ABSL_GUARDED_BY(mu_);
+  CheckpointTracker* checkpoints_ = nullptr;
+  int64_t resumed_from_ = -1;
+  double checkpoint_pause_s_ ABSL_GUARDED_BY(mu_) = 0;  // the longest over servers
   std::vector<std::string> down_ ABSL_GUARDED_BY(mu_);
   bool progress_shown_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_log_line_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

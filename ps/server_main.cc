@@ -177,6 +177,8 @@ int Main(int argc, char** argv) {
   stats.setRequests(server.stats().requests);
   stats.setRejected(server.stats().rejected);
   stats.setParkedPulls(server.stats().parked);
+  stats.setCheckpoints(server.stats().checkpoints);
+  stats.setCheckpointPauseSeconds(absl::ToDoubleSeconds(server.stats().checkpoint_pause));
   const auto& counts = server.stats().staleness.counts();
   auto hist = stats.initStalenessHistogram(counts.size());
   for (size_t i = 0; i < counts.size(); ++i) hist.set(i, counts[i]);

@@ -62,11 +62,12 @@ absl::StatusOr<TrainResult> Trainer::Run(
   double loss_since_report = 0;
   uint64_t examples_since_report = 0;
 
-  const int64_t start = options_.start_step;
-  if (start < 0 || start > total) {
+  if (options_.start_step < 0) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("cannot resume at step %d: this worker's run has %d steps", start, total));
+        absl::StrFormat("cannot resume at step %d", options_.start_step));
   }
+  // A worker whose run ended before the checkpoint's clock has nothing left to do.
+  const int64_t start = std::min(options_.start_step, total);
   if (start > 0 && start % per_epoch != 0) {
     // Resume mid-epoch: skip the batches the run already trained on.
     if (auto s = source.Rewind(); !s.ok()) return s;

@@ -27,7 +27,7 @@ struct TrainerOptions {
   // Injected slowness, for experiments.
   SlownessOptions slowness;
   // Resume: the iterations already done (from a checkpoint). The run starts at this clock, at
-  // the batch where an uninterrupted run would be.
+  // the batch where an uninterrupted run would be (nothing is left when it is past the end).
   int64_t start_step = 0;
   // Checkpoints: on_checkpoint(clock) runs after every iteration that ends a multiple of
   // checkpoint_every clocks (0: never); an error stops training.

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "checkpoint/checkpoint.h"
 #include "core/command_line.h"
 #include "core/control_client.h"
 #include "core/log.h"
@@ -23,6 +24,7 @@
 #include "worker/model.h"
 #include "worker/ps_backend.h"
 #include "worker/trainer.h"
+#include "worker/worker_checkpoint.h"
 
 namespace syncline {
 namespace {
@@ -55,6 +57,9 @@ struct WorkerFlags {
   std::string bind = "tcp://127.0.0.1:0";
   double peer_timeout_s = 10;
   double min_step_ms = 0;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  std::string restore;
 };
 
 absl::StatusOr<ReadOptions> MakeReadOptions(const WorkerFlags& f, int partition, int partitions) {
@@ -180,7 +185,7 @@ int Main(int argc, char** argv) {
   app.add_option("--batch-size", f.batch_size, "examples per iteration per worker")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--optimizer", f.optimizer, "server-side rule: sgd | adagrad | adam")
+  app.add_option("--optimizer", f.optimizer, "server-side rule: sgd | adagrad | adam | ftrl")
       ->capture_default_str();
   app.add_option("--lr", f.lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--l2", f.l2, "L2 weight decay")
@@ -221,7 +226,18 @@ int Main(int argc, char** argv) {
   app.add_option("--min-step-ms", f.min_step_ms,
                  "experiments: pad each step's compute to at least this many milliseconds")
       ->check(CLI::Range(0.0, 60000.0));
+  app.add_option("--checkpoint-dir", f.checkpoint_dir, "folder of the job's checkpoints");
+  app.add_option("--checkpoint-every", f.checkpoint_every,
+                 "write this worker's part of a checkpoint (its clock and error-feedback "
+                 "residuals) every this many steps; 0: never")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--restore", f.restore,
+                 "start from this checkpoint folder (one validated by the launcher)");
   if (auto exit_code = ParseCommandLine(app, argc, argv, "syncline-worker")) return *exit_code;
+  if (f.checkpoint_every > 0 && f.checkpoint_dir.empty()) {
+    std::cerr << "syncline-worker: --checkpoint-every needs --checkpoint-dir\n";
+    return 2;
+  }
   SetLogTag("w" + std::to_string(f.rank));
   auto slowness_or =
       SlownessForWorker(f.straggler, f.jitter, f.delay, f.min_step_ms, f.rank, f.seed);
@@ -249,8 +265,8 @@ int Main(int argc, char** argv) {
     gossip = *mode;
   }
   auto model = Model::Create(
-      f.model, ModelOptions{
-                   .num_classes = f.classes, .embedding_dim = f.embedding_dim, .hidden = f.hidden});
+      f.model,
+      ModelOptions{.num_classes = f.classes, .embedding_dim = f.embedding_dim, .hidden = f.hidden});
   auto read_options = MakeReadOptions(f, f.rank, f.num_workers);
   for (const absl::Status& s :
        {optimizer.status(), model.status(), read_options.status(), codec.status()}) {
@@ -301,8 +317,7 @@ int Main(int argc, char** argv) {
     test = std::move(*t);
   }
   SYNCLINE_LOG(INFO) << absl::StrFormat(
-      "%d training examples (partition %d of %d), %s", train_source->size(), f.rank,
-      f.num_workers,
+      "%d training examples (partition %d of %d), %s", train_source->size(), f.rank, f.num_workers,
       criteo ? "Criteo layout, streamed" : absl::StrCat(train->num_features, " features"));
 
   ZmqTransport transport;
@@ -393,6 +408,42 @@ int Main(int argc, char** argv) {
   trainer_options.batch_size = f.batch_size;
   trainer_options.log_every = f.log_every;
   trainer_options.slowness = slowness;
+  if (!f.restore.empty()) {
+    auto saved = ReadWorkerCheckpoint(f.restore, f.rank);
+    if (absl::IsNotFound(saved.status())) {
+      // The worker had finished, or was lost, before that checkpoint: start at its clock.
+      auto manifest = ReadManifest(f.restore);
+      if (!manifest.ok()) return Fail(control, manifest.status());
+      trainer_options.start_step = manifest->clock;
+      SYNCLINE_LOG(WARNING) << "no saved state for this worker in " << f.restore
+                            << "; starting at clock " << manifest->clock;
+    } else if (!saved.ok()) {
+      return Fail(control, saved.status());
+    } else {
+      if (auto s = backend->RestoreState(saved->state); !s.ok()) return Fail(control, s);
+      trainer_options.start_step = saved->clock;
+      SYNCLINE_LOG(INFO) << "resuming at clock " << saved->clock << " from " << f.restore;
+    }
+  }
+  trainer_options.checkpoint_every = f.checkpoint_every;
+  trainer_options.on_checkpoint = [&](int64_t clock) -> absl::Status {
+    auto state = backend->SaveState();
+    absl::Status status = state.status();
+    if (status.ok()) status = WriteWorkerCheckpoint(f.checkpoint_dir, f.rank, {clock, *state});
+    // A checkpoint that cannot be written is reported (the launcher never completes it);
+    // training goes on.
+    if (!status.ok()) SYNCLINE_LOG(ERROR) << "checkpoint " << clock << " failed: " << status;
+    MessageBuilder b(wire::MsgType::CHECKPOINTED);
+    b.header().setRole(wire::Role::WORKER);
+    b.header().setRank(f.rank);
+    b.header().setClock(clock);
+    if (!status.ok()) {
+      b.header().setStatusCode(static_cast<int32_t>(status.code()));
+      b.header().setMessage(std::string(status.message()));
+    }
+    control->Send(b.Finish());
+    return absl::OkStatus();
+  };
   Trainer trainer(**model, *backend, trainer_options);
   auto result = trainer.Run(*train_source, [&](const TrainProgress& p) {
     MessageBuilder b(wire::MsgType::PROGRESS);

@@ -1,0 +1,163 @@
+// End-to-end checkpoints: a real job loses a parameter server to SIGKILL, is restarted with
+// --resume and ends exactly where an uninterrupted run ends; a damaged newest checkpoint is
+// reported and skipped in favour of the one before it.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/str_split.h"
+#include "tests/test_util.h"
+
+namespace syncline {
+namespace {
+
+using testing_util::JsonNumber;
+using testing_util::ReadFile;
+using testing_util::RunProcess;
+using testing_util::TempDir;
+
+const std::string kLaunch = SYNCLINE_LAUNCH_BIN;
+const std::string kGen = SYNCLINE_GEN_BIN;
+constexpr int kEvery = 25;
+
+// The job: logreg under BSP on 10k features with a memory tier of 1500 rows per server, so
+// most rows live in RocksDB and checkpoints carry both tiers.
+std::vector<std::string> Job(const std::string& data, const std::string& out) {
+  return {kLaunch,
+          "--servers",
+          "2",
+          "--workers",
+          "2",
+          "--sync",
+          "bsp",
+          "--train",
+          data + "/train.libsvm",
+          "--test",
+          data + "/test.libsvm",
+          "--epochs",
+          "3",
+          "--batch-size",
+          "64",
+          "--optimizer",
+          "adagrad",
+          "--lr",
+          "0.1",
+          "--embedding-memory",
+          "1500rows",
+          "--checkpoint-every",
+          std::to_string(kEvery),
+          "--checkpoint-keep",
+          "3",
+          "--out",
+          out};
+}
+
+std::vector<std::string> Resume(std::vector<std::string> job) {
+  job.push_back("--resume");
+  return job;
+}
+
+// The largest clock in metrics.csv.
+int64_t LastLoggedClock(const std::string& out) {
+  int64_t last = 0;
+  std::vector<std::string> lines =
+      absl::StrSplit(ReadFile(out + "/metrics.csv"), '\n', absl::SkipEmpty());
+  for (size_t i = 1; i < lines.size(); ++i) {
+    std::vector<std::string> f = absl::StrSplit(lines[i], ',');
+    if (f.size() > 2) last = std::max<int64_t>(last, std::stoll(f[2]));
+  }
+  return last;
+}
+
+TEST(CheckpointLaunchTest, AKilledServerResumesFromTheLastCheckpointAndEndsLikeAnUninterruptedRun) {
+  const std::string data = TempDir("ckpt_data");
+  auto gen = RunProcess({kGen, "--out", data + "/train.libsvm", "--test-out", data + "/test.libsvm",
+                         "--rows", "16000", "--test-rows", "3000", "--features", "10000", "--nnz",
+                         "20", "--seed", "5"});
+  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+
+  const std::string whole = TempDir("ckpt_whole");
+  auto a = RunProcess(Job(data, whole));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const std::string whole_summary = ReadFile(whole + "/summary.json");
+  ASSERT_TRUE(JsonNumber(whole_summary, "test_loss").has_value()) << whole_summary;
+  EXPECT_GT(*JsonNumber(whole_summary, "checkpoints_written"), 5) << whole_summary;
+  EXPECT_GT(*JsonNumber(whole_summary, "test_auc"), 0.8) << whole_summary;
+  // The memory tiers were too small: rows moved to RocksDB and back.
+  ASSERT_TRUE(JsonNumber(whole_summary, "evictions").has_value()) << whole_summary;
+  EXPECT_GT(*JsonNumber(whole_summary, "evictions"), 1000) << whole_summary;
+  EXPECT_LT(*JsonNumber(whole_summary, "memory_hit_rate"), 1.0) << whole_summary;
+
+  // The same job, slowed down, loses ps1 to SIGKILL after its second checkpoint.
+  const std::string out = TempDir("ckpt_killed");
+  std::string output;
+  ProcessGroup group([&](std::string_view, OutputStream, std::string_view line) {
+    output.append(line.data(), line.size());
+    output += '\n';
+  });
+  std::vector<std::string> slow = Job(data, out);
+  slow.insert(slow.end(), {"--min-step-ms", "5"});
+  auto launcher = group.Start(ProcessSpec{"launch", slow});
+  ASSERT_TRUE(launcher.ok());
+  std::vector<ExitEvent> exited;
+  const std::string second = out + "/checkpoints/ckpt-" + std::string(10, '0') + "50/MANIFEST";
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline && exited.empty() && !std::filesystem::exists(second)) {
+    (void)group.Poll(absl::Milliseconds(20), &exited);
+  }
+  ASSERT_TRUE(exited.empty()) << "the job ended before its second checkpoint:\n" << output;
+  int victim = 0;
+  for (const auto& [pid, cmd] : testing_util::Children(*launcher)) {
+    if (cmd.find("syncline-ps") != std::string::npos &&
+        cmd.find("--rank 1 ") != std::string::npos) {
+      victim = pid;
+    }
+  }
+  ASSERT_NE(victim, 0) << output;
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  const absl::Time end = absl::Now() + absl::Seconds(60);
+  while (exited.empty() && absl::Now() < end) (void)group.Poll(absl::Milliseconds(50), &exited);
+  ASSERT_EQ(exited.size(), 1u) << output;
+  EXPECT_NE(exited[0].exit_code, 0) << output;
+  EXPECT_NE(output.find("ps1 killed by signal 9"), std::string::npos) << output;
+  const int64_t reached = LastLoggedClock(out);
+  const int64_t saved = *JsonNumber(ReadFile(out + "/summary.json"), "last_checkpoint_clock");
+
+  auto resumed = RunProcess(Resume(Job(data, out)));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const std::string summary = ReadFile(out + "/summary.json");
+  const double from = *JsonNumber(summary, "resumed_from_clock");
+  EXPECT_EQ(from, saved) << summary;
+  // Lost no more than the steps since the last checkpoint (the log trails the real clock by
+  // up to log_every steps, and the newest checkpoint may still have been in flight).
+  EXPECT_GE(from, reached - 2 * kEvery) << "reached " << reached << "\n" << summary;
+  // BSP resumes exactly: the same final model as the run that was never interrupted.
+  EXPECT_DOUBLE_EQ(*JsonNumber(summary, "test_loss"), *JsonNumber(whole_summary, "test_loss"))
+      << summary;
+  EXPECT_DOUBLE_EQ(*JsonNumber(summary, "test_auc"), *JsonNumber(whole_summary, "test_auc"));
+
+  // Damage the newest checkpoint: --resume reports it and takes the one before.
+  std::vector<std::string> dirs;
+  for (const auto& e : std::filesystem::directory_iterator(out + "/checkpoints")) {
+    dirs.push_back(e.path().string());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  ASSERT_GE(dirs.size(), 2u);
+  const std::string newest = dirs.back() + "/ps0/shard.sst";
+  std::filesystem::resize_file(newest, std::filesystem::file_size(newest) - 100);
+  auto again = RunProcess(Resume(Job(data, out)));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("skipping a damaged or partial checkpoint"), std::string::npos)
+      << again.output;
+  EXPECT_NE(again.output.find("truncated"), std::string::npos) << again.output;
+  const std::string after = ReadFile(out + "/summary.json");
+  EXPECT_EQ(*JsonNumber(after, "resumed_from_clock"),
+            std::stoll(dirs[dirs.size() - 2].substr(dirs[dirs.size() - 2].rfind('-') + 1)));
+  EXPECT_DOUBLE_EQ(*JsonNumber(after, "test_loss"), *JsonNumber(whole_summary, "test_loss"));
+  for (const std::string& dir : {data, whole, out}) std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace syncline
