@@ -125,6 +125,11 @@ std::vector<int> ControlClient::TakeDownWorkers() {
   return std::exchange(down_workers_, {});
 }
 
+std::vector<int64_t> ControlClient::TakeCheckpointRequests() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(checkpoint_requests_, {});
+}
+
 void ControlClient::Handle(Message& message) {
   if (auto s = message.Parse(); !s.ok()) {
     SYNCLINE_LOG(WARNING) << "ignoring a malformed control message from " << message.peer() << ": "
@@ -142,6 +147,9 @@ void ControlClient::Handle(Message& message) {
       break;
     case wire::MsgType::SHUTDOWN:
       commands_.push_back(Command::kShutdown);
+      break;
+    case wire::MsgType::CHECKPOINT:
+      checkpoint_requests_.push_back(h.getClock());
       break;
     case wire::MsgType::NODE_DOWN:
       if (h.getBody().isNodeDown()) {

@@ -10,6 +10,7 @@
 #ifndef SYNCLINE_CORE_CONTROL_CLIENT_H_
 #define SYNCLINE_CORE_CONTROL_CLIENT_H_
 
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <string>
@@ -64,6 +65,8 @@ class ControlClient {
   absl::Status health() const;
   // Workers the coordinator declared dead since the last call.
   std::vector<int> TakeDownWorkers();
+  // Checkpoint clocks the coordinator asked for since the last call.
+  std::vector<int64_t> TakeCheckpointRequests();
 
  private:
   ControlClient(std::unique_ptr<Endpoint> endpoint, ControlOptions options, NodeTable table);
@@ -81,6 +84,7 @@ class ControlClient {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Command> commands_ ABSL_GUARDED_BY(mu_);
   std::vector<int> down_workers_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> checkpoint_requests_ ABSL_GUARDED_BY(mu_);
   absl::Status health_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };

@@ -233,9 +233,17 @@ absl::StatusOr<std::optional<Message>> Coordinator::Step(absl::Time deadline) {
 
 absl::Status Coordinator::CheckHeartbeats() {
   std::vector<std::pair<std::string, std::string>> lost;
+  std::vector<int64_t> checkpoints;
   {
     absl::MutexLock lock(&mu_);
     lost.swap(lost_);
+    checkpoints.swap(checkpoint_requests_);
+  }
+  for (int64_t clock : checkpoints) {
+    MessageBuilder b(wire::MsgType::CHECKPOINT);
+    b.header().setRole(wire::Role::COORDINATOR);
+    b.header().setClock(clock);
+    Broadcast(b.Finish());
   }
   for (const auto& [control_id, reason] : lost) {
     NodeState* n = Find(control_id);
@@ -273,6 +281,11 @@ absl::Status Coordinator::MarkDown(NodeState& n, const std::string& reason) {
   d.setReason(reason);
   Broadcast(b.Finish());
   return absl::OkStatus();
+}
+
+void Coordinator::RequestCheckpoint(int64_t clock) {
+  absl::MutexLock lock(&mu_);
+  checkpoint_requests_.push_back(clock);
 }
 
 void Coordinator::ReportLost(wire::Role role, int rank, std::string reason) {

@@ -85,6 +85,9 @@ class Coordinator {
   // otherwise the job is aborted.
   void ReportLost(wire::Role role, int rank, std::string reason);
 
+  // Asks every node to take part in checkpoint `clock` (sent from Run()'s thread).
+  void RequestCheckpoint(int64_t clock);
+
  private:
   struct NodeState;
   Coordinator(std::unique_ptr<Endpoint> endpoint, std::string address, CoordinatorOptions options,
@@ -115,6 +118,8 @@ class Coordinator {
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   // (control endpoint id, reason) of nodes reported lost, not yet handled.
   std::vector<std::pair<std::string, std::string>> lost_ ABSL_GUARDED_BY(mu_);
+  // Checkpoint clocks requested, not yet sent.
+  std::vector<int64_t> checkpoint_requests_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> abort_requested_{false};
 };
 

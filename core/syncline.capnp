@@ -43,6 +43,9 @@ enum MsgType {
   # Checkpoints: node -> coordinator, the node's part of checkpoint `clock` is on disk (its
   # receipt written), or, with statusCode set, could not be written (`message` says why).
   checkpointed @23;
+  # coordinator -> node: checkpoint when every worker has finished `clock` clocks (time-based
+  # checkpoints: the coordinator picks a clock just ahead of the fastest worker).
+  checkpoint @24;
 }
 
 enum Role {

@@ -47,7 +47,7 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 37> kFields = {{
+const std::array<Field, 38> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes"},
     {"workers", &JobConfig::workers, "Number of worker processes"},
     {"sync", &JobConfig::sync,
@@ -97,6 +97,8 @@ const std::array<Field, 37> kFields = {{
      "Delete embedding rows not touched for this many steps (0: never)"},
     {"checkpoint-every", &JobConfig::checkpoint_every,
      "Checkpoint every this many steps (0: never)"},
+    {"checkpoint-seconds", &JobConfig::checkpoint_seconds,
+     "Also checkpoint about every this many seconds (0: never)"},
     {"checkpoint-dir", &JobConfig::checkpoint_dir, "Checkpoint folder (default: OUT/checkpoints)"},
     {"checkpoint-keep", &JobConfig::checkpoint_keep, "Complete checkpoints to keep"},
 }};
@@ -449,6 +451,10 @@ absl::Status Validate(const JobConfig& c) {
   }
   if (!c.jitter.empty()) {
     if (auto j = ParseJitter(c.jitter); !j.ok()) return j.status();
+  }
+  if (!(c.checkpoint_seconds >= 0) || !std::isfinite(c.checkpoint_seconds)) {
+    return Invalid("checkpoint-seconds", absl::StrCat(c.checkpoint_seconds),
+                   "must be a number >= 0");
   }
   if (auto budget = ParseMemoryBudget(c.embedding_memory); !budget.ok()) {
     return Invalid("embedding-memory", c.embedding_memory, std::string(budget.status().message()));

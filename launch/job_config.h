@@ -103,6 +103,9 @@ struct JobConfig {
   int embedding_expire_steps = 0;
   // [--checkpoint-every] Checkpoint every this many clocks (0: never). Default 0.
   int checkpoint_every = 0;
+  // [--checkpoint-seconds] Also checkpoint about every this many seconds (0: never): the
+  // coordinator picks a clock just ahead of the fastest worker. Default 0.
+  double checkpoint_seconds = 0;
   // [--checkpoint-dir] Where checkpoints go. Default: OUT/checkpoints.
   std::string checkpoint_dir;
   // [--checkpoint-keep] Complete checkpoints to keep (older ones are deleted). Default 3.

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -178,7 +179,7 @@ std::vector<std::string> WorkerArgs(const JobConfig& job, const std::string& coo
 // Checkpoint flags, the same for servers and workers.
 void AddCheckpointArgs(const JobConfig& job, const std::string& restore,
                        std::vector<std::string>& args) {
-  if (job.checkpoint_every > 0) {
+  if (job.checkpoint_every > 0 || job.checkpoint_seconds > 0) {
     args.insert(args.end(), {"--checkpoint-dir", job.checkpoint_dir, "--checkpoint-every",
                              std::to_string(job.checkpoint_every)});
   }
@@ -221,7 +222,7 @@ int Main(int argc, char** argv) {
     return 2;
   }
   if (job.sync.starts_with("gossip")) {
-    if (job.checkpoint_every > 0 || resume) {
+    if (job.checkpoint_every > 0 || job.checkpoint_seconds > 0 || resume) {
       std::cerr << "syncline-launch: --checkpoint-every and --resume need parameter servers; "
                    "gossip peers do not checkpoint yet\n";
       return 2;
@@ -338,7 +339,23 @@ int Main(int argc, char** argv) {
   if (!failure.empty()) (*coordinator)->Abort(failure);
 
   std::vector<ExitEvent> exited;
+  // Time-based checkpoints: about every checkpoint_seconds, ask for a checkpoint at a clock the
+  // fastest worker will reach only after every node has heard of it.
+  absl::Time next_checkpoint = start + absl::Seconds(job.checkpoint_seconds);
   while (!job_done.load()) {
+    if (job.checkpoint_seconds > 0 && absl::Now() >= next_checkpoint) {
+      const RunReport::Clocks clocks = report.WorkerClocks();
+      const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
+      if (clocks.max_clock > 0 && elapsed > 0) {
+        // Progress reports trail a worker by up to log_every steps; a second of steps covers
+        // the request's way to every node.
+        const int64_t lead =
+            2 * job.log_every + static_cast<int64_t>(std::ceil(clocks.max_clock / elapsed)) + 1;
+        const int64_t clock = clocks.max_clock + lead;
+        if (clock < clocks.min_total_steps) (*coordinator)->RequestCheckpoint(clock);
+        next_checkpoint = absl::Now() + absl::Seconds(job.checkpoint_seconds);
+      }
+    }
     exited.clear();
     (void)group.Poll(absl::Milliseconds(200), &exited);
     for (const ExitEvent& e : exited) {

@@ -153,6 +153,19 @@ void RunReport::OnCheckpointed(wire::Role role, int rank, int64_t clock,
   if (checkpoints_ != nullptr) checkpoints_->OnCheckpointed(role, rank, clock, status);
 }
 
+RunReport::Clocks RunReport::WorkerClocks() {
+  absl::MutexLock lock(&mu_);
+  Clocks c;
+  bool first = true;
+  for (const auto& [rank, w] : workers_) {
+    if (w.total_steps == 0) return Clocks{};  // not every worker has reported yet
+    c.max_clock = std::max(c.max_clock, w.clock);
+    c.min_total_steps = first ? w.total_steps : std::min(c.min_total_steps, w.total_steps);
+    first = false;
+  }
+  return c;
+}
+
 void RunReport::SetCheckpoints(CheckpointTracker* tracker, int64_t resumed_from) {
   checkpoints_ = tracker;
   resumed_from_ = resumed_from;

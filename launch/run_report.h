@@ -51,6 +51,14 @@ class RunReport : public CoordinatorObserver {
   void DrawProgress(absl::Duration elapsed);
   void EndProgress();
 
+  // The fastest worker's clock and the fewest steps any worker will run (0 before the first
+  // progress report), for choosing a checkpoint clock ahead of the workers.
+  struct Clocks {
+    int64_t max_clock = 0;
+    int64_t min_total_steps = 0;
+  };
+  Clocks WorkerClocks();
+
   // Writes OUT/summary.json; `failure` is empty for a successful run.
   absl::Status WriteSummary(absl::Duration wall, const std::string& failure);
   // The closing summary printed on stdout.

@@ -28,7 +28,7 @@ ParameterServer::ParameterServer(Endpoint* endpoint, ServerOptions options)
   for (int w = 0; w < options.num_workers; ++w) {
     worker_ids_.push_back(DataEndpointId(wire::Role::WORKER, w));
   }
-  if (options_.checkpoint_every > 0) {
+  if (!options_.checkpoint_root.empty()) {
     checkpoint_writer_ = std::make_unique<CheckpointWriter>(options_.on_checkpoint);
   }
 }
@@ -91,6 +91,34 @@ void ParameterServer::StartCheckpoint(int64_t clock) {
   last_checkpoint_clock_ = clock;
   ++stats_.checkpoints;
   stats_.checkpoint_pause += absl::Now() - start;
+}
+
+void ParameterServer::RequestCheckpoint(int64_t clock) {
+  if (!checkpoint_writer_) {
+    if (options_.on_checkpoint) {
+      options_.on_checkpoint(clock, absl::FailedPreconditionError("checkpoints are not enabled"));
+    }
+    return;
+  }
+  const int64_t min_clock = clocks_.MinClock();
+  if (clock == min_clock && clock > last_checkpoint_clock_) {
+    // Nothing of clock `clock` has been applied yet (under BSP the tables change only when
+    // the min clock moves): the shard is at that clock now.
+    StartCheckpoint(clock);
+  } else if (clock < min_clock || min_clock == kAllFinished) {
+    MissCheckpoint(clock);
+  } else if (clock > min_clock) {
+    requested_checkpoints_.insert(clock);
+  }
+}
+
+void ParameterServer::MissCheckpoint(int64_t clock) {
+  if (!options_.on_checkpoint) return;
+  options_.on_checkpoint(
+      clock, absl::FailedPreconditionError(absl::StrFormat(
+                 "every worker had finished clock %d before the request for it arrived (or the "
+                 "job ended first)",
+                 clock)));
 }
 
 void ParameterServer::WaitForCheckpoints() {
@@ -484,10 +512,22 @@ absl::Status ParameterServer::OnMinClockChanged() {
         if (auto s = table->AdvanceStep(); !s.ok() && result.ok()) result = s;
       }
     }
-    if (checkpoint_writer_ && min_clock > last_checkpoint_clock_ &&
-        min_clock % options_.checkpoint_every == 0) {
-      StartCheckpoint(min_clock);
+    if (checkpoint_writer_) {
+      // Requests the workers have already gone past cannot be served any more.
+      while (!requested_checkpoints_.empty() && *requested_checkpoints_.begin() < min_clock) {
+        MissCheckpoint(*requested_checkpoints_.begin());
+        requested_checkpoints_.erase(requested_checkpoints_.begin());
+      }
+      const bool requested = requested_checkpoints_.erase(min_clock) > 0;
+      const bool periodic =
+          options_.checkpoint_every > 0 && min_clock % options_.checkpoint_every == 0;
+      if (min_clock > last_checkpoint_clock_ && (requested || periodic)) {
+        StartCheckpoint(min_clock);
+      }
     }
+  } else {
+    for (int64_t clock : requested_checkpoints_) MissCheckpoint(clock);
+    requested_checkpoints_.clear();
   }
   while (!parked_.empty() && (min_clock == kAllFinished || parked_.begin()->first <= min_clock)) {
     auto node = parked_.extract(parked_.begin());

@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,8 +52,9 @@ struct ServerOptions {
   // table T's store lives in `embedding->path`/table-T and starts empty (a checkpoint, not
   // this folder, is what survives a restart). Unset: sparse rows stay in memory.
   std::optional<EmbeddingStoreOptions> embedding;
-  // Checkpoints: when every worker has finished a multiple of `checkpoint_every` clocks (0:
-  // never), the shard is captured and written in the background into
+  // Checkpoints (with checkpoint_root set): when every worker has finished a multiple of
+  // `checkpoint_every` clocks (0: never) or a clock RequestCheckpoint() named, the shard is
+  // captured and written in the background into
   // CheckpointDir(checkpoint_root, clock); `on_checkpoint` is then called on the writer's
   // thread. Under BSP the capture holds exactly the updates of the clocks before it; under
   // SSP/ASP it may also hold faster workers' updates of up to `staleness` later clocks.
@@ -90,6 +92,11 @@ class ParameterServer {
   absl::Status Restore(const std::string& checkpoint_dir);
   // Waits until the checkpoint being written (if any) is on disk.
   void WaitForCheckpoints();
+  // Time-based checkpoints: the coordinator asks for checkpoint `clock`, ahead of the workers;
+  // it is taken when every worker has finished `clock` clocks (at once if they just have), and
+  // reported failed through on_checkpoint when the workers are already past it. Needs
+  // checkpoint_root.
+  void RequestCheckpoint(int64_t clock);
 
   const ServerStats& stats() const { return stats_; }
   // The statistics of the embedding stores, summed over tables; tables counts them.
@@ -125,6 +132,7 @@ class ParameterServer {
   absl::StatusOr<std::unique_ptr<ShardTable>> MakeTable(const TableConfig& config,
                                                         const std::string& restore_from);
   void StartCheckpoint(int64_t clock);
+  void MissCheckpoint(int64_t clock);
   void Reply(const std::string& peer, Message reply);
   void ReplyError(const std::string& peer, const wire::Header::Reader& request,
                   const absl::Status& status);
@@ -143,6 +151,7 @@ class ParameterServer {
   std::multimap<int64_t, ParkedPull> parked_;
   ServerStats stats_;
   int64_t last_checkpoint_clock_ = 0;
+  std::set<int64_t> requested_checkpoints_;
   // Declared after the tables: destroyed first, so stores outlive the snapshots being written.
   std::unique_ptr<CheckpointWriter> checkpoint_writer_;
 };

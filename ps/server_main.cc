@@ -65,7 +65,9 @@ int Main(int argc, char** argv) {
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
   std::string restore;
-  app.add_option("--checkpoint-dir", checkpoint_dir, "folder of the job's checkpoints");
+  app.add_option("--checkpoint-dir", checkpoint_dir,
+                 "folder of the job's checkpoints; with it the coordinator may also ask for "
+                 "checkpoints (time-based ones)");
   app.add_option("--checkpoint-every", checkpoint_every,
                  "write this shard's part of a checkpoint whenever every worker has finished a "
                  "multiple of this many clocks; 0: never")
@@ -123,7 +125,7 @@ int Main(int argc, char** argv) {
   options.num_workers = table.num_workers;
   options.staleness = table.staleness;
   options.embedding = embedding;
-  options.checkpoint_root = checkpoint_dir;
+  options.checkpoint_root = checkpoint_dir;  // empty: no checkpoints, not even requested ones
   options.checkpoint_every = checkpoint_every;
   ControlClient* client = control->get();
   options.on_checkpoint = [client, rank](int64_t clock, const absl::Status& status) {
@@ -159,6 +161,7 @@ int Main(int argc, char** argv) {
       return 1;
     }
     for (int w : (*control)->TakeDownWorkers()) server.RemoveWorker(w);
+    for (int64_t clock : (*control)->TakeCheckpointRequests()) server.RequestCheckpoint(clock);
     auto command = (*control)->WaitForCommand(absl::Now());
     if (command.ok() && *command == Command::kShutdown) break;
     if (!command.ok() && !absl::IsDeadlineExceeded(command.status())) {

@@ -1,7 +1,11 @@
 #include "ps/server.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <mutex>
 #include <random>
 
 #include "compression/codec.h"
@@ -316,6 +320,59 @@ TEST(ParameterServerTest, FinishedWorkersDoNotHoldOthersBack) {
   auto released = h.Reply(0);
   ASSERT_TRUE(released.has_value());
   EXPECT_EQ(released->header().getRequestId(), 2u);
+}
+
+}  // namespace
+}  // namespace syncline
+
+namespace syncline {
+namespace {
+
+// Time-based checkpoints: a requested clock ahead of the workers is taken when they all reach
+// it; one they have passed is reported missed; one they are at is taken at once.
+TEST(ParameterServerTest, RequestedCheckpointsAreTakenAtTheirClockOrReportedMissed) {
+  const std::string root = testing::TempDir() + "requested_ckpt_" + std::to_string(getpid());
+  std::filesystem::remove_all(root);
+  std::mutex mu;
+  std::vector<std::pair<int64_t, absl::StatusCode>> reports;
+  ServerOptions options{.num_workers = 2, .staleness = 0};
+  options.checkpoint_root = root;
+  options.on_checkpoint = [&](int64_t clock, const absl::Status& s) {
+    std::lock_guard lock(mu);
+    reports.emplace_back(clock, s.code());
+  };
+  {
+    ServerHarness h(options);
+    TableConfig c;
+    c.id = 1;
+    c.dense = false;
+    c.dim = 2;
+    h.Send(0, Declare(0, c));
+    h.Serve();
+    h.server().RequestCheckpoint(2);  // ahead
+    for (int64_t clock = 1; clock <= 3; ++clock) {
+      h.Send(0, Clock(0, clock, 1));
+      h.Send(1, Clock(1, clock, 1));
+      h.Serve();
+      if (clock == 2) h.server().RequestCheckpoint(1);  // passed: missed
+      if (clock == 3) h.server().RequestCheckpoint(3);  // just reached: taken now
+    }
+    h.server().RequestCheckpoint(7);
+    h.Send(0, Message(Request(wire::MsgType::FINISH, 0, 9).Finish()));
+    h.Send(1, Message(Request(wire::MsgType::FINISH, 1, 9).Finish()));
+    h.Serve();  // every worker finished: 7 can never be reached
+    h.server().WaitForCheckpoints();
+  }
+  std::sort(reports.begin(), reports.end());
+  const std::vector<std::pair<int64_t, absl::StatusCode>> expected = {
+      {1, absl::StatusCode::kFailedPrecondition},
+      {2, absl::StatusCode::kOk},
+      {3, absl::StatusCode::kOk},
+      {7, absl::StatusCode::kFailedPrecondition}};
+  EXPECT_EQ(reports, expected);
+  EXPECT_TRUE(std::filesystem::exists(CheckpointDir(root, 2) + "/ps0.receipt"));
+  EXPECT_TRUE(std::filesystem::exists(CheckpointDir(root, 3) + "/ps0.receipt"));
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace

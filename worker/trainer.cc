@@ -114,9 +114,14 @@ absl::StatusOr<TrainResult> Trainer::Run(
 
     result.steps = step + 1;
     result.examples += b.examples.size();
-    if (options_.checkpoint_every > 0 && (step + 1) % options_.checkpoint_every == 0 &&
-        options_.on_checkpoint) {
-      if (auto s = options_.on_checkpoint(step + 1); !s.ok()) return s;
+    if (options_.on_checkpoint) {
+      const bool periodic =
+          options_.checkpoint_every > 0 && (step + 1) % options_.checkpoint_every == 0;
+      const bool requested =
+          options_.checkpoint_requested && options_.checkpoint_requested(step + 1);
+      if (periodic || requested) {
+        if (auto s = options_.on_checkpoint(step + 1); !s.ok()) return s;
+      }
     }
     loss_since_report += loss;
     examples_since_report += b.examples.size();

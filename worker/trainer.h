@@ -30,8 +30,10 @@ struct TrainerOptions {
   // the batch where an uninterrupted run would be (nothing is left when it is past the end).
   int64_t start_step = 0;
   // Checkpoints: on_checkpoint(clock) runs after every iteration that ends a multiple of
-  // checkpoint_every clocks (0: never); an error stops training.
+  // checkpoint_every clocks (0: never) or for which checkpoint_requested(clock) (may be empty)
+  // says yes; an error stops training.
   int64_t checkpoint_every = 0;
+  std::function<bool(int64_t clock)> checkpoint_requested;
   std::function<absl::Status(int64_t clock)> on_checkpoint;
 };
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -226,7 +227,9 @@ int Main(int argc, char** argv) {
   app.add_option("--min-step-ms", f.min_step_ms,
                  "experiments: pad each step's compute to at least this many milliseconds")
       ->check(CLI::Range(0.0, 60000.0));
-  app.add_option("--checkpoint-dir", f.checkpoint_dir, "folder of the job's checkpoints");
+  app.add_option("--checkpoint-dir", f.checkpoint_dir,
+                 "folder of the job's checkpoints; with it the coordinator may also ask for "
+                 "checkpoints (time-based ones)");
   app.add_option("--checkpoint-every", f.checkpoint_every,
                  "write this worker's part of a checkpoint (its clock and error-feedback "
                  "residuals) every this many steps; 0: never")
@@ -426,13 +429,8 @@ int Main(int argc, char** argv) {
     }
   }
   trainer_options.checkpoint_every = f.checkpoint_every;
-  trainer_options.on_checkpoint = [&](int64_t clock) -> absl::Status {
-    auto state = backend->SaveState();
-    absl::Status status = state.status();
-    if (status.ok()) status = WriteWorkerCheckpoint(f.checkpoint_dir, f.rank, {clock, *state});
-    // A checkpoint that cannot be written is reported (the launcher never completes it);
-    // training goes on.
-    if (!status.ok()) SYNCLINE_LOG(ERROR) << "checkpoint " << clock << " failed: " << status;
+  // Tells the coordinator how this worker's part of checkpoint `clock` went.
+  auto report_checkpoint = [&](int64_t clock, const absl::Status& status) {
     MessageBuilder b(wire::MsgType::CHECKPOINTED);
     b.header().setRole(wire::Role::WORKER);
     b.header().setRank(f.rank);
@@ -442,6 +440,29 @@ int Main(int argc, char** argv) {
       b.header().setMessage(std::string(status.message()));
     }
     control->Send(b.Finish());
+  };
+  // Time-based checkpoints: clocks the coordinator asked for, ahead of this worker.
+  std::set<int64_t> requested;
+  trainer_options.checkpoint_requested = [&](int64_t clock) {
+    if (f.checkpoint_dir.empty()) return false;
+    for (int64_t c : control->TakeCheckpointRequests()) requested.insert(c);
+    while (!requested.empty() && *requested.begin() < clock) {
+      report_checkpoint(*requested.begin(),
+                        absl::FailedPreconditionError(absl::StrFormat(
+                            "w%d had finished clock %d before the request for it arrived", f.rank,
+                            *requested.begin())));
+      requested.erase(requested.begin());
+    }
+    return requested.erase(clock) > 0;
+  };
+  trainer_options.on_checkpoint = [&](int64_t clock) -> absl::Status {
+    auto state = backend->SaveState();
+    absl::Status status = state.status();
+    if (status.ok()) status = WriteWorkerCheckpoint(f.checkpoint_dir, f.rank, {clock, *state});
+    // A checkpoint that cannot be written is reported (the launcher never completes it);
+    // training goes on.
+    if (!status.ok()) SYNCLINE_LOG(ERROR) << "checkpoint " << clock << " failed: " << status;
+    report_checkpoint(clock, status);
     return absl::OkStatus();
   };
   Trainer trainer(**model, *backend, trainer_options);
