@@ -210,6 +210,11 @@ absl::StatusOr<std::optional<Message>> Coordinator::Step(absl::Time deadline) {
         observer_->OnProgress(node->rank, h.getBody().getProgress());
       }
       return std::optional<Message>();
+    case wire::MsgType::SERVER_PROGRESS:
+      if (node->role == wire::Role::SERVER && h.getBody().isServerStats() && observer_) {
+        observer_->OnServerProgress(node->rank, h.getBody().getServerStats());
+      }
+      return std::optional<Message>();
     case wire::MsgType::CHECKPOINTED:
       if (observer_) {
         const int code = h.getStatusCode();

@@ -55,6 +55,8 @@ class CoordinatorObserver {
   virtual void OnWorkerDone(int worker, wire::WorkerStats::Reader stats) {}
   virtual void OnEvaluation(int worker, wire::Evaluation::Reader evaluation) {}
   virtual void OnServerStats(int server, wire::ServerStats::Reader stats) {}
+  // A server's statistics so far, while it serves.
+  virtual void OnServerProgress(int server, wire::ServerStats::Reader stats) {}
   virtual void OnNodeDown(wire::Role role, int rank, const std::string& reason) {}
   // A node wrote its part of checkpoint `clock` (status OK) or failed to.
   virtual void OnCheckpointed(wire::Role role, int rank, int64_t clock,

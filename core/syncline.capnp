@@ -46,6 +46,9 @@ enum MsgType {
   # coordinator -> node: checkpoint when every worker has finished `clock` clocks (time-based
   # checkpoints: the coordinator picks a clock just ahead of the fastest worker).
   checkpoint @24;
+  # server -> coordinator, about once a second while serving: body.serverStats so far (the
+  # launcher writes the embedding tables' figures to OUT/embedding.csv).
+  serverProgress @25;
 }
 
 enum Role {

@@ -140,6 +140,29 @@ void RunReport::OnServerStats(int server, wire::ServerStats::Reader s) {
   }
 }
 
+void RunReport::OnServerProgress(int server, wire::ServerStats::Reader s) {
+  if (!s.hasEmbedding()) return;
+  absl::MutexLock lock(&mu_);
+  if (!embedding_csv_.is_open()) {
+    const std::string path = (fs::path(job_.out) / "embedding.csv").string();
+    std::error_code ec;
+    const bool append = resumed_from_ >= 0 && fs::file_size(path, ec) > 0 && !ec;
+    embedding_csv_.open(path, append ? std::ios::app : std::ios::trunc);
+    if (!append) {
+      embedding_csv_ << "wall_seconds,server,rows_in_memory,rows_on_disk,admitted,rejected,"
+                        "expired,evictions,memory_hit_rate,memory_bytes\n";
+    }
+  }
+  auto e = s.getEmbedding();
+  const uint64_t touches = e.getMemoryHits() + e.getDiskHits();
+  embedding_csv_ << absl::StrFormat(
+      "%.3f,%d,%d,%d,%d,%d,%d,%d,%.6f,%d\n", absl::ToDoubleSeconds(absl::Now() - start_), server,
+      e.getRowsInMemory(), e.getRowsOnDisk(), e.getAdmitted(), e.getRejected(), e.getExpired(),
+      e.getEvictions(), touches ? static_cast<double>(e.getMemoryHits()) / touches : 1.0,
+      e.getMemoryBytes());
+  embedding_csv_.flush();
+}
+
 void RunReport::OnNodeDown(wire::Role role, int rank, const std::string& reason) {
   {
     absl::MutexLock lock(&mu_);

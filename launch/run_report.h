@@ -1,7 +1,7 @@
 // RunReport: what a user sees of a job and what it leaves behind. It observes the coordinator
 // (progress, results, failures), forwards the children's log lines with a "[w1]" prefix (also
-// into OUT/logs/), keeps a live progress line, and writes OUT/metrics.csv as reports arrive and
-// OUT/summary.json at the end.
+// into OUT/logs/), keeps a live progress line, and writes OUT/metrics.csv and
+// OUT/embedding.csv as reports arrive and OUT/summary.json at the end.
 //
 // Thread-safety: the CoordinatorObserver callbacks come from the coordinator's thread; the
 // other methods from the launcher's main thread. State shared by both is guarded by mu_.
@@ -37,6 +37,8 @@ class RunReport : public CoordinatorObserver {
   void OnWorkerDone(int worker, wire::WorkerStats::Reader stats) override;
   void OnEvaluation(int worker, wire::Evaluation::Reader evaluation) override;
   void OnServerStats(int server, wire::ServerStats::Reader stats) override;
+  // Appends the embedding tables' figures to OUT/embedding.csv.
+  void OnServerProgress(int server, wire::ServerStats::Reader stats) override;
   void OnNodeDown(wire::Role role, int rank, const std::string& reason) override;
   void OnCheckpointed(wire::Role role, int rank, int64_t clock,
                       const absl::Status& status) override;
@@ -85,6 +87,7 @@ class RunReport : public CoordinatorObserver {
 
   absl::Mutex mu_;
   std::ofstream metrics_ ABSL_GUARDED_BY(mu_);
+  std::ofstream embedding_csv_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::ofstream> logs_ ABSL_GUARDED_BY(mu_);
   std::map<int, WorkerState> workers_ ABSL_GUARDED_BY(mu_);
   bool have_evaluation_ ABSL_GUARDED_BY(mu_) = false;

@@ -20,6 +20,40 @@ const char* EnvOr(const char* name, const char* fallback) {
   return v != nullptr && *v != '\0' ? v : fallback;
 }
 
+// The server's statistics so far, as a SERVER_STATS (at shutdown) or SERVER_PROGRESS message.
+Message StatsMessage(wire::MsgType type, int rank, const ParameterServer& server,
+                     Endpoint& endpoint) {
+  MessageBuilder b(type);
+  b.header().setRole(wire::Role::SERVER);
+  b.header().setRank(rank);
+  auto stats = b.header().getBody().initServerStats();
+  stats.setBytesIn(endpoint.counters().bytes_received.load());
+  stats.setBytesOut(endpoint.counters().bytes_sent.load());
+  stats.setRequests(server.stats().requests);
+  stats.setRejected(server.stats().rejected);
+  stats.setParkedPulls(server.stats().parked);
+  stats.setCheckpoints(server.stats().checkpoints);
+  stats.setCheckpointPauseSeconds(absl::ToDoubleSeconds(server.stats().checkpoint_pause));
+  const auto& counts = server.stats().staleness.counts();
+  auto hist = stats.initStalenessHistogram(counts.size());
+  for (size_t i = 0; i < counts.size(); ++i) hist.set(i, counts[i]);
+  if (const auto totals = server.embedding_totals(); totals.tables > 0) {
+    auto e = stats.initEmbedding();
+    e.setTables(totals.tables);
+    e.setRowsInMemory(totals.stats.rows_in_memory);
+    e.setRowsOnDisk(totals.stats.rows_on_disk);
+    e.setAdmitted(totals.stats.admitted);
+    e.setRejected(totals.stats.rejected);
+    e.setExpired(totals.stats.expired);
+    e.setMemoryHits(totals.stats.memory_hits);
+    e.setDiskHits(totals.stats.disk_hits);
+    e.setEvictions(totals.stats.evictions);
+    e.setMemoryBytes(totals.stats.memory_bytes);
+    e.setMemoryBudgetBytes(totals.budget_bytes);
+  }
+  return b.Finish();
+}
+
 int Main(int argc, char** argv) {
   CLI::App app(
       "syncline-ps: one shard of the Syncline parameter server.\n"
@@ -155,6 +189,7 @@ int Main(int argc, char** argv) {
   SYNCLINE_LOG(INFO) << "serving shard " << rank << " of " << table.num_servers << " at "
                      << *address;
 
+  absl::Time next_progress = absl::Now() + absl::Seconds(1);
   while (true) {
     if (auto s = server.ServeUntil(absl::Now() + absl::Milliseconds(50)); !s.ok()) {
       SYNCLINE_LOG(ERROR) << "endpoint failed: " << s;
@@ -162,6 +197,13 @@ int Main(int argc, char** argv) {
     }
     for (int w : (*control)->TakeDownWorkers()) server.RemoveWorker(w);
     for (int64_t clock : (*control)->TakeCheckpointRequests()) server.RequestCheckpoint(clock);
+    if (absl::Now() >= next_progress) {
+      // Embedding tables' figures while training (OUT/embedding.csv); nothing else needs them.
+      if (server.embedding_totals().tables > 0) {
+        (*control)->Send(StatsMessage(wire::MsgType::SERVER_PROGRESS, rank, server, **endpoint));
+      }
+      next_progress = absl::Now() + absl::Seconds(1);
+    }
     auto command = (*control)->WaitForCommand(absl::Now());
     if (command.ok() && *command == Command::kShutdown) break;
     if (!command.ok() && !absl::IsDeadlineExceeded(command.status())) {
@@ -171,39 +213,15 @@ int Main(int argc, char** argv) {
   }
 
   server.WaitForCheckpoints();
-  MessageBuilder b(wire::MsgType::SERVER_STATS);
-  b.header().setRole(wire::Role::SERVER);
-  b.header().setRank(rank);
-  auto stats = b.header().getBody().initServerStats();
-  stats.setBytesIn((*endpoint)->counters().bytes_received.load());
-  stats.setBytesOut((*endpoint)->counters().bytes_sent.load());
-  stats.setRequests(server.stats().requests);
-  stats.setRejected(server.stats().rejected);
-  stats.setParkedPulls(server.stats().parked);
-  stats.setCheckpoints(server.stats().checkpoints);
-  stats.setCheckpointPauseSeconds(absl::ToDoubleSeconds(server.stats().checkpoint_pause));
-  const auto& counts = server.stats().staleness.counts();
-  auto hist = stats.initStalenessHistogram(counts.size());
-  for (size_t i = 0; i < counts.size(); ++i) hist.set(i, counts[i]);
-  if (const auto totals = server.embedding_totals(); totals.tables > 0) {
-    auto e = stats.initEmbedding();
-    e.setTables(totals.tables);
-    e.setRowsInMemory(totals.stats.rows_in_memory);
-    e.setRowsOnDisk(totals.stats.rows_on_disk);
-    e.setAdmitted(totals.stats.admitted);
-    e.setRejected(totals.stats.rejected);
-    e.setExpired(totals.stats.expired);
-    e.setMemoryHits(totals.stats.memory_hits);
-    e.setDiskHits(totals.stats.disk_hits);
-    e.setEvictions(totals.stats.evictions);
-    e.setMemoryBytes(totals.stats.memory_bytes);
-    e.setMemoryBudgetBytes(totals.budget_bytes);
+  const auto totals = server.embedding_totals();
+  if (totals.tables > 0) {
     SYNCLINE_LOG(INFO) << "embedding tables: " << totals.stats.rows_in_memory << " rows in memory, "
                        << totals.stats.rows_on_disk << " on disk, " << totals.stats.admitted
                        << " admitted, " << totals.stats.expired << " expired, "
                        << totals.stats.evictions << " evictions";
   }
-  (*control)->Send(b.Finish());
+  Message b = StatsMessage(wire::MsgType::SERVER_STATS, rank, server, **endpoint);
+  (*control)->Send(std::move(b));
   (void)(*control)->Flush(absl::Now() + absl::Seconds(5));
   SYNCLINE_LOG(INFO) << "shut down after " << server.stats().requests << " requests ("
                      << server.stats().rejected << " rejected)";
