@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <random>
 
 namespace syncline {
@@ -175,6 +176,43 @@ TEST(ServerCheckpointTest, DamagedShardFileIsDataLoss) {
   ASSERT_FALSE(restored.ok());
   EXPECT_EQ(restored.status().code(), absl::StatusCode::kDataLoss) << restored.status();
   EXPECT_NE(restored.status().message().find("shard.sst"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace syncline
+
+namespace syncline {
+namespace {
+
+TEST(ServerCheckpointTest, AWriteThatFailsIsReportedAndTheWriterGoesOn) {
+  TempDir dir;
+  // The checkpoint root is a regular file: nothing can be created under it.
+  const std::string root = dir.Sub("not_a_folder");
+  std::ofstream(root) << "x";
+  std::mutex mu;
+  std::vector<std::pair<int64_t, absl::Status>> done;
+  {
+    CheckpointWriter writer([&](int64_t clock, const absl::Status& s) {
+      std::lock_guard lock(mu);
+      done.emplace_back(clock, s);
+    });
+    Shard live;
+    live.tables[1] = *Shard::Make(Config(1, true, 2, wire::OptimizerKind::SGD), dir.Sub("l"), "");
+    for (int64_t clock : {5, 10}) {
+      ShardCapture capture;
+      capture.clock = clock;
+      capture.tables.push_back(live.tables[1]->Capture());
+      writer.Write(clock == 5 ? CheckpointDir(root, clock) : CheckpointDir(dir.Sub("ok"), clock), 0,
+                   std::move(capture));
+    }
+    writer.WaitIdle();
+  }
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].first, 5);
+  EXPECT_FALSE(done[0].second.ok());
+  EXPECT_NE(done[0].second.message().find("not_a_folder"), std::string::npos) << done[0].second;
+  EXPECT_EQ(done[1].first, 10);
+  EXPECT_TRUE(done[1].second.ok()) << done[1].second;
 }
 
 }  // namespace
