@@ -79,6 +79,7 @@ EmbeddingStore::EmbeddingStore(const TableConfig& table, const EmbeddingStoreOpt
 }
 
 EmbeddingStore::~EmbeddingStore() {
+  if (!options_.warn_unflushed) return;
   uint64_t dirty = 0;
   for (const auto& [id, slot] : index_) dirty += meta(slot).dirty ? 1 : 0;
   if (dirty > 0) {

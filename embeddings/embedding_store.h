@@ -90,6 +90,10 @@ struct EmbeddingStoreOptions {
   uint64_t rocksdb_write_buffer_bytes = uint64_t{32} << 20;
   // The RocksDB environment (file system); null: rocksdb::Env::Default(). Not owned.
   rocksdb::Env* env = nullptr;
+  // Log a warning when the store is destroyed with changed rows that never reached RocksDB
+  // (they are lost). A server whose store is scratch space (checkpoints are the durable copy)
+  // turns it off. Default true.
+  bool warn_unflushed = true;
   // Restore: a snapshot file (sorted key/values as EmbeddingSnapshot::ForEachEntry writes them,
   // in RocksDB's SST format) whose rows replace whatever the database at `path` held: the
   // database is destroyed and the file ingested (copied, the source is left as it is). Empty:

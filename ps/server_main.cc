@@ -128,6 +128,8 @@ int Main(int argc, char** argv) {
     embedding->max_memory_bytes = budget->bytes;
     embedding->admit_after = admit_after;
     embedding->expire_after_steps = expire_steps;
+    // The folder is scratch space: what matters at exit went into checkpoints.
+    embedding->warn_unflushed = false;
   }
 
   ZmqTransport transport;
