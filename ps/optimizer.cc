@@ -20,8 +20,22 @@ int StateFloatsPerWeight(wire::OptimizerKind kind) {
   return 0;
 }
 
-void ApplyUpdate(const OptimizerConfig& c, float* __restrict w, float* __restrict state,
-                 const float* __restrict g, float scale, size_t n, int64_t step) {
+void ApplyUpdate(const OptimizerConfig& config, float* weights, float* state, const float* grad_sum,
+                 float scale, size_t n, int64_t step) {
+  // SGD keeps no state (`state` may be null).
+  ApplyUpdate(config, weights, state, state == nullptr ? nullptr : state + n, grad_sum, scale, n,
+              step);
+}
+
+// The loops run at memory speed on large blocks only with wide vectors: GCC also builds an
+// AVX2 version and picks one when the program loads. AVX2 without FMA computes the same
+// operations in the same order, so both versions give the same bits.
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+void ApplyUpdate(const OptimizerConfig& c, float* __restrict w, float* __restrict state0,
+                 float* __restrict state1, const float* __restrict g, float scale, size_t n,
+                 int64_t step) {
   const float lr = c.learning_rate;
   const float l2 = c.l2;
   switch (c.kind) {
@@ -29,7 +43,7 @@ void ApplyUpdate(const OptimizerConfig& c, float* __restrict w, float* __restric
       for (size_t i = 0; i < n; ++i) w[i] -= lr * (g[i] * scale + l2 * w[i]);
       return;
     case wire::OptimizerKind::ADAGRAD: {
-      float* __restrict h = state;
+      float* __restrict h = state0;
       for (size_t i = 0; i < n; ++i) {
         const float gi = g[i] * scale + l2 * w[i];
         h[i] += gi * gi;
@@ -38,8 +52,8 @@ void ApplyUpdate(const OptimizerConfig& c, float* __restrict w, float* __restric
       return;
     }
     case wire::OptimizerKind::ADAM: {
-      float* __restrict m = state;
-      float* __restrict v = state + n;
+      float* __restrict m = state0;
+      float* __restrict v = state1;
       const double t = static_cast<double>(step < 1 ? 1 : step);
       const float correction1 = static_cast<float>(1.0 - std::pow(c.beta1, t));
       const float correction2 = static_cast<float>(1.0 - std::pow(c.beta2, t));
@@ -58,8 +72,8 @@ void ApplyUpdate(const OptimizerConfig& c, float* __restrict w, float* __restric
       // correction, n the squared gradients; the weight is the closed-form minimiser, exactly
       // zero while |z| <= l1. The state alone defines the weight, so rows that start
       // non-zero (init_scale > 0) fold their start into z at the first update.
-      float* __restrict z = state;
-      float* __restrict nsq = state + n;
+      float* __restrict z = state0;
+      float* __restrict nsq = state1;
       const float inv_lr = 1.0f / lr;
       const float l1 = c.l1;
       for (size_t i = 0; i < n; ++i) {

@@ -26,6 +26,12 @@ int StateFloatsPerWeight(wire::OptimizerKind kind);
 // `step` is the 1-based update count of this row (Adam's bias correction).
 void ApplyUpdate(const OptimizerConfig& config, float* weights, float* state, const float* grad_sum,
                  float scale, size_t n, int64_t step);
+// The same with the state's components apart: `state0` holds the first n floats of the rule
+// (Adagrad's h, Adam's m, FTRL's z), `state1` the second (Adam's v, FTRL's n; unused by rules
+// with fewer components). Lets a caller update part of a block whose state is laid out over
+// a larger range.
+void ApplyUpdate(const OptimizerConfig& config, float* weights, float* state0, float* state1,
+                 const float* grad_sum, float scale, size_t n, int64_t step);
 
 absl::StatusOr<wire::OptimizerKind> ParseOptimizer(const std::string& name);
 

@@ -424,21 +424,21 @@ absl::Status ParameterServer::AnswerPull(const std::string& peer, Message& reque
                                          ShardTable& table) {
   auto h = request.header();
   const TableConfig& c = table.config();
-  // Uninitialised: every value is overwritten, and zero-filling a large reply costs as much
-  // as the copy itself.
-  size_t count = 0;
-  std::shared_ptr<float[]> values;
+  Frame values;
   if (c.dense) {
-    KeyRange range{h.getRangeBegin(), h.getRangeEnd()};
-    count = range.size() * c.dim;
-    values = std::make_shared_for_overwrite<float[]>(count);
-    table.ReadRange(range, values.get());
+    // References the table's block when the range lies in one (no copy): the table copies a
+    // block before changing it while a reply still holds it.
+    values = table.ShareRange(KeyRange{h.getRangeBegin(), h.getRangeEnd()});
   } else {
     auto keys = KeysOf(request);
     if (!keys.ok()) return keys.status();
-    count = keys->size() * c.dim;
-    values = std::make_shared_for_overwrite<float[]>(count);
-    if (auto s = table.Read(*keys, values.get()); !s.ok()) return s;
+    // Uninitialised: every value is overwritten, and zero-filling a large reply costs as much
+    // as the copy itself.
+    const size_t count = keys->size() * c.dim;
+    std::shared_ptr<float[]> copy = std::make_shared_for_overwrite<float[]>(count);
+    if (auto s = table.Read(*keys, copy.get()); !s.ok()) return s;
+    const float* data = copy.get();
+    values = Frame::Shared(std::move(copy), data, count * sizeof(float));
   }
   MessageBuilder b(wire::MsgType::REPLY);
   b.header().setRequestId(h.getRequestId());
@@ -446,9 +446,8 @@ absl::Status ParameterServer::AnswerPull(const std::string& peer, Message& reque
   const int64_t staleness = StalenessGate::StalenessOf(h.getClock(), clocks_.MinClock());
   b.header().setClock(h.getClock());
   b.header().setStaleness(staleness);
-  b.header().setValueCount(count);
-  const float* data = values.get();
-  b.AddFrame(Frame::Shared(std::move(values), data, count * sizeof(float)));
+  b.header().setValueCount(values.size() / sizeof(float));
+  b.AddFrame(std::move(values));
   stats_.staleness.Record(staleness);
   Reply(peer, b.Finish());
   return absl::OkStatus();

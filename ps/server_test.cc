@@ -166,6 +166,43 @@ TEST(ParameterServerTest, AspAppliesEachPushAtOnce) {
   EXPECT_EQ(ValuesOf(*reply), (std::vector<float>{-1.0f, -2.0f}));
 }
 
+TEST(ParameterServerTest, DensePullRepliesKeepTheirValuesAfterLaterPushes) {
+  // The replies reference the table (no copy); a push must not change a reply already given.
+  ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 1, .staleness = -1});
+  TableConfig c;
+  c.id = 3;
+  c.dense = true;
+  c.num_keys = 4;
+  c.optimizer.learning_rate = 1.0f;
+  h.Send(0, Declare(0, c));
+  auto pull = [&](uint64_t id) {
+    auto b = Request(wire::MsgType::PULL, 0, id, 3);
+    b.header().setRangeBegin(0);
+    b.header().setRangeEnd(4);
+    h.Send(0, b.Finish());
+  };
+  pull(2);
+  {
+    auto b = Request(wire::MsgType::PUSH, 0, 3, 3);
+    b.header().setRangeBegin(0);
+    b.header().setRangeEnd(4);
+    b.header().setValueCount(4);
+    b.header().setWeight(1);
+    b.AddFrame(Frame::Own(std::vector<float>{1, 2, 3, 4}));
+    h.Send(0, b.Finish());
+  }
+  pull(4);
+  h.Serve();
+  ASSERT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);  // declare
+  auto before = h.Reply(0);
+  ASSERT_TRUE(before.has_value());
+  ASSERT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);  // push
+  auto after = h.Reply(0);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(ValuesOf(*before), (std::vector<float>{0, 0, 0, 0}));
+  EXPECT_EQ(ValuesOf(*after), (std::vector<float>{-1, -2, -3, -4}));
+}
+
 TEST(ParameterServerTest, MalformedRequestsGetErrorsAndTheServerKeepsServing) {
   ServerHarness h({.rank = 0, .num_servers = 2, .num_workers = 1, .staleness = -1});
   h.Send(0, Declare(0, SparseTable()));

@@ -1,6 +1,7 @@
 #include "ps/shard_table.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -11,11 +12,11 @@ namespace syncline {
 
 absl::StatusOr<std::unique_ptr<ShardTable>> ShardTable::Create(
     const TableConfig& config, int shard, int num_shards,
-    const EmbeddingStoreOptions* store_options) {
+    const EmbeddingStoreOptions* store_options, size_t dense_block_bytes) {
   if (num_shards < 1 || shard < 0 || shard >= num_shards) {
     return absl::InvalidArgumentError("bad shard index");
   }
-  std::unique_ptr<ShardTable> table(new ShardTable(config, shard, num_shards));
+  std::unique_ptr<ShardTable> table(new ShardTable(config, shard, num_shards, dense_block_bytes));
   if (store_options != nullptr && !config.dense) {
     auto store = EmbeddingStore::Open(config, *store_options);
     if (!store.ok()) return store.status();
@@ -33,7 +34,10 @@ std::unique_ptr<TableSnapshot> ShardTable::Capture() const {
   auto snap = std::make_unique<TableSnapshot>();
   snap->config = config_;
   if (config_.dense) {
-    snap->weights = weights_;
+    snap->weights.resize(dense_floats_);
+    ForEachBlockPart(0, dense_floats_, [&](size_t block, size_t in_block, size_t at, size_t n) {
+      std::memcpy(snap->weights.data() + at, blocks_[block].get() + in_block, n * sizeof(float));
+    });
     snap->state = state_;
     snap->step = steps_[0];
     return snap;
@@ -82,12 +86,14 @@ absl::Status TableSnapshot::ForEachSparseEntry(
 
 absl::Status ShardTable::LoadDense(std::span<const float> weights, std::span<const float> state,
                                    int64_t step) {
-  if (!config_.dense || weights.size() != weights_.size() || state.size() != state_.size()) {
+  if (!config_.dense || weights.size() != dense_floats_ || state.size() != state_.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "table %d: the checkpoint holds %d weights and %d state floats, this shard %d and %d",
-        config_.id, weights.size(), state.size(), weights_.size(), state_.size()));
+        config_.id, weights.size(), state.size(), dense_floats_, state_.size()));
   }
-  std::copy(weights.begin(), weights.end(), weights_.begin());
+  ForEachBlockPart(0, dense_floats_, [&](size_t block, size_t in_block, size_t at, size_t n) {
+    std::memcpy(WritableBlock(block) + in_block, weights.data() + at, n * sizeof(float));
+  });
   std::copy(state.begin(), state.end(), state_.begin());
   steps_[0] = step;
   return absl::OkStatus();
@@ -114,24 +120,54 @@ absl::Status ShardTable::LoadRow(uint64_t id, std::string_view value) {
 
 absl::Status ShardTable::AdvanceStep() { return store_ ? store_->AdvanceStep() : absl::OkStatus(); }
 
-ShardTable::ShardTable(const TableConfig& config, int shard, int num_shards)
+ShardTable::ShardTable(const TableConfig& config, int shard, int num_shards,
+                       size_t dense_block_bytes)
     : config_(config),
       shard_(shard),
       num_shards_(num_shards),
       state_floats_(StateFloatsPerWeight(config.optimizer.kind)) {
   if (config_.dense) {
     range_ = DenseShardRange(config_.num_keys, shard, num_shards);
-    const size_t n = range_.size() * config_.dim;
-    weights_.resize(n);
-    for (uint64_t k = range_.begin; k < range_.end; ++k) {
-      InitRow(k, weights_.data() + (k - range_.begin) * config_.dim);
+    const size_t dim = config_.dim;
+    const size_t rows_per_block = std::max<size_t>(1, dense_block_bytes / (sizeof(float) * dim));
+    block_floats_ = rows_per_block * dim;
+    dense_floats_ = range_.size() * dim;
+    for (size_t at = 0; at < dense_floats_; at += block_floats_) {
+      blocks_.push_back(
+          std::make_shared_for_overwrite<float[]>(std::min(block_floats_, dense_floats_ - at)));
     }
-    state_.assign(n * state_floats_, 0.0f);
+    for (uint64_t k = range_.begin; k < range_.end; ++k) {
+      InitRow(k, WritableDenseRow(k - range_.begin));
+    }
+    state_.assign(dense_floats_ * state_floats_, 0.0f);
     steps_.assign(1, 0);
   }
 }
 
 void ShardTable::InitRow(uint64_t key, float* row) const { InitialRow(config_, key, row); }
+
+float* ShardTable::WritableBlock(size_t block) {
+  std::shared_ptr<float[]>& b = blocks_[block];
+  if (b.use_count() > 1) {
+    // A reply still references the block: it keeps the old values, the table moves on with a
+    // copy.
+    const size_t n = std::min(block_floats_, dense_floats_ - block * block_floats_);
+    auto copy = std::make_shared_for_overwrite<float[]>(n);
+    std::memcpy(copy.get(), b.get(), n * sizeof(float));
+    b = std::move(copy);
+    ++block_copies_;
+  } else {
+    // The count fell to 1 when the last frame was released, maybe on another thread (a ZeroMQ
+    // I/O thread): its reads of the block happen before our writes.
+    std::atomic_thread_fence(std::memory_order_acquire);
+  }
+  return b.get();
+}
+
+float* ShardTable::WritableDenseRow(size_t row) {
+  const size_t at = row * config_.dim;
+  return WritableBlock(at / block_floats_) + at % block_floats_;
+}
 
 absl::Status ShardTable::CheckKeys(std::span<const uint64_t> keys) const {
   if (config_.dense) {
@@ -196,15 +232,39 @@ absl::Status ShardTable::Read(std::span<const uint64_t> keys, float* out) {
   for (size_t i = 0; i < keys.size(); ++i) {
     auto row = RowOf(keys[i]);
     if (!row.ok()) return row.status();
-    std::memcpy(out + i * dim, weights_.data() + static_cast<size_t>(*row) * dim,
-                dim * sizeof(float));
+    const size_t at = static_cast<size_t>(*row) * dim;
+    const float* src = config_.dense ? blocks_[at / block_floats_].get() + at % block_floats_
+                                     : weights_.data() + at;
+    std::memcpy(out + i * dim, src, dim * sizeof(float));
   }
   return absl::OkStatus();
 }
 
 void ShardTable::ReadRange(KeyRange r, float* out) const {
-  std::memcpy(out, weights_.data() + (r.begin - range_.begin) * config_.dim,
-              r.size() * config_.dim * sizeof(float));
+  ForEachBlockPart((r.begin - range_.begin) * config_.dim, r.size() * config_.dim,
+                   [&](size_t block, size_t in_block, size_t at, size_t n) {
+                     std::memcpy(out, blocks_[block].get() + in_block, n * sizeof(float));
+                     out += n;
+                   });
+}
+
+Frame ShardTable::ShareRange(KeyRange r) const {
+  const size_t offset = (r.begin - range_.begin) * config_.dim;
+  const size_t n = r.size() * config_.dim;
+  const size_t block = offset / block_floats_;
+  const size_t in_block = offset % block_floats_;
+  const size_t block_size = std::min(block_floats_, dense_floats_ - block * block_floats_);
+  // A small part of a large block is copied: a later write would otherwise copy the whole
+  // block to spare a copy of the part. At a quarter or more, a write copies at most four
+  // times what the reply spared.
+  if (in_block + n <= block_size && 4 * n >= block_size) {
+    const float* data = blocks_[block].get() + in_block;
+    return Frame::Shared(blocks_[block], data, n * sizeof(float));
+  }
+  auto copy = std::make_shared_for_overwrite<float[]>(n);
+  ReadRange(r, copy.get());
+  const float* data = copy.get();
+  return Frame::Shared(std::move(copy), data, n * sizeof(float));
 }
 
 absl::Status ShardTable::Apply(std::span<const uint64_t> keys, const float* grad_sum, float scale) {
@@ -216,34 +276,35 @@ absl::Status ShardTable::Apply(std::span<const uint64_t> keys, const float* grad
     auto row = RowOf(keys[i]);
     if (!row.ok()) return row.status();
     const size_t r = *row;
-    const int64_t step = config_.dense ? dense_step : ++steps_[r];
+    if (config_.dense) {
+      // Dense state is laid out rule by rule over the whole shard ([m... | v...]).
+      float* state = state_.data();
+      const size_t at = r * dim;
+      ApplyUpdate(config_.optimizer, WritableDenseRow(r), state_floats_ > 0 ? state + at : nullptr,
+                  state_floats_ > 1 ? state + dense_floats_ + at : nullptr, grad_sum + i * dim,
+                  scale, dim, dense_step);
+      continue;
+    }
     ApplyUpdate(config_.optimizer, weights_.data() + r * dim,
-                state_.data() + r * dim * state_floats_, grad_sum + i * dim, scale, dim, step);
+                state_.data() + r * dim * state_floats_, grad_sum + i * dim, scale, dim,
+                ++steps_[r]);
   }
   return absl::OkStatus();
 }
 
 void ShardTable::ApplyRange(KeyRange r, const float* grad_sum, float scale) {
-  const size_t offset = (r.begin - range_.begin) * config_.dim;
-  const size_t n = r.size() * config_.dim;
-  // One vectorised call over the block. Dense state is laid out [m... | v...] over the whole
-  // shard, so a block of it is contiguous for one-component rules and for the whole shard.
+  // One vectorised call per block. Dense state is laid out rule by rule over the whole shard
+  // ([m... | v...]), so each component of a block's state is contiguous.
   const int64_t step = ++steps_[0];
-  if (state_floats_ <= 1 || n == weights_.size()) {
-    ApplyUpdate(config_.optimizer, weights_.data() + offset, state_.data() + offset, grad_sum,
-                scale, n, step);
-    return;
-  }
-  // Adam over part of the shard: m and v for the block are not adjacent; update in place with
-  // a small scratch copy of the block's state.
-  const size_t total = weights_.size();
-  std::vector<float> scratch(2 * n);
-  std::memcpy(scratch.data(), state_.data() + offset, n * sizeof(float));
-  std::memcpy(scratch.data() + n, state_.data() + total + offset, n * sizeof(float));
-  ApplyUpdate(config_.optimizer, weights_.data() + offset, scratch.data(), grad_sum, scale, n,
-              step);
-  std::memcpy(state_.data() + offset, scratch.data(), n * sizeof(float));
-  std::memcpy(state_.data() + total + offset, scratch.data() + n, n * sizeof(float));
+  float* state = state_.data();
+  ForEachBlockPart((r.begin - range_.begin) * config_.dim, r.size() * config_.dim,
+                   [&](size_t block, size_t in_block, size_t at, size_t n) {
+                     ApplyUpdate(config_.optimizer, WritableBlock(block) + in_block,
+                                 state_floats_ > 0 ? state + at : nullptr,
+                                 state_floats_ > 1 ? state + dense_floats_ + at : nullptr, grad_sum,
+                                 scale, n, step);
+                     grad_sum += n;
+                   });
 }
 
 void ShardTable::Accumulate(int64_t clock, int worker, std::span<const uint64_t> keys,

@@ -1,18 +1,24 @@
 // ShardTable: one server's shard of one parameter table, with its optimizer state and the
 // per-clock gradient aggregates that BSP applies once every worker has finished a clock.
 //
-// Dense shards own a contiguous key range and store it flat, so a range push is one
-// vectorised update over a contiguous block. Sparse shards map 64-bit keys to rows created on
+// Dense shards own a contiguous key range and store its weights in blocks of about 1 MiB (a
+// whole number of rows each), so a range push is one vectorised update per block. A pull
+// reply may reference a block instead of copying it (ShareRange); a write to a block that a
+// reply still references copies the block first (copy-on-write), so a reply always carries the
+// values of the moment it was answered, and a block nobody references is updated in place.
+// Sparse shards map 64-bit keys to rows created on
 // first touch (initialised from a seed, the table id and the key, so every shard and every
 // restart agrees) and are bounded by max_rows.
 //
 // Every method that takes keys or ranges from the network validates them first and returns
 // InvalidArgument without touching state when they are wrong.
 //
-// Thread-safety: thread-compatible (the server's single thread owns it).
+// Thread-safety: thread-compatible (the server's single thread owns it). Frames returned by
+// ShareRange may be read and released from any thread.
 #ifndef SYNCLINE_PS_SHARD_TABLE_H_
 #define SYNCLINE_PS_SHARD_TABLE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -25,6 +31,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/frame.h"
 #include "core/sharding.h"
 #include "core/table_config.h"
 #include "embeddings/embedding_store.h"
@@ -53,11 +60,17 @@ struct TableSnapshot {
 
 class ShardTable {
  public:
+  // Bytes of a dense weight block: the unit of copy-on-write. KVClient cuts ranges into pieces
+  // of the same size (KVClientOptions::max_piece_bytes), so a piece lies in one block.
+  static constexpr size_t kDenseBlockBytes = size_t{1} << 20;
+
   // With `store_options` (sparse tables only; ignored for dense ones) the rows live in an
-  // EmbeddingStore opened at store_options->path; errors name that path.
+  // EmbeddingStore opened at store_options->path; errors name that path. `dense_block_bytes`
+  // (rounded down to whole rows, at least one) is for tests.
   static absl::StatusOr<std::unique_ptr<ShardTable>> Create(
       const TableConfig& config, int shard, int num_shards,
-      const EmbeddingStoreOptions* store_options = nullptr);
+      const EmbeddingStoreOptions* store_options = nullptr,
+      size_t dense_block_bytes = kDenseBlockBytes);
 
   const TableConfig& config() const { return config_; }
   // Dense: the key range this shard owns.
@@ -87,6 +100,12 @@ class ShardTable {
   // sparse rows. `out` holds keys.size() * dim floats.
   absl::Status Read(std::span<const uint64_t> keys, float* out);
   void ReadRange(KeyRange range, float* out) const;
+  // Dense: the values of `range` as a frame. A range inside one block that covers at least a
+  // quarter of it references the block (no copy; a later write copies the block instead, see
+  // the class comment); other ranges are copied.
+  Frame ShareRange(KeyRange range) const;
+  // Dense blocks copied because a write found them referenced by a frame from ShareRange.
+  uint64_t block_copies() const { return block_copies_; }
 
   // Applies a gradient sum with the given scale (1 / examples) through the optimizer.
   absl::Status Apply(std::span<const uint64_t> keys, const float* grad_sum, float scale);
@@ -119,8 +138,25 @@ class ShardTable {
   // A clock's contributions by worker rank, each worker's in arrival order.
   using Aggregate = std::map<int, std::vector<Contribution>>;
 
-  ShardTable(const TableConfig& config, int shard, int num_shards);
+  ShardTable(const TableConfig& config, int shard, int num_shards, size_t dense_block_bytes);
   absl::StatusOr<uint32_t> RowOf(uint64_t key);
+  // Dense: calls f(block, offset in block, offset in shard, floats) for each part of the
+  // `n` weights at shard offset `offset`, block by block.
+  template <typename F>
+  void ForEachBlockPart(size_t offset, size_t n, F f) const {
+    while (n > 0) {
+      const size_t block = offset / block_floats_;
+      const size_t in_block = offset % block_floats_;
+      const size_t part = std::min(n, block_floats_ - in_block);
+      f(block, in_block, offset, part);
+      offset += part;
+      n -= part;
+    }
+  }
+  // Dense: block `block`, ready to be written (copied first if a frame references it).
+  float* WritableBlock(size_t block);
+  // Dense: the weights of the row at `row` (shard-relative), writable.
+  float* WritableDenseRow(size_t row);
   void InitRow(uint64_t key, float* row) const;
   absl::Status ApplyAggregate(Aggregate& aggregate, float scale);
 
@@ -129,7 +165,14 @@ class ShardTable {
   const int num_shards_;
   const int state_floats_;
   KeyRange range_;
+  // Sparse: the rows' weights, flat. Dense: empty; the weights live in blocks_.
   std::vector<float> weights_;
+  // Dense: dense_floats_ weights in blocks of block_floats_ (the last one may be shorter).
+  std::vector<std::shared_ptr<float[]>> blocks_;
+  size_t block_floats_ = 0;
+  size_t dense_floats_ = 0;
+  uint64_t block_copies_ = 0;
+  // Sparse: per row; dense: laid out rule by rule over the whole shard ([m... | v...]).
   std::vector<float> state_;
   std::vector<int64_t> steps_;  // sparse: per row; dense: one for the shard
   absl::flat_hash_map<uint64_t, uint32_t> sparse_rows_;

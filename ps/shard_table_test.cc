@@ -79,5 +79,87 @@ TEST(ShardTableTest, AggregatesApplyInClockOrderWithTheirScale) {
   EXPECT_FLOAT_EQ(out[0], -2.0f);
 }
 
+std::vector<float> FloatsOf(Frame frame) {
+  auto v = frame.As<float>();
+  EXPECT_TRUE(v.ok());
+  return std::vector<float>(v->begin(), v->end());
+}
+
+TEST(ShardTableTest, DenseBlocksGiveTheSameUpdatesAsOneArray) {
+  // 7 rows of 3 in blocks of 2 rows (24 bytes): ranges and rows cross block edges.
+  TableConfig c = Dense(7, 3);
+  c.optimizer.kind = wire::OptimizerKind::ADAM;
+  c.init_scale = 0.5f;
+  auto blocked = *ShardTable::Create(c, 0, 1, nullptr, 2 * 3 * sizeof(float));
+  auto flat = *ShardTable::Create(c, 0, 1);
+  std::vector<float> g(21);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = 0.1f * static_cast<float>(i) - 1.0f;
+  for (auto* t : {blocked.get(), flat.get()}) {
+    t->ApplyRange({1, 6}, g.data(), 0.5f);
+    t->ApplyRange({0, 7}, g.data(), 1.0f);
+    ASSERT_TRUE(t->Apply(std::vector<uint64_t>{2, 5}, g.data(), 2.0f).ok());
+  }
+  std::vector<float> a(21), b(21);
+  blocked->ReadRange({0, 7}, a.data());
+  flat->ReadRange({0, 7}, b.data());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(FloatsOf(blocked->ShareRange({1, 6})), std::vector<float>(b.begin() + 3, b.end() - 3));
+  const auto snap_a = blocked->Capture();
+  const auto snap_b = flat->Capture();
+  EXPECT_EQ(snap_a->weights, snap_b->weights);
+  EXPECT_EQ(snap_a->state, snap_b->state);
+  EXPECT_EQ(blocked->block_copies(), 0u);
+}
+
+TEST(ShardTableTest, SharedReplyKeepsTheValuesOfTheMomentItWasTaken) {
+  // 4 rows of 1 float in blocks of 2 rows.
+  auto t = *ShardTable::Create(Dense(4, 1), 0, 1, nullptr, 2 * sizeof(float));
+  const std::vector<float> g = {1, 1, 1, 1};
+  Frame before = t->ShareRange({0, 2});
+  EXPECT_EQ(before.owner().get(), t->ShareRange({0, 2}).owner().get()) << "not shared";
+  t->ApplyRange({0, 4}, g.data(), 1.0f);
+  EXPECT_EQ(t->block_copies(), 1u);  // block 0 was referenced, block 1 was not
+  Frame after = t->ShareRange({0, 2});
+  EXPECT_EQ(FloatsOf(before), (std::vector<float>{0, 0}));
+  EXPECT_EQ(FloatsOf(after), (std::vector<float>{-1, -1}));
+  // A row update through keys copies too, and a reply of the whole table (two blocks) is a
+  // copy that later writes do not need to preserve.
+  Frame whole = t->ShareRange({0, 4});
+  ASSERT_TRUE(t->Apply(std::vector<uint64_t>{1}, g.data(), 1.0f).ok());
+  EXPECT_EQ(t->block_copies(), 2u);
+  EXPECT_EQ(FloatsOf(after), (std::vector<float>{-1, -1}));
+  EXPECT_EQ(FloatsOf(whole), (std::vector<float>{-1, -1, -1, -1}));
+  std::vector<float> now(4);
+  t->ReadRange({0, 4}, now.data());
+  EXPECT_EQ(now, (std::vector<float>{-1, -2, -1, -1}));
+  EXPECT_TRUE(t->LoadDense(std::vector<float>{5, 6, 7, 8}, {}, 3).ok());
+  EXPECT_EQ(FloatsOf(t->ShareRange({2, 4})), (std::vector<float>{7, 8}));
+}
+
+TEST(ShardTableTest, UnreferencedBlocksAreUpdatedInPlace) {
+  auto t = *ShardTable::Create(Dense(4, 1), 0, 1, nullptr, 2 * sizeof(float));
+  const std::vector<float> g = {1, 1, 1, 1};
+  const void* block0 = nullptr;
+  {
+    Frame reply = t->ShareRange({0, 2});
+    block0 = reply.data();
+  }  // released, as ZeroMQ releases a sent reply
+  for (int i = 0; i < 3; ++i) t->ApplyRange({0, 4}, g.data(), 1.0f);
+  ASSERT_TRUE(t->Apply(std::vector<uint64_t>{0, 3}, g.data(), 1.0f).ok());
+  EXPECT_EQ(t->block_copies(), 0u);
+  Frame reply = t->ShareRange({0, 2});
+  EXPECT_EQ(reply.data(), block0);
+  EXPECT_EQ(FloatsOf(reply), (std::vector<float>{-4, -3}));
+}
+
+TEST(ShardTableTest, SmallPartsOfLargeBlocksAreCopiedNotShared) {
+  auto t = *ShardTable::Create(Dense(64, 1), 0, 1, nullptr, 64 * sizeof(float));
+  Frame small = t->ShareRange({0, 8});  // an eighth of the block
+  const std::vector<float> g(64, 1.0f);
+  t->ApplyRange({0, 64}, g.data(), 1.0f);
+  EXPECT_EQ(t->block_copies(), 0u);
+  EXPECT_EQ(FloatsOf(small), std::vector<float>(8, 0.0f));
+}
+
 }  // namespace
 }  // namespace syncline
