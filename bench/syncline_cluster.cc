@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <memory>
 #include <span>
 #include <string>
 
@@ -22,9 +23,7 @@ constexpr absl::Duration kServeSlice = absl::Milliseconds(50);
 class SynclineClient : public BenchClient {
  public:
   SynclineClient(Endpoint* endpoint, KVClientOptions options, size_t max_bytes)
-      : kv_(endpoint, std::move(options)),
-        grads_(max_bytes / sizeof(float), 1e-3f),
-        out_(max_bytes / sizeof(float)) {}
+      : kv_(endpoint, std::move(options)), grads_(max_bytes / sizeof(float), 1e-3f) {}
 
   absl::Status DeclareTable(uint32_t id, size_t bytes) {
     TableConfig c;
@@ -46,27 +45,41 @@ class SynclineClient : public BenchClient {
     }
     const size_t n = bytes / sizeof(float);
     const std::span<const float> grads(grads_.data(), n);
-    // Every pull of a window lands in the same buffer: replies are copied one after the other
-    // by this thread, and the benchmark never reads them.
-    const std::span<float> out(out_.data(), n);
-    switch (op) {
-      case Op::kPush:
-        return kv_.PushDense(it->second, 0, grads, /*clock=*/0, /*weight=*/1.0f);
-      case Op::kPull:
-        return kv_.PullDense(it->second, 0, out, /*clock=*/0);
-      case Op::kPushPull:
-        return kv_.PushPullDense(it->second, 0, grads, out, /*clock=*/0, /*weight=*/1.0f);
+    if (op == Op::kPush) return kv_.PushDense(it->second, 0, grads, /*clock=*/0, /*weight=*/1.0f);
+    // Pulled values stay in the received frames (no copy), like the raw baseline's; the
+    // benchmark never reads them.
+    std::unique_ptr<std::vector<Frame>> frames;
+    if (spare_frames_.empty()) {
+      frames = std::make_unique<std::vector<Frame>>();
+    } else {
+      frames = std::move(spare_frames_.back());
+      spare_frames_.pop_back();
     }
-    return absl::InvalidArgumentError("unknown op");
+    auto ticket = op == Op::kPull ? kv_.PullDenseFrames(it->second, 0, n, /*clock=*/0, frames.get())
+                                  : kv_.PushPullDenseFrames(it->second, 0, grads, /*clock=*/0,
+                                                            /*weight=*/1.0f, frames.get());
+    if (ticket.ok()) frames_of_[*ticket] = std::move(frames);
+    return ticket;
   }
 
-  absl::Status Wait(uint64_t id, absl::Time deadline) override { return kv_.Wait(id, deadline); }
+  absl::Status Wait(uint64_t id, absl::Time deadline) override {
+    absl::Status status = kv_.Wait(id, deadline);
+    // After a failed wait a reply may still come for the frames: keep them where they are.
+    if (!status.ok()) return status;
+    if (auto node = frames_of_.extract(id)) {
+      node.mapped()->clear();  // releases the replies
+      spare_frames_.push_back(std::move(node.mapped()));
+    }
+    return status;
+  }
 
  private:
   KVClient kv_;
   std::vector<float> grads_;
-  std::vector<float> out_;
   absl::flat_hash_map<size_t, uint32_t> table_of_;
+  // The frames of the pulls in flight, by ticket, and emptied ones for reuse.
+  absl::flat_hash_map<uint64_t, std::unique_ptr<std::vector<Frame>>> frames_of_;
+  std::vector<std::unique_ptr<std::vector<Frame>>> spare_frames_;
 };
 
 }  // namespace

@@ -157,14 +157,15 @@ absl::StatusOr<Ticket> KVClient::SparseOp(Op op, uint32_t table, std::span<const
 
 absl::StatusOr<Ticket> KVClient::DenseOp(Op op, uint32_t table, uint64_t begin,
                                          std::span<const float> values, std::span<float> out,
+                                         std::vector<Frame>* out_frames, size_t count,
                                          int64_t clock, float weight) {
   auto config = FindTable(table, /*dense=*/true);
   if (!config.ok()) return config.status();
   const TableConfig& c = **config;
   const bool pushes = op != Op::kPull;
   const bool pulls = op != Op::kPush;
-  const size_t count = pushes ? values.size() : out.size();
-  if (pushes && pulls && values.size() != out.size()) {
+  if (out_frames == nullptr) count = pushes ? values.size() : out.size();
+  if (pushes && pulls && values.size() != (out_frames ? count : out.size())) {
     return absl::InvalidArgumentError("push-pull needs as many output values as input values");
   }
   if (count % c.dim != 0) {
@@ -177,6 +178,7 @@ absl::StatusOr<Ticket> KVClient::DenseOp(Op op, uint32_t table, uint64_t begin,
         "range [%d, %d) is empty or outside table %d's %d keys", begin, end, table, c.num_keys));
   }
   const Ticket ticket = NewTicket();
+  if (out_frames != nullptr) out_frames->clear();
   const int n = num_servers();
   const uint64_t keys_per_piece =
       std::max<uint64_t>(1, options_.max_piece_bytes / (sizeof(float) * c.dim));
@@ -198,7 +200,13 @@ absl::StatusOr<Ticket> KVClient::DenseOp(Op op, uint32_t table, uint64_t begin,
       Request r;
       r.dim = c.dim;
       if (pulls) {
-        r.out = out.data() + offset;
+        if (out_frames != nullptr) {
+          r.out_frames = out_frames;
+          r.frame_index = out_frames->size();
+          out_frames->emplace_back();
+        } else {
+          r.out = out.data() + offset;
+        }
         r.out_values = piece_values;
       }
       Message m = b.Finish();
@@ -225,16 +233,25 @@ absl::StatusOr<Ticket> KVClient::PushPull(uint32_t table, std::span<const uint64
 absl::StatusOr<Ticket> KVClient::PushDense(uint32_t table, uint64_t begin,
                                            std::span<const float> values, int64_t clock,
                                            float weight) {
-  return DenseOp(Op::kPush, table, begin, values, {}, clock, weight);
+  return DenseOp(Op::kPush, table, begin, values, {}, nullptr, 0, clock, weight);
 }
 absl::StatusOr<Ticket> KVClient::PullDense(uint32_t table, uint64_t begin, std::span<float> out,
                                            int64_t clock) {
-  return DenseOp(Op::kPull, table, begin, {}, out, clock, 0);
+  return DenseOp(Op::kPull, table, begin, {}, out, nullptr, 0, clock, 0);
 }
 absl::StatusOr<Ticket> KVClient::PushPullDense(uint32_t table, uint64_t begin,
                                                std::span<const float> values, std::span<float> out,
                                                int64_t clock, float weight) {
-  return DenseOp(Op::kPushPull, table, begin, values, out, clock, weight);
+  return DenseOp(Op::kPushPull, table, begin, values, out, nullptr, 0, clock, weight);
+}
+absl::StatusOr<Ticket> KVClient::PullDenseFrames(uint32_t table, uint64_t begin, size_t count,
+                                                 int64_t clock, std::vector<Frame>* out) {
+  return DenseOp(Op::kPull, table, begin, {}, {}, out, count, clock, 0);
+}
+absl::StatusOr<Ticket> KVClient::PushPullDenseFrames(uint32_t table, uint64_t begin,
+                                                     std::span<const float> values, int64_t clock,
+                                                     float weight, std::vector<Frame>* out) {
+  return DenseOp(Op::kPushPull, table, begin, values, {}, out, values.size(), clock, weight);
 }
 
 absl::StatusOr<int> KVClient::DenseShardOf(uint32_t table, uint64_t begin, uint64_t end) const {
@@ -282,25 +299,30 @@ void KVClient::Complete(uint64_t request_id, Message& reply) {
     const absl::Status e = StatusFromHeader(h);
     status = absl::Status(e.code(), absl::StrFormat("%s: %s", server, e.message()));
   } else if (r.out_values > 0) {
-    auto values =
-        reply.payload_count() > 0
-            ? reply.payload(0).As<float>()
-            : absl::StatusOr<std::span<const float>>(absl::InvalidArgumentError("no values frame"));
-    if (!values.ok() || values->size() != r.out_values) {
-      status = absl::DataLossError(absl::StrFormat("%s answered a pull with %d values, expected %d",
-                                                   server, values.ok() ? values->size() : 0,
-                                                   r.out_values));
+    // The values are copied byte-wise (ZeroMQ may hand out a frame at any address) or handed
+    // over as they are (Frame::As realigns them if the caller reads them as floats).
+    const Frame* values = reply.payload_count() > 0 ? &reply.payload(0) : nullptr;
+    const size_t count = values != nullptr && values->size() % sizeof(float) == 0
+                             ? values->size() / sizeof(float)
+                             : 0;
+    if (count != r.out_values) {
+      status = absl::DataLossError(
+          absl::StrFormat("%s answered a pull with %d bytes of values, expected %d values", server,
+                          values != nullptr ? values->size() : 0, r.out_values));
     } else {
       bytes_pulled_ += reply.ByteSize();
       staleness_sum_ += static_cast<uint64_t>(std::max<int64_t>(0, h.getStaleness()));
       ++staleness_replies_;
-      if (r.positions.empty()) {
-        std::memcpy(r.out, values->data(), r.out_values * sizeof(float));
+      const std::byte* src = values->data();
+      if (r.out_frames != nullptr) {
+        if (r.frame_index >= r.out_frames->size()) r.out_frames->resize(r.frame_index + 1);
+        (*r.out_frames)[r.frame_index] = *values;
+      } else if (r.positions.empty()) {
+        std::memcpy(r.out, src, r.out_values * sizeof(float));
       } else {
-        const uint32_t dim = r.dim;
+        const size_t row_bytes = size_t{r.dim} * sizeof(float);
         for (size_t j = 0; j < r.positions.size(); ++j) {
-          std::memcpy(r.out + size_t{r.positions[j]} * dim, values->data() + j * dim,
-                      dim * sizeof(float));
+          std::memcpy(r.out + size_t{r.positions[j]} * r.dim, src + j * row_bytes, row_bytes);
         }
       }
     }

@@ -6,7 +6,7 @@
 // Zero copy: a push of a dense range, or of sparse keys when there is one server, sends the
 // caller's arrays as they are; the caller keeps `keys`, `values` and `out` alive and unchanged
 // until Wait returns for that ticket. Pull replies are copied once, straight from the received
-// frame into `out`.
+// frame into `out`, except by the *Frames calls, which hand the caller the received frames.
 //
 // There is no background thread: Wait() drives the endpoint itself, so a reply reaches the
 // caller without a thread hop.
@@ -68,6 +68,17 @@ class KVClient {
                                        std::span<const float> values, std::span<float> out,
                                        int64_t clock, float weight);
 
+  // Dense tables, zero copy: pull `count` values from keys [begin, begin + count / dim) (and,
+  // for PushPull, push `values` first) without copying the reply anywhere. When Wait returns
+  // OK, `out` holds the reply frames in key order, one per piece (see max_piece_bytes), whose
+  // float arrays (Frame::As<float>) together hold the `count` values. `out` must stay alive and
+  // untouched until Wait returns; the frames keep the received bytes alive as long as they do.
+  absl::StatusOr<Ticket> PullDenseFrames(uint32_t table, uint64_t begin, size_t count,
+                                         int64_t clock, std::vector<Frame>* out);
+  absl::StatusOr<Ticket> PushPullDenseFrames(uint32_t table, uint64_t begin,
+                                             std::span<const float> values, int64_t clock,
+                                             float weight, std::vector<Frame>* out);
+
   // Dense tables, compressed: pushes one encoded block (see compression/codec.h) holding the
   // gradient of keys [begin, end), which must lie in one shard. `block` must stay valid until
   // Wait returns.
@@ -97,8 +108,10 @@ class KVClient {
   struct Request {
     Ticket ticket = 0;
     int server = 0;
-    float* out = nullptr;             // where pulled values land
-    size_t out_values = 0;            // values expected in the reply (0: none)
+    float* out = nullptr;                      // where pulled values land
+    std::vector<Frame>* out_frames = nullptr;  // or where the pulled frame goes: at
+    size_t frame_index = 0;                    // out_frames[frame_index]
+    size_t out_values = 0;                     // values expected in the reply (0: none)
     std::vector<uint32_t> positions;  // sparse scatter: reply row i goes to out row positions[i]
     uint32_t dim = 1;
   };
@@ -111,8 +124,11 @@ class KVClient {
   absl::StatusOr<Ticket> SparseOp(Op op, uint32_t table, std::span<const uint64_t> keys,
                                   std::span<const float> values, std::span<float> out,
                                   int64_t clock, float weight);
+  // Pulled values land in `out`, or as frames in `out_frames` when it is set (then `count`
+  // gives the values to pull).
   absl::StatusOr<Ticket> DenseOp(Op op, uint32_t table, uint64_t begin,
-                                 std::span<const float> values, std::span<float> out, int64_t clock,
+                                 std::span<const float> values, std::span<float> out,
+                                 std::vector<Frame>* out_frames, size_t count, int64_t clock,
                                  float weight);
   absl::StatusOr<const TableConfig*> FindTable(uint32_t table, bool dense) const;
   Ticket NewTicket();

@@ -86,6 +86,45 @@ TEST(KVClientTest, LargeDenseRangesAreSplitIntoPiecesAndReassembled) {
   EXPECT_GT(client.bytes_pushed(), kKeys * sizeof(float));
 }
 
+TEST(KVClientTest, DenseFramesHoldThePulledValuesInKeyOrder) {
+  Cluster cluster(2, 1, -1);
+  auto ep = cluster.WorkerEndpoint(0);
+  KVClientOptions o = cluster.ClientOptions(0);
+  o.max_piece_bytes = 4096;
+  KVClient client(ep.get(), o);
+  constexpr uint64_t kKeys = 10007;
+  ASSERT_TRUE(client.DeclareTable(Dense(2, kKeys), Soon()).ok());
+  std::vector<float> grads(kKeys);
+  for (uint64_t i = 0; i < kKeys; ++i) grads[i] = static_cast<float>(i % 1000);
+  auto concat = [](std::vector<Frame>& frames) {
+    std::vector<float> all;
+    for (Frame& f : frames) {
+      auto v = f.As<float>();
+      EXPECT_TRUE(v.ok());
+      all.insert(all.end(), v->begin(), v->end());
+    }
+    return all;
+  };
+  std::vector<Frame> before, after, part;
+  auto t0 = client.PullDenseFrames(2, 0, kKeys, 0, &before);
+  ASSERT_TRUE(t0.ok());
+  ASSERT_TRUE(client.Wait(*t0, Soon()).ok());
+  auto t1 = client.PushPullDenseFrames(2, 0, grads, 0, 2.0f, &after);
+  ASSERT_TRUE(t1.ok());
+  ASSERT_TRUE(client.Wait(*t1, Soon()).ok());
+  EXPECT_GT(after.size(), 2u);                                 // pieces from both servers
+  EXPECT_EQ(concat(before), std::vector<float>(kKeys, 0.0f));  // held across the push
+  const std::vector<float> got = concat(after);
+  ASSERT_EQ(got.size(), kKeys);
+  for (uint64_t i = 0; i < kKeys; ++i) ASSERT_EQ(got[i], -static_cast<float>(i % 1000) / 2);
+  // A sub-range that straddles the shard boundary.
+  auto t2 = client.PullDenseFrames(2, kKeys / 2 - 5, 10, 0, &part);
+  ASSERT_TRUE(t2.ok());
+  ASSERT_TRUE(client.Wait(*t2, Soon()).ok());
+  EXPECT_EQ(concat(part),
+            std::vector<float>(got.begin() + kKeys / 2 - 5, got.begin() + kKeys / 2 + 5));
+}
+
 TEST(KVClientTest, ServerErrorsNameTheServer) {
   Cluster cluster(1, 1, -1);
   auto ep = cluster.WorkerEndpoint(0);

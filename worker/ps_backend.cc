@@ -56,9 +56,10 @@ absl::Status PsBackend::WaitForPushes() {
 absl::Status PsBackend::Read(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
                              std::span<float> bias) {
   const uint32_t dim = layout_.row_dim;
-  if (layout_.dense_rows) table_.resize(layout_.num_features * dim);
-  auto row_ticket = layout_.dense_rows ? client_->PullDense(kRowsTable, 0, table_, clock)
-                                       : client_->Pull(kRowsTable, keys, rows, clock);
+  auto row_ticket = layout_.dense_rows
+                        ? client_->PullDenseFrames(kRowsTable, 0, layout_.num_features * dim, clock,
+                                                   &table_pieces_)
+                        : client_->Pull(kRowsTable, keys, rows, clock);
   if (!row_ticket.ok()) return row_ticket.status();
   auto bias_ticket = client_->PullDense(kBiasTable, 0, bias, clock);
   if (!bias_ticket.ok()) return bias_ticket.status();
@@ -67,17 +68,36 @@ absl::Status PsBackend::Read(int64_t clock, std::span<const uint64_t> keys, std:
   if (auto s = WaitForPushes(); !s.ok()) return s;
   if (auto s = client_->Wait(*row_ticket, Deadline()); !s.ok()) return s;
   if (auto s = client_->Wait(*bias_ticket, Deadline()); !s.ok()) return s;
-  if (layout_.dense_rows) {
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (keys[i] >= layout_.num_features) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("feature %d is beyond the %d features of the dense rows", keys[i],
-                            layout_.num_features));
-      }
-      std::copy_n(table_.data() + keys[i] * dim, dim, rows.data() + i * dim);
-    }
-  }
+  if (layout_.dense_rows) return GatherDenseRows(keys, rows);
   return absl::OkStatus();
+}
+
+absl::Status PsBackend::GatherDenseRows(std::span<const uint64_t> keys, std::span<float> rows) {
+  const uint32_t dim = layout_.row_dim;
+  // Pieces hold whole rows, so a row lies in one piece: the last one starting at or before it.
+  std::vector<std::span<const float>> pieces;
+  std::vector<uint64_t> starts;  // first value of each piece
+  uint64_t at = 0;
+  for (Frame& f : table_pieces_) {
+    auto values = f.As<float>();
+    if (!values.ok()) return values.status();
+    pieces.push_back(*values);
+    starts.push_back(at);
+    at += values->size();
+  }
+  absl::Status status;
+  for (size_t i = 0; i < keys.size() && status.ok(); ++i) {
+    if (keys[i] >= layout_.num_features) {
+      status = absl::InvalidArgumentError(absl::StrFormat(
+          "feature %d is beyond the %d features of the dense rows", keys[i], layout_.num_features));
+      break;
+    }
+    const uint64_t first = keys[i] * dim;
+    const size_t p = std::upper_bound(starts.begin(), starts.end(), first) - starts.begin() - 1;
+    std::copy_n(pieces[p].data() + (first - starts[p]), dim, rows.data() + i * dim);
+  }
+  table_pieces_.clear();  // frees the received bytes (in-process: unpins the servers' blocks)
+  return status;
 }
 
 absl::Status PsBackend::PushDenseRows(int64_t clock, std::span<const uint64_t> keys,

@@ -44,6 +44,8 @@ class PsBackend : public SyncBackend {
 
  private:
   absl::Status WaitForPushes();
+  // Dense rows: copies the rows of `keys` out of table_pieces_ and releases them.
+  absl::Status GatherDenseRows(std::span<const uint64_t> keys, std::span<float> rows);
   absl::Status PushDenseRows(int64_t clock, std::span<const uint64_t> keys,
                              std::span<const float> row_grads, float examples);
   absl::Time Deadline() const { return absl::Now() + request_timeout_; }
@@ -54,9 +56,11 @@ class PsBackend : public SyncBackend {
   ParameterLayout layout_;
   const CodecSpec codec_spec_;
   std::unique_ptr<Codec> codec_;
-  // Dense rows: the whole table as last read, the dense gradient and, per shard, the error
-  // feedback residual and the encoded block (kept until the push is acknowledged).
-  std::vector<float> table_;
+  // Dense rows: the pulled table as reply frames in key order (rows are gathered from them
+  // without copying the whole table; released at the end of Read), the dense gradient and,
+  // per shard, the error feedback residual and the encoded block (kept until the push is
+  // acknowledged).
+  std::vector<Frame> table_pieces_;
   std::vector<float> gradient_;
   std::vector<ErrorFeedback> feedback_;
   std::vector<std::vector<std::byte>> blocks_;
