@@ -2,6 +2,7 @@
 
 #include <capnp/schema.h>
 
+#include <bit>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -14,6 +15,49 @@ namespace {
 constexpr size_t kMaxHeaderBytes = 1 << 20;
 
 }  // namespace
+
+Message::Message(Message&& other) noexcept
+    : peer_(std::move(other.peer_)), frames_(std::move(other.frames_)) {
+  if (other.reader_) {
+    other.reader_.reset();
+    AttachReader();
+  }
+}
+
+Message& Message::operator=(Message&& other) noexcept {
+  if (this == &other) return *this;
+  header_ = {};
+  reader_.reset();
+  peer_ = std::move(other.peer_);
+  frames_ = std::move(other.frames_);
+  if (other.reader_) {
+    other.reader_.reset();
+    AttachReader();
+  }
+  other.header_ = {};
+  return *this;
+}
+
+namespace {
+
+capnp::ReaderOptions HeaderReaderOptions() {
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = 1 << 17;
+  options.nestingLimit = 16;
+  return options;
+}
+
+}  // namespace
+
+void Message::AttachReader() {
+  // Parse() has aligned the frame and checked every pointer that later code follows; the
+  // reader of a message that passed it again does not throw.
+  const Frame& head = frames_[0];
+  kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(head.data()),
+                                        head.size() / sizeof(capnp::word));
+  reader_.emplace(words, HeaderReaderOptions());
+  header_ = reader_->getRoot<wire::Header>();
+}
 
 size_t Message::ByteSize() const {
   size_t total = 0;
@@ -30,14 +74,11 @@ absl::Status Message::Parse() {
   }
   auto words = head.As<capnp::word>();
   if (!words.ok()) return words.status();
-  capnp::ReaderOptions options;
-  options.traversalLimitInWords = 1 << 17;
-  options.nestingLimit = 16;
   kj::ArrayPtr<const capnp::word> array(words->data(), words->size());
   // Cap'n Proto signals malformed input with exceptions; turn them into a Status here so
   // that nothing beyond this function sees them.
   kj::Maybe<kj::Exception> failure = kj::runCatchingExceptions([&]() {
-    reader_ = std::make_unique<capnp::FlatArrayMessageReader>(array, options);
+    reader_.emplace(array, HeaderReaderOptions());
     header_ = reader_->getRoot<wire::Header>();
     // Touch every field that later code reads so that out-of-bounds pointers fail here.
     (void)header_.getMessage();
@@ -72,19 +113,42 @@ absl::Status Message::Parse() {
   return absl::OkStatus();
 }
 
+struct MessageBuilder::Arena {
+  // A request or reply header takes about 15 words; short error texts fit as well.
+  static constexpr size_t kFirstSegmentWords = 40;
+  // The serialised message as it travels: the segment table (one word for one segment), then
+  // segment 0, which the builder fills. Zero-filled, as Cap'n Proto requires.
+  uint64_t words[1 + kFirstSegmentWords] = {};
+  capnp::MallocMessageBuilder builder{
+      kj::arrayPtr(reinterpret_cast<capnp::word*>(words + 1), kFirstSegmentWords)};
+};
+
 MessageBuilder::MessageBuilder(wire::MsgType type)
-    : builder_(std::make_unique<capnp::MallocMessageBuilder>(64)),
-      header_(builder_->initRoot<wire::Header>()) {
+    : arena_(std::make_shared<Arena>()), header_(arena_->builder.initRoot<wire::Header>()) {
   header_.setType(type);
 }
 
 Message MessageBuilder::Finish() {
-  // The flat array becomes the frame's owner: no copy.
-  auto flat = std::make_shared<kj::Array<capnp::word>>(capnp::messageToFlatArray(*builder_));
-  const auto bytes = flat->asBytes();
+  static_assert(std::endian::native == std::endian::little, "Cap'n Proto's wire is little-endian");
   Message message;
   message.frames().reserve(1 + payloads_.size());
-  message.frames().push_back(Frame::Shared(flat, bytes.begin(), bytes.size()));
+  auto segments = arena_->builder.getSegmentsForOutput();
+  const auto* first = reinterpret_cast<const capnp::word*>(arena_->words + 1);
+  if (segments.size() == 1 && segments[0].begin() == first) {
+    // Segment table: (segments - 1) in the low half, segment 0's size in words in the high one.
+    const uint64_t size = segments[0].size();
+    arena_->words[0] = size << 32;
+    const uint64_t* words = arena_->words;
+    message.frames().push_back(
+        Frame::Shared(std::move(arena_), words, (1 + size) * sizeof(capnp::word)));
+  } else {
+    // Spilled into more segments: one flat copy, which becomes the frame's owner.
+    auto flat =
+        std::make_shared<kj::Array<capnp::word>>(capnp::messageToFlatArray(arena_->builder));
+    const auto bytes = flat->asBytes();
+    message.frames().push_back(Frame::Shared(std::move(flat), bytes.begin(), bytes.size()));
+    arena_.reset();
+  }
   for (Frame& f : payloads_) message.frames().push_back(std::move(f));
   payloads_.clear();
   return message;

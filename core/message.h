@@ -27,8 +27,10 @@ namespace syncline {
 class Message {
  public:
   Message() = default;
-  Message(Message&&) = default;
-  Message& operator=(Message&&) = default;
+  // A parsed message stays parsed: the moved-to message reads the same header bytes (which
+  // live in the frame, not in the Message).
+  Message(Message&& other) noexcept;
+  Message& operator=(Message&& other) noexcept;
 
   // Routing id of the peer: the sender of a received message.
   const std::string& peer() const { return peer_; }
@@ -45,18 +47,25 @@ class Message {
 
   // Decodes and bounds-checks the header frame. Must succeed before header() is used.
   absl::Status Parse();
-  bool parsed() const { return reader_ != nullptr; }
+  bool parsed() const { return reader_.has_value(); }
   wire::Header::Reader header() const { return header_; }
 
  private:
   std::string peer_;
   std::vector<Frame> frames_;
-  std::unique_ptr<capnp::FlatArrayMessageReader> reader_;
+  // Points into the header frame, validated by Parse (here rather than on the heap: a received
+  // message costs one allocation fewer).
+  void AttachReader();
+
+  std::optional<capnp::FlatArrayMessageReader> reader_;
   wire::Header::Reader header_;
 };
 
 class MessageBuilder {
  public:
+  // One allocation: the builder writes the header into a first segment preallocated beside
+  // it, and Finish() sends that segment as the header frame without copying it (a header too
+  // large for the segment is copied into a flat array instead).
   explicit MessageBuilder(wire::MsgType type);
   wire::Header::Builder header() { return header_; }
   MessageBuilder& AddFrame(Frame frame) {
@@ -67,8 +76,10 @@ class MessageBuilder {
   Message Finish();
 
  private:
-  // On the heap so that a builder can be moved: header_ points into it.
-  std::unique_ptr<capnp::MallocMessageBuilder> builder_;
+  // The words and the Cap'n Proto builder writing into them, on the heap so that a builder can
+  // be moved (header_ points into it) and shared with the header frame.
+  struct Arena;
+  std::shared_ptr<Arena> arena_;
   wire::Header::Builder header_;
   std::vector<Frame> payloads_;
 };

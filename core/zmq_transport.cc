@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <deque>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -61,23 +64,36 @@ class ZmqEndpoint : public Endpoint {
   absl::Status Send(const std::string& peer_id, Message message, absl::Time deadline) override {
     std::vector<Frame>& frames = message.frames();
     if (frames.empty()) return absl::InvalidArgumentError("cannot send a message without frames");
-    socket_.set(zmq::sockopt::sndtimeo, RemainingMs(deadline));
     size_t bytes = 0;
     try {
       zmq::message_t route(peer_id.data(), peer_id.size());
-      const absl::Time give_up = std::min(deadline, absl::Now() + options_.unreachable_grace);
-      absl::Duration backoff = absl::Microseconds(200);
-      while (true) {
-        try {
-          if (!socket_.send(route, zmq::send_flags::sndmore)) {
-            return absl::DeadlineExceededError(
-                absl::StrCat("send to ", peer_id, " timed out: its queue is full"));
+      // Usually the peer is connected and its queue has room: try without waiting first, so
+      // that the common case needs neither the clock nor a setsockopt for the timeout. A
+      // failed send leaves `route` as it was.
+      bool sent = false;
+      try {
+        sent =
+            socket_.send(route, zmq::send_flags::sndmore | zmq::send_flags::dontwait).has_value();
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EHOSTUNREACH) throw;
+      }
+      if (!sent) {
+        SetTimeout(zmq::sockopt::sndtimeo, RemainingMs(deadline), sndtimeo_ms_);
+        const absl::Time give_up = std::min(deadline, absl::Now() + options_.unreachable_grace);
+        absl::Duration backoff = absl::Microseconds(200);
+        while (true) {
+          try {
+            if (!socket_.send(route, zmq::send_flags::sndmore)) {
+              return absl::DeadlineExceededError(
+                  absl::StrCat("send to ", peer_id, " timed out: its queue is full"));
+            }
+            break;
+          } catch (const zmq::error_t& e) {
+            if (e.num() != EHOSTUNREACH || absl::Now() >= give_up) throw;
+            absl::SleepFor(backoff);
+            backoff = std::min(backoff * 2, absl::Milliseconds(20));
+            SetTimeout(zmq::sockopt::sndtimeo, RemainingMs(deadline), sndtimeo_ms_);
           }
-          break;
-        } catch (const zmq::error_t& e) {
-          if (e.num() != EHOSTUNREACH || absl::Now() >= give_up) throw;
-          absl::SleepFor(backoff);
-          backoff = std::min(backoff * 2, absl::Milliseconds(20));
         }
       }
       for (size_t i = 0; i < frames.size(); ++i) {
@@ -103,23 +119,30 @@ class ZmqEndpoint : public Endpoint {
   }
 
   absl::StatusOr<Message> Receive(absl::Time deadline) override {
-    socket_.set(zmq::sockopt::rcvtimeo, RemainingMs(deadline));
     Message message;
     size_t bytes = 0;
     try {
       zmq::message_t route;
-      if (!socket_.recv(route)) return absl::DeadlineExceededError("no message before deadline");
+      // A message already queued needs neither the clock nor a setsockopt for the timeout.
+      if (!socket_.recv(route, zmq::recv_flags::dontwait)) {
+        SetTimeout(zmq::sockopt::rcvtimeo, RemainingMs(deadline), rcvtimeo_ms_);
+        if (!socket_.recv(route)) return absl::DeadlineExceededError("no message before deadline");
+      }
       message.set_peer(route.to_string());
-      // One owner for all parts of the message: a deque keeps each part (and the bytes of small
-      // parts, which live inside it) in place as more are added.
-      auto parts = std::make_shared<std::deque<zmq::message_t>>();
-      message.frames().reserve(4);
-      while (socket_.get(zmq::sockopt::rcvmore)) {
-        zmq::message_t& part = parts->emplace_back();
+      // One allocation owns all parts of the message (and the bytes of small parts, which live
+      // inside them); parts stay in place as more are added.
+      auto parts = std::make_shared<ReceivedParts>();
+      message.frames().reserve(ReceivedParts::kInline);
+      bool more = route.more();
+      while (more) {
+        zmq::message_t& part = parts->Add();
         // The rest of a multipart message is already queued: this does not block.
         (void)socket_.recv(part);
+        more = part.more();
         bytes += part.size();
-        message.frames().push_back(Frame::Shared(parts, part.data(), part.size()));
+        const void* data = part.data();
+        if (message.frames().empty()) data = parts->AlignHeader(part);
+        message.frames().push_back(Frame::Shared(parts, data, part.size()));
       }
     } catch (const zmq::error_t& e) {
       return absl::UnavailableError(absl::StrCat("receive failed: ", e.what()));
@@ -137,9 +160,43 @@ class ZmqEndpoint : public Endpoint {
     return zmq::message_t(data, f.size(), ReleaseOwner, new std::shared_ptr<const void>(f.owner()));
   }
 
+  // The parts of one received message: the first few inside the owner, more on the heap.
+  struct ReceivedParts {
+    static constexpr size_t kInline = 4;
+    zmq::message_t& Add() {
+      if (count < kInline) return inline_parts[count++];
+      return *more.emplace_back(std::make_unique<zmq::message_t>());
+    }
+    // ZeroMQ hands out small parts at any offset inside its receive buffer; the header is read
+    // as 8-byte words (Message::Parse), so a misaligned one is copied here rather than into
+    // an allocation of its own.
+    const void* AlignHeader(const zmq::message_t& part) {
+      if (reinterpret_cast<uintptr_t>(part.data()) % alignof(uint64_t) == 0 ||
+          part.size() > sizeof(header)) {
+        return part.data();
+      }
+      std::memcpy(header, part.data(), part.size());
+      return header;
+    }
+    zmq::message_t inline_parts[kInline];
+    size_t count = 0;
+    std::vector<std::unique_ptr<zmq::message_t>> more;
+    alignas(uint64_t) std::byte header[256];
+  };
+
+  // Sets a socket timeout unless it already has that value.
+  template <typename Option>
+  void SetTimeout(Option option, int ms, int& current) {
+    if (ms == current) return;
+    socket_.set(option, ms);
+    current = ms;
+  }
+
   std::string id_;
   ZmqOptions options_;
   zmq::socket_t socket_;
+  int sndtimeo_ms_ = -1;  // ZeroMQ's defaults: wait forever
+  int rcvtimeo_ms_ = -1;
 };
 
 }  // namespace
