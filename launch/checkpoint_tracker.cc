@@ -1,6 +1,9 @@
 #include "launch/checkpoint_tracker.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "checkpoint/checkpoint.h"
 #include "core/log.h"
@@ -8,25 +11,57 @@
 namespace syncline {
 
 CheckpointTracker::CheckpointTracker(CheckpointTrackerOptions options)
-    : options_(std::move(options)) {}
+    : options_(std::move(options)), thread_([this] { Loop(); }) {}
+
+CheckpointTracker::~CheckpointTracker() {
+  {
+    std::unique_lock lock(mu_);
+    stop_ = true;
+    for (const auto& [clock, p] : pending_) {
+      if (p.failed) continue;
+      std::vector<std::string> missing;
+      for (int s = 0; s < options_.servers; ++s) {
+        if (!p.servers.contains(s)) missing.push_back(absl::StrCat("ps", s));
+      }
+      for (int w = 0; w < options_.workers; ++w) {
+        if (!p.workers.contains(w)) missing.push_back(absl::StrCat("w", w));
+      }
+      SYNCLINE_LOG(WARNING) << "checkpoint " << clock << " was left incomplete: no part from "
+                            << absl::StrJoin(missing, ", ");
+    }
+  }
+  cv_.notify_all();
+  thread_.join();
+}
 
 void CheckpointTracker::OnCheckpointed(wire::Role role, int rank, int64_t clock,
                                        const absl::Status& status) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
+  if (completed_.contains(clock) || failed_.contains(clock)) return;
   Pending& p = pending_[clock];
+  std::set<int>& parts = role == wire::Role::SERVER ? p.servers : p.workers;
   if (!status.ok()) {
-    SYNCLINE_LOG(ERROR) << "checkpoint " << clock
-                        << " is incomplete: " << (role == wire::Role::SERVER ? "ps" : "w") << rank
-                        << " could not write its part: " << status;
-    p.failed = true;
+    if (parts.contains(rank)) return;  // this node has written it after all (a periodic one)
+    // A request the workers outran is expected now and then (the next one tries again); a
+    // write that failed is not.
+    const std::string what = absl::StrCat(
+        "checkpoint ", clock, " is incomplete: ", role == wire::Role::SERVER ? "ps" : "w", rank,
+        ": ", status.ToString());
+    if (absl::IsFailedPrecondition(status)) {
+      SYNCLINE_LOG(WARNING) << what;
+    } else {
+      SYNCLINE_LOG(ERROR) << what;
+    }
+    pending_.erase(clock);
+    failed_.insert(clock);
     return;
   }
-  (role == wire::Role::SERVER ? p.servers : p.workers).insert(rank);
+  parts.insert(rank);
   MaybeComplete(clock);
 }
 
 void CheckpointTracker::OnWorkerGone(int rank, int64_t steps) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   gone_[rank] = steps;
   std::vector<int64_t> clocks;
   for (const auto& [clock, p] : pending_) clocks.push_back(clock);
@@ -35,46 +70,82 @@ void CheckpointTracker::OnWorkerGone(int rank, int64_t steps) {
 
 void CheckpointTracker::MaybeComplete(int64_t clock) {
   auto it = pending_.find(clock);
-  if (it == pending_.end() || it->second.failed) return;
+  if (it == pending_.end()) return;
   const Pending& p = it->second;
   if (static_cast<int>(p.servers.size()) < options_.servers) return;
   for (int w = 0; w < options_.workers; ++w) {
-    if (p.workers.count(w)) continue;
+    if (p.workers.contains(w)) continue;
     auto gone = gone_.find(w);
     // A worker still training holds the checkpoint back; one that finished before this clock
     // or was lost (ASP/SSP go on without it) never writes its part, and a resumed job starts
     // it at the checkpoint's clock without saved state.
-    if (gone == gone_.end() || (gone->second >= clock)) return;
+    if (gone == gone_.end() || gone->second >= clock) return;
   }
+  std::vector<std::string> nodes;
+  for (int s = 0; s < options_.servers; ++s) nodes.push_back(absl::StrCat("ps", s));
+  for (int w : p.workers) nodes.push_back(absl::StrCat("w", w));
+  pending_.erase(it);
+  completed_.insert(clock);
+  to_write_.emplace_back(clock, std::move(nodes));
+  cv_.notify_all();
+}
+
+bool CheckpointTracker::Resolved(int64_t clock) const {
+  std::lock_guard lock(mu_);
+  return completed_.contains(clock) || failed_.contains(clock);
+}
+
+void CheckpointTracker::Flush() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return to_write_.empty() && !writing_; });
+}
+
+void CheckpointTracker::Loop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return stop_ || !to_write_.empty(); });
+    if (to_write_.empty()) return;
+    auto [clock, nodes] = std::move(to_write_.front());
+    to_write_.pop_front();
+    writing_ = true;
+    lock.unlock();
+    WriteManifest(clock, std::move(nodes));
+    lock.lock();
+    writing_ = false;
+    cv_.notify_all();
+  }
+}
+
+void CheckpointTracker::WriteManifest(int64_t clock, std::vector<std::string> nodes) {
   Manifest manifest;
   manifest.clock = clock;
   manifest.unix_seconds = absl::ToUnixSeconds(absl::Now());
-  for (int s = 0; s < options_.servers; ++s) manifest.nodes.push_back(absl::StrCat("ps", s));
-  for (int w : p.workers) manifest.nodes.push_back(absl::StrCat("w", w));
+  manifest.nodes = std::move(nodes);
   manifest.job = options_.job;
   manifest.job.emplace_back("servers", absl::StrCat(options_.servers));
   manifest.job.emplace_back("workers", absl::StrCat(options_.workers));
   const std::string dir = CheckpointDir(options_.root, clock);
-  if (auto s = WriteManifest(dir, manifest); !s.ok()) {
+  if (auto s = syncline::WriteManifest(dir, manifest); !s.ok()) {
     SYNCLINE_LOG(ERROR) << "checkpoint " << clock << ": cannot write the manifest: " << s;
-    pending_.erase(it);
     return;
   }
-  ++written_;
-  last_clock_ = std::max(last_clock_, clock);
-  pending_.erase(it);
+  {
+    std::lock_guard lock(mu_);
+    ++written_;
+    last_clock_ = std::max(last_clock_, clock);
+  }
   SYNCLINE_LOG(INFO) << "checkpoint " << clock << " complete: " << dir;
   auto pruned = PruneCheckpoints(options_.root, options_.keep);
   if (!pruned.ok()) SYNCLINE_LOG(WARNING) << "pruning old checkpoints: " << pruned.status();
 }
 
 int CheckpointTracker::checkpoints_written() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   return written_;
 }
 
 int64_t CheckpointTracker::last_clock() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   return last_clock_;
 }
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -176,6 +177,43 @@ std::vector<std::string> WorkerArgs(const JobConfig& job, const std::string& coo
   return a;
 }
 
+// What a checkpoint's manifest says about the job, and what --resume compares (with servers and
+// workers): settings that would make the resumed run differ from the one it continues.
+std::vector<std::pair<std::string, std::string>> ManifestJob(const JobConfig& job) {
+  return {{"sync", job.sync},
+          {"model", job.model},
+          {"classes", std::to_string(job.classes)},
+          {"embedding-dim", std::to_string(job.embedding_dim)},
+          {"hidden", std::to_string(job.hidden)},
+          {"train", job.train},
+          {"format", job.format},
+          {"batch-size", std::to_string(job.batch_size)},
+          {"seed", std::to_string(job.seed)},
+          {"optimizer", job.optimizer},
+          {"lr", absl::StrFormat("%.9g", job.learning_rate)},
+          {"l2", absl::StrFormat("%.9g", job.l2)},
+          {"compress", job.compress}};
+}
+
+// Renames every checkpoint folder newer than `clock` under `root` to abandoned-<name>
+// (replacing an older one of that name); returns the new names.
+std::vector<std::string> AbandonNewerCheckpoints(const std::string& root, int64_t clock) {
+  std::vector<std::string> moved;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    int64_t c = 0;
+    if (!name.starts_with("ckpt-") || !absl::SimpleAtoi(name.substr(5), &c) || c <= clock) {
+      continue;
+    }
+    const fs::path to = fs::path(root) / ("abandoned-" + name);
+    fs::remove_all(to, ec);
+    fs::rename(entry.path(), to, ec);
+    if (!ec) moved.push_back(to.string());
+  }
+  return moved;
+}
+
 // Checkpoint flags, the same for servers and workers.
 void AddCheckpointArgs(const JobConfig& job, const std::string& restore,
                        std::vector<std::string>& args) {
@@ -223,41 +261,14 @@ int Main(int argc, char** argv) {
   }
   if (job.sync.starts_with("gossip")) {
     if (job.checkpoint_every > 0 || job.checkpoint_seconds > 0 || resume) {
-      std::cerr << "syncline-launch: --checkpoint-every and --resume need parameter servers; "
-                   "gossip peers do not checkpoint yet\n";
+      std::cerr << "syncline-launch: --checkpoint-every, --checkpoint-seconds and --resume need "
+                   "parameter servers; gossip peers do not checkpoint yet\n";
       return 2;
     }
     // Serverless: the workers average with their neighbours.
     job.servers = 0;
   }
   if (job.checkpoint_dir.empty()) job.checkpoint_dir = (fs::path(job.out) / "checkpoints").string();
-  std::string restore;  // the checkpoint folder to start from
-  int64_t restore_clock = -1;
-  if (resume) {
-    auto found = FindNewestCheckpoint(job.checkpoint_dir);
-    if (!found.ok()) {
-      std::cerr << "syncline-launch: --resume: " << found.status().message() << "\n";
-      return 2;
-    }
-    for (const std::string& skipped : found->skipped) {
-      std::cerr << "syncline-launch: skipping a damaged or partial checkpoint: " << skipped << "\n";
-    }
-    for (const auto& [key, value] : found->manifest.job) {
-      const std::string expected = key == "servers"   ? std::to_string(job.servers)
-                                   : key == "workers" ? std::to_string(job.workers)
-                                   : key == "sync"    ? job.sync
-                                   : key == "model"   ? job.model
-                                                      : value;
-      if (value != expected) {
-        std::cerr << "syncline-launch: --resume: " << found->dir << " was written by a job with "
-                  << key << " " << value << "; this job has " << expected << "\n";
-        return 2;
-      }
-    }
-    restore = found->dir;
-    restore_clock = found->manifest.clock;
-    std::cerr << "resuming from " << restore << " (clock " << restore_clock << ")\n";
-  }
   SetLogTag("launch");
   std::error_code ec;
   fs::create_directories(job.out, ec);
@@ -272,13 +283,46 @@ int Main(int argc, char** argv) {
     }
   }
 
+  std::string restore;  // the checkpoint folder to start from
+  int64_t restore_clock = -1;
+  if (resume) {
+    auto found = FindNewestCheckpoint(job.checkpoint_dir);
+    if (!found.ok()) {
+      std::cerr << "syncline-launch: --resume: " << found.status().message() << "\n";
+      return 2;
+    }
+    for (const std::string& skipped : found->skipped) {
+      std::cerr << "syncline-launch: skipping a damaged or partial checkpoint: " << skipped << "\n";
+    }
+    std::vector<std::pair<std::string, std::string>> expected = ManifestJob(job);
+    expected.emplace_back("servers", std::to_string(job.servers));
+    expected.emplace_back("workers", std::to_string(job.workers));
+    for (const auto& [key, value] : found->manifest.job) {
+      auto it = std::find_if(expected.begin(), expected.end(),
+                             [&key](const auto& kv) { return kv.first == key; });
+      if (it != expected.end() && it->second != value) {
+        std::cerr << "syncline-launch: --resume: " << found->dir << " was written by a job with --"
+                  << key << " " << value << "; this job has " << it->second
+                  << " (resume with the same settings, or start afresh with another --out)\n";
+        return 2;
+      }
+    }
+    restore = found->dir;
+    restore_clock = found->manifest.clock;
+    // Folders newer than the one resumed from belong to the attempt that failed: set them
+    // aside, so that neither pruning nor a later --resume mixes them with this run's.
+    for (const std::string& dir : AbandonNewerCheckpoints(job.checkpoint_dir, restore_clock)) {
+      std::cerr << "syncline-launch: set aside " << dir << "\n";
+    }
+    std::cerr << "resuming from " << restore << " (clock " << restore_clock << ")\n";
+  }
+
   RunReport report(job, isatty(STDERR_FILENO) != 0);
-  CheckpointTracker checkpoints(
-      CheckpointTrackerOptions{.root = job.checkpoint_dir,
-                               .servers = job.servers,
-                               .workers = job.workers,
-                               .keep = job.checkpoint_keep,
-                               .job = {{"sync", job.sync}, {"model", job.model}}});
+  CheckpointTracker checkpoints(CheckpointTrackerOptions{.root = job.checkpoint_dir,
+                                                         .servers = job.servers,
+                                                         .workers = job.workers,
+                                                         .keep = job.checkpoint_keep,
+                                                         .job = ManifestJob(job)});
   report.SetCheckpoints(&checkpoints, restore_clock);
   if (auto s = report.Open(); !s.ok()) {
     std::cerr << "syncline-launch: " << s.message() << "\n";
@@ -341,18 +385,28 @@ int Main(int argc, char** argv) {
   std::vector<ExitEvent> exited;
   // Time-based checkpoints: about every checkpoint_seconds, ask for a checkpoint at a clock the
   // fastest worker will reach only after every node has heard of it.
+  // A request is outstanding until its checkpoint is complete or known to be incomplete: a
+  // slow disk then stretches the interval instead of piling captures up.
   absl::Time next_checkpoint = start + absl::Seconds(job.checkpoint_seconds);
+  int64_t requested_clock = -1;
   while (!job_done.load()) {
-    if (job.checkpoint_seconds > 0 && absl::Now() >= next_checkpoint) {
+    if (job.checkpoint_seconds > 0 && absl::Now() >= next_checkpoint &&
+        (requested_clock < 0 || checkpoints.Resolved(requested_clock))) {
       const RunReport::Clocks clocks = report.WorkerClocks();
       const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
-      if (clocks.max_clock > 0 && elapsed > 0) {
+      const int64_t done_here = clocks.max_clock - std::max<int64_t>(restore_clock, 0);
+      if (done_here > 0 && elapsed > 0) {
         // Progress reports trail a worker by up to log_every steps; a second of steps covers
         // the request's way to every node.
         const int64_t lead =
-            2 * job.log_every + static_cast<int64_t>(std::ceil(clocks.max_clock / elapsed)) + 1;
-        const int64_t clock = clocks.max_clock + lead;
-        if (clock < clocks.min_total_steps) (*coordinator)->RequestCheckpoint(clock);
+            2 * job.log_every + static_cast<int64_t>(std::ceil(done_here / elapsed)) + 1;
+        int64_t clock = clocks.max_clock + lead;
+        // A periodic checkpoint would take that clock anyway.
+        if (job.checkpoint_every > 0 && clock % job.checkpoint_every == 0) ++clock;
+        if (clock < clocks.min_total_steps) {
+          (*coordinator)->RequestCheckpoint(clock);
+          requested_clock = clock;
+        }
         next_checkpoint = absl::Now() + absl::Seconds(job.checkpoint_seconds);
       }
     }
@@ -395,6 +449,7 @@ int Main(int argc, char** argv) {
   report.EndProgress();
 
   if (!job_status.ok() && failure.empty()) failure = std::string(job_status.message());
+  checkpoints.Flush();  // manifests decided so far are on disk before the summary counts them
   if (!failure.empty()) {
     std::cerr << "syncline-launch: job failed: " << failure << "\n";
     (void)report.WriteSummary(wall, failure);

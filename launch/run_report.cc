@@ -95,14 +95,16 @@ void RunReport::OnProgress(int worker, wire::Progress::Reader p) {
 }
 
 void RunReport::OnWorkerDone(int worker, wire::WorkerStats::Reader s) {
-  absl::MutexLock lock(&mu_);
-  WorkerState& w = workers_[worker];
-  w.done = true;
-  w.steps = s.getSteps();
-  w.examples = s.getExamples();
-  w.bytes_pushed = s.getBytesPushed();
-  w.bytes_pulled = s.getBytesPulled();
-  if (checkpoints_ != nullptr) checkpoints_->OnWorkerGone(worker, w.steps);
+  {
+    absl::MutexLock lock(&mu_);
+    WorkerState& w = workers_[worker];
+    w.done = true;
+    w.steps = s.getSteps();
+    w.examples = s.getExamples();
+    w.bytes_pushed = s.getBytesPushed();
+    w.bytes_pulled = s.getBytesPulled();
+  }
+  if (checkpoints_ != nullptr) checkpoints_->OnWorkerGone(worker, s.getSteps());
 }
 
 void RunReport::OnEvaluation(int worker, wire::Evaluation::Reader e) {
@@ -181,7 +183,9 @@ RunReport::Clocks RunReport::WorkerClocks() {
   Clocks c;
   bool first = true;
   for (const auto& [rank, w] : workers_) {
-    if (w.total_steps == 0) return Clocks{};  // not every worker has reported yet
+    // Workers that finished, or have not reported yet (or never will: lost early, or resumed
+    // past their last step), do not bound the clock.
+    if (w.done || w.total_steps == 0) continue;
     c.max_clock = std::max(c.max_clock, w.clock);
     c.min_total_steps = first ? w.total_steps : std::min(c.min_total_steps, w.total_steps);
     first = false;

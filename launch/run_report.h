@@ -53,8 +53,8 @@ class RunReport : public CoordinatorObserver {
   void DrawProgress(absl::Duration elapsed);
   void EndProgress();
 
-  // The fastest worker's clock and the fewest steps any worker will run (0 before the first
-  // progress report), for choosing a checkpoint clock ahead of the workers.
+  // The fastest training worker's clock and the fewest steps a training worker will run (0
+  // before any report), for choosing a checkpoint clock ahead of the workers.
   struct Clocks {
     int64_t max_clock = 0;
     int64_t min_total_steps = 0;

@@ -80,6 +80,17 @@ absl::Status ParameterServer::Restore(const std::string& checkpoint_dir) {
 
 void ParameterServer::StartCheckpoint(int64_t clock) {
   const absl::Time start = absl::Now();
+  taken_checkpoints_.insert(clock);
+  while (taken_checkpoints_.size() > 64) taken_checkpoints_.erase(taken_checkpoints_.begin());
+  // One capture at a time: wait for the previous write before copying anything, so that memory
+  // holds at most one copy and RocksDB at most one pinned snapshot.
+  checkpoint_writer_->WaitIdle();
+  if (const absl::Duration waited = absl::Now() - start; waited > absl::Seconds(1)) {
+    SYNCLINE_LOG(WARNING) << "checkpoint " << clock << " waited "
+                          << absl::FormatDuration(absl::Trunc(waited, absl::Milliseconds(10)))
+                          << " for the previous one to be written: checkpoints come faster than "
+                             "the disk takes them (raise --checkpoint-every)";
+  }
   ShardCapture capture;
   capture.clock = clock;
   std::vector<uint32_t> ids;
@@ -101,6 +112,7 @@ void ParameterServer::RequestCheckpoint(int64_t clock) {
     return;
   }
   const int64_t min_clock = clocks_.MinClock();
+  if (taken_checkpoints_.contains(clock)) return;  // already written (a periodic one)
   if (clock == min_clock && clock > last_checkpoint_clock_) {
     // Nothing of clock `clock` has been applied yet (under BSP the tables change only when
     // the min clock moves): the shard is at that clock now.
@@ -509,6 +521,13 @@ absl::Status ParameterServer::OnMinClockChanged() {
     for (; stepped_clock_ < min_clock; ++stepped_clock_) {
       for (auto& [id, table] : tables_) {
         if (auto s = table->AdvanceStep(); !s.ok() && result.ok()) result = s;
+      }
+      // The min clock jumped over a periodic checkpoint (a slow worker left under SSP/ASP):
+      // the workers wrote their parts of it, so say it will not be completed.
+      const int64_t passed = stepped_clock_ + 1;
+      if (checkpoint_writer_ && passed < min_clock && options_.checkpoint_every > 0 &&
+          passed % options_.checkpoint_every == 0 && passed > last_checkpoint_clock_) {
+        MissCheckpoint(passed);
       }
     }
     if (checkpoint_writer_) {

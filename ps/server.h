@@ -152,6 +152,7 @@ class ParameterServer {
   ServerStats stats_;
   int64_t last_checkpoint_clock_ = 0;
   std::set<int64_t> requested_checkpoints_;
+  std::set<int64_t> taken_checkpoints_;  // the latest clocks checkpointed (bounded)
   // Declared after the tables: destroyed first, so stores outlive the snapshots being written.
   std::unique_ptr<CheckpointWriter> checkpoint_writer_;
 };

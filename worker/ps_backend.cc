@@ -182,10 +182,21 @@ absl::Status PsBackend::RestoreState(std::string_view state) {
         absl::StrFormat("the saved worker state has residuals for %d shards, this job has %d",
                         shards, feedback_.size()));
   }
-  for (ErrorFeedback& f : feedback_) {
+  const int servers = static_cast<int>(feedback_.size());
+  for (int s = 0; s < servers; ++s) {
+    ErrorFeedback& f = feedback_[s];
     uint64_t n = 0;
     if (!get(&n, 8) || n > (state.size() - at) / sizeof(float)) {
       return absl::DataLossError("the saved worker state is truncated");
+    }
+    // A residual is empty (no compressed push yet) or covers the shard's range of dense rows.
+    const uint64_t expected =
+        DenseShardRange(layout_.num_features, s, servers).size() * layout_.row_dim;
+    if (n != 0 && (!layout_.dense_rows || n != expected)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the saved residual of shard %d has %d values; this job's shard has %d (was the "
+          "checkpoint written with other --compress or model settings?)",
+          s, n, layout_.dense_rows ? expected : 0));
     }
     std::vector<float> residual(n);
     get(residual.data(), n * sizeof(float));

@@ -3,9 +3,11 @@
 // it reads its data, registers with the job's coordinator, trains, and when asked evaluates
 // the final model on the test set.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -412,18 +414,27 @@ int Main(int argc, char** argv) {
   trainer_options.log_every = f.log_every;
   trainer_options.slowness = slowness;
   if (!f.restore.empty()) {
-    auto saved = ReadWorkerCheckpoint(f.restore, f.rank);
-    if (absl::IsNotFound(saved.status())) {
+    auto manifest = ReadManifest(f.restore);
+    if (!manifest.ok()) return Fail(control, manifest.status());
+    const std::string me = absl::StrCat("w", f.rank);
+    const bool listed =
+        std::find(manifest->nodes.begin(), manifest->nodes.end(), me) != manifest->nodes.end();
+    // Only a part the manifest lists belongs to this checkpoint (a file of an abandoned
+    // attempt may lie next to it).
+    auto saved = listed ? ReadWorkerCheckpoint(f.restore, f.rank)
+                        : absl::StatusOr<WorkerCheckpoint>(absl::NotFoundError("not listed"));
+    if (!listed) {
       // The worker had finished, or was lost, before that checkpoint: start at its clock.
-      auto manifest = ReadManifest(f.restore);
-      if (!manifest.ok()) return Fail(control, manifest.status());
       trainer_options.start_step = manifest->clock;
       SYNCLINE_LOG(WARNING) << "no saved state for this worker in " << f.restore
                             << "; starting at clock " << manifest->clock;
     } else if (!saved.ok()) {
       return Fail(control, saved.status());
     } else {
-      if (auto s = backend->RestoreState(saved->state); !s.ok()) return Fail(control, s);
+      if (auto s = backend->RestoreState(saved->state); !s.ok()) {
+        return Fail(control, absl::Status(s.code(), absl::StrCat(f.restore, "/", me,
+                                                                 ".state: ", s.message())));
+      }
       trainer_options.start_step = saved->clock;
       SYNCLINE_LOG(INFO) << "resuming at clock " << saved->clock << " from " << f.restore;
     }
@@ -443,17 +454,22 @@ int Main(int argc, char** argv) {
   };
   // Time-based checkpoints: clocks the coordinator asked for, ahead of this worker.
   std::set<int64_t> requested;
+  std::set<int64_t> written;  // the latest clocks this worker checkpointed (bounded)
+  auto miss_requests_before = [&](int64_t clock) {
+    while (!requested.empty() && *requested.begin() < clock) {
+      const int64_t missed = *requested.begin();
+      requested.erase(requested.begin());
+      if (written.contains(missed)) continue;  // a periodic checkpoint took it
+      report_checkpoint(missed, absl::FailedPreconditionError(absl::StrFormat(
+                                    "w%d had finished clock %d before the request for it arrived",
+                                    f.rank, missed)));
+    }
+  };
   trainer_options.checkpoint_requested = [&](int64_t clock) {
     if (f.checkpoint_dir.empty()) return false;
     for (int64_t c : control->TakeCheckpointRequests()) requested.insert(c);
-    while (!requested.empty() && *requested.begin() < clock) {
-      report_checkpoint(*requested.begin(),
-                        absl::FailedPreconditionError(absl::StrFormat(
-                            "w%d had finished clock %d before the request for it arrived", f.rank,
-                            *requested.begin())));
-      requested.erase(requested.begin());
-    }
-    return requested.erase(clock) > 0;
+    miss_requests_before(clock);
+    return requested.erase(clock) > 0 && !written.contains(clock);
   };
   trainer_options.on_checkpoint = [&](int64_t clock) -> absl::Status {
     auto state = backend->SaveState();
@@ -463,6 +479,8 @@ int Main(int argc, char** argv) {
     // training goes on.
     if (!status.ok()) SYNCLINE_LOG(ERROR) << "checkpoint " << clock << " failed: " << status;
     report_checkpoint(clock, status);
+    written.insert(clock);
+    while (written.size() > 64) written.erase(written.begin());
     return absl::OkStatus();
   };
   Trainer trainer(**model, *backend, trainer_options);
@@ -481,6 +499,11 @@ int Main(int argc, char** argv) {
     control->Send(b.Finish());
   });
   if (!result.ok()) return Fail(control, result.status());
+  if (!f.checkpoint_dir.empty()) {
+    // Requests that came after the last step can no longer be served.
+    for (int64_t c : control->TakeCheckpointRequests()) requested.insert(c);
+    miss_requests_before(std::numeric_limits<int64_t>::max());
+  }
 
   MessageBuilder done(wire::MsgType::WORKER_DONE);
   done.header().setRole(wire::Role::WORKER);

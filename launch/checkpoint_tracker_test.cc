@@ -1,0 +1,121 @@
+#include "launch/checkpoint_tracker.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "checkpoint/checkpoint.h"
+
+namespace syncline {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CheckpointTrackerTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = testing::TempDir() + "tracker_" + std::to_string(getpid()) + "_" +
+            testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  CheckpointTrackerOptions Options(int keep = 3) {
+    return {.root = root_, .servers = 2, .workers = 2, .keep = keep, .job = {{"sync", "bsp"}}};
+  }
+  // A node's folder must exist for the manifest to be written into it.
+  void Part(CheckpointTracker& t, wire::Role role, int rank, int64_t clock,
+            absl::Status status = absl::OkStatus()) {
+    fs::create_directories(CheckpointDir(root_, clock));
+    t.OnCheckpointed(role, rank, clock, status);
+  }
+  bool Visible(int64_t clock) { return fs::exists(CheckpointDir(root_, clock) + "/MANIFEST"); }
+
+  std::string root_;
+};
+
+constexpr auto kServer = wire::Role::SERVER;
+constexpr auto kWorker = wire::Role::WORKER;
+
+TEST_F(CheckpointTrackerTest, TheManifestComesAfterTheLastPart) {
+  CheckpointTracker t(Options());
+  Part(t, kServer, 0, 10);
+  Part(t, kWorker, 0, 10);
+  Part(t, kWorker, 1, 10);
+  t.Flush();
+  EXPECT_FALSE(Visible(10));
+  EXPECT_FALSE(t.Resolved(10));
+  Part(t, kServer, 1, 10);
+  t.Flush();
+  EXPECT_TRUE(Visible(10));
+  EXPECT_TRUE(t.Resolved(10));
+  EXPECT_EQ(t.checkpoints_written(), 1);
+  EXPECT_EQ(t.last_clock(), 10);
+  auto manifest = ReadManifest(CheckpointDir(root_, 10));
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_EQ(manifest->nodes, (std::vector<std::string>{"ps0", "ps1", "w0", "w1"}));
+}
+
+TEST_F(CheckpointTrackerTest, AWorkerThatFinishedBeforeTheClockDoesNotHoldItBack) {
+  CheckpointTracker t(Options());
+  t.OnWorkerGone(1, 8);   // finished after 8 clocks: never reaches 10
+  t.OnWorkerGone(0, 30);  // finished after 30: it must write 10 first
+  Part(t, kServer, 0, 10);
+  Part(t, kServer, 1, 10);
+  t.Flush();
+  EXPECT_FALSE(Visible(10));
+  Part(t, kWorker, 0, 10);
+  t.Flush();
+  EXPECT_TRUE(Visible(10));
+  EXPECT_EQ(ReadManifest(CheckpointDir(root_, 10))->nodes,
+            (std::vector<std::string>{"ps0", "ps1", "w0"}));
+}
+
+TEST_F(CheckpointTrackerTest, APartThatFailedLeavesTheCheckpointIncomplete) {
+  CheckpointTracker t(Options());
+  Part(t, kServer, 0, 10);
+  Part(t, kWorker, 0, 10, absl::FailedPreconditionError("outran"));
+  EXPECT_TRUE(t.Resolved(10));
+  Part(t, kServer, 1, 10);
+  Part(t, kWorker, 0, 10);
+  Part(t, kWorker, 1, 10);
+  t.Flush();
+  EXPECT_FALSE(Visible(10));
+  EXPECT_EQ(t.checkpoints_written(), 0);
+  EXPECT_EQ(t.last_clock(), -1);
+}
+
+TEST_F(CheckpointTrackerTest, AMissReportedByANodeThatWroteItIsIgnored) {
+  CheckpointTracker t(Options());
+  Part(t, kServer, 0, 20);
+  Part(t, kServer, 0, 20, absl::FailedPreconditionError("a late request for a periodic one"));
+  Part(t, kServer, 1, 20);
+  Part(t, kWorker, 0, 20);
+  Part(t, kWorker, 1, 20);
+  t.Flush();
+  EXPECT_TRUE(Visible(20));
+  // ... and so is one that comes after the checkpoint completed.
+  Part(t, kWorker, 1, 20, absl::FailedPreconditionError("late"));
+  EXPECT_EQ(t.checkpoints_written(), 1);
+}
+
+TEST_F(CheckpointTrackerTest, KeepsTheNewestK) {
+  {
+    CheckpointTracker t(Options(/*keep=*/2));
+    for (int64_t clock : {10, 20, 30, 40}) {
+      for (int r = 0; r < 2; ++r) {
+        Part(t, kServer, r, clock);
+        Part(t, kWorker, r, clock);
+      }
+    }
+  }  // the destructor finishes the manifests and deletions
+  EXPECT_FALSE(fs::exists(CheckpointDir(root_, 10)));
+  EXPECT_FALSE(fs::exists(CheckpointDir(root_, 20)));
+  EXPECT_TRUE(Visible(30));
+  EXPECT_TRUE(Visible(40));
+}
+
+}  // namespace
+}  // namespace syncline
