@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -160,28 +161,43 @@ class ZmqEndpoint : public Endpoint {
     return zmq::message_t(data, f.size(), ReleaseOwner, new std::shared_ptr<const void>(f.owner()));
   }
 
-  // The parts of one received message: the first few inside the owner, more on the heap.
-  struct ReceivedParts {
-    static constexpr size_t kInline = 4;
+  // The parts of one received message: the first few inside the owner (constructed as they
+  // come: an unused zmq::message_t still costs two library calls), more on the heap.
+  class ReceivedParts {
+   public:
+    static constexpr size_t kInline = 3;
+    ReceivedParts() = default;
+    ReceivedParts(const ReceivedParts&) = delete;
+    ReceivedParts& operator=(const ReceivedParts&) = delete;
+    ~ReceivedParts() {
+      for (size_t i = 0; i < std::min(count_, kInline); ++i) Inline(i).~message_t();
+    }
     zmq::message_t& Add() {
-      if (count < kInline) return inline_parts[count++];
-      return *more.emplace_back(std::make_unique<zmq::message_t>());
+      if (count_ < kInline) return *new (inline_[count_++]) zmq::message_t();
+      ++count_;
+      return *more_.emplace_back(std::make_unique<zmq::message_t>());
     }
     // ZeroMQ hands out small parts at any offset inside its receive buffer; the header is read
     // as 8-byte words (Message::Parse), so a misaligned one is copied here rather than into
     // an allocation of its own.
     const void* AlignHeader(const zmq::message_t& part) {
       if (reinterpret_cast<uintptr_t>(part.data()) % alignof(uint64_t) == 0 ||
-          part.size() > sizeof(header)) {
+          part.size() > sizeof(header_)) {
         return part.data();
       }
-      std::memcpy(header, part.data(), part.size());
-      return header;
+      std::memcpy(header_, part.data(), part.size());
+      return header_;
     }
-    zmq::message_t inline_parts[kInline];
-    size_t count = 0;
-    std::vector<std::unique_ptr<zmq::message_t>> more;
-    alignas(uint64_t) std::byte header[256];
+
+   private:
+    zmq::message_t& Inline(size_t i) {
+      return *std::launder(reinterpret_cast<zmq::message_t*>(inline_[i]));
+    }
+
+    alignas(zmq::message_t) std::byte inline_[kInline][sizeof(zmq::message_t)];
+    size_t count_ = 0;
+    std::vector<std::unique_ptr<zmq::message_t>> more_;
+    alignas(uint64_t) std::byte header_[256];
   };
 
   // Sets a socket timeout unless it already has that value.

@@ -208,7 +208,7 @@ absl::Status ParameterServer::HandleRequest(Message& message) {
       auto table = FindTable(h.getTable());
       if (!table.ok()) return table.status();
       if (auto s = Push(message, **table); !s.ok()) return s;
-      if (h.getType() == wire::MsgType::PUSH_PULL) return PullOrPark(std::move(message), **table);
+      if (h.getType() == wire::MsgType::PUSH_PULL) return PullOrPark(message, **table);
       MessageBuilder b(wire::MsgType::REPLY);
       b.header().setRequestId(h.getRequestId());
       b.header().setTable(h.getTable());
@@ -218,7 +218,7 @@ absl::Status ParameterServer::HandleRequest(Message& message) {
     case wire::MsgType::PULL: {
       auto table = FindTable(h.getTable());
       if (!table.ok()) return table.status();
-      return PullOrPark(std::move(message), **table);
+      return PullOrPark(message, **table);
     }
     case wire::MsgType::CLOCK:
       return AdvanceClock(worker, h.getClock(), h.getWeight());
@@ -408,7 +408,7 @@ absl::Status ParameterServer::CheckPushClock(const wire::Header::Reader& h) cons
   return absl::OkStatus();
 }
 
-absl::Status ParameterServer::PullOrPark(Message message, ShardTable& table) {
+absl::Status ParameterServer::PullOrPark(Message& message, ShardTable& table) {
   auto h = message.header();
   if (table.config().dense) {
     if (auto s = table.CheckRange(KeyRange{h.getRangeBegin(), h.getRangeEnd()}); !s.ok()) return s;

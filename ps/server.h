@@ -123,8 +123,9 @@ class ParameterServer {
   absl::Status PushTopK(Message& message, ShardTable& table, KeyRange range,
                         std::span<const std::byte> block);
   absl::Status CheckPushClock(const wire::Header::Reader& header) const;
-  // Answers the pull part of `message` now or parks it.
-  absl::Status PullOrPark(Message message, ShardTable& table);
+  // Answers the pull part of `message` now or parks it (moving it away: a parsed message is
+  // moved only then, as a move re-attaches its header reader).
+  absl::Status PullOrPark(Message& message, ShardTable& table);
   absl::Status AnswerPull(const std::string& peer, Message& request, ShardTable& table);
   absl::Status AdvanceClock(int worker, int64_t clock, float weight);
   absl::Status OnMinClockChanged();
