@@ -413,6 +413,7 @@ int Main(int argc, char** argv) {
     exited.clear();
     (void)group.Poll(absl::Milliseconds(200), &exited);
     for (const ExitEvent& e : exited) {
+      report.OnChildExit(e.label, e.max_rss_kib);
       const bool worker = e.label.rfind("w", 0) == 0;
       if (!e.success() && failure.empty() && worker && coordinator_options.staleness != 0 &&
           e.exit_code != 2) {
@@ -441,10 +442,13 @@ int Main(int argc, char** argv) {
     exited.clear();
     (void)group.Poll(absl::Milliseconds(100), &exited);
     for (const ExitEvent& e : exited) {
+      report.OnChildExit(e.label, e.max_rss_kib);
       if (!e.success() && failure.empty() && job_status.ok()) failure = DescribeExit(e);
     }
   }
-  group.TerminateAll(absl::Seconds(2));
+  exited.clear();
+  group.TerminateAll(absl::Seconds(2), &exited);
+  for (const ExitEvent& e : exited) report.OnChildExit(e.label, e.max_rss_kib);
   const absl::Duration wall = absl::Now() - start;
   report.EndProgress();
 

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -354,15 +355,17 @@ bool ProcessGroup::ReapExited(std::vector<ExitEvent>* exited) {
   for (auto it = children_.begin(); it != children_.end();) {
     Child& child = **it;
     int status = 0;
+    struct rusage usage = {};
     pid_t r;
     do {
-      r = waitpid(child.pid, &status, WNOHANG);
+      r = wait4(child.pid, &status, WNOHANG, &usage);
     } while (r < 0 && errno == EINTR);
     if (r == 0) {
       ++it;
       continue;
     }
     ExitEvent event{.label = child.label, .pid = child.pid};
+    if (r == child.pid) event.max_rss_kib = usage.ru_maxrss;
     if (r == child.pid && WIFEXITED(status)) {
       event.exit_code = WEXITSTATUS(status);
     } else if (r == child.pid && WIFSIGNALED(status)) {

@@ -50,6 +50,8 @@ struct ExitEvent {
   int exit_code = -1;
   // Signal that killed the child; 0 when it exited on its own.
   int signal = 0;
+  // The child's peak resident memory in KiB (getrusage's ru_maxrss); 0 when unknown.
+  int64_t max_rss_kib = 0;
 
   bool success() const { return signal == 0 && exit_code == 0; }
 };

@@ -142,6 +142,11 @@ void RunReport::OnServerStats(int server, wire::ServerStats::Reader s) {
   }
 }
 
+void RunReport::OnChildExit(const std::string& label, int64_t max_rss_kib) {
+  absl::MutexLock lock(&mu_);
+  if (max_rss_kib > 0) peak_rss_kib_[label] = max_rss_kib;
+}
+
 void RunReport::OnServerProgress(int server, wire::ServerStats::Reader s) {
   if (!s.hasEmbedding()) return;
   absl::MutexLock lock(&mu_);
@@ -332,6 +337,13 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
       << ", \"memory_bytes\": " << e.memory_bytes << ", \"memory_budget_bytes\": " << e.budget_bytes
       << "},\n";
   }
+  j << "  \"peak_rss_mib\": {";
+  bool first_rss = true;
+  for (const auto& [label, kib] : peak_rss_kib_) {
+    j << (first_rss ? "" : ", ") << JsonString(label) << ": " << JsonNumber(kib / 1024.0);
+    first_rss = false;
+  }
+  j << "},\n";
   j << "  \"resumed_from_clock\": " << (resumed_from_ >= 0 ? std::to_string(resumed_from_) : "null")
     << ",\n";
   if (checkpoints_ != nullptr) {

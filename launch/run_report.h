@@ -47,6 +47,9 @@ class RunReport : public CoordinatorObserver {
   // the job restarted from (-1: a fresh start). Both appear in summary.json.
   void SetCheckpoints(CheckpointTracker* tracker, int64_t resumed_from);
 
+  // A child exited; its peak resident memory goes to summary.json.
+  void OnChildExit(const std::string& label, int64_t max_rss_kib);
+
   // A line a child printed.
   void ChildLine(std::string_view label, std::string_view line);
   // Redraws the progress line (a terminal) or prints one now and then (a log).
@@ -107,6 +110,7 @@ class RunReport : public CoordinatorObserver {
     uint64_t memory_hits = 0, disk_hits = 0, evictions = 0, memory_bytes = 0, budget_bytes = 0;
   };
   EmbeddingTotals embedding_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> peak_rss_kib_ ABSL_GUARDED_BY(mu_);
   CheckpointTracker* checkpoints_ = nullptr;
   int64_t resumed_from_ = -1;
   double checkpoint_pause_s_ ABSL_GUARDED_BY(mu_) = 0;  // the longest over servers
