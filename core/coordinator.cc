@@ -216,17 +216,7 @@ absl::StatusOr<std::optional<Message>> Coordinator::Step(absl::Time deadline) {
       }
       return std::optional<Message>();
     case wire::MsgType::CHECKPOINTED:
-      if (observer_) {
-        const int code = h.getStatusCode();
-        const absl::Status status =
-            code == 0 ? absl::OkStatus()
-                      : absl::Status(
-                            code > 0 && code <= static_cast<int>(absl::StatusCode::kUnauthenticated)
-                                ? static_cast<absl::StatusCode>(code)
-                                : absl::StatusCode::kUnknown,
-                            h.getMessage().cStr());
-        observer_->OnCheckpointed(node->role, node->rank, h.getClock(), status);
-      }
+      OnCheckpointed(*node, h);
       return std::optional<Message>();
     case wire::MsgType::ABORT:
       return absl::AbortedError(
@@ -367,6 +357,19 @@ absl::Status Coordinator::Supervise() {
   }
 }
 
+void Coordinator::OnCheckpointed(const NodeState& node, const wire::Header::Reader& h) {
+  if (observer_ == nullptr) return;
+  const int code = h.getStatusCode();
+  const absl::Status status =
+      code == 0
+          ? absl::OkStatus()
+          : absl::Status(code > 0 && code <= static_cast<int>(absl::StatusCode::kUnauthenticated)
+                             ? static_cast<absl::StatusCode>(code)
+                             : absl::StatusCode::kUnknown,
+                         h.getMessage().cStr());
+  observer_->OnCheckpointed(node.role, node.rank, h.getClock(), status);
+}
+
 absl::Status Coordinator::Shutdown() {
   Broadcast(MakeSimple(wire::MsgType::SHUTDOWN, wire::Role::COORDINATOR, 0));
   const absl::Time deadline = absl::Now() + options_.shutdown_timeout;
@@ -384,6 +387,8 @@ absl::Status Coordinator::Shutdown() {
       node->stats = true;
       if (observer_) observer_->OnServerStats(node->rank, h.getBody().getServerStats());
     }
+    // A server finishes writing its last checkpoint before it reports its statistics.
+    if (node && h.getType() == wire::MsgType::CHECKPOINTED) OnCheckpointed(*node, h);
   }
   if (!all_stats()) SYNCLINE_LOG(WARNING) << "some servers did not report statistics at shutdown";
   return absl::OkStatus();

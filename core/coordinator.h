@@ -108,6 +108,7 @@ class Coordinator {
   void Broadcast(const Message& message);
   void SendTo(const std::string& control_id, Message message);
   NodeState* Find(const std::string& control_id);
+  void OnCheckpointed(const NodeState& node, const wire::Header::Reader& header);
 
   const std::unique_ptr<Endpoint> endpoint_;
   const std::string address_;

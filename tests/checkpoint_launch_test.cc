@@ -144,7 +144,10 @@ TEST(CheckpointLaunchTest, AKilledServerResumesFromTheLastCheckpointAndEndsLikeA
   // Damage the newest checkpoint: --resume reports it and takes the one before.
   std::vector<std::string> dirs;
   for (const auto& e : std::filesystem::directory_iterator(out + "/checkpoints")) {
-    dirs.push_back(e.path().string());
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("ckpt-") && std::filesystem::exists(e.path() / "MANIFEST")) {
+      dirs.push_back(e.path().string());
+    }
   }
   std::sort(dirs.begin(), dirs.end());
   ASSERT_GE(dirs.size(), 2u);
