@@ -1,5 +1,10 @@
 #include "ps/server_checkpoint.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -9,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "capnp/message.h"
 #include "capnp/serialize.h"
+#include "core/log.h"
 #include "embeddings/row_codec.h"
 #include "ps/optimizer.h"
 
@@ -276,6 +282,12 @@ void CheckpointWriter::WaitIdle() {
 }
 
 void CheckpointWriter::Loop() {
+  // Background work: on a machine whose cores the servers and workers keep busy, the writer
+  // takes the cycles they leave (Linux applies a thread's nice value to that thread alone).
+  if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19) != 0) {
+    SYNCLINE_LOG(WARNING) << "checkpoint writer: cannot lower its priority: "
+                          << std::strerror(errno);
+  }
   while (true) {
     std::unique_ptr<ShardCapture> job;
     std::string dir;
