@@ -195,11 +195,17 @@ std::vector<std::pair<std::string, std::string>> ManifestJob(const JobConfig& jo
           {"compress", job.compress}};
 }
 
-// Renames every checkpoint folder newer than `clock` under `root` to abandoned-<name>
-// (replacing an older one of that name); returns the new names.
+// Renames every checkpoint folder newer than `clock` under `root` to abandoned-<name>, after
+// deleting what an earlier resume set aside (only the latest failed attempt is kept for a
+// post-mortem); returns the new names.
 std::vector<std::string> AbandonNewerCheckpoints(const std::string& root, int64_t clock) {
   std::vector<std::string> moved;
   std::error_code ec;
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    if (entry.path().filename().string().starts_with("abandoned-")) stale.push_back(entry.path());
+  }
+  for (const fs::path& p : stale) fs::remove_all(p, ec);
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
     int64_t c = 0;
