@@ -358,16 +358,7 @@ absl::Status Coordinator::Supervise() {
 }
 
 void Coordinator::OnCheckpointed(const NodeState& node, const wire::Header::Reader& h) {
-  if (observer_ == nullptr) return;
-  const int code = h.getStatusCode();
-  const absl::Status status =
-      code == 0
-          ? absl::OkStatus()
-          : absl::Status(code > 0 && code <= static_cast<int>(absl::StatusCode::kUnauthenticated)
-                             ? static_cast<absl::StatusCode>(code)
-                             : absl::StatusCode::kUnknown,
-                         h.getMessage().cStr());
-  observer_->OnCheckpointed(node.role, node.rank, h.getClock(), status);
+  if (observer_) observer_->OnCheckpointed(node.role, node.rank, h.getClock(), StatusFromHeader(h));
 }
 
 absl::Status Coordinator::Shutdown() {

@@ -170,11 +170,25 @@ Message MakeSimple(wire::MsgType type, wire::Role role, int rank) {
   return b.Finish();
 }
 
-absl::Status StatusFromHeader(const wire::Header::Reader& header) {
-  if (header.getType() != wire::MsgType::ERROR && header.getType() != wire::MsgType::ABORT) {
-    return absl::OkStatus();
+Message MakeCheckpointed(wire::Role role, int rank, int64_t clock, const absl::Status& status) {
+  MessageBuilder b(wire::MsgType::CHECKPOINTED);
+  b.header().setRole(role);
+  b.header().setRank(rank);
+  b.header().setClock(clock);
+  if (!status.ok()) {
+    b.header().setStatusCode(static_cast<int32_t>(status.code()));
+    b.header().setMessage(std::string(status.message()));
   }
+  return b.Finish();
+}
+
+absl::Status StatusFromHeader(const wire::Header::Reader& header) {
+  const wire::MsgType type = header.getType();
   int code = header.getStatusCode();
+  // Errors and aborts always carry a failure; a checkpoint report does when it has a code.
+  const bool failure = type == wire::MsgType::ERROR || type == wire::MsgType::ABORT ||
+                       (type == wire::MsgType::CHECKPOINTED && code != 0);
+  if (!failure) return absl::OkStatus();
   if (code <= 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
     code = static_cast<int>(absl::StatusCode::kUnknown);
   }

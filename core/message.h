@@ -87,8 +87,10 @@ class MessageBuilder {
 // Shorthand for the commonest replies.
 Message MakeErrorReply(const wire::Header::Reader& request, const absl::Status& status);
 Message MakeSimple(wire::MsgType type, wire::Role role, int rank);
+// A node's report on its part of checkpoint `clock`: written, or why not.
+Message MakeCheckpointed(wire::Role role, int rank, int64_t clock, const absl::Status& status);
 
-// Converts between absl::Status and an error header.
+// The status an error, abort or checkpoint-report header carries (OK for other headers).
 absl::Status StatusFromHeader(const wire::Header::Reader& header);
 
 const char* MsgTypeName(wire::MsgType type);

@@ -91,5 +91,18 @@ TEST(MessageTest, ErrorRepliesCarryTheStatus) {
   EXPECT_STREQ(MsgTypeName(wire::MsgType::PUSH_PULL), "pushPull");
 }
 
+TEST(MessageTest, CheckpointReportsCarryTheirOutcome) {
+  Message written = MakeCheckpointed(wire::Role::SERVER, 1, 40, absl::OkStatus());
+  ASSERT_TRUE(written.Parse().ok());
+  EXPECT_EQ(written.header().getClock(), 40);
+  EXPECT_TRUE(StatusFromHeader(written.header()).ok());
+  Message missed =
+      MakeCheckpointed(wire::Role::WORKER, 0, 40, absl::FailedPreconditionError("passed it"));
+  ASSERT_TRUE(missed.Parse().ok());
+  absl::Status s = StatusFromHeader(missed.header());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), "passed it");
+}
+
 }  // namespace
 }  // namespace syncline

@@ -170,15 +170,7 @@ int Main(int argc, char** argv) {
     } else {
       SYNCLINE_LOG(ERROR) << "checkpoint " << clock << " failed: " << status;
     }
-    MessageBuilder b(wire::MsgType::CHECKPOINTED);
-    b.header().setRole(wire::Role::SERVER);
-    b.header().setRank(rank);
-    b.header().setClock(clock);
-    if (!status.ok()) {
-      b.header().setStatusCode(static_cast<int32_t>(status.code()));
-      b.header().setMessage(std::string(status.message()));
-    }
-    client->Send(b.Finish());
+    client->Send(MakeCheckpointed(wire::Role::SERVER, rank, clock, status));
   };
   ParameterServer server(endpoint->get(), options);
   if (!restore.empty()) {

@@ -442,16 +442,9 @@ int Main(int argc, char** argv) {
   trainer_options.checkpoint_every = f.checkpoint_every;
   // Tells the coordinator how this worker's part of checkpoint `clock` went.
   auto report_checkpoint = [&](int64_t clock, const absl::Status& status) {
-    MessageBuilder b(wire::MsgType::CHECKPOINTED);
-    b.header().setRole(wire::Role::WORKER);
-    b.header().setRank(f.rank);
-    b.header().setClock(clock);
-    if (!status.ok()) {
-      b.header().setStatusCode(static_cast<int32_t>(status.code()));
-      b.header().setMessage(std::string(status.message()));
-    }
-    control->Send(b.Finish());
+    control->Send(MakeCheckpointed(wire::Role::WORKER, f.rank, clock, status));
   };
+
   // Time-based checkpoints: clocks the coordinator asked for, ahead of this worker.
   std::set<int64_t> requested;
   std::set<int64_t> written;  // the latest clocks this worker checkpointed (bounded)
