@@ -54,6 +54,16 @@ std::string Summary(const SyntheticOptions& options, const SyntheticSummary& sum
 }
 
 // `syncline-gen criteo`: argv[0] is "criteo".
+// Refuses a negative count: CLI11 would wrap "-3" around to 2^64 - 3 for unsigned options.
+CLI::Validator NotNegative() {
+  return CLI::Validator(
+      [](std::string& value) {
+        return !value.empty() && value.front() == '-' ? "must not be negative: " + value
+                                                      : std::string();
+      },
+      "", "NOT_NEGATIVE");
+}
+
 int CriteoMain(int argc, char** argv) {
   CriteoGenOptions options;
   std::string out_path = "-";
@@ -67,12 +77,7 @@ int CriteoMain(int argc, char** argv) {
       "learns and logistic regression cannot. The same flags and --seed give the same bytes.",
       "syncline-gen criteo");
   app.option_defaults()->always_capture_default();
-  const CLI::Validator kNotNegative(
-      [](std::string& value) {
-        return !value.empty() && value.front() == '-' ? "must not be negative: " + value
-                                                      : std::string();
-      },
-      "", "NOT_NEGATIVE");
+  const CLI::Validator kNotNegative = NotNegative();
   app.add_option("--rows", options.rows, "Rows in the training file (>= 1)")->check(kNotNegative);
   app.add_option("--out", out_path, "Training data file to write; - is standard output");
   app.add_option("--test-out", test_path, "Test data file to write, from the same model");
@@ -143,13 +148,7 @@ int Main(int argc, char** argv) {
       "`syncline-gen criteo --help` describes the Criteo-format click data generator.",
       "syncline-gen");
   app.option_defaults()->always_capture_default();
-  // CLI11 would wrap "-3" around to 2^64 - 3 for the unsigned options.
-  const CLI::Validator kNotNegative(
-      [](std::string& value) {
-        return !value.empty() && value.front() == '-' ? "must not be negative: " + value
-                                                      : std::string();
-      },
-      "", "NOT_NEGATIVE");
+  const CLI::Validator kNotNegative = NotNegative();
   app.add_option("--out", out_path, "Training data file to write")->required();
   app.add_option("--test-out", test_path,
                  "Test data file to write, drawn from the same model (none if empty)");
