@@ -6,7 +6,8 @@
 // median wall time of each, their ratio, the checkpoints written, their size on disk, and the
 // time the servers stopped serving for them (capture, plus waiting for the previous write).
 // Every job uses the same seed; only the checkpoint flags differ. The jobs' folders live under
-// --dir and are removed at the end.
+// --dir and are removed at the end. Jobs run and summaries are read with the helpers the
+// multi-process tests use (tests/test_util.h).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdlib>
@@ -18,16 +19,16 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/command_line.h"
-#include "launch/process_group.h"
+#include "tests/test_util.h"
 
 namespace syncline::bench {
 namespace {
 
 namespace fs = std::filesystem;
+using testing_util::JsonNumber;
 
 struct Settings {
   std::string launch = SYNCLINE_LAUNCH_BIN;
@@ -47,17 +48,6 @@ struct Run {
   double pause = 0;
   uint64_t bytes_per_checkpoint = 0;
 };
-
-std::optional<double> JsonNumber(const std::string& json, const std::string& key) {
-  const std::string needle = "\"" + key + "\": ";
-  const size_t at = json.find(needle);
-  if (at == std::string::npos) return std::nullopt;
-  const size_t begin = at + needle.size();
-  const size_t end = json.find_first_of(",\n}", begin);
-  double v = 0;
-  if (!absl::SimpleAtod(json.substr(begin, end - begin), &v)) return std::nullopt;
-  return v;
-}
 
 uint64_t FolderBytes(const fs::path& dir) {
   uint64_t bytes = 0;
@@ -93,23 +83,9 @@ std::optional<Run> RunJob(const Settings& s, const fs::path& out, bool checkpoin
     argv.insert(argv.end(),
                 {"--checkpoint-every", std::to_string(s.every), "--checkpoint-keep", "2"});
   }
-  std::string output;
-  ProcessGroup group([&](std::string_view, OutputStream, std::string_view line) {
-    output.append(line.data(), line.size());
-    output += '\n';
-  });
-  auto pid = group.Start(ProcessSpec{"launch", argv});
-  if (!pid.ok()) {
-    std::cerr << pid.status() << "\n";
-    return std::nullopt;
-  }
-  std::vector<ExitEvent> exited;
-  const absl::Time deadline = absl::Now() + absl::Minutes(10);
-  while (exited.empty() && absl::Now() < deadline) {
-    (void)group.Poll(absl::Milliseconds(100), &exited);
-  }
-  if (exited.empty() || !exited[0].success()) {
-    std::cerr << "the job failed:\n" << output;
+  const testing_util::RunResult run = testing_util::RunProcess(argv, absl::Minutes(10));
+  if (run.exit_code != 0) {
+    std::cerr << "the job failed:\n" << run.output;
     return std::nullopt;
   }
   std::ifstream in(out / "summary.json");
