@@ -1,7 +1,5 @@
 #include "checkpoint/checkpoint.h"
 
-#include <stdlib.h>
-
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
+#include "tests/scoped_temp_dir.h"
 
 namespace syncline {
 namespace {
@@ -27,13 +26,6 @@ using ::testing::Pair;
 
 class CheckpointTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "/checkpoint_test_XXXXXX";
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    root_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
   static void WriteBytes(const std::string& path, const std::string& bytes) {
     fs::create_directories(fs::path(path).parent_path());
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
@@ -80,7 +72,8 @@ class CheckpointTest : public ::testing::Test {
     return dir;
   }
 
-  std::string root_;
+  testing_util::ScopedTempDir tmp_{"checkpoint_test"};
+  const std::string root_ = tmp_.path();
 };
 
 TEST_F(CheckpointTest, DirNameIsZeroPadded) {

@@ -16,24 +16,13 @@
 #include "ps/shard_table.h"
 #include "rocksdb/db.h"
 #include "rocksdb/sst_file_writer.h"
+#include "tests/scoped_temp_dir.h"
 
 namespace syncline {
 namespace {
 
 // A fresh directory under the test temp dir, removed with everything in it at the end.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = testing::TempDir() + "embedding_store_XXXXXX";
-    path_ = mkdtemp(pattern.data()) ? pattern : "";
-    EXPECT_FALSE(path_.empty());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using testing_util::ScopedTempDir;
 
 TableConfig Table(uint32_t dim, wire::OptimizerKind kind = wire::OptimizerKind::SGD) {
   TableConfig c;
@@ -91,7 +80,7 @@ bool BitwiseEqual(const std::vector<RowCopy>& a, const std::vector<RowCopy>& b) 
 }
 
 TEST(EmbeddingStoreTest, InitialRowsEqualShardTableRows) {
-  TempDir dir;
+  ScopedTempDir dir("embedding_store");
   TableConfig t = Table(6);
   t.init_scale = 0.05f;
   t.seed = 11;
@@ -115,7 +104,7 @@ TEST_P(RoundTripTest, LargeTableRoundTripsThroughSmallBudget) {
   SCOPED_TRACE(testing::Message() << "seed " << kSeed);
   constexpr uint64_t kRows = 20000;
   constexpr uint32_t kDim = 8;
-  TempDir dir;
+  ScopedTempDir dir("embedding_store");
   EmbeddingStoreOptions o = Options(dir.Sub("db"), byte_budget ? 0 : 1000);
   if (byte_budget) o.max_memory_bytes = 96 << 10;
   auto store = MustOpen(Table(kDim), o);
@@ -181,7 +170,7 @@ class OptimizerStateTest : public testing::TestWithParam<wire::OptimizerKind> {}
 TEST_P(OptimizerStateTest, EvictionKeepsOptimizerStateBitwise) {
   constexpr uint64_t kSeed = 4242;
   SCOPED_TRACE(testing::Message() << "seed " << kSeed);
-  TempDir dir;
+  ScopedTempDir dir("embedding_store");
   TableConfig t = Table(16, GetParam());
   t.optimizer.learning_rate = 0.05f;
   t.init_scale = 0.1f;
@@ -215,7 +204,7 @@ TEST_P(OptimizerStateTest, EvictionKeepsOptimizerStateBitwise) {
 TEST_P(OptimizerStateTest, SnapshotRestoresThePointInTimeOfCapture) {
   constexpr uint64_t kSeed = 77;
   SCOPED_TRACE(testing::Message() << "seed " << kSeed);
-  TempDir dir;
+  ScopedTempDir dir("embedding_store");
   TableConfig t = Table(8, GetParam());
   t.init_scale = 0.1f;
   auto store = MustOpen(t, Options(dir.Sub("live"), 50));  // most rows live on disk
@@ -292,7 +281,7 @@ INSTANTIATE_TEST_SUITE_P(Rules, OptimizerStateTest,
                          });
 
 TEST(EmbeddingStoreTest, AdmissionAfterThreeSightings) {
-  TempDir dir;
+  ScopedTempDir dir("embedding_store");
   TableConfig t = Table(4);
   t.init_scale = 0.5f;
   EmbeddingStoreOptions o = Options(dir.Sub("db"), 1000);
@@ -339,7 +328,7 @@ class ExpiryTest : public testing::TestWithParam<int64_t> {};
 // T + 1 steps the 25 others are gone from both tiers, whether the disk is swept every step
 // (param 1) or expired rows are found when loaded (param 1000).
 TEST_P(ExpiryTest, UntouchedRowsExpireFromBothTiers) {
-  TempDir dir;
+  ScopedTempDir dir("embedding_store");
   TableConfig t = Table(2);
   t.init_scale = 0.25f;
   EmbeddingStoreOptions o = Options(dir.Sub("db"), 10);
@@ -387,7 +376,7 @@ TEST_P(ExpiryTest, UntouchedRowsExpireFromBothTiers) {
 INSTANTIATE_TEST_SUITE_P(Sweeps, ExpiryTest, testing::Values(1, 1000));
 
 TEST(EmbeddingStoreTest, CorruptValueOnDiskIsDataLoss) {
-  TempDir dir;
+  ScopedTempDir dir("embedding_store");
   const std::string path = dir.Sub("db");
   const TableConfig t = Table(4, wire::OptimizerKind::ADAGRAD);
   {
@@ -426,7 +415,7 @@ TEST(EmbeddingStoreTest, CorruptValueOnDiskIsDataLoss) {
 }
 
 TEST(EmbeddingStoreTest, BadPathsAndOptionsAreClearErrors) {
-  TempDir dir;
+  ScopedTempDir dir("embedding_store");
   const std::string file = dir.Sub("plain_file");
   std::ofstream(file) << "x";
   auto under_file = EmbeddingStore::Open(Table(4), Options(file + "/db", 10));
@@ -463,7 +452,7 @@ TEST(EmbeddingStoreTest, BadPathsAndOptionsAreClearErrors) {
 }
 
 TEST(EmbeddingStoreTest, ReopenSeesFlushedRowsAndStep) {
-  TempDir dir;
+  ScopedTempDir dir("embedding_store");
   const std::string path = dir.Sub("db");
   TableConfig t = Table(8, wire::OptimizerKind::ADAM);
   t.optimizer.learning_rate = 0.01f;

@@ -1,11 +1,11 @@
 #include "launch/checkpoint_tracker.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 
 #include "checkpoint/checkpoint.h"
+#include "tests/scoped_temp_dir.h"
 
 namespace syncline {
 namespace {
@@ -14,14 +14,6 @@ namespace fs = std::filesystem;
 
 class CheckpointTrackerTest : public testing::Test {
  protected:
-  void SetUp() override {
-    root_ = testing::TempDir() + "tracker_" + std::to_string(getpid()) + "_" +
-            testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
   CheckpointTrackerOptions Options(int keep = 3) {
     return {.root = root_, .servers = 2, .workers = 2, .keep = keep, .job = {{"sync", "bsp"}}};
   }
@@ -33,7 +25,8 @@ class CheckpointTrackerTest : public testing::Test {
   }
   bool Visible(int64_t clock) { return fs::exists(CheckpointDir(root_, clock) + "/MANIFEST"); }
 
-  std::string root_;
+  testing_util::ScopedTempDir tmp_{"tracker"};
+  const std::string root_ = tmp_.path();
 };
 
 constexpr auto kServer = wire::Role::SERVER;

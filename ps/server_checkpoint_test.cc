@@ -10,22 +10,12 @@
 #include <mutex>
 #include <random>
 
+#include "tests/scoped_temp_dir.h"
+
 namespace syncline {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = testing::TempDir() + "server_checkpoint_XXXXXX";
-    path_ = mkdtemp(pattern.data()) ? pattern : "";
-    EXPECT_FALSE(path_.empty());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using testing_util::ScopedTempDir;
 
 TableConfig Config(uint32_t id, bool dense, uint32_t dim, wire::OptimizerKind kind) {
   TableConfig c;
@@ -108,7 +98,7 @@ bool Bitwise(const std::vector<float>& a, const std::vector<float>& b) {
 TEST(ServerCheckpointTest, RestoreGivesIdenticalParametersAndOptimizerState) {
   constexpr uint64_t kSeed = 2024;
   SCOPED_TRACE(testing::Message() << "seed " << kSeed);
-  TempDir dir;
+  ScopedTempDir dir("server_checkpoint");
   const std::vector<TableConfig> configs = {Config(1, true, 3, wire::OptimizerKind::ADAM),
                                             Config(2, false, 4, wire::OptimizerKind::ADAGRAD),
                                             Config(3, false, 5, wire::OptimizerKind::FTRL)};
@@ -158,7 +148,7 @@ TEST(ServerCheckpointTest, RestoreGivesIdenticalParametersAndOptimizerState) {
 }
 
 TEST(ServerCheckpointTest, DamagedShardFileIsDataLoss) {
-  TempDir dir;
+  ScopedTempDir dir("server_checkpoint");
   Shard live;
   const TableConfig c = Config(1, true, 2, wire::OptimizerKind::SGD);
   live.tables[1] = *Shard::Make(c, dir.Sub("live"), "");
@@ -185,7 +175,7 @@ namespace syncline {
 namespace {
 
 TEST(ServerCheckpointTest, AWriteThatFailsIsReportedAndTheWriterGoesOn) {
-  TempDir dir;
+  ScopedTempDir dir("server_checkpoint");
   // The checkpoint root is a regular file: nothing can be created under it.
   const std::string root = dir.Sub("not_a_folder");
   std::ofstream(root) << "x";
