@@ -63,16 +63,19 @@ absl::Status RunReport::Open() {
   std::error_code ec;
   fs::create_directories(fs::path(job_.out) / "logs", ec);
   const std::string path = (fs::path(job_.out) / "metrics.csv").string();
-  // A resumed job goes on with the rows of the run it resumes (its clocks continue).
-  const bool append = resumed_from_ >= 0 && fs::file_size(path, ec) > 0 && !ec;
-  ec.clear();
-  metrics_.open(path, append ? std::ios::app : std::ios::trunc);
+  OpenCsv(path, "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus",
+          metrics_);
   if (ec || !metrics_) return absl::PermissionDeniedError(absl::StrFormat("cannot write %s", path));
-  if (!append) {
-    metrics_ << "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus\n";
-  }
-  metrics_.flush();
   return absl::OkStatus();
+}
+
+void RunReport::OpenCsv(const std::string& path, const char* header, std::ofstream& out) {
+  // A resumed job goes on with the rows of the run it resumes (its clocks continue).
+  std::error_code ec;
+  const bool append = resumed_from_ >= 0 && fs::file_size(path, ec) > 0 && !ec;
+  out.open(path, append ? std::ios::app : std::ios::trunc);
+  if (!append) out << header << "\n";
+  out.flush();
 }
 
 void RunReport::OnStarted(const NodeTable& table) {
@@ -151,14 +154,10 @@ void RunReport::OnServerProgress(int server, wire::ServerStats::Reader s) {
   if (!s.hasEmbedding()) return;
   absl::MutexLock lock(&mu_);
   if (!embedding_csv_.is_open()) {
-    const std::string path = (fs::path(job_.out) / "embedding.csv").string();
-    std::error_code ec;
-    const bool append = resumed_from_ >= 0 && fs::file_size(path, ec) > 0 && !ec;
-    embedding_csv_.open(path, append ? std::ios::app : std::ios::trunc);
-    if (!append) {
-      embedding_csv_ << "wall_seconds,server,rows_in_memory,rows_on_disk,admitted,rejected,"
-                        "expired,evictions,memory_hit_rate,memory_bytes\n";
-    }
+    OpenCsv((fs::path(job_.out) / "embedding.csv").string(),
+            "wall_seconds,server,rows_in_memory,rows_on_disk,admitted,rejected,expired,"
+            "evictions,memory_hit_rate,memory_bytes",
+            embedding_csv_);
   }
   auto e = s.getEmbedding();
   const uint64_t touches = e.getMemoryHits() + e.getDiskHits();

@@ -83,6 +83,9 @@ class RunReport : public CoordinatorObserver {
   };
   std::string ProgressText(absl::Duration elapsed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClearProgress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Opens a CSV output: appended to when resuming a run that left one, else new with `header`.
+  void OpenCsv(const std::string& path, const char* header, std::ofstream& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const JobConfig job_;
   const bool interactive_;
