@@ -113,6 +113,22 @@ struct EmbeddingStoreStats {
   uint64_t evictions = 0;        // rows moved out of the memory tier to make room
   uint64_t disk_writes = 0;      // rows written to RocksDB (evictions of changed rows, flushes)
   uint64_t memory_bytes = 0;     // bytes the memory tier holds now
+
+  // Sums every count (a server's totals over its tables).
+  EmbeddingStoreStats& operator+=(const EmbeddingStoreStats& o) {
+    rows_in_memory += o.rows_in_memory;
+    rows_on_disk += o.rows_on_disk;
+    admitted += o.admitted;
+    rejected += o.rejected;
+    dropped_updates += o.dropped_updates;
+    expired += o.expired;
+    memory_hits += o.memory_hits;
+    disk_hits += o.disk_hits;
+    evictions += o.evictions;
+    disk_writes += o.disk_writes;
+    memory_bytes += o.memory_bytes;
+    return *this;
+  }
 };
 
 // One row as ForEachRow shows it; the spans are valid during the call only.

@@ -478,18 +478,7 @@ ParameterServer::EmbeddingTotals ParameterServer::embedding_totals() const {
     const EmbeddingStore* store = table->store();
     if (store == nullptr) continue;
     ++t.tables;
-    const EmbeddingStoreStats s = store->stats();
-    t.stats.rows_in_memory += s.rows_in_memory;
-    t.stats.rows_on_disk += s.rows_on_disk;
-    t.stats.admitted += s.admitted;
-    t.stats.rejected += s.rejected;
-    t.stats.dropped_updates += s.dropped_updates;
-    t.stats.expired += s.expired;
-    t.stats.memory_hits += s.memory_hits;
-    t.stats.disk_hits += s.disk_hits;
-    t.stats.evictions += s.evictions;
-    t.stats.disk_writes += s.disk_writes;
-    t.stats.memory_bytes += s.memory_bytes;
+    t.stats += store->stats();
     t.budget_bytes += store->options().max_memory_bytes;
   }
   return t;
