@@ -121,6 +121,7 @@ void RunReport::OnEvaluation(int worker, wire::Evaluation::Reader e) {
 
 void RunReport::OnServerStats(int server, wire::ServerStats::Reader s) {
   absl::MutexLock lock(&mu_);
+  WriteEmbeddingRow(server, s);  // the final figures, however short the run
   server_requests_ += s.getRequests();
   server_rejected_ += s.getRejected();
   server_bytes_in_ += s.getBytesIn();
@@ -151,8 +152,12 @@ void RunReport::OnChildExit(const std::string& label, int64_t max_rss_kib) {
 }
 
 void RunReport::OnServerProgress(int server, wire::ServerStats::Reader s) {
-  if (!s.hasEmbedding()) return;
   absl::MutexLock lock(&mu_);
+  WriteEmbeddingRow(server, s);
+}
+
+void RunReport::WriteEmbeddingRow(int server, wire::ServerStats::Reader s) {
+  if (!s.hasEmbedding()) return;
   if (!embedding_csv_.is_open()) {
     OpenCsv((fs::path(job_.out) / "embedding.csv").string(),
             "wall_seconds,server,rows_in_memory,rows_on_disk,admitted,rejected,expired,"

@@ -83,6 +83,9 @@ class RunReport : public CoordinatorObserver {
   };
   std::string ProgressText(absl::Duration elapsed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClearProgress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends a server's embedding figures to OUT/embedding.csv (when it has embedding tables).
+  void WriteEmbeddingRow(int server, wire::ServerStats::Reader stats)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Opens a CSV output: appended to when resuming a run that left one, else new with `header`.
   void OpenCsv(const std::string& path, const char* header, std::ofstream& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

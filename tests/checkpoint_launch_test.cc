@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "absl/strings/str_split.h"
 #include "tests/test_util.h"
@@ -89,6 +90,24 @@ TEST(CheckpointLaunchTest, AKilledServerResumesFromTheLastCheckpointAndEndsLikeA
   ASSERT_TRUE(JsonNumber(whole_summary, "evictions").has_value()) << whole_summary;
   EXPECT_GT(*JsonNumber(whole_summary, "evictions"), 1000) << whole_summary;
   EXPECT_LT(*JsonNumber(whole_summary, "memory_hit_rate"), 1.0) << whole_summary;
+  // Each process's peak memory, and the servers' embedding figures over time (at least the
+  // final row of each server).
+  EXPECT_GT(*JsonNumber(whole_summary, "ps0"), 0) << whole_summary;
+  EXPECT_GT(*JsonNumber(whole_summary, "w1"), 0) << whole_summary;
+  std::vector<std::string> rows =
+      absl::StrSplit(ReadFile(whole + "/embedding.csv"), '\n', absl::SkipEmpty());
+  ASSERT_GE(rows.size(), 3u);
+  EXPECT_EQ(rows[0],
+            "wall_seconds,server,rows_in_memory,rows_on_disk,admitted,rejected,expired,evictions,"
+            "memory_hit_rate,memory_bytes");
+  std::set<std::string> servers;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    std::vector<std::string> f = absl::StrSplit(rows[i], ',');
+    ASSERT_EQ(f.size(), 10u) << rows[i];
+    servers.insert(f[1]);
+    EXPECT_LE(std::stoll(f[2]), 1500) << "the memory tier is bounded: " << rows[i];
+  }
+  EXPECT_EQ(servers, (std::set<std::string>{"0", "1"}));
 
   // The same job, slowed down, loses ps1 to SIGKILL after its second checkpoint.
   const std::string out = TempDir("ckpt_killed");
