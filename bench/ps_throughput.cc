@@ -47,6 +47,7 @@ struct Settings {
   Budget throughput{.seconds = 0.1, .max_requests = 100000};
   Budget latency{.seconds = 0.6, .max_requests = 20000};  // per row, both sides
   size_t piece_bytes = 0;  // KVClientOptions::max_piece_bytes; 0 = KVClient's default
+  int update_threads = 1;  // ServerOptions::update_threads
 };
 
 absl::Status RunThroughput(const Settings& s, const std::vector<size_t>& table_sizes,
@@ -60,12 +61,13 @@ absl::Status RunThroughput(const Settings& s, const std::vector<size_t>& table_s
   std::printf(
       "\n\nThroughput, Syncline vs raw ZeroMQ, %d alternating turns of %.2f s each (MB/s = "
       "1e6 value bytes/s summed over workers; 4K rows in 1000 requests/s; cpu/req = process "
-      "CPU time per request)\n%s\n",
-      s.repeat, s.throughput.seconds, ThroughputHeader().c_str());
+      "CPU time per request; %d update thread(s) per server)\n%s\n",
+      s.repeat, s.throughput.seconds, s.update_threads, ThroughputHeader().c_str());
   std::fflush(stdout);
 
   for (auto [servers, workers] : s.topologies) {
-    auto cluster = SynclineCluster::Create(servers, workers, table_sizes, s.piece_bytes);
+    auto cluster =
+        SynclineCluster::Create(servers, workers, table_sizes, s.piece_bytes, s.update_threads);
     if (!cluster.ok()) return cluster.status();
     auto raw = RawCluster::Create(servers, workers, table_sizes.back());
     if (!raw.ok()) return raw.status();
@@ -111,7 +113,7 @@ absl::Status RunLatency(const Settings& s, const std::vector<size_t>& table_size
       "\nRound-trip latency, 1 server, 1 worker, 1 in flight, microseconds (Syncline and raw "
       "ZeroMQ alternating in blocks of round trips for %.2f s per row)\n%s\n",
       s.latency.seconds, LatencyHeader().c_str());
-  auto cluster = SynclineCluster::Create(1, 1, table_sizes, s.piece_bytes);
+  auto cluster = SynclineCluster::Create(1, 1, table_sizes, s.piece_bytes, s.update_threads);
   if (!cluster.ok()) return cluster.status();
   auto raw = RawCluster::Create(1, 1, table_sizes.back());
   if (!raw.ok()) return raw.status();
@@ -235,6 +237,10 @@ int Main(int argc, char** argv) {
                  "SERVERSxWORKERS, e.g. 1x1 2x2 (default: 1x1 2x1 1x2 2x2)");
   app.add_option("--latency-size", latency_sizes, "round-trip sizes (default: 8 64 512 4K)");
   app.add_option("--piece", piece, "KVClient piece size for dense ranges (default: KVClient's)");
+  app.add_option("--update-threads", s.update_threads,
+                 "threads per server sharing a large dense update (ServerOptions::update_threads)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   if (auto exit_code = ParseCommandLine(app, argc, argv, "syncline-bench-ps")) return *exit_code;
   if (quick) {
     s.sizes = {4 * kKiB, 1 * kMiB};

@@ -85,7 +85,8 @@ class SynclineClient : public BenchClient {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SynclineCluster>> SynclineCluster::Create(
-    int servers, int workers, const std::vector<size_t>& request_bytes, size_t max_piece_bytes) {
+    int servers, int workers, const std::vector<size_t>& request_bytes, size_t max_piece_bytes,
+    int update_threads) {
   std::unique_ptr<SynclineCluster> cluster(new SynclineCluster());
   size_t max_bytes = 0;
   for (size_t b : request_bytes) max_bytes = std::max(max_bytes, b);
@@ -105,6 +106,7 @@ absl::StatusOr<std::unique_ptr<SynclineCluster>> SynclineCluster::Create(
     addresses.push_back(*address);
     ServerOptions options{
         .rank = s, .num_servers = servers, .num_workers = workers, .staleness = -1};
+    options.update_threads = update_threads;
     node.server = std::make_unique<ParameterServer>(node.endpoint.get(), options);
   }
   for (ServerNode& node : cluster->servers_) {

@@ -47,7 +47,7 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 38> kFields = {{
+const std::array<Field, 39> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes"},
     {"workers", &JobConfig::workers, "Number of worker processes"},
     {"sync", &JobConfig::sync,
@@ -95,6 +95,8 @@ const std::array<Field, 38> kFields = {{
      "Create an embedding row only at the N-th sighting of its id (0: at the first)"},
     {"embedding-expire-steps", &JobConfig::embedding_expire_steps,
      "Delete embedding rows not touched for this many steps (0: never)"},
+    {"update-threads", &JobConfig::update_threads,
+     "Threads per server that share a large dense update (1: the server's own only)"},
     {"checkpoint-every", &JobConfig::checkpoint_every,
      "Checkpoint every this many steps (0: never)"},
     {"checkpoint-seconds", &JobConfig::checkpoint_seconds,
@@ -414,6 +416,7 @@ absl::Status Validate(const JobConfig& c) {
            CheckAtLeast("embedding-admit-after", c.embedding_admit_after, 0),
            CheckAtLeast("embedding-expire-steps", c.embedding_expire_steps, 0),
            CheckAtLeast("checkpoint-every", c.checkpoint_every, 0),
+           CheckInRange("update-threads", c.update_threads, 1, 64),
            CheckAtLeast("checkpoint-keep", c.checkpoint_keep, 1),
        }) {
     if (!status.ok()) return status;

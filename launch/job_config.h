@@ -101,6 +101,9 @@ struct JobConfig {
   int embedding_admit_after = 0;
   // [--embedding-expire-steps] Delete embedding rows untouched for this many clocks (0: never).
   int embedding_expire_steps = 0;
+  // [--update-threads] Threads per server that share a large dense update (the server's own
+  // included); more than 1 only where cores are spare beside the network's. Default 1.
+  int update_threads = 1;
   // [--checkpoint-every] Checkpoint every this many clocks (0: never). Default 0.
   int checkpoint_every = 0;
   // [--checkpoint-seconds] Also checkpoint about every this many seconds (0: never): the

@@ -396,6 +396,8 @@ INSTANTIATE_TEST_SUITE_P(
                      "--checkpoint-every=-5: must be >= 0"},
         ValidateCase{"checkpoint_keep", [](JobConfig& c) { c.checkpoint_keep = 0; },
                      "--checkpoint-keep=0: must be >= 1"},
+        ValidateCase{"update_threads", [](JobConfig& c) { c.update_threads = 0; },
+                     "--update-threads=0: must be in [1, 64]"},
         ValidateCase{"lr", [](JobConfig& c) { c.learning_rate = 0; },
                      "--lr=0: must be a positive number"},
         ValidateCase{"lr_nan", [](JobConfig& c) { c.learning_rate = std::nan(""); },

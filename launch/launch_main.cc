@@ -377,7 +377,8 @@ int Main(int argc, char** argv) {
                       (fs::path(job.out) / "embeddings" / ("ps" + std::to_string(r))).string(),
                       "--embedding-memory", job.embedding_memory, "--embedding-admit-after",
                       std::to_string(job.embedding_admit_after), "--embedding-expire-steps",
-                      std::to_string(job.embedding_expire_steps)}};
+                      std::to_string(job.embedding_expire_steps), "--update-threads",
+                      std::to_string(job.update_threads)}};
     AddCheckpointArgs(job, restore, spec.argv);
     if (auto pid = group.Start(spec); !pid.ok()) failure = std::string(pid.status().message());
   }

@@ -31,6 +31,9 @@ ParameterServer::ParameterServer(Endpoint* endpoint, ServerOptions options)
   if (!options_.checkpoint_root.empty()) {
     checkpoint_writer_ = std::make_unique<CheckpointWriter>(options_.on_checkpoint);
   }
+  if (options_.update_threads > 1) {
+    update_pool_ = std::make_unique<UpdatePool>(options_.update_threads);
+  }
 }
 
 absl::StatusOr<std::unique_ptr<ShardTable>> ParameterServer::MakeTable(
@@ -54,7 +57,10 @@ absl::StatusOr<std::unique_ptr<ShardTable>> ParameterServer::MakeTable(
       store->restore_from = restore_from;
     }
   }
-  return ShardTable::Create(config, options_.rank, options_.num_servers, store ? &*store : nullptr);
+  auto table =
+      ShardTable::Create(config, options_.rank, options_.num_servers, store ? &*store : nullptr);
+  if (table.ok()) (*table)->set_update_pool(update_pool_.get());
+  return table;
 }
 
 absl::Status ParameterServer::Restore(const std::string& checkpoint_dir) {
@@ -207,12 +213,11 @@ absl::Status ParameterServer::HandleRequest(Message& message) {
     case wire::MsgType::PUSH_PULL: {
       auto table = FindTable(h.getTable());
       if (!table.ok()) return table.status();
-      if (auto s = Push(message, **table); !s.ok()) return s;
-      if (h.getType() == wire::MsgType::PUSH_PULL) return PullOrPark(message, **table);
-      MessageBuilder b(wire::MsgType::REPLY);
-      b.header().setRequestId(h.getRequestId());
-      b.header().setTable(h.getTable());
-      Reply(message.peer(), b.Finish());
+      const bool push_only = h.getType() == wire::MsgType::PUSH;
+      bool acked = false;
+      if (auto s = Push(message, **table, push_only ? &acked : nullptr); !s.ok()) return s;
+      if (!push_only) return PullOrPark(message, **table);
+      if (!acked) AckPush(message);
       return absl::OkStatus();
     }
     case wire::MsgType::PULL: {
@@ -279,7 +284,15 @@ absl::StatusOr<std::span<const uint64_t>> KeysOf(Message& message) {
 
 }  // namespace
 
-absl::Status ParameterServer::Push(Message& message, ShardTable& table) {
+void ParameterServer::AckPush(const Message& message) {
+  auto h = message.header();
+  MessageBuilder b(wire::MsgType::REPLY);
+  b.header().setRequestId(h.getRequestId());
+  b.header().setTable(h.getTable());
+  Reply(message.peer(), b.Finish());
+}
+
+absl::Status ParameterServer::Push(Message& message, ShardTable& table, bool* acked) {
   auto h = message.header();
   const TableConfig& c = table.config();
   std::span<const uint64_t> keys;
@@ -361,6 +374,10 @@ absl::Status ParameterServer::Push(Message& message, ShardTable& table) {
     return absl::InvalidArgumentError(absl::StrFormat("push weight %f must be > 0", weight));
   }
   if (c.dense) {
+    if (acked != nullptr) {
+      AckPush(message);
+      *acked = true;
+    }
     table.ApplyRange(range, values->data(), 1.0f / weight);
     return absl::OkStatus();
   }

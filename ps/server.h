@@ -34,6 +34,7 @@
 #include "core/transport.h"
 #include "ps/server_checkpoint.h"
 #include "ps/shard_table.h"
+#include "ps/update_pool.h"
 
 namespace syncline {
 
@@ -61,6 +62,9 @@ struct ServerOptions {
   std::string checkpoint_root;
   int64_t checkpoint_every = 0;
   std::function<void(int64_t clock, const absl::Status&)> on_checkpoint;
+  // Threads that share a large dense update (the server's own counts): more than 1 only on
+  // machines with cores to spare beside the network's; see ps/update_pool.h.
+  int update_threads = 1;
 };
 
 struct ServerStats {
@@ -118,7 +122,13 @@ class ParameterServer {
 
   absl::Status HandleRequest(Message& message);
   absl::Status DeclareTable(Message& message);
-  absl::Status Push(Message& message, ShardTable& table);
+  // Validates and applies (or, under BSP, accumulates) the push in `message`. When `acked` is
+  // not null and the push is a plain asynchronous one, it answers the push once the request is
+  // validated and before the update runs, and sets *acked: the update cannot fail from there
+  // on, and every later message is handled after it, so the early answer only lets the
+  // worker's next request travel while the server updates.
+  absl::Status Push(Message& message, ShardTable& table, bool* acked);
+  void AckPush(const Message& message);
   // A top-K block updates only the rows it carries (lazily, as sparse optimizers do).
   absl::Status PushTopK(Message& message, ShardTable& table, KeyRange range,
                         std::span<const std::byte> block);
@@ -156,6 +166,7 @@ class ParameterServer {
   std::set<int64_t> taken_checkpoints_;  // the latest clocks checkpointed (bounded)
   // Declared after the tables: destroyed first, so stores outlive the snapshots being written.
   std::unique_ptr<CheckpointWriter> checkpoint_writer_;
+  std::unique_ptr<UpdatePool> update_pool_;  // null with one update thread
 };
 
 }  // namespace syncline

@@ -96,6 +96,12 @@ int Main(int argc, char** argv) {
                  "delete embedding rows not touched for this many clocks; 0: never")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  int update_threads = 1;
+  app.add_option("--update-threads", update_threads,
+                 "threads that share a large dense update, this server's own included; more "
+                 "than 1 only on machines with cores to spare beside the network's")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
   std::string restore;
@@ -163,6 +169,7 @@ int Main(int argc, char** argv) {
   options.embedding = embedding;
   options.checkpoint_root = checkpoint_dir;  // empty: no checkpoints, not even requested ones
   options.checkpoint_every = checkpoint_every;
+  options.update_threads = update_threads;
   ControlClient* client = control->get();
   options.on_checkpoint = [client, rank](int64_t clock, const absl::Status& status) {
     if (status.ok()) {

@@ -167,7 +167,8 @@ TEST(ParameterServerTest, AspAppliesEachPushAtOnce) {
 }
 
 TEST(ParameterServerTest, DensePullRepliesKeepTheirValuesAfterLaterPushes) {
-  // The replies reference the table (no copy); a push must not change a reply already given.
+  // The replies reference the table (no copy); a push must not change a reply already given,
+  // and a pull after a push sees it although the push was answered before its update.
   ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 1, .staleness = -1});
   TableConfig c;
   c.id = 3;
@@ -201,6 +202,8 @@ TEST(ParameterServerTest, DensePullRepliesKeepTheirValuesAfterLaterPushes) {
   ASSERT_TRUE(after.has_value());
   EXPECT_EQ(ValuesOf(*before), (std::vector<float>{0, 0, 0, 0}));
   EXPECT_EQ(ValuesOf(*after), (std::vector<float>{-1, -2, -3, -4}));
+  // The push is answered before its update runs, and only once.
+  EXPECT_FALSE(h.Reply(0).has_value());
 }
 
 TEST(ParameterServerTest, MalformedRequestsGetErrorsAndTheServerKeepsServing) {

@@ -293,18 +293,37 @@ absl::Status ShardTable::Apply(std::span<const uint64_t> keys, const float* grad
 }
 
 void ShardTable::ApplyRange(KeyRange r, const float* grad_sum, float scale) {
-  // One vectorised call per block. Dense state is laid out rule by rule over the whole shard
-  // ([m... | v...]), so each component of a block's state is contiguous.
+  // One vectorised call per block part. Dense state is laid out rule by rule over the whole
+  // shard ([m... | v...]), so each component of a block's state is contiguous.
   const int64_t step = ++steps_[0];
   float* state = state_.data();
-  ForEachBlockPart((r.begin - range_.begin) * config_.dim, r.size() * config_.dim,
-                   [&](size_t block, size_t in_block, size_t at, size_t n) {
-                     ApplyUpdate(config_.optimizer, WritableBlock(block) + in_block,
-                                 state_floats_ > 0 ? state + at : nullptr,
-                                 state_floats_ > 1 ? state + dense_floats_ + at : nullptr, grad_sum,
-                                 scale, n, step);
-                     grad_sum += n;
-                   });
+  const size_t offset = (r.begin - range_.begin) * config_.dim;
+  const size_t n = r.size() * config_.dim;
+  // Copy-on-write happens here, on the calling thread, before any helper writes.
+  ForEachBlockPart(offset, n, [&](size_t block, size_t, size_t, size_t) { WritableBlock(block); });
+  auto apply = [&](size_t begin, size_t count) {
+    ForEachBlockPart(begin, count, [&](size_t block, size_t in_block, size_t at, size_t part) {
+      ApplyUpdate(config_.optimizer, blocks_[block].get() + in_block,
+                  state_floats_ > 0 ? state + at : nullptr,
+                  state_floats_ > 1 ? state + dense_floats_ + at : nullptr,
+                  grad_sum + (at - offset), scale, part, step);
+    });
+  };
+  // The rules are element-wise: cutting the range into parts gives the same bits.
+  const size_t tasks = update_pool_ == nullptr
+                           ? 1
+                           : std::min(size_t{2} * static_cast<size_t>(update_pool_->threads()),
+                                      n / kMinFloatsPerUpdateTask);
+  if (tasks <= 1) {
+    apply(offset, n);
+    return;
+  }
+  // Parts of whole cache lines (16 floats), so that no two threads write one line.
+  const size_t chunk = ((n + tasks - 1) / tasks + 15) / 16 * 16;
+  update_pool_->Run(tasks, [&](size_t t) {
+    const size_t begin = t * chunk;
+    if (begin < n) apply(offset + begin, std::min(chunk, n - begin));
+  });
 }
 
 void ShardTable::Accumulate(int64_t clock, int worker, std::span<const uint64_t> keys,

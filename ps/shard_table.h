@@ -35,6 +35,7 @@
 #include "core/sharding.h"
 #include "core/table_config.h"
 #include "embeddings/embedding_store.h"
+#include "ps/update_pool.h"
 
 namespace syncline {
 
@@ -73,6 +74,10 @@ class ShardTable {
       size_t dense_block_bytes = kDenseBlockBytes);
 
   const TableConfig& config() const { return config_; }
+  // Dense updates of at least 2 * kMinFloatsPerUpdateTask values are shared out over `pool`
+  // (not owned; null: the calling thread does them all).
+  static constexpr size_t kMinFloatsPerUpdateTask = size_t{1} << 15;
+  void set_update_pool(UpdatePool* pool) { update_pool_ = pool; }
   // Dense: the key range this shard owns.
   KeyRange range() const { return range_; }
   // Rows held in memory.
@@ -169,6 +174,7 @@ class ShardTable {
   std::vector<float> weights_;
   // Dense: dense_floats_ weights in blocks of block_floats_ (the last one may be shorter).
   std::vector<std::shared_ptr<float[]>> blocks_;
+  UpdatePool* update_pool_ = nullptr;
   size_t block_floats_ = 0;
   size_t dense_floats_ = 0;
   uint64_t block_copies_ = 0;

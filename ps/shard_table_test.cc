@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 namespace syncline {
 namespace {
 
@@ -159,6 +161,44 @@ TEST(ShardTableTest, SmallPartsOfLargeBlocksAreCopiedNotShared) {
   t->ApplyRange({0, 64}, g.data(), 1.0f);
   EXPECT_EQ(t->block_copies(), 0u);
   EXPECT_EQ(FloatsOf(small), std::vector<float>(8, 0.0f));
+}
+
+// Dense updates shared out over a pool give the bits of one thread, across block edges, with
+// a reply holding a block (copy-on-write), for every rule with state.
+TEST(ShardTableTest, PooledDenseUpdatesAreBitwiseThoseOfOneThread) {
+  constexpr uint64_t kSeed = 77;
+  SCOPED_TRACE(testing::Message() << "seed " << kSeed);
+  std::mt19937_64 rng(kSeed);
+  std::normal_distribution<float> normal;
+  const uint32_t dim = 3;
+  const uint64_t rows = 3 * ShardTable::kMinFloatsPerUpdateTask + 7;  // several tasks
+  std::vector<float> g(rows * dim);
+  UpdatePool pool(3);
+  for (const auto kind : {wire::OptimizerKind::SGD, wire::OptimizerKind::ADAGRAD,
+                          wire::OptimizerKind::ADAM, wire::OptimizerKind::FTRL}) {
+    TableConfig c = Dense(rows, dim);
+    c.init_scale = 0.1f;
+    c.optimizer.kind = kind;
+    c.optimizer.learning_rate = 0.05f;
+    // Blocks of 1000 rows, so that tasks and blocks cut the range in different places.
+    auto one = *ShardTable::Create(c, 0, 1, nullptr, 1000 * dim * sizeof(float));
+    auto pooled = *ShardTable::Create(c, 0, 1, nullptr, 1000 * dim * sizeof(float));
+    pooled->set_update_pool(&pool);
+    Frame held = pooled->ShareRange({1000, 2000});
+    const std::vector<float> held_before = FloatsOf(held);
+    for (int step = 0; step < 3; ++step) {
+      for (float& x : g) x = normal(rng);
+      const KeyRange r = step == 1 ? KeyRange{5, rows - 2} : KeyRange{0, rows};
+      one->ApplyRange(r, g.data(), 0.5f);
+      pooled->ApplyRange(r, g.data(), 0.5f);
+    }
+    std::vector<float> a(rows * dim), b(rows * dim);
+    one->ReadRange({0, rows}, a.data());
+    pooled->ReadRange({0, rows}, b.data());
+    ASSERT_EQ(a, b) << "rule " << static_cast<int>(kind);
+    EXPECT_EQ(one->Capture()->state, pooled->Capture()->state);
+    EXPECT_EQ(FloatsOf(held), held_before) << "a pooled update wrote into a held block";
+  }
 }
 
 }  // namespace

@@ -79,9 +79,11 @@ TEST_F(LaunchTest, BspWithTwoWorkersEqualsOneWorkerWithTheUnionBatch) {
                        "--train", Train(), "--test", Test(), "--epochs", "2", "--optimizer", "adam",
                        "--lr", "0.01", "--out", one});
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  auto b = RunProcess({kLaunch, "--servers", "2", "--workers", "2", "--batch-size", "64", "--train",
-                       Train(), "--test", Test(), "--epochs", "2", "--optimizer", "adam", "--lr",
-                       "0.01", "--out", two});
+  // Update threads must not change a bit either (servers take the flag from the launcher).
+  auto b = RunProcess({kLaunch, "--servers",   "2",     "--workers", "2",    "--batch-size",
+                       "64",    "--train",     Train(), "--test",    Test(), "--epochs",
+                       "2",     "--optimizer", "adam",  "--lr",      "0.01", "--update-threads",
+                       "2",     "--out",       two});
   ASSERT_EQ(b.exit_code, 0) << b.output;
   auto p1 = ReadParams(one + "/params.tsv");
   auto p2 = ReadParams(two + "/params.tsv");
