@@ -5,7 +5,9 @@
 #include <iostream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 
 namespace syncline {
 namespace {
@@ -63,19 +65,45 @@ absl::Status RunReport::Open() {
   std::error_code ec;
   fs::create_directories(fs::path(job_.out) / "logs", ec);
   const std::string path = (fs::path(job_.out) / "metrics.csv").string();
-  OpenCsv(path, "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus",
-          metrics_);
+  metrics_wall_offset_ = OpenCsv(
+      path, "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus", metrics_,
+      /*clock_column=*/2);
   if (ec || !metrics_) return absl::PermissionDeniedError(absl::StrFormat("cannot write %s", path));
   return absl::OkStatus();
 }
 
-void RunReport::OpenCsv(const std::string& path, const char* header, std::ofstream& out) {
-  // A resumed job goes on with the rows of the run it resumes (its clocks continue).
+double RunReport::OpenCsv(const std::string& path, const char* header, std::ofstream& out,
+                          int clock_column) {
   std::error_code ec;
   const bool append = resumed_from_ >= 0 && fs::file_size(path, ec) > 0 && !ec;
+  double last_wall = 0;
+  if (append) {
+    std::ifstream in(path);
+    std::string line, kept;
+    if (std::getline(in, line)) kept = line + "\n";  // the header
+    while (std::getline(in, line)) {
+      const std::vector<absl::string_view> f = absl::StrSplit(line, ',');
+      double wall = 0;
+      int64_t clock = 0;
+      if (in.eof() || !absl::SimpleAtod(f[0], &wall) ||
+          (clock_column >= 0 && (f.size() <= static_cast<size_t>(clock_column) ||
+                                 !absl::SimpleAtoi(f[clock_column], &clock)))) {
+        continue;  // unreadable, or the last line without its newline: cut short
+      }
+      last_wall = std::max(last_wall, wall);
+      if (clock_column < 0 || clock <= resumed_from_) kept += line + "\n";
+    }
+    in.close();
+    const std::string temp = path + ".tmp";
+    std::ofstream rewrite(temp, std::ios::trunc);
+    rewrite << kept;
+    rewrite.close();
+    if (rewrite) fs::rename(temp, path, ec);
+  }
   out.open(path, append ? std::ios::app : std::ios::trunc);
   if (!append) out << header << "\n";
   out.flush();
+  return last_wall;
 }
 
 void RunReport::OnStarted(const NodeTable& table) {
@@ -90,10 +118,9 @@ void RunReport::OnProgress(int worker, wire::Progress::Reader p) {
   w.total_steps = p.getTotalSteps();
   w.epoch = p.getEpoch();
   w.loss = p.getTrainLoss();
-  metrics_ << absl::StrFormat("%.3f,%d,%d,%d,%.6g,%d,%.3g,%.4g\n",
-                              absl::ToDoubleSeconds(absl::Now() - start_), worker, p.getClock(),
-                              p.getEpoch(), p.getTrainLoss(), p.getExamples(), p.getStaleness(),
-                              p.getConsensus());
+  metrics_ << absl::StrFormat(
+      "%.3f,%d,%d,%d,%.6g,%d,%.3g,%.4g\n", WallSeconds(metrics_wall_offset_), worker, p.getClock(),
+      p.getEpoch(), p.getTrainLoss(), p.getExamples(), p.getStaleness(), p.getConsensus());
   metrics_.flush();
 }
 
@@ -159,15 +186,16 @@ void RunReport::OnServerProgress(int server, wire::ServerStats::Reader s) {
 void RunReport::WriteEmbeddingRow(int server, wire::ServerStats::Reader s) {
   if (!s.hasEmbedding()) return;
   if (!embedding_csv_.is_open()) {
-    OpenCsv((fs::path(job_.out) / "embedding.csv").string(),
-            "wall_seconds,server,rows_in_memory,rows_on_disk,admitted,rejected,expired,"
-            "evictions,memory_hit_rate,memory_bytes",
-            embedding_csv_);
+    embedding_wall_offset_ =
+        OpenCsv((fs::path(job_.out) / "embedding.csv").string(),
+                "wall_seconds,server,rows_in_memory,rows_on_disk,admitted,rejected,expired,"
+                "evictions,memory_hit_rate,memory_bytes",
+                embedding_csv_);
   }
   auto e = s.getEmbedding();
   const uint64_t touches = e.getMemoryHits() + e.getDiskHits();
   embedding_csv_ << absl::StrFormat(
-      "%.3f,%d,%d,%d,%d,%d,%d,%d,%.6f,%d\n", absl::ToDoubleSeconds(absl::Now() - start_), server,
+      "%.3f,%d,%d,%d,%d,%d,%d,%d,%.6f,%d\n", WallSeconds(embedding_wall_offset_), server,
       e.getRowsInMemory(), e.getRowsOnDisk(), e.getAdmitted(), e.getRejected(), e.getExpired(),
       e.getEvictions(), touches ? static_cast<double>(e.getMemoryHits()) / touches : 1.0,
       e.getMemoryBytes());

@@ -86,9 +86,17 @@ class RunReport : public CoordinatorObserver {
   // Appends a server's embedding figures to OUT/embedding.csv (when it has embedding tables).
   void WriteEmbeddingRow(int server, wire::ServerStats::Reader stats)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Opens a CSV output: appended to when resuming a run that left one, else new with `header`.
-  void OpenCsv(const std::string& path, const char* header, std::ofstream& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Opens a CSV output whose first column is wall_seconds. A new run writes `header`. A resumed
+  // run goes on with the rows of the run it resumes: rows whose column `clock_column` (when
+  // >= 0) is past the resumed clock are dropped, as the resumed run does those steps again,
+  // and so are unreadable ones (a line cut short by a crash). Returns the largest wall_seconds
+  // of the rows read, from which the resumed run's times continue; 0 for a new file.
+  double OpenCsv(const std::string& path, const char* header, std::ofstream& out,
+                 int clock_column = -1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Seconds since the start, continuing the run that this one resumes (see OpenCsv).
+  double WallSeconds(double offset) const {
+    return offset + absl::ToDoubleSeconds(absl::Now() - start_);
+  }
 
   const JobConfig job_;
   const bool interactive_;
@@ -97,6 +105,8 @@ class RunReport : public CoordinatorObserver {
   absl::Mutex mu_;
   std::ofstream metrics_ ABSL_GUARDED_BY(mu_);
   std::ofstream embedding_csv_ ABSL_GUARDED_BY(mu_);
+  double metrics_wall_offset_ ABSL_GUARDED_BY(mu_) = 0;
+  double embedding_wall_offset_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, std::ofstream> logs_ ABSL_GUARDED_BY(mu_);
   std::map<int, WorkerState> workers_ ABSL_GUARDED_BY(mu_);
   bool have_evaluation_ ABSL_GUARDED_BY(mu_) = false;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_split.h"
@@ -70,6 +71,29 @@ int64_t LastLoggedClock(const std::string& out) {
     if (f.size() > 2) last = std::max<int64_t>(last, std::stoll(f[2]));
   }
   return last;
+}
+
+// After resumes, metrics.csv has each worker's steps once, in order, with times that go on
+// from the run before instead of starting again at 0.
+void ExpectEachStepLoggedOnceInOrder(const std::string& out) {
+  std::vector<std::string> lines =
+      absl::StrSplit(ReadFile(out + "/metrics.csv"), '\n', absl::SkipEmpty());
+  ASSERT_GT(lines.size(), 2u);
+  EXPECT_TRUE(lines[0].starts_with("wall_seconds,worker,clock,")) << lines[0];
+  std::map<std::string, std::pair<double, int64_t>> last;  // worker -> (wall, clock)
+  for (size_t i = 1; i < lines.size(); ++i) {
+    std::vector<std::string> f = absl::StrSplit(lines[i], ',');
+    ASSERT_GE(f.size(), 3u) << lines[i];
+    const double wall = std::stod(f[0]);
+    const int64_t clock = std::stoll(f[2]);
+    auto it = last.find(f[1]);
+    if (it != last.end()) {
+      EXPECT_GT(clock, it->second.second) << "line " << i << ": " << lines[i];
+      EXPECT_GE(wall, it->second.first) << "line " << i << ": " << lines[i];
+    }
+    last[f[1]] = {wall, clock};
+  }
+  EXPECT_EQ(last.size(), 2u);
 }
 
 TEST(CheckpointLaunchTest, AKilledServerResumesFromTheLastCheckpointAndEndsLikeAnUninterruptedRun) {
@@ -159,6 +183,7 @@ TEST(CheckpointLaunchTest, AKilledServerResumesFromTheLastCheckpointAndEndsLikeA
   EXPECT_TRUE(ReadFile(out + "/params.tsv") == whole_params);
   EXPECT_DOUBLE_EQ(*JsonNumber(summary, "test_loss"), *JsonNumber(whole_summary, "test_loss"))
       << summary;
+  ExpectEachStepLoggedOnceInOrder(out);
 
   // Damage the newest checkpoint: --resume reports it and takes the one before.
   std::vector<std::string> dirs;
@@ -181,6 +206,7 @@ TEST(CheckpointLaunchTest, AKilledServerResumesFromTheLastCheckpointAndEndsLikeA
   EXPECT_EQ(*JsonNumber(after, "resumed_from_clock"),
             std::stoll(dirs[dirs.size() - 2].substr(dirs[dirs.size() - 2].rfind('-') + 1)));
   EXPECT_TRUE(ReadFile(out + "/params.tsv") == whole_params);
+  ExpectEachStepLoggedOnceInOrder(out);
   // The damaged checkpoint was set aside, not left among the live ones.
   EXPECT_TRUE(std::filesystem::exists(out + "/checkpoints/abandoned-" +
                                       std::filesystem::path(dirs.back()).filename().string()));
