@@ -365,6 +365,16 @@ absl::StatusOr<FoundCheckpoint> FindNewestCheckpoint(const std::string& root) {
                                              absl::StrJoin(found.skipped, "; ")));
 }
 
+bool HasCompleteCheckpoint(const std::string& root) {
+  absl::StatusOr<std::vector<CheckpointFolder>> folders = ListCheckpointFolders(root);
+  if (!folders.ok()) return false;
+  for (const CheckpointFolder& folder : *folders) {
+    std::error_code ec;
+    if (fs::is_regular_file(JoinPath(folder.dir, kManifestName), ec)) return true;
+  }
+  return false;
+}
+
 absl::StatusOr<std::vector<std::string>> PruneCheckpoints(const std::string& root, int keep) {
   if (keep < 1) {
     return absl::InvalidArgumentError(

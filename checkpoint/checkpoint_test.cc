@@ -166,6 +166,16 @@ TEST_F(CheckpointTest, MissingManifest) {
   EXPECT_THAT(s.message(), HasSubstr(dir + "/MANIFEST"));
 }
 
+TEST_F(CheckpointTest, OnlyAFolderWithAManifestCountsAsComplete) {
+  EXPECT_FALSE(HasCompleteCheckpoint(root_ + "/absent"));
+  EXPECT_FALSE(HasCompleteCheckpoint(root_));
+  MakeCheckpoint(40, /*write_manifest=*/false);
+  EXPECT_FALSE(HasCompleteCheckpoint(root_));
+  const std::string dir = MakeCheckpoint(20);
+  FlipByte(dir + "/ps0/table-1.bin", 5);  // damaged, but complete: --resume says what is wrong
+  EXPECT_TRUE(HasCompleteCheckpoint(root_));
+}
+
 TEST_F(CheckpointTest, MissingReceipt) {
   const std::string dir = MakeCheckpoint(40);
   fs::remove(dir + "/w0.receipt");

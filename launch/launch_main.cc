@@ -247,6 +247,10 @@ int Main(int argc, char** argv) {
   app.add_flag("--resume", resume,
                "Restart the job from the newest complete checkpoint in --checkpoint-dir "
                "(damaged or partial ones are reported and skipped)");
+  bool resume_if_any = false;
+  app.add_flag("--resume-if-any", resume_if_any,
+               "Like --resume when --checkpoint-dir holds a complete checkpoint, else start "
+               "afresh: one command for every attempt of a job that a scheduler may requeue");
   if (auto s = AddJobFlags(app, &job); !s.ok()) {
     std::cerr << "syncline-launch: " << s.message() << "\n";
     return 2;
@@ -265,8 +269,12 @@ int Main(int argc, char** argv) {
     std::cerr << "syncline-launch: " << s.message() << "\n";
     return 2;
   }
+  if (resume && resume_if_any) {
+    std::cerr << "syncline-launch: give --resume or --resume-if-any, not both\n";
+    return 2;
+  }
   if (job.sync.starts_with("gossip")) {
-    if (job.checkpoint_every > 0 || job.checkpoint_seconds > 0 || resume) {
+    if (job.checkpoint_every > 0 || job.checkpoint_seconds > 0 || resume || resume_if_any) {
       std::cerr << "syncline-launch: --checkpoint-every, --checkpoint-seconds and --resume need "
                    "parameter servers; gossip peers do not checkpoint yet\n";
       return 2;
@@ -291,6 +299,21 @@ int Main(int argc, char** argv) {
 
   std::string restore;  // the checkpoint folder to start from
   int64_t restore_clock = -1;
+  if (resume_if_any) {
+    // Complete checkpoints (damaged ones too: --resume then says what is wrong with them
+    // instead of this run quietly starting over); folders without a MANIFEST do not count.
+    resume = HasCompleteCheckpoint(job.checkpoint_dir);
+    if (!resume) {
+      std::cerr << "no complete checkpoint in " << job.checkpoint_dir << ": starting afresh\n";
+    }
+  }
+  if (!resume && (job.checkpoint_every > 0 || job.checkpoint_seconds > 0)) {
+    // A fresh run writes ckpt-<clock> folders: an earlier run's must not mix with them.
+    for (const std::string& dir : AbandonNewerCheckpoints(job.checkpoint_dir, -1)) {
+      std::cerr << "syncline-launch: set aside " << dir
+                << " of an earlier run (--resume continues a run instead)\n";
+    }
+  }
   if (resume) {
     auto found = FindNewestCheckpoint(job.checkpoint_dir);
     if (!found.ok()) {

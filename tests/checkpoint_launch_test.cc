@@ -245,20 +245,44 @@ TEST(CheckpointLaunchTest, TimeBasedCheckpointsCompleteAndResumeExactly) {
                                     "--out",
                                     out};
   };
+  // --resume-if-any: the same command for every attempt, starting afresh the first time.
+  auto if_any = [&](const std::string& out) {
+    std::vector<std::string> args = job(out);
+    args.push_back("--resume-if-any");
+    return args;
+  };
   const std::string out = TempDir("tckpt");
-  auto a = RunProcess(job(out));
+  auto a = RunProcess(if_any(out));
   ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_NE(a.output.find("no complete checkpoint in"), std::string::npos) << a.output;
   const std::string summary = ReadFile(out + "/summary.json");
+  EXPECT_NE(summary.find("\"resumed_from_clock\": null"), std::string::npos) << summary;
   EXPECT_GE(*JsonNumber(summary, "checkpoints_written"), 2) << summary << a.output;
   const std::string whole_params = ReadFile(out + "/params.tsv");
   ASSERT_GT(whole_params.size(), 1000u);
   // Resume from the newest (the job had finished; the steps after it run again).
   std::filesystem::remove(out + "/params.tsv");
-  auto b = RunProcess(Resume(job(out)));
+  auto b = RunProcess(if_any(out));
   ASSERT_EQ(b.exit_code, 0) << b.output;
   const double from = *JsonNumber(ReadFile(out + "/summary.json"), "resumed_from_clock");
   EXPECT_GT(from, 0);
   EXPECT_TRUE(ReadFile(out + "/params.tsv") == whole_params);
+  // A fresh run in the same folder sets the earlier run's checkpoints aside instead of
+  // writing its own among them.
+  auto c = RunProcess(job(out));
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("of an earlier run (--resume continues a run instead)"),
+            std::string::npos)
+      << c.output;
+  bool set_aside = false;
+  for (const auto& e : std::filesystem::directory_iterator(out + "/checkpoints")) {
+    set_aside |= e.path().filename().string().starts_with("abandoned-ckpt-");
+  }
+  EXPECT_TRUE(set_aside);
+  EXPECT_NE(ReadFile(out + "/summary.json").find("\"resumed_from_clock\": null"),
+            std::string::npos);
+  auto both = RunProcess(Resume(if_any(out)));
+  EXPECT_EQ(both.exit_code, 2) << both.output;
   for (const std::string& dir : {data, out}) std::filesystem::remove_all(dir);
 }
 
