@@ -81,6 +81,7 @@ struct CudaCodec::Impl {
   DeviceArray<std::byte> block;
   DeviceArray<uint32_t> histogram, counts;
   DeviceArray<unsigned long long> offsets;
+  DeviceArray<cu::TopKSelect> select;
   // What the device block holds.
   size_t block_bytes = 0;
   size_t block_n = std::numeric_limits<size_t>::max();
@@ -114,69 +115,47 @@ struct CudaCodec::Impl {
     return absl::OkStatus();
   }
 
-  // Finds the k-th largest key of input[0, n) and writes the top-k block.
+  // Finds the k-th largest key of input[0, n) and writes the top-k block. Every step runs on
+  // the device, reading what the previous one found from `select`; the host waits once.
   absl::Status EncodeTopK(size_t n) {
     const size_t k = TopKCount(spec.ratio, n);
     header[0] = static_cast<uint32_t>(k);
     SYNCLINE_RETURN_IF_ERROR(WriteHeader(1));
     block_k = k;
     if (k == 0) return absl::OkStatus();
-    uint32_t prefix = 0, prefix_mask = 0;
-    uint64_t remaining = k;  // how many of the entries matching the prefix are still to take
-    std::vector<uint32_t> hist(cu::kMaxRadixBins);
+    SYNCLINE_CUDA_RETURN_IF_ERROR(cu::LaunchTopKStart(select.get(), k, stream));
     for (int pass = 0; pass < cu::kRadixPasses; ++pass) {
       const int bits = cu::kRadixBits[pass];
       const int shift = cu::kRadixShift[pass];
-      const size_t bins = size_t{1} << bits;
       SYNCLINE_CUDA_RETURN_IF_ERROR(
-          cudaMemsetAsync(histogram.get(), 0, bins * sizeof(uint32_t), stream));
-      SYNCLINE_CUDA_RETURN_IF_ERROR(cu::LaunchKeyHistogram(input.get(), n, prefix, prefix_mask,
-                                                           shift, bits, histogram.get(),
-                                                           histogram_blocks, stream));
-      SYNCLINE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-          hist.data(), histogram.get(), bins * sizeof(uint32_t), cudaMemcpyDeviceToHost, stream));
-      SYNCLINE_RETURN_IF_ERROR(Sync());
-      // The digit of the k-th largest: walk down from the top digit.
-      size_t digit = bins;
-      bool found = false;
-      while (digit > 0 && !found) {
-        --digit;
-        found = hist[digit] >= remaining;
-        if (!found) remaining -= hist[digit];
-      }
-      if (!found) return absl::InternalError("topk radix select lost count of the keys");
-      prefix |= static_cast<uint32_t>(digit) << shift;
-      prefix_mask |= static_cast<uint32_t>(bins - 1) << shift;
+          cudaMemsetAsync(histogram.get(), 0, (size_t{1} << bits) * sizeof(uint32_t), stream));
+      SYNCLINE_CUDA_RETURN_IF_ERROR(cu::LaunchKeyHistogram(
+          input.get(), n, select.get(), shift, bits, histogram.get(), histogram_blocks, stream));
+      SYNCLINE_CUDA_RETURN_IF_ERROR(
+          cu::LaunchSelectDigit(histogram.get(), shift, bits, select.get(), stream));
     }
-    // prefix is now the cut: the k-th largest key; `remaining` entries equal to it are taken.
     const size_t tiles = Tiles(n);
     SYNCLINE_CUDA_RETURN_IF_ERROR(
-        cu::LaunchCountAroundCut(input.get(), n, prefix, counts.get(), stream));
-    std::vector<uint32_t> tile_counts(2 * tiles);
-    SYNCLINE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tile_counts.data(), counts.get(),
-                                                  tile_counts.size() * sizeof(uint32_t),
-                                                  cudaMemcpyDeviceToHost, stream));
-    SYNCLINE_RETURN_IF_ERROR(Sync());
-    std::vector<unsigned long long> tile_offsets(2 * tiles);
-    unsigned long long above = 0, equal = 0;
-    for (size_t t = 0; t < tiles; ++t) {
-      tile_offsets[2 * t] = above;
-      tile_offsets[2 * t + 1] = equal;
-      above += tile_counts[2 * t];
-      equal += tile_counts[2 * t + 1];
-    }
-    if (above + remaining != k || equal < remaining) {
-      return absl::InternalError(absl::StrFormat(
-          "topk radix select is inconsistent: %d above the cut, %d equal, %d to take of %d", above,
-          equal, remaining, k));
-    }
-    SYNCLINE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(offsets.get(), tile_offsets.data(),
-                                                  tile_offsets.size() * sizeof(tile_offsets[0]),
-                                                  cudaMemcpyHostToDevice, stream));
+        cu::LaunchCountAroundCut(input.get(), n, select.get(), counts.get(), stream));
+    SYNCLINE_CUDA_RETURN_IF_ERROR(
+        cu::LaunchTileOffsets(counts.get(), tiles, k, select.get(), offsets.get(), stream));
     auto* indices = reinterpret_cast<uint32_t*>(block.get() + 4);
     auto* values = reinterpret_cast<float*>(block.get() + 4 + 4 * k);
-    SYNCLINE_CUDA_RETURN_IF_ERROR(cu::LaunchCompactAroundCut(input.get(), n, prefix, offsets.get(),
-                                                             remaining, indices, values, stream));
+    SYNCLINE_CUDA_RETURN_IF_ERROR(cu::LaunchCompactAroundCut(
+        input.get(), n, select.get(), offsets.get(), k, indices, values, stream));
+    cu::TopKSelect found;
+    SYNCLINE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(&found, select.get(), sizeof(found), cudaMemcpyDeviceToHost, stream));
+    SYNCLINE_RETURN_IF_ERROR(Sync());
+    if (found.error == cu::kTopKLostCount) {
+      return absl::InternalError("topk radix select lost count of the keys");
+    }
+    if (found.error != 0) {
+      return absl::InternalError(absl::StrFormat(
+          "topk radix select is inconsistent: the tile counts around cut %#x do not make k = %d "
+          "with %d ties",
+          found.prefix, k, found.remaining));
+    }
     return absl::OkStatus();
   }
 };
@@ -204,6 +183,7 @@ absl::StatusOr<std::unique_ptr<CudaCodec>> CudaCodec::Create(const CodecSpec& sp
     SYNCLINE_RETURN_IF_ERROR(impl->histogram.Reserve(cu::kMaxRadixBins));
     SYNCLINE_RETURN_IF_ERROR(impl->counts.Reserve(2 * Tiles(capacity)));
     SYNCLINE_RETURN_IF_ERROR(impl->offsets.Reserve(2 * Tiles(capacity)));
+    SYNCLINE_RETURN_IF_ERROR(impl->select.Reserve(1));
   }
   return std::unique_ptr<CudaCodec>(new CudaCodec(std::move(impl)));
 }

@@ -76,6 +76,30 @@ TEST_F(CudaCodecTest, EncodeGivesTheCpuBytes) {
   }
 }
 
+// The selection runs on the device from start to end; several tiles, many ties at the cut
+// and a repeated use of one codec (its state must start afresh) against the CPU's bytes.
+// Small enough for compute-sanitizer's racecheck.
+TEST_F(CudaCodecTest, TopKSelectionOnTheDeviceAcrossTilesAndTies) {
+  SCOPED_TRACE(testing::Message() << "seed " << kSeed);
+  const size_t n = 3 * 4096 + 77;
+  for (const std::string text : {"topk:0.01", "topk:0.3"}) {
+    const CodecSpec spec = *ParseCodec(text);
+    std::unique_ptr<Codec> cpu = Codec::Create(spec);
+    absl::StatusOr<std::unique_ptr<CudaCodec>> codec = CudaCodec::Create(spec, n);
+    ASSERT_TRUE(codec.ok()) << codec.status();
+    for (const std::string kind : {"ties", "normal", "ties"}) {
+      const std::vector<float> v = Values(kind, n, kSeed);
+      std::vector<std::byte> expected, got;
+      cpu->Encode(v, &expected);
+      ASSERT_TRUE((*codec)->UploadInput(v).ok());
+      ASSERT_TRUE((*codec)->EncodeOnDevice(n).ok());
+      absl::Status status = (*codec)->DownloadBlock(&got);
+      ASSERT_TRUE(status.ok()) << status;
+      ASSERT_EQ(got, expected) << text << " " << kind;
+    }
+  }
+}
+
 TEST_F(CudaCodecTest, DecodeAddGivesTheCpuFloats) {
   for (const std::string text : {"none", "fp16", "sign1", "sign1:100", "topk:0.01"}) {
     const CodecSpec spec = *ParseCodec(text);

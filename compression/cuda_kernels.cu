@@ -79,9 +79,16 @@ __global__ void Sign1DecodeAddKernel(const float* scales, size_t chunk, const ui
   out[i] = __fadd_rn(out[i], __uint_as_float(positive ^ (bit << 31)));
 }
 
-__global__ void KeyHistogramKernel(const float* v, size_t n, uint32_t prefix, uint32_t prefix_mask,
-                                   int shift, uint32_t digit_mask, uint32_t* hist) {
+__global__ void TopKStartKernel(TopKSelect* select, unsigned long long k) {
+  *select = TopKSelect{0, 0, k, 0};
+}
+
+__global__ void KeyHistogramKernel(const float* v, size_t n, const TopKSelect* select, int shift,
+                                   uint32_t digit_mask, uint32_t* hist) {
   __shared__ uint32_t local[kMaxRadixBins];
+  if (select->error != 0) return;  // the whole grid leaves
+  const uint32_t prefix = select->prefix;
+  const uint32_t prefix_mask = select->prefix_mask;
   for (uint32_t d = threadIdx.x; d <= digit_mask; d += blockDim.x) local[d] = 0;
   __syncthreads();
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -95,6 +102,92 @@ __global__ void KeyHistogramKernel(const float* v, size_t n, uint32_t prefix, ui
   }
 }
 
+constexpr int kScanThreads = 1024;
+
+// One block of kScanThreads: the suffix sums of the histogram (keys in this digit and above)
+// find the one digit d with above(d) < remaining <= above(d) + hist[d].
+__global__ void SelectDigitKernel(const uint32_t* hist, int shift, int bits, TopKSelect* select) {
+  constexpr int kPer = kMaxRadixBins / kScanThreads;
+  __shared__ unsigned long long suffix[kMaxRadixBins];
+  const uint32_t bins = 1u << bits;
+  const unsigned long long remaining = select->remaining;
+  const uint32_t error = select->error;
+  for (int j = 0; j < kPer; ++j) {
+    const uint32_t d = threadIdx.x + j * kScanThreads;
+    if (d < bins) suffix[d] = hist[d];
+  }
+  __syncthreads();
+  for (uint32_t offset = 1; offset < bins; offset *= 2) {
+    unsigned long long add[kPer];
+    for (int j = 0; j < kPer; ++j) {
+      const uint32_t d = threadIdx.x + j * kScanThreads;
+      add[j] = d + offset < bins ? suffix[d + offset] : 0;
+    }
+    __syncthreads();
+    for (int j = 0; j < kPer; ++j) {
+      const uint32_t d = threadIdx.x + j * kScanThreads;
+      if (d < bins) suffix[d] += add[j];
+    }
+    __syncthreads();
+  }
+  if (error != 0) return;
+  if (suffix[0] < remaining) {
+    if (threadIdx.x == 0) select->error = kTopKLostCount;
+    return;
+  }
+  for (int j = 0; j < kPer; ++j) {
+    const uint32_t d = threadIdx.x + j * kScanThreads;
+    if (d >= bins) continue;
+    const unsigned long long above = suffix[d] - hist[d];
+    if (above < remaining && remaining <= suffix[d]) {  // exactly one d
+      select->prefix |= d << shift;
+      select->prefix_mask |= (bins - 1u) << shift;
+      select->remaining = remaining - above;
+    }
+  }
+}
+
+// One block of kScanThreads: an exclusive scan of the tiles' (above, equal) counts, a chunk of
+// kScanThreads tiles at a time with the totals so far carried over.
+__global__ void TileOffsetsKernel(const uint32_t* counts, size_t tiles, unsigned long long k,
+                                  TopKSelect* select, unsigned long long* offsets) {
+  __shared__ unsigned long long above_sum[kScanThreads], equal_sum[kScanThreads];
+  __shared__ unsigned long long carry_above, carry_equal;
+  if (select->error != 0) return;
+  if (threadIdx.x == 0) carry_above = carry_equal = 0;
+  __syncthreads();
+  for (size_t base = 0; base < tiles; base += kScanThreads) {
+    const size_t t = base + threadIdx.x;
+    const unsigned long long above = t < tiles ? counts[2 * t] : 0;
+    const unsigned long long equal = t < tiles ? counts[2 * t + 1] : 0;
+    above_sum[threadIdx.x] = above;
+    equal_sum[threadIdx.x] = equal;
+    __syncthreads();
+    for (unsigned offset = 1; offset < kScanThreads; offset *= 2) {
+      const unsigned long long a = threadIdx.x >= offset ? above_sum[threadIdx.x - offset] : 0;
+      const unsigned long long e = threadIdx.x >= offset ? equal_sum[threadIdx.x - offset] : 0;
+      __syncthreads();
+      above_sum[threadIdx.x] += a;
+      equal_sum[threadIdx.x] += e;
+      __syncthreads();
+    }
+    if (t < tiles) {
+      offsets[2 * t] = carry_above + above_sum[threadIdx.x] - above;
+      offsets[2 * t + 1] = carry_equal + equal_sum[threadIdx.x] - equal;
+    }
+    __syncthreads();
+    if (threadIdx.x == kScanThreads - 1) {
+      carry_above += above_sum[threadIdx.x];
+      carry_equal += equal_sum[threadIdx.x];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const unsigned long long ties = select->remaining;
+    if (carry_above + ties != k || carry_equal < ties) select->error = kTopKInconsistent;
+  }
+}
+
 __device__ uint32_t BlockSum(uint32_t x, uint32_t* scratch) {
   for (int h = 16; h > 0; h /= 2) x += __shfl_down_sync(kFullMask, x, h);
   if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
@@ -104,8 +197,11 @@ __device__ uint32_t BlockSum(uint32_t x, uint32_t* scratch) {
   return total;
 }
 
-__global__ void CountAroundCutKernel(const float* v, size_t n, uint32_t cut, uint32_t* counts) {
+__global__ void CountAroundCutKernel(const float* v, size_t n, const TopKSelect* select,
+                                     uint32_t* counts) {
   __shared__ uint32_t scratch_above[kThreads / 32], scratch_equal[kThreads / 32];
+  if (select->error != 0) return;  // the whole grid leaves
+  const uint32_t cut = select->prefix;
   const size_t base = static_cast<size_t>(blockIdx.x) * kTopKTile;
   uint32_t above = 0, equal = 0;
   for (size_t r = 0; r < kTopKTile; r += kThreads) {
@@ -124,10 +220,13 @@ __global__ void CountAroundCutKernel(const float* v, size_t n, uint32_t cut, uin
   }
 }
 
-__global__ void CompactAroundCutKernel(const float* v, size_t n, uint32_t cut,
-                                       const unsigned long long* offsets, unsigned long long ties,
+__global__ void CompactAroundCutKernel(const float* v, size_t n, const TopKSelect* select,
+                                       const unsigned long long* offsets, unsigned long long k,
                                        uint32_t* indices, float* values) {
   __shared__ uint32_t warp_above[kThreads / 32], warp_equal[kThreads / 32];
+  if (select->error != 0) return;  // the whole grid leaves
+  const uint32_t cut = select->prefix;
+  const unsigned long long ties = select->remaining;
   const size_t base = static_cast<size_t>(blockIdx.x) * kTopKTile;
   const unsigned lane = threadIdx.x % 32;
   const unsigned warp = threadIdx.x / 32;
@@ -163,8 +262,10 @@ __global__ void CompactAroundCutKernel(const float* v, size_t n, uint32_t cut,
     }
     if (is_above || (is_equal && equal_rank < ties)) {
       const unsigned long long position = above_rank + min(equal_rank, ties);
-      indices[position] = static_cast<uint32_t>(i);
-      values[position] = value;
+      if (position < k) {  // always, once TileOffsets checked the counts
+        indices[position] = static_cast<uint32_t>(i);
+        values[position] = value;
+      }
     }
     __syncthreads();  // warp_above and warp_equal are rewritten in the next round
   }
@@ -218,29 +319,46 @@ cudaError_t LaunchSign1DecodeAdd(const float* scales, size_t chunk, const uint8_
   return cudaGetLastError();
 }
 
-cudaError_t LaunchKeyHistogram(const float* v, size_t n, uint32_t prefix, uint32_t prefix_mask,
-                               int shift, int bits, uint32_t* hist, int blocks,
-                               cudaStream_t stream) {
+cudaError_t LaunchTopKStart(TopKSelect* select, unsigned long long k, cudaStream_t stream) {
+  TopKStartKernel<<<1, 1, 0, stream>>>(select, k);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchKeyHistogram(const float* v, size_t n, const TopKSelect* select, int shift,
+                               int bits, uint32_t* hist, int blocks, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const unsigned grid =
       static_cast<unsigned>(std::min<size_t>(static_cast<size_t>(blocks), BlocksFor(n, kThreads)));
-  KeyHistogramKernel<<<grid, kThreads, 0, stream>>>(v, n, prefix, prefix_mask, shift,
-                                                    (1u << bits) - 1u, hist);
+  KeyHistogramKernel<<<grid, kThreads, 0, stream>>>(v, n, select, shift, (1u << bits) - 1u, hist);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchCountAroundCut(const float* v, size_t n, uint32_t cut, uint32_t* counts,
-                                 cudaStream_t stream) {
+cudaError_t LaunchSelectDigit(const uint32_t* hist, int shift, int bits, TopKSelect* select,
+                              cudaStream_t stream) {
+  SelectDigitKernel<<<1, kScanThreads, 0, stream>>>(hist, shift, bits, select);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCountAroundCut(const float* v, size_t n, const TopKSelect* select,
+                                 uint32_t* counts, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  CountAroundCutKernel<<<BlocksFor(n, kTopKTile), kThreads, 0, stream>>>(v, n, cut, counts);
+  CountAroundCutKernel<<<BlocksFor(n, kTopKTile), kThreads, 0, stream>>>(v, n, select, counts);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchCompactAroundCut(const float* v, size_t n, uint32_t cut,
-                                   const unsigned long long* offsets, unsigned long long ties,
+cudaError_t LaunchTileOffsets(const uint32_t* counts, size_t tiles, unsigned long long k,
+                              TopKSelect* select, unsigned long long* offsets,
+                              cudaStream_t stream) {
+  if (tiles == 0) return cudaSuccess;
+  TileOffsetsKernel<<<1, kScanThreads, 0, stream>>>(counts, tiles, k, select, offsets);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCompactAroundCut(const float* v, size_t n, const TopKSelect* select,
+                                   const unsigned long long* offsets, unsigned long long k,
                                    uint32_t* indices, float* values, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  CompactAroundCutKernel<<<BlocksFor(n, kTopKTile), kThreads, 0, stream>>>(v, n, cut, offsets, ties,
+  CompactAroundCutKernel<<<BlocksFor(n, kTopKTile), kThreads, 0, stream>>>(v, n, select, offsets, k,
                                                                            indices, values);
   return cudaGetLastError();
 }
