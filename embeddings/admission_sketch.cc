@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 #include <limits>
 
+#include "absl/strings/str_format.h"
 #include "core/sharding.h"
 
 namespace syncline {
@@ -39,6 +41,30 @@ uint32_t AdmissionSketch::Add(uint64_t id) {
 
 void AdmissionSketch::Halve() {
   for (uint32_t& c : counters_) c >>= 1;
+}
+
+std::string AdmissionSketch::Serialize() const {
+  std::string out(8 + bytes(), '\0');
+  std::memcpy(out.data(), &width_, 4);
+  std::memcpy(out.data() + 4, &depth_, 4);
+  std::memcpy(out.data() + 8, counters_.data(), bytes());
+  return out;
+}
+
+absl::Status AdmissionSketch::Load(std::string_view bytes) {
+  uint32_t width = 0, depth = 0;
+  if (bytes.size() >= 8) {
+    std::memcpy(&width, bytes.data(), 4);
+    std::memcpy(&depth, bytes.data() + 4, 4);
+  }
+  if (bytes.size() != 8 + this->bytes() || width != width_ || depth != depth_) {
+    return absl::DataLossError(absl::StrFormat(
+        "admission sketch of %d bytes (width %d, depth %d) does not fit this one's %d bytes "
+        "(width %d, depth %d)",
+        bytes.size(), width, depth, 8 + this->bytes(), width_, depth_));
+  }
+  std::memcpy(counters_.data(), bytes.data() + 8, this->bytes());
+  return absl::OkStatus();
 }
 
 }  // namespace syncline

@@ -12,7 +12,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
+
+#include "absl/status/status.h"
 
 namespace syncline {
 
@@ -30,6 +34,13 @@ class AdmissionSketch {
   void Halve();
 
   size_t bytes() const { return counters_.size() * sizeof(uint32_t); }
+
+  // The counters as bytes, for a checkpoint: width and depth (4 bytes each), then the
+  // counters, all in this machine's byte order.
+  std::string Serialize() const;
+  // Replaces the counters with Serialize()'s output of a sketch of the same width and depth;
+  // DataLoss naming what differs otherwise (the counters are then unchanged).
+  absl::Status Load(std::string_view bytes);
 
  private:
   uint32_t Slot(uint32_t row, uint64_t id) const;

@@ -37,5 +37,24 @@ TEST(AdmissionSketchTest, ExactWithoutCollisionsAndHalves) {
   for (uint64_t id = 0; id < 100; ++id) EXPECT_EQ(sketch.Estimate(id), (id % 7 + 1) / 2) << id;
 }
 
+TEST(AdmissionSketchTest, SerializedCountsLoadIntoASketchOfTheSameShape) {
+  AdmissionSketch sketch(1024, 3, 5);
+  for (uint64_t id = 0; id < 50; ++id) {
+    for (uint64_t k = 0; k <= id % 4; ++k) sketch.Add(id);
+  }
+  const std::string bytes = sketch.Serialize();
+  AdmissionSketch copy(1024, 3, 5);
+  ASSERT_TRUE(copy.Load(bytes).ok());
+  for (uint64_t id = 0; id < 60; ++id) EXPECT_EQ(copy.Estimate(id), sketch.Estimate(id)) << id;
+
+  AdmissionSketch other(2048, 3, 5);
+  absl::Status s = other.Load(bytes);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("width 1024"), std::string::npos) << s;
+  EXPECT_EQ(other.Estimate(3), 0u);  // unchanged
+  EXPECT_EQ(copy.Load(bytes.substr(0, bytes.size() - 4)).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(copy.Load("").code(), absl::StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace syncline

@@ -64,6 +64,13 @@ std::string MetaKey(uint32_t table) {
   return key;
 }
 
+// The admission sketch's record: after every row key ('r'), so a snapshot writes it last.
+std::string SketchKey(uint32_t table) {
+  std::string key = RowKeyPrefix(table);
+  key[0] = 's';
+  return key;
+}
+
 }  // namespace
 
 void InitialEmbeddingRow(const TableConfig& table, uint64_t id, float* weights) {
@@ -195,6 +202,18 @@ absl::Status EmbeddingStore::Init() {
   if (options_.admit_after > 1) {
     sketch_ = std::make_unique<AdmissionSketch>(options_.sketch_width, options_.sketch_depth,
                                                 options_.sketch_seed);
+    // The counts of a checkpoint or a flushed store carry on, so that a resumed run admits
+    // each id at the same sighting as an uninterrupted one.
+    std::string counts;
+    s = db_->Get(rocksdb::ReadOptions(), SketchKey(config_.id), &counts);
+    if (s.ok()) {
+      if (auto loaded = sketch_->Load(counts); !loaded.ok()) {
+        return absl::DataLossError(absl::StrFormat("embedding store %s: table %d: %s",
+                                                   options_.path, config_.id, loaded.message()));
+      }
+    } else if (!s.IsNotFound()) {
+      return DiskError(options_.path, "Get (admission sketch)", s);
+    }
   }
   return absl::OkStatus();
 }
@@ -550,6 +569,7 @@ absl::Status EmbeddingStore::FlushAll() {
   }
   batch.Put(MetaKey(config_.id),
             rocksdb::Slice(reinterpret_cast<const char*>(&step_), sizeof(step_)));
+  if (sketch_) batch.Put(SketchKey(config_.id), sketch_->Serialize());
   if (auto s = write(); !s.ok()) return s;
   rocksdb::Status s = db_->Flush(rocksdb::FlushOptions());
   if (!s.ok()) return DiskError(options_.path, "Flush", s);
@@ -575,6 +595,7 @@ std::unique_ptr<EmbeddingSnapshot> EmbeddingStore::Capture() const {
     std::memcpy(snap->memory_values_.data() + i * value_size, value.data(), value_size);
     snap->memory_ids_.push_back(dirty[i].first);
   }
+  if (sketch_) snap->sketch_ = sketch_->Serialize();
   snap->db_snapshot_ = db_->GetSnapshot();
   return snap;
 }
@@ -636,6 +657,7 @@ absl::Status EmbeddingSnapshot::ForEachEntry(
   for (; next < memory_ids_.size(); ++next) {
     if (auto s = emit_memory(next); !s.ok()) return s;
   }
+  if (!sketch_.empty()) return put(SketchKey(table), sketch_);
   return absl::OkStatus();
 }
 

@@ -152,9 +152,10 @@ class EmbeddingSnapshot {
   EmbeddingSnapshot(const EmbeddingSnapshot&) = delete;
   EmbeddingSnapshot& operator=(const EmbeddingSnapshot&) = delete;
 
-  // Calls put(key, value) for the step record and then every row of both tiers in ascending
-  // key order, in the store's own RocksDB format, so that the entries form a file the store
-  // can ingest (EmbeddingStoreOptions::restore_from). Stops at the first error.
+  // Calls put(key, value) for the step record, every row of both tiers and the admission
+  // sketch's counters (when the store admits after N > 1 sightings) in ascending key order, in
+  // the store's own RocksDB format, so that the entries form a file the store can ingest
+  // (EmbeddingStoreOptions::restore_from). Stops at the first error.
   absl::Status ForEachEntry(
       absl::FunctionRef<absl::Status(std::string_view key, std::string_view value)> put) const;
   // Rows copied from the memory tier.
@@ -170,6 +171,7 @@ class EmbeddingSnapshot {
   int64_t step_ = 0;
   std::vector<uint64_t> memory_ids_;  // ascending
   std::string memory_values_;         // their encoded values, value_size() bytes each
+  std::string sketch_;                // the admission sketch's counters; empty without one
 };
 
 class EmbeddingStore {

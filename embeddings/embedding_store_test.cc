@@ -201,6 +201,22 @@ TEST_P(OptimizerStateTest, EvictionKeepsOptimizerStateBitwise) {
             t.dim * (1 + static_cast<size_t>(StateFloatsPerWeight(t.optimizer.kind))));
 }
 
+// Writes a snapshot's entries into an SST file at `path`, counting them.
+void WriteSnapshot(const EmbeddingSnapshot& snapshot, const std::string& path, uint64_t* entries) {
+  rocksdb::Options sst_options;
+  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), sst_options);
+  ASSERT_TRUE(writer.Open(path).ok());
+  ASSERT_TRUE(snapshot
+                  .ForEachEntry([&](std::string_view key, std::string_view value) {
+                    ++*entries;
+                    auto s = writer.Put(rocksdb::Slice(key.data(), key.size()),
+                                        rocksdb::Slice(value.data(), value.size()));
+                    return s.ok() ? absl::OkStatus() : absl::InternalError(s.ToString());
+                  })
+                  .ok());
+  ASSERT_TRUE(writer.Finish().ok());
+}
+
 TEST_P(OptimizerStateTest, SnapshotRestoresThePointInTimeOfCapture) {
   constexpr uint64_t kSeed = 77;
   SCOPED_TRACE(testing::Message() << "seed " << kSeed);
@@ -227,19 +243,8 @@ TEST_P(OptimizerStateTest, SnapshotRestoresThePointInTimeOfCapture) {
   ASSERT_FALSE(BitwiseEqual(at_capture, AllRows(*store)));
 
   const std::string sst = dir.Sub("snapshot.sst");
-  rocksdb::Options sst_options;
-  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), sst_options);
-  ASSERT_TRUE(writer.Open(sst).ok());
   uint64_t entries = 0;
-  ASSERT_TRUE(snapshot
-                  ->ForEachEntry([&](std::string_view key, std::string_view value) {
-                    ++entries;
-                    auto s = writer.Put(rocksdb::Slice(key.data(), key.size()),
-                                        rocksdb::Slice(value.data(), value.size()));
-                    return s.ok() ? absl::OkStatus() : absl::InternalError(s.ToString());
-                  })
-                  .ok());
-  ASSERT_TRUE(writer.Finish().ok());
+  WriteSnapshot(*snapshot, sst, &entries);
   EXPECT_EQ(entries, at_capture.size() + 1);  // + the step record
   snapshot.reset();
 
@@ -320,6 +325,40 @@ TEST(EmbeddingStoreTest, AdmissionAfterThreeSightings) {
   EXPECT_EQ(s.admitted, 201u);
   EXPECT_EQ(s.dropped_updates, 401u);
   EXPECT_EQ(AllRows(*store).size(), 201u);
+}
+
+// A restored store admits each id at the same sighting as the store it was captured from:
+// the sketch's counts travel in the snapshot (and through FlushAll and a reopen).
+TEST(EmbeddingStoreTest, AdmissionCountsSurviveASnapshotAndAReopen) {
+  ScopedTempDir dir("embedding_store");
+  TableConfig t = Table(4);
+  EmbeddingStoreOptions o = Options(dir.Sub("live"), 1000);
+  o.admit_after = 3;
+  o.sketch_seed = 99;
+  auto store = MustOpen(t, o);
+  std::vector<float> out(4);
+  const std::vector<uint64_t> id = {7};
+  for (int k = 0; k < 2; ++k) ASSERT_TRUE(store->Read(id, out.data()).ok());
+  EXPECT_EQ(store->stats().admitted, 0u);
+  auto snapshot = store->Capture();
+  uint64_t entries = 0;
+  WriteSnapshot(*snapshot, dir.Sub("snapshot.sst"), &entries);
+  EXPECT_EQ(entries, 2u);  // the step record and the sketch: no rows yet
+  snapshot.reset();
+
+  EmbeddingStoreOptions r = o;
+  r.path = dir.Sub("restored");
+  r.restore_from = dir.Sub("snapshot.sst");
+  auto restored = MustOpen(t, r);
+  ASSERT_TRUE(restored->Read(id, out.data()).ok());  // the third sighting
+  EXPECT_EQ(restored->stats().admitted, 1u);
+  EXPECT_EQ(AllRows(*restored).size(), 1u);
+
+  ASSERT_TRUE(store->FlushAll().ok());
+  store.reset();
+  auto reopened = MustOpen(t, o);
+  ASSERT_TRUE(reopened->Read(id, out.data()).ok());
+  EXPECT_EQ(reopened->stats().admitted, 1u);
 }
 
 class ExpiryTest : public testing::TestWithParam<int64_t> {};
