@@ -26,181 +26,12 @@
 #include "absl/time/clock.h"
 #include "launch/job_config.h"
 #include "launch/process_group.h"
+#include "launch/summary_json.h"
 
 namespace syncline {
 namespace {
 
 namespace fs = std::filesystem;
-
-// ---------------------------------------------------------------------------------------------
-// summary.json: the flat object RunReport writes. Only numbers and strings matter here; null,
-// booleans, arrays and nested objects are skipped.
-
-struct JsonField {
-  std::optional<double> number;
-  std::optional<std::string> text;
-};
-
-class FlatJsonParser {
- public:
-  explicit FlatJsonParser(const std::string& text) : s_(text) {}
-
-  absl::StatusOr<std::map<std::string, JsonField>> Parse() {
-    std::map<std::string, JsonField> fields;
-    SkipSpace();
-    if (!Eat('{')) return Error("expected '{'");
-    SkipSpace();
-    if (Eat('}')) return fields;
-    while (true) {
-      SkipSpace();
-      std::string key;
-      if (!ParseString(&key)) return Error("expected a string key");
-      SkipSpace();
-      if (!Eat(':')) return Error("expected ':'");
-      SkipSpace();
-      JsonField& field = fields[key];
-      if (Peek() == '"') {
-        std::string text;
-        if (!ParseString(&text)) return Error("bad string");
-        field.text = std::move(text);
-      } else if (Peek() == '-' || absl::ascii_isdigit(Peek())) {
-        const size_t begin = pos_;
-        while (pos_ < s_.size() &&
-               std::string_view("+-.eE0123456789").find(s_[pos_]) != std::string_view::npos) {
-          ++pos_;
-        }
-        double v;
-        if (!absl::SimpleAtod(absl::string_view(s_).substr(begin, pos_ - begin), &v)) {
-          return Error("bad number");
-        }
-        field.number = v;
-      } else if (!SkipValue(0)) {
-        return Error("bad value");
-      }
-      SkipSpace();
-      if (Eat('}')) break;
-      if (!Eat(',')) return Error("expected ',' or '}'");
-    }
-    SkipSpace();
-    if (pos_ != s_.size()) return Error("text after the object");
-    return fields;
-  }
-
- private:
-  char Peek() const { return pos_ < s_.size() ? s_[pos_] : '\0'; }
-  bool Eat(char c) {
-    if (Peek() != c) return false;
-    ++pos_;
-    return true;
-  }
-  void SkipSpace() {
-    while (pos_ < s_.size() && absl::ascii_isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
-  }
-  absl::Status Error(absl::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat(what, " at byte ", pos_));
-  }
-
-  bool ParseString(std::string* out) {
-    if (!Eat('"')) return false;
-    while (pos_ < s_.size()) {
-      const char c = s_[pos_++];
-      if (c == '"') return true;
-      if (c != '\\') {
-        out->push_back(c);
-        continue;
-      }
-      if (pos_ >= s_.size()) return false;
-      const char e = s_[pos_++];
-      switch (e) {
-        case 'n':
-          out->push_back('\n');
-          break;
-        case 't':
-          out->push_back('\t');
-          break;
-        case 'r':
-          out->push_back('\r');
-          break;
-        case 'b':
-          out->push_back('\b');
-          break;
-        case 'f':
-          out->push_back('\f');
-          break;
-        case 'u': {
-          uint32_t code = 0;
-          if (pos_ + 4 > s_.size()) return false;
-          for (int i = 0; i < 4; ++i) {
-            const char h = s_[pos_++];
-            if (!absl::ascii_isxdigit(static_cast<unsigned char>(h))) return false;
-            code =
-                code * 16 + (absl::ascii_isdigit(h) ? h - '0' : absl::ascii_tolower(h) - 'a' + 10);
-          }
-          AppendUtf8(code, out);
-          break;
-        }
-        default:  // '"', '\\', '/'
-          out->push_back(e);
-      }
-    }
-    return false;
-  }
-
-  static void AppendUtf8(uint32_t code, std::string* out) {
-    if (code < 0x80) {
-      out->push_back(static_cast<char>(code));
-    } else if (code < 0x800) {
-      out->push_back(static_cast<char>(0xC0 | (code >> 6)));
-      out->push_back(static_cast<char>(0x80 | (code & 0x3F)));
-    } else {
-      out->push_back(static_cast<char>(0xE0 | (code >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (code & 0x3F)));
-    }
-  }
-
-  // Skips null, true, false, an array or an object (bounded nesting).
-  bool SkipValue(int depth) {
-    if (depth > 16) return false;
-    SkipSpace();
-    for (const char* word : {"null", "true", "false"}) {
-      if (s_.compare(pos_, std::strlen(word), word) == 0) {
-        pos_ += std::strlen(word);
-        return true;
-      }
-    }
-    std::string ignored;
-    if (Peek() == '"') return ParseString(&ignored);
-    if (Peek() == '-' || absl::ascii_isdigit(Peek())) {
-      while (pos_ < s_.size() &&
-             std::string_view("+-.eE0123456789").find(s_[pos_]) != std::string_view::npos) {
-        ++pos_;
-      }
-      return true;
-    }
-    const char open = Peek();
-    if (open != '[' && open != '{') return false;
-    const char close = open == '[' ? ']' : '}';
-    ++pos_;
-    SkipSpace();
-    if (Eat(close)) return true;
-    while (true) {
-      if (open == '{') {
-        SkipSpace();
-        if (!ParseString(&ignored)) return false;
-        SkipSpace();
-        if (!Eat(':')) return false;
-      }
-      if (!SkipValue(depth + 1)) return false;
-      SkipSpace();
-      if (Eat(close)) return true;
-      if (!Eat(',')) return false;
-    }
-  }
-
-  const std::string& s_;
-  size_t pos_ = 0;
-};
 
 absl::StatusOr<std::string> ReadWholeFile(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -269,7 +100,7 @@ RunData LoadRun(const fs::path& dir, const ExperimentRun& run, std::vector<std::
     d.error = run.failure.empty() ? std::string(text.status().message()) : run.failure;
     return d;
   }
-  auto json = FlatJsonParser(*text).Parse();
+  auto json = ParseSummaryJson(*text);
   if (!json.ok()) {
     d.error = absl::StrCat((folder / "summary.json").string(), ": ", json.status().message());
     return d;

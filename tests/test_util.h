@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "launch/process_group.h"
+#include "launch/summary_json.h"
 
 namespace syncline::testing_util {
 
@@ -70,16 +71,12 @@ inline std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-// The number after "key": in a flat JSON object, or nullopt.
+// The number at `key` in a summary.json text, or at the one nested key of that last name
+// (SummaryNumber); nullopt when there is none or the text is not JSON.
 inline std::optional<double> JsonNumber(const std::string& json, const std::string& key) {
-  const std::string needle = "\"" + key + "\": ";
-  const size_t at = json.find(needle);
-  if (at == std::string::npos) return std::nullopt;
-  const size_t begin = at + needle.size();
-  const size_t end = json.find_first_of(",\n}", begin);
-  double v = 0;
-  if (!absl::SimpleAtod(json.substr(begin, end - begin), &v)) return std::nullopt;
-  return v;
+  absl::StatusOr<SummaryFields> fields = ParseSummaryJson(json);
+  if (!fields.ok()) return std::nullopt;
+  return SummaryNumber(*fields, key);
 }
 
 // Pids of the direct children of `parent`, with their command lines.
