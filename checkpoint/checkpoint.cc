@@ -365,12 +365,19 @@ absl::StatusOr<FoundCheckpoint> FindNewestCheckpoint(const std::string& root) {
                                              absl::StrJoin(found.skipped, "; ")));
 }
 
-bool HasCompleteCheckpoint(const std::string& root) {
+absl::StatusOr<bool> HasCompleteCheckpoint(const std::string& root) {
+  std::error_code ec;
+  const bool exists = fs::exists(root, ec);  // ENOENT is no error here
+  if (ec) return FsError(ec, root, "cannot stat");
+  if (!exists) return false;
   absl::StatusOr<std::vector<CheckpointFolder>> folders = ListCheckpointFolders(root);
-  if (!folders.ok()) return false;
+  if (!folders.ok()) return folders.status();
   for (const CheckpointFolder& folder : *folders) {
-    std::error_code ec;
-    if (fs::is_regular_file(JoinPath(folder.dir, kManifestName), ec)) return true;
+    const std::string manifest = JoinPath(folder.dir, kManifestName);
+    if (fs::is_regular_file(manifest, ec)) return true;
+    if (ec && ec != std::errc::no_such_file_or_directory) {
+      return FsError(ec, manifest, "cannot stat");
+    }
   }
   return false;
 }

@@ -87,9 +87,10 @@ struct FoundCheckpoint {
 // validates or root does not exist. Other entries of root are ignored.
 absl::StatusOr<FoundCheckpoint> FindNewestCheckpoint(const std::string& root);
 
-// Whether root holds a checkpoint folder with a MANIFEST, valid or not (false when root does
-// not exist or cannot be read).
-bool HasCompleteCheckpoint(const std::string& root);
+// Whether root holds a checkpoint folder with a MANIFEST, valid or not; false when root does
+// not exist. Any other error reading root (permissions, I/O) is returned, naming the path:
+// a caller must not take "cannot tell" for "none".
+absl::StatusOr<bool> HasCompleteCheckpoint(const std::string& root);
 
 // Keeps the newest `keep` (>= 1) checkpoints that have a MANIFEST, deletes older ones and
 // folders without a manifest older than the newest complete one; never deletes anything newer

@@ -167,13 +167,21 @@ TEST_F(CheckpointTest, MissingManifest) {
 }
 
 TEST_F(CheckpointTest, OnlyAFolderWithAManifestCountsAsComplete) {
-  EXPECT_FALSE(HasCompleteCheckpoint(root_ + "/absent"));
-  EXPECT_FALSE(HasCompleteCheckpoint(root_));
+  auto has = [](const std::string& root) {
+    absl::StatusOr<bool> r = HasCompleteCheckpoint(root);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() && *r;
+  };
+  EXPECT_FALSE(has(root_ + "/absent"));
+  EXPECT_FALSE(has(root_));
   MakeCheckpoint(40, /*write_manifest=*/false);
-  EXPECT_FALSE(HasCompleteCheckpoint(root_));
+  EXPECT_FALSE(has(root_));
   const std::string dir = MakeCheckpoint(20);
   FlipByte(dir + "/ps0/table-1.bin", 5);  // damaged, but complete: --resume says what is wrong
-  EXPECT_TRUE(HasCompleteCheckpoint(root_));
+  EXPECT_TRUE(has(root_));
+  // "Cannot tell" is an error, never "none": a file where the root should be.
+  WriteBytes(root_ + "/file", "x");
+  EXPECT_FALSE(HasCompleteCheckpoint(root_ + "/file").ok());
 }
 
 TEST_F(CheckpointTest, MissingReceipt) {

@@ -16,8 +16,11 @@
 #include <thread>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "checkpoint/checkpoint.h"
 #include "core/coordinator.h"
 #include "core/log.h"
@@ -220,6 +223,39 @@ std::vector<std::string> AbandonNewerCheckpoints(const std::string& root, int64_
   return moved;
 }
 
+// Moves every ckpt-* folder under `root` into a new folder root/earlier-run-<local time>
+// (never deleting anything); returns that folder and how many were moved (0: none, and no
+// folder made). An error names the path that could not be read, made or moved.
+absl::StatusOr<std::pair<std::string, int>> SetAsideEarlierRun(const std::string& root) {
+  std::error_code ec;
+  if (!fs::exists(root, ec)) {
+    if (ec) return absl::InternalError(absl::StrCat("cannot stat ", root, ": ", ec.message()));
+    return std::make_pair(std::string(), 0);
+  }
+  std::vector<fs::path> earlier;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    if (entry.path().filename().string().starts_with("ckpt-")) earlier.push_back(entry.path());
+  }
+  if (ec) return absl::InternalError(absl::StrCat("cannot list ", root, ": ", ec.message()));
+  if (earlier.empty()) return std::make_pair(std::string(), 0);
+  const std::string stamp = absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone());
+  fs::path to = fs::path(root) / ("earlier-run-" + stamp);
+  for (int n = 2; fs::exists(to, ec); ++n) {
+    to = fs::path(root) / absl::StrCat("earlier-run-", stamp, "-", n);
+  }
+  fs::create_directory(to, ec);
+  if (ec)
+    return absl::InternalError(absl::StrCat("cannot create ", to.string(), ": ", ec.message()));
+  for (const fs::path& p : earlier) {
+    fs::rename(p, to / p.filename(), ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat("cannot move ", p.string(), " to ", to.string(), ": ", ec.message()));
+    }
+  }
+  return std::make_pair(to.string(), static_cast<int>(earlier.size()));
+}
+
 // Checkpoint flags, the same for servers and workers.
 void AddCheckpointArgs(const JobConfig& job, const std::string& restore,
                        std::vector<std::string>& args) {
@@ -302,16 +338,28 @@ int Main(int argc, char** argv) {
   if (resume_if_any) {
     // Complete checkpoints (damaged ones too: --resume then says what is wrong with them
     // instead of this run quietly starting over); folders without a MANIFEST do not count.
-    resume = HasCompleteCheckpoint(job.checkpoint_dir);
+    absl::StatusOr<bool> any = HasCompleteCheckpoint(job.checkpoint_dir);
+    if (!any.ok()) {
+      std::cerr << "syncline-launch: --resume-if-any: " << any.status().message() << "\n";
+      return 2;
+    }
+    resume = *any;
     if (!resume) {
       std::cerr << "no complete checkpoint in " << job.checkpoint_dir << ": starting afresh\n";
     }
   }
   if (!resume && (job.checkpoint_every > 0 || job.checkpoint_seconds > 0)) {
-    // A fresh run writes ckpt-<clock> folders: an earlier run's must not mix with them.
-    for (const std::string& dir : AbandonNewerCheckpoints(job.checkpoint_dir, -1)) {
-      std::cerr << "syncline-launch: set aside " << dir
-                << " of an earlier run (--resume continues a run instead)\n";
+    // A fresh run writes ckpt-<clock> folders: an earlier run's must not mix with them, and
+    // must not be lost either (a forgotten --resume).
+    absl::StatusOr<std::pair<std::string, int>> moved = SetAsideEarlierRun(job.checkpoint_dir);
+    if (!moved.ok()) {
+      std::cerr << "syncline-launch: " << moved.status().message() << "\n";
+      return 2;
+    }
+    if (moved->second > 0) {
+      std::cerr << "syncline-launch: moved " << moved->second
+                << " checkpoint folder(s) of an earlier run to " << moved->first
+                << " (--resume continues a run instead; delete the folder when it is not needed)\n";
     }
   }
   if (resume) {

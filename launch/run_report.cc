@@ -94,11 +94,24 @@ double RunReport::OpenCsv(const std::string& path, const char* header, std::ofst
       if (clock_column < 0 || clock <= resumed_from_) kept += line + "\n";
     }
     in.close();
+    // Replaced whole (a crash leaves the old file or the new one), or, where that fails,
+    // rewritten in place: never appended to unfiltered.
     const std::string temp = path + ".tmp";
     std::ofstream rewrite(temp, std::ios::trunc);
     rewrite << kept;
     rewrite.close();
-    if (rewrite) fs::rename(temp, path, ec);
+    bool replaced = false;
+    if (rewrite) {
+      fs::rename(temp, path, ec);
+      replaced = !ec;
+    }
+    if (!replaced) {
+      fs::remove(temp, ec);
+      out.open(path, std::ios::trunc);
+      out << kept;
+      out.flush();
+      return last_wall;
+    }
   }
   out.open(path, append ? std::ios::app : std::ios::trunc);
   if (!append) out << header << "\n";
