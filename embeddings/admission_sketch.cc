@@ -11,7 +11,9 @@
 namespace syncline {
 
 AdmissionSketch::AdmissionSketch(uint32_t width, uint32_t depth, uint64_t seed)
-    : width_(std::bit_ceil(std::max<uint32_t>(width, 64))), depth_(std::max<uint32_t>(depth, 1)) {
+    : width_(std::bit_ceil(std::max<uint32_t>(width, 64))),
+      depth_(std::max<uint32_t>(depth, 1)),
+      seed_(seed) {
   for (uint32_t r = 0; r < depth_; ++r) {
     seeds_.push_back(MixKey(seed + 0x9e3779b97f4a7c15ULL * (r + 1)));
   }
@@ -43,27 +45,35 @@ void AdmissionSketch::Halve() {
   for (uint32_t& c : counters_) c >>= 1;
 }
 
+namespace {
+constexpr size_t kHeaderBytes = 16;  // width, depth, seed
+}  // namespace
+
 std::string AdmissionSketch::Serialize() const {
-  std::string out(8 + bytes(), '\0');
+  std::string out(kHeaderBytes + bytes(), '\0');
   std::memcpy(out.data(), &width_, 4);
   std::memcpy(out.data() + 4, &depth_, 4);
-  std::memcpy(out.data() + 8, counters_.data(), bytes());
+  std::memcpy(out.data() + 8, &seed_, 8);
+  std::memcpy(out.data() + kHeaderBytes, counters_.data(), bytes());
   return out;
 }
 
 absl::Status AdmissionSketch::Load(std::string_view bytes) {
   uint32_t width = 0, depth = 0;
-  if (bytes.size() >= 8) {
+  uint64_t seed = 0;
+  if (bytes.size() >= kHeaderBytes) {
     std::memcpy(&width, bytes.data(), 4);
     std::memcpy(&depth, bytes.data() + 4, 4);
+    std::memcpy(&seed, bytes.data() + 8, 8);
   }
-  if (bytes.size() != 8 + this->bytes() || width != width_ || depth != depth_) {
+  if (bytes.size() != kHeaderBytes + this->bytes() || width != width_ || depth != depth_ ||
+      seed != seed_) {
     return absl::DataLossError(absl::StrFormat(
-        "admission sketch of %d bytes (width %d, depth %d) does not fit this one's %d bytes "
-        "(width %d, depth %d)",
-        bytes.size(), width, depth, 8 + this->bytes(), width_, depth_));
+        "admission sketch of %d bytes (width %d, depth %d, seed %d) does not fit this one's %d "
+        "bytes (width %d, depth %d, seed %d)",
+        bytes.size(), width, depth, seed, kHeaderBytes + this->bytes(), width_, depth_, seed_));
   }
-  std::memcpy(counters_.data(), bytes.data() + 8, this->bytes());
+  std::memcpy(counters_.data(), bytes.data() + kHeaderBytes, this->bytes());
   return absl::OkStatus();
 }
 

@@ -35,11 +35,12 @@ class AdmissionSketch {
 
   size_t bytes() const { return counters_.size() * sizeof(uint32_t); }
 
-  // The counters as bytes, for a checkpoint: width and depth (4 bytes each), then the
-  // counters, all in this machine's byte order.
+  // The counters as bytes, for a checkpoint: width and depth (4 bytes each) and seed (8), then
+  // the counters, all in this machine's byte order.
   std::string Serialize() const;
-  // Replaces the counters with Serialize()'s output of a sketch of the same width and depth;
-  // DataLoss naming what differs otherwise (the counters are then unchanged).
+  // Replaces the counters with Serialize()'s output of a sketch of the same width, depth and
+  // seed (the seed picks the counters an id maps to); DataLoss naming what differs otherwise
+  // (the counters are then unchanged).
   absl::Status Load(std::string_view bytes);
 
  private:
@@ -47,6 +48,7 @@ class AdmissionSketch {
 
   uint32_t width_;
   uint32_t depth_;
+  uint64_t seed_;
   std::vector<uint64_t> seeds_;
   std::vector<uint32_t> counters_;  // depth_ rows of width_
 };

@@ -52,6 +52,8 @@ TEST(AdmissionSketchTest, SerializedCountsLoadIntoASketchOfTheSameShape) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("width 1024"), std::string::npos) << s;
   EXPECT_EQ(other.Estimate(3), 0u);  // unchanged
+  AdmissionSketch reseeded(1024, 3, 6);
+  EXPECT_NE(reseeded.Load(bytes).message().find("seed 5"), std::string::npos);
   EXPECT_EQ(copy.Load(bytes.substr(0, bytes.size() - 4)).code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(copy.Load("").code(), absl::StatusCode::kDataLoss);
 }

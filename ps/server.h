@@ -152,7 +152,8 @@ class ParameterServer {
   const ServerOptions options_;
   const StalenessGate gate_;
   ClockTable clocks_;
-  std::vector<std::string> worker_ids_;  // "w<rank>", the routing id each worker must use
+  std::vector<std::string> worker_ids_;      // "w<rank>", the routing id each worker must use
+  std::unique_ptr<UpdatePool> update_pool_;  // null with one update thread; tables point to it
   absl::flat_hash_map<uint32_t, std::unique_ptr<ShardTable>> tables_;
   // Examples each clock covered, summed over workers (BSP scaling).
   std::map<int64_t, double> clock_weight_;
@@ -166,7 +167,6 @@ class ParameterServer {
   std::set<int64_t> taken_checkpoints_;  // the latest clocks checkpointed (bounded)
   // Declared after the tables: destroyed first, so stores outlive the snapshots being written.
   std::unique_ptr<CheckpointWriter> checkpoint_writer_;
-  std::unique_ptr<UpdatePool> update_pool_;  // null with one update thread
 };
 
 }  // namespace syncline

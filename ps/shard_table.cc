@@ -318,7 +318,8 @@ void ShardTable::ApplyRange(KeyRange r, const float* grad_sum, float scale) {
     apply(offset, n);
     return;
   }
-  // Parts of whole cache lines (16 floats), so that no two threads write one line.
+  // Parts of multiples of 16 floats (a cache line's worth; the blocks are not line-aligned, so
+  // neighbouring parts may still share one line at their edge).
   const size_t chunk = ((n + tasks - 1) / tasks + 15) / 16 * 16;
   update_pool_->Run(tasks, [&](size_t t) {
     const size_t begin = t * chunk;

@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <string>
+#include <utility>
 
 namespace syncline {
 
@@ -39,6 +40,7 @@ void UpdatePool::Run(size_t tasks, absl::FunctionRef<void(size_t)> task) {
   done_cv_.wait(lock, [this] { return running_ == 0; });
   task_ = nullptr;
   tasks_ = 0;
+  if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
 }
 
 void UpdatePool::Work(std::unique_lock<std::mutex>& lock) {
@@ -47,8 +49,17 @@ void UpdatePool::Work(std::unique_lock<std::mutex>& lock) {
     ++running_;
     const absl::FunctionRef<void(size_t)>& task = *task_;
     lock.unlock();
-    task(i);
+    std::exception_ptr failure;
+    try {
+      task(i);
+    } catch (...) {
+      failure = std::current_exception();
+    }
     lock.lock();
+    if (failure) {
+      if (!failure_) failure_ = failure;
+      next_ = tasks_;  // skip what is left
+    }
     if (--running_ == 0 && next_ >= tasks_) done_cv_.notify_one();
   }
 }

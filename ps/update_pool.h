@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -32,7 +33,8 @@ class UpdatePool {
   int threads() const { return static_cast<int>(helpers_.size()) + 1; }
 
   // Calls task(i) once for every i in [0, tasks), on the caller and the helpers, and returns
-  // when all calls have returned. task must not call Run.
+  // when all calls have returned. task must not call Run. If calls throw, the tasks not yet
+  // started are skipped and the first exception is rethrown here once the others returned.
   void Run(size_t tasks, absl::FunctionRef<void(size_t)> task);
 
  private:
@@ -50,6 +52,7 @@ class UpdatePool {
   size_t next_ = 0;     // the next task to claim
   size_t running_ = 0;  // claimed, not finished
   const absl::FunctionRef<void(size_t)>* task_ = nullptr;
+  std::exception_ptr failure_;  // the round's first exception
   std::vector<std::thread> helpers_;
 };
 

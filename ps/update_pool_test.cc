@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <stdexcept>
 #include <vector>
 
 namespace syncline {
@@ -21,6 +22,24 @@ TEST(UpdatePoolTest, RunsEveryTaskOnceInEveryRound) {
         }
       }
     }
+  }
+}
+
+TEST(UpdatePoolTest, AThrowingTaskIsRethrownAndThePoolGoesOn) {
+  UpdatePool pool(3);
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<int> calls{0};
+    EXPECT_THROW(pool.Run(16,
+                          [&](size_t i) {
+                            calls.fetch_add(1);
+                            if (i == 5) throw std::runtime_error("task 5");
+                          }),
+                 std::runtime_error);
+    EXPECT_GE(calls.load(), 1);
+    EXPECT_LE(calls.load(), 16);
+    std::atomic<int> after{0};
+    pool.Run(16, [&](size_t) { after.fetch_add(1); });
+    EXPECT_EQ(after.load(), 16);
   }
 }
 
