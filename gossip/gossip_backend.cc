@@ -1,6 +1,7 @@
 #include "gossip/gossip_backend.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "ps/optimizer.h"
@@ -77,6 +78,75 @@ absl::Status GossipBackend::Update(int64_t clock, std::span<const uint64_t> keys
 absl::Status GossipBackend::EndIteration(int64_t clock, float examples) {
   next_step_ = clock + 1;
   return mixer_.MixOnce(clock, params_);
+}
+
+namespace {
+constexpr char kStateMagic[4] = {'G', 'S', 'P', '1'};
+}  // namespace
+
+absl::StatusOr<std::string> GossipBackend::SaveState() const {
+  if (options_.asynchronous) {
+    return absl::FailedPreconditionError(
+        "asynchronous gossip does not checkpoint: push-sum weight in flight would be lost");
+  }
+  std::string out;
+  const auto put = [&out](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
+  const uint64_t features = layout_.num_features;
+  const uint32_t shape[3] = {layout_.row_dim, layout_.bias_dim,
+                             static_cast<uint32_t>(state_floats_)};
+  put(kStateMagic, 4);
+  put(&features, 8);
+  put(shape, sizeof(shape));
+  put(&next_step_, 8);
+  put(&bias_steps_, 8);
+  put(params_.data(), params_.size() * sizeof(float));
+  put(row_state_.data(), row_state_.size() * sizeof(float));
+  put(row_steps_.data(), row_steps_.size() * sizeof(int64_t));
+  put(bias_state_.data(), bias_state_.size() * sizeof(float));
+  return out;
+}
+
+absl::Status GossipBackend::RestoreState(std::string_view state) {
+  if (options_.asynchronous) {
+    return absl::FailedPreconditionError("asynchronous gossip does not restore checkpoints");
+  }
+  StateReader in(state);
+  char magic[4];
+  uint64_t features = 0;
+  uint32_t shape[3] = {0, 0, 0};
+  if (!in.Read(magic, 4) || std::memcmp(magic, kStateMagic, 4) != 0) {
+    return absl::InvalidArgumentError(
+        "the saved worker state is not a gossip peer's (was the checkpoint written with "
+        "parameter servers?)");
+  }
+  int64_t next_step = 0, bias_steps = 0;
+  if (!in.Read(&features, 8) || !in.Read(shape, sizeof(shape)) || !in.Read(&next_step, 8) ||
+      !in.Read(&bias_steps, 8)) {
+    return absl::DataLossError("the saved gossip state is truncated");
+  }
+  if (features != layout_.num_features || shape[0] != layout_.row_dim ||
+      shape[1] != layout_.bias_dim || shape[2] != static_cast<uint32_t>(state_floats_)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the saved gossip model has %d features x %d + %d bias with %d state floats; this job's "
+        "has %d x %d + %d with %d",
+        features, shape[0], shape[1], shape[2], layout_.num_features, layout_.row_dim,
+        layout_.bias_dim, state_floats_));
+  }
+  // The shapes match the layout, so every vector keeps its size; check the total before
+  // overwriting anything.
+  const size_t body = (params_.size() + row_state_.size() + bias_state_.size()) * sizeof(float) +
+                      row_steps_.size() * sizeof(int64_t);
+  if (in.left() != body) {
+    return absl::DataLossError(absl::StrFormat(
+        "the saved gossip state holds %d bytes of model and state, expected %d", in.left(), body));
+  }
+  in.Read(params_.data(), params_.size() * sizeof(float));
+  in.Read(row_state_.data(), row_state_.size() * sizeof(float));
+  in.Read(row_steps_.data(), row_steps_.size() * sizeof(int64_t));
+  in.Read(bias_state_.data(), bias_state_.size() * sizeof(float));
+  next_step_ = next_step;
+  bias_steps_ = bias_steps;
+  return absl::OkStatus();
 }
 
 absl::Status GossipBackend::Finish() {

@@ -45,6 +45,11 @@ class GossipBackend : public SyncBackend {
   absl::Status EndIteration(int64_t clock, float examples) override;
   // Tells the peers this worker leaves, so that they stop waiting for it.
   absl::Status Finish() override;
+  // Checkpoints (synchronous gossip only): the whole local model, its optimizer state and the
+  // next step. Every peer saves after the same step, so a restore of all of them continues
+  // exactly. Asynchronous gossip refuses (push-sum weight in flight would be lost).
+  absl::StatusOr<std::string> SaveState() const override;
+  absl::Status RestoreState(std::string_view state) override;
   double TakeMeanStaleness() override { return 0; }
   uint64_t bytes_pushed() const override { return mixer_.bytes_sent(); }
   uint64_t bytes_pulled() const override { return mixer_.bytes_received(); }

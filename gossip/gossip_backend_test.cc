@@ -151,5 +151,55 @@ TEST(GossipBackendTest, RefusesUnknownFeatureCountsAndKeys) {
   EXPECT_EQ(backend.Read(0, keys, rows, bias).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A one-peer backend with Adam state after a few local steps.
+std::unique_ptr<GossipBackend> SteppedBackend(Endpoint* ep, bool asynchronous, int steps) {
+  GossipOptions o;
+  o.peer_ids = {"w0"};
+  o.asynchronous = asynchronous;
+  o.optimizer.kind = wire::OptimizerKind::ADAM;
+  o.optimizer.learning_rate = 0.1f;
+  auto backend = std::make_unique<GossipBackend>(ep, o);
+  ParameterLayout layout;
+  layout.num_features = 10;
+  EXPECT_TRUE(backend->Init(layout).ok());
+  const std::vector<uint64_t> keys = {1, 7};
+  for (int s = 0; s < steps; ++s) {
+    const std::vector<float> grads = {0.5f + s, -1.0f}, bias = {0.25f};
+    EXPECT_TRUE(backend->Update(s, keys, grads, bias, 2.0f).ok());
+    EXPECT_TRUE(backend->EndIteration(s, 2.0f).ok());
+  }
+  return backend;
+}
+
+TEST(GossipBackendTest, SavedStateRestoresTheModelAndItsOptimizerExactly) {
+  InprocTransport transport;
+  auto ep = *transport.CreateEndpoint("w0");
+  auto saved = SteppedBackend(ep.get(), false, 3);
+  absl::StatusOr<std::string> state = saved->SaveState();
+  ASSERT_TRUE(state.ok()) << state.status();
+  // A restored peer and the saved one take the same next steps to the same bits.
+  auto restored = SteppedBackend(ep.get(), false, 0);
+  ASSERT_TRUE(restored->RestoreState(*state).ok());
+  for (GossipBackend* b : {saved.get(), restored.get()}) {
+    const std::vector<uint64_t> keys = {1};
+    const std::vector<float> grads = {2.0f}, bias = {1.0f};
+    ASSERT_TRUE(b->Update(3, keys, grads, bias, 1.0f).ok());
+  }
+  EXPECT_TRUE(std::equal(saved->parameters().begin(), saved->parameters().end(),
+                         restored->parameters().begin(), restored->parameters().end()));
+
+  EXPECT_EQ(restored->RestoreState(state->substr(0, state->size() - 4)).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(restored->RestoreState(*state + "x").code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(restored->RestoreState("PSBK").code(), absl::StatusCode::kInvalidArgument);
+  auto other = std::make_unique<GossipBackend>(ep.get(), GossipOptions{.peer_ids = {"w0"}});
+  ParameterLayout wider;
+  wider.num_features = 11;
+  ASSERT_TRUE(other->Init(wider).ok());
+  EXPECT_EQ(other->RestoreState(*state).code(), absl::StatusCode::kInvalidArgument);
+  auto async = SteppedBackend(ep.get(), true, 1);
+  EXPECT_EQ(async->SaveState().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace syncline

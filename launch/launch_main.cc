@@ -317,9 +317,14 @@ int Main(int argc, char** argv) {
     return 2;
   }
   if (job.sync.starts_with("gossip")) {
-    if (job.checkpoint_every > 0 || job.checkpoint_seconds > 0 || resume || resume_if_any) {
+    // Synchronous gossip checkpoints: every peer saves its model after the same step. Push-sum
+    // weight in flight between asynchronous peers would be lost.
+    const bool asynchronous = job.sync.starts_with("gossip-async:") || job.sync.ends_with(":async");
+    if (asynchronous &&
+        (job.checkpoint_every > 0 || job.checkpoint_seconds > 0 || resume || resume_if_any)) {
       std::cerr << "syncline-launch: --checkpoint-every, --checkpoint-seconds and --resume need "
-                   "parameter servers; gossip peers do not checkpoint yet\n";
+                   "parameter servers or synchronous gossip ("
+                << job.sync << " is asynchronous)\n";
       return 2;
     }
     // Serverless: the workers average with their neighbours.

@@ -73,6 +73,15 @@ int64_t LastLoggedClock(const std::string& out) {
   return last;
 }
 
+// Generated libsvm data in `data`: train.libsvm and test.libsvm.
+void Generate(const std::string& data, int rows, int test_rows, int features, int nnz, int seed) {
+  auto gen = RunProcess({kGen, "--out", data + "/train.libsvm", "--test-out", data + "/test.libsvm",
+                         "--rows", std::to_string(rows), "--test-rows", std::to_string(test_rows),
+                         "--features", std::to_string(features), "--nnz", std::to_string(nnz),
+                         "--seed", std::to_string(seed)});
+  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+}
+
 // After resumes, metrics.csv has each worker's steps once, in order, with times that go on
 // from the run before instead of starting again at 0.
 void ExpectEachStepLoggedOnceInOrder(const std::string& out) {
@@ -98,10 +107,7 @@ void ExpectEachStepLoggedOnceInOrder(const std::string& out) {
 
 TEST(CheckpointLaunchTest, AKilledServerResumesFromTheLastCheckpointAndEndsLikeAnUninterruptedRun) {
   const std::string data = TempDir("ckpt_data");
-  auto gen = RunProcess({kGen, "--out", data + "/train.libsvm", "--test-out", data + "/test.libsvm",
-                         "--rows", "16000", "--test-rows", "3000", "--features", "10000", "--nnz",
-                         "20", "--seed", "5"});
-  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+  ASSERT_NO_FATAL_FAILURE(Generate(data, 16000, 3000, 10000, 20, 5));
 
   const std::string whole = TempDir("ckpt_whole");
   auto a = RunProcess(Job(data, whole));
@@ -218,10 +224,7 @@ TEST(CheckpointLaunchTest, AKilledServerResumesFromTheLastCheckpointAndEndsLikeA
 // the uninterrupted one.
 TEST(CheckpointLaunchTest, TimeBasedCheckpointsCompleteAndResumeExactly) {
   const std::string data = TempDir("tckpt_data");
-  auto gen = RunProcess({kGen, "--out", data + "/train.libsvm", "--test-out", data + "/test.libsvm",
-                         "--rows", "8000", "--test-rows", "2000", "--features", "5000", "--nnz",
-                         "20", "--seed", "6"});
-  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+  ASSERT_NO_FATAL_FAILURE(Generate(data, 8000, 2000, 5000, 20, 6));
   auto job = [&](const std::string& out) {
     return std::vector<std::string>{kLaunch,
                                     "--train",
@@ -289,6 +292,60 @@ TEST(CheckpointLaunchTest, TimeBasedCheckpointsCompleteAndResumeExactly) {
             std::string::npos);
   auto both = RunProcess(Resume(if_any(out)));
   EXPECT_EQ(both.exit_code, 2) << both.output;
+  for (const std::string& dir : {data, out}) std::filesystem::remove_all(dir);
+}
+
+// Serverless: three synchronous gossip peers checkpoint their models every 20 steps; a job
+// resumed from the oldest checkpoint (the newer ones made partial) ends with the same
+// parameters, byte for byte, as the uninterrupted one. Asynchronous gossip is refused.
+TEST(CheckpointLaunchTest, SynchronousGossipPeersResumeExactly) {
+  const std::string data = TempDir("gckpt_data");
+  ASSERT_NO_FATAL_FAILURE(Generate(data, 6000, 1000, 2000, 10, 3));
+  const std::string out = TempDir("gckpt");
+  const std::vector<std::string> job = {kLaunch,
+                                        "--sync",
+                                        "gossip:ring",
+                                        "--workers",
+                                        "3",
+                                        "--optimizer",
+                                        "adagrad",
+                                        "--lr",
+                                        "0.1",
+                                        "--batch-size",
+                                        "64",
+                                        "--train",
+                                        data + "/train.libsvm",
+                                        "--test",
+                                        data + "/test.libsvm",
+                                        "--epochs",
+                                        "2",
+                                        "--checkpoint-every",
+                                        "20",
+                                        "--out",
+                                        out};
+  auto whole = RunProcess(job);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const std::string whole_params = ReadFile(out + "/params.tsv");
+  ASSERT_GT(whole_params.size(), 1000u);
+  std::vector<std::string> complete;
+  for (const auto& e : std::filesystem::directory_iterator(out + "/checkpoints")) {
+    if (std::filesystem::exists(e.path() / "MANIFEST")) complete.push_back(e.path().string());
+  }
+  std::sort(complete.begin(), complete.end());
+  ASSERT_GE(complete.size(), 2u) << whole.output;
+  for (size_t i = 1; i < complete.size(); ++i) std::filesystem::remove(complete[i] + "/MANIFEST");
+  std::filesystem::remove(out + "/params.tsv");
+
+  auto resumed = RunProcess(Resume(job));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(*JsonNumber(ReadFile(out + "/summary.json"), "resumed_from_clock"), 20)
+      << resumed.output;
+  EXPECT_TRUE(ReadFile(out + "/params.tsv") == whole_params);
+
+  auto async = RunProcess({kLaunch, "--sync", "gossip:exp:async", "--workers", "3",
+                           "--checkpoint-every", "5", "--out", out + "/async"});
+  EXPECT_EQ(async.exit_code, 2) << async.output;
+  EXPECT_NE(async.output.find("is asynchronous"), std::string::npos) << async.output;
   for (const std::string& dir : {data, out}) std::filesystem::remove_all(dir);
 }
 

@@ -169,15 +169,9 @@ absl::StatusOr<std::string> PsBackend::SaveState() const {
 }
 
 absl::Status PsBackend::RestoreState(std::string_view state) {
-  size_t at = 0;
-  const auto get = [&](void* p, size_t n) {
-    if (state.size() - at < n) return false;
-    std::memcpy(p, state.data() + at, n);
-    at += n;
-    return true;
-  };
+  StateReader in(state);
   uint32_t shards = 0;
-  if (!get(&shards, 4) || shards != feedback_.size()) {
+  if (!in.Read(&shards, 4) || shards != feedback_.size()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("the saved worker state has residuals for %d shards, this job has %d",
                         shards, feedback_.size()));
@@ -186,7 +180,7 @@ absl::Status PsBackend::RestoreState(std::string_view state) {
   for (int s = 0; s < servers; ++s) {
     ErrorFeedback& f = feedback_[s];
     uint64_t n = 0;
-    if (!get(&n, 8) || n > (state.size() - at) / sizeof(float)) {
+    if (!in.Read(&n, 8) || n > in.left() / sizeof(float)) {
       return absl::DataLossError("the saved worker state is truncated");
     }
     // A residual is empty (no compressed push yet) or covers the shard's range of dense rows.
@@ -199,10 +193,10 @@ absl::Status PsBackend::RestoreState(std::string_view state) {
           s, n, layout_.dense_rows ? expected : 0));
     }
     std::vector<float> residual(n);
-    get(residual.data(), n * sizeof(float));
+    in.Read(residual.data(), n * sizeof(float));
     f.SetResidual(residual);
   }
-  if (at != state.size()) return absl::DataLossError("the saved worker state has trailing bytes");
+  if (in.left() != 0) return absl::DataLossError("the saved worker state has trailing bytes");
   return absl::OkStatus();
 }
 

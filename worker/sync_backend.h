@@ -12,6 +12,7 @@
 #define SYNCLINE_WORKER_SYNC_BACKEND_H_
 
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -77,6 +78,24 @@ class SyncBackend {
 
   virtual uint64_t bytes_pushed() const = 0;
   virtual uint64_t bytes_pulled() const = 0;
+};
+
+// Reads a SaveState() string back field by field (in this machine's byte order).
+class StateReader {
+ public:
+  explicit StateReader(std::string_view state) : state_(state) {}
+  // Copies the next n bytes into `out`; false (nothing read) when fewer are left.
+  bool Read(void* out, size_t n) {
+    if (left() < n) return false;
+    std::memcpy(out, state_.data() + at_, n);
+    at_ += n;
+    return true;
+  }
+  size_t left() const { return state_.size() - at_; }
+
+ private:
+  std::string_view state_;
+  size_t at_ = 0;
 };
 
 }  // namespace syncline
