@@ -82,6 +82,11 @@ struct CudaCodec::Impl {
   DeviceArray<uint32_t> histogram, counts;
   DeviceArray<unsigned long long> offsets;
   DeviceArray<cu::TopKSelect> select;
+  // top-K: the whole selection as one CUDA graph for inputs of topk_graph_n values (its
+  // launches cost more than its kernels below tens of MiB), and where it leaves its result.
+  cudaGraphExec_t topk_graph = nullptr;
+  size_t topk_graph_n = 0;
+  cu::TopKSelect* found = nullptr;  // pinned host memory
   // What the device block holds.
   size_t block_bytes = 0;
   size_t block_n = std::numeric_limits<size_t>::max();
@@ -90,6 +95,8 @@ struct CudaCodec::Impl {
   uint32_t header[2] = {0, 0};
 
   ~Impl() {
+    if (topk_graph != nullptr) cudaGraphExecDestroy(topk_graph);
+    if (found != nullptr) cudaFreeHost(found);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 
@@ -115,14 +122,10 @@ struct CudaCodec::Impl {
     return absl::OkStatus();
   }
 
-  // Finds the k-th largest key of input[0, n) and writes the top-k block. Every step runs on
-  // the device, reading what the previous one found from `select`; the host waits once.
-  absl::Status EncodeTopK(size_t n) {
-    const size_t k = TopKCount(spec.ratio, n);
-    header[0] = static_cast<uint32_t>(k);
-    SYNCLINE_RETURN_IF_ERROR(WriteHeader(1));
-    block_k = k;
-    if (k == 0) return absl::OkStatus();
+  // Enqueues the selection of the k largest of input[0, n) and the top-k block's entries, then
+  // the copy of `select` into *found. Every step runs on the device, reading what the previous
+  // one found from `select`.
+  absl::Status EnqueueTopK(size_t n, size_t k) {
     SYNCLINE_CUDA_RETURN_IF_ERROR(cu::LaunchTopKStart(select.get(), k, stream));
     for (int pass = 0; pass < cu::kRadixPasses; ++pass) {
       const int bits = cu::kRadixBits[pass];
@@ -134,27 +137,62 @@ struct CudaCodec::Impl {
       SYNCLINE_CUDA_RETURN_IF_ERROR(
           cu::LaunchSelectDigit(histogram.get(), shift, bits, select.get(), stream));
     }
-    const size_t tiles = Tiles(n);
     SYNCLINE_CUDA_RETURN_IF_ERROR(
         cu::LaunchCountAroundCut(input.get(), n, select.get(), counts.get(), stream));
     SYNCLINE_CUDA_RETURN_IF_ERROR(
-        cu::LaunchTileOffsets(counts.get(), tiles, k, select.get(), offsets.get(), stream));
+        cu::LaunchTileOffsets(counts.get(), Tiles(n), k, select.get(), offsets.get(), stream));
     auto* indices = reinterpret_cast<uint32_t*>(block.get() + 4);
     auto* values = reinterpret_cast<float*>(block.get() + 4 + 4 * k);
     SYNCLINE_CUDA_RETURN_IF_ERROR(cu::LaunchCompactAroundCut(
         input.get(), n, select.get(), offsets.get(), k, indices, values, stream));
-    cu::TopKSelect found;
     SYNCLINE_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(&found, select.get(), sizeof(found), cudaMemcpyDeviceToHost, stream));
+        cudaMemcpyAsync(found, select.get(), sizeof(*found), cudaMemcpyDeviceToHost, stream));
+    return absl::OkStatus();
+  }
+
+  // Captures EnqueueTopK(n, k) into topk_graph, unless it holds that already.
+  absl::Status PrepareTopKGraph(size_t n, size_t k) {
+    if (topk_graph != nullptr && topk_graph_n == n) return absl::OkStatus();
+    if (topk_graph != nullptr) cudaGraphExecDestroy(topk_graph);
+    topk_graph = nullptr;
+    SYNCLINE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    const absl::Status enqueued = EnqueueTopK(n, k);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t captured = cudaStreamEndCapture(stream, &graph);
+    if (!enqueued.ok()) {
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      return enqueued;
+    }
+    SYNCLINE_CUDA_RETURN_IF_ERROR(captured);
+    const cudaError_t instantiated = cudaGraphInstantiate(&topk_graph, graph, 0);
+    cudaGraphDestroy(graph);
+    if (instantiated != cudaSuccess) {
+      topk_graph = nullptr;
+      return CudaError(instantiated, "cudaGraphInstantiate (topk)");
+    }
+    topk_graph_n = n;
+    return absl::OkStatus();
+  }
+
+  // Finds the k-th largest key of input[0, n) and writes the top-k block: one graph launch,
+  // and the host waits once, to read the outcome.
+  absl::Status EncodeTopK(size_t n) {
+    const size_t k = TopKCount(spec.ratio, n);
+    header[0] = static_cast<uint32_t>(k);
+    SYNCLINE_RETURN_IF_ERROR(WriteHeader(1));
+    block_k = k;
+    if (k == 0) return absl::OkStatus();
+    SYNCLINE_RETURN_IF_ERROR(PrepareTopKGraph(n, k));
+    SYNCLINE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(topk_graph, stream));
     SYNCLINE_RETURN_IF_ERROR(Sync());
-    if (found.error == cu::kTopKLostCount) {
+    if (found->error == cu::kTopKLostCount) {
       return absl::InternalError("topk radix select lost count of the keys");
     }
-    if (found.error != 0) {
+    if (found->error != 0) {
       return absl::InternalError(absl::StrFormat(
           "topk radix select is inconsistent: the tile counts around cut %#x do not make k = %d "
           "with %d ties",
-          found.prefix, k, found.remaining));
+          found->prefix, k, found->remaining));
     }
     return absl::OkStatus();
   }
@@ -184,6 +222,9 @@ absl::StatusOr<std::unique_ptr<CudaCodec>> CudaCodec::Create(const CodecSpec& sp
     SYNCLINE_RETURN_IF_ERROR(impl->counts.Reserve(2 * Tiles(capacity)));
     SYNCLINE_RETURN_IF_ERROR(impl->offsets.Reserve(2 * Tiles(capacity)));
     SYNCLINE_RETURN_IF_ERROR(impl->select.Reserve(1));
+    void* pinned = nullptr;
+    SYNCLINE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned, sizeof(cu::TopKSelect)));
+    impl->found = static_cast<cu::TopKSelect*>(pinned);
   }
   return std::unique_ptr<CudaCodec>(new CudaCodec(std::move(impl)));
 }
