@@ -7,7 +7,7 @@
 //     ps0/table-1.sst   ...       files each node writes (relative paths, at most one subfolder;
 //                                 snapshot files come from SnapshotWriter, snapshot.h)
 //     ps0.receipt  w0.receipt     one per node: its clock and each file's size and CRC32C
-//     MANIFEST                    written last by the coordinator: clock, time, nodes, job
+//     MANIFEST                    written last by the launcher: clock, time, nodes, job
 //
 // A checkpoint exists once its MANIFEST does; a folder without one is in progress or abandoned.
 // Receipts and manifests are sealed text files (text_format.h: a "syncline-receipt version 1"
@@ -25,7 +25,7 @@
 // of things the format cannot hold.
 //
 // Thread-safety: stateless functions. Concurrent writers must write different files (one
-// receipt per node; the MANIFEST by the coordinator only).
+// receipt per node; the MANIFEST by the launcher (CheckpointTracker) only).
 #ifndef SYNCLINE_CHECKPOINT_CHECKPOINT_H_
 #define SYNCLINE_CHECKPOINT_CHECKPOINT_H_
 
