@@ -359,10 +359,10 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"criteo_compress",
                      [](JobConfig& c) {
                        c.format = "criteo";
-                       c.compress = "fp16";
+                       c.compress = "sign1";
                      },
-                     "--compress=fp16: needs a bounded feature count; Criteo ids are 64-bit "
-                     "hashes"},
+                     "--compress=sign1: top-K and sign1 need a bounded feature count; Criteo ids "
+                     "are 64-bit hashes (their sparse pushes take fp16)"},
         ValidateCase{"criteo_gossip",
                      [](JobConfig& c) {
                        c.model = "ctr";

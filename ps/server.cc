@@ -322,13 +322,14 @@ absl::Status ParameterServer::Push(Message& message, ShardTable& table, bool* ac
   std::vector<float> decoded;
   if (h.getCodec() != 0) {
     // A compressed gradient: validated and decoded here, then treated like a raw one.
-    if (!c.dense) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("table %d is sparse: compressed pushes need a dense table", c.id));
-    }
     const auto kind = static_cast<CodecKind>(h.getCodec());
     if (kind != CodecKind::kTopK && kind != CodecKind::kSign1 && kind != CodecKind::kFp16) {
       return absl::InvalidArgumentError(absl::StrFormat("unknown codec %d", h.getCodec()));
+    }
+    if (!c.dense && kind != CodecKind::kFp16) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "table %d is sparse: its pushes may be fp16, but top-K and sign1 need a dense table",
+          c.id));
     }
     if (h.getValueCount() != expected_values) {
       return absl::InvalidArgumentError(

@@ -333,6 +333,49 @@ TEST(ParameterServerTest, CompressedPushesAreDecodedAndBadBlocksRejected) {
   EXPECT_FLOAT_EQ(w[500], 0.0f);  // not among the top 2: left for error feedback
 }
 
+// Sparse rows take fp16 pushes (values rounded to half precision), not top-K or sign1.
+TEST(ParameterServerTest, SparsePushesMayBeHalfPrecisionOnly) {
+  ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 1, .staleness = -1});
+  h.Send(0, Declare(0, SparseTable()));
+  const std::vector<float> grads = {0.1f, -2.0f, 3.0f, 65504.0f};  // keys 5 and 9, dim 2
+  auto encoded = [&](CodecKind kind, uint64_t id) {
+    std::vector<std::byte> block;
+    Codec::Create(CodecSpec{.kind = kind, .ratio = 0.5})->Encode(grads, &block);
+    auto b = Request(wire::MsgType::PUSH, 0, id);
+    b.header().setKeyCount(2);
+    b.header().setValueCount(grads.size());
+    b.header().setWeight(1);
+    b.header().setCodec(static_cast<uint8_t>(kind));
+    b.AddFrame(Frame::Own(std::vector<uint64_t>{5, 9}));
+    b.AddFrame(Frame::Own(std::move(block)));
+    return b.Finish();
+  };
+  h.Send(0, encoded(CodecKind::kFp16, 2));
+  h.Send(0, encoded(CodecKind::kSign1, 3));
+  h.Send(0, encoded(CodecKind::kTopK, 4));
+  h.Send(0, SparsePull(0, 5, {5, 9}, 10));
+  h.Serve();
+  EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);  // declare
+  EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);  // fp16 push
+  for (int refused = 0; refused < 2; ++refused) {
+    auto reply = h.Reply(0);
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_EQ(reply->header().getType(), wire::MsgType::ERROR);
+    EXPECT_NE(std::string(reply->header().getMessage().cStr()).find("need a dense table"),
+              std::string::npos);
+  }
+  auto pulled = h.Reply(0);
+  ASSERT_TRUE(pulled.has_value());
+  // lr 1, SGD: w = -g, with g as half precision rounds it (0.1 is not exact in binary16).
+  const std::vector<float> w = ValuesOf(*pulled);
+  ASSERT_EQ(w.size(), 4u);
+  EXPECT_NE(w[0], -0.1f);
+  EXPECT_NEAR(w[0], -0.1f, 0.1f / 1024);
+  EXPECT_EQ(w[1], 2.0f);
+  EXPECT_EQ(w[2], -3.0f);
+  EXPECT_EQ(w[3], -65504.0f);
+}
+
 TEST(ParameterServerTest, ConflictingDeclarationIsRefused) {
   ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 1, .staleness = -1});
   TableConfig c = SparseTable();

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iostream>
 #include <string>
 
 #include "tests/test_util.h"
@@ -18,9 +19,16 @@ using testing_util::TempDir;
 const std::string kLaunch = SYNCLINE_LAUNCH_BIN;
 const std::string kGen = SYNCLINE_GEN_BIN;
 
-// The test AUC of `model` trained on 30k generated Criteo rows with strong pairwise terms.
-double TrainAndTestAuc(const std::string& data, const std::string& model) {
-  const std::string out = TempDir("ctr_" + model);
+struct CtrRun {
+  double auc = 0;
+  double bytes_pushed = 0;
+};
+
+// `model` trained on 30k generated Criteo rows with strong pairwise terms: its test AUC and
+// the bytes its workers pushed.
+CtrRun TrainAndTest(const std::string& data, const std::string& model,
+                    const std::string& compress = "none") {
+  const std::string out = TempDir("ctr_" + model + "_" + compress);
   auto r = RunProcess({kLaunch,
                        "--servers",
                        "1",
@@ -42,13 +50,16 @@ double TrainAndTestAuc(const std::string& data, const std::string& model) {
                        "4",
                        "--hidden",
                        "16",
+                       "--compress",
+                       compress,
                        "--out",
                        out});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   const std::string summary = ReadFile(out + "/summary.json");
   EXPECT_NE(summary.find("\"model\": \"" + model + "\""), std::string::npos) << summary;
   EXPECT_EQ(JsonNumber(summary, "test_examples").value_or(0), 5000) << summary;
-  return JsonNumber(summary, "test_auc").value_or(0);
+  return {JsonNumber(summary, "test_auc").value_or(0),
+          JsonNumber(summary, "bytes_pushed").value_or(0)};
 }
 
 TEST(CtrLaunchTest, CtrLearnsTheInteractionsThatLogregMisses) {
@@ -58,11 +69,17 @@ TEST(CtrLaunchTest, CtrLearnsTheInteractionsThatLogregMisses) {
                          "--interaction", "2", "--out", data + "/train.txt", "--test-out",
                          data + "/test.txt"});
   ASSERT_EQ(gen.exit_code, 0) << gen.output;
-  const double ctr = TrainAndTestAuc(data, "ctr");
-  const double logreg = TrainAndTestAuc(data, "logreg");
+  const CtrRun ctr = TrainAndTest(data, "ctr");
+  const CtrRun logreg = TrainAndTest(data, "logreg");
   // Measured 0.70 and 0.61 (BSP runs are deterministic).
-  EXPECT_GT(ctr, 0.67);
-  EXPECT_GT(ctr - logreg, 0.05) << "logreg " << logreg;
+  EXPECT_GT(ctr.auc, 0.67);
+  EXPECT_GT(ctr.auc - logreg.auc, 0.05) << "logreg " << logreg.auc;
+  // Sparse row gradients pushed as fp16: fewer bytes, the same model up to rounding.
+  const CtrRun half = TrainAndTest(data, "ctr", "fp16");
+  EXPECT_NEAR(half.auc, ctr.auc, 0.01);
+  EXPECT_LT(half.bytes_pushed, 0.8 * ctr.bytes_pushed) << "plain " << ctr.bytes_pushed;
+  std::cerr << "ctr bytes pushed: " << ctr.bytes_pushed << " plain, " << half.bytes_pushed
+            << " fp16; AUC " << ctr.auc << " / " << half.auc << "\n";
 }
 
 TEST(CtrLaunchTest, BadCriteoInputGetsAClearMessageAndExitCode2) {

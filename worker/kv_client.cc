@@ -82,7 +82,7 @@ absl::Status KVClient::DeclareTable(const TableConfig& config, absl::Time deadli
 
 absl::StatusOr<Ticket> KVClient::SparseOp(Op op, uint32_t table, std::span<const uint64_t> keys,
                                           std::span<const float> values, std::span<float> out,
-                                          int64_t clock, float weight) {
+                                          int64_t clock, float weight, bool half) {
   auto config = FindTable(table, /*dense=*/false);
   if (!config.ok()) return config.status();
   const uint32_t dim = (*config)->dim;
@@ -108,6 +108,12 @@ absl::StatusOr<Ticket> KVClient::SparseOp(Op op, uint32_t table, std::span<const
     b.AddFrame(std::move(key_frame));
     if (pushes) {
       b.header().setValueCount(v.size());
+      if (half) {
+        std::vector<std::byte> block;
+        HalfCodec().Encode(v, &block);
+        b.header().setCodec(static_cast<uint8_t>(CodecKind::kFp16));
+        value_frame = Frame::Own(std::move(block));
+      }
       b.AddFrame(std::move(value_frame));
     }
     return b.Finish();
@@ -221,6 +227,17 @@ absl::StatusOr<Ticket> KVClient::Push(uint32_t table, std::span<const uint64_t> 
                                       std::span<const float> values, int64_t clock, float weight) {
   return SparseOp(Op::kPush, table, keys, values, {}, clock, weight);
 }
+absl::StatusOr<Ticket> KVClient::PushHalf(uint32_t table, std::span<const uint64_t> keys,
+                                          std::span<const float> values, int64_t clock,
+                                          float weight) {
+  return SparseOp(Op::kPush, table, keys, values, {}, clock, weight, /*half=*/true);
+}
+
+const Codec& KVClient::HalfCodec() {
+  if (half_codec_ == nullptr) half_codec_ = Codec::Create(CodecSpec{.kind = CodecKind::kFp16});
+  return *half_codec_;
+}
+
 absl::StatusOr<Ticket> KVClient::Pull(uint32_t table, std::span<const uint64_t> keys,
                                       std::span<float> out, int64_t clock) {
   return SparseOp(Op::kPull, table, keys, {}, out, clock, 0);

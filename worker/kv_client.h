@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "compression/codec.h"
 #include "core/table_config.h"
 #include "core/transport.h"
 
@@ -53,6 +55,11 @@ class KVClient {
   // Sparse tables: `values` / `out` hold keys.size() * dim floats.
   absl::StatusOr<Ticket> Push(uint32_t table, std::span<const uint64_t> keys,
                               std::span<const float> values, int64_t clock, float weight);
+  // Push with the values sent as IEEE binary16 (codec fp16): half the value bytes, each value
+  // rounded to 11 significant bits. For sparse row gradients, which change rows every step
+  // and so keep no error-feedback residual.
+  absl::StatusOr<Ticket> PushHalf(uint32_t table, std::span<const uint64_t> keys,
+                                  std::span<const float> values, int64_t clock, float weight);
   absl::StatusOr<Ticket> Pull(uint32_t table, std::span<const uint64_t> keys, std::span<float> out,
                               int64_t clock);
   absl::StatusOr<Ticket> PushPull(uint32_t table, std::span<const uint64_t> keys,
@@ -121,9 +128,11 @@ class KVClient {
   };
 
   enum class Op { kPush, kPull, kPushPull };
+  const Codec& HalfCodec();
+  // `half`: pushed values go as fp16 blocks (PushHalf).
   absl::StatusOr<Ticket> SparseOp(Op op, uint32_t table, std::span<const uint64_t> keys,
                                   std::span<const float> values, std::span<float> out,
-                                  int64_t clock, float weight);
+                                  int64_t clock, float weight, bool half = false);
   // Pulled values land in `out`, or as frames in `out_frames` when it is set (then `count`
   // gives the values to pull).
   absl::StatusOr<Ticket> DenseOp(Op op, uint32_t table, uint64_t begin,
@@ -150,6 +159,7 @@ class KVClient {
   uint64_t bytes_pulled_ = 0;
   uint64_t staleness_sum_ = 0;
   uint64_t staleness_replies_ = 0;
+  std::unique_ptr<Codec> half_codec_;  // made at the first PushHalf
 };
 
 }  // namespace syncline

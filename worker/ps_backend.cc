@@ -14,8 +14,9 @@ PsBackend::PsBackend(KVClient* client, absl::Duration request_timeout, CodecSpec
 }
 
 absl::Status PsBackend::Init(const ParameterLayout& layout) {
-  if (codec_ != nullptr && !layout.dense_rows) {
-    return absl::InvalidArgumentError("gradient compression needs dense rows");
+  if (codec_ != nullptr && !layout.dense_rows && codec_spec_.kind != CodecKind::kFp16) {
+    return absl::InvalidArgumentError(
+        "top-K and sign1 compression need dense rows (sparse rows may be pushed as fp16)");
   }
   if (layout.dense_rows && layout.num_features == 0) {
     return absl::InvalidArgumentError("dense rows need the number of features");
@@ -134,7 +135,10 @@ absl::Status PsBackend::Update(int64_t clock, std::span<const uint64_t> keys,
   if (layout_.dense_rows) {
     if (auto s = PushDenseRows(clock, keys, row_grads, examples); !s.ok()) return s;
   } else if (!keys.empty()) {
-    auto t = client_->Push(kRowsTable, keys, row_grads, clock, examples);
+    // Sparse rows: fp16 needs no residual, so it is the one codec they take.
+    auto t = codec_spec_.kind == CodecKind::kFp16
+                 ? client_->PushHalf(kRowsTable, keys, row_grads, clock, examples)
+                 : client_->Push(kRowsTable, keys, row_grads, clock, examples);
     if (!t.ok()) return t.status();
     pending_pushes_.push_back(*t);
   }

@@ -114,9 +114,10 @@ absl::Status CheckCriteoCombination(const WorkerFlags& f, bool criteo) {
         "--model ctr needs Criteo data (--format criteo, or a .tsv file)");
   }
   if (!criteo) return absl::OkStatus();
-  if (f.compress != "none") {
+  if (f.compress != "none" && f.compress != "fp16") {
     return absl::InvalidArgumentError(
-        "--compress needs a bounded feature count; Criteo ids are 64-bit hashes");
+        "--compress top-K and sign1 need a bounded feature count; Criteo ids are 64-bit hashes "
+        "(their sparse pushes take --compress fp16)");
   }
   if (f.sync.starts_with("gossip")) {
     return absl::InvalidArgumentError(
@@ -400,8 +401,9 @@ int Main(int argc, char** argv) {
   layout.num_features = train->num_features;  // 0 for Criteo data: any 64-bit id
   layout.row_init_scale = (*model)->row_init_scale();
   layout.bias_init_scale = (*model)->bias_init_scale();
-  // Compressed pushes work on a dense gradient; gossip peers keep the whole model anyway.
-  layout.dense_rows = codec->kind != CodecKind::kNone && !gossip;
+  // Compressed pushes work on a dense gradient (gossip peers keep the whole model anyway),
+  // except for Criteo's unbounded ids, whose sparse pushes go as fp16 (PsBackend).
+  layout.dense_rows = codec->kind != CodecKind::kNone && !gossip && layout.num_features > 0;
   layout.optimizer.kind = *optimizer;
   layout.optimizer.learning_rate = static_cast<float>(f.lr);
   layout.optimizer.l2 = static_cast<float>(f.l2);
