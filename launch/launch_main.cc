@@ -526,8 +526,11 @@ int Main(int argc, char** argv) {
     report.DrawProgress(absl::Now() - start);
   }
   run.join();
-  // Nodes exit on their own after the shutdown (or the abort); give them a moment.
-  const absl::Time grace = absl::Now() + absl::Seconds(10);
+  // Nodes exit on their own after the shutdown or the abort; give them a moment. After a
+  // failure, a node that had not registered yet never hears of the abort (it would wait for
+  // its startup timeout): those get a second, then SIGTERM.
+  const bool failed = !job_status.ok() || !failure.empty();
+  const absl::Time grace = absl::Now() + (failed ? absl::Seconds(1) : absl::Seconds(10));
   while (group.running() > 0 && absl::Now() < grace) {
     exited.clear();
     (void)group.Poll(absl::Milliseconds(100), &exited);
