@@ -83,6 +83,7 @@ class Parser {
     while (pos_ < s_.size()) {
       const char c = s_[pos_++];
       if (c == '"') return true;
+      if (static_cast<unsigned char>(c) < 0x20) return false;  // raw control characters
       if (c != '\\') {
         out->push_back(c);
         continue;
@@ -107,21 +108,41 @@ class Parser {
           break;
         case 'u': {
           uint32_t code = 0;
-          if (pos_ + 4 > s_.size()) return false;
-          for (int i = 0; i < 4; ++i) {
-            const char h = s_[pos_++];
-            if (!absl::ascii_isxdigit(static_cast<unsigned char>(h))) return false;
-            code =
-                code * 16 + (absl::ascii_isdigit(h) ? h - '0' : absl::ascii_tolower(h) - 'a' + 10);
+          if (!ParseHex4(&code)) return false;
+          if (code >= 0xD800 && code < 0xDC00) {  // a high surrogate: its low half must follow
+            uint32_t low = 0;
+            if (!Eat('\\') || !Eat('u') || !ParseHex4(&low) || low < 0xDC00 || low >= 0xE000) {
+              return false;
+            }
+            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+          } else if (code >= 0xDC00 && code < 0xE000) {
+            return false;  // a low surrogate alone
           }
           AppendUtf8(code, out);
           break;
         }
-        default:  // '"', '\\', '/'
+        case '"':
+        case '\\':
+        case '/':
           out->push_back(e);
+          break;
+        default:
+          return false;  // not a JSON escape
       }
     }
     return false;
+  }
+
+  // Four hex digits at pos_.
+  bool ParseHex4(uint32_t* code) {
+    if (pos_ + 4 > s_.size()) return false;
+    *code = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char h = s_[pos_++];
+      if (!absl::ascii_isxdigit(static_cast<unsigned char>(h))) return false;
+      *code = *code * 16 + (absl::ascii_isdigit(h) ? h - '0' : absl::ascii_tolower(h) - 'a' + 10);
+    }
+    return true;
   }
 
   static void AppendUtf8(uint32_t code, std::string* out) {
@@ -130,8 +151,13 @@ class Parser {
     } else if (code < 0x800) {
       out->push_back(static_cast<char>(0xC0 | (code >> 6)));
       out->push_back(static_cast<char>(0x80 | (code & 0x3F)));
-    } else {
+    } else if (code < 0x10000) {
       out->push_back(static_cast<char>(0xE0 | (code >> 12)));
+      out->push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
+      out->push_back(static_cast<char>(0x80 | (code & 0x3F)));
+    } else {
+      out->push_back(static_cast<char>(0xF0 | (code >> 18)));
+      out->push_back(static_cast<char>(0x80 | ((code >> 12) & 0x3F)));
       out->push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
       out->push_back(static_cast<char>(0x80 | (code & 0x3F)));
     }

@@ -34,9 +34,17 @@ TEST(SummaryJsonTest, AmbiguousNestedKeysGiveNothing) {
   EXPECT_EQ(SummaryNumber(*fields, "b.n"), 2);
 }
 
+TEST(SummaryJsonTest, SurrogatePairsBecomeOneCharacter) {
+  auto fields = ParseSummaryJson(R"({"s": "\ud83d\ude00 ok"})");
+  ASSERT_TRUE(fields.ok()) << fields.status();
+  EXPECT_EQ(*fields->at("s").text, "\xf0\x9f\x98\x80 ok");
+}
+
 TEST(SummaryJsonTest, MalformedTextNamesTheByte) {
-  for (const char* bad : {"", "[1]", "{\"a\" 1}", "{\"a\": 1,}", "{\"a\": 1} x",
-                          "{\"a\": {\"b\": 1}", "{\"a\": tru}"}) {
+  // Structure errors, an unknown escape, lone surrogates and a raw tab inside a string.
+  for (const char* bad :
+       {"", "[1]", "{\"a\" 1}", "{\"a\": 1,}", "{\"a\": 1} x", "{\"a\": {\"b\": 1}", "{\"a\": tru}",
+        R"({"a": "\x"})", R"({"a": "\ud83d"})", R"({"a": "\ude00"})", "{\"a\": \"tab\there\"}"}) {
     auto fields = ParseSummaryJson(bad);
     EXPECT_EQ(fields.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(fields.status().message().find("at byte"), std::string::npos) << bad;
