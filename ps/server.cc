@@ -342,6 +342,11 @@ absl::Status ParameterServer::Push(Message& message, ShardTable& table, bool* ac
       // A sparse block goes straight to the rows it carries: no dense copy of the range.
       return PushTopK(message, table, range, bytes);
     }
+    // The block must fit its claimed size before a buffer of that size is made: a sparse
+    // push's keyCount * dim could otherwise ask for gigabytes on the strength of a tiny block.
+    if (auto s = compression_internal::ValidateBlock(kind, bytes, expected_values); !s.ok()) {
+      return s;
+    }
     decoded.assign(expected_values, 0.0f);
     CodecSpec spec;
     spec.kind = kind;

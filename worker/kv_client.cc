@@ -1,6 +1,7 @@
 #include "worker/kv_client.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -80,6 +81,10 @@ absl::Status KVClient::DeclareTable(const TableConfig& config, absl::Time deadli
   return Wait(ticket, deadline);
 }
 
+namespace {
+constexpr float kMaxHalf = 65504.0f;  // the largest finite binary16
+}  // namespace
+
 absl::StatusOr<Ticket> KVClient::SparseOp(Op op, uint32_t table, std::span<const uint64_t> keys,
                                           std::span<const float> values, std::span<float> out,
                                           int64_t clock, float weight, bool half) {
@@ -108,7 +113,10 @@ absl::StatusOr<Ticket> KVClient::SparseOp(Op op, uint32_t table, std::span<const
     b.AddFrame(std::move(key_frame));
     if (pushes) {
       b.header().setValueCount(v.size());
-      if (half) {
+      // A value beyond binary16's range (or not finite) would arrive as infinity: such a
+      // message goes raw.
+      if (half &&
+          std::all_of(v.begin(), v.end(), [](float x) { return std::abs(x) <= kMaxHalf; })) {
         std::vector<std::byte> block;
         HalfCodec().Encode(v, &block);
         b.header().setCodec(static_cast<uint8_t>(CodecKind::kFp16));

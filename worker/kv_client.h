@@ -56,8 +56,9 @@ class KVClient {
   absl::StatusOr<Ticket> Push(uint32_t table, std::span<const uint64_t> keys,
                               std::span<const float> values, int64_t clock, float weight);
   // Push with the values sent as IEEE binary16 (codec fp16): half the value bytes, each value
-  // rounded to 11 significant bits. For sparse row gradients, which change rows every step
-  // and so keep no error-feedback residual.
+  // rounded to 11 significant bits (magnitudes below 2^-24 become 0). For sparse row
+  // gradients, which change rows every step and so keep no error-feedback residual. A
+  // server's part holding a value beyond +-65504 (or not finite) goes as float32 instead.
   absl::StatusOr<Ticket> PushHalf(uint32_t table, std::span<const uint64_t> keys,
                                   std::span<const float> values, int64_t clock, float weight);
   absl::StatusOr<Ticket> Pull(uint32_t table, std::span<const uint64_t> keys, std::span<float> out,

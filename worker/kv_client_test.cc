@@ -63,6 +63,35 @@ TEST(KVClientTest, SparsePushPullAcrossShards) {
   }
 }
 
+// Half-precision pushes: half the value bytes; values rounded to binary16, except a server's
+// part with a value beyond its range, which goes as float32.
+TEST(KVClientTest, HalfPushesRoundOrFallBackToFloats) {
+  Cluster cluster(1, 1, -1);
+  auto ep = cluster.WorkerEndpoint(0);
+  KVClient client(ep.get(), cluster.ClientOptions(0));
+  ASSERT_TRUE(client.DeclareTable(Sparse(1, 2), Soon()).ok());
+  const std::vector<uint64_t> keys = {3, 4};
+  auto push_and_pull = [&](uint32_t table, const std::vector<float>& grads, bool half) {
+    const uint64_t before = client.bytes_pushed();
+    auto push = half ? client.PushHalf(table, keys, grads, 0, 1.0f)
+                     : client.Push(table, keys, grads, 0, 1.0f);
+    EXPECT_TRUE(push.ok() && client.Wait(*push, Soon()).ok());
+    std::vector<float> out(4);
+    auto pull = client.Pull(table, keys, out, 0);
+    EXPECT_TRUE(pull.ok() && client.Wait(*pull, Soon()).ok());
+    return std::make_pair(out, client.bytes_pushed() - before);
+  };
+  const auto [rounded, half_bytes] = push_and_pull(1, {0.1f, 1.0f, -2.5f, 1000.0f}, true);
+  EXPECT_NEAR(rounded[0], -0.1f, 0.1f / 1024);
+  EXPECT_NE(rounded[0], -0.1f);
+  EXPECT_EQ(rounded[3], -1000.0f);
+  ASSERT_TRUE(client.DeclareTable(Sparse(2, 2), Soon()).ok());
+  const auto [exact, float_bytes] = push_and_pull(2, {0.1f, 1.0f, -2.5f, 1e6f}, true);
+  EXPECT_EQ(exact[0], -0.1f);
+  EXPECT_EQ(exact[3], -1e6f);
+  EXPECT_EQ(float_bytes - half_bytes, 4 * 2u);  // four values, two bytes each
+}
+
 TEST(KVClientTest, LargeDenseRangesAreSplitIntoPiecesAndReassembled) {
   Cluster cluster(2, 1, -1);
   auto ep = cluster.WorkerEndpoint(0);
