@@ -2,7 +2,9 @@
 // the parameter servers and the workers (as child processes), shows progress, and writes the
 // run's metrics.csv and summary.json. If any process fails it stops the others and exits
 // non-zero with the reason.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -245,14 +247,15 @@ absl::StatusOr<std::pair<std::string, int>> SetAsideEarlierRun(const std::string
   }
   if (ec) return absl::InternalError(absl::StrCat("cannot list ", root, ": ", ec.message()));
   if (earlier.empty()) return std::make_pair(std::string(), 0);
-  const std::string stamp = absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone());
+  const std::string stamp = absl::FormatTime("%Y%m%d-%H%M%SZ", absl::Now(), absl::UTCTimeZone());
   fs::path to = fs::path(root) / ("earlier-run-" + stamp);
-  for (int n = 2; fs::exists(to, ec); ++n) {
+  // create_directory says whether it made the folder: one that exists is another run's.
+  for (int n = 2; !fs::create_directory(to, ec); ++n) {
+    if (ec) {
+      return absl::InternalError(absl::StrCat("cannot create ", to.string(), ": ", ec.message()));
+    }
     to = fs::path(root) / absl::StrCat("earlier-run-", stamp, "-", n);
   }
-  fs::create_directory(to, ec);
-  if (ec)
-    return absl::InternalError(absl::StrCat("cannot create ", to.string(), ": ", ec.message()));
   for (const fs::path& p : earlier) {
     fs::rename(p, to / p.filename(), ec);
     if (ec) {
@@ -261,6 +264,23 @@ absl::StatusOr<std::pair<std::string, int>> SetAsideEarlierRun(const std::string
     }
   }
   return std::make_pair(to.string(), static_cast<int>(earlier.size()));
+}
+
+// Takes `folder`/.syncline-launch.lock for as long as this process lives (the descriptor is
+// closed on exec, so children do not hold it): two launchers writing one run folder or one
+// checkpoint folder would mix their files and move each other's checkpoints.
+absl::Status LockFolder(const std::string& folder) {
+  std::error_code ec;
+  fs::create_directories(folder, ec);
+  const std::string path = (fs::path(folder) / ".syncline-launch.lock").string();
+  const int fd = open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("cannot open ", path));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat(folder, " is in use by another syncline-launch (", path, " is locked)"));
+  }
+  return absl::OkStatus();  // the descriptor stays open, and locked, until exit
 }
 
 // Checkpoint flags, the same for servers and workers.
@@ -338,6 +358,19 @@ int Main(int argc, char** argv) {
     std::cerr << "syncline-launch: cannot create --out " << job.out << ": " << ec.message() << "\n";
     return 2;
   }
+  std::vector<std::string> locked = {job.out};
+  if (job.checkpoint_every > 0 || job.checkpoint_seconds > 0 || resume || resume_if_any) {
+    // The checkpoint folder too, unless it is the run folder itself.
+    if (fs::weakly_canonical(job.checkpoint_dir, ec) != fs::weakly_canonical(job.out, ec)) {
+      locked.push_back(job.checkpoint_dir);
+    }
+  }
+  for (const std::string& folder : locked) {
+    if (auto s = LockFolder(folder); !s.ok()) {
+      std::cerr << "syncline-launch: " << s.message() << "\n";
+      return 2;
+    }
+  }
   if (job.train.empty()) {
     if (auto s = GenerateData(job); !s.ok()) {
       std::cerr << "syncline-launch: " << s.message() << "\n";
@@ -394,6 +427,20 @@ int Main(int argc, char** argv) {
                   << key << " " << value << "; this job has " << it->second
                   << " (resume with the same settings, or start afresh with another --out)\n";
         return 2;
+      }
+    }
+    if (job.sync.starts_with("gossip")) {
+      // A gossip peer missing from the checkpoint (lost, or finished before it) would come
+      // back with an empty model that its neighbours average in; resume only with every peer.
+      for (int w = 0; w < job.workers; ++w) {
+        const std::string node = absl::StrCat("w", w);
+        if (std::find(found->manifest.nodes.begin(), found->manifest.nodes.end(), node) ==
+            found->manifest.nodes.end()) {
+          std::cerr << "syncline-launch: --resume: " << found->dir << " holds no state of " << node
+                    << " (lost or finished before it); gossip peers resume only from "
+                    << "a checkpoint of every peer: move this folder aside to use an older one\n";
+          return 2;
+        }
       }
     }
     restore = found->dir;

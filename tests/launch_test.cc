@@ -207,6 +207,7 @@ struct KillResult {
   std::string output;
   std::vector<ExitEvent> exited;
   std::vector<std::pair<int, std::string>> children;
+  testing_util::RunResult second;  // another launcher on the same --out, mid-run
 };
 
 // Starts a long job, SIGKILLs worker 1 once training is under way, and waits for the launcher.
@@ -234,6 +235,7 @@ KillResult KillWorkerMidRun(const std::string& sync, const std::string& train,
   EXPECT_TRUE(k.exited.empty()) << k.output;
   k.children = testing_util::Children(*launcher);
   EXPECT_EQ(k.children.size(), 5u) << k.output;
+  k.second = RunProcess({kLaunch, "--train", train, "--test", test, "--out", k.out});
   int victim = 0;
   for (const auto& [pid, cmd] : k.children) {
     if (cmd.find("syncline-worker") != std::string::npos &&
@@ -259,6 +261,10 @@ TEST_F(LaunchTest, UnderBspTheLauncherStopsEverythingWhenAWorkerCrashes) {
   EXPECT_NE(k.output.find("w1 killed by signal 9"), std::string::npos) << k.output;
   for (const auto& [pid, cmd] : k.children) EXPECT_FALSE(testing_util::Alive(pid)) << cmd;
   EXPECT_NE(ReadFile(k.out + "/summary.json").find("\"status\": \"failed\""), std::string::npos);
+  // One launcher per run folder: a second one refuses, touching nothing.
+  EXPECT_EQ(k.second.exit_code, 2) << k.second.output;
+  EXPECT_NE(k.second.output.find("is in use by another syncline-launch"), std::string::npos)
+      << k.second.output;
 }
 
 TEST_F(LaunchTest, UnderAspTheJobGoesOnWithoutACrashedWorker) {
