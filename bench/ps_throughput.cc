@@ -26,6 +26,7 @@
 #include "bench/report.h"
 #include "bench/syncline_cluster.h"
 #include "core/command_line.h"
+#include "ps/optimizer.h"
 
 namespace syncline::bench {
 namespace {
@@ -48,7 +49,28 @@ struct Settings {
   Budget latency{.seconds = 0.6, .max_requests = 20000};  // per row, both sides
   size_t piece_bytes = 0;  // KVClientOptions::max_piece_bytes; 0 = KVClient's default
   int update_threads = 1;  // ServerOptions::update_threads
+  wire::OptimizerKind optimizer = wire::OptimizerKind::SGD;
 };
+
+const char* OptimizerName(wire::OptimizerKind kind) {
+  switch (kind) {
+    case wire::OptimizerKind::SGD:
+      return "sgd";
+    case wire::OptimizerKind::ADAGRAD:
+      return "adagrad";
+    case wire::OptimizerKind::ADAM:
+      return "adam";
+    case wire::OptimizerKind::FTRL:
+      return "ftrl";
+  }
+  return "?";
+}
+
+SynclineCluster::Options ClusterOptions(const Settings& s) {
+  return {.max_piece_bytes = s.piece_bytes,
+          .update_threads = s.update_threads,
+          .optimizer = s.optimizer};
+}
 
 absl::Status RunThroughput(const Settings& s, const std::vector<size_t>& table_sizes,
                            std::vector<Row>& rows) {
@@ -61,13 +83,13 @@ absl::Status RunThroughput(const Settings& s, const std::vector<size_t>& table_s
   std::printf(
       "\n\nThroughput, Syncline vs raw ZeroMQ, %d alternating turns of %.2f s each (MB/s = "
       "1e6 value bytes/s summed over workers; 4K rows in 1000 requests/s; cpu/req = process "
-      "CPU time per request; %d update thread(s) per server)\n%s\n",
-      s.repeat, s.throughput.seconds, s.update_threads, ThroughputHeader().c_str());
+      "CPU time per request; %s updates, %d update thread(s) per server)\n%s\n",
+      s.repeat, s.throughput.seconds, OptimizerName(s.optimizer), s.update_threads,
+      ThroughputHeader().c_str());
   std::fflush(stdout);
 
   for (auto [servers, workers] : s.topologies) {
-    auto cluster =
-        SynclineCluster::Create(servers, workers, table_sizes, s.piece_bytes, s.update_threads);
+    auto cluster = SynclineCluster::Create(servers, workers, table_sizes, ClusterOptions(s));
     if (!cluster.ok()) return cluster.status();
     auto raw = RawCluster::Create(servers, workers, table_sizes.back());
     if (!raw.ok()) return raw.status();
@@ -113,7 +135,7 @@ absl::Status RunLatency(const Settings& s, const std::vector<size_t>& table_size
       "\nRound-trip latency, 1 server, 1 worker, 1 in flight, microseconds (Syncline and raw "
       "ZeroMQ alternating in blocks of round trips for %.2f s per row)\n%s\n",
       s.latency.seconds, LatencyHeader().c_str());
-  auto cluster = SynclineCluster::Create(1, 1, table_sizes, s.piece_bytes, s.update_threads);
+  auto cluster = SynclineCluster::Create(1, 1, table_sizes, ClusterOptions(s));
   if (!cluster.ok()) return cluster.status();
   auto raw = RawCluster::Create(1, 1, table_sizes.back());
   if (!raw.ok()) return raw.status();
@@ -241,7 +263,16 @@ int Main(int argc, char** argv) {
                  "threads per server sharing a large dense update (ServerOptions::update_threads)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  std::string optimizer = "sgd";
+  app.add_option("--optimizer", optimizer, "the tables' update rule: sgd, adagrad, adam or ftrl")
+      ->capture_default_str();
   if (auto exit_code = ParseCommandLine(app, argc, argv, "syncline-bench-ps")) return *exit_code;
+  if (auto kind = ParseOptimizer(optimizer); kind.ok()) {
+    s.optimizer = *kind;
+  } else {
+    std::cerr << "syncline-bench-ps: --optimizer: " << kind.status().message() << "\n";
+    return 2;
+  }
   if (quick) {
     s.sizes = {4 * kKiB, 1 * kMiB};
     s.topologies = {{1, 1}, {2, 2}};

@@ -25,13 +25,13 @@ class SynclineClient : public BenchClient {
   SynclineClient(Endpoint* endpoint, KVClientOptions options, size_t max_bytes)
       : kv_(endpoint, std::move(options)), grads_(max_bytes / sizeof(float), 1e-3f) {}
 
-  absl::Status DeclareTable(uint32_t id, size_t bytes) {
+  absl::Status DeclareTable(uint32_t id, size_t bytes, wire::OptimizerKind optimizer) {
     TableConfig c;
     c.id = id;
     c.dense = true;
     c.num_keys = bytes / sizeof(float);
     c.dim = 1;
-    c.optimizer.kind = wire::OptimizerKind::SGD;
+    c.optimizer.kind = optimizer;
     c.optimizer.learning_rate = 1e-3f;
     if (auto s = kv_.DeclareTable(c, absl::Now() + kDeclareTimeout); !s.ok()) return s;
     table_of_[bytes] = id;
@@ -85,8 +85,7 @@ class SynclineClient : public BenchClient {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SynclineCluster>> SynclineCluster::Create(
-    int servers, int workers, const std::vector<size_t>& request_bytes, size_t max_piece_bytes,
-    int update_threads) {
+    int servers, int workers, const std::vector<size_t>& request_bytes, Options cluster_options) {
   std::unique_ptr<SynclineCluster> cluster(new SynclineCluster());
   size_t max_bytes = 0;
   for (size_t b : request_bytes) max_bytes = std::max(max_bytes, b);
@@ -106,7 +105,7 @@ absl::StatusOr<std::unique_ptr<SynclineCluster>> SynclineCluster::Create(
     addresses.push_back(*address);
     ServerOptions options{
         .rank = s, .num_servers = servers, .num_workers = workers, .staleness = -1};
-    options.update_threads = update_threads;
+    options.update_threads = cluster_options.update_threads;
     node.server = std::make_unique<ParameterServer>(node.endpoint.get(), options);
   }
   for (ServerNode& node : cluster->servers_) {
@@ -135,11 +134,15 @@ absl::StatusOr<std::unique_ptr<SynclineCluster>> SynclineCluster::Create(
     KVClientOptions options;
     options.rank = w;
     options.server_ids = server_ids;
-    if (max_piece_bytes > 0) options.max_piece_bytes = max_piece_bytes;
+    if (cluster_options.max_piece_bytes > 0) {
+      options.max_piece_bytes = cluster_options.max_piece_bytes;
+    }
     auto client = std::make_unique<SynclineClient>(node.endpoint.get(), options, max_bytes);
     uint32_t table = 1;
     for (size_t bytes : request_bytes) {
-      if (auto st = client->DeclareTable(table++, bytes); !st.ok()) return st;
+      if (auto st = client->DeclareTable(table++, bytes, cluster_options.optimizer); !st.ok()) {
+        return st;
+      }
     }
     node.client = std::move(client);
   }

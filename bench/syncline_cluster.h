@@ -27,11 +27,14 @@ namespace syncline::bench {
 class SynclineCluster {
  public:
   // Starts `servers` servers and `workers` workers and declares a table for each request size
-  // in `request_bytes` (multiples of 4). `max_piece_bytes` overrides KVClient's piece size
-  // when it is not 0; `update_threads` is ServerOptions::update_threads.
+  // in `request_bytes` (multiples of 4), updated by `options.optimizer`.
+  struct Options {
+    size_t max_piece_bytes = 0;  // KVClient's piece size when not 0
+    int update_threads = 1;      // ServerOptions::update_threads
+    wire::OptimizerKind optimizer = wire::OptimizerKind::SGD;
+  };
   static absl::StatusOr<std::unique_ptr<SynclineCluster>> Create(
-      int servers, int workers, const std::vector<size_t>& request_bytes,
-      size_t max_piece_bytes = 0, int update_threads = 1);
+      int servers, int workers, const std::vector<size_t>& request_bytes, Options options);
   ~SynclineCluster();  // stops the servers
 
   int num_workers() const { return static_cast<int>(workers_.size()); }

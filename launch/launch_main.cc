@@ -584,6 +584,9 @@ int Main(int argc, char** argv) {
     for (const ExitEvent& e : exited) {
       report.OnChildExit(e.label, e.max_rss_kib);
       if (!e.success() && failure.empty() && job_status.ok()) failure = DescribeExit(e);
+      // A node that rejected its input (exit 2) may have told the coordinator first: the job
+      // failed over bad input all the same.
+      if (!e.success() && e.exit_code == 2 && failure_code == 1) failure_code = 2;
     }
   }
   exited.clear();
