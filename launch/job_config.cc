@@ -47,7 +47,7 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 39> kFields = {{
+const std::array<Field, 40> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes"},
     {"workers", &JobConfig::workers, "Number of worker processes"},
     {"sync", &JobConfig::sync,
@@ -76,6 +76,8 @@ const std::array<Field, 39> kFields = {{
     {"heartbeat-interval", &JobConfig::heartbeat_interval_s, "Seconds between heartbeats"},
     {"heartbeat-timeout", &JobConfig::heartbeat_timeout_s,
      "Seconds without a heartbeat before a node is declared dead"},
+    {"peer-timeout", &JobConfig::peer_timeout_s,
+     "Gossip: seconds of silence before a neighbour is declared dead and dropped"},
     {"gen-rows", &JobConfig::gen_rows, "Synthetic data: training examples"},
     {"gen-test-rows", &JobConfig::gen_test_rows, "Synthetic data: test examples (0: none)"},
     {"gen-features", &JobConfig::gen_features, "Synthetic data: feature dimension"},
@@ -410,6 +412,7 @@ absl::Status Validate(const JobConfig& c) {
            CheckPositive("request-timeout", c.request_timeout_s),
            CheckPositive("heartbeat-interval", c.heartbeat_interval_s),
            CheckPositive("heartbeat-timeout", c.heartbeat_timeout_s),
+           CheckPositive("peer-timeout", c.peer_timeout_s),
            CheckAtLeast("gen-rows", c.gen_rows, 1),
            CheckAtLeast("gen-test-rows", c.gen_test_rows, 0),
            CheckAtLeast("gen-features", c.gen_features, 1),

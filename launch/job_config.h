@@ -76,6 +76,9 @@ struct JobConfig {
   // [--heartbeat-timeout] Seconds without a heartbeat after which a node is declared dead; more
   // than the interval. Default 5.
   double heartbeat_timeout_s = 5;
+  // [--peer-timeout] Gossip: seconds of silence from an awaited neighbour after which it is
+  // declared dead and dropped from the graph (at most --request-timeout). Default 10.
+  double peer_timeout_s = 10;
   // Synthetic data, used when `train` is empty:
   // [--gen-rows] Training examples. Default 20000.
   int gen_rows = 20000;

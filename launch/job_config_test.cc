@@ -400,6 +400,8 @@ INSTANTIATE_TEST_SUITE_P(
                      "--update-threads=0: must be in [1, 64]"},
         ValidateCase{"lr", [](JobConfig& c) { c.learning_rate = 0; },
                      "--lr=0: must be a positive number"},
+        ValidateCase{"peer_timeout", [](JobConfig& c) { c.peer_timeout_s = 0; },
+                     "--peer-timeout=0: must be a positive number"},
         ValidateCase{"lr_nan", [](JobConfig& c) { c.learning_rate = std::nan(""); },
                      "--lr=nan: must be a positive number"},
         ValidateCase{"l2", [](JobConfig& c) { c.l2 = -0.5; }, "--l2=-0.5: must be a number >= 0"},

@@ -174,6 +174,9 @@ std::vector<std::string> WorkerArgs(const JobConfig& job, const std::string& coo
                                 "--request-timeout",
                                 absl::StrFormat("%g", job.request_timeout_s)};
   if (job.compress != "none") a.insert(a.end(), {"--compress", job.compress});
+  if (job.sync.starts_with("gossip")) {
+    a.insert(a.end(), {"--peer-timeout", absl::StrFormat("%g", job.peer_timeout_s)});
+  }
   const std::pair<const char*, std::string> injected[] = {
       {"--straggler", job.straggler}, {"--jitter", job.jitter}, {"--delay", job.delay}};
   for (const auto& [flag, value] : injected) {

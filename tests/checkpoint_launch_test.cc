@@ -105,6 +105,24 @@ void ExpectEachStepLoggedOnceInOrder(const std::string& out) {
   EXPECT_EQ(last.size(), 2u);
 }
 
+// SIGKILLs the launcher's child running `binary` with `--rank 1`, then waits up to `wait` for
+// the launcher itself to exit; its exit lands in *exited.
+void KillRankOneAndAwaitLauncher(ProcessGroup& group, int launcher, const std::string& binary,
+                                 absl::Duration wait, std::vector<ExitEvent>* exited,
+                                 const std::string& output) {
+  int victim = 0;
+  for (const auto& [pid, cmd] : testing_util::Children(launcher)) {
+    if (cmd.find(binary) != std::string::npos && cmd.find("--rank 1 ") != std::string::npos) {
+      victim = pid;
+    }
+  }
+  ASSERT_NE(victim, 0) << output;
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  const absl::Time end = absl::Now() + wait;
+  while (exited->empty() && absl::Now() < end) (void)group.Poll(absl::Milliseconds(50), exited);
+  ASSERT_EQ(exited->size(), 1u) << output;
+}
+
 TEST(CheckpointLaunchTest, AKilledServerResumesFromTheLastCheckpointAndEndsLikeAnUninterruptedRun) {
   const std::string data = TempDir("ckpt_data");
   ASSERT_NO_FATAL_FAILURE(Generate(data, 16000, 3000, 10000, 20, 5));
@@ -157,18 +175,8 @@ TEST(CheckpointLaunchTest, AKilledServerResumesFromTheLastCheckpointAndEndsLikeA
     (void)group.Poll(absl::Milliseconds(20), &exited);
   }
   ASSERT_TRUE(exited.empty()) << "the job ended before its second checkpoint:\n" << output;
-  int victim = 0;
-  for (const auto& [pid, cmd] : testing_util::Children(*launcher)) {
-    if (cmd.find("syncline-ps") != std::string::npos &&
-        cmd.find("--rank 1 ") != std::string::npos) {
-      victim = pid;
-    }
-  }
-  ASSERT_NE(victim, 0) << output;
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
-  const absl::Time end = absl::Now() + absl::Seconds(60);
-  while (exited.empty() && absl::Now() < end) (void)group.Poll(absl::Milliseconds(50), &exited);
-  ASSERT_EQ(exited.size(), 1u) << output;
+  ASSERT_NO_FATAL_FAILURE(KillRankOneAndAwaitLauncher(group, *launcher, "syncline-ps",
+                                                      absl::Seconds(60), &exited, output));
   EXPECT_NE(exited[0].exit_code, 0) << output;
   EXPECT_NE(output.find("ps1 killed by signal 9"), std::string::npos) << output;
   const int64_t reached = LastLoggedClock(out);
@@ -346,6 +354,57 @@ TEST(CheckpointLaunchTest, SynchronousGossipPeersResumeExactly) {
                            "--checkpoint-every", "5", "--out", out + "/async"});
   EXPECT_EQ(async.exit_code, 2) << async.output;
   EXPECT_NE(async.output.find("is asynchronous"), std::string::npos) << async.output;
+  for (const std::string& dir : {data, out}) std::filesystem::remove_all(dir);
+}
+
+// A gossip peer SIGKILLed mid-run: the others go on (dropping it after --peer-timeout) and
+// checkpoint without it; resuming from such a checkpoint would bring it back with an empty
+// model, so --resume refuses and says why.
+TEST(CheckpointLaunchTest, GossipResumeWithoutEveryPeerIsRefused) {
+  const std::string data = TempDir("glost_data");
+  ASSERT_NO_FATAL_FAILURE(Generate(data, 6000, 1000, 2000, 10, 3));
+  const std::string out = TempDir("glost");
+  const std::vector<std::string> job = {kLaunch,
+                                        "--sync",
+                                        "gossip:ring",
+                                        "--workers",
+                                        "3",
+                                        "--train",
+                                        data + "/train.libsvm",
+                                        "--test",
+                                        data + "/test.libsvm",
+                                        "--epochs",
+                                        "8",
+                                        "--batch-size",
+                                        "64",
+                                        "--min-step-ms",
+                                        "5",
+                                        "--peer-timeout",
+                                        "1",
+                                        "--checkpoint-every",
+                                        "5",
+                                        "--out",
+                                        out};
+  std::string output;
+  ProcessGroup group([&](std::string_view, OutputStream, std::string_view line) {
+    output.append(line.data(), line.size());
+    output += '\n';
+  });
+  auto launcher = group.Start(ProcessSpec{"launch", job});
+  ASSERT_TRUE(launcher.ok());
+  std::vector<ExitEvent> exited;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline && exited.empty() && LastLoggedClock(out) < 20) {
+    (void)group.Poll(absl::Milliseconds(20), &exited);
+  }
+  ASSERT_TRUE(exited.empty()) << "the job ended before the kill:\n" << output;
+  ASSERT_NO_FATAL_FAILURE(KillRankOneAndAwaitLauncher(group, *launcher, "syncline-worker",
+                                                      absl::Seconds(90), &exited, output));
+  EXPECT_EQ(exited[0].exit_code, 0) << output;  // the job went on without w1
+
+  auto resumed = RunProcess(Resume(job));
+  EXPECT_EQ(resumed.exit_code, 2) << resumed.output;
+  EXPECT_NE(resumed.output.find("holds no state of w1"), std::string::npos) << resumed.output;
   for (const std::string& dir : {data, out}) std::filesystem::remove_all(dir);
 }
 
