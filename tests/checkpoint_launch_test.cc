@@ -105,24 +105,6 @@ void ExpectEachStepLoggedOnceInOrder(const std::string& out) {
   EXPECT_EQ(last.size(), 2u);
 }
 
-// SIGKILLs the launcher's child running `binary` with `--rank 1`, then waits up to `wait` for
-// the launcher itself to exit; its exit lands in *exited.
-void KillRankOneAndAwaitLauncher(ProcessGroup& group, int launcher, const std::string& binary,
-                                 absl::Duration wait, std::vector<ExitEvent>* exited,
-                                 const std::string& output) {
-  int victim = 0;
-  for (const auto& [pid, cmd] : testing_util::Children(launcher)) {
-    if (cmd.find(binary) != std::string::npos && cmd.find("--rank 1 ") != std::string::npos) {
-      victim = pid;
-    }
-  }
-  ASSERT_NE(victim, 0) << output;
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
-  const absl::Time end = absl::Now() + wait;
-  while (exited->empty() && absl::Now() < end) (void)group.Poll(absl::Milliseconds(50), exited);
-  ASSERT_EQ(exited->size(), 1u) << output;
-}
-
 TEST(CheckpointLaunchTest, AKilledServerResumesFromTheLastCheckpointAndEndsLikeAnUninterruptedRun) {
   const std::string data = TempDir("ckpt_data");
   ASSERT_NO_FATAL_FAILURE(Generate(data, 16000, 3000, 10000, 20, 5));
@@ -175,8 +157,9 @@ TEST(CheckpointLaunchTest, AKilledServerResumesFromTheLastCheckpointAndEndsLikeA
     (void)group.Poll(absl::Milliseconds(20), &exited);
   }
   ASSERT_TRUE(exited.empty()) << "the job ended before its second checkpoint:\n" << output;
-  ASSERT_NO_FATAL_FAILURE(KillRankOneAndAwaitLauncher(group, *launcher, "syncline-ps",
-                                                      absl::Seconds(60), &exited, output));
+  ASSERT_NE(testing_util::KillChildOfRank(*launcher, "syncline-ps", 1), 0) << output;
+  testing_util::AwaitAnExit(group, absl::Seconds(60), &exited);
+  ASSERT_EQ(exited.size(), 1u) << output;
   EXPECT_NE(exited[0].exit_code, 0) << output;
   EXPECT_NE(output.find("ps1 killed by signal 9"), std::string::npos) << output;
   const int64_t reached = LastLoggedClock(out);
@@ -398,8 +381,9 @@ TEST(CheckpointLaunchTest, GossipResumeWithoutEveryPeerIsRefused) {
     (void)group.Poll(absl::Milliseconds(20), &exited);
   }
   ASSERT_TRUE(exited.empty()) << "the job ended before the kill:\n" << output;
-  ASSERT_NO_FATAL_FAILURE(KillRankOneAndAwaitLauncher(group, *launcher, "syncline-worker",
-                                                      absl::Seconds(90), &exited, output));
+  ASSERT_NE(testing_util::KillChildOfRank(*launcher, "syncline-worker", 1), 0) << output;
+  testing_util::AwaitAnExit(group, absl::Seconds(90), &exited);
+  ASSERT_EQ(exited.size(), 1u) << output;
   EXPECT_EQ(exited[0].exit_code, 0) << output;  // the job went on without w1
 
   auto resumed = RunProcess(Resume(job));

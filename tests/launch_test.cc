@@ -236,21 +236,8 @@ KillResult KillWorkerMidRun(const std::string& sync, const std::string& train,
   k.children = testing_util::Children(*launcher);
   EXPECT_EQ(k.children.size(), 5u) << k.output;
   k.second = RunProcess({kLaunch, "--train", train, "--test", test, "--out", k.out});
-  int victim = 0;
-  for (const auto& [pid, cmd] : k.children) {
-    if (cmd.find("syncline-worker") != std::string::npos &&
-        cmd.find("--rank 1 ") != std::string::npos) {
-      victim = pid;
-    }
-  }
-  EXPECT_NE(victim, 0);
-  if (victim != 0) {
-    EXPECT_EQ(kill(victim, SIGKILL), 0);
-  }
-  const absl::Time end = absl::Now() + absl::Seconds(60);
-  while (k.exited.empty() && absl::Now() < end) {
-    (void)group.Poll(absl::Milliseconds(100), &k.exited);
-  }
+  EXPECT_NE(testing_util::KillChildOfRank(*launcher, "syncline-worker", 1), 0) << k.output;
+  testing_util::AwaitAnExit(group, absl::Seconds(60), &k.exited);
   return k;
 }
 

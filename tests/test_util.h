@@ -103,6 +103,24 @@ inline std::vector<std::pair<int, std::string>> Children(int parent) {
   return out;
 }
 
+// SIGKILLs the child of `parent` running `binary` with `--rank <rank>`; returns its pid, or 0
+// when there is no such child.
+inline int KillChildOfRank(int parent, const std::string& binary, int rank) {
+  const std::string rank_flag = "--rank " + std::to_string(rank) + " ";
+  for (const auto& [pid, cmd] : Children(parent)) {
+    if (cmd.find(binary) != std::string::npos && cmd.find(rank_flag) != std::string::npos) {
+      return kill(pid, SIGKILL) == 0 ? pid : 0;
+    }
+  }
+  return 0;
+}
+
+// Polls `group` until one of its children has exited (into *exited) or `wait` has passed.
+inline void AwaitAnExit(ProcessGroup& group, absl::Duration wait, std::vector<ExitEvent>* exited) {
+  const absl::Time end = absl::Now() + wait;
+  while (exited->empty() && absl::Now() < end) (void)group.Poll(absl::Milliseconds(50), exited);
+}
+
 inline bool Alive(int pid) {
   // A zombie still has /proc/PID, so look at its state.
   const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
