@@ -27,6 +27,7 @@
 #include "core/coordinator.h"
 #include "core/log.h"
 #include "core/zmq_transport.h"
+#include "gossip/topology.h"
 #include "launch/checkpoint_tracker.h"
 #include "launch/experiment.h"
 #include "launch/job_config.h"
@@ -342,7 +343,8 @@ int Main(int argc, char** argv) {
   if (job.sync.starts_with("gossip")) {
     // Synchronous gossip checkpoints: every peer saves its model after the same step. Push-sum
     // weight in flight between asynchronous peers would be lost.
-    const bool asynchronous = job.sync.starts_with("gossip-async:") || job.sync.ends_with(":async");
+    // Validate() accepted the mode, so it parses.
+    const bool asynchronous = ParseGossipMode(job.sync)->second;
     if (asynchronous &&
         (job.checkpoint_every > 0 || job.checkpoint_seconds > 0 || resume || resume_if_any)) {
       std::cerr << "syncline-launch: --checkpoint-every, --checkpoint-seconds and --resume need "
