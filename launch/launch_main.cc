@@ -71,22 +71,30 @@ std::string FindBinary(const std::string& name, const std::string& subdir) {
   return (dir / name).string();
 }
 
+// Points job.train (and job.test, when test rows are asked for) at DATA/train.EXT and
+// DATA/test.EXT and opens them for writing.
+absl::Status OpenGeneratedFiles(JobConfig& job, const fs::path& data, const std::string& ext,
+                                std::ofstream& train, std::ofstream& test) {
+  job.train = (data / ("train." + ext)).string();
+  train.open(job.train);
+  if (job.gen_test_rows > 0) {
+    job.test = (data / ("test." + ext)).string();
+    test.open(job.test);
+  }
+  if (!train || (job.gen_test_rows > 0 && !test)) {
+    return absl::PermissionDeniedError(absl::StrFormat("cannot write data into %s", data.string()));
+  }
+  return absl::OkStatus();
+}
+
 // Criteo-format click data for the ctr model (see tools/criteo_gen.h).
 absl::Status GenerateCriteoData(JobConfig& job, const fs::path& data) {
   CriteoGenOptions o;
   o.rows = job.gen_rows;
   o.test_rows = job.gen_test_rows;
   o.seed = job.seed;
-  job.train = (data / "train.tsv").string();
-  std::ofstream train(job.train);
-  std::ofstream test;
-  if (job.gen_test_rows > 0) {
-    job.test = (data / "test.tsv").string();
-    test.open(job.test);
-  }
-  if (!train || (job.gen_test_rows > 0 && !test)) {
-    return absl::PermissionDeniedError(absl::StrFormat("cannot write data into %s", data.string()));
-  }
+  std::ofstream train, test;
+  if (auto s = OpenGeneratedFiles(job, data, "tsv", train, test); !s.ok()) return s;
   auto summary = WriteCriteoSynthetic(o, train, job.gen_test_rows > 0 ? &test : nullptr);
   if (!summary.ok()) return summary.status();
   std::cerr << absl::StrFormat(
@@ -115,16 +123,8 @@ absl::Status GenerateData(JobConfig& job) {
   o.nnz = job.gen_nnz;
   o.classes = job.classes;
   o.seed = job.seed;
-  job.train = (data / "train.libsvm").string();
-  std::ofstream train(job.train);
-  std::ofstream test;
-  if (job.gen_test_rows > 0) {
-    job.test = (data / "test.libsvm").string();
-    test.open(job.test);
-  }
-  if (!train || (job.gen_test_rows > 0 && !test)) {
-    return absl::PermissionDeniedError(absl::StrFormat("cannot write data into %s", data.string()));
-  }
+  std::ofstream train, test;
+  if (auto s = OpenGeneratedFiles(job, data, "libsvm", train, test); !s.ok()) return s;
   auto summary = WriteSynthetic(o, train, job.gen_test_rows > 0 ? &test : nullptr);
   if (!summary.ok()) return summary.status();
   std::cerr << absl::StrFormat(
