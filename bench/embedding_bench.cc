@@ -33,7 +33,7 @@
 #include "core/command_line.h"
 #include "core/sharding.h"
 #include "embeddings/embedding_store.h"
-#include "ps/optimizer.h"
+#include "optim/optimizer.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/filter_policy.h"
@@ -88,7 +88,7 @@ TableConfig Table(uint32_t dim) {
   t.dense = false;
   t.dim = dim;
   t.init_scale = 0.01f;
-  t.optimizer.kind = wire::OptimizerKind::SGD;
+  t.optimizer.kind = OptimizerKind::kSgd;
   t.optimizer.learning_rate = 0.01f;
   return t;
 }

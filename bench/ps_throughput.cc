@@ -26,7 +26,8 @@
 #include "bench/report.h"
 #include "bench/syncline_cluster.h"
 #include "core/command_line.h"
-#include "ps/optimizer.h"
+#include "job/options.h"
+#include "optim/optimizer.h"
 
 namespace syncline::bench {
 namespace {
@@ -49,22 +50,8 @@ struct Settings {
   Budget latency{.seconds = 0.6, .max_requests = 20000};  // per row, both sides
   size_t piece_bytes = 0;  // KVClientOptions::max_piece_bytes; 0 = KVClient's default
   int update_threads = 1;  // ServerOptions::update_threads
-  wire::OptimizerKind optimizer = wire::OptimizerKind::SGD;
+  OptimizerKind optimizer = OptimizerKind::kSgd;
 };
-
-const char* OptimizerName(wire::OptimizerKind kind) {
-  switch (kind) {
-    case wire::OptimizerKind::SGD:
-      return "sgd";
-    case wire::OptimizerKind::ADAGRAD:
-      return "adagrad";
-    case wire::OptimizerKind::ADAM:
-      return "adam";
-    case wire::OptimizerKind::FTRL:
-      return "ftrl";
-  }
-  return "?";
-}
 
 SynclineCluster::Options ClusterOptions(const Settings& s) {
   return {.max_piece_bytes = s.piece_bytes,

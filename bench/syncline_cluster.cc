@@ -25,7 +25,7 @@ class SynclineClient : public BenchClient {
   SynclineClient(Endpoint* endpoint, KVClientOptions options, size_t max_bytes)
       : kv_(endpoint, std::move(options)), grads_(max_bytes / sizeof(float), 1e-3f) {}
 
-  absl::Status DeclareTable(uint32_t id, size_t bytes, wire::OptimizerKind optimizer) {
+  absl::Status DeclareTable(uint32_t id, size_t bytes, OptimizerKind optimizer) {
     TableConfig c;
     c.id = id;
     c.dense = true;

@@ -31,7 +31,7 @@ class SynclineCluster {
   struct Options {
     size_t max_piece_bytes = 0;  // KVClient's piece size when not 0
     int update_threads = 1;      // ServerOptions::update_threads
-    wire::OptimizerKind optimizer = wire::OptimizerKind::SGD;
+    OptimizerKind optimizer = OptimizerKind::kSgd;
   };
   static absl::StatusOr<std::unique_ptr<SynclineCluster>> Create(
       int servers, int workers, const std::vector<size_t>& request_bytes, Options options);

@@ -40,24 +40,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "syncline/options.h"
 
 namespace syncline {
 
-// The values are the wire header's codec byte.
-enum class CodecKind : uint8_t { kNone = 0, kTopK = 1, kSign1 = 2, kFp16 = 3 };
-
-// Largest sign1 chunk ParseCodec accepts (entries per scale).
-inline constexpr uint32_t kMaxSign1Chunk = 1u << 24;
-
-struct CodecSpec {
-  CodecKind kind = CodecKind::kNone;
-  // topk: fraction of entries kept, 0 < ratio <= 1 (see TopKCount).
-  double ratio = 0.01;
-  // sign1: entries per scale, 1 <= chunk <= kMaxSign1Chunk.
-  uint32_t chunk = 512;
-
-  bool operator==(const CodecSpec&) const = default;
-};
+// CodecKind, CodecSpec and kMaxSign1Chunk are option types (syncline/options.h).
 
 // "none" | "topk:RATIO" | "sign1" | "sign1:CHUNK" | "fp16". Anything else, or a ratio or chunk
 // out of range, is InvalidArgument naming the text.

@@ -26,6 +26,7 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(
   gethostname(host, sizeof(host) - 1);
   reg.setHost(host);
   reg.setPid(static_cast<int32_t>(getpid()));
+  reg.setVersion(options.version);
   const absl::Time deadline = absl::Now() + options.startup_timeout;
   if (auto s = ep.Send(kCoordinatorId, b.Finish(), deadline); !s.ok()) return s;
 
@@ -102,6 +103,59 @@ absl::StatusOr<Command> ControlClient::WaitForCommand(absl::Time deadline) {
 void ControlClient::Send(Message message) {
   absl::MutexLock lock(&mu_);
   outbox_.push_back(std::move(message));
+}
+
+void ControlClient::ReportProgress(const ProgressReport& p) {
+  MessageBuilder b(wire::MsgType::PROGRESS);
+  b.header().setRole(options_.role);
+  b.header().setRank(options_.rank);
+  auto progress = b.header().getBody().initProgress();
+  progress.setClock(p.clock);
+  progress.setEpoch(p.epoch);
+  progress.setTrainLoss(p.train_loss);
+  progress.setExamples(p.examples);
+  progress.setTotalSteps(p.total_steps);
+  progress.setStaleness(p.staleness);
+  progress.setConsensus(p.consensus);
+  Send(b.Finish());
+}
+
+void ControlClient::ReportWorkerDone(const WorkerDoneReport& r) {
+  MessageBuilder b(wire::MsgType::WORKER_DONE);
+  b.header().setRole(options_.role);
+  b.header().setRank(options_.rank);
+  auto stats = b.header().getBody().initWorkerStats();
+  stats.setSteps(r.steps);
+  stats.setExamples(r.examples);
+  stats.setBytesPushed(r.bytes_pushed);
+  stats.setBytesPulled(r.bytes_pulled);
+  Send(b.Finish());
+}
+
+void ControlClient::ReportResult(const EvaluationReport& r) {
+  MessageBuilder b(wire::MsgType::RESULT);
+  b.header().setRole(options_.role);
+  b.header().setRank(options_.rank);
+  auto e = b.header().getBody().initEvaluation();
+  e.setLoss(r.loss);
+  e.setAuc(r.auc);
+  e.setAccuracy(r.accuracy);
+  e.setExamples(r.examples);
+  Send(b.Finish());
+}
+
+void ControlClient::ReportCheckpointed(int64_t clock, const absl::Status& status) {
+  Send(MakeCheckpointed(options_.role, options_.rank, clock, status));
+}
+
+void ControlClient::ReportAbort(const absl::Status& status, absl::Duration flush) {
+  MessageBuilder b(wire::MsgType::ABORT);
+  b.header().setRole(options_.role);
+  b.header().setRank(options_.rank);
+  b.header().setStatusCode(static_cast<int32_t>(status.code()));
+  b.header().setMessage(std::string(status.message()));
+  Send(b.Finish());
+  (void)Flush(absl::Now() + flush);
 }
 
 absl::Status ControlClient::Flush(absl::Time deadline) {

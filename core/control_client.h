@@ -24,6 +24,7 @@
 #include "core/message.h"
 #include "core/node_table.h"
 #include "core/transport.h"
+#include "core/version.h"
 
 namespace syncline {
 
@@ -36,6 +37,35 @@ struct ControlOptions {
   std::string data_address;
   // How long to wait for every node of the job to register.
   absl::Duration startup_timeout = absl::Seconds(120);
+  // The build this node runs; the coordinator refuses one that differs from its own.
+  std::string version = kBuildVersion;
+};
+
+// A worker's progress since its last report (metrics.csv rows, the launcher's progress line).
+struct ProgressReport {
+  int64_t clock = 0;        // iterations finished
+  int epoch = 0;            // 1-based
+  double train_loss = 0;    // mean loss per example since the last report
+  uint64_t examples = 0;    // examples since the last report
+  int64_t total_steps = 0;  // steps this worker will run
+  double staleness = 0;     // mean staleness of the reads served since the last report
+  double consensus = 0;     // gossip: mean distance from the neighbours' models
+};
+
+// What a worker did, once it has trained its last step.
+struct WorkerDoneReport {
+  int64_t steps = 0;
+  uint64_t examples = 0;
+  uint64_t bytes_pushed = 0;
+  uint64_t bytes_pulled = 0;
+};
+
+// The final model on the test set.
+struct EvaluationReport {
+  double loss = 0;
+  double auc = -1;       // binary models, else -1
+  double accuracy = -1;  // multiclass models, else -1
+  uint64_t examples = 0;
 };
 
 enum class Command { kEvaluate, kShutdown };
@@ -58,6 +88,15 @@ class ControlClient {
   absl::StatusOr<Command> WaitForCommand(absl::Time deadline);
   // Queues a report for the coordinator.
   void Send(Message message);
+  // The reports, each queued as its message from this node's role and rank.
+  void ReportProgress(const ProgressReport& report);
+  void ReportWorkerDone(const WorkerDoneReport& report);
+  void ReportResult(const EvaluationReport& report);
+  // This node's part of checkpoint `clock` is on disk (OK), or could not be written.
+  void ReportCheckpointed(int64_t clock, const absl::Status& status);
+  // Tells the coordinator that this node cannot go on (the job fails with `status`), and waits
+  // up to `flush` for the message to leave.
+  void ReportAbort(const absl::Status& status, absl::Duration flush = absl::Seconds(2));
   // Waits until queued reports have been handed to the transport.
   absl::Status Flush(absl::Time deadline);
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/log.h"
+#include "core/version.h"
 
 namespace syncline {
 
@@ -144,6 +145,12 @@ absl::Status Coordinator::Register() {
     } else if (Find(message->peer()) != nullptr) {
       problem = absl::AlreadyExistsError(
           absl::StrFormat("%s %d is already registered", RoleName(role), rank));
+    } else if (reg.getVersion() != kBuildVersion) {
+      problem = absl::FailedPreconditionError(absl::StrFormat(
+          "%s %d runs syncline %s, but this job's coordinator runs %s: start every node from "
+          "the same build",
+          RoleName(role), rank, reg.getVersion().size() > 0 ? reg.getVersion().cStr() : "(unknown)",
+          kBuildVersion));
     } else if (role == wire::Role::SERVER && reg.getDataAddress().size() == 0) {
       problem = absl::InvalidArgumentError("a server must give its data address");
     }
@@ -168,6 +175,8 @@ absl::Status Coordinator::Register() {
   table_.staleness = options_.staleness;
   table_.heartbeat_interval = options_.heartbeat_interval;
   table_.heartbeat_timeout = options_.heartbeat_timeout;
+  table_.job_spec = options_.job_spec;
+  table_.version = kBuildVersion;
   std::sort(nodes_.begin(), nodes_.end(), [](const auto& a, const auto& b) {
     return std::make_pair(a->role, a->rank) < std::make_pair(b->role, b->rank);
   });

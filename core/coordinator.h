@@ -44,6 +44,9 @@ struct CoordinatorOptions {
   absl::Duration shutdown_timeout = absl::Seconds(10);
   // Ask a worker to evaluate the final model when every worker is done.
   bool evaluate = true;
+  // The job spec handed to every node with the node table: a flat wire::JobSpec message
+  // (job/job_wire.h's JobSpecToBytes); empty: none.
+  std::string job_spec;
 };
 
 // Callbacks from Run()'s thread. The readers are valid during the call only.

@@ -146,5 +146,21 @@ TEST(CoordinatorTest, RejectsRanksOutsideTheJob) {
   run.join();
 }
 
+TEST(CoordinatorTest, RefusesANodeOfAnotherBuildNamingBothVersions) {
+  InprocTransport transport;
+  auto coordinator = Coordinator::Create(transport, "inproc://c", SmallJob(), nullptr);
+  ASSERT_TRUE(coordinator.ok());
+  std::thread run([&] { (void)(*coordinator)->Run(); });
+  ControlOptions other{(*coordinator)->address(), wire::Role::WORKER, 0, ""};
+  other.version = "0.0.1+wire.000000000000";
+  auto refused = ControlClient::Connect(transport, other);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string message(refused.status().message());
+  EXPECT_NE(message.find("0.0.1+wire.000000000000"), std::string::npos) << message;
+  EXPECT_NE(message.find(kBuildVersion), std::string::npos) << message;
+  (*coordinator)->Abort("test over");
+  run.join();
+}
+
 }  // namespace
 }  // namespace syncline

@@ -1,5 +1,10 @@
 #include "core/node_table.h"
 
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 
 namespace syncline {
@@ -25,6 +30,14 @@ void NodeTable::ToWire(wire::NodeTable::Builder out) const {
   out.setStaleness(staleness);
   out.setHeartbeatIntervalMs(static_cast<int32_t>(absl::ToInt64Milliseconds(heartbeat_interval)));
   out.setHeartbeatTimeoutMs(static_cast<int32_t>(absl::ToInt64Milliseconds(heartbeat_timeout)));
+  out.setVersion(version);
+  if (!job_spec.empty()) {
+    kj::Array<capnp::word> words =
+        kj::heapArray<capnp::word>(job_spec.size() / sizeof(capnp::word));
+    std::memcpy(words.begin(), job_spec.data(), words.size() * sizeof(capnp::word));
+    capnp::FlatArrayMessageReader reader(words);
+    out.setJob(reader.getRoot<wire::JobSpec>());
+  }
 }
 
 absl::StatusOr<NodeTable> NodeTable::FromWire(wire::NodeTable::Reader in) {
@@ -37,6 +50,19 @@ absl::StatusOr<NodeTable> NodeTable::FromWire(wire::NodeTable::Reader in) {
   if (t.num_servers < 0 || t.num_workers < 1 || t.staleness < -1 ||
       t.heartbeat_interval <= absl::ZeroDuration() || t.heartbeat_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("node table has invalid job settings");
+  }
+  t.version = in.getVersion();
+  if (in.hasJob()) {
+    try {
+      capnp::MallocMessageBuilder copy;
+      copy.setRoot(in.getJob());
+      kj::Array<capnp::word> words = capnp::messageToFlatArray(copy);
+      t.job_spec.assign(reinterpret_cast<const char*>(words.asBytes().begin()),
+                        words.asBytes().size());
+    } catch (const kj::Exception& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("node table: malformed job spec: ", e.getDescription().cStr()));
+    }
   }
   for (auto n : in.getNodes()) {
     t.nodes.push_back(NodeInfo{n.getRole(), n.getRank(), n.getId(), n.getAddress()});

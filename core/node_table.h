@@ -27,6 +27,10 @@ struct NodeTable {
   int64_t staleness = 0;  // 0 = BSP, -1 = unbounded (ASP), s > 0 = SSP(s)
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
+  // The job spec as a flat wire::JobSpec message (job/job_wire.h decodes it); empty: none.
+  std::string job_spec;
+  // The coordinator's build (core/version.h).
+  std::string version;
 
   // Data endpoint ids of the servers, by rank.
   std::vector<const NodeInfo*> Servers() const;

@@ -92,6 +92,7 @@ struct Register {
   dataAddress @0 :Text;    # where the node's data endpoint listens ("" for workers)
   host @1 :Text;
   pid @2 :Int32;
+  version @3 :Text;        # the node's build (core/version.h); the coordinator refuses another
 }
 
 struct NodeInfo {
@@ -108,6 +109,8 @@ struct NodeTable {
   staleness @3 :Int64;     # -1 = unbounded (ASP), 0 = BSP
   heartbeatIntervalMs @4 :Int32;
   heartbeatTimeoutMs @5 :Int32;
+  job @6 :JobSpec;         # the whole job, as the launcher parsed and validated it
+  version @7 :Text;        # the coordinator's build
 }
 
 struct Progress {
@@ -191,4 +194,88 @@ struct TableSpec {
   maxRows @9 :UInt64;      # sparse: rows a shard may hold (0 = default bound)
   l1 @10 :Float32;         # FTRL: L1 strength
   ftrlBeta @11 :Float32;   # FTRL: the beta of its per-coordinate learning rate
+}
+
+# The job: every setting of syncline/job_spec.h, as the coordinator hands it to each node at
+# registration (job/job_wire.cc converts; nodes validate what they receive).
+enum SyncKind {
+  bsp @0;
+  asp @1;
+  ssp @2;
+  gossip @3;
+}
+
+enum GossipTopology {
+  ring @0;
+  exponential @1;
+  random @2;
+}
+
+enum ModelKind {
+  logreg @0;
+  softmax @1;
+  ctr @2;
+}
+
+enum DataFormat {
+  detect @0;   # from the file name and content
+  libsvm @1;
+  csv @2;
+  criteo @3;
+}
+
+enum IndexBase {
+  detect @0;
+  zero @1;
+  one @2;
+}
+
+struct JobSpec {
+  servers @0 :Int32;
+  workers @1 :Int32;
+  syncKind @2 :SyncKind;
+  staleness @3 :Int64;
+  gossipTopology @4 :GossipTopology;
+  gossipAsync @5 :Bool;
+  model @6 :ModelKind;
+  classes @7 :Int32;
+  embeddingDim @8 :Int32;
+  hidden @9 :Int32;
+  train @10 :Text;
+  test @11 :Text;
+  format @12 :DataFormat;
+  indexBase @13 :IndexBase;
+  paramsOut @14 :Text;
+  epochs @15 :Int32;
+  batchSize @16 :Int32;
+  optimizer @17 :OptimizerKind;
+  learningRate @18 :Float64;
+  l2 @19 :Float64;
+  codec @20 :UInt8;
+  codecRatio @21 :Float64;
+  codecChunk @22 :UInt32;
+  logEvery @23 :Int32;
+  seed @24 :UInt64;
+  requestTimeoutS @25 :Float64;
+  heartbeatIntervalS @26 :Float64;
+  heartbeatTimeoutS @27 :Float64;
+  peerTimeoutS @28 :Float64;
+  stragglerRank @29 :Int32;
+  stragglerFactor @30 :Float64;
+  jitterProbability @31 :Float64;
+  jitterFactor @32 :Float64;
+  delayRank @33 :Int32;
+  delayMs @34 :Float64;
+  minStepMs @35 :Float64;
+  embeddingDir @36 :Text;
+  embeddingMemoryRows @37 :UInt64;
+  embeddingMemoryBytes @38 :UInt64;
+  embeddingAdmitAfter @39 :Int32;
+  embeddingExpireSteps @40 :Int32;
+  updateThreads @41 :Int32;
+  checkpointDir @42 :Text;
+  checkpointEvery @43 :Int32;
+  checkpointSeconds @44 :Float64;
+  checkpointKeep @45 :Int32;
+  restore @46 :Text;
 }

@@ -13,7 +13,7 @@ void TableConfig::ToWire(wire::TableSpec::Builder out) const {
   out.setKind(dense ? wire::TableKind::DENSE : wire::TableKind::SPARSE);
   out.setNumKeys(num_keys);
   out.setDim(dim);
-  out.setOptimizer(optimizer.kind);
+  out.setOptimizer(static_cast<wire::OptimizerKind>(static_cast<int>(optimizer.kind)));
   out.setLearningRate(optimizer.learning_rate);
   out.setL2(optimizer.l2);
   out.setInitScale(init_scale);
@@ -38,7 +38,7 @@ absl::StatusOr<TableConfig> TableConfig::FromWire(wire::TableSpec::Reader in) {
       opt != wire::OptimizerKind::ADAM && opt != wire::OptimizerKind::FTRL) {
     return absl::InvalidArgumentError(absl::StrFormat("table %d: unknown optimizer", c.id));
   }
-  c.optimizer.kind = opt;
+  c.optimizer.kind = static_cast<OptimizerKind>(static_cast<int>(opt));
   c.optimizer.learning_rate = in.getLearningRate();
   c.optimizer.l2 = in.getL2();
   c.optimizer.l1 = in.getL1();

@@ -7,20 +7,9 @@
 
 #include "absl/status/statusor.h"
 #include "core/syncline.capnp.h"
+#include "optim/optimizer.h"
 
 namespace syncline {
-
-struct OptimizerConfig {
-  wire::OptimizerKind kind = wire::OptimizerKind::SGD;
-  float learning_rate = 0.1f;
-  float l2 = 0.0f;         // weight decay added to the gradient
-  float beta1 = 0.9f;      // Adam
-  float beta2 = 0.999f;    // Adam
-  float epsilon = 1e-8f;   // Adam and Adagrad
-  float l1 = 0.0f;         // FTRL
-  float ftrl_beta = 1.0f;  // FTRL
-  bool operator==(const OptimizerConfig&) const = default;
-};
 
 struct TableConfig {
   uint32_t id = 0;

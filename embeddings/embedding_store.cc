@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "core/log.h"
 #include "core/sharding.h"
-#include "ps/optimizer.h"
+#include "optim/optimizer.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/filter_policy.h"

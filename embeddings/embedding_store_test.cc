@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "ps/optimizer.h"
+#include "optim/optimizer.h"
 #include "ps/shard_table.h"
 #include "rocksdb/db.h"
 #include "rocksdb/sst_file_writer.h"
@@ -24,7 +24,7 @@ namespace {
 // A fresh directory under the test temp dir, removed with everything in it at the end.
 using testing_util::ScopedTempDir;
 
-TableConfig Table(uint32_t dim, wire::OptimizerKind kind = wire::OptimizerKind::SGD) {
+TableConfig Table(uint32_t dim, OptimizerKind kind = OptimizerKind::kSgd) {
   TableConfig c;
   c.id = 7;
   c.dense = false;
@@ -165,7 +165,7 @@ INSTANTIATE_TEST_SUITE_P(Budgets, RoundTripTest, testing::Bool(),
                          [](const auto& info) { return info.param ? "Bytes" : "Rows"; });
 
 // A row evicted and reloaded continues exactly like one that stayed in memory.
-class OptimizerStateTest : public testing::TestWithParam<wire::OptimizerKind> {};
+class OptimizerStateTest : public testing::TestWithParam<OptimizerKind> {};
 
 TEST_P(OptimizerStateTest, EvictionKeepsOptimizerStateBitwise) {
   constexpr uint64_t kSeed = 4242;
@@ -269,17 +269,17 @@ TEST_P(OptimizerStateTest, SnapshotRestoresThePointInTimeOfCapture) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Rules, OptimizerStateTest,
-                         testing::Values(wire::OptimizerKind::SGD, wire::OptimizerKind::ADAGRAD,
-                                         wire::OptimizerKind::ADAM, wire::OptimizerKind::FTRL),
+                         testing::Values(OptimizerKind::kSgd, OptimizerKind::kAdagrad,
+                                         OptimizerKind::kAdam, OptimizerKind::kFtrl),
                          [](const auto& info) {
                            switch (info.param) {
-                             case wire::OptimizerKind::SGD:
+                             case OptimizerKind::kSgd:
                                return std::string("Sgd");
-                             case wire::OptimizerKind::ADAGRAD:
+                             case OptimizerKind::kAdagrad:
                                return std::string("Adagrad");
-                             case wire::OptimizerKind::ADAM:
+                             case OptimizerKind::kAdam:
                                return std::string("Adam");
-                             case wire::OptimizerKind::FTRL:
+                             case OptimizerKind::kFtrl:
                                return std::string("Ftrl");
                            }
                            return std::string("Other");
@@ -417,7 +417,7 @@ INSTANTIATE_TEST_SUITE_P(Sweeps, ExpiryTest, testing::Values(1, 1000));
 TEST(EmbeddingStoreTest, CorruptValueOnDiskIsDataLoss) {
   ScopedTempDir dir("embedding_store");
   const std::string path = dir.Sub("db");
-  const TableConfig t = Table(4, wire::OptimizerKind::ADAGRAD);
+  const TableConfig t = Table(4, OptimizerKind::kAdagrad);
   {
     auto store = MustOpen(t, Options(path, 100));
     std::vector<uint64_t> ids = {1, 2, 3, 4};
@@ -493,7 +493,7 @@ TEST(EmbeddingStoreTest, BadPathsAndOptionsAreClearErrors) {
 TEST(EmbeddingStoreTest, ReopenSeesFlushedRowsAndStep) {
   ScopedTempDir dir("embedding_store");
   const std::string path = dir.Sub("db");
-  TableConfig t = Table(8, wire::OptimizerKind::ADAM);
+  TableConfig t = Table(8, OptimizerKind::kAdam);
   t.optimizer.learning_rate = 0.01f;
   t.init_scale = 0.1f;
   std::vector<RowCopy> before;

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "ps/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace syncline {
 

@@ -41,7 +41,7 @@ struct RunResult {
 };
 
 // Trains `nodes` gossiping workers, each on its strided part of the data, for two epochs.
-RunResult Train(int nodes, const std::string& mode, int batch, wire::OptimizerKind optimizer) {
+RunResult Train(int nodes, const std::string& mode, int batch, OptimizerKind optimizer) {
   auto parsed = ParseGossipMode(mode);
   EXPECT_TRUE(parsed.ok()) << parsed.status();
   InprocTransport transport;
@@ -94,8 +94,8 @@ RunResult Train(int nodes, const std::string& mode, int batch, wire::OptimizerKi
 }
 
 TEST(GossipBackendTest, RingDpsgdMatchesOneNodeWithTheUnionBatch) {
-  const RunResult one = Train(1, "gossip:ring", 80, wire::OptimizerKind::SGD);
-  const RunResult ring = Train(4, "gossip:ring", 20, wire::OptimizerKind::SGD);
+  const RunResult one = Train(1, "gossip:ring", 80, OptimizerKind::kSgd);
+  const RunResult ring = Train(4, "gossip:ring", 20, OptimizerKind::kSgd);
   const double reference = FullLoss(one.params[0]);
   EXPECT_LT(reference, std::log(2.0) * 0.95) << "the reference must have learned something";
   for (int r = 0; r < 4; ++r) {
@@ -112,15 +112,14 @@ TEST(GossipBackendTest, RingDpsgdMatchesOneNodeWithTheUnionBatch) {
 }
 
 TEST(GossipBackendTest, PushSumAndOtherTopologiesTrainToo) {
-  const double reference =
-      FullLoss(Train(1, "gossip:ring", 80, wire::OptimizerKind::SGD).params[0]);
+  const double reference = FullLoss(Train(1, "gossip:ring", 80, OptimizerKind::kSgd).params[0]);
   // Push-sum depends on thread timing (a node ahead of the others steps on its own data for a
   // while), so its margin is wider than that of the deterministic synchronous runs.
   for (const char* mode :
        {"gossip:exp", "gossip:random", "gossip:exp:async", "gossip-async:ring"}) {
     SCOPED_TRACE(mode);
     const bool async = ParseGossipMode(mode)->second;
-    const RunResult run = Train(4, mode, 20, wire::OptimizerKind::SGD);
+    const RunResult run = Train(4, mode, 20, OptimizerKind::kSgd);
     for (int r = 0; r < 4; ++r) {
       const double loss = FullLoss(run.params[r]);
       std::cerr << mode << " node " << r << ": loss " << loss << "\n";
@@ -130,7 +129,7 @@ TEST(GossipBackendTest, PushSumAndOtherTopologiesTrainToo) {
 }
 
 TEST(GossipBackendTest, AdagradAndAdamRunLocally) {
-  for (auto kind : {wire::OptimizerKind::ADAGRAD, wire::OptimizerKind::ADAM}) {
+  for (auto kind : {OptimizerKind::kAdagrad, OptimizerKind::kAdam}) {
     const RunResult run = Train(2, "gossip:ring", 20, kind);
     EXPECT_LT(FullLoss(run.params[0]), std::log(2.0) * 0.95);
   }
@@ -156,7 +155,7 @@ std::unique_ptr<GossipBackend> SteppedBackend(Endpoint* ep, bool asynchronous, i
   GossipOptions o;
   o.peer_ids = {"w0"};
   o.asynchronous = asynchronous;
-  o.optimizer.kind = wire::OptimizerKind::ADAM;
+  o.optimizer.kind = OptimizerKind::kAdam;
   o.optimizer.learning_rate = 0.1f;
   auto backend = std::make_unique<GossipBackend>(ep, o);
   ParameterLayout layout;

@@ -53,42 +53,6 @@ std::vector<int> RingNeighbours(std::span<const int> members, int p) {
 
 }  // namespace
 
-const char* GossipTopologyName(GossipTopology topology) {
-  switch (topology) {
-    case GossipTopology::kRing:
-      return "ring";
-    case GossipTopology::kExponential:
-      return "exp";
-    case GossipTopology::kRandom:
-      return "random";
-  }
-  return "unknown";
-}
-
-absl::StatusOr<std::pair<GossipTopology, bool>> ParseGossipMode(const std::string& sync) {
-  std::string rest;
-  bool async = false;
-  if (absl::StartsWith(sync, "gossip-async:")) {
-    rest = sync.substr(13);
-    async = true;
-  } else if (absl::StartsWith(sync, "gossip:")) {
-    rest = sync.substr(7);
-    if (absl::EndsWith(rest, ":async")) {
-      rest.resize(rest.size() - 6);
-      async = true;
-    }
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("not a gossip mode: '", sync, "' (want gossip:ring|exp|random[:async])"));
-  }
-  for (GossipTopology t :
-       {GossipTopology::kRing, GossipTopology::kExponential, GossipTopology::kRandom}) {
-    if (rest == GossipTopologyName(t)) return std::make_pair(t, async);
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown gossip topology '", rest, "' in '", sync,
-                                                 "' (want ring, exp or random)"));
-}
-
 std::vector<int> SyncNeighbours(GossipTopology topology, std::span<const int> members, int self,
                                 int64_t step, uint64_t seed) {
   const int p = PositionOf(members, self);

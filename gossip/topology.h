@@ -24,18 +24,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "job/options.h"
+#include "syncline/options.h"
 
 namespace syncline {
 
-enum class GossipTopology { kRing, kExponential, kRandom };
-
-const char* GossipTopologyName(GossipTopology topology);
-
-// "gossip:ring" | "gossip:exp" | "gossip:random", each optionally followed by ":async"
-// (push-sum); "gossip-async:ring" etc. mean the same as the ":async" forms. Returns the
-// topology and whether the mode is asynchronous; anything else is InvalidArgument naming the
-// text.
-absl::StatusOr<std::pair<GossipTopology, bool>> ParseGossipMode(const std::string& sync);
+// GossipTopology is an option type (syncline/options.h); its text form, with
+// ParseGossipMode, is in job/options.h.
 
 // The neighbours of `self` in the undirected graph of step `step` among `members` (sorted live
 // ranks, containing self). Symmetric: j is a neighbour of i exactly when i is one of j.

@@ -275,7 +275,8 @@ TEST(ExperimentCommandTest, AFailedRunIsReportedAndTheExperimentExitsOne) {
   ASSERT_EQ(rows.size(), 2u) << r.output;
   for (auto& row : rows) {
     EXPECT_EQ(row["status"], "failed");
-    EXPECT_THAT(row["error"], HasSubstr("exited with code 2"));
+    // The worker that read the bad line says which, and the job fails with its reason.
+    EXPECT_THAT(row["error"], HasSubstr("bad.libsvm:3: label is not a number"));
   }
   EXPECT_THAT(ReadFile(out + "/cmp/report.md"), HasSubstr("`asp` failed: "));
 }

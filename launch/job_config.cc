@@ -8,12 +8,14 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <initializer_list>
 #include <limits>
 #include <optional>
 #include <sstream>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -29,7 +31,8 @@
 #include "absl/strings/string_view.h"
 #include "compression/codec.h"
 #include "embeddings/memory_budget.h"
-#include "gossip/topology.h"
+#include "job/job_spec.h"
+#include "job/options.h"
 #include "toml++/toml.h"
 #include "worker/slowness.h"
 
@@ -238,14 +241,7 @@ absl::Status ApplyJobFile(const std::string& path,
 }
 
 absl::Status Invalid(absl::string_view flag, absl::string_view value, absl::string_view rule) {
-  return absl::InvalidArgumentError(absl::StrFormat("--%s=%s: %s", flag, value, rule));
-}
-
-absl::Status CheckOneOf(absl::string_view flag, const std::string& value,
-                        std::initializer_list<absl::string_view> allowed) {
-  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return absl::OkStatus();
-  return Invalid(flag, absl::StrCat("'", value, "'"),
-                 absl::StrCat("must be one of ", absl::StrJoin(allowed, ", ")));
+  return InvalidFlag(flag, value, rule);
 }
 
 absl::Status CheckAtLeast(absl::string_view flag, int value, int min) {
@@ -253,60 +249,16 @@ absl::Status CheckAtLeast(absl::string_view flag, int value, int min) {
   return Invalid(flag, absl::StrCat(value), absl::StrCat("must be >= ", min));
 }
 
-absl::Status CheckInRange(absl::string_view flag, int value, int min, int max) {
-  if (value >= min && value <= max) return absl::OkStatus();
-  return Invalid(flag, absl::StrCat(value), absl::StrCat("must be in [", min, ", ", max, "]"));
-}
-
-absl::Status CheckPositive(absl::string_view flag, double value) {
-  if (value > 0 && std::isfinite(value)) return absl::OkStatus();
-  return Invalid(flag, absl::StrCat(value), "must be a positive number");
-}
-
-absl::Status CheckSync(const std::string& sync) {
-  if (sync == "bsp" || sync == "asp") return absl::OkStatus();
-  if (sync.starts_with("gossip")) {
-    if (auto mode = ParseGossipMode(sync); !mode.ok()) {
-      return Invalid("sync", absl::StrCat("'", sync, "'"), std::string(mode.status().message()));
-    }
-    return absl::OkStatus();
+// Parses the text of `flag` with `parse` into `*out`; a bad text is "--flag='text': must be one
+// of ..." with the allowed names.
+template <typename T, typename Parse>
+absl::Status ParseOneOf(absl::string_view flag, const std::string& text, Parse parse,
+                        absl::string_view allowed, T* out) {
+  absl::StatusOr<T> parsed = parse(text);
+  if (!parsed.ok()) {
+    return Invalid(flag, absl::StrCat("'", text, "'"), absl::StrCat("must be one of ", allowed));
   }
-  if (sync.starts_with("ssp:")) {
-    const absl::string_view staleness = absl::string_view(sync).substr(4);
-    int s;
-    // SimpleAtoi alone would also take " 3" and "+3".
-    if (!staleness.empty() &&
-        std::all_of(staleness.begin(), staleness.end(), absl::ascii_isdigit) &&
-        absl::SimpleAtoi(staleness, &s)) {
-      return absl::OkStatus();
-    }
-  }
-  return Invalid("sync", absl::StrCat("'", sync, "'"),
-                 "must be bsp, asp, ssp:S with an integer staleness S >= 0, or "
-                 "gossip:ring|exp|random[:async]");
-}
-
-// Criteo data (and so the ctr model) has unbounded 64-bit hashed ids: no dense rows, no gossip.
-absl::Status CheckCriteo(const JobConfig& c) {
-  if (!UsesCriteoData(c)) {
-    if (c.model == "ctr") {
-      return Invalid("model", "ctr", "needs Criteo data: --format criteo, or a .tsv --train file");
-    }
-    return absl::OkStatus();
-  }
-  if (c.classes != 2) {
-    return Invalid("classes", absl::StrCat(c.classes), "Criteo data is binary (needs 2)");
-  }
-  if (c.model == "softmax") return Invalid("model", "softmax", "Criteo data is binary");
-  if (c.compress != "none" && c.compress != "fp16") {
-    return Invalid("compress", c.compress,
-                   "top-K and sign1 need a bounded feature count; Criteo ids are 64-bit hashes "
-                   "(their sparse pushes take fp16)");
-  }
-  if (c.sync.starts_with("gossip")) {
-    return Invalid("sync", c.sync,
-                   "gossip peers need a bounded feature count; Criteo ids are 64-bit hashes");
-  }
+  *out = *parsed;
   return absl::OkStatus();
 }
 
@@ -322,10 +274,11 @@ absl::Status CheckReadableFile(absl::string_view flag, const std::string& path) 
 }  // namespace
 
 bool UsesCriteoData(const JobConfig& c) {
-  if (c.format == "criteo") return true;
-  if (c.format != "auto") return false;
-  // Without --train the launcher generates Criteo data for the ctr model.
-  return c.train.empty() ? c.model == "ctr" : absl::EndsWithIgnoreCase(c.train, ".tsv");
+  JobSpec spec;
+  spec.data.train = c.train;
+  (void)ParseOneOf("format", c.format, ParseDataFormat, "", &spec.data.format);
+  (void)ParseOneOf("model", c.model, ParseModel, "", &spec.model.kind);
+  return UsesCriteoData(spec);
 }
 
 absl::Status AddJobFlags(CLI::App& app, JobConfig* config) {
@@ -393,81 +346,105 @@ absl::StatusOr<CommandLineAction> ParseJobCommandLine(int argc, const char* cons
   return CommandLineAction::kRun;
 }
 
-absl::Status Validate(const JobConfig& c) {
+absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
+  JobSpec s;
+  // The texts first: each is parsed once, here.
   for (const absl::Status& status : {
            CheckAtLeast("servers", c.servers, 1),
-           CheckAtLeast("workers", c.workers, 1),
-           CheckSync(c.sync),
-           CheckOneOf("model", c.model, {"logreg", "softmax", "ctr"}),
-           CheckAtLeast("classes", c.classes, 2),
-           CheckOneOf("format", c.format, {"auto", "libsvm", "csv", "criteo"}),
-           CheckInRange("embedding-dim", c.embedding_dim, 1, 256),
-           CheckInRange("hidden", c.hidden, 1, 4096),
-           CheckOneOf("index-base", c.index_base, {"auto", "0", "1"}),
-           CheckAtLeast("epochs", c.epochs, 1),
-           CheckAtLeast("batch-size", c.batch_size, 1),
-           CheckOneOf("optimizer", c.optimizer, {"sgd", "adagrad", "adam", "ftrl"}),
-           CheckPositive("lr", c.learning_rate),
-           CheckAtLeast("log-every", c.log_every, 1),
-           CheckPositive("request-timeout", c.request_timeout_s),
-           CheckPositive("heartbeat-interval", c.heartbeat_interval_s),
-           CheckPositive("heartbeat-timeout", c.heartbeat_timeout_s),
-           CheckPositive("peer-timeout", c.peer_timeout_s),
+           ParseOneOf("model", c.model, ParseModel, "logreg, softmax, ctr", &s.model.kind),
+           ParseOneOf("format", c.format, ParseDataFormat, "auto, libsvm, csv, criteo",
+                      &s.data.format),
+           ParseOneOf("index-base", c.index_base, ParseIndexBase, "auto, 0, 1", &s.data.index_base),
+           ParseOneOf("optimizer", c.optimizer, ParseOptimizer, "sgd, adagrad, adam, ftrl",
+                      &s.training.optimizer),
+       }) {
+    if (!status.ok()) return status;
+  }
+  absl::StatusOr<SyncMode> sync = ParseSyncMode(c.sync);
+  if (!sync.ok()) {
+    std::string rule =
+        "must be bsp, asp, ssp:S with an integer staleness S >= 0, or "
+        "gossip:ring|exp|random[:async]";
+    // A gossip mode's own error says which part is wrong.
+    if (c.sync.starts_with("gossip"))
+      rule = std::string(ParseGossipMode(c.sync).status().message());
+    return Invalid("sync", absl::StrCat("'", c.sync, "'"), rule);
+  }
+  s.sync = *sync;
+  absl::StatusOr<CodecSpec> codec = ParseCodec(c.compress);
+  if (!codec.ok()) return Invalid("compress", c.compress, codec.status().message());
+  s.training.codec = *codec;
+  absl::StatusOr<MemoryBudget> budget = ParseMemoryBudget(c.embedding_memory);
+  if (!budget.ok()) {
+    return Invalid("embedding-memory", c.embedding_memory, budget.status().message());
+  }
+  s.embedding.memory_rows = budget->rows;
+  s.embedding.memory_bytes = budget->bytes;
+  if (!c.straggler.empty()) {
+    auto straggler = ParseStraggler(c.straggler);
+    if (!straggler.ok()) return straggler.status();
+    if (straggler->first >= c.workers) {
+      return Invalid("straggler", c.straggler,
+                     absl::StrCat("names no worker (", c.workers, " workers)"));
+    }
+    std::tie(s.slowness.straggler_rank, s.slowness.straggler_factor) = *straggler;
+  }
+  if (!c.delay.empty()) {
+    auto delay = ParseDelay(c.delay);
+    if (!delay.ok()) return delay.status();
+    if (delay->first >= c.workers) {
+      return Invalid("delay", c.delay, absl::StrCat("names no worker (", c.workers, " workers)"));
+    }
+    std::tie(s.slowness.delay_rank, s.slowness.delay_ms) = *delay;
+  }
+  if (!c.jitter.empty()) {
+    auto jitter = ParseJitter(c.jitter);
+    if (!jitter.ok()) return jitter.status();
+    std::tie(s.slowness.jitter_probability, s.slowness.jitter_factor) = *jitter;
+  }
+  s.slowness.min_step_ms = c.min_step_ms;
+
+  // Gossip peers are serverless.
+  s.servers = s.sync.gossip() ? 0 : c.servers;
+  s.workers = c.workers;
+  s.model.classes = c.classes;
+  s.model.embedding_dim = c.embedding_dim;
+  s.model.hidden = c.hidden;
+  s.data.train = c.train;
+  s.data.test = c.test;
+  s.training.epochs = c.epochs;
+  s.training.batch_size = c.batch_size;
+  s.training.learning_rate = c.learning_rate;
+  s.training.l2 = c.l2;
+  s.training.log_every = c.log_every;
+  s.seed = c.seed;
+  s.timeouts.request_s = c.request_timeout_s;
+  s.timeouts.heartbeat_interval_s = c.heartbeat_interval_s;
+  s.timeouts.heartbeat_timeout_s = c.heartbeat_timeout_s;
+  s.timeouts.peer_s = c.peer_timeout_s;
+  s.embedding.admit_after = c.embedding_admit_after;
+  s.embedding.expire_steps = c.embedding_expire_steps;
+  s.update_threads = c.update_threads;
+  s.checkpoint.every = c.checkpoint_every;
+  s.checkpoint.seconds = c.checkpoint_seconds;
+  s.checkpoint.keep = c.checkpoint_keep;
+  // Where the run's files go, all under --out unless said otherwise.
+  const std::filesystem::path out(c.out);
+  s.embedding.dir = (out / "embeddings").string();
+  s.checkpoint.dir = c.checkpoint_dir.empty() ? (out / "checkpoints").string() : c.checkpoint_dir;
+  if (!c.test.empty()) s.data.params_out = (out / "params.tsv").string();
+
+  if (absl::Status status = ValidateJobSpec(s); !status.ok()) return status;
+
+  // What only the launcher uses: the run folder, the data it generates, the files it is given.
+  if (c.out.empty()) return Invalid("out", "''", "must name a directory");
+  for (const absl::Status& status : {
            CheckAtLeast("gen-rows", c.gen_rows, 1),
            CheckAtLeast("gen-test-rows", c.gen_test_rows, 0),
            CheckAtLeast("gen-features", c.gen_features, 1),
            CheckAtLeast("gen-nnz", c.gen_nnz, 1),
-           CheckAtLeast("embedding-admit-after", c.embedding_admit_after, 0),
-           CheckAtLeast("embedding-expire-steps", c.embedding_expire_steps, 0),
-           CheckAtLeast("checkpoint-every", c.checkpoint_every, 0),
-           CheckInRange("update-threads", c.update_threads, 1, 64),
-           CheckAtLeast("checkpoint-keep", c.checkpoint_keep, 1),
        }) {
     if (!status.ok()) return status;
-  }
-  if (absl::Status status = CheckCriteo(c); !status.ok()) return status;
-  if (c.model == "logreg" && c.classes != 2) {
-    return Invalid("classes", absl::StrCat(c.classes), "needs --model softmax (logreg is binary)");
-  }
-  if (!(c.l2 >= 0) || !std::isfinite(c.l2)) {
-    return Invalid("l2", absl::StrCat(c.l2), "must be a number >= 0");
-  }
-  if (c.out.empty()) return Invalid("out", "''", "must name a directory");
-  if (c.heartbeat_timeout_s <= c.heartbeat_interval_s) {
-    return Invalid(
-        "heartbeat-timeout", absl::StrCat(c.heartbeat_timeout_s),
-        absl::StrCat("must be more than --heartbeat-interval (", c.heartbeat_interval_s, ")"));
-  }
-  if (auto codec = ParseCodec(c.compress); !codec.ok()) {
-    return Invalid("compress", c.compress, std::string(codec.status().message()));
-  }
-  if (!c.straggler.empty()) {
-    auto s = ParseStraggler(c.straggler);
-    if (!s.ok()) return s.status();
-    if (s->first >= c.workers) {
-      return Invalid("straggler", c.straggler,
-                     absl::StrCat("names no worker (", c.workers, " workers)"));
-    }
-  }
-  if (!c.delay.empty()) {
-    auto d = ParseDelay(c.delay);
-    if (!d.ok()) return d.status();
-    if (d->first >= c.workers) {
-      return Invalid("delay", c.delay, absl::StrCat("names no worker (", c.workers, " workers)"));
-    }
-  }
-  if (!c.jitter.empty()) {
-    if (auto j = ParseJitter(c.jitter); !j.ok()) return j.status();
-  }
-  if (!(c.checkpoint_seconds >= 0) || !std::isfinite(c.checkpoint_seconds)) {
-    return Invalid("checkpoint-seconds", absl::StrCat(c.checkpoint_seconds),
-                   "must be a number >= 0");
-  }
-  if (auto budget = ParseMemoryBudget(c.embedding_memory); !budget.ok()) {
-    return Invalid("embedding-memory", c.embedding_memory, std::string(budget.status().message()));
-  }
-  if (!(c.min_step_ms >= 0) || c.min_step_ms > 60000) {
-    return Invalid("min-step-ms", absl::StrCat(c.min_step_ms), "must be in [0, 60000]");
   }
   if (c.gen_nnz > c.gen_features) {
     return Invalid("gen-nnz", absl::StrCat(c.gen_nnz),
@@ -477,12 +454,11 @@ absl::Status Validate(const JobConfig& c) {
     if (absl::Status status = CheckReadableFile("train", c.train); !status.ok()) return status;
   }
   if (!c.test.empty()) {
-    if (c.train.empty()) {
-      return Invalid("test", c.test, "needs --train (synthetic data brings its own test set)");
-    }
     if (absl::Status status = CheckReadableFile("test", c.test); !status.ok()) return status;
   }
-  return absl::OkStatus();
+  return s;
 }
+
+absl::Status Validate(const JobConfig& c) { return BuildJobSpec(c).status(); }
 
 }  // namespace syncline

@@ -1,6 +1,7 @@
-// JobConfig is every option of one training job in one place. The launcher fills it from its
-// command line and an optional TOML job file, validates it, and passes the relevant parts on to the
-// servers and workers it starts.
+// JobConfig is the launcher's flags and job-file keys of one training job, as text: one row per
+// option (job_config.cc) gives both the flag and the key. BuildJobSpec turns it into the typed
+// JobSpec (syncline/job_spec.h) that the coordinator hands to every node; nothing else parses
+// an option's text.
 //
 // JobConfig is a plain struct; it and the functions below are thread-compatible.
 
@@ -13,6 +14,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "syncline/job_spec.h"
 
 namespace syncline {
 
@@ -143,8 +145,13 @@ absl::StatusOr<CommandLineAction> ParseJobCommandLine(int argc, const char* cons
 // or (no --train) the synthetic data the launcher generates for --model ctr.
 bool UsesCriteoData(const JobConfig& config);
 
-// Checks every value (ranges, names, the sync grammar, that given data files are readable).
-// The InvalidArgument error names the flag and the bad value.
+// The typed job spec of `config`: every text parsed once, every value and combination checked
+// (ValidateJobSpec), and that the given data files are readable. The run's files go under
+// `out`: OUT/embeddings (the servers' RocksDB tier), OUT/checkpoints unless --checkpoint-dir,
+// OUT/params.tsv when there is a test set. The InvalidArgument error names the flag and the bad
+// value. Without --train the spec has no data yet: the launcher generates it and fills it in.
+absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& config);
+// BuildJobSpec's verdict alone.
 absl::Status Validate(const JobConfig& config);
 
 }  // namespace syncline

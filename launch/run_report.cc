@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "job/options.h"
 
 namespace syncline {
 namespace {
@@ -55,16 +56,16 @@ std::string HumanBytes(double b) {
 
 }  // namespace
 
-RunReport::RunReport(const JobConfig& job, bool interactive)
-    : job_(job), interactive_(interactive), start_(absl::Now()) {}
+RunReport::RunReport(const JobSpec& job, std::string out, bool interactive)
+    : job_(job), out_(std::move(out)), interactive_(interactive), start_(absl::Now()) {}
 
 RunReport::~RunReport() = default;
 
 absl::Status RunReport::Open() {
   absl::MutexLock lock(&mu_);
   std::error_code ec;
-  fs::create_directories(fs::path(job_.out) / "logs", ec);
-  const std::string path = (fs::path(job_.out) / "metrics.csv").string();
+  fs::create_directories(fs::path(out_) / "logs", ec);
+  const std::string path = (fs::path(out_) / "metrics.csv").string();
   metrics_wall_offset_ = OpenCsv(
       path, "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus", metrics_,
       /*clock_column=*/2);
@@ -200,7 +201,7 @@ void RunReport::WriteEmbeddingRow(int server, wire::ServerStats::Reader s) {
   if (!s.hasEmbedding()) return;
   if (!embedding_csv_.is_open()) {
     embedding_wall_offset_ =
-        OpenCsv((fs::path(job_.out) / "embedding.csv").string(),
+        OpenCsv((fs::path(out_) / "embedding.csv").string(),
                 "wall_seconds,server,rows_in_memory,rows_on_disk,admitted,rejected,expired,"
                 "evictions,memory_hit_rate,memory_bytes",
                 embedding_csv_);
@@ -261,7 +262,7 @@ void RunReport::ChildLine(std::string_view label, std::string_view line) {
   std::cerr << "[" << label << "] " << line << "\n";
   auto [it, inserted] = logs_.try_emplace(std::string(label));
   if (inserted) {
-    it->second.open(fs::path(job_.out) / "logs" / (std::string(label) + ".log"), std::ios::trunc);
+    it->second.open(fs::path(out_) / "logs" / (std::string(label) + ".log"), std::ios::trunc);
   }
   if (it->second) it->second << line << "\n";
 }
@@ -280,11 +281,11 @@ std::string RunReport::ProgressText(absl::Duration elapsed) {
     }
   }
   const double seconds = absl::ToDoubleSeconds(elapsed);
-  std::string text = absl::StrFormat("[%s] %.1fs", job_.sync, seconds);
+  std::string text = absl::StrFormat("[%s] %.1fs", SyncModeName(job_.sync), seconds);
   if (total > 0) {
     const double rate = seconds > 0 ? done / seconds : 0;
-    text += absl::StrFormat("  epoch %d/%d  steps %d/%d (%.0f%%)  %.0f steps/s", epoch, job_.epochs,
-                            done, total, 100.0 * done / total, rate);
+    text += absl::StrFormat("  epoch %d/%d  steps %d/%d (%.0f%%)  %.0f steps/s", epoch,
+                            job_.training.epochs, done, total, 100.0 * done / total, rate);
     if (reporting > 0) text += absl::StrFormat("  train loss %.4f", loss / reporting);
     if (rate > 0 && done < total) text += absl::StrFormat("  ETA %.0fs", (total - done) / rate);
   } else {
@@ -337,17 +338,17 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
   j << "{\n";
   j << "  \"status\": " << JsonString(failure.empty() ? "ok" : "failed") << ",\n";
   if (!failure.empty()) j << "  \"error\": " << JsonString(failure) << ",\n";
-  j << "  \"sync\": " << JsonString(job_.sync) << ",\n";
+  j << "  \"sync\": " << JsonString(SyncModeName(job_.sync)) << ",\n";
   j << "  \"servers\": " << job_.servers << ",\n";
   j << "  \"workers\": " << job_.workers << ",\n";
-  j << "  \"model\": " << JsonString(job_.model) << ",\n";
-  j << "  \"optimizer\": " << JsonString(job_.optimizer) << ",\n";
-  j << "  \"learning_rate\": " << JsonNumber(job_.learning_rate) << ",\n";
-  j << "  \"batch_size\": " << job_.batch_size << ",\n";
+  j << "  \"model\": " << JsonString(ModelName(job_.model.kind)) << ",\n";
+  j << "  \"optimizer\": " << JsonString(OptimizerName(job_.training.optimizer)) << ",\n";
+  j << "  \"learning_rate\": " << JsonNumber(job_.training.learning_rate) << ",\n";
+  j << "  \"batch_size\": " << job_.training.batch_size << ",\n";
   j << "  \"seed\": " << job_.seed << ",\n";
-  j << "  \"train\": " << JsonString(job_.train) << ",\n";
-  j << "  \"test\": " << JsonString(job_.test) << ",\n";
-  j << "  \"epochs\": " << job_.epochs << ",\n";
+  j << "  \"train\": " << JsonString(job_.data.train) << ",\n";
+  j << "  \"test\": " << JsonString(job_.data.test) << ",\n";
+  j << "  \"epochs\": " << job_.training.epochs << ",\n";
   j << "  \"steps\": " << steps << ",\n";
   j << "  \"steps_per_worker\": " << max_steps << ",\n";
   j << "  \"examples\": " << examples << ",\n";
@@ -355,7 +356,7 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
   j << "  \"train_loss\": " << (reporting ? JsonNumber(final_loss / reporting) : "null") << ",\n";
   j << "  \"test_examples\": " << test_examples_ << ",\n";
   j << "  \"test_loss\": " << (have_evaluation_ ? JsonNumber(test_loss_) : "null") << ",\n";
-  if (job_.model != "softmax") {
+  if (job_.model.kind != ModelKind::kSoftmax) {
     j << "  \"test_auc\": " << (have_evaluation_ ? JsonNumber(test_auc_) : "null") << ",\n";
   }
   j << "  \"test_accuracy\": " << (have_evaluation_ ? JsonNumber(test_accuracy_) : "null") << ",\n";
@@ -400,7 +401,7 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
   j << "  \"nodes_down\": [";
   for (size_t i = 0; i < down_.size(); ++i) j << (i ? ", " : "") << JsonString(down_[i]);
   j << "]\n}\n";
-  const std::string path = (fs::path(job_.out) / "summary.json").string();
+  const std::string path = (fs::path(out_) / "summary.json").string();
   std::ofstream out(path, std::ios::trunc);
   out << j.str();
   if (!out) return absl::PermissionDeniedError(absl::StrFormat("cannot write %s", path));
@@ -420,15 +421,16 @@ std::string RunReport::SummaryText(absl::Duration wall) {
       "Syncline run finished: %s, %d servers, %d workers, model %s\n"
       "  %d steps in %.2f s (%.0f steps/s)\n"
       "  pushed %s, pulled %s\n",
-      job_.sync, job_.servers, job_.workers, job_.model, steps, absl::ToDoubleSeconds(wall),
-      steps / std::max(1e-9, absl::ToDoubleSeconds(wall)), HumanBytes(pushed), HumanBytes(pulled));
+      SyncModeName(job_.sync), job_.servers, job_.workers, ModelName(job_.model.kind), steps,
+      absl::ToDoubleSeconds(wall), steps / std::max(1e-9, absl::ToDoubleSeconds(wall)),
+      HumanBytes(pushed), HumanBytes(pulled));
   if (have_evaluation_) {
     s += absl::StrFormat("  test: %d examples, loss %.4f", test_examples_, test_loss_);
     if (test_auc_ >= 0) s += absl::StrFormat(", AUC %.4f", test_auc_);
     if (test_accuracy_ >= 0) s += absl::StrFormat(", accuracy %.4f", test_accuracy_);
     s += "\n";
   }
-  s += absl::StrFormat("  results: %s/summary.json, %s/metrics.csv\n", job_.out, job_.out);
+  s += absl::StrFormat("  results: %s/summary.json, %s/metrics.csv\n", out_, out_);
   return s;
 }
 

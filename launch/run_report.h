@@ -20,13 +20,14 @@
 #include "absl/time/time.h"
 #include "core/coordinator.h"
 #include "launch/checkpoint_tracker.h"
-#include "launch/job_config.h"
+#include "syncline/job_spec.h"
 
 namespace syncline {
 
 class RunReport : public CoordinatorObserver {
  public:
-  RunReport(const JobConfig& job, bool interactive);
+  // `job` is the job as the nodes get it; its files go into the run folder `out`.
+  RunReport(const JobSpec& job, std::string out, bool interactive);
   ~RunReport() override;
 
   // Creates OUT/metrics.csv and OUT/logs/.
@@ -98,7 +99,8 @@ class RunReport : public CoordinatorObserver {
     return offset + absl::ToDoubleSeconds(absl::Now() - start_);
   }
 
-  const JobConfig job_;
+  const JobSpec job_;
+  const std::string out_;
   const bool interactive_;
   const absl::Time start_;
 

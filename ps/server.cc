@@ -86,8 +86,7 @@ absl::Status ParameterServer::Restore(const std::string& checkpoint_dir) {
 
 void ParameterServer::StartCheckpoint(int64_t clock) {
   const absl::Time start = absl::Now();
-  taken_checkpoints_.insert(clock);
-  while (taken_checkpoints_.size() > 64) taken_checkpoints_.erase(taken_checkpoints_.begin());
+  checkpoint_requests_.Taken(clock);
   // One capture at a time: wait for the previous write before copying anything, so that memory
   // holds at most one copy and RocksDB at most one pinned snapshot.
   checkpoint_writer_->WaitIdle();
@@ -118,7 +117,7 @@ void ParameterServer::RequestCheckpoint(int64_t clock) {
     return;
   }
   const int64_t min_clock = clocks_.MinClock();
-  if (taken_checkpoints_.contains(clock)) return;  // already written (a periodic one)
+  if (checkpoint_requests_.WasTaken(clock)) return;  // already written (a periodic one)
   if (clock == min_clock && clock > last_checkpoint_clock_) {
     // Nothing of clock `clock` has been applied yet (under BSP the tables change only when
     // the min clock moves): the shard is at that clock now.
@@ -126,7 +125,7 @@ void ParameterServer::RequestCheckpoint(int64_t clock) {
   } else if (clock < min_clock || min_clock == kAllFinished) {
     MissCheckpoint(clock);
   } else if (clock > min_clock) {
-    requested_checkpoints_.insert(clock);
+    checkpoint_requests_.Request(clock);
   }
 }
 
@@ -544,11 +543,10 @@ absl::Status ParameterServer::OnMinClockChanged() {
     }
     if (checkpoint_writer_) {
       // Requests the workers have already gone past cannot be served any more.
-      while (!requested_checkpoints_.empty() && *requested_checkpoints_.begin() < min_clock) {
-        MissCheckpoint(*requested_checkpoints_.begin());
-        requested_checkpoints_.erase(requested_checkpoints_.begin());
+      for (int64_t missed : checkpoint_requests_.TakeMissedBefore(min_clock)) {
+        MissCheckpoint(missed);
       }
-      const bool requested = requested_checkpoints_.erase(min_clock) > 0;
+      const bool requested = checkpoint_requests_.Consume(min_clock);
       const bool periodic =
           options_.checkpoint_every > 0 && min_clock % options_.checkpoint_every == 0;
       if (min_clock > last_checkpoint_clock_ && (requested || periodic)) {
@@ -556,8 +554,9 @@ absl::Status ParameterServer::OnMinClockChanged() {
       }
     }
   } else {
-    for (int64_t clock : requested_checkpoints_) MissCheckpoint(clock);
-    requested_checkpoints_.clear();
+    for (int64_t missed : checkpoint_requests_.TakeMissedBefore(kAllFinished)) {
+      MissCheckpoint(missed);
+    }
   }
   while (!parked_.empty() && (min_clock == kAllFinished || parked_.begin()->first <= min_clock)) {
     auto node = parked_.extract(parked_.begin());

@@ -30,6 +30,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "checkpoint/checkpoint_requests.h"
 #include "consistency/clock_table.h"
 #include "core/transport.h"
 #include "ps/server_checkpoint.h"
@@ -163,8 +164,7 @@ class ParameterServer {
   std::multimap<int64_t, ParkedPull> parked_;
   ServerStats stats_;
   int64_t last_checkpoint_clock_ = 0;
-  std::set<int64_t> requested_checkpoints_;
-  std::set<int64_t> taken_checkpoints_;  // the latest clocks checkpointed (bounded)
+  CheckpointRequests checkpoint_requests_;
   // Declared after the tables: destroyed first, so stores outlive the snapshots being written.
   std::unique_ptr<CheckpointWriter> checkpoint_writer_;
 };

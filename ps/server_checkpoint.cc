@@ -16,7 +16,7 @@
 #include "capnp/serialize.h"
 #include "core/log.h"
 #include "embeddings/row_codec.h"
-#include "ps/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace syncline {
 namespace {

@@ -17,7 +17,7 @@ namespace {
 
 using testing_util::ScopedTempDir;
 
-TableConfig Config(uint32_t id, bool dense, uint32_t dim, wire::OptimizerKind kind) {
+TableConfig Config(uint32_t id, bool dense, uint32_t dim, OptimizerKind kind) {
   TableConfig c;
   c.id = id;
   c.dense = dense;
@@ -99,9 +99,9 @@ TEST(ServerCheckpointTest, RestoreGivesIdenticalParametersAndOptimizerState) {
   constexpr uint64_t kSeed = 2024;
   SCOPED_TRACE(testing::Message() << "seed " << kSeed);
   ScopedTempDir dir("server_checkpoint");
-  const std::vector<TableConfig> configs = {Config(1, true, 3, wire::OptimizerKind::ADAM),
-                                            Config(2, false, 4, wire::OptimizerKind::ADAGRAD),
-                                            Config(3, false, 5, wire::OptimizerKind::FTRL)};
+  const std::vector<TableConfig> configs = {Config(1, true, 3, OptimizerKind::kAdam),
+                                            Config(2, false, 4, OptimizerKind::kAdagrad),
+                                            Config(3, false, 5, OptimizerKind::kFtrl)};
   Shard live;
   for (const auto& c : configs) live.tables[c.id] = *Shard::Make(c, dir.Sub("live"), "");
   std::mt19937_64 rng(kSeed);
@@ -150,7 +150,7 @@ TEST(ServerCheckpointTest, RestoreGivesIdenticalParametersAndOptimizerState) {
 TEST(ServerCheckpointTest, DamagedShardFileIsDataLoss) {
   ScopedTempDir dir("server_checkpoint");
   Shard live;
-  const TableConfig c = Config(1, true, 2, wire::OptimizerKind::SGD);
+  const TableConfig c = Config(1, true, 2, OptimizerKind::kSgd);
   live.tables[1] = *Shard::Make(c, dir.Sub("live"), "");
   ShardCapture capture;
   capture.clock = 4;
@@ -187,7 +187,7 @@ TEST(ServerCheckpointTest, AWriteThatFailsIsReportedAndTheWriterGoesOn) {
       done.emplace_back(clock, s);
     });
     Shard live;
-    live.tables[1] = *Shard::Make(Config(1, true, 2, wire::OptimizerKind::SGD), dir.Sub("l"), "");
+    live.tables[1] = *Shard::Make(Config(1, true, 2, OptimizerKind::kSgd), dir.Sub("l"), "");
     for (int64_t clock : {5, 10}) {
       ShardCapture capture;
       capture.clock = clock;

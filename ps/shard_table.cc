@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "embeddings/row_codec.h"
-#include "ps/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace syncline {
 

@@ -90,7 +90,7 @@ std::vector<float> FloatsOf(Frame frame) {
 TEST(ShardTableTest, DenseBlocksGiveTheSameUpdatesAsOneArray) {
   // 7 rows of 3 in blocks of 2 rows (24 bytes): ranges and rows cross block edges.
   TableConfig c = Dense(7, 3);
-  c.optimizer.kind = wire::OptimizerKind::ADAM;
+  c.optimizer.kind = OptimizerKind::kAdam;
   c.init_scale = 0.5f;
   auto blocked = *ShardTable::Create(c, 0, 1, nullptr, 2 * 3 * sizeof(float));
   auto flat = *ShardTable::Create(c, 0, 1);
@@ -174,8 +174,8 @@ TEST(ShardTableTest, PooledDenseUpdatesAreBitwiseThoseOfOneThread) {
   const uint64_t rows = 3 * ShardTable::kMinFloatsPerUpdateTask + 7;  // several tasks
   std::vector<float> g(rows * dim);
   UpdatePool pool(3);
-  for (const auto kind : {wire::OptimizerKind::SGD, wire::OptimizerKind::ADAGRAD,
-                          wire::OptimizerKind::ADAM, wire::OptimizerKind::FTRL}) {
+  for (const auto kind :
+       {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kAdam, OptimizerKind::kFtrl}) {
     TableConfig c = Dense(rows, dim);
     c.init_scale = 0.1f;
     c.optimizer.kind = kind;

@@ -8,6 +8,7 @@
 #include "core/control_client.h"
 #include "core/coordinator.h"
 #include "core/zmq_transport.h"
+#include "job/node_join.h"
 #include "launch/process_group.h"
 #include "worker/kv_client.h"
 
@@ -28,11 +29,12 @@ absl::Time Soon() { return absl::Now() + absl::Seconds(20); }
 TEST(ServerProcessTest, KeepsServingThroughAFloodOfMalformedMessages) {
   ZmqTransport transport;
   StatsObserver observer;
-  CoordinatorOptions options;
-  options.num_servers = 1;
-  options.num_workers = 1;
-  options.staleness = -1;
-  options.evaluate = false;
+  JobSpec spec;
+  spec.servers = 1;
+  spec.workers = 1;
+  spec.sync.kind = SyncKind::kAsp;
+  spec.embedding.dir.clear();  // sparse rows in memory
+  CoordinatorOptions options = CoordinatorOptionsFor(spec);
   options.heartbeat_interval = absl::Milliseconds(100);
   options.heartbeat_timeout = absl::Seconds(5);
   auto coordinator = Coordinator::Create(transport, "tcp://127.0.0.1:0", options, &observer);

@@ -16,22 +16,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "syncline/options.h"
 
 namespace syncline {
 
-enum class DataFormat {
-  kAuto,    // By extension: ".csv" (any case) is CSV, ".tsv" Criteo, everything else libsvm.
-  kLibsvm,  // "label id:value id:value ... [# comment]"
-  kCsv,     // "label,f0,f1,..." dense rows, optional header line.
-  kCriteo,  // "label<TAB>13 integers<TAB>26 hex categories", binary; layout in worker/criteo.h.
-};
-
-// How libsvm feature ids are numbered in the file.
-enum class IndexBase {
-  kAuto,  // 0-based if any id 0 appears anywhere in the file, else 1-based.
-  kZero,
-  kOne,  // Id 0 is an error.
-};
+// DataFormat and IndexBase are option types (syncline/options.h).
 
 struct ReadOptions {
   DataFormat format = DataFormat::kAuto;

@@ -60,29 +60,14 @@ absl::StatusOr<std::pair<int, double>> ParseDelay(const std::string& text) {
   return std::make_pair(rank, ms);
 }
 
-absl::StatusOr<SlownessOptions> SlownessForWorker(const std::string& straggler,
-                                                  const std::string& jitter,
-                                                  const std::string& delay, double min_step_ms,
-                                                  int rank, uint64_t job_seed) {
+SlownessOptions SlownessForWorker(const JobSpec::Slowness& slowness, int rank, uint64_t job_seed) {
   SlownessOptions o;
-  o.min_step = absl::Microseconds(min_step_ms * 1000);
+  o.min_step = absl::Microseconds(slowness.min_step_ms * 1000);
   o.seed = job_seed * 1000003 + static_cast<uint64_t>(rank);
-  if (!straggler.empty()) {
-    auto s = ParseStraggler(straggler);
-    if (!s.ok()) return s.status();
-    if (s->first == rank) o.factor = s->second;
-  }
-  if (!jitter.empty()) {
-    auto j = ParseJitter(jitter);
-    if (!j.ok()) return j.status();
-    o.jitter_probability = j->first;
-    o.jitter_factor = j->second;
-  }
-  if (!delay.empty()) {
-    auto d = ParseDelay(delay);
-    if (!d.ok()) return d.status();
-    if (d->first == rank) o.delay = absl::Microseconds(d->second * 1000);
-  }
+  if (slowness.straggler_rank == rank) o.factor = slowness.straggler_factor;
+  o.jitter_probability = slowness.jitter_probability;
+  o.jitter_factor = slowness.jitter_factor;
+  if (slowness.delay_rank == rank) o.delay = absl::Microseconds(slowness.delay_ms * 1000);
   return o;
 }
 

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "syncline/job_spec.h"
 
 namespace syncline {
 
@@ -37,13 +38,10 @@ absl::StatusOr<std::pair<double, double>> ParseJitter(const std::string& text);
 // "RANK:MS" (ms >= 0), as in --delay 1:20.
 absl::StatusOr<std::pair<int, double>> ParseDelay(const std::string& text);
 
-// This worker's slowness from the job's flag values (empty strings: not set): --straggler and
-// --delay apply only when they name `rank`; the seed is derived from the job seed and the rank,
-// so every worker draws its own jitter and a run can be replayed.
-absl::StatusOr<SlownessOptions> SlownessForWorker(const std::string& straggler,
-                                                  const std::string& jitter,
-                                                  const std::string& delay, double min_step_ms,
-                                                  int rank, uint64_t job_seed);
+// This worker's slowness from the job's (validated) settings: the straggler and the delay apply
+// only when they name `rank`; the seed is derived from the job seed and the rank, so every
+// worker draws its own jitter and a run can be replayed.
+SlownessOptions SlownessForWorker(const JobSpec::Slowness& slowness, int rank, uint64_t job_seed);
 
 class SlownessInjector {
  public:

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 namespace syncline {
 namespace {
 
@@ -19,20 +21,24 @@ TEST(SlownessTest, ParsesAndRejectsFlags) {
 }
 
 TEST(SlownessTest, FlagsApplyToTheWorkersTheyName) {
-  auto w1 = SlownessForWorker("1:3", "0.1:5", "1:20", 10, 1, 7);
-  ASSERT_TRUE(w1.ok());
+  JobSpec::Slowness spec{.straggler_rank = 1,
+                         .straggler_factor = 3,
+                         .jitter_probability = 0.1,
+                         .jitter_factor = 5,
+                         .delay_rank = 1,
+                         .delay_ms = 20,
+                         .min_step_ms = 10};
+  std::optional<SlownessOptions> w1 = SlownessForWorker(spec, 1, 7);
   EXPECT_EQ(w1->factor, 3);
   EXPECT_EQ(w1->delay, absl::Milliseconds(20));
   EXPECT_EQ(w1->min_step, absl::Milliseconds(10));
   EXPECT_EQ(w1->jitter_probability, 0.1);
-  auto w0 = SlownessForWorker("1:3", "0.1:5", "1:20", 10, 0, 7);
-  ASSERT_TRUE(w0.ok());
+  std::optional<SlownessOptions> w0 = SlownessForWorker(spec, 0, 7);
   EXPECT_EQ(w0->factor, 1);
   EXPECT_EQ(w0->delay, absl::ZeroDuration());
   EXPECT_EQ(w0->jitter_factor, 5);
   EXPECT_NE(w0->seed, w1->seed);
-  EXPECT_FALSE(SlownessForWorker("", "2:1", "", 0, 0, 1).ok());
-  EXPECT_FALSE(SlownessInjector(*SlownessForWorker("", "", "", 0, 0, 1)).active());
+  EXPECT_FALSE(SlownessInjector(SlownessForWorker(JobSpec::Slowness{}, 0, 1)).active());
 }
 
 TEST(SlownessTest, StepTimeFollowsFactorFloorAndJitter) {

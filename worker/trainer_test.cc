@@ -40,7 +40,7 @@ struct Checkpointing {
 // Trains `workers` workers against `servers` servers under `staleness` and returns the final
 // parameters of every feature followed by the bias.
 std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
-                         wire::OptimizerKind optimizer, CodecSpec codec = {},
+                         OptimizerKind optimizer, CodecSpec codec = {},
                          const Checkpointing& ckpt = {}) {
   constexpr int kFeatures = 200;
   InprocTransport transport;
@@ -145,7 +145,7 @@ TEST(TrainerTest, StepsPerEpochRoundsUp) {
   EXPECT_EQ(StepsPerEpoch(0, 3), 0);
 }
 
-class BspEquivalenceTest : public testing::TestWithParam<wire::OptimizerKind> {};
+class BspEquivalenceTest : public testing::TestWithParam<OptimizerKind> {};
 
 TEST_P(BspEquivalenceTest, TwoWorkersEqualOneWorkerWithTheUnionBatch) {
   const std::vector<float> one = Train(1, 1, 0, 40, GetParam());
@@ -160,12 +160,12 @@ TEST_P(BspEquivalenceTest, TwoWorkersEqualOneWorkerWithTheUnionBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, BspEquivalenceTest,
-                         testing::Values(wire::OptimizerKind::SGD, wire::OptimizerKind::ADAGRAD,
-                                         wire::OptimizerKind::ADAM));
+                         testing::Values(OptimizerKind::kSgd, OptimizerKind::kAdagrad,
+                                         OptimizerKind::kAdam));
 
 TEST(TrainerTest, BspRunsAreBitwiseReproducible) {
-  const std::vector<float> a = Train(2, 3, 0, 16, wire::OptimizerKind::ADAGRAD);
-  const std::vector<float> b = Train(2, 3, 0, 16, wire::OptimizerKind::ADAGRAD);
+  const std::vector<float> a = Train(2, 3, 0, 16, OptimizerKind::kAdagrad);
+  const std::vector<float> b = Train(2, 3, 0, 16, OptimizerKind::kAdagrad);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "parameter " << i;
 }
@@ -186,11 +186,10 @@ double FullLoss(const std::vector<float>& params) {
 }
 
 TEST(TrainerTest, CompressedTrainingWithErrorFeedbackStaysCloseToUncompressed) {
-  const double plain = FullLoss(Train(2, 2, 0, 20, wire::OptimizerKind::SGD));
+  const double plain = FullLoss(Train(2, 2, 0, 20, OptimizerKind::kSgd));
   for (const char* spec : {"topk:0.05", "sign1:64", "fp16"}) {
     SCOPED_TRACE(spec);
-    const double compressed =
-        FullLoss(Train(2, 2, 0, 20, wire::OptimizerKind::SGD, *ParseCodec(spec)));
+    const double compressed = FullLoss(Train(2, 2, 0, 20, OptimizerKind::kSgd, *ParseCodec(spec)));
     EXPECT_LT(compressed, std::log(2.0) * 0.97) << "must have learned something";
     EXPECT_LT(compressed, plain * 1.05) << "plain " << plain;
   }
@@ -206,13 +205,13 @@ TEST_P(ResumeTest, ResumingFromACheckpointIsBitwiseAnUninterruptedRun) {
   const std::string root = testing::TempDir() + "resume_" + std::to_string(getpid()) + "_" +
                            std::string(GetParam()).substr(0, 4);
   std::filesystem::remove_all(root);
-  const std::vector<float> whole = Train(2, 2, 0, 20, wire::OptimizerKind::ADAM, codec);
+  const std::vector<float> whole = Train(2, 2, 0, 20, OptimizerKind::kAdam, codec);
   // 1200 examples, 2 workers, batches of 20: 30 steps per epoch, 60 in all.
-  Train(2, 2, 0, 20, wire::OptimizerKind::ADAM, codec, {.root = root, .every = 7, .stop_at = 35});
+  Train(2, 2, 0, 20, OptimizerKind::kAdam, codec, {.root = root, .every = 7, .stop_at = 35});
   const std::string dir = CheckpointDir(root, 35);
   ASSERT_TRUE(std::filesystem::exists(dir + "/w1.state"));
   const std::vector<float> resumed =
-      Train(2, 2, 0, 20, wire::OptimizerKind::ADAM, codec, {.root = root, .resume = dir});
+      Train(2, 2, 0, 20, OptimizerKind::kAdam, codec, {.root = root, .resume = dir});
   ASSERT_EQ(whole.size(), resumed.size());
   for (size_t i = 0; i < whole.size(); ++i) ASSERT_EQ(whole[i], resumed[i]) << "parameter " << i;
   std::filesystem::remove_all(root);
@@ -222,7 +221,7 @@ INSTANTIATE_TEST_SUITE_P(Codecs, ResumeTest, testing::Values("none", "topk:0.05"
                          [](const auto& info) { return std::string(info.param).substr(0, 4); });
 
 TEST(TrainerTest, AspConvergesToo) {
-  const std::vector<float> asp = Train(2, 2, -1, 20, wire::OptimizerKind::SGD);
+  const std::vector<float> asp = Train(2, 2, -1, 20, OptimizerKind::kSgd);
   double moved = 0;
   for (float v : asp) moved += std::abs(v);
   EXPECT_GT(moved, 1.0);
@@ -263,7 +262,7 @@ auto TrainOnSources(const Model& model, int workers,
   ParameterLayout layout;
   layout.row_dim = model.row_dim();
   layout.bias_dim = model.bias_dim();
-  layout.optimizer.kind = wire::OptimizerKind::ADAGRAD;
+  layout.optimizer.kind = OptimizerKind::kAdagrad;
   layout.row_init_scale = model.row_init_scale();
   layout.bias_init_scale = model.bias_init_scale();
   std::vector<std::thread> threads;

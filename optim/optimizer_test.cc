@@ -1,4 +1,4 @@
-#include "ps/optimizer.h"
+#include "optim/optimizer.h"
 
 #include <gtest/gtest.h>
 
@@ -19,7 +19,7 @@ TEST(OptimizerTest, SgdScalesTheGradientSum) {
 
 TEST(OptimizerTest, AdagradShrinksRepeatedSteps) {
   OptimizerConfig c;
-  c.kind = wire::OptimizerKind::ADAGRAD;
+  c.kind = OptimizerKind::kAdagrad;
   c.learning_rate = 1.0f;
   c.epsilon = 0;
   std::vector<float> w = {0}, h = {0}, g = {2};
@@ -31,7 +31,7 @@ TEST(OptimizerTest, AdagradShrinksRepeatedSteps) {
 
 TEST(OptimizerTest, AdamFirstStepMovesByTheLearningRate) {
   OptimizerConfig c;
-  c.kind = wire::OptimizerKind::ADAM;
+  c.kind = OptimizerKind::kAdam;
   c.learning_rate = 0.01f;
   std::vector<float> w = {1, 1}, state(4, 0.0f), g = {3, -0.5f};
   ApplyUpdate(c, w.data(), state.data(), g.data(), 1.0f, 2, 1);
@@ -53,7 +53,7 @@ struct FtrlReference {
 
 TEST(OptimizerTest, FtrlMatchesItsDefinitionOnAQuadratic) {
   OptimizerConfig c;
-  c.kind = wire::OptimizerKind::FTRL;
+  c.kind = OptimizerKind::kFtrl;
   c.learning_rate = 0.5f;
   c.ftrl_beta = 1.0f;
   c.l1 = 0.01f;
@@ -75,7 +75,7 @@ TEST(OptimizerTest, FtrlMatchesItsDefinitionOnAQuadratic) {
 
 TEST(OptimizerTest, FtrlL1KeepsWeakWeightsExactlyZero) {
   OptimizerConfig c;
-  c.kind = wire::OptimizerKind::FTRL;
+  c.kind = OptimizerKind::kFtrl;
   c.learning_rate = 0.1f;
   c.l1 = 1.0f;
   std::vector<float> w = {0, 0}, state(4, 0.0f), g = {0.2f, 5.0f};
@@ -84,12 +84,6 @@ TEST(OptimizerTest, FtrlL1KeepsWeakWeightsExactlyZero) {
   }
   EXPECT_EQ(w[0], 0.0f);  // |z| = 0.6 stays inside the L1 ball
   EXPECT_LT(w[1], 0.0f);
-}
-
-TEST(OptimizerTest, ParsesNames) {
-  EXPECT_EQ(*ParseOptimizer("adam"), wire::OptimizerKind::ADAM);
-  EXPECT_EQ(*ParseOptimizer("ftrl"), wire::OptimizerKind::FTRL);
-  EXPECT_FALSE(ParseOptimizer("rmsprop").ok());
 }
 
 }  // namespace

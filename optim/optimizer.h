@@ -5,21 +5,31 @@
 // that BSP can aggregate gradient sums from all workers of a clock and apply them once, exactly
 // like synchronous SGD on the union of their batches. The loops are plain element-wise code
 // that the compiler vectorises.
-#ifndef SYNCLINE_PS_OPTIMIZER_H_
-#define SYNCLINE_PS_OPTIMIZER_H_
+#ifndef SYNCLINE_OPTIM_OPTIMIZER_H_
+#define SYNCLINE_OPTIM_OPTIMIZER_H_
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
 
-#include "absl/status/statusor.h"
-#include "core/syncline.capnp.h"
-#include "core/table_config.h"
+#include "syncline/options.h"
 
 namespace syncline {
 
+// A rule and its hyperparameters.
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  float learning_rate = 0.1f;
+  float l2 = 0.0f;         // weight decay added to the gradient
+  float beta1 = 0.9f;      // Adam
+  float beta2 = 0.999f;    // Adam
+  float epsilon = 1e-8f;   // Adam and Adagrad
+  float l1 = 0.0f;         // FTRL
+  float ftrl_beta = 1.0f;  // FTRL
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
 // Floats of optimizer state per weight.
-int StateFloatsPerWeight(wire::OptimizerKind kind);
+int StateFloatsPerWeight(OptimizerKind kind);
 
 // Applies one update: g = grad_sum * scale + l2 * w, then the rule. `state` holds
 // StateFloatsPerWeight(kind) * n floats laid out rule by rule ([m..., v...] for Adam);
@@ -33,8 +43,6 @@ void ApplyUpdate(const OptimizerConfig& config, float* weights, float* state, co
 void ApplyUpdate(const OptimizerConfig& config, float* weights, float* state0, float* state1,
                  const float* grad_sum, float scale, size_t n, int64_t step);
 
-absl::StatusOr<wire::OptimizerKind> ParseOptimizer(const std::string& name);
-
 }  // namespace syncline
 
-#endif  // SYNCLINE_PS_OPTIMIZER_H_
+#endif  // SYNCLINE_OPTIM_OPTIMIZER_H_

@@ -1,20 +1,18 @@
-#include "ps/optimizer.h"
+#include "optim/optimizer.h"
 
 #include <cmath>
 
-#include "absl/strings/str_cat.h"
-
 namespace syncline {
 
-int StateFloatsPerWeight(wire::OptimizerKind kind) {
+int StateFloatsPerWeight(OptimizerKind kind) {
   switch (kind) {
-    case wire::OptimizerKind::SGD:
+    case OptimizerKind::kSgd:
       return 0;
-    case wire::OptimizerKind::ADAGRAD:
+    case OptimizerKind::kAdagrad:
       return 1;
-    case wire::OptimizerKind::ADAM:
+    case OptimizerKind::kAdam:
       return 2;
-    case wire::OptimizerKind::FTRL:
+    case OptimizerKind::kFtrl:
       return 2;
   }
   return 0;
@@ -39,10 +37,10 @@ void ApplyUpdate(const OptimizerConfig& c, float* __restrict w, float* __restric
   const float lr = c.learning_rate;
   const float l2 = c.l2;
   switch (c.kind) {
-    case wire::OptimizerKind::SGD:
+    case OptimizerKind::kSgd:
       for (size_t i = 0; i < n; ++i) w[i] -= lr * (g[i] * scale + l2 * w[i]);
       return;
-    case wire::OptimizerKind::ADAGRAD: {
+    case OptimizerKind::kAdagrad: {
       float* __restrict h = state0;
       for (size_t i = 0; i < n; ++i) {
         const float gi = g[i] * scale + l2 * w[i];
@@ -51,7 +49,7 @@ void ApplyUpdate(const OptimizerConfig& c, float* __restrict w, float* __restric
       }
       return;
     }
-    case wire::OptimizerKind::ADAM: {
+    case OptimizerKind::kAdam: {
       float* __restrict m = state0;
       float* __restrict v = state1;
       const double t = static_cast<double>(step < 1 ? 1 : step);
@@ -67,7 +65,7 @@ void ApplyUpdate(const OptimizerConfig& c, float* __restrict w, float* __restric
       }
       return;
     }
-    case wire::OptimizerKind::FTRL: {
+    case OptimizerKind::kFtrl: {
       // FTRL-Proximal with per-coordinate rates: z accumulates gradients minus the proximal
       // correction, n the squared gradients; the weight is the closed-form minimiser, exactly
       // zero while |z| <= l1. The state alone defines the weight, so rows that start
@@ -90,15 +88,6 @@ void ApplyUpdate(const OptimizerConfig& c, float* __restrict w, float* __restric
       return;
     }
   }
-}
-
-absl::StatusOr<wire::OptimizerKind> ParseOptimizer(const std::string& name) {
-  if (name == "sgd") return wire::OptimizerKind::SGD;
-  if (name == "adagrad") return wire::OptimizerKind::ADAGRAD;
-  if (name == "adam") return wire::OptimizerKind::ADAM;
-  if (name == "ftrl") return wire::OptimizerKind::FTRL;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown optimizer '", name, "' (expected sgd, adagrad, adam or ftrl)"));
 }
 
 }  // namespace syncline

@@ -1,0 +1,107 @@
+// JobSpec: one typed description of a Syncline job, parsed and validated once (by the launcher,
+// from flags and a TOML job file) and handed by the coordinator to every node at registration,
+// so that a node needs only the coordinator's address and its rank.
+//
+// Every member is a value of its own type, never a string to re-parse; text forms are in
+// job/options.h, the one wire form (the schema's JobSpec struct) in job/job_wire.h.
+//
+// Thread-safety: a plain value; thread-compatible.
+#ifndef SYNCLINE_JOB_SPEC_H_
+#define SYNCLINE_JOB_SPEC_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "syncline/options.h"
+
+namespace syncline {
+
+struct JobSpec {
+  // Each field's launcher flag in brackets.
+  int servers = 2;  // [--servers] parameter-server shards (0 under gossip)
+  int workers = 2;  // [--workers]
+  SyncMode sync;    // [--sync]
+
+  struct Model {
+    ModelKind kind = ModelKind::kLogreg;  // [--model]
+    int classes = 2;                      // [--classes]
+    int embedding_dim = 8;                // [--embedding-dim] ctr
+    int hidden = 64;                      // [--hidden] ctr
+    bool operator==(const Model&) const = default;
+  } model;
+
+  struct Data {
+    std::string train;                        // [--train]
+    std::string test;                         // [--test] empty: no evaluation
+    DataFormat format = DataFormat::kAuto;    // [--format]
+    IndexBase index_base = IndexBase::kAuto;  // [--index-base]
+    // Where the evaluating worker writes the final parameters of the test set's features
+    // (OUT/params.tsv); empty: nowhere.
+    std::string params_out;
+    bool operator==(const Data&) const = default;
+  } data;
+
+  struct Training {
+    int epochs = 1;                                     // [--epochs]
+    int batch_size = 256;                               // [--batch-size] examples per worker step
+    OptimizerKind optimizer = OptimizerKind::kAdagrad;  // [--optimizer]
+    double learning_rate = 0.1;                         // [--lr]
+    double l2 = 0;                                      // [--l2]
+    CodecSpec codec;                                    // [--compress]
+    int log_every = 10;  // [--log-every] steps between progress reports
+    bool operator==(const Training&) const = default;
+  } training;
+
+  uint64_t seed = 1;  // [--seed] of every random choice
+
+  struct Timeouts {
+    double request_s = 60;              // [--request-timeout]
+    double heartbeat_interval_s = 0.5;  // [--heartbeat-interval]
+    double heartbeat_timeout_s = 5;     // [--heartbeat-timeout]
+    double peer_s = 10;                 // [--peer-timeout] gossip
+    bool operator==(const Timeouts&) const = default;
+  } timeouts;
+
+  // Slowness injected on purpose, for experiments (seeded by `seed`).
+  struct Slowness {
+    int straggler_rank = -1;  // [--straggler RANK:FACTOR] -1: none
+    double straggler_factor = 1;
+    double jitter_probability = 0;  // [--jitter P:FACTOR]
+    double jitter_factor = 1;
+    int delay_rank = -1;  // [--delay RANK:MS] -1: none
+    double delay_ms = 0;
+    double min_step_ms = 0;  // [--min-step-ms]
+    bool operator==(const Slowness&) const = default;
+  } slowness;
+
+  // The servers' sparse (embedding) tables.
+  struct Embedding {
+    // Folder under which server R keeps its RocksDB tier (DIR/psR); empty: rows stay in memory.
+    std::string dir;
+    uint64_t memory_rows = 1000000;  // [--embedding-memory] 0: no row limit
+    uint64_t memory_bytes = 0;       // 0: no byte limit
+    int admit_after = 0;             // [--embedding-admit-after]
+    int expire_steps = 0;            // [--embedding-expire-steps] 0: never
+    bool operator==(const Embedding&) const = default;
+  } embedding;
+
+  int update_threads = 1;  // [--update-threads] per server
+
+  struct Checkpoint {
+    std::string dir;      // [--checkpoint-dir]
+    int every = 0;        // [--checkpoint-every] clocks; 0: never
+    double seconds = 0;   // [--checkpoint-seconds] 0: never
+    int keep = 3;         // [--checkpoint-keep]
+    std::string restore;  // the checkpoint folder this run starts from (--resume); empty: none
+    // Whether nodes write checkpoints at all (periodic or requested ones).
+    bool enabled() const { return every > 0 || seconds > 0; }
+    bool operator==(const Checkpoint&) const = default;
+  } checkpoint;
+
+  bool operator==(const JobSpec&) const = default;
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_JOB_SPEC_H_

@@ -1,0 +1,94 @@
+// The option types of a Syncline job: plain enums and small structs, with no dependency on the
+// wire schema, so that user programs, the launcher and the nodes share them. Conversion to and
+// from the wire happens only in job/job_wire.cc (and the table spec's ToWire/FromWire); text
+// forms ("ssp:3", "topk:0.01") are parsed and printed by job/options.h.
+//
+// Thread-safety: plain values.
+#ifndef SYNCLINE_OPTIONS_H_
+#define SYNCLINE_OPTIONS_H_
+
+#include <cstdint>
+
+namespace syncline {
+
+// How workers keep their replicas in sync.
+enum class SyncKind {
+  kBsp,     // bulk synchronous: every worker finishes clock c before any reads clock c+1
+  kAsp,     // asynchronous: no bound on staleness
+  kSsp,     // stale synchronous: at most `staleness` clocks ahead of the slowest worker
+  kGossip,  // no servers: each worker averages its whole model with neighbours (D-PSGD)
+};
+
+// The graph gossip peers average over.
+enum class GossipTopology { kRing, kExponential, kRandom };
+
+struct SyncMode {
+  SyncKind kind = SyncKind::kBsp;
+  int64_t staleness = 0;                            // kSsp only: S >= 0
+  GossipTopology topology = GossipTopology::kRing;  // kGossip only
+  bool asynchronous = false;                        // kGossip only: push-sum instead of D-PSGD
+
+  bool gossip() const { return kind == SyncKind::kGossip; }
+  // The bound the servers enforce: 0 for BSP, -1 (unbounded) for ASP and gossip, S for SSP(S).
+  int64_t server_staleness() const {
+    switch (kind) {
+      case SyncKind::kBsp:
+        return 0;
+      case SyncKind::kSsp:
+        return staleness;
+      case SyncKind::kAsp:
+      case SyncKind::kGossip:
+        break;
+    }
+    return -1;
+  }
+  bool operator==(const SyncMode&) const = default;
+};
+
+// The update rule the servers (or gossip peers) apply.
+enum class OptimizerKind {
+  kSgd,
+  kAdagrad,
+  kAdam,
+  kFtrl,  // FTRL-Proximal (McMahan et al. 2013): per-weight z and n, L1 gives exact zeros
+};
+
+enum class ModelKind {
+  kLogreg,   // binary logistic regression on sparse features
+  kSoftmax,  // multiclass logistic regression
+  kCtr,      // DLRM-style click-through-rate model (Criteo data)
+};
+
+enum class DataFormat {
+  kAuto,    // By extension: ".csv" (any case) is CSV, ".tsv" Criteo, everything else libsvm.
+  kLibsvm,  // "label id:value id:value ... [# comment]"
+  kCsv,     // "label,f0,f1,..." dense rows, optional header line.
+  kCriteo,  // "label<TAB>13 integers<TAB>26 hex categories", binary; layout in worker/criteo.h.
+};
+
+// How libsvm feature ids are numbered in the file.
+enum class IndexBase {
+  kAuto,  // 0-based if any id 0 appears anywhere in the file, else 1-based.
+  kZero,
+  kOne,  // Id 0 is an error.
+};
+
+// Gradient compression. The values are the wire header's codec byte.
+enum class CodecKind : uint8_t { kNone = 0, kTopK = 1, kSign1 = 2, kFp16 = 3 };
+
+// Largest sign1 chunk a codec spec may have (entries per scale).
+inline constexpr uint32_t kMaxSign1Chunk = 1u << 24;
+
+struct CodecSpec {
+  CodecKind kind = CodecKind::kNone;
+  // topk: fraction of entries kept, 0 < ratio <= 1 (see TopKCount).
+  double ratio = 0.01;
+  // sign1: entries per scale, 1 <= chunk <= kMaxSign1Chunk.
+  uint32_t chunk = 512;
+
+  bool operator==(const CodecSpec&) const = default;
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_OPTIONS_H_

@@ -1,0 +1,173 @@
+#include "job/job_spec.h"
+
+#include <cmath>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "compression/codec.h"
+#include "job/options.h"
+
+namespace syncline {
+namespace {
+
+absl::Status CheckAtLeast(absl::string_view flag, int64_t value, int64_t min) {
+  if (value >= min) return absl::OkStatus();
+  return InvalidFlag(flag, absl::StrCat(value), absl::StrCat("must be >= ", min));
+}
+
+absl::Status CheckInRange(absl::string_view flag, int64_t value, int64_t min, int64_t max) {
+  if (value >= min && value <= max) return absl::OkStatus();
+  return InvalidFlag(flag, absl::StrCat(value), absl::StrCat("must be in [", min, ", ", max, "]"));
+}
+
+absl::Status CheckPositive(absl::string_view flag, double value) {
+  if (value > 0 && std::isfinite(value)) return absl::OkStatus();
+  return InvalidFlag(flag, absl::StrCat(value), "must be a positive number");
+}
+
+absl::Status CheckNonNegative(absl::string_view flag, double value) {
+  if (value >= 0 && std::isfinite(value)) return absl::OkStatus();
+  return InvalidFlag(flag, absl::StrCat(value), "must be a number >= 0");
+}
+
+// Criteo data (and so the ctr model) has unbounded 64-bit hashed ids: no dense rows, no gossip.
+absl::Status CheckCriteo(const JobSpec& s) {
+  if (!UsesCriteoData(s)) {
+    if (s.model.kind == ModelKind::kCtr) {
+      return InvalidFlag("model", "ctr",
+                         "needs Criteo data: --format criteo, or a .tsv --train file");
+    }
+    return absl::OkStatus();
+  }
+  if (s.model.classes != 2) {
+    return InvalidFlag("classes", absl::StrCat(s.model.classes), "Criteo data is binary (needs 2)");
+  }
+  if (s.model.kind == ModelKind::kSoftmax) {
+    return InvalidFlag("model", "softmax", "Criteo data is binary");
+  }
+  if (s.training.codec.kind != CodecKind::kNone && s.training.codec.kind != CodecKind::kFp16) {
+    return InvalidFlag("compress", CodecName(s.training.codec),
+                       "top-K and sign1 need a bounded feature count; Criteo ids are 64-bit "
+                       "hashes (their sparse pushes take fp16)");
+  }
+  if (s.sync.gossip()) {
+    return InvalidFlag("sync", SyncModeName(s.sync),
+                       "gossip peers need a bounded feature count; Criteo ids are 64-bit hashes");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string AsyncGossipCannotCheckpoint(const SyncMode& sync) {
+  // Push-sum weight in flight between asynchronous peers would be lost.
+  return absl::StrCat(
+      "--checkpoint-every, --checkpoint-seconds and --resume need parameter servers or "
+      "synchronous gossip (",
+      SyncModeName(sync), " is asynchronous)");
+}
+
+absl::Status InvalidFlag(absl::string_view flag, absl::string_view value, absl::string_view rule) {
+  return absl::InvalidArgumentError(absl::StrFormat("--%s=%s: %s", flag, value, rule));
+}
+
+bool UsesCriteoData(const JobSpec& s) {
+  if (s.data.format == DataFormat::kCriteo) return true;
+  if (s.data.format != DataFormat::kAuto) return false;
+  // Without a training file the launcher generates Criteo data for the ctr model.
+  return s.data.train.empty() ? s.model.kind == ModelKind::kCtr
+                              : absl::EndsWithIgnoreCase(s.data.train, ".tsv");
+}
+
+absl::Status ValidateJobSpec(const JobSpec& s) {
+  const auto& t = s.training;
+  const auto& sl = s.slowness;
+  for (const absl::Status& status : {
+           s.sync.gossip() ? CheckInRange("servers", s.servers, 0, 0)
+                           : CheckAtLeast("servers", s.servers, 1),
+           CheckAtLeast("workers", s.workers, 1),
+           s.sync.kind == SyncKind::kSsp ? CheckAtLeast("sync", s.sync.staleness, 0)
+                                         : absl::OkStatus(),
+           CheckAtLeast("classes", s.model.classes, 2),
+           CheckInRange("embedding-dim", s.model.embedding_dim, 1, 256),
+           CheckInRange("hidden", s.model.hidden, 1, 4096),
+           CheckAtLeast("epochs", t.epochs, 1),
+           CheckAtLeast("batch-size", t.batch_size, 1),
+           CheckPositive("lr", t.learning_rate),
+           CheckNonNegative("l2", t.l2),
+           CheckAtLeast("log-every", t.log_every, 1),
+           CheckPositive("request-timeout", s.timeouts.request_s),
+           CheckPositive("heartbeat-interval", s.timeouts.heartbeat_interval_s),
+           CheckPositive("heartbeat-timeout", s.timeouts.heartbeat_timeout_s),
+           CheckPositive("peer-timeout", s.timeouts.peer_s),
+           CheckAtLeast("embedding-admit-after", s.embedding.admit_after, 0),
+           CheckAtLeast("embedding-expire-steps", s.embedding.expire_steps, 0),
+           CheckAtLeast("checkpoint-every", s.checkpoint.every, 0),
+           CheckNonNegative("checkpoint-seconds", s.checkpoint.seconds),
+           CheckInRange("update-threads", s.update_threads, 1, 64),
+           CheckAtLeast("checkpoint-keep", s.checkpoint.keep, 1),
+       }) {
+    if (!status.ok()) return status;
+  }
+  if (absl::Status status = CheckCriteo(s); !status.ok()) return status;
+  if (s.model.kind == ModelKind::kLogreg && s.model.classes != 2) {
+    return InvalidFlag("classes", absl::StrCat(s.model.classes),
+                       "needs --model softmax (logreg is binary)");
+  }
+  if (s.timeouts.heartbeat_timeout_s <= s.timeouts.heartbeat_interval_s) {
+    return InvalidFlag("heartbeat-timeout", absl::StrCat(s.timeouts.heartbeat_timeout_s),
+                       absl::StrCat("must be more than --heartbeat-interval (",
+                                    s.timeouts.heartbeat_interval_s, ")"));
+  }
+  if (absl::Status codec = ValidateCodecSpec(t.codec); !codec.ok()) {
+    return InvalidFlag("compress", CodecName(t.codec), codec.message());
+  }
+  if (sl.straggler_rank >= s.workers || sl.straggler_rank < -1 ||
+      !(sl.straggler_factor >= 1 && std::isfinite(sl.straggler_factor))) {
+    return InvalidFlag("straggler", absl::StrCat(sl.straggler_rank, ":", sl.straggler_factor),
+                       absl::StrCat("RANK must name a worker (", s.workers,
+                                    " workers) and FACTOR be a number >= 1"));
+  }
+  if (sl.delay_rank >= s.workers || sl.delay_rank < -1 || !(sl.delay_ms >= 0) ||
+      sl.delay_ms > 60000) {
+    return InvalidFlag(
+        "delay", absl::StrCat(sl.delay_rank, ":", sl.delay_ms),
+        absl::StrCat("RANK must name a worker (", s.workers, " workers) and MS be in [0, 60000]"));
+  }
+  if (!(sl.jitter_probability >= 0 && sl.jitter_probability <= 1) ||
+      !(sl.jitter_factor >= 1 && std::isfinite(sl.jitter_factor))) {
+    return InvalidFlag("jitter", absl::StrCat(sl.jitter_probability, ":", sl.jitter_factor),
+                       "P must be in [0, 1] and FACTOR a number >= 1");
+  }
+  if (!(sl.min_step_ms >= 0) || sl.min_step_ms > 60000) {
+    return InvalidFlag("min-step-ms", absl::StrCat(sl.min_step_ms), "must be in [0, 60000]");
+  }
+  if (!s.data.test.empty() && s.data.train.empty()) {
+    return InvalidFlag("test", s.data.test,
+                       "needs --train (synthetic data brings its own test set)");
+  }
+  if (s.sync.gossip() && s.sync.asynchronous &&
+      (s.checkpoint.enabled() || !s.checkpoint.restore.empty())) {
+    return InvalidFlag("sync", SyncModeName(s.sync), AsyncGossipCannotCheckpoint(s.sync));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::pair<std::string, std::string>> ManifestEntries(const JobSpec& s) {
+  return {{"sync", SyncModeName(s.sync)},
+          {"model", ModelName(s.model.kind)},
+          {"classes", absl::StrCat(s.model.classes)},
+          {"embedding-dim", absl::StrCat(s.model.embedding_dim)},
+          {"hidden", absl::StrCat(s.model.hidden)},
+          {"train", s.data.train},
+          {"format", DataFormatName(s.data.format)},
+          {"batch-size", absl::StrCat(s.training.batch_size)},
+          {"seed", absl::StrCat(s.seed)},
+          {"optimizer", OptimizerName(s.training.optimizer)},
+          {"lr", absl::StrFormat("%.9g", s.training.learning_rate)},
+          {"l2", absl::StrFormat("%.9g", s.training.l2)},
+          {"compress", CodecName(s.training.codec)}};
+}
+
+}  // namespace syncline

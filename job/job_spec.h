@@ -1,0 +1,39 @@
+// Checks and derived facts of a JobSpec (syncline/job_spec.h).
+//
+// Thread-safety: stateless.
+#ifndef SYNCLINE_JOB_JOB_SPEC_H_
+#define SYNCLINE_JOB_JOB_SPEC_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "syncline/job_spec.h"
+
+namespace syncline {
+
+// Checks every value and every combination (ranges, Criteo data with the ctr model, gossip
+// without servers); the InvalidArgument error names the launcher flag and the bad value, as
+// "--epochs=0: must be >= 1". Does not touch the file system. A spec from the network is
+// untrusted: nodes run this on what the coordinator hands them.
+absl::Status ValidateJobSpec(const JobSpec& spec);
+
+// Whether the job reads Criteo data: format criteo, a .tsv training file with format auto, or
+// (no training file) the synthetic data the launcher generates for the ctr model.
+bool UsesCriteoData(const JobSpec& spec);
+
+// The settings a checkpoint's manifest records and --resume compares, as (flag, text) pairs:
+// the ones that would make a resumed run differ from the run it continues.
+std::vector<std::pair<std::string, std::string>> ManifestEntries(const JobSpec& spec);
+
+// Why an asynchronous gossip job cannot checkpoint or resume.
+std::string AsyncGossipCannotCheckpoint(const SyncMode& sync);
+
+// "--flag=value: rule" as an InvalidArgument error.
+absl::Status InvalidFlag(absl::string_view flag, absl::string_view value, absl::string_view rule);
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_JOB_JOB_SPEC_H_

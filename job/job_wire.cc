@@ -1,0 +1,164 @@
+#include "job/job_wire.h"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "job/job_spec.h"
+
+namespace syncline {
+namespace {
+
+// Wire enum <-> option enum, where the two are declared in the same order.
+template <typename To, typename From>
+To Cast(From value) {
+  return static_cast<To>(static_cast<int>(value));
+}
+
+// Whether a wire enum value is one of the `count` this build knows.
+template <typename E>
+bool Known(E value, int count) {
+  const int v = static_cast<int>(value);
+  return v >= 0 && v < count;
+}
+
+}  // namespace
+
+void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
+  out.setServers(s.servers);
+  out.setWorkers(s.workers);
+  out.setSyncKind(Cast<wire::SyncKind>(s.sync.kind));
+  out.setStaleness(s.sync.staleness);
+  out.setGossipTopology(Cast<wire::GossipTopology>(s.sync.topology));
+  out.setGossipAsync(s.sync.asynchronous);
+  out.setModel(Cast<wire::ModelKind>(s.model.kind));
+  out.setClasses(s.model.classes);
+  out.setEmbeddingDim(s.model.embedding_dim);
+  out.setHidden(s.model.hidden);
+  out.setTrain(s.data.train);
+  out.setTest(s.data.test);
+  out.setFormat(Cast<wire::DataFormat>(s.data.format));
+  out.setIndexBase(Cast<wire::IndexBase>(s.data.index_base));
+  out.setParamsOut(s.data.params_out);
+  out.setEpochs(s.training.epochs);
+  out.setBatchSize(s.training.batch_size);
+  out.setOptimizer(Cast<wire::OptimizerKind>(s.training.optimizer));
+  out.setLearningRate(s.training.learning_rate);
+  out.setL2(s.training.l2);
+  out.setCodec(static_cast<uint8_t>(s.training.codec.kind));
+  out.setCodecRatio(s.training.codec.ratio);
+  out.setCodecChunk(s.training.codec.chunk);
+  out.setLogEvery(s.training.log_every);
+  out.setSeed(s.seed);
+  out.setRequestTimeoutS(s.timeouts.request_s);
+  out.setHeartbeatIntervalS(s.timeouts.heartbeat_interval_s);
+  out.setHeartbeatTimeoutS(s.timeouts.heartbeat_timeout_s);
+  out.setPeerTimeoutS(s.timeouts.peer_s);
+  out.setStragglerRank(s.slowness.straggler_rank);
+  out.setStragglerFactor(s.slowness.straggler_factor);
+  out.setJitterProbability(s.slowness.jitter_probability);
+  out.setJitterFactor(s.slowness.jitter_factor);
+  out.setDelayRank(s.slowness.delay_rank);
+  out.setDelayMs(s.slowness.delay_ms);
+  out.setMinStepMs(s.slowness.min_step_ms);
+  out.setEmbeddingDir(s.embedding.dir);
+  out.setEmbeddingMemoryRows(s.embedding.memory_rows);
+  out.setEmbeddingMemoryBytes(s.embedding.memory_bytes);
+  out.setEmbeddingAdmitAfter(s.embedding.admit_after);
+  out.setEmbeddingExpireSteps(s.embedding.expire_steps);
+  out.setUpdateThreads(s.update_threads);
+  out.setCheckpointDir(s.checkpoint.dir);
+  out.setCheckpointEvery(s.checkpoint.every);
+  out.setCheckpointSeconds(s.checkpoint.seconds);
+  out.setCheckpointKeep(s.checkpoint.keep);
+  out.setRestore(s.checkpoint.restore);
+}
+
+absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
+  if (!Known(in.getSyncKind(), 4) || !Known(in.getGossipTopology(), 3) ||
+      !Known(in.getModel(), 3) || !Known(in.getFormat(), 4) || !Known(in.getIndexBase(), 3) ||
+      !Known(in.getOptimizer(), 4) || in.getCodec() > static_cast<uint8_t>(CodecKind::kFp16)) {
+    return absl::InvalidArgumentError(
+        "job spec: an enum value this build does not know (a node of another version?)");
+  }
+  JobSpec s;
+  s.servers = in.getServers();
+  s.workers = in.getWorkers();
+  s.sync.kind = Cast<SyncKind>(in.getSyncKind());
+  s.sync.staleness = in.getStaleness();
+  s.sync.topology = Cast<GossipTopology>(in.getGossipTopology());
+  s.sync.asynchronous = in.getGossipAsync();
+  s.model.kind = Cast<ModelKind>(in.getModel());
+  s.model.classes = in.getClasses();
+  s.model.embedding_dim = in.getEmbeddingDim();
+  s.model.hidden = in.getHidden();
+  s.data.train = in.getTrain();
+  s.data.test = in.getTest();
+  s.data.format = Cast<DataFormat>(in.getFormat());
+  s.data.index_base = Cast<IndexBase>(in.getIndexBase());
+  s.data.params_out = in.getParamsOut();
+  s.training.epochs = in.getEpochs();
+  s.training.batch_size = in.getBatchSize();
+  s.training.optimizer = Cast<OptimizerKind>(in.getOptimizer());
+  s.training.learning_rate = in.getLearningRate();
+  s.training.l2 = in.getL2();
+  s.training.codec.kind = static_cast<CodecKind>(in.getCodec());
+  s.training.codec.ratio = in.getCodecRatio();
+  s.training.codec.chunk = in.getCodecChunk();
+  s.training.log_every = in.getLogEvery();
+  s.seed = in.getSeed();
+  s.timeouts.request_s = in.getRequestTimeoutS();
+  s.timeouts.heartbeat_interval_s = in.getHeartbeatIntervalS();
+  s.timeouts.heartbeat_timeout_s = in.getHeartbeatTimeoutS();
+  s.timeouts.peer_s = in.getPeerTimeoutS();
+  s.slowness.straggler_rank = in.getStragglerRank();
+  s.slowness.straggler_factor = in.getStragglerFactor();
+  s.slowness.jitter_probability = in.getJitterProbability();
+  s.slowness.jitter_factor = in.getJitterFactor();
+  s.slowness.delay_rank = in.getDelayRank();
+  s.slowness.delay_ms = in.getDelayMs();
+  s.slowness.min_step_ms = in.getMinStepMs();
+  s.embedding.dir = in.getEmbeddingDir();
+  s.embedding.memory_rows = in.getEmbeddingMemoryRows();
+  s.embedding.memory_bytes = in.getEmbeddingMemoryBytes();
+  s.embedding.admit_after = in.getEmbeddingAdmitAfter();
+  s.embedding.expire_steps = in.getEmbeddingExpireSteps();
+  s.update_threads = in.getUpdateThreads();
+  s.checkpoint.dir = in.getCheckpointDir();
+  s.checkpoint.every = in.getCheckpointEvery();
+  s.checkpoint.seconds = in.getCheckpointSeconds();
+  s.checkpoint.keep = in.getCheckpointKeep();
+  s.checkpoint.restore = in.getRestore();
+  if (absl::Status valid = ValidateJobSpec(s); !valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: ", valid.message()));
+  }
+  return s;
+}
+
+std::string JobSpecToBytes(const JobSpec& spec) {
+  capnp::MallocMessageBuilder message;
+  JobSpecToWire(spec, message.initRoot<wire::JobSpec>());
+  kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
+  kj::ArrayPtr<const kj::byte> bytes = words.asBytes();
+  return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+}
+
+absl::StatusOr<JobSpec> JobSpecFromBytes(const std::string& bytes) {
+  if (bytes.empty() || bytes.size() % sizeof(capnp::word) != 0) {
+    return absl::InvalidArgumentError("job spec: not a Cap'n Proto message");
+  }
+  // Copy into word-aligned storage: the string's buffer need not be aligned.
+  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
+  std::memcpy(words.begin(), bytes.data(), bytes.size());
+  try {
+    capnp::FlatArrayMessageReader reader(words);
+    return JobSpecFromWire(reader.getRoot<wire::JobSpec>());
+  } catch (const kj::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job spec: malformed message: ", e.getDescription().cStr()));
+  }
+}
+
+}  // namespace syncline

@@ -1,0 +1,70 @@
+// JoinJob: how a node (server or worker) enters a running job. It binds the node's data
+// endpoint, registers with the coordinator, and receives the node table and the job spec,
+// which it validates. This is all a node needs to be told: the coordinator's address and its
+// own role and rank (from flags, or from a cluster launcher's environment).
+//
+// Thread-safety: JoinJob is thread-safe; JoinedJob is thread-compatible (its ControlClient is
+// thread-safe).
+#ifndef SYNCLINE_JOB_NODE_JOIN_H_
+#define SYNCLINE_JOB_NODE_JOIN_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/control_client.h"
+#include "core/coordinator.h"
+#include "core/transport.h"
+#include "core/version.h"
+#include "syncline/job_spec.h"
+
+namespace syncline {
+
+// What a node is told on its command line (or by its environment): never a job setting.
+struct NodeOptions {
+  // The coordinator's address, e.g. "tcp://10.0.0.1:7000".
+  std::string coordinator;
+  int rank = 0;
+  // Where the node's data endpoint listens; port 0 picks a free one. Peers reach it at the
+  // address it reports, so it must be reachable from them.
+  std::string bind = "tcp://127.0.0.1:0";
+  // How long to wait for every node of the job to register.
+  absl::Duration startup_timeout = absl::Seconds(120);
+  // The build this node claims; the coordinator refuses one other than its own (tests).
+  std::string version = kBuildVersion;
+};
+
+struct JoinedJob {
+  std::unique_ptr<Endpoint> data;  // the node's data endpoint, bound at `data_address`
+  std::string data_address;
+  std::unique_ptr<ControlClient> control;
+  JobSpec spec;
+};
+
+// How a node's Run() ended: OK, failed, or failed on bad input (a data file, the job spec), which
+// the node's process reports with exit code 2 and the launcher as the job's bad input.
+struct NodeExit {
+  absl::Status status;
+  bool bad_input = false;
+  int exit_code() const { return status.ok() ? 0 : bad_input ? 2 : 1; }
+};
+
+// Binds, registers and waits for the table (up to the startup timeout). A job spec that is
+// missing or invalid is reported to the coordinator (the job fails with that reason) and
+// returned as InvalidArgument.
+absl::StatusOr<JoinedJob> JoinJob(Transport& transport, wire::Role role,
+                                  const NodeOptions& options);
+
+// The coordinator's options for `spec`'s job: its nodes, staleness bound, heartbeats, whether
+// it evaluates, and the spec it hands to every node.
+CoordinatorOptions CoordinatorOptionsFor(const JobSpec& spec);
+
+// NodeOptions from the environment: SYNCLINE_COORDINATOR, SYNCLINE_RANK, SYNCLINE_BIND
+// (each left as it is when unset or empty). A rank that is not a non-negative integer is
+// InvalidArgument naming the variable.
+absl::Status NodeOptionsFromEnvironment(NodeOptions* options);
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_JOB_NODE_JOIN_H_

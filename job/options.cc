@@ -1,0 +1,187 @@
+#include "job/options.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace syncline {
+namespace {
+
+// The value whose Name() is `text` among `values`, or InvalidArgument listing the names.
+template <typename T, size_t N>
+absl::StatusOr<T> ByName(const char* what, const std::string& text, const T (&values)[N],
+                         const char* (*name)(T)) {
+  std::string allowed;
+  for (T v : values) {
+    if (text == name(v)) return v;
+    absl::StrAppend(&allowed, allowed.empty() ? "" : ", ", name(v));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown ", what, " '", text, "' (expected ", allowed, ")"));
+}
+
+}  // namespace
+
+const char* GossipTopologyName(GossipTopology topology) {
+  switch (topology) {
+    case GossipTopology::kRing:
+      return "ring";
+    case GossipTopology::kExponential:
+      return "exp";
+    case GossipTopology::kRandom:
+      return "random";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<std::pair<GossipTopology, bool>> ParseGossipMode(const std::string& sync) {
+  std::string rest;
+  bool async = false;
+  if (absl::StartsWith(sync, "gossip-async:")) {
+    rest = sync.substr(13);
+    async = true;
+  } else if (absl::StartsWith(sync, "gossip:")) {
+    rest = sync.substr(7);
+    if (absl::EndsWith(rest, ":async")) {
+      rest.resize(rest.size() - 6);
+      async = true;
+    }
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a gossip mode: '", sync, "' (want gossip:ring|exp|random[:async])"));
+  }
+  for (GossipTopology t :
+       {GossipTopology::kRing, GossipTopology::kExponential, GossipTopology::kRandom}) {
+    if (rest == GossipTopologyName(t)) return std::make_pair(t, async);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown gossip topology '", rest, "' in '", sync,
+                                                 "' (want ring, exp or random)"));
+}
+
+absl::StatusOr<SyncMode> ParseSyncMode(const std::string& text) {
+  SyncMode mode;
+  if (text == "bsp") return mode;
+  if (text == "asp") {
+    mode.kind = SyncKind::kAsp;
+    return mode;
+  }
+  if (text.starts_with("gossip")) {
+    auto gossip = ParseGossipMode(text);
+    if (!gossip.ok()) return gossip.status();
+    mode.kind = SyncKind::kGossip;
+    mode.topology = gossip->first;
+    mode.asynchronous = gossip->second;
+    return mode;
+  }
+  if (text.starts_with("ssp:")) {
+    const absl::string_view staleness = absl::string_view(text).substr(4);
+    int s;
+    // SimpleAtoi alone would also take " 3" and "+3".
+    if (!staleness.empty() &&
+        std::all_of(staleness.begin(), staleness.end(), absl::ascii_isdigit) &&
+        absl::SimpleAtoi(staleness, &s)) {
+      mode.kind = SyncKind::kSsp;
+      mode.staleness = s;
+      return mode;
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", text,
+                   "' must be bsp, asp, ssp:S with an integer staleness S >= 0, or "
+                   "gossip:ring|exp|random[:async]"));
+}
+
+std::string SyncModeName(const SyncMode& mode) {
+  switch (mode.kind) {
+    case SyncKind::kBsp:
+      return "bsp";
+    case SyncKind::kAsp:
+      return "asp";
+    case SyncKind::kSsp:
+      return absl::StrCat("ssp:", mode.staleness);
+    case SyncKind::kGossip:
+      return absl::StrCat("gossip:", GossipTopologyName(mode.topology),
+                          mode.asynchronous ? ":async" : "");
+  }
+  return "unknown";
+}
+
+const char* OptimizerName(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kAdagrad:
+      return "adagrad";
+    case OptimizerKind::kAdam:
+      return "adam";
+    case OptimizerKind::kFtrl:
+      return "ftrl";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<OptimizerKind> ParseOptimizer(const std::string& name) {
+  static constexpr OptimizerKind kAll[] = {OptimizerKind::kSgd, OptimizerKind::kAdagrad,
+                                           OptimizerKind::kAdam, OptimizerKind::kFtrl};
+  return ByName("optimizer", name, kAll, &OptimizerName);
+}
+
+const char* ModelName(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::kLogreg:
+      return "logreg";
+    case ModelKind::kSoftmax:
+      return "softmax";
+    case ModelKind::kCtr:
+      return "ctr";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<ModelKind> ParseModel(const std::string& name) {
+  static constexpr ModelKind kAll[] = {ModelKind::kLogreg, ModelKind::kSoftmax, ModelKind::kCtr};
+  return ByName("model", name, kAll, &ModelName);
+}
+
+const char* DataFormatName(DataFormat format) {
+  switch (format) {
+    case DataFormat::kAuto:
+      return "auto";
+    case DataFormat::kLibsvm:
+      return "libsvm";
+    case DataFormat::kCsv:
+      return "csv";
+    case DataFormat::kCriteo:
+      return "criteo";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<DataFormat> ParseDataFormat(const std::string& name) {
+  static constexpr DataFormat kAll[] = {DataFormat::kAuto, DataFormat::kLibsvm, DataFormat::kCsv,
+                                        DataFormat::kCriteo};
+  return ByName("format", name, kAll, &DataFormatName);
+}
+
+const char* IndexBaseName(IndexBase base) {
+  switch (base) {
+    case IndexBase::kAuto:
+      return "auto";
+    case IndexBase::kZero:
+      return "0";
+    case IndexBase::kOne:
+      return "1";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<IndexBase> ParseIndexBase(const std::string& name) {
+  static constexpr IndexBase kAll[] = {IndexBase::kAuto, IndexBase::kZero, IndexBase::kOne};
+  return ByName("index base", name, kAll, &IndexBaseName);
+}
+
+}  // namespace syncline

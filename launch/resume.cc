@@ -1,0 +1,162 @@
+#include "launch/resume.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "checkpoint/checkpoint.h"
+#include "job/job_spec.h"
+
+namespace syncline {
+
+namespace fs = std::filesystem;
+
+absl::Status LockFolder(const std::string& folder) {
+  std::error_code ec;
+  fs::create_directories(folder, ec);
+  const std::string path = (fs::path(folder) / ".syncline-launch.lock").string();
+  const int fd = open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("cannot open ", path));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat(folder, " is in use by another syncline-launch (", path, " is locked)"));
+  }
+  return absl::OkStatus();  // the descriptor stays open, and locked, until exit
+}
+
+std::vector<std::string> AbandonNewerCheckpoints(const std::string& root, int64_t clock) {
+  std::vector<std::string> moved;
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    if (entry.path().filename().string().starts_with("abandoned-")) stale.push_back(entry.path());
+  }
+  for (const fs::path& p : stale) fs::remove_all(p, ec);
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    int64_t c = 0;
+    if (!name.starts_with("ckpt-") || !absl::SimpleAtoi(name.substr(5), &c) || c <= clock) {
+      continue;
+    }
+    const fs::path to = fs::path(root) / ("abandoned-" + name);
+    fs::remove_all(to, ec);
+    fs::rename(entry.path(), to, ec);
+    if (!ec) moved.push_back(to.string());
+  }
+  return moved;
+}
+
+absl::StatusOr<std::pair<std::string, int>> SetAsideEarlierRun(const std::string& root) {
+  std::error_code ec;
+  if (!fs::exists(root, ec)) {
+    if (ec) return absl::InternalError(absl::StrCat("cannot stat ", root, ": ", ec.message()));
+    return std::make_pair(std::string(), 0);
+  }
+  std::vector<fs::path> earlier;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    if (entry.path().filename().string().starts_with("ckpt-")) earlier.push_back(entry.path());
+  }
+  if (ec) return absl::InternalError(absl::StrCat("cannot list ", root, ": ", ec.message()));
+  if (earlier.empty()) return std::make_pair(std::string(), 0);
+  const std::string stamp = absl::FormatTime("%Y%m%d-%H%M%SZ", absl::Now(), absl::UTCTimeZone());
+  fs::path to = fs::path(root) / ("earlier-run-" + stamp);
+  // create_directory says whether it made the folder: one that exists is another run's.
+  for (int n = 2; !fs::create_directory(to, ec); ++n) {
+    if (ec) {
+      return absl::InternalError(absl::StrCat("cannot create ", to.string(), ": ", ec.message()));
+    }
+    to = fs::path(root) / absl::StrCat("earlier-run-", stamp, "-", n);
+  }
+  for (const fs::path& p : earlier) {
+    fs::rename(p, to / p.filename(), ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat("cannot move ", p.string(), " to ", to.string(), ": ", ec.message()));
+    }
+  }
+  return std::make_pair(to.string(), static_cast<int>(earlier.size()));
+}
+
+absl::StatusOr<int64_t> PrepareCheckpoints(JobSpec* spec, bool resume, bool resume_if_any) {
+  const std::string& root = spec->checkpoint.dir;
+  if (resume_if_any) {
+    // Complete checkpoints (damaged ones too: --resume then says what is wrong with them
+    // instead of this run quietly starting over); folders without a MANIFEST do not count.
+    absl::StatusOr<bool> any = HasCompleteCheckpoint(root);
+    if (!any.ok())
+      return absl::Status(any.status().code(),
+                          absl::StrCat("--resume-if-any: ", any.status().message()));
+    resume = *any;
+    if (!resume) std::cerr << "no complete checkpoint in " << root << ": starting afresh\n";
+  }
+  if (!resume) {
+    if (spec->checkpoint.enabled()) {
+      // A fresh run writes ckpt-<clock> folders: an earlier run's must not mix with them, and
+      // must not be lost either (a forgotten --resume).
+      absl::StatusOr<std::pair<std::string, int>> moved = SetAsideEarlierRun(root);
+      if (!moved.ok()) return moved.status();
+      if (moved->second > 0) {
+        std::cerr << "syncline-launch: moved " << moved->second
+                  << " checkpoint folder(s) of an earlier run to " << moved->first
+                  << " (--resume continues a run instead; delete the folder when it is not "
+                     "needed)\n";
+      }
+    }
+    return -1;
+  }
+  auto found = FindNewestCheckpoint(root);
+  if (!found.ok()) {
+    return absl::Status(found.status().code(),
+                        absl::StrCat("--resume: ", found.status().message()));
+  }
+  for (const std::string& skipped : found->skipped) {
+    std::cerr << "syncline-launch: skipping a damaged or partial checkpoint: " << skipped << "\n";
+  }
+  std::vector<std::pair<std::string, std::string>> expected = ManifestEntries(*spec);
+  expected.emplace_back("servers", absl::StrCat(spec->servers));
+  expected.emplace_back("workers", absl::StrCat(spec->workers));
+  for (const auto& [key, value] : found->manifest.job) {
+    auto it = std::find_if(expected.begin(), expected.end(),
+                           [&key](const auto& kv) { return kv.first == key; });
+    if (it != expected.end() && it->second != value) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--resume: ", found->dir, " was written by a job with --", key, " ", value,
+                       "; this job has ", it->second,
+                       " (resume with the same settings, or start afresh with another --out)"));
+    }
+  }
+  if (spec->sync.gossip()) {
+    // A gossip peer missing from the checkpoint (lost, or finished before it) would come back
+    // with an empty model that its neighbours average in; resume only with every peer.
+    for (int w = 0; w < spec->workers; ++w) {
+      const std::string node = absl::StrCat("w", w);
+      if (std::find(found->manifest.nodes.begin(), found->manifest.nodes.end(), node) ==
+          found->manifest.nodes.end()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "--resume: ", found->dir, " holds no state of ", node,
+            " (lost or finished before it); gossip peers resume only from a checkpoint of "
+            "every peer: move this folder aside to use an older one"));
+      }
+    }
+  }
+  spec->checkpoint.restore = found->dir;
+  const int64_t clock = found->manifest.clock;
+  // Folders newer than the one resumed from belong to the attempt that failed: set them aside,
+  // so that neither pruning nor a later --resume mixes them with this run's.
+  for (const std::string& dir : AbandonNewerCheckpoints(root, clock)) {
+    std::cerr << "syncline-launch: set aside " << dir << "\n";
+  }
+  std::cerr << "resuming from " << found->dir << " (clock " << clock << ")\n";
+  return clock;
+}
+
+}  // namespace syncline

@@ -1,0 +1,45 @@
+// The launcher's rules for a run folder and its checkpoints: one launcher per folder, a fresh
+// run sets an earlier run's checkpoints aside (never deleting them), and --resume starts from
+// the newest complete checkpoint written by the same job.
+//
+// Thread-safety: functions of the file system; call from one thread.
+#ifndef SYNCLINE_LAUNCH_RESUME_H_
+#define SYNCLINE_LAUNCH_RESUME_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "syncline/job_spec.h"
+
+namespace syncline {
+
+// Takes `folder`/.syncline-launch.lock for as long as this process lives (the descriptor is
+// closed on exec, so children do not hold it): two launchers writing one run folder or one
+// checkpoint folder would mix their files and move each other's checkpoints.
+absl::Status LockFolder(const std::string& folder);
+
+// Moves every ckpt-* folder under `root` into a new folder root/earlier-run-<UTC time> (never
+// deleting anything); returns that folder and how many were moved (0: none, and no folder
+// made). An error names the path that could not be read, made or moved.
+absl::StatusOr<std::pair<std::string, int>> SetAsideEarlierRun(const std::string& root);
+
+// Renames every checkpoint folder newer than `clock` under `root` to abandoned-<name>, after
+// deleting what an earlier resume set aside (only the latest failed attempt is kept for a
+// post-mortem); returns the new names.
+std::vector<std::string> AbandonNewerCheckpoints(const std::string& root, int64_t clock);
+
+// Gets the checkpoint folder ready for a run of `spec`: with `resume` (or `resume_if_any` and a
+// complete checkpoint there) finds the newest complete checkpoint, checks that the same job
+// wrote it (ManifestEntries, servers, workers, and for gossip that every peer is in it), sets
+// newer folders aside, and names it in spec->checkpoint.restore; a fresh run that checkpoints
+// sets an earlier run's checkpoints aside. Says what it does on stderr. Returns the clock the
+// run starts from (-1: a fresh start); an error (exit code 2) says why the run cannot start.
+absl::StatusOr<int64_t> PrepareCheckpoints(JobSpec* spec, bool resume, bool resume_if_any);
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_LAUNCH_RESUME_H_

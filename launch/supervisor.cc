@@ -1,0 +1,163 @@
+#include "launch/supervisor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "core/node_table.h"
+
+namespace syncline {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path BinaryDir() {
+  if (const char* dir = std::getenv("SYNCLINE_BIN_DIR"); dir != nullptr && *dir) return dir;
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path(".") : self.parent_path();
+}
+
+// Time-based checkpoints: about every checkpoint.seconds, a clock the fastest worker will
+// reach only after every node has heard of the request. A request is outstanding until its
+// checkpoint is complete or known to be incomplete: a slow disk then stretches the interval
+// instead of piling captures up.
+class CheckpointTimer {
+ public:
+  CheckpointTimer(const JobSpec& spec, absl::Time start, int64_t restore_clock)
+      : spec_(spec),
+        start_(start),
+        restore_clock_(restore_clock),
+        next_(start + absl::Seconds(spec.checkpoint.seconds)) {}
+
+  void Poll(Coordinator& coordinator, RunReport& report, const CheckpointTracker& checkpoints) {
+    if (spec_.checkpoint.seconds <= 0 || absl::Now() < next_ ||
+        (requested_ >= 0 && !checkpoints.Resolved(requested_))) {
+      return;
+    }
+    const RunReport::Clocks clocks = report.WorkerClocks();
+    const double elapsed = absl::ToDoubleSeconds(absl::Now() - start_);
+    const int64_t done_here = clocks.max_clock - std::max<int64_t>(restore_clock_, 0);
+    if (done_here <= 0 || elapsed <= 0) return;
+    // Progress reports trail a worker by up to log_every steps; a second of steps covers the
+    // request's way to every node.
+    const int64_t lead =
+        2 * spec_.training.log_every + static_cast<int64_t>(std::ceil(done_here / elapsed)) + 1;
+    int64_t clock = clocks.max_clock + lead;
+    // A periodic checkpoint would take that clock anyway.
+    if (spec_.checkpoint.every > 0 && clock % spec_.checkpoint.every == 0) ++clock;
+    if (clock < clocks.min_total_steps) {
+      coordinator.RequestCheckpoint(clock);
+      requested_ = clock;
+    }
+    next_ = absl::Now() + absl::Seconds(spec_.checkpoint.seconds);
+  }
+
+ private:
+  const JobSpec& spec_;
+  const absl::Time start_;
+  const int64_t restore_clock_;
+  absl::Time next_;
+  int64_t requested_ = -1;
+};
+
+}  // namespace
+
+std::string FindBinary(const std::string& name, const std::string& subdir) {
+  const fs::path dir = BinaryDir();
+  for (const fs::path& p : {dir / name, dir.parent_path() / subdir / name}) {
+    if (fs::exists(p)) return p.string();
+  }
+  return (dir / name).string();
+}
+
+ProcessSpec NodeProcess(wire::Role role, int rank, const std::string& coordinator) {
+  const bool server = role == wire::Role::SERVER;
+  return ProcessSpec{
+      DataEndpointId(role, rank),
+      {FindBinary(server ? "syncline-ps" : "syncline-worker", server ? "ps" : "worker"),
+       "--coordinator", coordinator, "--rank", absl::StrCat(rank)}};
+}
+
+JobOutcome Supervise(const JobSpec& spec, Coordinator& coordinator, RunReport& report,
+                     const CheckpointTracker& checkpoints, int64_t restore_clock,
+                     const std::atomic<int>& signal) {
+  JobOutcome out;
+  ProcessGroup group([&report](std::string_view label, OutputStream, std::string_view line) {
+    report.ChildLine(label, line);
+  });
+  std::atomic<bool> job_done{false};
+  const absl::Time start = absl::Now();
+  std::thread run([&] {
+    out.status = coordinator.Run();
+    job_done.store(true);
+  });
+  auto fail = [&](std::string reason, int code) {
+    if (!out.failure.empty()) return;
+    out.failure = std::move(reason);
+    out.failure_code = code;
+    coordinator.Abort(out.failure);
+  };
+  for (wire::Role role : {wire::Role::SERVER, wire::Role::WORKER}) {
+    const int n = role == wire::Role::SERVER ? spec.servers : spec.workers;
+    for (int r = 0; r < n && out.failure.empty(); ++r) {
+      if (auto pid = group.Start(NodeProcess(role, r, coordinator.address())); !pid.ok()) {
+        fail(std::string(pid.status().message()), 1);
+      }
+    }
+  }
+
+  CheckpointTimer timer(spec, start, restore_clock);
+  std::vector<ExitEvent> exited;
+  while (!job_done.load()) {
+    timer.Poll(coordinator, report, checkpoints);
+    exited.clear();
+    (void)group.Poll(absl::Milliseconds(200), &exited);
+    for (const ExitEvent& e : exited) {
+      report.OnChildExit(e.label, e.max_rss_kib);
+      if (e.success()) continue;
+      const bool worker = e.label.rfind("w", 0) == 0;
+      if (out.failure.empty() && worker && spec.sync.server_staleness() != 0 && e.exit_code != 2) {
+        // ASP/SSP and gossip go on without a lost worker; the coordinator tells the servers.
+        out.lost.push_back(DescribeExit(e));
+        coordinator.ReportLost(wire::Role::WORKER, std::stoi(e.label.substr(1)), out.lost.back());
+        continue;
+      }
+      fail(DescribeExit(e), e.exit_code == 2 ? 2 : 1);  // 2: bad input, as the child reported
+    }
+    if (const int sig = signal.load(); sig != 0) {
+      fail(absl::StrFormat("interrupted by signal %d", sig), 128 + sig);
+    }
+    report.DrawProgress(absl::Now() - start);
+  }
+  run.join();
+  // Nodes exit on their own after the shutdown or the abort; give them a moment. After a
+  // failure, a node that had not registered yet never hears of the abort (it would wait for
+  // its startup timeout): those get a second, then SIGTERM.
+  const bool failed = !out.status.ok() || !out.failure.empty();
+  const absl::Time grace = absl::Now() + (failed ? absl::Seconds(1) : absl::Seconds(10));
+  while (group.running() > 0 && absl::Now() < grace) {
+    exited.clear();
+    (void)group.Poll(absl::Milliseconds(100), &exited);
+    for (const ExitEvent& e : exited) {
+      report.OnChildExit(e.label, e.max_rss_kib);
+      if (!e.success() && out.failure.empty() && out.status.ok()) out.failure = DescribeExit(e);
+      // A node that rejected its input (exit 2) may have told the coordinator first: the job
+      // failed over bad input all the same.
+      if (!e.success() && e.exit_code == 2 && out.failure_code == 1) out.failure_code = 2;
+    }
+  }
+  exited.clear();
+  group.TerminateAll(absl::Seconds(2), &exited);
+  for (const ExitEvent& e : exited) report.OnChildExit(e.label, e.max_rss_kib);
+  out.wall = absl::Now() - start;
+  if (!out.status.ok() && out.failure.empty()) out.failure = std::string(out.status.message());
+  return out;
+}
+
+}  // namespace syncline

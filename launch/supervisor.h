@@ -1,0 +1,48 @@
+// Supervision of one local job: starts the servers and workers as child processes (each told
+// only the coordinator's address and its rank), watches them while the coordinator runs the
+// job, asks for time-based checkpoints, and stops everything when a node fails or the
+// launcher is interrupted.
+//
+// Thread-safety: Supervise() is called from one thread; the coordinator runs on its own.
+#ifndef SYNCLINE_LAUNCH_SUPERVISOR_H_
+#define SYNCLINE_LAUNCH_SUPERVISOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "core/coordinator.h"
+#include "launch/checkpoint_tracker.h"
+#include "launch/process_group.h"
+#include "launch/run_report.h"
+#include "syncline/job_spec.h"
+
+namespace syncline {
+
+// The node binary `name` ("syncline-ps"): beside this program (an installed bin/), or in its
+// folder of the build tree (build/ps/syncline-ps). SYNCLINE_BIN_DIR overrides the folder.
+std::string FindBinary(const std::string& name, const std::string& subdir);
+
+// The child process of node (role, rank) of a job whose coordinator is at `coordinator`.
+ProcessSpec NodeProcess(wire::Role role, int rank, const std::string& coordinator);
+
+struct JobOutcome {
+  absl::Status status;            // the coordinator's verdict
+  std::string failure;            // why the job failed; empty: it did not
+  int failure_code = 1;           // the launcher's exit code when it failed (2: bad input)
+  std::vector<std::string> lost;  // workers the job went on without
+  absl::Duration wall;
+};
+
+// Runs the job: `coordinator` (not yet running) on a thread of its own, the nodes as children.
+// `signal` is polled: a non-zero value is an interruption by that signal.
+JobOutcome Supervise(const JobSpec& spec, Coordinator& coordinator, RunReport& report,
+                     const CheckpointTracker& checkpoints, int64_t restore_clock,
+                     const std::atomic<int>& signal);
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_LAUNCH_SUPERVISOR_H_

@@ -1,0 +1,136 @@
+#include "ps/server_node.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "core/log.h"
+#include "ps/server.h"
+
+namespace syncline {
+namespace {
+
+// The server's statistics so far, as a SERVER_STATS (at shutdown) or SERVER_PROGRESS message.
+Message StatsMessage(wire::MsgType type, int rank, const ParameterServer& server,
+                     Endpoint& endpoint) {
+  MessageBuilder b(type);
+  b.header().setRole(wire::Role::SERVER);
+  b.header().setRank(rank);
+  auto stats = b.header().getBody().initServerStats();
+  stats.setBytesIn(endpoint.counters().bytes_received.load());
+  stats.setBytesOut(endpoint.counters().bytes_sent.load());
+  stats.setRequests(server.stats().requests);
+  stats.setRejected(server.stats().rejected);
+  stats.setParkedPulls(server.stats().parked);
+  stats.setCheckpoints(server.stats().checkpoints);
+  stats.setCheckpointPauseSeconds(absl::ToDoubleSeconds(server.stats().checkpoint_pause));
+  const auto& counts = server.stats().staleness.counts();
+  auto hist = stats.initStalenessHistogram(counts.size());
+  for (size_t i = 0; i < counts.size(); ++i) hist.set(i, counts[i]);
+  if (const auto totals = server.embedding_totals(); totals.tables > 0) {
+    auto e = stats.initEmbedding();
+    e.setTables(totals.tables);
+    e.setRowsInMemory(totals.stats.rows_in_memory);
+    e.setRowsOnDisk(totals.stats.rows_on_disk);
+    e.setAdmitted(totals.stats.admitted);
+    e.setRejected(totals.stats.rejected);
+    e.setExpired(totals.stats.expired);
+    e.setMemoryHits(totals.stats.memory_hits);
+    e.setDiskHits(totals.stats.disk_hits);
+    e.setEvictions(totals.stats.evictions);
+    e.setMemoryBytes(totals.stats.memory_bytes);
+    e.setMemoryBudgetBytes(totals.budget_bytes);
+  }
+  return b.Finish();
+}
+
+// The shard's options from the job spec.
+ServerOptions ShardOptions(const JobSpec& spec, const NodeTable& table, int rank) {
+  ServerOptions options;
+  options.rank = rank;
+  options.num_servers = table.num_servers;
+  options.num_workers = table.num_workers;
+  options.staleness = spec.sync.server_staleness();
+  if (!spec.embedding.dir.empty()) {
+    EmbeddingStoreOptions& e = options.embedding.emplace();
+    e.path = (std::filesystem::path(spec.embedding.dir) / absl::StrCat("ps", rank)).string();
+    e.max_memory_rows = spec.embedding.memory_rows;
+    e.max_memory_bytes = spec.embedding.memory_bytes;
+    e.admit_after = static_cast<uint32_t>(spec.embedding.admit_after);
+    e.expire_after_steps = spec.embedding.expire_steps;
+    // The folder is scratch space: what matters at exit went into checkpoints.
+    e.warn_unflushed = false;
+  }
+  // Empty: no checkpoints, not even requested ones.
+  if (spec.checkpoint.enabled()) options.checkpoint_root = spec.checkpoint.dir;
+  options.checkpoint_every = spec.checkpoint.every;
+  options.update_threads = spec.update_threads;
+  return options;
+}
+
+}  // namespace
+
+NodeExit ServerNode::Run() {
+  const int rank = options_.rank;
+  auto joined = JoinJob(transport_, wire::Role::SERVER, options_);
+  if (!joined.ok()) return {joined.status(), absl::IsInvalidArgument(joined.status())};
+  const JobSpec& spec = joined->spec;
+  ControlClient* control = joined->control.get();
+  Endpoint& endpoint = *joined->data;
+
+  ServerOptions options = ShardOptions(spec, control->table(), rank);
+  options.on_checkpoint = [control](int64_t clock, const absl::Status& status) {
+    if (status.ok()) {
+      SYNCLINE_LOG(INFO) << "checkpoint " << clock << " written";
+    } else {
+      SYNCLINE_LOG(ERROR) << "checkpoint " << clock << " failed: " << status;
+    }
+    control->ReportCheckpointed(clock, status);
+  };
+  ParameterServer server(&endpoint, options);
+  if (!spec.checkpoint.restore.empty()) {
+    if (auto s = server.Restore(spec.checkpoint.restore); !s.ok()) {
+      absl::Status failed(s.code(), absl::StrCat("cannot restore from ", spec.checkpoint.restore,
+                                                 ": ", s.message()));
+      control->ReportAbort(failed);
+      return {failed};
+    }
+  }
+  control->ReportReady();
+  SYNCLINE_LOG(INFO) << "serving shard " << rank << " of " << spec.servers << " at "
+                     << joined->data_address;
+
+  absl::Time next_progress = absl::Now() + absl::Seconds(1);
+  while (true) {
+    if (auto s = server.ServeUntil(absl::Now() + absl::Milliseconds(50)); !s.ok()) {
+      return {absl::Status(s.code(), absl::StrCat("endpoint failed: ", s.message()))};
+    }
+    for (int w : control->TakeDownWorkers()) server.RemoveWorker(w);
+    for (int64_t clock : control->TakeCheckpointRequests()) server.RequestCheckpoint(clock);
+    if (absl::Now() >= next_progress) {
+      // Embedding tables' figures while training (OUT/embedding.csv); nothing else needs them.
+      if (server.embedding_totals().tables > 0) {
+        control->Send(StatsMessage(wire::MsgType::SERVER_PROGRESS, rank, server, endpoint));
+      }
+      next_progress = absl::Now() + absl::Seconds(1);
+    }
+    auto command = control->WaitForCommand(absl::Now());
+    if (command.ok() && *command == Command::kShutdown) break;
+    if (!command.ok() && !absl::IsDeadlineExceeded(command.status())) return {command.status()};
+  }
+
+  server.WaitForCheckpoints();
+  const auto totals = server.embedding_totals();
+  if (totals.tables > 0) {
+    SYNCLINE_LOG(INFO) << "embedding tables: " << totals.stats.rows_in_memory << " rows in memory, "
+                       << totals.stats.rows_on_disk << " on disk, " << totals.stats.admitted
+                       << " admitted, " << totals.stats.expired << " expired, "
+                       << totals.stats.evictions << " evictions";
+  }
+  control->Send(StatsMessage(wire::MsgType::SERVER_STATS, rank, server, endpoint));
+  (void)control->Flush(absl::Now() + absl::Seconds(5));
+  SYNCLINE_LOG(INFO) << "shut down after " << server.stats().requests << " requests ("
+                     << server.stats().rejected << " rejected)";
+  return {};
+}
+
+}  // namespace syncline

@@ -1,0 +1,320 @@
+#include "worker/worker_node.h"
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_requests.h"
+#include "core/log.h"
+#include "job/job_spec.h"
+#include "job/options.h"
+#include "worker/criteo.h"
+#include "worker/dataset.h"
+#include "worker/kv_client.h"
+#include "worker/metrics.h"
+#include "worker/model.h"
+#include "worker/ps_backend.h"
+#include "worker/slowness.h"
+#include "worker/trainer.h"
+#include "worker/worker_checkpoint.h"
+
+namespace syncline {
+namespace {
+
+// Writes the parameters of `keys` and the bias, one key per line, for comparing runs.
+absl::Status DumpParameters(const std::string& path, std::span<const uint64_t> keys,
+                            std::span<const float> rows, std::span<const float> bias, int row_dim) {
+  std::ofstream out(path);
+  if (!out) return absl::PermissionDeniedError(absl::StrFormat("cannot write %s", path));
+  out.precision(9);
+  out << "bias";
+  for (float b : bias) out << '\t' << b;
+  out << '\n';
+  for (size_t i = 0; i < keys.size(); ++i) {
+    out << keys[i];
+    for (int j = 0; j < row_dim; ++j) out << '\t' << rows[i * row_dim + j];
+    out << '\n';
+  }
+  return out.good() ? absl::OkStatus()
+                    : absl::DataLossError(absl::StrFormat("write to %s failed", path));
+}
+
+// The worker's training and test data: streamed (Criteo) or in memory. Not movable: `source`
+// may point into `train`.
+struct WorkerData {
+  WorkerData() = default;
+  WorkerData(const WorkerData&) = delete;
+  WorkerData& operator=(const WorkerData&) = delete;
+
+  bool criteo = false;
+  Dataset train;  // in memory (not Criteo)
+  Dataset test;
+  std::unique_ptr<CriteoReader> train_stream, test_stream;
+  std::unique_ptr<ExampleSource> source;
+};
+
+absl::StatusOr<std::unique_ptr<CriteoReader>> OpenCriteo(const std::string& path, int partition,
+                                                         int partitions) {
+  CriteoOptions options;
+  options.partition = partition;
+  options.num_partitions = partitions;
+  return CriteoReader::Open(path, options);
+}
+
+// Reads (or, for Criteo, validates and opens) partition `rank` of the training data and the
+// whole test set. Errors name the file and line.
+absl::StatusOr<std::unique_ptr<WorkerData>> ReadWorkerData(const JobSpec& spec, int rank) {
+  auto data = std::make_unique<WorkerData>();
+  WorkerData& d = *data;
+  ReadOptions o;
+  o.format = spec.data.format;
+  o.index_base = spec.data.index_base;
+  o.partition = rank;
+  o.num_partitions = spec.workers;
+  o.num_classes = spec.model.classes;
+  // Criteo files are streamed; their hashed ids have no bound, which dense rows need.
+  d.criteo = ResolveFormat(spec.data.train, o.format) == DataFormat::kCriteo;
+  if (d.criteo) {
+    auto train = OpenCriteo(spec.data.train, rank, spec.workers);
+    if (!train.ok()) return train.status();
+    d.train_stream = std::move(*train);
+    if (!spec.data.test.empty()) {
+      auto test = OpenCriteo(spec.data.test, 0, 1);
+      if (!test.ok()) return test.status();
+      d.test_stream = std::move(*test);
+    }
+    d.source = std::move(d.train_stream);
+    return data;
+  }
+  auto train = ReadDataset(spec.data.train, o);
+  if (!train.ok()) return train.status();
+  d.train = std::move(*train);
+  if (!spec.data.test.empty()) {
+    ReadOptions t = o;
+    t.partition = 0;
+    t.num_partitions = 1;
+    t.index_base = d.train.index_base;  // number the test set's features as the train set's
+    auto test = ReadDataset(spec.data.test, t);
+    if (!test.ok()) return test.status();
+    d.test = std::move(*test);
+  }
+  d.source = std::make_unique<InMemorySource>(d.train);
+  return data;
+}
+
+// The final model on the test set; writes the test features' parameters to params_out.
+absl::StatusOr<EvaluationReport> EvaluateModel(const JobSpec& spec, const Model& model,
+                                               const ParameterLayout& layout, SyncBackend& backend,
+                                               WorkerData& data) {
+  Evaluation eval;
+  if (data.test_stream != nullptr) {
+    // Streamed: the test file need not fit in memory, so no parameters are written.
+    auto e = EvaluateSource(model, backend, *data.test_stream);
+    if (!e.ok()) return e.status();
+    eval = *e;
+  } else if (data.test.size() > 0) {
+    std::vector<uint32_t> all(data.test.size());
+    for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
+    std::vector<uint64_t> keys = UniqueKeys(data.test, all);
+    if (layout.dense_rows || spec.sync.gossip()) {
+      // A dense model has no rows for features the training data never had; the model
+      // treats missing keys as zero rows, as a server does for a feature it never saw.
+      std::erase_if(keys, [&](uint64_t k) { return k >= layout.num_features; });
+    }
+    std::vector<float> rows(keys.size() * model.row_dim());
+    std::vector<float> bias(model.bias_dim());
+    if (auto s = backend.Read(-1, keys, rows, bias); !s.ok()) return s;
+    eval = Evaluate(model, data.test, keys, rows, bias);
+    if (!spec.data.params_out.empty()) {
+      if (auto s = DumpParameters(spec.data.params_out, keys, rows, bias, model.row_dim());
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  return EvaluationReport{.loss = eval.loss,
+                          .auc = model.binary() ? eval.auc : -1,
+                          .accuracy = eval.accuracy,
+                          .examples = eval.examples};
+}
+
+// Where a resumed worker starts: its saved clock and state, or the checkpoint's clock when
+// the checkpoint holds nothing of it (it had finished, or was lost, before).
+absl::Status RestoreWorker(const std::string& restore, int rank, SyncBackend& backend,
+                           TrainerOptions& trainer) {
+  auto manifest = ReadManifest(restore);
+  if (!manifest.ok()) return manifest.status();
+  const std::string me = absl::StrCat("w", rank);
+  // Only a part the manifest lists belongs to this checkpoint (a file of an abandoned attempt
+  // may lie next to it).
+  if (std::find(manifest->nodes.begin(), manifest->nodes.end(), me) == manifest->nodes.end()) {
+    trainer.start_step = manifest->clock;
+    SYNCLINE_LOG(WARNING) << "no saved state for this worker in " << restore
+                          << "; starting at clock " << manifest->clock;
+    return absl::OkStatus();
+  }
+  auto saved = ReadWorkerCheckpoint(restore, rank);
+  if (!saved.ok()) return saved.status();
+  if (auto s = backend.RestoreState(saved->state); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(restore, "/", me, ".state: ", s.message()));
+  }
+  trainer.start_step = saved->clock;
+  SYNCLINE_LOG(INFO) << "resuming at clock " << saved->clock << " from " << restore;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+NodeExit WorkerNode::Run() {
+  const int rank = options_.rank;
+  auto joined = JoinJob(transport_, wire::Role::WORKER, options_);
+  if (!joined.ok()) return {joined.status(), absl::IsInvalidArgument(joined.status())};
+  const JobSpec& spec = joined->spec;
+  ControlClient* control = joined->control.get();
+  const NodeTable& table = control->table();
+  // Tells the coordinator why this worker cannot go on; bad input exits with code 2.
+  auto fail = [control](absl::Status status, bool bad_input = false) {
+    control->ReportAbort(status);
+    return NodeExit{std::move(status), bad_input};
+  };
+
+  const SlownessOptions slowness = SlownessForWorker(spec.slowness, rank, spec.seed);
+  if (SlownessInjector(slowness).active()) {
+    SYNCLINE_LOG(INFO) << absl::StrFormat(
+        "injected slowness: factor %g, jitter %g:%g, delay %s, min step %s, seed %d",
+        slowness.factor, slowness.jitter_probability, slowness.jitter_factor,
+        absl::FormatDuration(slowness.delay), absl::FormatDuration(slowness.min_step),
+        slowness.seed);
+  }
+  auto model = Model::Create(ModelName(spec.model.kind),
+                             ModelOptions{.num_classes = spec.model.classes,
+                                          .embedding_dim = spec.model.embedding_dim,
+                                          .hidden = spec.model.hidden});
+  if (!model.ok()) return fail(model.status(), true);
+  auto data = ReadWorkerData(spec, rank);
+  if (!data.ok()) return fail(data.status(), true);
+  SYNCLINE_LOG(INFO) << absl::StrFormat(
+      "%d training examples (partition %d of %d), %s", (*data)->source->size(), rank, spec.workers,
+      (*data)->criteo ? "Criteo layout, streamed"
+                      : absl::StrCat((*data)->train.num_features, " features"));
+
+  Endpoint& endpoint = *joined->data;
+  KVClientOptions kv_options;
+  kv_options.rank = rank;
+  for (const NodeInfo* s : table.Servers()) {
+    kv_options.server_ids.push_back(s->id);
+    if (auto st = endpoint.Connect(s->id, s->address); !st.ok()) return fail(st);
+  }
+  kv_options.health = [control] { return control->health(); };
+  KVClient client(&endpoint, kv_options);
+  std::unique_ptr<SyncBackend> backend;
+  if (spec.sync.gossip()) {
+    if (!gossip_backend_) {
+      return fail(absl::FailedPreconditionError("this worker was built without gossip peers"));
+    }
+    auto made = gossip_backend_(spec, table, rank, endpoint);
+    if (!made.ok()) return fail(made.status());
+    backend = std::move(*made);
+  } else {
+    backend = std::make_unique<PsBackend>(&client, absl::Seconds(spec.timeouts.request_s),
+                                          spec.training.codec);
+  }
+
+  control->ReportReady();
+  if (auto s = control->WaitForStart(absl::Now() + options_.startup_timeout); !s.ok()) {
+    return fail(s);
+  }
+
+  ParameterLayout layout;
+  layout.row_dim = (*model)->row_dim();
+  layout.bias_dim = (*model)->bias_dim();
+  layout.num_features = (*data)->train.num_features;  // 0 for Criteo data: any 64-bit id
+  layout.row_init_scale = (*model)->row_init_scale();
+  layout.bias_init_scale = (*model)->bias_init_scale();
+  // Compressed pushes work on a dense gradient (gossip peers keep the whole model anyway),
+  // except for Criteo's unbounded ids, whose sparse pushes go as fp16 (PsBackend).
+  layout.dense_rows = spec.training.codec.kind != CodecKind::kNone && !spec.sync.gossip() &&
+                      layout.num_features > 0;
+  layout.optimizer.kind = spec.training.optimizer;
+  layout.optimizer.learning_rate = static_cast<float>(spec.training.learning_rate);
+  layout.optimizer.l2 = static_cast<float>(spec.training.l2);
+  layout.seed = spec.seed;
+  if (auto s = backend->Init(layout); !s.ok()) return fail(s);
+
+  TrainerOptions trainer_options;
+  trainer_options.epochs = spec.training.epochs;
+  trainer_options.batch_size = spec.training.batch_size;
+  trainer_options.log_every = spec.training.log_every;
+  trainer_options.slowness = slowness;
+  if (!spec.checkpoint.restore.empty()) {
+    if (auto s = RestoreWorker(spec.checkpoint.restore, rank, *backend, trainer_options); !s.ok()) {
+      return fail(s);
+    }
+  }
+  // Periodic checkpoints, and the clocks the coordinator asks for (time-based ones).
+  const bool checkpoints = spec.checkpoint.enabled();
+  trainer_options.checkpoint_every = checkpoints ? spec.checkpoint.every : 0;
+  CheckpointRequests requests;
+  auto report_missed = [&](int64_t before) {
+    for (int64_t c : control->TakeCheckpointRequests()) requests.Request(c);
+    for (int64_t missed : requests.TakeMissedBefore(before)) {
+      control->ReportCheckpointed(
+          missed,
+          absl::FailedPreconditionError(absl::StrFormat(
+              "w%d had finished clock %d before the request for it arrived", rank, missed)));
+    }
+  };
+  trainer_options.checkpoint_requested = [&](int64_t clock) {
+    if (!checkpoints) return false;
+    report_missed(clock);
+    return requests.Consume(clock);
+  };
+  trainer_options.on_checkpoint = [&](int64_t clock) -> absl::Status {
+    auto state = backend->SaveState();
+    absl::Status status = state.status();
+    if (status.ok()) status = WriteWorkerCheckpoint(spec.checkpoint.dir, rank, {clock, *state});
+    // A checkpoint that cannot be written is reported (the launcher never completes it);
+    // training goes on.
+    if (!status.ok()) SYNCLINE_LOG(ERROR) << "checkpoint " << clock << " failed: " << status;
+    control->ReportCheckpointed(clock, status);
+    requests.Taken(clock);
+    return absl::OkStatus();
+  };
+  Trainer trainer(**model, *backend, trainer_options);
+  auto result = trainer.Run(*(*data)->source, [control](const TrainProgress& p) {
+    control->ReportProgress(ProgressReport{.clock = p.clock,
+                                           .epoch = p.epoch,
+                                           .train_loss = p.train_loss,
+                                           .examples = p.examples,
+                                           .total_steps = p.total_steps,
+                                           .staleness = p.staleness,
+                                           .consensus = p.consensus});
+  });
+  if (!result.ok()) return fail(result.status());
+  // Requests that came after the last step can no longer be served.
+  if (checkpoints) report_missed(std::numeric_limits<int64_t>::max());
+
+  control->ReportWorkerDone(WorkerDoneReport{.steps = result->steps,
+                                             .examples = result->examples,
+                                             .bytes_pushed = backend->bytes_pushed(),
+                                             .bytes_pulled = backend->bytes_pulled()});
+  SYNCLINE_LOG(INFO) << absl::StrFormat("trained %d iterations, last loss %.5f", result->steps,
+                                        result->last_loss);
+
+  while (true) {
+    // The job may evaluate for a long time; the coordinator's heartbeats keep this honest.
+    auto command = control->WaitForCommand(absl::InfiniteFuture());
+    if (!command.ok()) return {command.status()};
+    if (*command == Command::kShutdown) break;
+    auto eval = EvaluateModel(spec, **model, layout, *backend, **data);
+    if (!eval.ok()) return fail(eval.status());
+    control->ReportResult(*eval);
+  }
+  (void)control->Flush(absl::Now() + absl::Seconds(2));
+  return {};
+}
+
+}  // namespace syncline

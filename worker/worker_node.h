@@ -1,0 +1,46 @@
+// WorkerNode: one worker as a node of a job. It joins the job (the coordinator hands it the
+// JobSpec), reads its partition of the training data, trains it in sync with the others through
+// a SyncBackend (the parameter servers, or gossip peers through `gossip_backend`), writes its
+// part of checkpoints, and when the coordinator asks, evaluates the final model on the test
+// set: what syncline-worker runs, and what a test runs on a thread over any Transport.
+//
+// Thread-safety: Run() is called once, from one thread.
+#ifndef SYNCLINE_WORKER_WORKER_NODE_H_
+#define SYNCLINE_WORKER_WORKER_NODE_H_
+
+#include <functional>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "core/node_table.h"
+#include "core/transport.h"
+#include "job/node_join.h"
+#include "worker/sync_backend.h"
+
+namespace syncline {
+
+// Makes the backend of a serverless (gossip) job for worker `rank`, whose data endpoint
+// `endpoint` is bound and listed in `table`; the factory connects it to the peers it needs.
+using GossipBackendFactory = std::function<absl::StatusOr<std::unique_ptr<SyncBackend>>(
+    const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint)>;
+
+class WorkerNode {
+ public:
+  // Without `gossip_backend`, a job whose spec says gossip fails with FailedPrecondition.
+  WorkerNode(Transport& transport, NodeOptions options,
+             GossipBackendFactory gossip_backend = nullptr)
+      : transport_(transport),
+        options_(std::move(options)),
+        gossip_backend_(std::move(gossip_backend)) {}
+
+  NodeExit Run();
+
+ private:
+  Transport& transport_;
+  const NodeOptions options_;
+  const GossipBackendFactory gossip_backend_;
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_WORKER_WORKER_NODE_H_
