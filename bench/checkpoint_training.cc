@@ -22,7 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "core/command_line.h"
-#include "tests/test_util.h"
+#include "testing/test_util.h"
 
 namespace syncline::bench {
 namespace {

@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
-#include "tests/scoped_temp_dir.h"
+#include "testing/scoped_temp_dir.h"
 
 namespace syncline {
 namespace {

@@ -16,7 +16,7 @@
 #include "ps/shard_table.h"
 #include "rocksdb/db.h"
 #include "rocksdb/sst_file_writer.h"
-#include "tests/scoped_temp_dir.h"
+#include "testing/scoped_temp_dir.h"
 
 namespace syncline {
 namespace {

@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "checkpoint/checkpoint.h"
-#include "tests/scoped_temp_dir.h"
+#include "testing/scoped_temp_dir.h"
 
 namespace syncline {
 namespace {

@@ -12,7 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/test_util.h"
+#include "testing/test_util.h"
 
 namespace syncline {
 namespace {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "job/job_wire.h"
 
 namespace syncline {
 namespace {
@@ -439,6 +440,106 @@ INSTANTIATE_TEST_SUITE_P(
                      },
                      "--test=/nonexistent/test.svm: cannot read: No such file or directory"}),
     [](const ::testing::TestParamInfo<ValidateCase>& info) { return info.param.name; });
+
+TEST(JobConfigTest, FlagsToSpecToWireToSpecGivesAnEqualSpec) {
+  const std::string train = WriteFile("roundtrip_train.svm", "1 1:0.5\n0 2:1\n");
+  const std::string test = WriteFile("roundtrip_test.svm", "0 2:1\n");
+  JobConfig config;
+  absl::StatusOr<CommandLineAction> action = Parse({"--servers",
+                                                    "3",
+                                                    "--workers",
+                                                    "4",
+                                                    "--sync",
+                                                    "ssp:2",
+                                                    "--model",
+                                                    "softmax",
+                                                    "--classes",
+                                                    "5",
+                                                    "--train",
+                                                    train,
+                                                    "--test",
+                                                    test,
+                                                    "--format",
+                                                    "libsvm",
+                                                    "--index-base",
+                                                    "1",
+                                                    "--epochs",
+                                                    "3",
+                                                    "--batch-size",
+                                                    "32",
+                                                    "--optimizer",
+                                                    "adam",
+                                                    "--lr",
+                                                    "0.03",
+                                                    "--l2",
+                                                    "0.001",
+                                                    "--compress",
+                                                    "topk:0.05",
+                                                    "--seed",
+                                                    "99",
+                                                    "--log-every",
+                                                    "5",
+                                                    "--request-timeout",
+                                                    "20",
+                                                    "--heartbeat-interval",
+                                                    "0.2",
+                                                    "--heartbeat-timeout",
+                                                    "2",
+                                                    "--straggler",
+                                                    "1:3",
+                                                    "--jitter",
+                                                    "0.2:4",
+                                                    "--delay",
+                                                    "3:15",
+                                                    "--min-step-ms",
+                                                    "2",
+                                                    "--embedding-memory",
+                                                    "64MiB",
+                                                    "--embedding-admit-after",
+                                                    "2",
+                                                    "--embedding-expire-steps",
+                                                    "9",
+                                                    "--update-threads",
+                                                    "2",
+                                                    "--checkpoint-every",
+                                                    "10",
+                                                    "--checkpoint-seconds",
+                                                    "4",
+                                                    "--checkpoint-keep",
+                                                    "5",
+                                                    "--out",
+                                                    "/tmp/rt-out"},
+                                                   &config);
+  ASSERT_TRUE(action.ok()) << action.status();
+  absl::StatusOr<JobSpec> spec = BuildJobSpec(config);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->sync.kind, SyncKind::kSsp);
+  EXPECT_EQ(spec->sync.staleness, 2);
+  EXPECT_EQ(spec->model.kind, ModelKind::kSoftmax);
+  EXPECT_EQ(spec->data.index_base, IndexBase::kOne);
+  EXPECT_EQ(spec->training.optimizer, OptimizerKind::kAdam);
+  EXPECT_EQ(spec->training.codec.kind, CodecKind::kTopK);
+  EXPECT_DOUBLE_EQ(spec->training.codec.ratio, 0.05);
+  EXPECT_EQ(spec->slowness.straggler_rank, 1);
+  EXPECT_EQ(spec->slowness.delay_rank, 3);
+  EXPECT_EQ(spec->embedding.memory_bytes, uint64_t{64} << 20);
+  EXPECT_EQ(spec->embedding.dir, "/tmp/rt-out/embeddings");
+  EXPECT_EQ(spec->checkpoint.dir, "/tmp/rt-out/checkpoints");
+  EXPECT_EQ(spec->data.params_out, "/tmp/rt-out/params.tsv");
+  absl::StatusOr<JobSpec> back = JobSpecFromBytes(JobSpecToBytes(*spec));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(*back == *spec);
+}
+
+TEST(JobConfigTest, GossipSpecsHaveNoServers) {
+  JobConfig config;
+  config.sync = "gossip:exp";
+  absl::StatusOr<JobSpec> spec = BuildJobSpec(config);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->servers, 0);
+  EXPECT_TRUE(spec->sync.gossip());
+  EXPECT_EQ(spec->sync.topology, GossipTopology::kExponential);
+}
 
 TEST(JobConfigTest, ValidateAcceptsTheSyncForms) {
   JobConfig config;

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <random>
 
-#include "tests/scoped_temp_dir.h"
+#include "testing/scoped_temp_dir.h"
 
 namespace syncline {
 namespace {

@@ -10,7 +10,7 @@
 #include <set>
 
 #include "absl/strings/str_split.h"
-#include "tests/test_util.h"
+#include "testing/test_util.h"
 
 namespace syncline {
 namespace {

@@ -7,7 +7,7 @@
 #include <random>
 #include <thread>
 
-#include "ps/inproc_cluster.h"
+#include "testing/inproc_cluster.h"
 #include "worker/kv_client.h"
 
 namespace syncline {

@@ -6,7 +6,7 @@
 #include <iostream>
 #include <string>
 
-#include "tests/test_util.h"
+#include "testing/test_util.h"
 
 namespace syncline {
 namespace {

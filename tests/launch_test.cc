@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "absl/strings/str_split.h"
-#include "tests/test_util.h"
+#include "testing/test_util.h"
 
 namespace syncline {
 namespace {

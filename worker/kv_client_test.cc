@@ -5,7 +5,7 @@
 #include <atomic>
 #include <thread>
 
-#include "ps/inproc_cluster.h"
+#include "testing/inproc_cluster.h"
 
 namespace syncline {
 namespace {

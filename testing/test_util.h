@@ -1,7 +1,7 @@
 // Helpers for the multi-process tests: run a binary to completion (or in the background),
 // capture its output, read a run's summary.json.
-#ifndef SYNCLINE_TESTS_TEST_UTIL_H_
-#define SYNCLINE_TESTS_TEST_UTIL_H_
+#ifndef SYNCLINE_TESTING_TEST_UTIL_H_
+#define SYNCLINE_TESTING_TEST_UTIL_H_
 
 #include <dirent.h>
 #include <signal.h>
@@ -131,4 +131,4 @@ inline bool Alive(int pid) {
 
 }  // namespace syncline::testing_util
 
-#endif  // SYNCLINE_TESTS_TEST_UTIL_H_
+#endif  // SYNCLINE_TESTING_TEST_UTIL_H_

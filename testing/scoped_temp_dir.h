@@ -1,8 +1,8 @@
 // ScopedTempDir: a fresh directory of its own under the test's temporary folder (mkdtemp),
 // removed with everything in it when the object goes away. For unit tests that need a real
 // file system (RocksDB, checkpoint files).
-#ifndef SYNCLINE_TESTS_SCOPED_TEMP_DIR_H_
-#define SYNCLINE_TESTS_SCOPED_TEMP_DIR_H_
+#ifndef SYNCLINE_TESTING_SCOPED_TEMP_DIR_H_
+#define SYNCLINE_TESTING_SCOPED_TEMP_DIR_H_
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -36,4 +36,4 @@ class ScopedTempDir {
 
 }  // namespace syncline::testing_util
 
-#endif  // SYNCLINE_TESTS_SCOPED_TEMP_DIR_H_
+#endif  // SYNCLINE_TESTING_SCOPED_TEMP_DIR_H_

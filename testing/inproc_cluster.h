@@ -2,8 +2,8 @@
 // transport, as in a real job but inside one test process. For tests only.
 //
 // Thread-safety: WorkerEndpoint() may be called from any thread.
-#ifndef SYNCLINE_PS_INPROC_CLUSTER_H_
-#define SYNCLINE_PS_INPROC_CLUSTER_H_
+#ifndef SYNCLINE_TESTING_INPROC_CLUSTER_H_
+#define SYNCLINE_TESTING_INPROC_CLUSTER_H_
 
 #include <atomic>
 #include <memory>
@@ -59,4 +59,4 @@ class InprocCluster {
 
 }  // namespace syncline
 
-#endif  // SYNCLINE_PS_INPROC_CLUSTER_H_
+#endif  // SYNCLINE_TESTING_INPROC_CLUSTER_H_
