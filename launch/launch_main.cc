@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -54,7 +55,11 @@ int Refuse(absl::string_view message) {
 int Main(int argc, char** argv) {
   CLI::App app(kAbout);
   JobConfig config;
-  bool resume = false, resume_if_any = false;
+  bool resume = false, resume_if_any = false, external_workers = false;
+  app.add_flag("--external-workers", external_workers,
+               "Start the coordinator and the servers only, print the coordinator's address, and "
+               "wait for --workers programs of your own to join it (include/syncline/"
+               "worker_session.h; examples/embed_client)");
   app.add_flag("--resume", resume,
                "Restart the job from the newest complete checkpoint in --checkpoint-dir "
                "(damaged or partial ones are reported and skipped)");
@@ -108,12 +113,19 @@ int Main(int argc, char** argv) {
     std::cerr << "syncline-launch: " << coordinator.status().message() << "\n";
     return 1;
   }
+  if (external_workers) {
+    // Scripts read the address from the file; people from the line.
+    std::ofstream((fs::path(config.out) / "coordinator.address").string())
+        << (*coordinator)->address() << "\n";
+    std::cout << "coordinator " << (*coordinator)->address() << "  (waiting for " << spec->workers
+              << " external workers, ranks 0.." << spec->workers - 1 << ")" << std::endl;
+  }
   struct sigaction sa = {};
   sa.sa_handler = OnSignal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  const JobOutcome outcome =
-      Supervise(*spec, **coordinator, report, checkpoints, *restore_clock, g_signal);
+  const JobOutcome outcome = Supervise(*spec, **coordinator, report, checkpoints, *restore_clock,
+                                       g_signal, external_workers);
   report.EndProgress();
   checkpoints.Flush();  // manifests decided so far are on disk before the summary counts them
   if (!outcome.failure.empty()) {

@@ -86,7 +86,7 @@ ProcessSpec NodeProcess(wire::Role role, int rank, const std::string& coordinato
 
 JobOutcome Supervise(const JobSpec& spec, Coordinator& coordinator, RunReport& report,
                      const CheckpointTracker& checkpoints, int64_t restore_clock,
-                     const std::atomic<int>& signal) {
+                     const std::atomic<int>& signal, bool external_workers) {
   JobOutcome out;
   ProcessGroup group([&report](std::string_view label, OutputStream, std::string_view line) {
     report.ChildLine(label, line);
@@ -104,7 +104,7 @@ JobOutcome Supervise(const JobSpec& spec, Coordinator& coordinator, RunReport& r
     coordinator.Abort(out.failure);
   };
   for (wire::Role role : {wire::Role::SERVER, wire::Role::WORKER}) {
-    const int n = role == wire::Role::SERVER ? spec.servers : spec.workers;
+    const int n = role == wire::Role::SERVER ? spec.servers : external_workers ? 0 : spec.workers;
     for (int r = 0; r < n && out.failure.empty(); ++r) {
       if (auto pid = group.Start(NodeProcess(role, r, coordinator.address())); !pid.ok()) {
         fail(std::string(pid.status().message()), 1);

@@ -38,10 +38,12 @@ struct JobOutcome {
 };
 
 // Runs the job: `coordinator` (not yet running) on a thread of its own, the nodes as children.
-// `signal` is polled: a non-zero value is an interruption by that signal.
+// `signal` is polled: a non-zero value is an interruption by that signal. With
+// `external_workers` only the servers are started: the workers are the user's own programs
+// (include/syncline/worker_session.h), which join at the coordinator's address.
 JobOutcome Supervise(const JobSpec& spec, Coordinator& coordinator, RunReport& report,
                      const CheckpointTracker& checkpoints, int64_t restore_clock,
-                     const std::atomic<int>& signal);
+                     const std::atomic<int>& signal, bool external_workers = false);
 
 }  // namespace syncline
 

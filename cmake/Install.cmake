@@ -1,0 +1,25 @@
+# `cmake --install BUILD --prefix P` installs the node binaries into P/bin, the public headers
+# (include/syncline/) into P/include, and the client library with what it links into P/lib,
+# with a CMake package in P/lib/cmake/syncline: find_package(syncline CONFIG) then
+# target_link_libraries(app PRIVATE syncline::client). examples/embed_client uses it.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+install(TARGETS syncline-launch syncline-ps syncline-worker syncline-gen
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS syncline_client syncline_worker syncline_worker_data syncline_job syncline_core
+                syncline_optim syncline_compression syncline_checkpoint
+        EXPORT synclineTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(DIRECTORY include/syncline DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT synclineTargets NAMESPACE syncline::
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/syncline)
+configure_package_config_file(cmake/synclineConfig.cmake.in
+  ${CMAKE_BINARY_DIR}/synclineConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/syncline)
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/synclineConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY ExactVersion)
+install(FILES ${CMAKE_BINARY_DIR}/synclineConfig.cmake
+              ${CMAKE_BINARY_DIR}/synclineConfigVersion.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/syncline)

@@ -1,0 +1,135 @@
+// WorkerSession: a worker of your own program in a running Syncline job. Start the job's
+// coordinator and servers with `syncline-launch --external-workers` (it prints the
+// coordinator's address), then in each of your worker processes:
+//
+//   auto session = syncline::WorkerSession::Join({.coordinator = address, .rank = r});
+//   (*session)->DeclareTable({.id = 1, .dense = true, .num_keys = n, .dim = 1});
+//   for (...) {
+//     auto pulled = (*session)->PullDense(1, 0, weights);   // a ticket, at once
+//     (*session)->Wait(*pulled, absl::Now() + absl::Seconds(10));
+//     ... compute the gradient sum of a batch ...
+//     (*session)->Wait(*(*session)->PushDense(1, 0, gradient, batch), deadline);
+//     (*session)->Clock(batch, loss);                        // iteration done
+//   }
+//   (*session)->Finish(evaluate);  // done; evaluates when the coordinator asks; shuts down
+//
+// The servers apply each table's update rule to the pushed gradient sums (divided by the
+// pushed weight, the examples behind them) and keep the job's consistency model (BSP, SSP or
+// ASP, from the job spec): under BSP a pull of iteration c waits until every worker has
+// clocked c iterations. Push, Pull and PushPull return a ticket at once, so that requests
+// overlap; the arrays passed to them must stay alive and unchanged until Wait returns for
+// that ticket. Every call returns an absl::Status; nothing throws. The session heartbeats from
+// a thread of its own, so a long computation does not make the worker look dead, and a job that
+// is aborted (or a coordinator that is gone) turns every later call into an error.
+//
+// Thread-safety: thread-compatible: call one session from one thread at a time. Use one
+// session per worker process (each with its own rank).
+#ifndef SYNCLINE_WORKER_SESSION_H_
+#define SYNCLINE_WORKER_SESSION_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "syncline/job_spec.h"
+#include "syncline/options.h"
+
+namespace syncline {
+
+struct SessionOptions {
+  // The coordinator's address, as syncline-launch --external-workers prints it.
+  std::string coordinator;
+  // This worker's rank, 0..workers-1; each rank joins once.
+  int rank = 0;
+  // Where this worker's data endpoint listens (port 0: any free one).
+  std::string bind = "tcp://127.0.0.1:0";
+  // How long to wait for every node of the job to join.
+  absl::Duration startup_timeout = absl::Seconds(120);
+};
+
+// A parameter table on the servers. Every worker declares the same tables (the first
+// declaration creates them; a different spec under the same id is refused).
+struct TableOptions {
+  uint32_t id = 0;
+  // Dense: keys [0, num_keys), split into contiguous ranges over the servers. Sparse: any
+  // 64-bit key below num_keys (0: any key), spread by hash, rows created on first touch.
+  bool dense = true;
+  uint64_t num_keys = 0;
+  uint32_t dim = 1;  // floats per key
+  OptimizerKind optimizer = OptimizerKind::kSgd;
+  float learning_rate = 0.1f;
+  float l2 = 0.0f;
+  float init_scale = 0.0f;  // rows start uniform in [-init_scale, init_scale]; 0: zeros
+  uint64_t seed = 1;
+};
+
+// The final model on the test set, as the caller's evaluation computes it.
+struct EvaluationResult {
+  double loss = 0;
+  double auc = -1;       // binary models, else -1
+  double accuracy = -1;  // multiclass models, else -1
+  uint64_t examples = 0;
+};
+
+class WorkerSession {
+ public:
+  using Ticket = uint64_t;
+
+  // Joins the job and waits for the coordinator to start it (every node joined and ready).
+  static absl::StatusOr<std::unique_ptr<WorkerSession>> Join(const SessionOptions& options);
+  // A session destroyed before Finish() tells the coordinator that this worker failed.
+  ~WorkerSession();
+
+  // The job as the coordinator describes it (sync mode, workers, servers, seed, ...).
+  const JobSpec& spec() const;
+  int rank() const;
+  // Iterations this worker has clocked.
+  int64_t clock() const;
+
+  absl::Status DeclareTable(const TableOptions& table, absl::Time deadline);
+
+  // Reads of the current iteration wait as the consistency model says; after Finish() (in
+  // the evaluation) they read the final model.
+  // Sparse tables: `values` and `out` hold keys.size() * dim floats. `weight`: the examples
+  // behind the pushed gradient sum.
+  absl::StatusOr<Ticket> Push(uint32_t table, std::span<const uint64_t> keys,
+                              std::span<const float> values, float weight);
+  absl::StatusOr<Ticket> Pull(uint32_t table, std::span<const uint64_t> keys, std::span<float> out);
+  absl::StatusOr<Ticket> PushPull(uint32_t table, std::span<const uint64_t> keys,
+                                  std::span<const float> values, std::span<float> out,
+                                  float weight);
+  // Dense tables: keys [begin, begin + values.size() / dim).
+  absl::StatusOr<Ticket> PushDense(uint32_t table, uint64_t begin, std::span<const float> values,
+                                   float weight);
+  absl::StatusOr<Ticket> PullDense(uint32_t table, uint64_t begin, std::span<float> out);
+
+  // Completes a ticket: OK, the first error a server answered, or DeadlineExceeded.
+  absl::Status Wait(Ticket ticket, absl::Time deadline);
+
+  // Ends this worker's current iteration, which trained on `examples` examples with mean
+  // loss `train_loss` per example (reported to the coordinator's metrics.csv every
+  // log-every iterations; NaN: none).
+  absl::Status Clock(double examples, double train_loss);
+
+  // Leaves the job: tells the servers and the coordinator that this worker is done, answers
+  // the coordinator's request to evaluate the final model with `evaluate` (without it, an
+  // empty result), and returns when the coordinator shuts the job down (or `timeout` passes).
+  absl::Status Finish(std::function<absl::StatusOr<EvaluationResult>()> evaluate = nullptr,
+                      absl::Duration timeout = absl::Minutes(10));
+
+  struct State;
+
+ private:
+  explicit WorkerSession(std::unique_ptr<State> state);
+  int64_t ReadClock() const;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_WORKER_SESSION_H_
