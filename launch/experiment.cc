@@ -13,8 +13,10 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <variant>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -33,18 +35,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-absl::StatusOr<std::string> ReadWholeFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrFormat("cannot read %s", path.string()));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// ---------------------------------------------------------------------------------------------
-// The job every run shares.
-
-// Parses launcher flags exactly as syncline-launch does, and validates the result.
 absl::StatusOr<JobConfig> ParseJob(const std::vector<std::string>& args) {
   CLI::App app;
   JobConfig job;
@@ -58,439 +48,6 @@ absl::StatusOr<JobConfig> ParseJob(const std::vector<std::string>& args) {
   }
   if (absl::Status s = Validate(job); !s.ok()) return s;
   return job;
-}
-
-// The value of the swept flag a run is compared against: BSP for --sync; otherwise the first run.
-std::string BaselineValue(const std::string& flag) {
-  if (flag == "sync") return "bsp";
-  if (flag == "compress") return "none";
-  return "";
-}
-
-// ---------------------------------------------------------------------------------------------
-// Report.
-
-// One run's results, as far as its files tell.
-struct RunData {
-  SweepValue sweep;
-  bool ok = false;
-  std::string error;
-  std::optional<double> wall_seconds, steps, steps_per_worker, test_loss, test_auc, test_accuracy,
-      bytes_on_wire, bytes_pushed, max_staleness, mean_staleness;
-  std::vector<LossPoint> curve;
-  std::optional<double> final_loss;  // the curve's last point
-  std::optional<double> time_to_target;
-
-  std::optional<double> ClocksPerSecond() const {
-    if (!steps_per_worker || !wall_seconds || *wall_seconds <= 0) return std::nullopt;
-    return *steps_per_worker / *wall_seconds;
-  }
-  std::optional<double> StepsPerSecond() const {
-    if (!steps || !wall_seconds || *wall_seconds <= 0) return std::nullopt;
-    return *steps / *wall_seconds;
-  }
-};
-
-RunData LoadRun(const fs::path& dir, const ExperimentRun& run, std::vector<std::string>* warnings) {
-  RunData d;
-  d.sweep = run.sweep;
-  const fs::path folder = dir / run.sweep.folder;
-  auto text = ReadWholeFile(folder / "summary.json");
-  if (!text.ok()) {
-    d.error = run.failure.empty() ? std::string(text.status().message()) : run.failure;
-    return d;
-  }
-  auto json = ParseSummaryJson(*text);
-  if (!json.ok()) {
-    d.error = absl::StrCat((folder / "summary.json").string(), ": ", json.status().message());
-    return d;
-  }
-  auto number = [&](const char* key) -> std::optional<double> {
-    auto it = json->find(key);
-    return it == json->end() ? std::nullopt : it->second.number;
-  };
-  auto text_of = [&](const char* key) -> std::string {
-    auto it = json->find(key);
-    return it == json->end() || !it->second.text ? "" : *it->second.text;
-  };
-  const std::string status = text_of("status");
-  d.ok = status == "ok" && run.failure.empty();
-  if (!d.ok) {
-    d.error = text_of("error");
-    if (d.error.empty()) d.error = run.failure;
-    if (d.error.empty()) d.error = absl::StrCat("status '", status, "' in summary.json");
-  }
-  d.wall_seconds = number("wall_seconds");
-  d.steps = number("steps");
-  d.steps_per_worker = number("steps_per_worker");
-  d.test_loss = number("test_loss");
-  d.test_auc = number("test_auc");
-  d.test_accuracy = number("test_accuracy");
-  if (auto pushed = number("bytes_pushed"), pulled = number("bytes_pulled"); pushed && pulled) {
-    d.bytes_on_wire = *pushed + *pulled;
-    d.bytes_pushed = *pushed;
-  }
-  d.max_staleness = number("max_staleness_served");
-  d.mean_staleness = number("mean_staleness_served");
-  // Untrusted: anything but a plausible worker count means "whoever reported".
-  const double workers_field = number("workers").value_or(0);
-  const int workers =
-      workers_field >= 1 && workers_field <= 1e6 ? static_cast<int>(workers_field) : 0;
-  auto curve = ReadLossCurve((folder / "metrics.csv").string(), workers);
-  if (curve.ok()) {
-    d.curve = std::move(*curve);
-    if (!d.curve.empty() && std::isfinite(d.curve.back().loss)) d.final_loss = d.curve.back().loss;
-  } else if (d.ok) {
-    warnings->push_back(absl::StrCat(run.sweep.value, ": ", curve.status().message()));
-  }
-  return d;
-}
-
-std::string Fixed(std::optional<double> v, int digits) {
-  if (!v || !std::isfinite(*v)) return "";
-  return absl::StrFormat("%.*f", digits, *v);
-}
-
-std::string General(std::optional<double> v) {
-  if (!v || !std::isfinite(*v)) return "";
-  return absl::StrFormat("%.6g", *v);
-}
-
-std::string CsvField(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
-
-std::string OneLine(std::string s) {
-  std::replace(s.begin(), s.end(), '\n', ' ');
-  std::replace(s.begin(), s.end(), '\r', ' ');
-  return s;
-}
-
-absl::Status WriteTextFile(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc | std::ios::binary);
-  out << text;
-  out.close();
-  if (!out) return absl::PermissionDeniedError(absl::StrFormat("cannot write %s", path.string()));
-  return absl::OkStatus();
-}
-
-std::string SummaryCsv(const std::vector<RunData>& runs, std::optional<double> target) {
-  std::string csv =
-      "mode,folder,status,wall_seconds,steps,steps_per_worker,clocks_per_second_per_worker,"
-      "final_train_loss,test_loss,test_auc,test_accuracy,target_loss,time_to_target_seconds,"
-      "bytes_on_wire,max_staleness,mean_staleness,error\n";
-  for (const RunData& r : runs) {
-    const std::vector<std::string> fields = {
-        CsvField(r.sweep.value),       CsvField(r.sweep.folder),   r.ok ? "ok" : "failed",
-        Fixed(r.wall_seconds, 3),      General(r.steps),           General(r.steps_per_worker),
-        Fixed(r.ClocksPerSecond(), 2), General(r.final_loss),      General(r.test_loss),
-        General(r.test_auc),           General(r.test_accuracy),   General(target),
-        Fixed(r.time_to_target, 3),    Fixed(r.bytes_on_wire, 0),  General(r.max_staleness),
-        General(r.mean_staleness),     CsvField(OneLine(r.error)),
-    };
-    absl::StrAppend(&csv, absl::StrJoin(fields, ","), "\n");
-  }
-  return csv;
-}
-
-std::string MarkdownTable(const std::vector<RunData>& runs, const std::string& flag,
-                          bool have_target) {
-  const bool any_auc = std::any_of(runs.begin(), runs.end(),
-                                   [](const RunData& r) { return r.test_auc.has_value(); });
-  std::vector<std::string> header = {
-      absl::StrCat("--", flag), "status",           "wall s",   "steps",
-      "clocks/s per worker",    "final train loss", "test loss"};
-  if (any_auc) header.push_back("test AUC");
-  header.insert(header.end(), {"test accuracy", "time to target s", "on the wire MiB",
-                               "max staleness", "mean staleness"});
-  std::string md = absl::StrCat("| ", absl::StrJoin(header, " | "), " |\n|");
-  for (size_t i = 0; i < header.size(); ++i) md += i < 2 ? " --- |" : " ---: |";
-  md += "\n";
-  for (const RunData& r : runs) {
-    std::vector<std::string> row = {absl::StrCat("`", r.sweep.value, "`"),
-                                    r.ok ? "ok" : "**failed**",
-                                    Fixed(r.wall_seconds, 2),
-                                    General(r.steps),
-                                    Fixed(r.ClocksPerSecond(), 1),
-                                    Fixed(r.final_loss, 4),
-                                    Fixed(r.test_loss, 4)};
-    if (any_auc) row.push_back(Fixed(r.test_auc, 4));
-    const std::optional<double> mib =
-        r.bytes_on_wire ? std::optional<double>(*r.bytes_on_wire / (1024.0 * 1024.0))
-                        : std::nullopt;
-    row.insert(row.end(),
-               {Fixed(r.test_accuracy, 4),
-                r.ok && have_target && !r.time_to_target ? "never" : Fixed(r.time_to_target, 2),
-                Fixed(mib, 1), General(r.max_staleness), Fixed(r.mean_staleness, 2)});
-    absl::StrAppend(&md, "| ", absl::StrJoin(row, " | "), " |\n");
-  }
-  return md;
-}
-
-std::string Ratio(double v) { return absl::StrFormat("%.2f×", v); }
-
-// One sentence per line: which run reached the target first, and speeds relative to the baseline.
-std::string Commentary(const std::vector<RunData>& runs, const std::string& flag,
-                       std::optional<double> target, bool target_given) {
-  std::vector<std::string> lines;
-  const RunData* baseline = nullptr;
-  for (const RunData& r : runs) {
-    if (r.ok && r.sweep.value == BaselineValue(flag)) baseline = &r;
-  }
-  for (const RunData& r : runs) {
-    if (baseline == nullptr && r.ok) baseline = &r;
-  }
-  if (baseline == nullptr) {
-    lines.push_back("No run finished, so there is nothing to compare; the errors are below.");
-  } else if (!target) {
-    lines.push_back("No run reported a training loss, so there is no target to race to.");
-  } else {
-    lines.push_back(absl::StrFormat(
-        "Target training loss: %.4f (%s).", *target,
-        target_given ? "--target-loss" : "the worst final training loss among the runs"));
-    const RunData* first = nullptr;
-    for (const RunData& r : runs) {
-      if (r.ok && r.time_to_target && (!first || *r.time_to_target < *first->time_to_target)) {
-        first = &r;
-      }
-    }
-    if (first == nullptr) {
-      lines.push_back("No run reached the target.");
-    } else {
-      lines.push_back(absl::StrFormat("`%s` reached the target first, after %.2f s.",
-                                      first->sweep.value, *first->time_to_target));
-    }
-    if (baseline->time_to_target) {
-      std::vector<std::string> parts;
-      for (const RunData& r : runs) {
-        if (!r.ok || &r == baseline) continue;
-        parts.push_back(r.time_to_target && *r.time_to_target > 0
-                            ? absl::StrCat("`", r.sweep.value, "` ",
-                                           Ratio(*baseline->time_to_target / *r.time_to_target))
-                            : absl::StrCat("`", r.sweep.value, "` never reached it"));
-      }
-      if (!parts.empty()) {
-        lines.push_back(absl::StrFormat(
-            "Speed to the target relative to `%s` (its time divided by the run's; above 1 is "
-            "faster): %s.",
-            baseline->sweep.value, absl::StrJoin(parts, ", ")));
-      }
-    }
-  }
-  if (baseline != nullptr && baseline->StepsPerSecond() && *baseline->StepsPerSecond() > 0) {
-    std::vector<std::string> parts;
-    for (const RunData& r : runs) {
-      if (!r.ok || &r == baseline || !r.StepsPerSecond()) continue;
-      parts.push_back(absl::StrFormat("`%s` %s (%.0f steps/s)", r.sweep.value,
-                                      Ratio(*r.StepsPerSecond() / *baseline->StepsPerSecond()),
-                                      *r.StepsPerSecond()));
-    }
-    if (!parts.empty()) {
-      lines.push_back(absl::StrFormat("Steps per second relative to `%s` (%.0f steps/s): %s.",
-                                      baseline->sweep.value, *baseline->StepsPerSecond(),
-                                      absl::StrJoin(parts, ", ")));
-    }
-  }
-  for (const RunData& r : runs) {
-    if (!r.ok) lines.push_back(absl::StrCat("`", r.sweep.value, "` failed: ", OneLine(r.error)));
-  }
-  return absl::StrCat(absl::StrJoin(lines, "\n"), "\n");
-}
-
-std::string GnuplotString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
-// loss_curves.dat: one block per plotted run (gnuplot's `index`), at most kMaxPoints points each.
-std::string CurvesData(const std::vector<const RunData*>& plotted) {
-  constexpr size_t kMaxPoints = 2000;
-  std::string dat =
-      "# Smoothed training loss of each run of a Syncline experiment: after each metrics.csv row,\n"
-      "# the mean over workers of their latest clock and train_loss. One block per run (gnuplot\n"
-      "# `index` 0, 1, ...); columns: wall_seconds clock train_loss consensus mib_pushed\n"
-      "# (consensus: gossip's mean distance from the neighbours' models; mib_pushed: the bytes\n"
-      "# the workers pushed, spread evenly over the run's clocks, in MiB)\n";
-  for (size_t i = 0; i < plotted.size(); ++i) {
-    const std::vector<LossPoint>& c = plotted[i]->curve;
-    // Two blank lines end a block; the first block follows the header directly.
-    absl::StrAppend(&dat, i == 0 ? "" : "\n\n", "# index ", i, ": ", plotted[i]->sweep.value, "\n");
-    const size_t stride = (c.size() + kMaxPoints - 1) / kMaxPoints;
-    const RunData& r = *plotted[i];
-    const double mib_per_clock = r.bytes_pushed && r.steps_per_worker && *r.steps_per_worker > 0
-                                     ? *r.bytes_pushed / *r.steps_per_worker / (1024.0 * 1024.0)
-                                     : 0.0;
-    for (size_t j = 0; j < c.size(); ++j) {
-      if (j % stride != 0 && j + 1 != c.size()) continue;
-      absl::StrAppendFormat(&dat, "%.3f %.3f %.6g %.6g %.6g\n", c[j].wall_seconds, c[j].clock,
-                            c[j].loss, c[j].consensus, c[j].clock * mib_per_clock);
-    }
-  }
-  return dat;
-}
-
-// Whether any plotted run reported a consensus distance (gossip runs).
-bool HasConsensus(const std::vector<const RunData*>& plotted) {
-  for (const RunData* r : plotted) {
-    for (const LossPoint& p : r->curve) {
-      if (p.consensus > 0) return true;
-    }
-  }
-  return false;
-}
-
-std::string PlotScript(const std::vector<const RunData*>& plotted, const std::string& flag,
-                       std::optional<double> target) {
-  std::string gp = absl::StrCat(
-      "# Draws the experiment's loss curves from loss_curves.dat: cd into this folder and run\n"
-      "#   gnuplot plots.gp\n"
-      "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"
-      "  set terminal pngcairo size 960,600 noenhanced\n"
-      "} else {\n"
-      "  set terminal png size 960,600 noenhanced\n"
-      "}\n"
-      "set grid\n"
-      "set key top right\n");
-  const char* kLoss = "training loss (mean of the workers' latest)";
-  struct Plot {
-    const char* png;
-    const char* title;
-    const char* xlabel;
-    const char* ylabel;
-    int x, y;
-  };
-  std::vector<Plot> plots = {
-      {"loss_vs_time.png", "Training loss against wall-clock time", "wall-clock seconds", kLoss, 1,
-       3},
-      {"loss_vs_steps.png", "Training loss against steps", "clock (mean iterations per worker)",
-       kLoss, 2, 3},
-      {"loss_vs_bytes.png", "Training loss against bytes pushed",
-       "MiB pushed by the workers (spread evenly over the run)", kLoss, 5, 3},
-  };
-  if (HasConsensus(plotted)) {
-    plots.push_back({"consensus_vs_steps.png", "Consensus distance against steps",
-                     "clock (mean iterations per worker)",
-                     "distance from the neighbours' models (mean over workers)", 2, 4});
-  }
-  for (const auto& p : plots) {
-    absl::StrAppend(&gp, "\nset output ", GnuplotString(p.png), "\n", "set title ",
-                    GnuplotString(absl::StrCat(p.title, " by --", flag)), "\n", "set xlabel ",
-                    GnuplotString(p.xlabel), "\n", "set ylabel ", GnuplotString(p.ylabel), "\n",
-                    "plot ");
-    for (size_t i = 0; i < plotted.size(); ++i) {
-      absl::StrAppend(&gp, i == 0 ? "\"loss_curves.dat\"" : ", \\\n     \"\"", " index ", i,
-                      " using ", p.x, ":", p.y, " with lines lw 2 title ",
-                      GnuplotString(plotted[i]->sweep.value));
-    }
-    if (target && p.y == 3) {
-      absl::StrAppendFormat(&gp, ", \\\n     %.6g with lines dt 2 lc rgb \"gray40\" title %s",
-                            *target, GnuplotString(absl::StrFormat("target %.4f", *target)));
-    }
-    gp += "\n";
-  }
-  gp += "unset output\n";
-  return gp;
-}
-
-// Runs `gnuplot plots.gp` in `dir`; returns why it failed, or an empty string.
-std::string RunGnuplot(const std::string& gnuplot, const fs::path& dir) {
-  std::vector<std::string> output;
-  ProcessGroup group([&output](std::string_view, OutputStream, std::string_view line) {
-    if (output.size() < 20) output.emplace_back(line);
-  });
-  auto pid = group.Start(ProcessSpec{"gnuplot", {gnuplot, "plots.gp"}, {}, dir.string()});
-  if (!pid.ok()) return std::string(pid.status().message());
-  std::vector<ExitEvent> exited;
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (exited.empty() && absl::Now() < deadline) {
-    (void)group.Poll(absl::Milliseconds(200), &exited);
-  }
-  if (exited.empty()) group.TerminateAll(absl::Seconds(2), &exited);
-  if (!exited.empty() && exited[0].success()) return "";
-  const std::string how = exited.empty() ? "gnuplot did not exit" : DescribeExit(exited[0]);
-  return absl::StrCat(how, output.empty() ? "" : ": ", absl::StrJoin(output, " / "));
-}
-
-// report.md: the job, the table, the commentary, the plots and links to the runs.
-std::string ReportMarkdown(const std::vector<RunData>& data, const ReportOptions& options,
-                           const ReportResult& result, bool have_curves, bool plots_drawn) {
-  std::vector<std::string> values;
-  for (const RunData& r : data) values.push_back(r.sweep.value);
-  std::string md = absl::StrFormat("# Syncline experiment: --%s %s\n\n", options.flag,
-                                   absl::StrJoin(values, ","));
-  absl::StrAppendFormat(
-      &md, "Every run had the same data, seed and job; only `--%s` changed. Job flags: %s.\n\n",
-      options.flag,
-      options.job_args.empty() ? "the defaults"
-                               : absl::StrCat("`", absl::StrJoin(options.job_args, " "), "`"));
-  md += MarkdownTable(data, options.flag, result.target_loss.has_value());
-  md +=
-      "\nClocks/s per worker: the most steps any worker ran, over the run's wall time. Training "
-      "loss: the mean of the workers' latest reported loss. On the wire: bytes pushed plus "
-      "bytes pulled.\n\n";
-  md += "## Commentary\n\n";
-  for (absl::string_view line : absl::StrSplit(result.commentary, '\n', absl::SkipEmpty())) {
-    absl::StrAppend(&md, "- ", line, "\n");
-  }
-  if (have_curves) {
-    md += "\n## Training loss\n\n";
-    if (plots_drawn) {
-      md +=
-          "![training loss against wall-clock time](loss_vs_time.png)\n\n"
-          "![training loss against steps](loss_vs_steps.png)\n\n"
-          "![training loss against bytes pushed](loss_vs_bytes.png)\n\n";
-      std::vector<const RunData*> all;
-      for (const RunData& r : data) all.push_back(&r);
-      if (HasConsensus(all)) {
-        md += "![consensus distance against steps](consensus_vs_steps.png)\n\n";
-      }
-      md += "Curves: `loss_curves.dat`; to redraw them, run `gnuplot plots.gp` in this folder.\n";
-    } else {
-      md +=
-          "Not drawn (no gnuplot, or it failed). Curves: `loss_curves.dat`; to draw them, run "
-          "`gnuplot plots.gp` in this folder.\n";
-    }
-  }
-  md += "\n## Runs\n\n";
-  for (const RunData& r : data) {
-    absl::StrAppendFormat(&md, "- `%s`: [%s/](%s/) (summary.json, metrics.csv, logs/)\n",
-                          r.sweep.value, r.sweep.folder, r.sweep.folder);
-  }
-  return md;
-}
-
-// Writes loss_curves.dat and plots.gp for the runs with curves and, with a gnuplot, draws them.
-// Plots of an earlier experiment in the same folder are removed first. Returns a warning when
-// nothing could be drawn, empty otherwise; an error only when a file cannot be written.
-absl::StatusOr<std::string> WritePlots(const fs::path& dir,
-                                       const std::vector<const RunData*>& plotted,
-                                       const ReportOptions& options, std::optional<double> target) {
-  std::error_code ec;
-  for (const char* stale : {"loss_vs_time.png", "loss_vs_steps.png", "loss_vs_bytes.png",
-                            "consensus_vs_steps.png", "loss_curves.dat", "plots.gp"}) {
-    fs::remove(dir / stale, ec);
-  }
-  if (plotted.empty()) return std::string("no run has a loss curve; no plots");
-  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
-           {"loss_curves.dat", CurvesData(plotted)},
-           {"plots.gp", PlotScript(plotted, options.flag, target)}}) {
-    if (absl::Status s = WriteTextFile(dir / name, text); !s.ok()) return s;
-  }
-  if (!options.gnuplot) return std::string();  // RunExperiment has said so already
-  if (std::string error = RunGnuplot(*options.gnuplot, dir); !error.empty()) {
-    return absl::StrCat("gnuplot failed, no plots: ", error);
-  }
-  return std::string();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -601,126 +158,24 @@ absl::StatusOr<std::vector<SweepValue>> ParseSweepList(const std::string& flag,
   return values;
 }
 
-absl::StatusOr<std::vector<LossPoint>> ReadLossCurve(const std::string& metrics_csv, int workers) {
-  auto text = ReadWholeFile(metrics_csv);
-  if (!text.ok()) return text.status();
-  std::vector<absl::string_view> lines = absl::StrSplit(*text, '\n');
-  // The last piece is empty after a final newline, or a line the run did not finish writing.
-  lines.pop_back();
-  if (lines.empty()) return absl::InvalidArgumentError(absl::StrCat(metrics_csv, ": no header"));
-  const std::vector<absl::string_view> header = absl::StrSplit(lines[0], ',');
-  int wall = -1, worker = -1, clock = -1, loss = -1, consensus = -1;
-  for (int i = 0; i < static_cast<int>(header.size()); ++i) {
-    const absl::string_view name = absl::StripAsciiWhitespace(header[i]);
-    if (name == "wall_seconds") wall = i;
-    if (name == "worker") worker = i;
-    if (name == "clock") clock = i;
-    if (name == "train_loss") loss = i;
-    if (name == "consensus") consensus = i;
-  }
-  if (wall < 0 || worker < 0 || clock < 0 || loss < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        metrics_csv, ":1: the header needs wall_seconds, worker, clock and train_loss columns"));
-  }
-  std::map<int, std::pair<double, double>> latest;  // worker -> (clock, loss)
-  std::map<int, double> latest_consensus;
-  std::vector<LossPoint> curve;
-  for (size_t n = 1; n < lines.size(); ++n) {
-    if (absl::StripAsciiWhitespace(lines[n]).empty()) continue;
-    const std::vector<absl::string_view> f = absl::StrSplit(lines[n], ',');
-    double w = 0, c = 0, l = 0;
-    int rank = 0;
-    if (f.size() != header.size() || !absl::SimpleAtod(f[wall], &w) ||
-        !absl::SimpleAtoi(f[worker], &rank) || !absl::SimpleAtod(f[clock], &c) ||
-        !absl::SimpleAtod(f[loss], &l)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s:%d: malformed row '%s'", metrics_csv, n + 1, std::string(lines[n])));
-    }
-    latest[rank] = {c, l};
-    double d = 0;
-    if (consensus >= 0 && absl::SimpleAtod(f[consensus], &d)) latest_consensus[rank] = d;
-    if (static_cast<int>(latest.size()) < workers) continue;
-    LossPoint p{w, 0, 0, 0};
-    for (const auto& [r, cl] : latest) {
-      p.clock += cl.first;
-      p.loss += cl.second;
-    }
-    p.clock /= latest.size();
-    p.loss /= latest.size();
-    for (const auto& [r, value] : latest_consensus) p.consensus += value;
-    if (!latest_consensus.empty()) p.consensus /= latest_consensus.size();
-    // Workers that report in the same millisecond make one point, not a saw-tooth.
-    if (!curve.empty() && curve.back().wall_seconds == w) {
-      curve.back() = p;
-    } else {
-      curve.push_back(p);
-    }
-  }
-  return curve;
-}
+namespace {
 
-std::optional<double> TimeToTarget(const std::vector<LossPoint>& curve, double target) {
-  for (const LossPoint& p : curve) {
-    if (p.loss <= target) return p.wall_seconds;
-  }
-  return std::nullopt;
-}
+// What the command line asks for: the swept flag and its values, and the flags passed on.
+struct ExperimentPlan {
+  std::string flag;
+  std::vector<SweepValue> values;
+  std::vector<std::string> job_args;
+  std::string out = "runs/experiment";
+  std::optional<double> target_loss;
+  bool generate_data = false;  // no --train: the first run generates the data
+};
 
-std::optional<std::string> FindOnPath(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  if (path == nullptr) return std::nullopt;
-  for (absl::string_view dir : absl::StrSplit(path, ':', absl::SkipEmpty())) {
-    const fs::path candidate = fs::path(std::string(dir)) / program;
-    std::error_code ec;
-    if (fs::is_regular_file(candidate, ec) && access(candidate.c_str(), X_OK) == 0) {
-      return candidate.string();
-    }
-  }
-  return std::nullopt;
-}
+constexpr char kMe[] = "syncline-launch experiment";
 
-absl::StatusOr<ReportResult> WriteExperimentReport(const ReportOptions& options,
-                                                   const std::vector<ExperimentRun>& runs) {
-  const fs::path dir = options.dir;
-  ReportResult result;
-  std::vector<RunData> data;
-  for (const ExperimentRun& run : runs) data.push_back(LoadRun(dir, run, &result.warnings));
-
-  result.target_loss = options.target_loss;
-  if (!result.target_loss) {
-    for (const RunData& r : data) {
-      if (r.ok && r.final_loss) {
-        result.target_loss = std::max(result.target_loss.value_or(*r.final_loss), *r.final_loss);
-      }
-    }
-  }
-  for (RunData& r : data) {
-    if (!r.ok) ++result.failed_runs;
-    if (r.ok && result.target_loss) r.time_to_target = TimeToTarget(r.curve, *result.target_loss);
-  }
-  result.commentary =
-      Commentary(data, options.flag, result.target_loss, options.target_loss.has_value());
-
-  std::vector<const RunData*> plotted;
-  for (const RunData& r : data) {
-    if (!r.curve.empty()) plotted.push_back(&r);
-  }
-  auto plots = WritePlots(dir, plotted, options, result.target_loss);
-  if (!plots.ok()) return plots.status();
-  if (!plots->empty()) result.warnings.push_back(*plots);
-  const bool drawn = plots->empty() && options.gnuplot.has_value();
-
-  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
-           {"summary.csv", SummaryCsv(data, result.target_loss)},
-           {"report.md", ReportMarkdown(data, options, result, !plotted.empty(), drawn)}}) {
-    if (absl::Status s = WriteTextFile(dir / name, text); !s.ok()) return s;
-  }
-  return result;
-}
-
-int RunExperiment(int argc, char** argv) {
-  const std::string me = "syncline-launch experiment";
-  CLI::App app(kExperimentHelp, "syncline-launch experiment");
+// Parses and checks the command line: the plan, or an exit code (0 for --help, 2 for bad flags).
+std::variant<ExperimentPlan, int> ParseExperiment(int argc, char** argv) {
+  ExperimentPlan plan;
+  CLI::App app(kExperimentHelp, kMe);
   app.allow_extras();
   std::map<std::string, std::string> lists;
   std::map<std::string, CLI::Option*> list_options;
@@ -738,134 +193,149 @@ int RunExperiment(int argc, char** argv) {
       app.add_option("--target-loss", target_loss,
                      "Training loss the runs race to; default: the worst final loss among them")
           ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  std::string out = "runs/experiment";
-  app.add_option("--out", out, "Experiment folder")
+  app.add_option("--out", plan.out, "Experiment folder")
       ->capture_default_str()
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  auto usage = [](const std::string& message) {
+    std::cerr << kMe << ": " << message << "\nRun with --help for usage.\n";
+    return 2;
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success&) {
     std::cout << app.help();
     return 0;
   } catch (const CLI::ParseError& e) {
-    std::cerr << me << ": " << e.what() << "\nRun with --help for usage.\n";
-    return 2;
+    return usage(e.what());
   }
-  const std::vector<std::string> job_args = app.remaining();
-
+  plan.job_args = app.remaining();
   std::vector<std::string> swept;
   for (const auto& [flag, option] : list_options) {
     if (option->count() > 0) swept.push_back(flag);
   }
   if (swept.size() != 1) {
-    std::cerr << me << ": give the values to compare of exactly one of --"
-              << absl::StrJoin(kSweepableFlags, ", --")
-              << ", e.g. --sync bsp,asp,ssp:1\nRun with --help for usage.\n";
-    return 2;
+    return usage(absl::StrCat("give the values to compare of exactly one of --",
+                              absl::StrJoin(kSweepableFlags, ", --"),
+                              ", e.g. --sync bsp,asp,ssp:1"));
   }
-  const std::string flag = swept[0];
-  if (target_option->count() > 0 && !std::isfinite(target_loss)) {
-    std::cerr << me << ": --target-loss must be a number\n";
-    return 2;
+  plan.flag = swept[0];
+  if (target_option->count() > 0) {
+    if (!std::isfinite(target_loss)) return usage("--target-loss must be a number");
+    plan.target_loss = target_loss;
   }
-  if (out.empty()) {
-    std::cerr << me << ": --out must name a directory\n";
-    return 2;
-  }
-  auto values = ParseSweepList(flag, lists[flag]);
-  if (!values.ok()) {
-    std::cerr << me << ": " << values.status().message() << "\n";
-    return 2;
-  }
+  if (plan.out.empty()) return usage("--out must name a directory");
+  auto values = ParseSweepList(plan.flag, lists[plan.flag]);
+  if (!values.ok()) return usage(std::string(values.status().message()));
+  plan.values = std::move(*values);
   // Every run's job is checked before the first starts, so a typo costs no training time.
-  bool generate_data = false;
-  for (const SweepValue& v : *values) {
-    std::vector<std::string> args = {absl::StrCat("--", flag), v.value, "--out",
-                                     (fs::path(out) / v.folder).string()};
-    args.insert(args.end(), job_args.begin(), job_args.end());
+  for (const SweepValue& v : plan.values) {
+    std::vector<std::string> args = {absl::StrCat("--", plan.flag), v.value, "--out",
+                                     (fs::path(plan.out) / v.folder).string()};
+    args.insert(args.end(), plan.job_args.begin(), plan.job_args.end());
     auto job = ParseJob(args);
-    if (!job.ok()) {
-      std::cerr << me << ": " << job.status().message() << "\nRun with --help for usage.\n";
-      return 2;
-    }
-    generate_data = job->train.empty();
+    if (!job.ok()) return usage(std::string(job.status().message()));
+    plan.generate_data = job->train.empty();
   }
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec) {
-    std::cerr << me << ": cannot create --out " << out << ": " << ec.message() << "\n";
-    return 2;
-  }
+  return plan;
+}
 
-  struct sigaction sa = {};
-  sa.sa_handler = OnExperimentSignal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-
+// Runs the launcher once per value, one after the other; stops early on a signal, which it
+// returns in *interrupted.
+std::vector<ExperimentRun> RunSweep(const ExperimentPlan& plan, int* interrupted) {
   const std::string launcher = LauncherPath();
   // Without --train the first run generates the data; the others train on its files.
   std::vector<std::string> data_args;
   std::vector<ExperimentRun> runs;
-  int interrupted = 0;
-  for (size_t i = 0; i < values->size() && interrupted == 0; ++i) {
-    if ((interrupted = g_experiment_signal.load()) != 0) break;
-    const SweepValue& v = (*values)[i];
-    const fs::path run_dir = fs::path(out) / v.folder;
+  std::error_code ec;
+  for (size_t i = 0; i < plan.values.size() && *interrupted == 0; ++i) {
+    if ((*interrupted = g_experiment_signal.load()) != 0) break;
+    const SweepValue& v = plan.values[i];
+    const fs::path run_dir = fs::path(plan.out) / v.folder;
     // Results left by an earlier experiment in the same folder must not pass for this run's.
     for (const char* stale :
          {"summary.json", "metrics.csv", "data/train.libsvm", "data/test.libsvm"}) {
       fs::remove(run_dir / stale, ec);
     }
-    std::cerr << absl::StrFormat("=== run %d/%d: %s ===", i + 1, values->size(), v.value)
+    std::cerr << absl::StrFormat("=== run %d/%d: %s ===", i + 1, plan.values.size(), v.value)
               << std::endl;
-    std::vector<std::string> args = {launcher, absl::StrCat("--", flag), v.value, "--out",
+    std::vector<std::string> args = {launcher, absl::StrCat("--", plan.flag), v.value, "--out",
                                      run_dir.string()};
     args.insert(args.end(), data_args.begin(), data_args.end());
-    args.insert(args.end(), job_args.begin(), job_args.end());
+    args.insert(args.end(), plan.job_args.begin(), plan.job_args.end());
     ChildOutcome outcome = RunChild(v.value, std::move(args));
-    interrupted = outcome.signal;
+    *interrupted = outcome.signal;
     runs.push_back(ExperimentRun{v, outcome.failure});
     if (!outcome.failure.empty()) {
       std::cerr << absl::StrFormat("=== %s failed: %s ===", v.value, outcome.failure) << std::endl;
     }
-    if (generate_data && data_args.empty() && fs::exists(run_dir / "data" / "train.libsvm", ec)) {
+    if (plan.generate_data && data_args.empty() &&
+        fs::exists(run_dir / "data" / "train.libsvm", ec)) {
       data_args = {"--train", (run_dir / "data" / "train.libsvm").string()};
       if (fs::exists(run_dir / "data" / "test.libsvm", ec)) {
         data_args.insert(data_args.end(), {"--test", (run_dir / "data" / "test.libsvm").string()});
       }
     }
   }
+  return runs;
+}
 
+// Writes the report and says what it found; returns the number of failed runs, or -1 when
+// the report could not be written.
+int Report(const ExperimentPlan& plan, const std::vector<ExperimentRun>& runs) {
   ReportOptions report;
-  report.dir = out;
-  report.flag = flag;
-  if (target_option->count() > 0) report.target_loss = target_loss;
-  report.job_args = job_args;
+  report.dir = plan.out;
+  report.flag = plan.flag;
+  report.target_loss = plan.target_loss;
+  report.job_args = plan.job_args;
   report.gnuplot = FindOnPath("gnuplot");
+  const fs::path out(plan.out);
   if (!report.gnuplot) {
-    std::cerr << me
+    std::cerr << kMe
               << ": warning: gnuplot is not on PATH, so there are no plots (install gnuplot-nox);"
                  " the curves and the script are still written to "
-              << (fs::path(out) / "loss_curves.dat").string() << " and "
-              << (fs::path(out) / "plots.gp").string() << "\n";
+              << (out / "loss_curves.dat").string() << " and " << (out / "plots.gp").string()
+              << "\n";
   }
   auto result = WriteExperimentReport(report, runs);
   if (!result.ok()) {
-    std::cerr << me << ": " << result.status().message() << "\n";
-    return 1;
+    std::cerr << kMe << ": " << result.status().message() << "\n";
+    return -1;
   }
   for (const std::string& warning : result->warnings) {
-    std::cerr << me << ": warning: " << warning << "\n";
+    std::cerr << kMe << ": warning: " << warning << "\n";
   }
   std::cout << absl::StrFormat("Syncline experiment finished: %d run(s) of --%s, %d failed\n",
-                               runs.size(), flag, result->failed_runs);
+                               runs.size(), plan.flag, result->failed_runs);
   for (absl::string_view line : absl::StrSplit(result->commentary, '\n', absl::SkipEmpty())) {
     std::cout << "  " << line << "\n";
   }
-  std::cout << "  results: " << (fs::path(out) / "summary.csv").string() << ", "
-            << (fs::path(out) / "report.md").string() << "\n";
+  std::cout << "  results: " << (out / "summary.csv").string() << ", "
+            << (out / "report.md").string() << "\n";
+  return result->failed_runs;
+}
+
+}  // namespace
+
+int RunExperiment(int argc, char** argv) {
+  std::variant<ExperimentPlan, int> parsed = ParseExperiment(argc, argv);
+  if (const int* code = std::get_if<int>(&parsed)) return *code;
+  const ExperimentPlan& plan = std::get<ExperimentPlan>(parsed);
+  std::error_code ec;
+  fs::create_directories(plan.out, ec);
+  if (ec) {
+    std::cerr << kMe << ": cannot create --out " << plan.out << ": " << ec.message() << "\n";
+    return 2;
+  }
+  struct sigaction sa = {};
+  sa.sa_handler = OnExperimentSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  int interrupted = 0;
+  const std::vector<ExperimentRun> runs = RunSweep(plan, &interrupted);
+  const int failed = Report(plan, runs);
+  if (failed < 0) return 1;
   if (interrupted != 0) return 128 + interrupted;
-  return result->failed_runs > 0 ? 1 : 0;
+  return failed > 0 ? 1 : 0;
 }
 
 }  // namespace syncline

@@ -52,6 +52,24 @@ int Refuse(absl::string_view message) {
   return 2;
 }
 
+// Writes the summary and says how the job ended; returns the launcher's exit code.
+int Conclude(const JobOutcome& outcome, RunReport& report) {
+  if (!outcome.failure.empty()) {
+    std::cerr << "syncline-launch: job failed: " << outcome.failure << "\n";
+    (void)report.WriteSummary(outcome.wall, outcome.failure);
+    return outcome.failure_code;
+  }
+  if (auto s = report.WriteSummary(outcome.wall, ""); !s.ok()) {
+    std::cerr << "syncline-launch: " << s.message() << "\n";
+    return 1;
+  }
+  std::cout << report.SummaryText(outcome.wall);
+  for (const std::string& l : outcome.lost) {
+    std::cerr << "syncline-launch: the job went on without " << l << "\n";
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app(kAbout);
   JobConfig config;
@@ -81,15 +99,8 @@ int Main(int argc, char** argv) {
     return Refuse(AsyncGossipCannotCheckpoint(spec->sync));
   }
   SetLogTag("launch");
-  std::vector<std::string> locked = {config.out};
-  std::error_code ec;
-  // The checkpoint folder too, unless it is the run folder itself.
-  if ((spec->checkpoint.enabled() || resume || resume_if_any) &&
-      fs::weakly_canonical(spec->checkpoint.dir, ec) != fs::weakly_canonical(config.out, ec)) {
-    locked.push_back(spec->checkpoint.dir);
-  }
-  for (const std::string& folder : locked) {
-    if (auto s = LockFolder(folder); !s.ok()) return Refuse(s.message());
+  if (auto s = LockRunFolders(*spec, config.out, resume || resume_if_any); !s.ok()) {
+    return Refuse(s.message());
   }
   if (spec->data.train.empty()) {
     if (auto s = GenerateData(config, &*spec); !s.ok()) return Refuse(s.message());
@@ -128,20 +139,7 @@ int Main(int argc, char** argv) {
                                        g_signal, external_workers);
   report.EndProgress();
   checkpoints.Flush();  // manifests decided so far are on disk before the summary counts them
-  if (!outcome.failure.empty()) {
-    std::cerr << "syncline-launch: job failed: " << outcome.failure << "\n";
-    (void)report.WriteSummary(outcome.wall, outcome.failure);
-    return outcome.failure_code;
-  }
-  if (auto s = report.WriteSummary(outcome.wall, ""); !s.ok()) {
-    std::cerr << "syncline-launch: " << s.message() << "\n";
-    return 1;
-  }
-  std::cout << report.SummaryText(outcome.wall);
-  for (const std::string& l : outcome.lost) {
-    std::cerr << "syncline-launch: the job went on without " << l << "\n";
-  }
-  return 0;
+  return Conclude(outcome, report);
 }
 
 }  // namespace

@@ -33,6 +33,16 @@ absl::Status LockFolder(const std::string& folder) {
   return absl::OkStatus();  // the descriptor stays open, and locked, until exit
 }
 
+absl::Status LockRunFolders(const JobSpec& spec, const std::string& out, bool resumes) {
+  if (auto s = LockFolder(out); !s.ok()) return s;
+  std::error_code ec;
+  if ((spec.checkpoint.enabled() || resumes) &&
+      fs::weakly_canonical(spec.checkpoint.dir, ec) != fs::weakly_canonical(out, ec)) {
+    return LockFolder(spec.checkpoint.dir);
+  }
+  return absl::OkStatus();
+}
+
 std::vector<std::string> AbandonNewerCheckpoints(const std::string& root, int64_t clock) {
   std::vector<std::string> moved;
   std::error_code ec;

@@ -22,6 +22,10 @@ namespace syncline {
 // checkpoint folder would mix their files and move each other's checkpoints.
 absl::Status LockFolder(const std::string& folder);
 
+// Locks the run folder `out`, and the checkpoint folder when the job checkpoints or resumes
+// (unless it is the run folder itself).
+absl::Status LockRunFolders(const JobSpec& spec, const std::string& out, bool resumes);
+
 // Moves every ckpt-* folder under `root` into a new folder root/earlier-run-<UTC time> (never
 // deleting anything); returns that folder and how many were moved (0: none, and no folder
 // made). An error names the path that could not be read, made or moved.
