@@ -32,6 +32,7 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -230,11 +231,12 @@ double ReadSnapshot(const Data& d, const std::string& path) {
   });
 }
 
-int Main(int argc, char** argv) {
+// The command line into *s; an exit code when the program should stop (help, bad flags).
+std::optional<int> ParseSettings(int argc, char** argv, Settings* settings) {
+  Settings& s = *settings;
   CLI::App app(
       "syncline-bench-checkpoint: SnapshotWriter MB/s beside plain RocksDB (Put without WAL + "
       "Flush) and a raw write + fsync of the same bytes; SnapshotReader and DescribeFile MB/s.");
-  Settings s;
   bool quick = false;
   bool hot_only = false;
   app.add_flag("--quick", quick, "8 MiB, one turn: a smoke run of seconds");
@@ -266,18 +268,12 @@ int Main(int argc, char** argv) {
     s.repeat = 1;
   }
   s.cold = !hot_only;
-  std::string pattern = s.dir + "/syncline_checkpoint_bench_XXXXXX";
-  if (mkdtemp(pattern.data()) == nullptr) {
-    std::cerr << "syncline-bench-checkpoint: cannot make a directory under " << s.dir << "\n";
-    return 1;
-  }
-  const std::string root = pattern;
-  const Data d = MakeData(s);
-  absl::PrintF(
-      "# syncline-bench-checkpoint: %d entries, %d MiB of keys + values (8-byte keys, values "
-      "%d..%d bytes, seed %d), dir %s, best of %d; MB = 10^6 bytes of keys + values\n",
-      d.size(), s.mib, s.min_value, s.max_value, s.seed, root, s.repeat);
+  return std::nullopt;
+}
 
+// The three write paths, best of s.repeat turns each, as a table; returns the best snapshot
+// turn (its file is left at ROOT/snapshot.sst for the reads).
+SnapshotTurn ReportWrites(const Settings& s, const Data& d, const std::string& root) {
   const std::string snapshot_path = root + "/snapshot.sst";
   double snapshot = std::numeric_limits<double>::infinity(), finish = snapshot, plain = snapshot,
          raw = snapshot;
@@ -308,7 +304,13 @@ int Main(int argc, char** argv) {
                raw / snapshot);
   absl::PrintF("\n# of the best snapshot turn, Finish (SST footer, fsync, CRC32C) took %.3f s\n\n",
                finish);
+  return last;
+}
 
+// Reading ROOT/snapshot.sst back, hot and (unless --hot-only) cold, as a table.
+void ReportReads(const Settings& s, const Data& d, const std::string& root,
+                 const SnapshotTurn& last) {
+  const std::string snapshot_path = root + "/snapshot.sst";
   absl::PrintF("| read path | cache | seconds | MB/s |\n");
   absl::PrintF("| --- | --- | ---: | ---: |\n");
   for (bool cold : {false, true}) {
@@ -329,6 +331,25 @@ int Main(int argc, char** argv) {
     absl::PrintF("| DescribeFile (size + CRC32C) | %s | %.3f | %.0f |\n", cache, crc,
                  MBps(d.bytes, crc));
   }
+}
+
+int Main(int argc, char** argv) {
+  Settings s;
+  if (auto exit_code = ParseSettings(argc, argv, &s)) return *exit_code;
+  std::string pattern = s.dir + "/syncline_checkpoint_bench_XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr) {
+    std::cerr << "syncline-bench-checkpoint: cannot make a directory under " << s.dir << "\n";
+    return 1;
+  }
+  const std::string root = pattern;
+  const Data d = MakeData(s);
+  absl::PrintF(
+      "# syncline-bench-checkpoint: %d entries, %d MiB of keys + values (8-byte keys, values "
+      "%d..%d bytes, seed %d), dir %s, best of %d; MB = 10^6 bytes of keys + values\n",
+      d.size(), s.mib, s.min_value, s.max_value, s.seed, root, s.repeat);
+
+  const SnapshotTurn last = ReportWrites(s, d, root);
+  ReportReads(s, d, root, last);
   std::filesystem::remove_all(root);
   return 0;
 }

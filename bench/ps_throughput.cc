@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -210,13 +211,15 @@ absl::Status ParseList(const std::vector<std::string>& texts, Parse parse, std::
   return absl::OkStatus();
 }
 
-int Main(int argc, char** argv) {
+// The command line into *settings and *csv; an exit code when the program should stop.
+std::optional<int> ParseSettings(int argc, char** argv, Settings* settings, std::string* csv_out) {
+  Settings& s = *settings;
+  std::string& csv = *csv_out;
   CLI::App app(
       "syncline-bench-ps: parameter-server throughput and latency against raw ZeroMQ and "
       "memcpy, measured in one run.");
-  Settings s;
   bool quick = false;
-  std::string csv, part = "all", piece;
+  std::string part = "all", piece;
   std::vector<std::string> ops, sizes, topologies, latency_sizes;
   std::vector<int> windows;
   app.add_flag("--quick", quick, "few sizes, one short turn each: a smoke run of a few seconds");
@@ -284,7 +287,13 @@ int Main(int argc, char** argv) {
   if (!windows.empty()) s.windows = windows;
   if (part == "latency") s.topologies.clear();
   if (part == "throughput") s.latency_ops.clear();
+  return std::nullopt;
+}
 
+int Main(int argc, char** argv) {
+  Settings s;
+  std::string csv;
+  if (auto exit_code = ParseSettings(argc, argv, &s, &csv)) return *exit_code;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Row> rows;
   if (absl::Status st = Run(s, rows); !st.ok()) {
