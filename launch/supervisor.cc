@@ -114,6 +114,12 @@ JobOutcome Supervise(const JobSpec& spec, Coordinator& coordinator, RunReport& r
 
   CheckpointTimer timer(spec, start, restore_clock);
   std::vector<ExitEvent> exited;
+  // A node that failed on its own has usually told the coordinator why (a bad line of its
+  // data, say) just before it exited: give that reason a moment to arrive, so that the job's
+  // error is the node's own words rather than only its exit code.
+  std::string exit_failure;
+  int exit_code = 1;
+  absl::Time exit_deadline = absl::InfiniteFuture();
   while (!job_done.load()) {
     timer.Poll(coordinator, report, checkpoints);
     exited.clear();
@@ -128,14 +134,26 @@ JobOutcome Supervise(const JobSpec& spec, Coordinator& coordinator, RunReport& r
         coordinator.ReportLost(wire::Role::WORKER, std::stoi(e.label.substr(1)), out.lost.back());
         continue;
       }
-      fail(DescribeExit(e), e.exit_code == 2 ? 2 : 1);  // 2: bad input, as the child reported
+      if (exit_failure.empty()) {
+        exit_failure = DescribeExit(e);
+        exit_code = e.exit_code == 2 ? 2 : 1;  // 2: bad input, as the child reported
+        // A node killed by a signal said nothing: no reason to wait for.
+        exit_deadline = absl::Now() + (e.signal == 0 ? absl::Seconds(1) : absl::ZeroDuration());
+      }
     }
+    if (!exit_failure.empty() && absl::Now() >= exit_deadline) fail(exit_failure, exit_code);
     if (const int sig = signal.load(); sig != 0) {
       fail(absl::StrFormat("interrupted by signal %d", sig), 128 + sig);
     }
     report.DrawProgress(absl::Now() - start);
   }
   run.join();
+  if (out.failure.empty() && !exit_failure.empty()) {
+    // The coordinator ended the job first, with the failed node's own reason.
+    out.failure = out.status.ok() ? exit_failure
+                                  : absl::StrCat(out.status.message(), " (", exit_failure, ")");
+    out.failure_code = exit_code;
+  }
   // Nodes exit on their own after the shutdown or the abort; give them a moment. After a
   // failure, a node that had not registered yet never hears of the abort (it would wait for
   // its startup timeout): those get a second, then SIGTERM.
