@@ -50,7 +50,8 @@ absl::StatusOr<TableConfig> TableConfig::FromWire(wire::TableSpec::Reader in) {
     return absl::InvalidArgumentError(
         absl::StrFormat("table %d: dim %d is outside [1, %d]", c.id, c.dim, kMaxDim));
   }
-  if (c.dense && (c.num_keys == 0 || c.num_keys * c.dim > (uint64_t{1} << 34))) {
+  // Divided, not multiplied: num_keys * dim wraps around in 64 bits for hostile sizes.
+  if (c.dense && (c.num_keys == 0 || c.num_keys > (uint64_t{1} << 34) / c.dim)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("table %d: a dense table needs 1 to 2^34 values, not %d keys x %d", c.id,
                         c.num_keys, c.dim));

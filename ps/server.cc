@@ -291,6 +291,28 @@ void ParameterServer::AckPush(const Message& message) {
   Reply(message.peer(), b.Finish());
 }
 
+namespace {
+
+// OK when every value is finite; otherwise an error naming the table, the sender and the first
+// bad value. An exponent of all ones is NaN or Inf: an OR over the bits vectorises, so the
+// check runs at memory speed on large pushes.
+absl::Status CheckFinite(std::span<const float> values, uint32_t table, int sender) {
+  uint32_t any = 0;
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(values.data());
+  for (size_t i = 0; i < values.size(); ++i) {
+    any |= static_cast<uint32_t>((bits[i] & 0x7f800000u) == 0x7f800000u);
+  }
+  if (any == 0) return absl::OkStatus();
+  size_t i = 0;
+  while (std::isfinite(values[i])) ++i;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("table %d: push from w%d holds a non-finite value (%f at index %d): "
+                      "refused, the table is unchanged",
+                      table, sender, values[i], i));
+}
+
+}  // namespace
+
 absl::Status ParameterServer::Push(Message& message, ShardTable& table, bool* acked) {
   auto h = message.header();
   const TableConfig& c = table.config();
@@ -364,6 +386,7 @@ absl::Status ParameterServer::Push(Message& message, ShardTable& table, bool* ac
         absl::StrFormat("table %d: push carries %d values (header: %d), expected %d", c.id,
                         values->size(), h.getValueCount(), expected_values));
   }
+  if (auto s = CheckFinite(*values, c.id, h.getRank()); !s.ok()) return s;
   if (gate_.synchronous()) {
     if (auto s = CheckPushClock(h); !s.ok()) return s;
     const int64_t clock = h.getClock();
@@ -408,6 +431,7 @@ absl::Status ParameterServer::PushTopK(Message& message, ShardTable& table, KeyR
     }
     rows[(keys.size() - 1) * c.dim + index % c.dim] = view->value(i);
   }
+  if (auto s = CheckFinite(rows, c.id, h.getRank()); !s.ok()) return s;
   if (gate_.synchronous()) {
     if (auto s = CheckPushClock(h); !s.ok()) return s;
     table.Accumulate(h.getClock(), h.getRank(), keys, rows.data());
@@ -489,6 +513,14 @@ absl::Status ParameterServer::AnswerPull(const std::string& peer, Message& reque
 
 absl::Status ParameterServer::AdvanceClock(int worker, int64_t clock, float weight) {
   const int64_t before = clocks_.clock(worker);
+  // A worker's clock goes up one at a time: a jump would make the server walk every clock in
+  // between (a CLOCK of 2^62 would hang it) and key per-clock state by the sender's whim.
+  if (worker >= 0 && worker < clocks_.num_workers() && clocks_.active(worker) &&
+      clock != before + 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "w%d sent clock %d after clock %d: a worker finishes one iteration at a time", worker,
+        clock, before));
+  }
   if (auto s = clocks_.Advance(worker, clock); !s.ok()) return s;
   if (clock > before && std::isfinite(weight) && weight > 0) clock_weight_[clock - 1] += weight;
   return OnMinClockChanged();

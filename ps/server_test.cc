@@ -1,10 +1,12 @@
 #include "ps/server.h"
 
+#include <capnp/message.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <random>
 
@@ -456,6 +458,80 @@ TEST(ParameterServerTest, RequestedCheckpointsAreTakenAtTheirClockOrReportedMiss
   EXPECT_TRUE(std::filesystem::exists(CheckpointDir(root, 2) + "/ps0.receipt"));
   EXPECT_TRUE(std::filesystem::exists(CheckpointDir(root, 3) + "/ps0.receipt"));
   std::filesystem::remove_all(root);
+}
+
+TEST(ParameterServerTest, RefusesNonFinitePushesNamingTableAndSenderAndKeepsTheTable) {
+  for (int64_t staleness : {int64_t{0}, int64_t{-1}}) {
+    SCOPED_TRACE(staleness == 0 ? "bsp" : "asp");
+    ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 1, .staleness = staleness});
+    h.Send(0, Declare(0, SparseTable()));
+    h.Serve();
+    ASSERT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);
+    for (float bad :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+          -std::numeric_limits<float>::infinity()}) {
+      h.Send(0, SparsePush(0, 2, {5, 6}, {1, 2, bad, 4}, 0, 1));
+      h.Serve();
+      auto reply = h.Reply(0);
+      ASSERT_TRUE(reply.has_value());
+      EXPECT_EQ(reply->header().getType(), wire::MsgType::ERROR);
+      const std::string message = reply->header().getMessage().cStr();
+      EXPECT_NE(message.find("table 1: push from w0 holds a non-finite value"), std::string::npos)
+          << message;
+      EXPECT_NE(message.find("index 2"), std::string::npos) << message;
+    }
+    h.Send(0, Clock(0, 1, 1));
+    h.Send(0, SparsePull(0, 3, {5, 6}, 1));
+    h.Serve();
+    auto reply = h.Reply(0);
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_EQ(ValuesOf(*reply), (std::vector<float>{0, 0, 0, 0})) << "a refused push changed rows";
+    EXPECT_EQ(h.server().stats().rejected, 3u);
+  }
+}
+
+TEST(ParameterServerTest, AClockThatJumpsIsRefusedAndTheServerGoesOn) {
+  ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 1, .staleness = -1});
+  h.Send(0, Declare(0, SparseTable()));
+  h.Serve();
+  ASSERT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);
+  const absl::Time start = absl::Now();
+  h.Send(0, Clock(0, int64_t{1} << 62, 1));
+  h.Serve();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2)) << "the server walked the jumped clocks";
+  auto error = h.Reply(0);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->header().getType(), wire::MsgType::ERROR);
+  EXPECT_NE(std::string(error->header().getMessage().cStr()).find("one iteration at a time"),
+            std::string::npos);
+  h.Send(0, Clock(0, 1, 1));
+  h.Send(0, SparsePull(0, 3, {5}, 1));
+  h.Serve();
+  auto reply = h.Reply(0);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->header().getType(), wire::MsgType::REPLY);
+}
+
+TEST(ParameterServerTest, ADenseSpecWhoseSizeWrapsAroundIsRefused) {
+  TableConfig c;
+  c.id = 9;
+  c.dense = true;
+  c.num_keys = (uint64_t{1} << 48) + 1;  // times 2^16 wraps to 2^16 in 64 bits
+  c.dim = 1 << 16;
+  capnp::MallocMessageBuilder message;
+  auto spec = message.initRoot<wire::TableSpec>();
+  c.ToWire(spec);
+  absl::StatusOr<TableConfig> back = TableConfig::FromWire(spec.asReader());
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("a dense table needs 1 to 2^34 values"),
+            std::string::npos);
+
+  ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 1, .staleness = -1});
+  h.Send(0, Declare(0, c));
+  h.Serve();
+  auto reply = h.Reply(0);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->header().getType(), wire::MsgType::ERROR);
 }
 
 }  // namespace
