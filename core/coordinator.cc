@@ -227,9 +227,20 @@ absl::StatusOr<std::optional<Message>> Coordinator::Step(absl::Time deadline) {
     case wire::MsgType::CHECKPOINTED:
       OnCheckpointed(*node, h);
       return std::optional<Message>();
-    case wire::MsgType::ABORT:
-      return absl::AbortedError(
-          absl::StrFormat("%s failed: %s", node->Name(), h.getMessage().cStr()));
+    case wire::MsgType::ABORT: {
+      const std::string reason =
+          absl::StrFormat("%s failed: %s", node->Name(), h.getMessage().cStr());
+      const auto code = static_cast<absl::StatusCode>(h.getStatusCode());
+      // Under ASP/SSP (and gossip) the job goes on without a worker that failed, as without
+      // one that was killed; bad input and a diverged model stop the job all the same.
+      if (node->role == wire::Role::WORKER && options_.staleness != 0 &&
+          code != absl::StatusCode::kInvalidArgument && code != absl::StatusCode::kOutOfRange) {
+        if (auto s = MarkDown(*node, reason); !s.ok()) return s;
+        return std::optional<Message>();
+      }
+      return absl::Status(code == absl::StatusCode::kOutOfRange ? code : absl::StatusCode::kAborted,
+                          reason);
+    }
     default:
       return std::optional<Message>(std::move(*message));
   }

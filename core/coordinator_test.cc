@@ -133,6 +133,56 @@ TEST(CoordinatorTest, SilentNodeIsReportedByNameAndBspJobAborts) {
   EXPECT_EQ(w0->health().code(), absl::StatusCode::kAborted);
 }
 
+// Under ASP a worker that fails on its own (and says so) is dropped, as a killed one is; one
+// that rejects its input stops the job.
+TEST(CoordinatorTest, UnderAspAWorkerThatFailsIsDroppedButBadInputStopsTheJob) {
+  for (const absl::StatusCode code :
+       {absl::StatusCode::kUnavailable, absl::StatusCode::kInvalidArgument}) {
+    SCOPED_TRACE(absl::StatusCodeToString(code));
+    InprocTransport transport;
+    RecordingObserver observer;
+    CoordinatorOptions options = SmallJob();
+    options.num_servers = 0;
+    options.num_workers = 2;
+    options.staleness = -1;
+    options.evaluate = false;
+    auto coordinator = Coordinator::Create(transport, "inproc://c", options, &observer);
+    ASSERT_TRUE(coordinator.ok());
+    absl::Status result;
+    std::thread run([&] { result = (*coordinator)->Run(); });
+    std::unique_ptr<ControlClient> w[2];
+    std::thread joins[2];
+    for (int r = 0; r < 2; ++r) {
+      joins[r] = std::thread([&, r] {
+        auto c = ControlClient::Connect(transport,
+                                        {(*coordinator)->address(), wire::Role::WORKER, r, ""});
+        ASSERT_TRUE(c.ok()) << c.status();
+        w[r] = std::move(*c);
+      });
+    }
+    for (std::thread& t : joins) t.join();
+    ASSERT_TRUE(w[0] && w[1]);
+    for (auto& c : w) c->ReportReady();
+    ASSERT_TRUE(w[0]->WaitForStart(Soon()).ok());
+    w[1]->ReportAbort(absl::Status(code, "w1 gave up"));
+    w[1].reset();
+    if (code == absl::StatusCode::kInvalidArgument) {
+      run.join();
+      EXPECT_FALSE(result.ok());
+      EXPECT_NE(result.message().find("w1 gave up"), std::string::npos) << result;
+      continue;
+    }
+    // w0 finishes; the job ends ok without w1.
+    w[0]->ReportWorkerDone({.steps = 5});
+    auto command = w[0]->WaitForCommand(Soon());
+    ASSERT_TRUE(command.ok()) << command.status();
+    EXPECT_EQ(*command, Command::kShutdown);
+    run.join();
+    EXPECT_TRUE(result.ok()) << result;
+    EXPECT_NE(observer.down_reason.find("w1 gave up"), std::string::npos) << observer.down_reason;
+  }
+}
+
 TEST(CoordinatorTest, RejectsRanksOutsideTheJob) {
   InprocTransport transport;
   auto coordinator = Coordinator::Create(transport, "inproc://c", SmallJob(), nullptr);

@@ -42,12 +42,19 @@ struct JoinedJob {
   JobSpec spec;
 };
 
-// How a node's Run() ended: OK, failed, or failed on bad input (a data file, the job spec), which
-// the node's process reports with exit code 2 and the launcher as the job's bad input.
+// A node process's exit codes beyond 0 and 1: bad input (a data file, the job spec), and a
+// model that diverged (worker/trainer.h). The launcher exits with the same codes.
+inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitDiverged = 3;
+
+// How a node's Run() ended: OK, failed, failed on bad input, or diverged.
 struct NodeExit {
   absl::Status status;
   bool bad_input = false;
-  int exit_code() const { return status.ok() ? 0 : bad_input ? 2 : 1; }
+  bool diverged = false;
+  int exit_code() const {
+    return status.ok() ? 0 : bad_input ? kExitBadInput : diverged ? kExitDiverged : 1;
+  }
 };
 
 // Binds, registers and waits for the table (up to the startup timeout). A job spec that is

@@ -56,7 +56,8 @@ int Refuse(absl::string_view message) {
 int Conclude(const JobOutcome& outcome, RunReport& report) {
   if (!outcome.failure.empty()) {
     std::cerr << "syncline-launch: job failed: " << outcome.failure << "\n";
-    (void)report.WriteSummary(outcome.wall, outcome.failure);
+    (void)report.WriteSummary(outcome.wall, outcome.failure,
+                              outcome.failure_code == kExitDiverged ? "diverged" : "failed");
     return outcome.failure_code;
   }
   if (auto s = report.WriteSummary(outcome.wall, ""); !s.ok()) {

@@ -310,7 +310,8 @@ void RunReport::EndProgress() {
   ClearProgress();
 }
 
-absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& failure) {
+absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& failure,
+                                     const std::string& status) {
   absl::MutexLock lock(&mu_);
   int64_t steps = 0, max_steps = 0;
   uint64_t pushed = 0, pulled = 0, examples = 0;
@@ -336,7 +337,11 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
   }
   std::ostringstream j;
   j << "{\n";
-  j << "  \"status\": " << JsonString(failure.empty() ? "ok" : "failed") << ",\n";
+  j << "  \"status\": "
+    << JsonString(!status.empty()   ? status
+                  : failure.empty() ? "ok"
+                                    : "failed")
+    << ",\n";
   if (!failure.empty()) j << "  \"error\": " << JsonString(failure) << ",\n";
   j << "  \"sync\": " << JsonString(SyncModeName(job_.sync)) << ",\n";
   j << "  \"servers\": " << job_.servers << ",\n";

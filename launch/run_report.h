@@ -66,7 +66,9 @@ class RunReport : public CoordinatorObserver {
   Clocks WorkerClocks();
 
   // Writes OUT/summary.json; `failure` is empty for a successful run.
-  absl::Status WriteSummary(absl::Duration wall, const std::string& failure);
+  // `status`: "ok" without a failure, else "failed" or (a diverged model) "diverged".
+  absl::Status WriteSummary(absl::Duration wall, const std::string& failure,
+                            const std::string& status = "");
   // The closing summary printed on stdout.
   std::string SummaryText(absl::Duration wall);
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "core/node_table.h"
+#include "job/node_join.h"
 
 namespace syncline {
 namespace {
@@ -128,7 +129,8 @@ JobOutcome Supervise(const JobSpec& spec, Coordinator& coordinator, RunReport& r
       report.OnChildExit(e.label, e.max_rss_kib);
       if (e.success()) continue;
       const bool worker = e.label.rfind("w", 0) == 0;
-      if (out.failure.empty() && worker && spec.sync.server_staleness() != 0 && e.exit_code != 2) {
+      const bool job_stopper = e.exit_code == kExitBadInput || e.exit_code == kExitDiverged;
+      if (out.failure.empty() && worker && spec.sync.server_staleness() != 0 && !job_stopper) {
         // ASP/SSP and gossip go on without a lost worker; the coordinator tells the servers.
         out.lost.push_back(DescribeExit(e));
         coordinator.ReportLost(wire::Role::WORKER, std::stoi(e.label.substr(1)), out.lost.back());
@@ -136,7 +138,7 @@ JobOutcome Supervise(const JobSpec& spec, Coordinator& coordinator, RunReport& r
       }
       if (exit_failure.empty()) {
         exit_failure = DescribeExit(e);
-        exit_code = e.exit_code == 2 ? 2 : 1;  // 2: bad input, as the child reported
+        exit_code = job_stopper ? e.exit_code : 1;  // bad input or divergence, as it reported
         // A node killed by a signal said nothing: no reason to wait for.
         exit_deadline = absl::Now() + (e.signal == 0 ? absl::Seconds(1) : absl::ZeroDuration());
       }
@@ -167,7 +169,10 @@ JobOutcome Supervise(const JobSpec& spec, Coordinator& coordinator, RunReport& r
       if (!e.success() && out.failure.empty() && out.status.ok()) out.failure = DescribeExit(e);
       // A node that rejected its input (exit 2) may have told the coordinator first: the job
       // failed over bad input all the same.
-      if (!e.success() && e.exit_code == 2 && out.failure_code == 1) out.failure_code = 2;
+      if (!e.success() && (e.exit_code == kExitBadInput || e.exit_code == kExitDiverged) &&
+          out.failure_code == 1) {
+        out.failure_code = e.exit_code;
+      }
     }
   }
   exited.clear();

@@ -176,6 +176,19 @@ TEST_F(LaunchTest, SoftmaxOnCsvReportsAccuracy) {
   EXPECT_GT(*JsonNumber(summary, "test_accuracy"), 0.5) << summary;  // chance is 0.25
 }
 
+TEST_F(LaunchTest, ADivergingJobStopsWithStatusDivergedAndExitCode3) {
+  for (const char* sync : {"bsp", "asp"}) {
+    SCOPED_TRACE(sync);
+    const std::string out = TempDir(absl::StrCat("diverged_", sync));
+    auto r = RunProcess({kLaunch, "--sync", sync, "--lr", "1e30", "--optimizer", "sgd", "--train",
+                         Train(), "--out", out});
+    EXPECT_EQ(r.exit_code, 3) << r.output;
+    EXPECT_NE(r.output.find("diverged at step 10"), std::string::npos) << r.output;
+    const std::string summary = ReadFile(out + "/summary.json");
+    EXPECT_NE(summary.find("\"status\": \"diverged\""), std::string::npos) << summary;
+  }
+}
+
 TEST_F(LaunchTest, BadInputGetsAClearMessageAndExitCode2) {
   const std::string dir = TempDir("bad");
   {

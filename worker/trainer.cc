@@ -4,9 +4,23 @@
 #include <array>
 #include <numeric>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 
 namespace syncline {
+
+absl::Status DivergedError(int64_t step, double loss, double first_loss) {
+  return absl::OutOfRangeError(
+      first_loss >= 0
+          ? absl::StrFormat("diverged at step %d: training loss %g, against %g at the start "
+                            "(lower --lr?)",
+                            step, loss, first_loss)
+          : absl::StrFormat("diverged at step %d: training loss %g (lower --lr?)", step, loss));
+}
+
+bool IsDiverged(const absl::Status& status) {
+  return absl::IsOutOfRange(status) && absl::StartsWith(status.message(), "diverged at step");
+}
 
 int64_t StepsPerEpoch(size_t examples, int batch_size) {
   return static_cast<int64_t>((examples + batch_size - 1) / batch_size);
@@ -60,6 +74,7 @@ absl::StatusOr<TrainResult> Trainer::Run(
   TrainProgress progress;
   progress.total_steps = total;
   double loss_since_report = 0;
+  double first_loss = -1;  // the mean loss of this run's first batch, once there is one
   uint64_t examples_since_report = 0;
 
   if (options_.start_step < 0) {
@@ -107,6 +122,9 @@ absl::StatusOr<TrainResult> Trainer::Run(
         model_.LossAndGradient(data, b.examples, b.keys, b.rows, b.bias, absl::MakeSpan(b.grads),
                                absl::MakeSpan(b.bias_grad));
     if (slowness.active()) slowness.AfterCompute(absl::Now() - compute_start);
+    if (!std::isfinite(loss)) return DivergedError(step + 1, loss, first_loss);
+    // The model this worker started from is the reference: its first batch's mean loss.
+    if (first_loss < 0 && !b.examples.empty()) first_loss = loss / b.examples.size();
     const float n = static_cast<float>(b.examples.size());
     slowness.BeforeRequest();
     if (auto s = backend_.Update(step, b.keys, b.grads, b.bias_grad, n); !s.ok()) return s;
@@ -134,6 +152,9 @@ absl::StatusOr<TrainResult> Trainer::Run(
       progress.consensus = backend_.TakeConsensusProxy();
       result.last_loss = progress.train_loss;
       if (on_progress) on_progress(progress);
+      if (first_loss >= 0 && progress.train_loss > kDivergenceFactor * std::max(first_loss, 0.01)) {
+        return DivergedError(step + 1, progress.train_loss, first_loss);
+      }
       loss_since_report = 0;
       examples_since_report = 0;
     }

@@ -37,6 +37,14 @@ struct TrainerOptions {
   std::function<absl::Status(int64_t clock)> on_checkpoint;
 };
 
+// A diverged model: OutOfRange "diverged at step N: ...". The trainer stops with it when a
+// batch's loss is not finite (before its gradient is pushed), or when a report's mean loss is
+// more than kDivergenceFactor times the mean loss of the run's first batch (at least 0.01): the
+// model it started from.
+inline constexpr double kDivergenceFactor = 1000;
+absl::Status DivergedError(int64_t step, double loss, double first_loss);
+bool IsDiverged(const absl::Status& status);
+
 struct TrainProgress {
   int64_t clock = 0;        // iterations finished
   int64_t total_steps = 0;  // iterations this worker will run

@@ -178,7 +178,8 @@ NodeExit WorkerNode::Run() {
   // Tells the coordinator why this worker cannot go on; bad input exits with code 2.
   auto fail = [control](absl::Status status, bool bad_input = false) {
     control->ReportAbort(status);
-    return NodeExit{std::move(status), bad_input};
+    const bool diverged = IsDiverged(status);
+    return NodeExit{std::move(status), bad_input, diverged};
   };
 
   const SlownessOptions slowness = SlownessForWorker(spec.slowness, rank, spec.seed);
