@@ -1,5 +1,7 @@
 #include "core/coordinator.h"
 
+#include <kj/exception.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -209,40 +211,47 @@ absl::StatusOr<std::optional<Message>> Coordinator::Step(absl::Time deadline) {
   NodeState* node = Find(message->peer());
   if (node == nullptr || node->down) return std::optional<Message>();
   node->last_seen = absl::Now();
-  auto h = message->header();
-  switch (h.getType()) {
-    case wire::MsgType::HEARTBEAT:
-      SendTo(node->control_id, MakeSimple(wire::MsgType::HEARTBEAT, wire::Role::COORDINATOR, 0));
-      return std::optional<Message>();
-    case wire::MsgType::PROGRESS:
-      if (node->role == wire::Role::WORKER && h.getBody().isProgress() && observer_) {
-        observer_->OnProgress(node->rank, h.getBody().getProgress());
-      }
-      return std::optional<Message>();
-    case wire::MsgType::SERVER_PROGRESS:
-      if (node->role == wire::Role::SERVER && h.getBody().isServerStats() && observer_) {
-        observer_->OnServerProgress(node->rank, h.getBody().getServerStats());
-      }
-      return std::optional<Message>();
-    case wire::MsgType::CHECKPOINTED:
-      OnCheckpointed(*node, h);
-      return std::optional<Message>();
-    case wire::MsgType::ABORT: {
-      const std::string reason =
-          absl::StrFormat("%s failed: %s", node->Name(), h.getMessage().cStr());
-      const auto code = static_cast<absl::StatusCode>(h.getStatusCode());
-      // Under ASP/SSP (and gossip) the job goes on without a worker that failed, as without
-      // one that was killed; bad input and a diverged model stop the job all the same.
-      if (node->role == wire::Role::WORKER && options_.staleness != 0 &&
-          code != absl::StatusCode::kInvalidArgument && code != absl::StatusCode::kOutOfRange) {
-        if (auto s = MarkDown(*node, reason); !s.ok()) return s;
+  // Parse has read every field; a reader that still throws costs this message only.
+  try {
+    auto h = message->header();
+    switch (h.getType()) {
+      case wire::MsgType::HEARTBEAT:
+        SendTo(node->control_id, MakeSimple(wire::MsgType::HEARTBEAT, wire::Role::COORDINATOR, 0));
         return std::optional<Message>();
+      case wire::MsgType::PROGRESS:
+        if (node->role == wire::Role::WORKER && h.getBody().isProgress() && observer_) {
+          observer_->OnProgress(node->rank, h.getBody().getProgress());
+        }
+        return std::optional<Message>();
+      case wire::MsgType::SERVER_PROGRESS:
+        if (node->role == wire::Role::SERVER && h.getBody().isServerStats() && observer_) {
+          observer_->OnServerProgress(node->rank, h.getBody().getServerStats());
+        }
+        return std::optional<Message>();
+      case wire::MsgType::CHECKPOINTED:
+        OnCheckpointed(*node, h);
+        return std::optional<Message>();
+      case wire::MsgType::ABORT: {
+        const std::string reason =
+            absl::StrFormat("%s failed: %s", node->Name(), h.getMessage().cStr());
+        const auto code = static_cast<absl::StatusCode>(h.getStatusCode());
+        // Under ASP/SSP (and gossip) the job goes on without a worker that failed, as without
+        // one that was killed; bad input and a diverged model stop the job all the same.
+        if (node->role == wire::Role::WORKER && options_.staleness != 0 &&
+            code != absl::StatusCode::kInvalidArgument && code != absl::StatusCode::kOutOfRange) {
+          if (auto s = MarkDown(*node, reason); !s.ok()) return s;
+          return std::optional<Message>();
+        }
+        return absl::Status(
+            code == absl::StatusCode::kOutOfRange ? code : absl::StatusCode::kAborted, reason);
       }
-      return absl::Status(code == absl::StatusCode::kOutOfRange ? code : absl::StatusCode::kAborted,
-                          reason);
+      default:
+        return std::optional<Message>(std::move(*message));
     }
-    default:
-      return std::optional<Message>(std::move(*message));
+  } catch (const kj::Exception& e) {
+    SYNCLINE_LOG(WARNING) << "malformed message from " << node->Name() << ": "
+                          << e.getDescription().cStr();
+    return std::optional<Message>();
   }
 }
 

@@ -1,5 +1,6 @@
 #include "core/message.h"
 
+#include <capnp/dynamic.h>
 #include <capnp/schema.h>
 
 #include <bit>
@@ -40,6 +41,36 @@ Message& Message::operator=(Message&& other) noexcept {
 
 namespace {
 
+// Reads every set field of `s` as its schema's type, recursively (a union's active member only).
+void ReadEveryField(capnp::DynamicStruct::Reader s);
+
+void ReadEveryValue(const capnp::DynamicValue::Reader& v) {
+  switch (v.getType()) {
+    case capnp::DynamicValue::TEXT:
+      (void)v.as<capnp::Text>();
+      break;
+    case capnp::DynamicValue::DATA:
+      (void)v.as<capnp::Data>();
+      break;
+    case capnp::DynamicValue::STRUCT:
+      ReadEveryField(v.as<capnp::DynamicStruct>());
+      break;
+    case capnp::DynamicValue::LIST:
+      for (const capnp::DynamicValue::Reader element : v.as<capnp::DynamicList>()) {
+        ReadEveryValue(element);
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+void ReadEveryField(capnp::DynamicStruct::Reader s) {
+  for (const capnp::StructSchema::Field field : s.getSchema().getFields()) {
+    if (s.has(field)) ReadEveryValue(s.get(field));
+  }
+}
+
 capnp::ReaderOptions HeaderReaderOptions() {
   capnp::ReaderOptions options;
   options.traversalLimitInWords = 1 << 17;
@@ -55,7 +86,11 @@ void Message::AttachReader() {
   const Frame& head = frames_[0];
   kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(head.data()),
                                         head.size() / sizeof(capnp::word));
-  reader_.emplace(words, HeaderReaderOptions());
+  // Parse walked the whole header within a budget of its size; readers after it get eight
+  // such walks, so that code may read a field more than once.
+  capnp::ReaderOptions options = HeaderReaderOptions();
+  options.traversalLimitInWords *= 8;
+  reader_.emplace(words, options);
   header_ = reader_->getRoot<wire::Header>();
 }
 
@@ -80,36 +115,24 @@ absl::Status Message::Parse() {
   kj::Maybe<kj::Exception> failure = kj::runCatchingExceptions([&]() {
     reader_.emplace(array, HeaderReaderOptions());
     header_ = reader_->getRoot<wire::Header>();
-    // Touch every field that later code reads so that out-of-bounds pointers fail here.
+    // Walk every pointer of the header, whatever its body: a pointer out of bounds, a
+    // nesting too deep or a traversal too long fails here...
+    (void)header_.totalSize();
+    // ... and read every pointer field as its type, so that a list where a text belongs fails
+    // here too. Requests and replies carry only the message text; control messages (rare)
+    // have their body read field by field.
     (void)header_.getMessage();
-    switch (header_.getBody().which()) {
-      case wire::Header::Body::REGISTER: {
-        auto r = header_.getBody().getRegister();
-        (void)r.getDataAddress();
-        (void)r.getHost();
-        break;
-      }
-      case wire::Header::Body::NODE_TABLE:
-        for (auto n : header_.getBody().getNodeTable().getNodes()) {
-          (void)n.getId();
-          (void)n.getAddress();
-        }
-        break;
-      case wire::Header::Body::SERVER_STATS:
-        (void)header_.getBody().getServerStats().getStalenessHistogram();
-        break;
-      case wire::Header::Body::NODE_DOWN:
-        (void)header_.getBody().getNodeDown().getReason();
-        break;
-      default:
-        break;
-    }
+    if (!header_.getBody().isNone()) ReadEveryField(capnp::toDynamic(header_.getBody()));
   });
   KJ_IF_MAYBE (e, failure) {
     reader_.reset();
     return absl::InvalidArgumentError(
         absl::StrFormat("malformed header: %s", e->getDescription().cStr()));
   }
+  // A fresh reader for the code that reads the header: the walk above spent the first
+  // reader's traversal budget, and a second read of a large text would throw.
+  reader_.reset();
+  AttachReader();
   return absl::OkStatus();
 }
 

@@ -1,10 +1,14 @@
 #include "ps/server.h"
 
+#include <kj/exception.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <new>
 #include <system_error>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "compression/codec.h"
 #include "compression/wire.h"
@@ -168,7 +172,17 @@ void ParameterServer::Handle(Message message) {
   ++stats_.requests;
   const std::string peer = message.peer();
   absl::Status status = message.Parse();
-  if (status.ok()) status = HandleRequest(message);
+  // Parse has read every field, so nothing below should throw; should a reader or an
+  // allocation still fail, the request is refused and the server goes on serving.
+  try {
+    if (status.ok()) status = HandleRequest(message);
+  } catch (const kj::Exception& e) {
+    status =
+        absl::InvalidArgumentError(absl::StrCat("malformed request: ", e.getDescription().cStr()));
+  } catch (const std::bad_alloc&) {
+    status = absl::ResourceExhaustedError(
+        "out of memory for this request: it was refused and the server goes on");
+  }
   if (status.ok()) return;
   ++stats_.rejected;
   if (ShouldLogRejection(stats_.rejected)) {
@@ -456,12 +470,25 @@ absl::Status ParameterServer::CheckPushClock(const wire::Header::Reader& h) cons
 
 absl::Status ParameterServer::PullOrPark(Message& message, ShardTable& table) {
   auto h = message.header();
-  if (table.config().dense) {
-    if (auto s = table.CheckRange(KeyRange{h.getRangeBegin(), h.getRangeEnd()}); !s.ok()) return s;
+  const TableConfig& c = table.config();
+  uint64_t entries = 0;
+  if (c.dense) {
+    const KeyRange range{h.getRangeBegin(), h.getRangeEnd()};
+    if (auto s = table.CheckRange(range); !s.ok()) return s;
+    entries = range.size();
   } else {
     auto keys = KeysOf(message);
     if (!keys.ok()) return keys.status();
     if (auto s = table.CheckKeys(*keys); !s.ok()) return s;
+    entries = keys->size();
+  }
+  // A reply is keys x dim floats: up to 2^15 times the request's own size for a sparse pull.
+  if (entries > options_.max_reply_bytes / (sizeof(float) * c.dim)) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "table %d: a pull of %d keys x %d floats would need a reply of %d MiB, over the "
+        "server's limit of %d MiB (ServerOptions::max_reply_bytes): pull fewer keys at a time",
+        c.id, entries, c.dim, entries * c.dim * sizeof(float) >> 20,
+        options_.max_reply_bytes >> 20));
   }
   const int64_t clock = h.getClock();
   if (gate_.CanRead(clock, clocks_.MinClock())) {

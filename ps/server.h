@@ -48,6 +48,8 @@ struct ServerOptions {
   size_t max_parked_pulls = 1 << 16;
   // Tables a server accepts.
   size_t max_tables = 1024;
+  // The largest pull reply a server builds; a larger pull is refused (ResourceExhausted).
+  uint64_t max_reply_bytes = uint64_t{1} << 30;
   // Deadline for sending one reply.
   absl::Duration send_timeout = absl::Seconds(10);
   // Sparse tables keep their rows in an EmbeddingStore (memory tier over RocksDB) when set:

@@ -534,5 +534,28 @@ TEST(ParameterServerTest, ADenseSpecWhoseSizeWrapsAroundIsRefused) {
   EXPECT_EQ(reply->header().getType(), wire::MsgType::ERROR);
 }
 
+TEST(ParameterServerTest, APullWhoseReplyWouldExceedTheLimitIsRefusedNamingIt) {
+  ServerOptions options{.rank = 0, .num_servers = 1, .num_workers = 1, .staleness = -1};
+  options.max_reply_bytes = 1 << 20;
+  ServerHarness h(options);
+  TableConfig wide = SparseTable();
+  wide.dim = 1 << 16;  // 256 KiB a row: a pull of 8 bytes a key asks for 32768 times that
+  h.Send(0, Declare(0, wide));
+  h.Serve();
+  ASSERT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);
+  h.Send(0, SparsePull(0, 2, {1, 2, 3, 4, 5}, 0));
+  h.Serve();
+  auto refused = h.Reply(0);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->header().getType(), wire::MsgType::ERROR);
+  EXPECT_NE(std::string(refused->header().getMessage().cStr()).find("max_reply_bytes"),
+            std::string::npos);
+  h.Send(0, SparsePull(0, 3, {1, 2}, 0));  // 512 KiB: within the limit
+  h.Serve();
+  auto answered = h.Reply(0);
+  ASSERT_TRUE(answered.has_value());
+  EXPECT_EQ(answered->header().getType(), wire::MsgType::REPLY);
+}
+
 }  // namespace
 }  // namespace syncline
