@@ -19,6 +19,7 @@
 #include <variant>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -209,16 +210,27 @@ std::variant<ExperimentPlan, int> ParseExperiment(int argc, char** argv) {
     return usage(e.what());
   }
   plan.job_args = app.remaining();
-  std::vector<std::string> swept;
+  // The flag with several values is the one compared; one with a single value is a fixed
+  // setting of every run (`--sync bsp --compress none,topk:0.01`). A single flag with a single
+  // value is a one-run experiment.
+  std::vector<std::string> given, swept;
   for (const auto& [flag, option] : list_options) {
-    if (option->count() > 0) swept.push_back(flag);
+    if (option->count() == 0) continue;
+    given.push_back(flag);
+    if (absl::StrContains(lists[flag], ',')) swept.push_back(flag);
   }
+  if (swept.empty() && given.size() == 1) swept = given;
   if (swept.size() != 1) {
-    return usage(absl::StrCat("give the values to compare of exactly one of --",
+    return usage(absl::StrCat("give several values to compare of exactly one of --",
                               absl::StrJoin(kSweepableFlags, ", --"),
-                              ", e.g. --sync bsp,asp,ssp:1"));
+                              ", e.g. --sync bsp,asp,ssp:1 (the others may have one value each)"));
   }
   plan.flag = swept[0];
+  for (const std::string& flag : given) {
+    if (flag != plan.flag) {
+      plan.job_args.insert(plan.job_args.begin(), {absl::StrCat("--", flag), lists[flag]});
+    }
+  }
   if (target_option->count() > 0) {
     if (!std::isfinite(target_loss)) return usage("--target-loss must be a number");
     plan.target_loss = target_loss;

@@ -252,7 +252,8 @@ TEST(ExperimentCommandTest, BadFlagsExitTwoBeforeAnyRun) {
                                              {"--epochs", "1"},
                                              {"--sync", "bsp", "--epochs", "0"},
                                              {"--sync", "bsp", "--no-such-flag", "1"},
-                                             {"--sync", "bsp", "--target-loss", "x"}}) {
+                                             {"--sync", "bsp", "--target-loss", "x"},
+                                             {"--sync", "bsp,asp", "--compress", "none,fp16"}}) {
     std::vector<std::string> argv = {SYNCLINE_LAUNCH_BIN, "experiment", "--out", out + "/x"};
     argv.insert(argv.end(), args.begin(), args.end());
     auto r = RunProcess(argv, absl::Seconds(30));
@@ -301,6 +302,19 @@ TEST(ExperimentCommandTest, ComparesBspAndAspOnTheSameData) {
   EXPECT_TRUE(fs::exists(out + "/report.md"));
   // The second run trained on the first run's data.
   EXPECT_THAT(ReadFile(out + "/asp/summary.json"), HasSubstr(out + "/bsp/data/train.libsvm"));
+  // A single value of the other sweepable flag is a fixed setting of every run, not a second
+  // sweep (it used to be refused).
+  const std::string fixed = out + "/fixed";
+  auto f = RunProcess({SYNCLINE_LAUNCH_BIN, "experiment", "--sync", "asp", "--compress",
+                       "none,fp16", "--train", out + "/bsp/data/train.libsvm", "--out", fixed},
+                      absl::Seconds(120));
+  ASSERT_EQ(f.exit_code, 0) << f.output;
+  auto fixed_rows = ReadCsv(fixed + "/summary.csv");
+  ASSERT_EQ(fixed_rows.size(), 2u);
+  for (const char* run : {"none", "fp16"}) {
+    EXPECT_THAT(ReadFile(fixed + "/" + run + "/summary.json"), HasSubstr("\"sync\": \"asp\""))
+        << run;
+  }
   if (FindOnPath("gnuplot")) {
     for (const char* png : {"loss_vs_time.png", "loss_vs_steps.png"}) {
       ASSERT_TRUE(fs::exists(out + "/" + png)) << png;

@@ -96,7 +96,10 @@ class DatasetBuilder {
     }
     if (options_.num_classes == 2) {
       if (d != 0 && d != 1 && d != -1) {
-        return LineError(path_, line_no, "binary label must be 0/1 or -1/+1", token);
+        return LineError(path_, line_no,
+                         "binary label must be 0/1 or -1/+1 (for labels 0..K-1 give --model "
+                         "softmax --classes K)",
+                         token);
       }
       *label = d == 1 ? 1.0f : 0.0f;
       return absl::OkStatus();

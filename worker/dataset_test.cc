@@ -105,6 +105,15 @@ TEST(ReadDatasetTest, ReadsMulticlassLabels) {
   EXPECT_THAT(data->labels, ElementsAre(0.0f, 2.0f, 1.0f));
 }
 
+TEST(ReadDatasetTest, AMulticlassLabelInABinaryReadSaysWhatToGive) {
+  const std::string path = WriteFile("0 1:1\n9 1:1\n");
+  absl::StatusOr<Dataset> data = ReadDataset(path, {});
+  ASSERT_FALSE(data.ok());
+  EXPECT_NE(data.status().message().find(":2: binary label"), std::string::npos) << data.status();
+  EXPECT_NE(data.status().message().find("--model softmax --classes K"), std::string::npos)
+      << data.status();
+}
+
 TEST(ReadDatasetTest, PartitionsAreStridedAndTheirUnionIsTheWholeFile) {
   std::string contents = "# header comment is not a data line\n";
   for (int i = 0; i < 10; ++i) absl::StrAppend(&contents, i % 2, " ", i + 1, ":", i, "\n\n");
