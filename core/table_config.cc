@@ -46,6 +46,11 @@ absl::StatusOr<TableConfig> TableConfig::FromWire(wire::TableSpec::Reader in) {
   c.init_scale = in.getInitScale();
   c.seed = in.getSeed();
   c.max_rows = in.getMaxRows() == 0 ? kDefaultMaxRows : in.getMaxRows();
+  // A shard indexes its rows with 32 bits: more would alias.
+  if (c.max_rows > kMaxRowsLimit) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "table %d: max_rows %d is above a shard's limit of %d", c.id, c.max_rows, kMaxRowsLimit));
+  }
   if (c.dim == 0 || c.dim > kMaxDim) {
     return absl::InvalidArgumentError(
         absl::StrFormat("table %d: dim %d is outside [1, %d]", c.id, c.dim, kMaxDim));

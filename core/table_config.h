@@ -25,6 +25,7 @@ struct TableConfig {
   bool operator==(const TableConfig&) const = default;
 
   static constexpr uint64_t kDefaultMaxRows = uint64_t{1} << 26;
+  static constexpr uint64_t kMaxRowsLimit = (uint64_t{1} << 32) - 1;
   static constexpr uint32_t kMaxDim = 1 << 16;
 
   void ToWire(wire::TableSpec::Builder out) const;

@@ -243,7 +243,9 @@ void GossipMixer::Handle(Message message) {
       if (!h.getBody().isNodeDown()) return;
       const int down = h.getBody().getNodeDown().getRank();
       if (down < 0 || down >= options_.num_peers) return;
-      MarkGone(down, h.getClock(), true,
+      // A peer can tell of a death only from a step not yet mixed here: a report from the past
+      // (INT64_MIN, say) would rewrite steps already done.
+      MarkGone(down, std::max<int64_t>(h.getClock(), current_step_ + 1), true,
                absl::StrCat("reported by ", Name(rank), ": ",
                             std::string(h.getBody().getNodeDown().getReason().cStr())));
       return;

@@ -26,6 +26,11 @@ absl::Status CheckPositive(absl::string_view flag, double value) {
   return InvalidFlag(flag, absl::StrCat(value), "must be a positive number");
 }
 
+absl::Status CheckAtMost(absl::string_view flag, double value, double max) {
+  if (value <= max) return absl::OkStatus();
+  return InvalidFlag(flag, absl::StrCat(value), absl::StrCat("must be at most ", max));
+}
+
 absl::Status CheckNonNegative(absl::string_view flag, double value) {
   if (value >= 0 && std::isfinite(value)) return absl::OkStatus();
   return InvalidFlag(flag, absl::StrCat(value), "must be a number >= 0");
@@ -100,6 +105,9 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
            CheckPositive("request-timeout", s.timeouts.request_s),
            CheckPositive("heartbeat-interval", s.timeouts.heartbeat_interval_s),
            CheckPositive("heartbeat-timeout", s.timeouts.heartbeat_timeout_s),
+           // The node table carries them as 32-bit milliseconds.
+           CheckAtMost("heartbeat-interval", s.timeouts.heartbeat_interval_s, 86400),
+           CheckAtMost("heartbeat-timeout", s.timeouts.heartbeat_timeout_s, 86400),
            CheckPositive("peer-timeout", s.timeouts.peer_s),
            CheckAtLeast("embedding-admit-after", s.embedding.admit_after, 0),
            CheckAtLeast("embedding-expire-steps", s.embedding.expire_steps, 0),

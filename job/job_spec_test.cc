@@ -127,6 +127,12 @@ TEST(JobSpecTest, ChecksCombinations) {
   EXPECT_THAT(Message(ValidateJobSpec(straggler)), HasSubstr("--straggler="));
 }
 
+TEST(JobSpecTest, HeartbeatsThatWouldOverflowTheNodeTableAreRefused) {
+  JobSpec s;
+  s.timeouts.heartbeat_timeout_s = 3e6;  // 3e9 ms does not fit the table's 32 bits
+  EXPECT_THAT(Message(ValidateJobSpec(s)), HasSubstr("--heartbeat-timeout=3e+06: must be at most"));
+}
+
 TEST(OptionsTest, TextFormsRoundTrip) {
   for (const char* text :
        {"bsp", "asp", "ssp:0", "ssp:12", "gossip:ring", "gossip:exp:async", "gossip:random"}) {

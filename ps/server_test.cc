@@ -532,6 +532,15 @@ TEST(ParameterServerTest, ADenseSpecWhoseSizeWrapsAroundIsRefused) {
   auto reply = h.Reply(0);
   ASSERT_TRUE(reply.has_value());
   EXPECT_EQ(reply->header().getType(), wire::MsgType::ERROR);
+
+  // A shard numbers its rows in 32 bits: a bound above that would let them alias.
+  TableConfig many = SparseTable();
+  many.max_rows = uint64_t{1} << 33;
+  auto sparse = message.initRoot<wire::TableSpec>();
+  many.ToWire(sparse);
+  back = TableConfig::FromWire(sparse.asReader());
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("above a shard's limit"), std::string::npos);
 }
 
 TEST(ParameterServerTest, APullWhoseReplyWouldExceedTheLimitIsRefusedNamingIt) {
