@@ -407,6 +407,14 @@ absl::StatusOr<std::vector<std::string>> PruneCheckpoints(const std::string& roo
   std::vector<std::string> removed;
   if (kept.empty()) return removed;  // no complete checkpoint: everything may be in progress
   const size_t newest_complete = kept.front();
+  // A MANIFEST alone does not make a checkpoint sound: delete nothing older unless the newest
+  // validates (every file's size and CRC32C), or a resume could find nothing to start from.
+  if (absl::StatusOr<Manifest> sound = ValidateCheckpoint((*folders)[newest_complete].dir);
+      !sound.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("kept every older checkpoint, since the newest fails validation: ",
+                     sound.status().message()));
+  }
   for (size_t i = 0; i < newest_complete; ++i) {
     if (std::find(kept.begin(), kept.end(), i) != kept.end()) continue;
     const std::string& dir = (*folders)[i].dir;

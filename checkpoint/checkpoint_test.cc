@@ -342,6 +342,17 @@ TEST_F(CheckpointTest, PruneKeepsNewestAndInProgress) {
   EXPECT_TRUE(absl::IsInvalidArgument(PruneCheckpoints(root_, 0).status()));
 }
 
+TEST_F(CheckpointTest, PruneDeletesNothingOlderWhenTheNewestFailsValidation) {
+  for (int64_t clock : {10, 20}) MakeCheckpoint(clock);
+  // The newest's MANIFEST is there, but one of its files was cut short.
+  fs::resize_file(JoinPath(CheckpointDir(root_, 20), "ps0/table-2.bin"), 10);
+  absl::StatusOr<std::vector<std::string>> removed = PruneCheckpoints(root_, 1);
+  ASSERT_FALSE(removed.ok());
+  EXPECT_THAT(removed.status().message(), HasSubstr("kept every older checkpoint"));
+  EXPECT_THAT(removed.status().message(), HasSubstr("table-2.bin"));
+  EXPECT_TRUE(ValidateCheckpoint(CheckpointDir(root_, 10)).ok()) << "the sound one was deleted";
+}
+
 TEST_F(CheckpointTest, PruneWithoutCompleteCheckpointRemovesNothing) {
   const std::string a = MakeCheckpoint(10, false);
   const std::string b = MakeCheckpoint(20, false);

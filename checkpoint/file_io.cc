@@ -5,8 +5,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <memory>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/crc32c.h"
 
@@ -97,6 +100,24 @@ absl::Status SyncPath(const std::string& path) {
   Fd fd(OpenRetrying(path.c_str(), O_RDONLY));
   if (fd.get() < 0) return ErrnoError(errno, path, "cannot open to fsync");
   if (::fsync(fd.get()) != 0) return ErrnoError(errno, path, "fsync failed");
+  return absl::OkStatus();
+}
+
+absl::Status CreateDirectoriesDurably(const std::string& dir) {
+  std::vector<std::filesystem::path> created;
+  std::error_code ec;
+  for (std::filesystem::path p = dir; !p.empty() && !std::filesystem::exists(p, ec);
+       p = p.parent_path()) {
+    created.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  // Deepest first: each new folder's entry lives in its parent.
+  for (const std::filesystem::path& p : created) {
+    const std::filesystem::path parent = p.parent_path().empty() ? "." : p.parent_path();
+    if (absl::Status s = SyncPath(parent.string()); !s.ok()) return s;
+  }
   return absl::OkStatus();
 }
 

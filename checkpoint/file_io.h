@@ -30,6 +30,10 @@ absl::StatusOr<FileEntry> DescribeFile(const std::string& checkpoint_dir,
 // fsync of a file or directory that exists.
 absl::Status SyncPath(const std::string& path);
 
+// Creates `dir` and its missing parents, and fsyncs the parent of each folder it created, so
+// that a new ckpt-<clock>/ survives a crash of the machine along with the files in it.
+absl::Status CreateDirectoriesDurably(const std::string& dir);
+
 // Replaces dir/name with `contents` so that a crash leaves either the old file or the new one:
 // writes dir/.name.tmp, fsyncs it, renames it over dir/name and fsyncs dir.
 absl::Status WriteFileAtomically(const std::string& dir, const std::string& name,

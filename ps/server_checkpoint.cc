@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "capnp/message.h"
 #include "capnp/serialize.h"
+#include "checkpoint/file_io.h"
 #include "core/log.h"
 #include "embeddings/row_codec.h"
 #include "optim/optimizer.h"
@@ -104,12 +105,8 @@ absl::Status PutFloats(SnapshotWriter& writer, uint32_t table, char part,
 
 absl::StatusOr<NodeReceipt> WriteShardCheckpoint(const std::string& checkpoint_dir, int rank,
                                                  const ShardCapture& capture) {
-  std::error_code ec;
   const std::string folder = JoinPath(checkpoint_dir, ShardFolder(rank));
-  std::filesystem::create_directories(folder, ec);
-  if (ec) {
-    return absl::InternalError(absl::StrCat("cannot create ", folder, ": ", ec.message()));
-  }
+  if (absl::Status s = CreateDirectoriesDurably(folder); !s.ok()) return s;
   NodeReceipt receipt;
   receipt.node = ShardFolder(rank);
   receipt.clock = capture.clock;

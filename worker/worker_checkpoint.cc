@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/file_io.h"
 #include "core/crc32c.h"
 
 namespace syncline {
@@ -22,9 +23,7 @@ std::string FileName(int rank) { return absl::StrCat("w", rank, ".state"); }
 absl::Status WriteWorkerCheckpoint(const std::string& root, int rank,
                                    const WorkerCheckpoint& checkpoint) {
   const std::string dir = CheckpointDir(root, checkpoint.clock);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  if (absl::Status s = CreateDirectoriesDurably(dir); !s.ok()) return s;
   std::string bytes(kHeader, '\0');
   std::memcpy(bytes.data(), kMagic, 4);
   std::memcpy(bytes.data() + 4, &kVersion, 4);
