@@ -17,12 +17,18 @@ class CheckpointTrackerTest : public testing::Test {
   CheckpointTrackerOptions Options(int keep = 3) {
     return {.root = root_, .servers = 2, .workers = 2, .keep = keep, .job = {{"sync", "bsp"}}};
   }
-  // A node's folder must exist for the manifest to be written into it.
+  // As a node does: its receipt is written (an empty one) before it reports its part.
   void Part(CheckpointTracker& t, wire::Role role, int rank, int64_t clock,
             absl::Status status = absl::OkStatus()) {
-    fs::create_directories(CheckpointDir(root_, clock));
+    const std::string dir = CheckpointDir(root_, clock);
+    fs::create_directories(dir);
+    if (status.ok()) {
+      const std::string node = (role == kServerRole ? "ps" : "w") + std::to_string(rank);
+      ASSERT_TRUE(WriteReceipt(dir, NodeReceipt{.node = node, .clock = clock}).ok());
+    }
     t.OnCheckpointed(role, rank, clock, status);
   }
+  static constexpr auto kServerRole = wire::Role::SERVER;
   bool Visible(int64_t clock) { return fs::exists(CheckpointDir(root_, clock) + "/MANIFEST"); }
 
   testing_util::ScopedTempDir tmp_{"tracker"};
