@@ -32,8 +32,12 @@ class ZmqEndpoint : public Endpoint {
       : id_(std::move(id)), options_(options), socket_(context, zmq::socket_type::router) {
     socket_.set(zmq::sockopt::routing_id, id_);
     socket_.set(zmq::sockopt::router_mandatory, 1);
-    // A restarted peer with the same id takes over its old connection.
-    socket_.set(zmq::sockopt::router_handover, 1);
+    // A second connection under a live peer's id is refused (ZeroMQ drops it), so another
+    // process cannot take over a worker's or server's name while it is alive; once the first
+    // connection closes, the name is free again for a restarted peer.
+    socket_.set(zmq::sockopt::router_handover, 0);
+    // A peer that sends a frame larger than this is disconnected before it is buffered.
+    socket_.set(zmq::sockopt::maxmsgsize, options.max_frame_bytes);
     socket_.set(zmq::sockopt::sndhwm, options.high_water_mark);
     socket_.set(zmq::sockopt::rcvhwm, options.high_water_mark);
     socket_.set(zmq::sockopt::linger, 200);

@@ -34,6 +34,9 @@ struct ZmqOptions {
   // A send to a peer whose connection is not up yet (it connected to us and the handshake is
   // still in flight) is retried for this long before it fails with Unavailable.
   absl::Duration unreachable_grace = absl::Milliseconds(500);
+  // The largest frame a peer may send (ZMQ_MAXMSGSIZE); one that sends more is disconnected.
+  // Requests travel in pieces of about 1 MiB; a gossip peer's whole model is one frame.
+  int64_t max_frame_bytes = int64_t{1} << 30;
 };
 
 class ZmqTransport : public Transport {

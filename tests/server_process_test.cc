@@ -138,7 +138,28 @@ TEST(ServerProcessTest, KeepsServingThroughAFloodOfMalformedMessages) {
   }
   EXPECT_EQ(errors, kBad);
 
-  // 3. The server still serves real requests.
+  // 2b. An impostor under the live worker's id: its connection is refused while the worker's
+  // is alive, so neither its push lands nor does it take the worker's replies.
+  {
+    zmq::socket_t impostor(context, zmq::socket_type::dealer);
+    impostor.set(zmq::sockopt::routing_id, "w0");
+    impostor.set(zmq::sockopt::linger, 0);
+    impostor.connect(server->address);
+    auto b = request(wire::MsgType::PUSH, 1);
+    b.header().setKeyCount(2);
+    b.header().setValueCount(8);
+    b.header().setWeight(1);
+    b.AddFrame(Frame::Own(std::vector<uint64_t>{5, 6}));
+    b.AddFrame(Frame::Own(std::vector<float>(8, 100.0f)));
+    Message m = b.Finish();
+    for (size_t f = 0; f < m.frames().size(); ++f) {
+      impostor.send(zmq::buffer(m.frames()[f].data(), m.frames()[f].size()),
+                    f + 1 < m.frames().size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+    absl::SleepFor(absl::Milliseconds(300));
+  }
+
+  // 3. The server still serves real requests, to the real worker.
   std::vector<uint64_t> keys = {5, 6};
   std::vector<float> grads(8, 1.0f), out(8);
   auto push = client.Push(1, keys, grads, 0, 1.0f);
@@ -147,7 +168,7 @@ TEST(ServerProcessTest, KeepsServingThroughAFloodOfMalformedMessages) {
   auto pull = client.Pull(1, keys, out, 0);
   ASSERT_TRUE(pull.ok());
   ASSERT_TRUE(client.Wait(*pull, Soon()).ok());
-  EXPECT_FLOAT_EQ(out[0], -0.1f);  // one SGD step at the default learning rate
+  EXPECT_FLOAT_EQ(out[0], -0.1f);  // one SGD step at the default learning rate: not the impostor's
 
   // 4. A clean end of the job: the server reports what it rejected and exits 0.
   ASSERT_TRUE(client.Finish(Soon()).ok());
