@@ -134,7 +134,9 @@ absl::StatusOr<int64_t> PrepareCheckpoints(JobSpec* spec, bool resume, bool resu
   std::vector<std::pair<std::string, std::string>> expected = ManifestEntries(*spec);
   expected.emplace_back("servers", absl::StrCat(spec->servers));
   expected.emplace_back("workers", absl::StrCat(spec->workers));
-  for (const auto& [key, value] : found->manifest.job) {
+  for (const auto& entry : found->manifest.job) {
+    const std::string& key = entry.first;
+    const std::string& value = entry.second;
     auto it = std::find_if(expected.begin(), expected.end(),
                            [&key](const auto& kv) { return kv.first == key; });
     if (it != expected.end() && it->second != value) {
