@@ -1,6 +1,7 @@
 #include "ps/server.h"
 
 #include <kj/exception.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +15,8 @@
 #include "compression/wire.h"
 #include "core/log.h"
 #include "core/node_table.h"
+#include "core/sharding.h"
+#include "optim/optimizer.h"
 
 namespace syncline {
 namespace {
@@ -268,6 +271,25 @@ absl::Status ParameterServer::DeclareTable(Message& message) {
   } else {
     if (tables_.size() >= options_.max_tables) {
       return absl::ResourceExhaustedError("too many tables");
+    }
+    if (config->dense) {
+      // A declaration is one small message that makes the server allocate and fill the
+      // whole shard: bound it before any of that happens.
+      const uint64_t floats_per_value = 1 + StateFloatsPerWeight(config->optimizer.kind);
+      const uint64_t bytes =
+          DenseShardRange(config->num_keys, options_.rank, options_.num_servers).size() *
+          config->dim * floats_per_value * sizeof(float);
+      const uint64_t limit = options_.max_dense_table_bytes > 0
+                                 ? options_.max_dense_table_bytes
+                                 : static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                                       static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE)) / 2;
+      if (bytes > limit) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "table %d: this shard's part of the dense table needs %d MiB (values and optimizer "
+            "state), over the server's limit of %d MiB (ServerOptions::max_dense_table_bytes; "
+            "by default half of this machine's memory)",
+            config->id, bytes >> 20, limit >> 20));
+      }
     }
     auto table = MakeTable(*config, "");
     if (!table.ok()) return table.status();

@@ -48,6 +48,10 @@ struct ServerOptions {
   size_t max_parked_pulls = 1 << 16;
   // Tables a server accepts.
   size_t max_tables = 1024;
+  // The largest part of one dense table (values and optimizer state) this shard allocates
+  // when a worker declares it; a larger one is refused (ResourceExhausted). 0: half of this
+  // machine's memory.
+  uint64_t max_dense_table_bytes = 0;
   // The largest pull reply a server builds; a larger pull is refused (ResourceExhausted).
   uint64_t max_reply_bytes = uint64_t{1} << 30;
   // Deadline for sending one reply.

@@ -566,5 +566,27 @@ TEST(ParameterServerTest, APullWhoseReplyWouldExceedTheLimitIsRefusedNamingIt) {
   EXPECT_EQ(answered->header().getType(), wire::MsgType::REPLY);
 }
 
+TEST(ParameterServerTest, ADeclarationOfADenseTableTooLargeForTheShardIsRefusedNamingTheLimit) {
+  ServerOptions options{.rank = 0, .num_servers = 2, .num_workers = 1, .staleness = -1};
+  options.max_dense_table_bytes = 1 << 20;
+  ServerHarness h(options);
+  TableConfig big;
+  big.id = 4;
+  big.dense = true;
+  big.num_keys = 1 << 20;  // this shard's half: 2^19 floats and as many Adagrad accumulators
+  big.optimizer.kind = OptimizerKind::kAdagrad;
+  h.Send(0, Declare(0, big));
+  h.Serve();
+  auto reply = h.Reply(0);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->header().getType(), wire::MsgType::ERROR);
+  EXPECT_NE(std::string(reply->header().getMessage().cStr()).find("needs 4 MiB"), std::string::npos)
+      << reply->header().getMessage().cStr();
+  big.num_keys = 1 << 16;
+  h.Send(0, Declare(0, big));
+  h.Serve();
+  EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);
+}
+
 }  // namespace
 }  // namespace syncline

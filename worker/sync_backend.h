@@ -87,6 +87,7 @@ class StateReader {
   // Copies the next n bytes into `out`; false (nothing read) when fewer are left.
   bool Read(void* out, size_t n) {
     if (left() < n) return false;
+    if (n == 0) return true;  // `out` may be null (an empty vector's data): memcpy must not see it
     std::memcpy(out, state_.data() + at_, n);
     at_ += n;
     return true;

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The suite under AddressSanitizer + UndefinedBehaviorSanitizer (clang), then every libFuzzer
+# target for a bounded time from its seed corpus. Exits non-zero on any finding.
+# Environment: SAN_BUILD_DIR (default build-san), FUZZ_SECONDS (per target, default 30),
+# JOBS (default: all cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${SAN_BUILD_DIR:-build-san}
+seconds=${FUZZ_SECONDS:-30}
+jobs=${JOBS:-$(nproc)}
+scripts/install-deps.sh
+# -O1 -g1: the sanitizers' usual build, quicker to compile than -O2 -g on two cores.
+CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DSYNCLINE_SANITIZE=ON -DSYNCLINE_FUZZ=ON -DSYNCLINE_CUDA=OFF -DSYNCLINE_BUILD_BENCH=OFF \
+  >/dev/null
+cmake --build "$build" -j "$jobs"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# The installed-package test builds with the system compiler against this build's libraries,
+# which need the sanitizers' runtimes: it runs in the plain build only.
+(cd "$build" && ctest --output-on-failure -j "$jobs" -E embed_client_example)
+corpus_copy=$(mktemp -d)
+trap 'rm -rf "$corpus_copy"' EXIT
+for target in request codec checkpoint_text data_lines; do
+  # Fuzz on a copy: the runs add what they find, which does not belong in the repository.
+  cp -r "fuzz/corpus/$target" "$corpus_copy/$target"
+  echo "sanitize: fuzzing $target for ${seconds}s"
+  "$build/fuzz/${target}_fuzz" -max_total_time="$seconds" -print_final_stats=1 \
+    -rss_limit_mb=2048 -timeout=10 "$corpus_copy/$target" 2>"$corpus_copy/$target.log" || {
+    tail -60 "$corpus_copy/$target.log" >&2
+    echo "sanitize: $target_fuzz found a failure" >&2
+    exit 1
+  }
+  grep -E '^stat::(number_of_executed_units|new_units_added)|cov: ' "$corpus_copy/$target.log" |
+    tail -3 | sed "s/^/sanitize: $target: /"
+done
+echo "sanitize: ok"
