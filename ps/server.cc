@@ -487,6 +487,14 @@ absl::Status ParameterServer::CheckPushClock(const wire::Header::Reader& h) cons
         absl::StrFormat("push for clock %d arrived after that clock was applied (worker clock %d)",
                         clock, clocks_.clock(h.getRank())));
   }
+  // A worker pushes for the iteration it is in: the server keeps per-clock sums, and a push
+  // for a far future clock would hold a copy of its values there until then.
+  if (clock > clocks_.clock(h.getRank()) + 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "w%d pushed for clock %d but has finished only %d: a push is for the iteration in "
+        "progress",
+        h.getRank(), clock, clocks_.clock(h.getRank())));
+  }
   return absl::OkStatus();
 }
 

@@ -588,5 +588,22 @@ TEST(ParameterServerTest, ADeclarationOfADenseTableTooLargeForTheShardIsRefusedN
   EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);
 }
 
+TEST(ParameterServerTest, UnderBspAPushForAFarFutureClockIsRefused) {
+  ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 2, .staleness = 0});
+  h.Send(0, Declare(0, SparseTable()));
+  h.Serve();
+  ASSERT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);
+  h.Send(0, SparsePush(0, 2, {5}, {1, 1}, 1000, 1));
+  h.Serve();
+  auto refused = h.Reply(0);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->header().getType(), wire::MsgType::ERROR);
+  EXPECT_NE(std::string(refused->header().getMessage().cStr()).find("has finished only 0"),
+            std::string::npos);
+  h.Send(0, SparsePush(0, 3, {5}, {1, 1}, 0, 1));  // the iteration in progress
+  h.Serve();
+  EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);
+}
+
 }  // namespace
 }  // namespace syncline
