@@ -238,7 +238,11 @@ void ControlClient::Loop() {
     }
     const absl::Time now = absl::Now();
     if (now >= next_heartbeat) {
-      outgoing.push_back(MakeSimple(wire::MsgType::HEARTBEAT, options_.role, options_.rank));
+      MessageBuilder heartbeat(wire::MsgType::HEARTBEAT);
+      heartbeat.header().setRole(options_.role);
+      heartbeat.header().setRank(options_.rank);
+      heartbeat.header().setClock(clock_.load(std::memory_order_relaxed));
+      outgoing.push_back(heartbeat.Finish());
       next_heartbeat = now + interval;
     }
     for (Message& m : outgoing) {

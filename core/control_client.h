@@ -10,6 +10,7 @@
 #ifndef SYNCLINE_CORE_CONTROL_CLIENT_H_
 #define SYNCLINE_CORE_CONTROL_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -102,6 +103,10 @@ class ControlClient {
 
   // OK while the job goes on; otherwise why it cannot (aborted, coordinator lost).
   absl::Status health() const;
+  // The iterations this worker has finished; heartbeats carry it, so that the coordinator can
+  // name a worker that is alive but stuck.
+  void SetClock(int64_t clock) { clock_.store(clock, std::memory_order_relaxed); }
+
   // Workers the coordinator declared dead since the last call.
   std::vector<int> TakeDownWorkers();
   // Checkpoint clocks the coordinator asked for since the last call.
@@ -125,6 +130,7 @@ class ControlClient {
   std::vector<int> down_workers_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> checkpoint_requests_ ABSL_GUARDED_BY(mu_);
   absl::Status health_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> clock_{-1};
   std::thread thread_;
 };
 

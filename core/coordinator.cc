@@ -23,7 +23,9 @@ struct Coordinator::NodeState {
   bool ready = false;
   bool done = false;  // workers: finished training
   bool down = false;
-  bool stats = false;  // servers: statistics received at shutdown
+  bool stats = false;      // servers: statistics received at shutdown
+  int64_t clock = -1;      // workers: the clock their last heartbeat carried
+  absl::Time clock_since;  // when that clock was first seen
 
   std::string Name() const {
     return absl::StrFormat("%s (pid %d on %s)", DataEndpointId(role, rank), pid, host);
@@ -216,6 +218,10 @@ absl::StatusOr<std::optional<Message>> Coordinator::Step(absl::Time deadline) {
     auto h = message->header();
     switch (h.getType()) {
       case wire::MsgType::HEARTBEAT:
+        if (node->role == wire::Role::WORKER && h.getClock() != node->clock) {
+          node->clock = h.getClock();
+          node->clock_since = absl::Now();
+        }
         SendTo(node->control_id, MakeSimple(wire::MsgType::HEARTBEAT, wire::Role::COORDINATOR, 0));
         return std::optional<Message>();
       case wire::MsgType::PROGRESS:
@@ -275,6 +281,7 @@ absl::Status Coordinator::CheckHeartbeats() {
     if (auto s = MarkDown(*n, reason); !s.ok()) return s;
   }
   const absl::Time now = absl::Now();
+  if (auto s = CheckStuckWorkers(now); !s.ok()) return s;
   for (auto& n : nodes_) {
     if (n->down || now - n->last_seen <= options_.heartbeat_timeout) continue;
     const std::string reason = absl::StrFormat(
@@ -283,6 +290,31 @@ absl::Status Coordinator::CheckHeartbeats() {
     if (auto s = MarkDown(*n, reason); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+absl::Status Coordinator::CheckStuckWorkers(absl::Time now) {
+  if (options_.stuck_timeout <= absl::ZeroDuration() || options_.staleness < 0) return {};
+  // The slowest training worker, and how many others are too far ahead of it to go on.
+  NodeState* slowest = nullptr;
+  for (auto& n : nodes_) {
+    if (n->role != wire::Role::WORKER || n->down || n->done || n->clock < 0) continue;
+    if (slowest == nullptr || n->clock < slowest->clock) slowest = n.get();
+  }
+  if (slowest == nullptr || now - slowest->clock_since < options_.stuck_timeout) return {};
+  int waiting = 0;
+  for (auto& n : nodes_) {
+    if (n->role == wire::Role::WORKER && !n->down && !n->done &&
+        n->clock > slowest->clock + options_.staleness) {
+      ++waiting;
+    }
+  }
+  if (waiting == 0) return {};
+  return absl::DeadlineExceededError(absl::StrFormat(
+      "%s stuck at clock %d for %s while %d worker%s wait%s for it (its heartbeats arrive, so it "
+      "is alive but not training: a hang?)",
+      slowest->Name(), slowest->clock,
+      absl::FormatDuration(absl::Trunc(now - slowest->clock_since, absl::Seconds(1))), waiting,
+      waiting == 1 ? "" : "s", waiting == 1 ? "s" : ""));
 }
 
 absl::Status Coordinator::MarkDown(NodeState& n, const std::string& reason) {

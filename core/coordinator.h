@@ -40,6 +40,11 @@ struct CoordinatorOptions {
   absl::Duration startup_timeout = absl::Seconds(120);
   // How long evaluation may take once every worker is done.
   absl::Duration evaluate_timeout = absl::Seconds(600);
+  // A worker whose clock (carried by its heartbeats) has not moved for this long while other
+  // workers wait for it (they are more than the staleness bound ahead) is named and the job
+  // stops: "w2 stuck at clock 17 for 54 s while 3 workers wait". Zero: never. Set it below the
+  // workers' request timeout, so that the stuck worker is named before the others time out.
+  absl::Duration stuck_timeout = absl::ZeroDuration();
   // How long nodes have to report their statistics at shutdown.
   absl::Duration shutdown_timeout = absl::Seconds(10);
   // Ask a worker to evaluate the final model when every worker is done.
@@ -106,6 +111,7 @@ class Coordinator {
   // Returns the message for the caller when it is something else, else nullopt.
   absl::StatusOr<std::optional<Message>> Step(absl::Time deadline);
   absl::Status CheckHeartbeats();
+  absl::Status CheckStuckWorkers(absl::Time now);
   absl::Status MarkDown(NodeState& node, const std::string& reason);
   absl::Status Fail(absl::Status status);
   void Broadcast(const Message& message);

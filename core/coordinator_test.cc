@@ -183,6 +183,45 @@ TEST(CoordinatorTest, UnderAspAWorkerThatFailsIsDroppedButBadInputStopsTheJob) {
   }
 }
 
+// A worker that heartbeats but trains no more (a hang in its compute) is named by the clock
+// its heartbeats carry, before the workers that wait for it time out blaming a server.
+TEST(CoordinatorTest, AWorkerStuckWhileOthersWaitIsNamedWithItsClock) {
+  InprocTransport transport;
+  RecordingObserver observer;
+  CoordinatorOptions options = SmallJob();
+  options.num_servers = 0;
+  options.num_workers = 2;
+  options.staleness = 0;
+  options.stuck_timeout = absl::Milliseconds(300);
+  auto coordinator = Coordinator::Create(transport, "inproc://c", options, &observer);
+  ASSERT_TRUE(coordinator.ok());
+  absl::Status result;
+  std::thread run([&] { result = (*coordinator)->Run(); });
+  std::unique_ptr<ControlClient> w[2];
+  std::thread joins[2];
+  for (int r = 0; r < 2; ++r) {
+    joins[r] = std::thread([&, r] {
+      auto c =
+          ControlClient::Connect(transport, {(*coordinator)->address(), wire::Role::WORKER, r, ""});
+      ASSERT_TRUE(c.ok()) << c.status();
+      w[r] = std::move(*c);
+    });
+  }
+  for (std::thread& t : joins) t.join();
+  ASSERT_TRUE(w[0] && w[1]);
+  for (auto& c : w) c->ReportReady();
+  ASSERT_TRUE(w[0]->WaitForStart(Soon()).ok());
+  const absl::Time start = absl::Now();
+  w[0]->SetClock(5);  // waits at clock 5 for w1
+  w[1]->SetClock(4);  // alive, but never gets further
+  run.join();
+  EXPECT_EQ(result.code(), absl::StatusCode::kDeadlineExceeded) << result;
+  EXPECT_NE(result.message().find("w1 (pid"), std::string::npos) << result;
+  EXPECT_NE(result.message().find("stuck at clock 4"), std::string::npos) << result;
+  EXPECT_NE(result.message().find("while 1 worker waits"), std::string::npos) << result;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
 TEST(CoordinatorTest, RejectsRanksOutsideTheJob) {
   InprocTransport transport;
   auto coordinator = Coordinator::Create(transport, "inproc://c", SmallJob(), nullptr);

@@ -61,6 +61,8 @@ CoordinatorOptions CoordinatorOptionsFor(const JobSpec& spec) {
   o.heartbeat_interval = absl::Seconds(spec.timeouts.heartbeat_interval_s);
   o.heartbeat_timeout = absl::Seconds(spec.timeouts.heartbeat_timeout_s);
   o.evaluate = !spec.data.test.empty();
+  // Named before the waiting workers' own requests time out.
+  o.stuck_timeout = absl::Seconds(0.9 * spec.timeouts.request_s);
   o.job_spec = JobSpecToBytes(spec);
   return o;
 }

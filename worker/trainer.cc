@@ -132,6 +132,7 @@ absl::StatusOr<TrainResult> Trainer::Run(
 
     result.steps = step + 1;
     result.examples += b.examples.size();
+    if (options_.on_step) options_.on_step(step + 1);
     if (options_.on_checkpoint) {
       const bool periodic =
           options_.checkpoint_every > 0 && (step + 1) % options_.checkpoint_every == 0;

@@ -35,6 +35,8 @@ struct TrainerOptions {
   int64_t checkpoint_every = 0;
   std::function<bool(int64_t clock)> checkpoint_requested;
   std::function<absl::Status(int64_t clock)> on_checkpoint;
+  // Called after every iteration with the clocks finished (may be empty).
+  std::function<void(int64_t clock)> on_step;
 };
 
 // A diverged model: OutOfRange "diverged at step N: ...". The trainer stops with it when a

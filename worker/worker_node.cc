@@ -284,6 +284,8 @@ NodeExit WorkerNode::Run() {
     requests.Taken(clock);
     return absl::OkStatus();
   };
+  trainer_options.on_step = [control](int64_t clock) { control->SetClock(clock); };
+  control->SetClock(trainer_options.start_step);
   Trainer trainer(**model, *backend, trainer_options);
   auto result = trainer.Run(*(*data)->source, [control](const TrainProgress& p) {
     control->ReportProgress(ProgressReport{.clock = p.clock,
