@@ -113,5 +113,37 @@ INSTANTIATE_TEST_SUITE_P(Transports, TransportTest, testing::Values(Kind::kZmq, 
                                                            : std::string("Inproc");
                          });
 
+// A reply to a peer that was connected and is gone fails at once: the grace that lets a new
+// peer's handshake finish would only stall a server's one thread, once per reply.
+TEST(ZmqTransportTest, ASendToAPeerThatLeftFailsWithoutWaitingForItsHandshake) {
+  ZmqOptions options;
+  options.unreachable_grace = absl::Seconds(20);
+  ZmqTransport transport(options);
+  auto server = transport.CreateEndpoint("server");
+  ASSERT_TRUE(server.ok());
+  auto address = (*server)->Bind("tcp://127.0.0.1:0");
+  ASSERT_TRUE(address.ok());
+  {
+    auto client = transport.CreateEndpoint("client");
+    ASSERT_TRUE(client.ok());
+    ASSERT_TRUE((*client)->Connect("server", *address).ok());
+    ASSERT_TRUE((*client)->Send("server", Simple(1, {1.0f}), absl::Now() + absl::Seconds(5)).ok());
+    ASSERT_TRUE((*server)->Receive(absl::Now() + absl::Seconds(5)).ok());
+  }  // the client closes
+  // Until the server has seen the disconnect, the send may still go out; after it, it fails.
+  absl::Status sent;
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  absl::Duration slowest;
+  while (absl::Now() < give_up) {
+    const absl::Time start = absl::Now();
+    sent = (*server)->Send("client", Simple(2, {2.0f}), absl::Now() + absl::Seconds(30));
+    slowest = std::max(slowest, absl::Now() - start);
+    if (!sent.ok()) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(sent.code(), absl::StatusCode::kUnavailable) << sent;
+  EXPECT_LT(slowest, absl::Seconds(10)) << "a send waited out the handshake grace";
+}
+
 }  // namespace
 }  // namespace syncline

@@ -8,6 +8,7 @@
 #include <new>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -94,7 +95,10 @@ class ZmqEndpoint : public Endpoint {
             }
             break;
           } catch (const zmq::error_t& e) {
-            if (e.num() != EHOSTUNREACH || absl::Now() >= give_up) throw;
+            if (e.num() != EHOSTUNREACH || absl::Now() >= give_up ||
+                heard_from_.contains(peer_id)) {
+              throw;
+            }
             absl::SleepFor(backoff);
             backoff = std::min(backoff * 2, absl::Milliseconds(20));
             SetTimeout(zmq::sockopt::sndtimeo, RemainingMs(deadline), sndtimeo_ms_);
@@ -133,6 +137,10 @@ class ZmqEndpoint : public Endpoint {
       SetTimeout(zmq::sockopt::rcvtimeo, RemainingMs(deadline), rcvtimeo_ms_);
       if (!socket_.recv(route)) return absl::DeadlineExceededError("no message before deadline");
       message.set_peer(route.to_string());
+      // A peer we heard from was connected: should a send to it later find no route, it is
+      // gone, and waiting for its handshake would only stall this endpoint's thread.
+      if (heard_from_.size() >= kMaxHeardFrom) heard_from_.clear();
+      heard_from_.insert(message.peer());
       // One allocation owns all parts of the message (and the bytes of small parts, which live
       // inside them); parts stay in place as more are added.
       auto parts = std::make_shared<ReceivedParts>();
@@ -211,6 +219,9 @@ class ZmqEndpoint : public Endpoint {
     current = ms;
   }
 
+  // Peers whose messages this endpoint received (bounded: a stranger may use many ids).
+  static constexpr size_t kMaxHeardFrom = 4096;
+  absl::flat_hash_set<std::string> heard_from_;
   std::string id_;
   ZmqOptions options_;
   zmq::socket_t socket_;
