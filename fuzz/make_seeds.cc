@@ -45,6 +45,38 @@ syncline::MessageBuilder Request(syncline::wire::MsgType type, uint32_t table, i
   return b;
 }
 
+// Requests: dense push and pull, sparse push-pull, clock, finish, a table declaration.
+void RequestSeeds(const fs::path& dir) {
+  using syncline::wire::MsgType;
+  int n = 0;
+  auto push = Request(MsgType::PUSH, 1, 0);
+  push.header().setRangeBegin(10);
+  push.header().setRangeEnd(14);
+  push.header().setValueCount(4);
+  push.AddFrame(syncline::Frame::Own(std::vector<float>{1, 2, 3, 4}));
+  Save(dir, n++, Frames(push.Finish()));
+  auto pull = Request(MsgType::PULL, 1, 0);
+  pull.header().setRangeBegin(0);
+  pull.header().setRangeEnd(1000);
+  Save(dir, n++, Frames(pull.Finish()));
+  auto pp = Request(MsgType::PUSH_PULL, 2, 0);
+  pp.header().setKeyCount(2);
+  pp.header().setValueCount(8);
+  pp.AddFrame(syncline::Frame::Own(std::vector<uint64_t>{5, 1ull << 40}));
+  pp.AddFrame(syncline::Frame::Own(std::vector<float>(8, 0.5f)));
+  Save(dir, n++, Frames(pp.Finish()));
+  Save(dir, n++, Frames(Request(MsgType::CLOCK, 0, 1).Finish()));
+  Save(dir, n++, Frames(Request(MsgType::FINISH, 0, 1).Finish()));
+  auto declare = Request(MsgType::DECLARE_TABLE, 3, 0);
+  syncline::TableConfig c;
+  c.id = 3;
+  c.dense = true;
+  c.num_keys = 64;
+  c.dim = 2;
+  c.ToWire(declare.header().getBody().initTable());
+  Save(dir, n++, Frames(declare.Finish()));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -52,38 +84,9 @@ int main(int argc, char** argv) {
     std::cerr << "usage: make_seeds CORPUS_DIR\n";
     return 2;
   }
-  using syncline::wire::MsgType;
   const fs::path root = argv[1];
+  RequestSeeds(root / "request");
   int n = 0;
-  {  // requests: dense push and pull, sparse push-pull, clock, finish, a table declaration
-    auto push = Request(MsgType::PUSH, 1, 0);
-    push.header().setRangeBegin(10);
-    push.header().setRangeEnd(14);
-    push.header().setValueCount(4);
-    push.AddFrame(syncline::Frame::Own(std::vector<float>{1, 2, 3, 4}));
-    Save(root / "request", n++, Frames(push.Finish()));
-    auto pull = Request(MsgType::PULL, 1, 0);
-    pull.header().setRangeBegin(0);
-    pull.header().setRangeEnd(1000);
-    Save(root / "request", n++, Frames(pull.Finish()));
-    auto pp = Request(MsgType::PUSH_PULL, 2, 0);
-    pp.header().setKeyCount(2);
-    pp.header().setValueCount(8);
-    pp.AddFrame(syncline::Frame::Own(std::vector<uint64_t>{5, 1ull << 40}));
-    pp.AddFrame(syncline::Frame::Own(std::vector<float>(8, 0.5f)));
-    Save(root / "request", n++, Frames(pp.Finish()));
-    Save(root / "request", n++, Frames(Request(MsgType::CLOCK, 0, 1).Finish()));
-    Save(root / "request", n++, Frames(Request(MsgType::FINISH, 0, 1).Finish()));
-    auto declare = Request(MsgType::DECLARE_TABLE, 3, 0);
-    syncline::TableConfig c;
-    c.id = 3;
-    c.dense = true;
-    c.num_keys = 64;
-    c.dim = 2;
-    c.ToWire(declare.header().getBody().initTable());
-    Save(root / "request", n++, Frames(declare.Finish()));
-  }
-  n = 0;
   for (auto kind : {syncline::CodecKind::kTopK, syncline::CodecKind::kSign1,
                     syncline::CodecKind::kFp16}) {  // codec: kind byte, n, block
     const std::vector<float> values = {0.5f, -2, 0, 3.25f, -0.125f, 7, 1e-3f, -9};
