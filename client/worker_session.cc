@@ -136,6 +136,7 @@ absl::Status WorkerSession::Clock(double examples, double train_loss) {
   }
   ++s.clock;
   if (auto st = s.kv->Clock(s.clock, static_cast<float>(examples)); !st.ok()) return st;
+  s.job.control->SetClock(s.clock);  // heartbeats carry it: a stuck program is named
   s.examples += static_cast<uint64_t>(examples);
   s.unreported_examples += static_cast<uint64_t>(examples);
   if (std::isfinite(train_loss)) {
