@@ -11,11 +11,6 @@
 namespace syncline {
 namespace {
 
-absl::Status CheckAtLeast(absl::string_view flag, int64_t value, int64_t min) {
-  if (value >= min) return absl::OkStatus();
-  return InvalidFlag(flag, absl::StrCat(value), absl::StrCat("must be >= ", min));
-}
-
 absl::Status CheckInRange(absl::string_view flag, int64_t value, int64_t min, int64_t max) {
   if (value >= min && value <= max) return absl::OkStatus();
   return InvalidFlag(flag, absl::StrCat(value), absl::StrCat("must be in [", min, ", ", max, "]"));
@@ -71,6 +66,11 @@ std::string AsyncGossipCannotCheckpoint(const SyncMode& sync) {
       "--checkpoint-every, --checkpoint-seconds and --resume need parameter servers or "
       "synchronous gossip (",
       SyncModeName(sync), " is asynchronous)");
+}
+
+absl::Status CheckAtLeast(absl::string_view flag, int64_t value, int64_t min) {
+  if (value >= min) return absl::OkStatus();
+  return InvalidFlag(flag, absl::StrCat(value), absl::StrCat("must be >= ", min));
 }
 
 absl::Status InvalidFlag(absl::string_view flag, absl::string_view value, absl::string_view rule) {

@@ -4,6 +4,7 @@
 #ifndef SYNCLINE_JOB_JOB_SPEC_H_
 #define SYNCLINE_JOB_JOB_SPEC_H_
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,8 @@ std::string AsyncGossipCannotCheckpoint(const SyncMode& sync);
 
 // "--flag=value: rule" as an InvalidArgument error.
 absl::Status InvalidFlag(absl::string_view flag, absl::string_view value, absl::string_view rule);
+// OK when value >= min, else "--flag=value: must be >= min".
+absl::Status CheckAtLeast(absl::string_view flag, int64_t value, int64_t min);
 
 }  // namespace syncline
 

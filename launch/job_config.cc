@@ -240,15 +240,6 @@ absl::Status ApplyJobFile(const std::string& path,
       }));
 }
 
-absl::Status Invalid(absl::string_view flag, absl::string_view value, absl::string_view rule) {
-  return InvalidFlag(flag, value, rule);
-}
-
-absl::Status CheckAtLeast(absl::string_view flag, int value, int min) {
-  if (value >= min) return absl::OkStatus();
-  return Invalid(flag, absl::StrCat(value), absl::StrCat("must be >= ", min));
-}
-
 // Parses the text of `flag` with `parse` into `*out`; a bad text is "--flag='text': must be one
 // of ..." with the allowed names.
 template <typename T, typename Parse>
@@ -256,7 +247,8 @@ absl::Status ParseOneOf(absl::string_view flag, const std::string& text, Parse p
                         absl::string_view allowed, T* out) {
   absl::StatusOr<T> parsed = parse(text);
   if (!parsed.ok()) {
-    return Invalid(flag, absl::StrCat("'", text, "'"), absl::StrCat("must be one of ", allowed));
+    return InvalidFlag(flag, absl::StrCat("'", text, "'"),
+                       absl::StrCat("must be one of ", allowed));
   }
   *out = *parsed;
   return absl::OkStatus();
@@ -265,9 +257,9 @@ absl::Status ParseOneOf(absl::string_view flag, const std::string& text, Parse p
 absl::Status CheckReadableFile(absl::string_view flag, const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0 || access(path.c_str(), R_OK) != 0) {
-    return Invalid(flag, path, absl::StrCat("cannot read: ", std::strerror(errno)));
+    return InvalidFlag(flag, path, absl::StrCat("cannot read: ", std::strerror(errno)));
   }
-  if (!S_ISREG(st.st_mode)) return Invalid(flag, path, "not a regular file");
+  if (!S_ISREG(st.st_mode)) return InvalidFlag(flag, path, "not a regular file");
   return absl::OkStatus();
 }
 
@@ -368,15 +360,15 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
     // A gossip mode's own error says which part is wrong.
     if (c.sync.starts_with("gossip"))
       rule = std::string(ParseGossipMode(c.sync).status().message());
-    return Invalid("sync", absl::StrCat("'", c.sync, "'"), rule);
+    return InvalidFlag("sync", absl::StrCat("'", c.sync, "'"), rule);
   }
   s.sync = *sync;
   absl::StatusOr<CodecSpec> codec = ParseCodec(c.compress);
-  if (!codec.ok()) return Invalid("compress", c.compress, codec.status().message());
+  if (!codec.ok()) return InvalidFlag("compress", c.compress, codec.status().message());
   s.training.codec = *codec;
   absl::StatusOr<MemoryBudget> budget = ParseMemoryBudget(c.embedding_memory);
   if (!budget.ok()) {
-    return Invalid("embedding-memory", c.embedding_memory, budget.status().message());
+    return InvalidFlag("embedding-memory", c.embedding_memory, budget.status().message());
   }
   s.embedding.memory_rows = budget->rows;
   s.embedding.memory_bytes = budget->bytes;
@@ -384,8 +376,8 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
     auto straggler = ParseStraggler(c.straggler);
     if (!straggler.ok()) return straggler.status();
     if (straggler->first >= c.workers) {
-      return Invalid("straggler", c.straggler,
-                     absl::StrCat("names no worker (", c.workers, " workers)"));
+      return InvalidFlag("straggler", c.straggler,
+                         absl::StrCat("names no worker (", c.workers, " workers)"));
     }
     std::tie(s.slowness.straggler_rank, s.slowness.straggler_factor) = *straggler;
   }
@@ -393,7 +385,8 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
     auto delay = ParseDelay(c.delay);
     if (!delay.ok()) return delay.status();
     if (delay->first >= c.workers) {
-      return Invalid("delay", c.delay, absl::StrCat("names no worker (", c.workers, " workers)"));
+      return InvalidFlag("delay", c.delay,
+                         absl::StrCat("names no worker (", c.workers, " workers)"));
     }
     std::tie(s.slowness.delay_rank, s.slowness.delay_ms) = *delay;
   }
@@ -437,7 +430,7 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   if (absl::Status status = ValidateJobSpec(s); !status.ok()) return status;
 
   // What only the launcher uses: the run folder, the data it generates, the files it is given.
-  if (c.out.empty()) return Invalid("out", "''", "must name a directory");
+  if (c.out.empty()) return InvalidFlag("out", "''", "must name a directory");
   for (const absl::Status& status : {
            CheckAtLeast("gen-rows", c.gen_rows, 1),
            CheckAtLeast("gen-test-rows", c.gen_test_rows, 0),
@@ -447,8 +440,8 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
     if (!status.ok()) return status;
   }
   if (c.gen_nnz > c.gen_features) {
-    return Invalid("gen-nnz", absl::StrCat(c.gen_nnz),
-                   absl::StrCat("must be <= --gen-features (", c.gen_features, ")"));
+    return InvalidFlag("gen-nnz", absl::StrCat(c.gen_nnz),
+                       absl::StrCat("must be <= --gen-features (", c.gen_features, ")"));
   }
   if (!c.train.empty()) {
     if (absl::Status status = CheckReadableFile("train", c.train); !status.ok()) return status;
