@@ -43,17 +43,12 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(const Session
     control->ReportAbort(s);
     return s;
   }
-  KVClientOptions kv;
-  kv.rank = options.rank;
-  for (const NodeInfo* s : control->table().Servers()) {
-    kv.server_ids.push_back(s->id);
-    if (auto st = state->job.data->Connect(s->id, s->address); !st.ok()) {
-      control->ReportAbort(st);
-      return st;
-    }
+  absl::StatusOr<KVClientOptions> kv = ConnectToServers(*state->job.data, *control, options.rank);
+  if (!kv.ok()) {
+    control->ReportAbort(kv.status());
+    return kv.status();
   }
-  kv.health = [control] { return control->health(); };
-  state->kv = std::make_unique<KVClient>(state->job.data.get(), kv);
+  state->kv = std::make_unique<KVClient>(state->job.data.get(), *kv);
   control->ReportReady();
   if (auto s = control->WaitForStart(absl::Now() + options.startup_timeout); !s.ok()) {
     control->ReportAbort(s);

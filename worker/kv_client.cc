@@ -20,6 +20,18 @@ wire::MsgType TypeOf(int op) {
 
 }  // namespace
 
+absl::StatusOr<KVClientOptions> ConnectToServers(Endpoint& endpoint, ControlClient& control,
+                                                 int rank) {
+  KVClientOptions options;
+  options.rank = rank;
+  for (const NodeInfo* s : control.table().Servers()) {
+    options.server_ids.push_back(s->id);
+    if (auto st = endpoint.Connect(s->id, s->address); !st.ok()) return st;
+  }
+  options.health = [&control] { return control.health(); };
+  return options;
+}
+
 KVClient::KVClient(Endpoint* endpoint, KVClientOptions options)
     : endpoint_(endpoint), options_(std::move(options)) {}
 

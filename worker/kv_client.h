@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "compression/codec.h"
+#include "core/control_client.h"
 #include "core/table_config.h"
 #include "core/transport.h"
 
@@ -43,6 +44,12 @@ struct KVClientOptions {
 };
 
 using Ticket = uint64_t;
+
+// Connects a joined worker's data endpoint to every server of the job (`control`'s node table)
+// and returns the client options for them: rank, the servers' ids, and a health check that
+// ends waits when the job is over.
+absl::StatusOr<KVClientOptions> ConnectToServers(Endpoint& endpoint, ControlClient& control,
+                                                 int rank);
 
 class KVClient {
  public:

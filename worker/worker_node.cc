@@ -203,14 +203,9 @@ NodeExit WorkerNode::Run() {
                       : absl::StrCat((*data)->train.num_features, " features"));
 
   Endpoint& endpoint = *joined->data;
-  KVClientOptions kv_options;
-  kv_options.rank = rank;
-  for (const NodeInfo* s : table.Servers()) {
-    kv_options.server_ids.push_back(s->id);
-    if (auto st = endpoint.Connect(s->id, s->address); !st.ok()) return fail(st);
-  }
-  kv_options.health = [control] { return control->health(); };
-  KVClient client(&endpoint, kv_options);
+  absl::StatusOr<KVClientOptions> kv_options = ConnectToServers(endpoint, *control, rank);
+  if (!kv_options.ok()) return fail(kv_options.status());
+  KVClient client(&endpoint, *kv_options);
   std::unique_ptr<SyncBackend> backend;
   if (spec.sync.gossip()) {
     if (!gossip_backend_) {
