@@ -105,10 +105,15 @@ void ControlClient::Send(Message message) {
   outbox_.push_back(std::move(message));
 }
 
-void ControlClient::ReportProgress(const ProgressReport& p) {
-  MessageBuilder b(wire::MsgType::PROGRESS);
+MessageBuilder ControlClient::FromThisNode(wire::MsgType type) const {
+  MessageBuilder b(type);
   b.header().setRole(options_.role);
   b.header().setRank(options_.rank);
+  return b;
+}
+
+void ControlClient::ReportProgress(const ProgressReport& p) {
+  MessageBuilder b = FromThisNode(wire::MsgType::PROGRESS);
   auto progress = b.header().getBody().initProgress();
   progress.setClock(p.clock);
   progress.setEpoch(p.epoch);
@@ -121,9 +126,7 @@ void ControlClient::ReportProgress(const ProgressReport& p) {
 }
 
 void ControlClient::ReportWorkerDone(const WorkerDoneReport& r) {
-  MessageBuilder b(wire::MsgType::WORKER_DONE);
-  b.header().setRole(options_.role);
-  b.header().setRank(options_.rank);
+  MessageBuilder b = FromThisNode(wire::MsgType::WORKER_DONE);
   auto stats = b.header().getBody().initWorkerStats();
   stats.setSteps(r.steps);
   stats.setExamples(r.examples);
@@ -133,9 +136,7 @@ void ControlClient::ReportWorkerDone(const WorkerDoneReport& r) {
 }
 
 void ControlClient::ReportResult(const EvaluationReport& r) {
-  MessageBuilder b(wire::MsgType::RESULT);
-  b.header().setRole(options_.role);
-  b.header().setRank(options_.rank);
+  MessageBuilder b = FromThisNode(wire::MsgType::RESULT);
   auto e = b.header().getBody().initEvaluation();
   e.setLoss(r.loss);
   e.setAuc(r.auc);
@@ -149,9 +150,7 @@ void ControlClient::ReportCheckpointed(int64_t clock, const absl::Status& status
 }
 
 void ControlClient::ReportAbort(const absl::Status& status, absl::Duration flush) {
-  MessageBuilder b(wire::MsgType::ABORT);
-  b.header().setRole(options_.role);
-  b.header().setRank(options_.rank);
+  MessageBuilder b = FromThisNode(wire::MsgType::ABORT);
   b.header().setStatusCode(static_cast<int32_t>(status.code()));
   b.header().setMessage(std::string(status.message()));
   Send(b.Finish());
@@ -238,9 +237,7 @@ void ControlClient::Loop() {
     }
     const absl::Time now = absl::Now();
     if (now >= next_heartbeat) {
-      MessageBuilder heartbeat(wire::MsgType::HEARTBEAT);
-      heartbeat.header().setRole(options_.role);
-      heartbeat.header().setRank(options_.rank);
+      MessageBuilder heartbeat = FromThisNode(wire::MsgType::HEARTBEAT);
       heartbeat.header().setClock(clock_.load(std::memory_order_relaxed));
       outgoing.push_back(heartbeat.Finish());
       next_heartbeat = now + interval;

@@ -116,6 +116,8 @@ class ControlClient {
   ControlClient(std::unique_ptr<Endpoint> endpoint, ControlOptions options, NodeTable table);
   void Loop();
   void Handle(Message& message);
+  // A message of `type` whose header names this node as the sender.
+  MessageBuilder FromThisNode(wire::MsgType type) const;
 
   const std::unique_ptr<Endpoint> endpoint_;
   const ControlOptions options_;
