@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <thread>
+#include <vector>
 
 #include "core/control_client.h"
 #include "core/inproc_transport.h"
@@ -36,6 +37,33 @@ CoordinatorOptions SmallJob() {
   o.heartbeat_timeout = absl::Milliseconds(500);
   o.startup_timeout = absl::Seconds(10);
   return o;
+}
+
+// Connects workers 0..n-1 at once (registration waits for all of them), reports them ready and
+// waits for the start. Empty when one could not join (the failure is recorded).
+std::vector<std::unique_ptr<ControlClient>> StartWorkers(Transport& transport,
+                                                         const std::string& address, int n) {
+  std::vector<std::unique_ptr<ControlClient>> w(n);
+  std::vector<std::thread> joins;
+  for (int r = 0; r < n; ++r) {
+    joins.emplace_back([&, r] {
+      auto c = ControlClient::Connect(transport, {address, wire::Role::WORKER, r, ""});
+      EXPECT_TRUE(c.ok()) << c.status();
+      if (c.ok()) w[r] = std::move(*c);
+    });
+  }
+  for (std::thread& t : joins) t.join();
+  for (const auto& c : w) {
+    if (!c) return {};
+  }
+  for (auto& c : w) c->ReportReady();
+  for (auto& c : w) {
+    if (auto s = c->WaitForStart(Soon()); !s.ok()) {
+      ADD_FAILURE() << s;
+      return {};
+    }
+  }
+  return w;
 }
 
 TEST(CoordinatorTest, RunsTheWholeProtocol) {
@@ -104,26 +132,11 @@ TEST(CoordinatorTest, SilentNodeIsReportedByNameAndBspJobAborts) {
   absl::Status result;
   std::thread run([&] { result = (*coordinator)->Run(); });
 
-  std::unique_ptr<ControlClient> w0, w1;
-  std::thread t0([&] {
-    auto c =
-        ControlClient::Connect(transport, {(*coordinator)->address(), wire::Role::WORKER, 0, ""});
-    ASSERT_TRUE(c.ok()) << c.status();
-    w0 = std::move(*c);
-  });
-  std::thread t1([&] {
-    auto c =
-        ControlClient::Connect(transport, {(*coordinator)->address(), wire::Role::WORKER, 1, ""});
-    ASSERT_TRUE(c.ok()) << c.status();
-    w1 = std::move(*c);
-  });
-  t0.join();
-  t1.join();
-  ASSERT_TRUE(w0 && w1);
-  w0->ReportReady();
-  w1->ReportReady();
-  ASSERT_TRUE(w0->WaitForStart(Soon()).ok());
-  w1.reset();  // w1 goes silent: its heartbeats stop
+  std::vector<std::unique_ptr<ControlClient>> w =
+      StartWorkers(transport, (*coordinator)->address(), 2);
+  ASSERT_EQ(w.size(), 2u);
+  std::unique_ptr<ControlClient>& w0 = w[0];
+  w[1].reset();  // w1 goes silent: its heartbeats stop
   run.join();
   EXPECT_EQ(result.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(observer.down_reason.find("w1"), std::string::npos) << observer.down_reason;
@@ -150,20 +163,9 @@ TEST(CoordinatorTest, UnderAspAWorkerThatFailsIsDroppedButBadInputStopsTheJob) {
     ASSERT_TRUE(coordinator.ok());
     absl::Status result;
     std::thread run([&] { result = (*coordinator)->Run(); });
-    std::unique_ptr<ControlClient> w[2];
-    std::thread joins[2];
-    for (int r = 0; r < 2; ++r) {
-      joins[r] = std::thread([&, r] {
-        auto c = ControlClient::Connect(transport,
-                                        {(*coordinator)->address(), wire::Role::WORKER, r, ""});
-        ASSERT_TRUE(c.ok()) << c.status();
-        w[r] = std::move(*c);
-      });
-    }
-    for (std::thread& t : joins) t.join();
-    ASSERT_TRUE(w[0] && w[1]);
-    for (auto& c : w) c->ReportReady();
-    ASSERT_TRUE(w[0]->WaitForStart(Soon()).ok());
+    std::vector<std::unique_ptr<ControlClient>> w =
+        StartWorkers(transport, (*coordinator)->address(), 2);
+    ASSERT_EQ(w.size(), 2u);
     w[1]->ReportAbort(absl::Status(code, "w1 gave up"));
     w[1].reset();
     if (code == absl::StatusCode::kInvalidArgument) {
@@ -197,20 +199,9 @@ TEST(CoordinatorTest, AWorkerStuckWhileOthersWaitIsNamedWithItsClock) {
   ASSERT_TRUE(coordinator.ok());
   absl::Status result;
   std::thread run([&] { result = (*coordinator)->Run(); });
-  std::unique_ptr<ControlClient> w[2];
-  std::thread joins[2];
-  for (int r = 0; r < 2; ++r) {
-    joins[r] = std::thread([&, r] {
-      auto c =
-          ControlClient::Connect(transport, {(*coordinator)->address(), wire::Role::WORKER, r, ""});
-      ASSERT_TRUE(c.ok()) << c.status();
-      w[r] = std::move(*c);
-    });
-  }
-  for (std::thread& t : joins) t.join();
-  ASSERT_TRUE(w[0] && w[1]);
-  for (auto& c : w) c->ReportReady();
-  ASSERT_TRUE(w[0]->WaitForStart(Soon()).ok());
+  std::vector<std::unique_ptr<ControlClient>> w =
+      StartWorkers(transport, (*coordinator)->address(), 2);
+  ASSERT_EQ(w.size(), 2u);
   const absl::Time start = absl::Now();
   w[0]->SetClock(5);  // waits at clock 5 for w1
   w[1]->SetClock(4);  // alive, but never gets further
