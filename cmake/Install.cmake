@@ -5,7 +5,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-install(TARGETS syncline-launch syncline-ps syncline-worker syncline-gen
+install(TARGETS syncline-launch syncline-node syncline-ps syncline-worker syncline-gen
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS syncline_client syncline_worker syncline_worker_data syncline_job syncline_core
                 syncline_optim syncline_compression syncline_checkpoint

@@ -27,6 +27,7 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(
   reg.setHost(host);
   reg.setPid(static_cast<int32_t>(getpid()));
   reg.setVersion(options.version);
+  reg.setWorldSize(options.world_size);
   const absl::Time deadline = absl::Now() + options.startup_timeout;
   if (auto s = ep.Send(kCoordinatorId, b.Finish(), deadline); !s.ok()) return s;
 

@@ -40,6 +40,9 @@ struct ControlOptions {
   absl::Duration startup_timeout = absl::Seconds(120);
   // The build this node runs; the coordinator refuses one that differs from its own.
   std::string version = kBuildVersion;
+  // The ranks a cluster launcher started this node among (0: unknown); the coordinator refuses
+  // a world of another size.
+  int world_size = 0;
 };
 
 // A worker's progress since its last report (metrics.csv rows, the launcher's progress line).

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/log.h"
+#include "core/net.h"
 #include "core/version.h"
 
 namespace syncline {
@@ -27,8 +28,12 @@ struct Coordinator::NodeState {
   int64_t clock = -1;      // workers: the clock their last heartbeat carried
   absl::Time clock_since;  // when that clock was first seen
 
+  // "w2 (pid 812 on gpu3)", and the data address when it is off loopback: hosts that share a
+  // name (containers, network namespaces) are still told apart.
   std::string Name() const {
-    return absl::StrFormat("%s (pid %d on %s)", DataEndpointId(role, rank), pid, host);
+    const std::string where =
+        address.empty() || IsLoopbackAddress(address) ? host : absl::StrCat(host, ", ", address);
+    return absl::StrFormat("%s (pid %d on %s)", DataEndpointId(role, rank), pid, where);
   }
 };
 
@@ -157,6 +162,17 @@ absl::Status Coordinator::Register() {
           kBuildVersion));
     } else if (role == wire::Role::SERVER && reg.getDataAddress().size() == 0) {
       problem = absl::InvalidArgumentError("a server must give its data address");
+    }
+    if (const int world = reg.getWorldSize(); world != 0 && world != static_cast<int>(expected)) {
+      // The cluster launcher started the wrong number of ranks: waiting would only end in the
+      // startup timeout (or, worse, in a world of its own), so the job stops now.
+      const absl::Status wrong = absl::FailedPreconditionError(absl::StrFormat(
+          "%s (pid %d on %s) was started as one of %d ranks, but this job has %d nodes (%d "
+          "servers + %d workers): start exactly %d ranks",
+          DataEndpointId(role, rank), reg.getPid(), reg.getHost().cStr(), world, expected,
+          options_.num_servers, options_.num_workers, expected));
+      SendTo(message->peer(), MakeErrorReply(h, wrong));
+      return wrong;
     }
     if (!problem.ok()) {
       SYNCLINE_LOG(WARNING) << "rejected registration from " << message->peer() << ": " << problem;

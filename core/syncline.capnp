@@ -93,6 +93,7 @@ struct Register {
   host @1 :Text;
   pid @2 :Int32;
   version @3 :Text;        # the node's build (core/version.h); the coordinator refuses another
+  worldSize @4 :Int32;     # ranks its cluster launcher started (0: unknown); checked likewise
 }
 
 struct NodeInfo {

@@ -30,9 +30,22 @@ inline std::optional<int> AddNodeFlags(CLI::App& app, NodeOptions* options, cons
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--bind", options->bind,
-                 "ZeroMQ address this node's data endpoint listens on; port 0 picks a free one "
-                 "[SYNCLINE_BIND]")
-      ->capture_default_str();
+                 "ZeroMQ address this node's data endpoint listens on, e.g. tcp://10.0.0.2:0 "
+                 "(port 0 picks a free one); default: the address of --interface, else the one "
+                 "whose route reaches the coordinator (loopback for a local job) [SYNCLINE_BIND]");
+  app.add_option("--interface", options->interface,
+                 "listen on this network interface's IPv4 address, e.g. eth0 or ib0 "
+                 "[SYNCLINE_INTERFACE]");
+  app.add_option_function<std::string>(
+      "--port-range",
+      [options](const std::string& text) {
+        auto ports = ParsePortRange(text);
+        if (!ports.ok())
+          throw CLI::ValidationError("--port-range", std::string(ports.status().message()));
+        options->ports = *ports;
+      },
+      "listen on the first free port in FIRST-LAST (for firewalls that open only those) "
+      "[SYNCLINE_PORT_RANGE]");
   app.add_option_function<double>(
          "--startup-timeout",
          [options](double seconds) { options->startup_timeout = absl::Seconds(seconds); },

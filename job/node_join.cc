@@ -1,13 +1,40 @@
 #include "job/node_join.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/log.h"
 #include "core/node_table.h"
 #include "job/job_wire.h"
 
 namespace syncline {
+namespace {
+
+// Preflight: a worker opens a TCP connection to every server (and, in a gossip job, to every
+// other worker) before it reports ready, so that a firewall or a wrong address is named now,
+// with both ends, rather than found later as a request that never returns.
+absl::Status CheckPeersReachable(wire::Role role, int rank, const JoinedJob& job) {
+  if (role != wire::Role::WORKER) return absl::OkStatus();
+  std::vector<std::string> problems;
+  for (const NodeInfo& peer : job.control->table().nodes) {
+    const bool needed = peer.role == wire::Role::SERVER ||
+                        (job.spec.sync.gossip() && peer.role == wire::Role::WORKER);
+    if (!needed || peer.address.empty() || (peer.role == role && peer.rank == rank)) continue;
+    if (peer.address.rfind("tcp://", 0) != 0) continue;  // in-process endpoints
+    if (auto s = ProbeTcp(peer.address, absl::Seconds(5)); !s.ok()) {
+      problems.push_back(absl::StrCat(peer.id, ": ", s.message()));
+    }
+  }
+  if (problems.empty()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(DataEndpointId(role, rank), " at ", job.data_address,
+                                             " cannot reach ", absl::StrJoin(problems, "; ")));
+}
+
+}  // namespace
 
 absl::StatusOr<JoinedJob> JoinJob(Transport& transport, wire::Role role,
                                   const NodeOptions& options) {
@@ -16,10 +43,20 @@ absl::StatusOr<JoinedJob> JoinJob(Transport& transport, wire::Role role,
   if (!endpoint.ok()) return endpoint.status();
   // Listen before registering: the address goes into the node table, and peers may connect
   // as soon as they have it.
-  auto address = (*endpoint)->Bind(options.bind);
+  absl::StatusOr<std::string> address = ChooseBindAddress(options);
+  if (address.ok()) {
+    auto hp = ParseTcpAddress(*address);
+    address = hp.ok() && hp->port == 0 ? BindInRange(**endpoint, hp->host, options.ports)
+                                       : (*endpoint)->Bind(*address);
+  }
   if (!address.ok()) return address.status();
   job.data = std::move(*endpoint);
   job.data_address = *address;
+  {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    SYNCLINE_LOG(INFO) << job.data->id() << " on " << host << " listening at " << *address;
+  }
 
   ControlOptions control;
   control.coordinator_address = options.coordinator;
@@ -28,6 +65,7 @@ absl::StatusOr<JoinedJob> JoinJob(Transport& transport, wire::Role role,
   control.data_address = job.data_address;
   control.startup_timeout = options.startup_timeout;
   control.version = options.version;
+  control.world_size = options.world_size;
   auto client = ControlClient::Connect(transport, control);
   if (!client.ok()) {
     return absl::Status(client.status().code(),
@@ -50,6 +88,10 @@ absl::StatusOr<JoinedJob> JoinJob(Transport& transport, wire::Role role,
     return spec.status();
   }
   job.spec = std::move(*spec);
+  if (auto s = CheckPeersReachable(role, options.rank, job); !s.ok()) {
+    job.control->ReportAbort(s);
+    return s;
+  }
   return job;
 }
 
@@ -74,6 +116,7 @@ absl::Status NodeOptionsFromEnvironment(NodeOptions* options) {
   };
   if (const char* c = env("SYNCLINE_COORDINATOR")) options->coordinator = c;
   if (const char* b = env("SYNCLINE_BIND")) options->bind = b;
+  if (const char* i = env("SYNCLINE_INTERFACE")) options->interface = i;
   if (const char* r = env("SYNCLINE_RANK")) {
     int rank = 0;
     if (!absl::SimpleAtoi(r, &rank) || rank < 0) {
@@ -82,7 +125,43 @@ absl::Status NodeOptionsFromEnvironment(NodeOptions* options) {
     }
     options->rank = rank;
   }
+  if (const char* w = env("SYNCLINE_WORLD_SIZE")) {
+    int size = 0;
+    if (!absl::SimpleAtoi(w, &size) || size < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SYNCLINE_WORLD_SIZE='", w, "' is not a world size (an integer >= 1)"));
+    }
+    options->world_size = size;
+  }
+  if (const char* p = env("SYNCLINE_PORT_RANGE")) {
+    auto ports = ParsePortRange(p);
+    if (!ports.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("SYNCLINE_PORT_RANGE: ", ports.status().message()));
+    options->ports = *ports;
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ChooseBindAddress(const NodeOptions& options) {
+  if (!options.bind.empty()) return options.bind;
+  if (!options.interface.empty()) {
+    auto ip = InterfaceAddress(options.interface);
+    if (!ip.ok()) return ip.status();
+    return absl::StrCat("tcp://", *ip, ":0");
+  }
+  if (options.coordinator.empty() || IsLoopbackAddress(options.coordinator)) {
+    return std::string("tcp://127.0.0.1:0");
+  }
+  auto coordinator = ParseTcpAddress(options.coordinator);
+  if (!coordinator.ok()) return coordinator.status();
+  auto ip = LocalAddressToward(coordinator->host);
+  if (!ip.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot choose an address to listen on: ", ip.status().message(),
+                     " (give --interface or --bind)"));
+  }
+  return absl::StrCat("tcp://", *ip, ":0");
 }
 
 }  // namespace syncline

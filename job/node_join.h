@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "core/control_client.h"
 #include "core/coordinator.h"
+#include "core/net.h"
 #include "core/transport.h"
 #include "core/version.h"
 #include "syncline/job_spec.h"
@@ -26,9 +27,17 @@ struct NodeOptions {
   // The coordinator's address, e.g. "tcp://10.0.0.1:7000".
   std::string coordinator;
   int rank = 0;
-  // Where the node's data endpoint listens; port 0 picks a free one. Peers reach it at the
-  // address it reports, so it must be reachable from them.
-  std::string bind = "tcp://127.0.0.1:0";
+  // Where the node's data endpoint listens, as a ZeroMQ address; port 0 picks a free one.
+  // Peers reach it at the address it reports, so it must be reachable from them. Empty: on
+  // `interface`'s address, or else on the address whose route reaches the coordinator
+  // (loopback when the coordinator is on loopback), at a port in `ports`.
+  std::string bind;
+  std::string interface;
+  PortRange ports;
+  // How many ranks the cluster launcher started (SLURM_NTASKS, OMPI_COMM_WORLD_SIZE, ...), sent
+  // at registration so that the coordinator refuses a wrong world at once; 0: not started as
+  // one world.
+  int world_size = 0;
   // How long to wait for every node of the job to register.
   absl::Duration startup_timeout = absl::Seconds(120);
   // The build this node claims; the coordinator refuses one other than its own (tests).
@@ -67,10 +76,14 @@ absl::StatusOr<JoinedJob> JoinJob(Transport& transport, wire::Role role,
 // it evaluates, and the spec it hands to every node.
 CoordinatorOptions CoordinatorOptionsFor(const JobSpec& spec);
 
-// NodeOptions from the environment: SYNCLINE_COORDINATOR, SYNCLINE_RANK, SYNCLINE_BIND
-// (each left as it is when unset or empty). A rank that is not a non-negative integer is
-// InvalidArgument naming the variable.
+// NodeOptions from the environment: SYNCLINE_COORDINATOR, SYNCLINE_RANK, SYNCLINE_BIND,
+// SYNCLINE_INTERFACE, SYNCLINE_PORT_RANGE, SYNCLINE_WORLD_SIZE (each left as it is when unset
+// or empty). A value that does not parse is InvalidArgument naming the variable.
 absl::Status NodeOptionsFromEnvironment(NodeOptions* options);
+
+// The ZeroMQ address a node's data endpoint binds for `options` (see NodeOptions::bind), with
+// port 0 standing for "a port in options.ports".
+absl::StatusOr<std::string> ChooseBindAddress(const NodeOptions& options);
 
 }  // namespace syncline
 

@@ -7,11 +7,14 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "core/coordinator.h"
 #include "core/log.h"
@@ -19,6 +22,7 @@
 #include "job/job_spec.h"
 #include "job/node_join.h"
 #include "launch/checkpoint_tracker.h"
+#include "launch/cluster.h"
 #include "launch/experiment.h"
 #include "launch/generate_data.h"
 #include "launch/job_config.h"
@@ -71,6 +75,67 @@ int Conclude(const JobOutcome& outcome, RunReport& report) {
   return 0;
 }
 
+// The coordinator's ZeroMQ address on `ip`: port 0 (any) or, with a range, its first port
+// (Coordinator::Create binds once; the nodes search their own ranges).
+std::string BindAddress(const std::string& ip, PortRange ports) {
+  return absl::StrCat("tcp://", ip, ":", ports.any() ? 0 : ports.first);
+}
+
+// --sbatch: a batch script that runs this very command with --launcher slurm inside the
+// allocation (the coordinator in the batch step, the nodes by srun), submitted with sbatch.
+int SubmitBatchJob(int argc, char** argv, const JobSpec& spec, const std::string& out,
+                   const std::string& sbatch_args) {
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) return Refuse(absl::StrCat("cannot create ", out, ": ", ec.message()));
+  std::vector<std::string> args;
+  bool resumes = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--sbatch") continue;
+    if (a == "--sbatch-args" || a == "--launcher") {
+      ++i;
+      continue;
+    }
+    if (a.rfind("--sbatch-args=", 0) == 0 || a.rfind("--launcher=", 0) == 0) continue;
+    resumes = resumes || a == "--resume" || a == "--resume-if-any";
+    args.emplace_back(a);
+  }
+  args.insert(args.end(), {"--launcher", "slurm"});
+  // A requeued job resumes from its newest complete checkpoint.
+  if (!resumes && spec.checkpoint.enabled()) args.emplace_back("--resume-if-any");
+  std::string command = ShellQuote(fs::canonical("/proc/self/exe", ec).string());
+  for (const std::string& a : args) absl::StrAppend(&command, " ", ShellQuote(a));
+  const fs::path script = fs::absolute(fs::path(out) / "job.sbatch");
+  {
+    std::ofstream f(script, std::ios::trunc);
+    f << "#!/bin/bash\n"
+      << "# Written by syncline-launch --sbatch: the job's coordinator runs in this batch step,\n"
+      << "# its nodes in the allocation's tasks (srun).\n"
+      << "#SBATCH --job-name=syncline\n"
+      << "#SBATCH --ntasks=" << spec.servers + spec.workers << "\n"
+      << "#SBATCH --output=" << (fs::absolute(out) / "slurm-%j.out").string() << "\n"
+      << "#SBATCH --open-mode=append\n"
+      << "#SBATCH --requeue\n"
+      << "cd " << ShellQuote(fs::current_path(ec).string()) << " || exit 1\n"
+      << "exec " << command << "\n";
+    if (!f) return Refuse(absl::StrCat("cannot write ", script.string()));
+  }
+  fs::permissions(script, fs::perms::owner_all | fs::perms::group_read, ec);
+  std::vector<std::string> sbatch = {"sbatch"};
+  for (absl::string_view w : absl::StrSplit(sbatch_args, ' ', absl::SkipEmpty())) {
+    sbatch.emplace_back(w);
+  }
+  sbatch.push_back(script.string());
+  std::cout << "syncline-launch: submitting " << script.string() << std::endl;
+  std::vector<char*> cargv;
+  for (std::string& a : sbatch) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  execvp("sbatch", cargv.data());
+  return Refuse(absl::StrCat("cannot run sbatch: ", std::strerror(errno), " (the script is at ",
+                             script.string(), ")"));
+}
+
 int Main(int argc, char** argv) {
   CLI::App app(kAbout);
   JobConfig config;
@@ -85,6 +150,52 @@ int Main(int argc, char** argv) {
   app.add_flag("--resume-if-any", resume_if_any,
                "Like --resume when --checkpoint-dir holds a complete checkpoint, else start "
                "afresh: one command for every attempt of a job that a scheduler may requeue");
+  ClusterOptions cluster;
+  std::string launcher = "local", hosts, hostfile, port_range, sbatch_args;
+  bool sbatch = false, insecure = false;
+  auto* where =
+      app.add_option_group("Where the nodes run (see \"Run on a cluster\" in the README)");
+  where
+      ->add_option("--launcher", launcher,
+                   "What starts the nodes: local (children of this process), ssh (one --rsh per "
+                   "node on --hosts), mpirun (Open MPI across --hosts), slurm (srun inside an "
+                   "allocation)")
+      ->capture_default_str();
+  where->add_option("--hosts", hosts,
+                    "ssh/mpirun: hosts to spread the nodes over, HOST[:SLOTS],... e.g. h1,h2:4");
+  where->add_option("--hostfile", hostfile,
+                    "ssh/mpirun: an Open MPI hostfile (lines 'HOST slots=N') instead of --hosts");
+  where
+      ->add_option("--servers-per-host", cluster.servers_per_host,
+                   "ssh: put the servers K to a host on the first hosts (default: round-robin "
+                   "with the workers, one per host and turn)")
+      ->check(CLI::NonNegativeNumber);
+  where
+      ->add_option("--rsh", cluster.rsh,
+                   "ssh/mpirun: the command that runs COMMAND on HOST, called as RSH HOST "
+                   "COMMAND (mpirun: its plm_rsh_agent)")
+      ->capture_default_str();
+  where->add_option("--interface", cluster.interface,
+                    "network interface the coordinator and the nodes listen on (default: the one "
+                    "whose route reaches the first host; loopback for a local job)");
+  where->add_option("--coordinator-interface", cluster.coordinator_interface,
+                    "the coordinator's interface, when it is not the nodes' --interface (a "
+                    "launcher on a login node)");
+  where->add_option("--port-range", port_range,
+                    "listen only on ports FIRST-LAST (coordinator and nodes), for firewalls");
+  where->add_option("--launcher-args", cluster.launcher_args,
+                    "mpirun/slurm: extra arguments for mpirun or srun, e.g. '--mca "
+                    "btl_tcp_if_include eth0' or '--overcommit'");
+  where->add_flag("--sbatch", sbatch,
+                  "slurm: write OUT/job.sbatch, a batch script that runs this job with "
+                  "--launcher slurm (and --resume-if-any when it checkpoints, so that a requeued "
+                  "job resumes), and submit it with sbatch");
+  where->add_option("--sbatch-args", sbatch_args, "extra arguments for sbatch, e.g. '--wait'");
+  where->add_flag("--insecure", insecure,
+                  "Off loopback, send plaintext without authentication (trusted networks only). "
+                  "Default: CURVE encryption with a per-job key, OUT/job.key");
+  where->add_option("--key-file", cluster.key_file,
+                    "the job key to use instead of a new OUT/job.key (a file every host can read)");
   if (auto s = AddJobFlags(app, &config); !s.ok()) return Refuse(s.message());
   auto action = ParseJobCommandLine(argc, argv, app, &config);
   if (!action.ok())
@@ -95,6 +206,36 @@ int Main(int argc, char** argv) {
   }
   absl::StatusOr<JobSpec> spec = BuildJobSpec(config);
   if (!spec.ok()) return Refuse(spec.status().message());
+  if (auto kind = ParseLauncher(launcher); kind.ok()) {
+    cluster.kind = *kind;
+  } else {
+    return Refuse(kind.status().message());
+  }
+  cluster.rsh_given = app.get_option("--rsh")->count() > 0;
+  if (!hosts.empty() && !hostfile.empty()) return Refuse("give --hosts or --hostfile, not both");
+  if (!hosts.empty() || !hostfile.empty()) {
+    auto parsed = hosts.empty() ? ReadHostfile(hostfile) : ParseHosts(hosts);
+    if (!parsed.ok()) return Refuse(parsed.status().message());
+    cluster.hosts = std::move(*parsed);
+  }
+  const bool needs_hosts =
+      cluster.kind == LauncherKind::kSsh || cluster.kind == LauncherKind::kMpirun;
+  if (needs_hosts && cluster.hosts.empty()) {
+    return Refuse(absl::StrCat("--launcher ", launcher, " needs --hosts or --hostfile"));
+  }
+  if (!needs_hosts && !cluster.hosts.empty()) {
+    return Refuse(
+        absl::StrCat("--hosts and --hostfile are for --launcher ssh or mpirun, not ", launcher));
+  }
+  if (!port_range.empty()) {
+    auto ports = ParsePortRange(port_range);
+    if (!ports.ok()) return Refuse(absl::StrCat("--port-range: ", ports.status().message()));
+    cluster.ports = *ports;
+  }
+  if (sbatch) return SubmitBatchJob(argc, argv, *spec, config.out, sbatch_args);
+  std::error_code cwd_error;
+  cluster.working_dir = fs::current_path(cwd_error).string();
+  cluster.out = fs::absolute(config.out).string();
   if (resume && resume_if_any) return Refuse("give --resume or --resume-if-any, not both");
   if ((resume || resume_if_any) && spec->sync.gossip() && spec->sync.asynchronous) {
     return Refuse(AsyncGossipCannotCheckpoint(spec->sync));
@@ -118,12 +259,20 @@ int Main(int argc, char** argv) {
   report.SetCheckpoints(&checkpoints, *restore_clock);
   if (auto s = report.Open(); !s.ok()) return Refuse(s.message());
 
+  absl::StatusOr<std::string> bind_ip = CoordinatorBindIp(cluster);
+  if (!bind_ip.ok()) return Refuse(bind_ip.status().message());
   ZmqTransport transport;
-  auto coordinator =
-      Coordinator::Create(transport, "tcp://127.0.0.1:0", CoordinatorOptionsFor(*spec), &report);
+  auto coordinator = Coordinator::Create(transport, BindAddress(*bind_ip, cluster.ports),
+                                         CoordinatorOptionsFor(*spec), &report);
   if (!coordinator.ok()) {
     std::cerr << "syncline-launch: " << coordinator.status().message() << "\n";
     return 1;
+  }
+  auto processes = NodeProcesses(*spec, cluster, (*coordinator)->address(), external_workers);
+  if (!processes.ok()) return Refuse(processes.status().message());
+  if (cluster.kind != LauncherKind::kLocal) {
+    std::cout << "coordinator " << (*coordinator)->address() << ", nodes by "
+              << LauncherName(cluster.kind) << std::endl;
   }
   if (external_workers) {
     // Scripts read the address from the file; people from the line.
@@ -136,8 +285,8 @@ int Main(int argc, char** argv) {
   sa.sa_handler = OnSignal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  const JobOutcome outcome = Supervise(*spec, **coordinator, report, checkpoints, *restore_clock,
-                                       g_signal, external_workers);
+  const JobOutcome outcome =
+      Supervise(*spec, *processes, **coordinator, report, checkpoints, *restore_clock, g_signal);
   report.EndProgress();
   checkpoints.Flush();  // manifests decided so far are on disk before the summary counts them
   return Conclude(outcome, report);

@@ -4,8 +4,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <string_view>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -67,6 +70,34 @@ class CheckpointTimer {
   int64_t requested_ = -1;
 };
 
+// The worker a child's label names ("w3": 3); nullopt for servers and cluster launchers.
+std::optional<int> WorkerOfLabel(const std::string& label) {
+  int rank = 0;
+  if (label.size() < 2 || label[0] != 'w' || !absl::SimpleAtoi(label.substr(1), &rank)) {
+    return std::nullopt;
+  }
+  return rank;
+}
+
+// The node a line of output came from. A child that is one node says so by its label; the
+// output of mpirun or srun mixes every rank's lines, which name their node after the level and
+// the time ("I 12:00:01.234 w3 ..."), so each node's lines still land in logs/NODE.log.
+std::string_view NodeOfLine(std::string_view label, std::string_view line) {
+  if (label != "mpirun" && label != "srun") return label;
+  // Open MPI's --tag-output and srun --label put "[1,3]<stderr>:" or "3: " first.
+  if (line.size() < 16 || line[1] != ' ' || line[4] != ':' || line[7] != ':' || line[10] != '.') {
+    return label;
+  }
+  const std::string_view rest = line.substr(15);
+  const size_t space = rest.find(' ');
+  const std::string_view tag = rest.substr(0, space);
+  const bool node =
+      tag.size() >= 2 && tag.size() <= 8 &&
+      (tag[0] == 'w' || (tag.size() >= 3 && tag.substr(0, 2) == "ps")) &&
+      tag.find_first_not_of("0123456789", tag[0] == 'w' ? 1 : 2) == std::string_view::npos;
+  return node ? tag : label;
+}
+
 }  // namespace
 
 std::string FindBinary(const std::string& name, const std::string& subdir) {
@@ -85,12 +116,13 @@ ProcessSpec NodeProcess(wire::Role role, int rank, const std::string& coordinato
        "--coordinator", coordinator, "--rank", absl::StrCat(rank)}};
 }
 
-JobOutcome Supervise(const JobSpec& spec, Coordinator& coordinator, RunReport& report,
+JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& processes,
+                     Coordinator& coordinator, RunReport& report,
                      const CheckpointTracker& checkpoints, int64_t restore_clock,
-                     const std::atomic<int>& signal, bool external_workers) {
+                     const std::atomic<int>& signal) {
   JobOutcome out;
   ProcessGroup group([&report](std::string_view label, OutputStream, std::string_view line) {
-    report.ChildLine(label, line);
+    report.ChildLine(NodeOfLine(label, line), line);
   });
   std::atomic<bool> job_done{false};
   const absl::Time start = absl::Now();
@@ -104,13 +136,9 @@ JobOutcome Supervise(const JobSpec& spec, Coordinator& coordinator, RunReport& r
     out.failure_code = code;
     coordinator.Abort(out.failure);
   };
-  for (wire::Role role : {wire::Role::SERVER, wire::Role::WORKER}) {
-    const int n = role == wire::Role::SERVER ? spec.servers : external_workers ? 0 : spec.workers;
-    for (int r = 0; r < n && out.failure.empty(); ++r) {
-      if (auto pid = group.Start(NodeProcess(role, r, coordinator.address())); !pid.ok()) {
-        fail(std::string(pid.status().message()), 1);
-      }
-    }
+  for (const ProcessSpec& p : processes) {
+    if (!out.failure.empty()) break;
+    if (auto pid = group.Start(p); !pid.ok()) fail(std::string(pid.status().message()), 1);
   }
 
   CheckpointTimer timer(spec, start, restore_clock);
@@ -128,12 +156,12 @@ JobOutcome Supervise(const JobSpec& spec, Coordinator& coordinator, RunReport& r
     for (const ExitEvent& e : exited) {
       report.OnChildExit(e.label, e.max_rss_kib);
       if (e.success()) continue;
-      const bool worker = e.label.rfind("w", 0) == 0;
+      const std::optional<int> worker = WorkerOfLabel(e.label);
       const bool job_stopper = e.exit_code == kExitBadInput || e.exit_code == kExitDiverged;
       if (out.failure.empty() && worker && spec.sync.server_staleness() != 0 && !job_stopper) {
         // ASP/SSP and gossip go on without a lost worker; the coordinator tells the servers.
         out.lost.push_back(DescribeExit(e));
-        coordinator.ReportLost(wire::Role::WORKER, std::stoi(e.label.substr(1)), out.lost.back());
+        coordinator.ReportLost(wire::Role::WORKER, *worker, out.lost.back());
         continue;
       }
       if (exit_failure.empty()) {

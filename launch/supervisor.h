@@ -37,13 +37,14 @@ struct JobOutcome {
   absl::Duration wall;
 };
 
-// Runs the job: `coordinator` (not yet running) on a thread of its own, the nodes as children.
-// `signal` is polled: a non-zero value is an interruption by that signal. With
-// `external_workers` only the servers are started: the workers are the user's own programs
-// (include/syncline/worker_session.h), which join at the coordinator's address.
-JobOutcome Supervise(const JobSpec& spec, Coordinator& coordinator, RunReport& report,
+// Runs the job: `coordinator` (not yet running) on a thread of its own, and `processes`, the
+// children that start its nodes (launch/cluster.h's NodeProcesses: one per node, or one
+// mpirun or srun for all). `signal` is polled: a non-zero value is an interruption by that
+// signal. A child labelled with a worker's id ("w3") that fails is that worker lost.
+JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& processes,
+                     Coordinator& coordinator, RunReport& report,
                      const CheckpointTracker& checkpoints, int64_t restore_clock,
-                     const std::atomic<int>& signal, bool external_workers = false);
+                     const std::atomic<int>& signal);
 
 }  // namespace syncline
 

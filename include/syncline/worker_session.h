@@ -46,8 +46,9 @@ struct SessionOptions {
   std::string coordinator;
   // This worker's rank, 0..workers-1; each rank joins once.
   int rank = 0;
-  // Where this worker's data endpoint listens (port 0: any free one).
-  std::string bind = "tcp://127.0.0.1:0";
+  // Where this worker's data endpoint listens (port 0: any free one). Empty: on the address
+  // whose route reaches the coordinator (loopback when it is on loopback).
+  std::string bind;
   // How long to wait for every node of the job to join.
   absl::Duration startup_timeout = absl::Seconds(120);
 };
