@@ -12,7 +12,7 @@
 namespace syncline {
 
 struct WorkerSession::State {
-  ZmqTransport transport;
+  std::unique_ptr<ZmqTransport> transport;
   JoinedJob job;
   std::unique_ptr<KVClient> kv;
   int rank = 0;
@@ -32,7 +32,12 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(const Session
   node.rank = options.rank;
   node.bind = options.bind;
   node.startup_timeout = options.startup_timeout;
-  auto joined = JoinJob(state->transport, wire::Role::WORKER, node);
+  node.key_file = options.key_file;
+  node.insecure = options.insecure;
+  absl::StatusOr<ZmqOptions> transport = NodeTransportOptions(node);
+  if (!transport.ok()) return transport.status();
+  state->transport = std::make_unique<ZmqTransport>(*transport);
+  auto joined = JoinJob(*state->transport, wire::Role::WORKER, node);
   if (!joined.ok()) return joined.status();
   state->job = std::move(*joined);
   state->rank = options.rank;

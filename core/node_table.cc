@@ -93,4 +93,16 @@ std::string ControlEndpointId(wire::Role role, int rank) {
   return absl::StrCat(DataEndpointId(role, rank), ".ctl");
 }
 
+std::vector<std::string> JobEndpointIds(int servers, int workers) {
+  std::vector<std::string> ids = {kCoordinatorId};
+  for (wire::Role role : {wire::Role::SERVER, wire::Role::WORKER}) {
+    const int n = role == wire::Role::SERVER ? servers : workers;
+    for (int r = 0; r < n; ++r) {
+      ids.push_back(DataEndpointId(role, r));
+      ids.push_back(ControlEndpointId(role, r));
+    }
+  }
+  return ids;
+}
+
 }  // namespace syncline

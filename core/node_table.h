@@ -44,6 +44,10 @@ std::string DataEndpointId(wire::Role role, int rank);
 std::string ControlEndpointId(wire::Role role, int rank);
 std::string RoleName(wire::Role role);
 
+// Every routing id of a job with these nodes: the coordinator's, and each node's data and
+// control endpoints (an authenticating transport's list, Transport::AllowPeers).
+std::vector<std::string> JobEndpointIds(int servers, int workers);
+
 // The coordinator's routing id: fixed, so that nodes need only its address.
 inline constexpr char kCoordinatorId[] = "coordinator";
 

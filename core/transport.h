@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -66,6 +67,10 @@ class Transport {
   virtual ~Transport() = default;
   // `id` must be unique among the endpoints that talk to each other.
   virtual absl::StatusOr<std::unique_ptr<Endpoint>> CreateEndpoint(std::string id) = 0;
+  // The routing ids of every endpoint of the job, once known (the coordinator knows them from
+  // the start, a node from the node table): an authenticating transport then accepts
+  // connections from exactly these. Connections that come earlier wait for the list.
+  virtual void AllowPeers(const std::vector<std::string>& ids) {}
 };
 
 }  // namespace syncline

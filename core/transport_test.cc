@@ -3,24 +3,31 @@
 #include <thread>
 
 #include "core/inproc_transport.h"
+#include "core/job_key.h"
+#include "core/node_table.h"
 #include "core/zmq_transport.h"
 
 namespace syncline {
 namespace {
 
-enum class Kind { kZmq, kInproc };
+enum class Kind { kZmq, kCurve, kInproc };
 
 class TransportTest : public testing::TestWithParam<Kind> {
  protected:
   void SetUp() override {
     if (GetParam() == Kind::kZmq) {
       transport_ = std::make_unique<ZmqTransport>();
+    } else if (GetParam() == Kind::kCurve) {
+      ZmqOptions options;
+      options.key = std::make_shared<const JobKey>(JobKey::Generate());
+      transport_ = std::make_unique<ZmqTransport>(options);
+      transport_->AllowPeers({"server", "client", "a", "c0", "c1", "c2", "c3"});
     } else {
       transport_ = std::make_unique<InprocTransport>();
     }
   }
   std::string BindAddress() const {
-    return GetParam() == Kind::kZmq ? "tcp://127.0.0.1:0" : "inproc://x";
+    return GetParam() == Kind::kInproc ? "inproc://x" : "tcp://127.0.0.1:0";
   }
   absl::Time Soon() const { return absl::Now() + absl::Seconds(5); }
   std::unique_ptr<Transport> transport_;
@@ -107,11 +114,108 @@ TEST_P(TransportTest, ManyClientsOneServer) {
   for (auto& t : threads) t.join();
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, TransportTest, testing::Values(Kind::kZmq, Kind::kInproc),
+INSTANTIATE_TEST_SUITE_P(Transports, TransportTest,
+                         testing::Values(Kind::kZmq, Kind::kCurve, Kind::kInproc),
                          [](const auto& info) {
-                           return info.param == Kind::kZmq ? std::string("Zmq")
-                                                           : std::string("Inproc");
+                           return info.param == Kind::kZmq     ? std::string("Zmq")
+                                  : info.param == Kind::kCurve ? std::string("Curve")
+                                                               : std::string("Inproc");
                          });
+
+// CURVE: a job's server, and the strangers that try it.
+class CurveTest : public testing::Test {
+ protected:
+  CurveTest() : key_(std::make_shared<const JobKey>(JobKey::Generate())) {
+    ZmqOptions options;
+    options.key = key_;
+    job_ = std::make_unique<ZmqTransport>(options);
+    server_ = *job_->CreateEndpoint("ps0");
+    address_ = *server_->Bind("tcp://127.0.0.1:0");
+  }
+  // Whether a message from `ep` (connected as `id`) reaches the server within a second.
+  bool Reaches(Endpoint& ep) {
+    if (!ep.Connect("ps0", address_).ok()) return false;
+    (void)ep.Send("ps0", Simple(7, {1.0f}), absl::Now() + absl::Seconds(1));
+    auto got = server_->Receive(absl::Now() + absl::Seconds(1));
+    return got.ok();
+  }
+  // A worker of the job sends, and is heard under its own id.
+  void JobStillServes() {
+    auto w1 = job_->CreateEndpoint("w1");
+    ASSERT_TRUE(w1.ok());
+    ASSERT_TRUE((*w1)->Connect("ps0", address_).ok());
+    ASSERT_TRUE((*w1)->Send("ps0", Simple(8, {2.0f}), absl::Now() + absl::Seconds(5)).ok());
+    auto got = server_->Receive(absl::Now() + absl::Seconds(5));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->peer(), "w1");
+    ASSERT_TRUE(server_->Send("w1", Simple(9, {}), absl::Now() + absl::Seconds(5)).ok());
+    EXPECT_TRUE((*w1)->Receive(absl::Now() + absl::Seconds(5)).ok());
+  }
+  std::shared_ptr<const JobKey> key_;
+  std::unique_ptr<ZmqTransport> job_;
+  std::unique_ptr<Endpoint> server_;
+  std::string address_;
+};
+
+TEST_F(CurveTest, AKeyNotYetAllowedWaitsForTheNodeTable) {
+  // The server's transport does not know the job's ids yet: a worker's handshake waits...
+  ZmqOptions options;
+  options.key = key_;
+  ZmqTransport worker(options);
+  auto w0 = worker.CreateEndpoint("w0");
+  ASSERT_TRUE((*w0)->Connect("ps0", address_).ok());
+  ASSERT_TRUE((*w0)->Send("ps0", Simple(1, {}), absl::Now() + absl::Seconds(5)).ok());
+  EXPECT_FALSE(server_->Receive(absl::Now() + absl::Milliseconds(300)).ok());
+  // ... and goes through once it does.
+  job_->AllowPeers(JobEndpointIds(1, 2));
+  auto got = server_->Receive(absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->peer(), "w0");
+}
+
+TEST_F(CurveTest, APlaintextStrangerIsNotHeard) {
+  job_->AllowPeers(JobEndpointIds(1, 2));
+  ZmqTransport plain;
+  auto stranger = plain.CreateEndpoint("w0");
+  EXPECT_FALSE(Reaches(**stranger));
+  JobStillServes();
+}
+
+TEST_F(CurveTest, AnotherJobsKeyIsRefusedByTheZapHandler) {
+  job_->AllowPeers(JobEndpointIds(1, 2));
+  ZmqOptions options;
+  options.key = std::make_shared<const JobKey>(JobKey::Generate());
+  ZmqTransport other(options);
+  // It even knows... nothing: its idea of ps0's public key is wrong too, so the handshake
+  // fails before or at the ZAP handler.
+  auto stranger = other.CreateEndpoint("w0");
+  EXPECT_FALSE(Reaches(**stranger));
+  JobStillServes();
+}
+
+TEST_F(CurveTest, AJobKeyHolderCannotSpeakUnderAnotherNodesId) {
+  job_->AllowPeers(JobEndpointIds(1, 2));
+  // A process with the job's key but w0's id on the wire and w1's key pair: it connects (the
+  // key is the job's), yet its messages are dropped, since the key was made for w1.
+  ZmqOptions options;
+  options.key = key_;
+  ZmqTransport insider(options);
+  zmq::context_t context;
+  zmq::socket_t s(context, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::routing_id, "w0");
+  s.set(zmq::sockopt::curve_serverkey, key_->PublicKeyFor("ps0"));
+  s.set(zmq::sockopt::curve_publickey, key_->PublicKeyFor("w1"));
+  s.set(zmq::sockopt::curve_secretkey, key_->SecretKeyFor("w1"));
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(address_);
+  Message m = Simple(5, {3.0f});
+  for (const Frame& f : m.frames()) {
+    zmq::message_t part(f.data(), f.size());
+    s.send(part, &f == &m.frames().back() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+  }
+  EXPECT_FALSE(server_->Receive(absl::Now() + absl::Seconds(1)).ok());
+  JobStillServes();
+}
 
 // A reply to a peer that was connected and is gone fails at once: the grace that lets a new
 // peer's handshake finish would only stall a server's one thread, once per reply.

@@ -2,15 +2,22 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <new>
+#include <thread>
 #include <vector>
+#include <zmq_addon.hpp>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "core/log.h"
 
 namespace syncline {
 namespace {
@@ -33,10 +40,12 @@ class ZmqEndpoint : public Endpoint {
       : id_(std::move(id)), options_(options), socket_(context, zmq::socket_type::router) {
     socket_.set(zmq::sockopt::routing_id, id_);
     socket_.set(zmq::sockopt::router_mandatory, 1);
-    // A second connection under a live peer's id is refused (ZeroMQ drops it), so another
-    // process cannot take over a worker's or server's name while it is alive; once the first
-    // connection closes, the name is free again for a restarted peer.
-    socket_.set(zmq::sockopt::router_handover, 0);
+    // Plaintext: a second connection under a live peer's id is refused (ZeroMQ drops it), so
+    // another process cannot take over a worker's or server's name while it is alive; once
+    // the first connection closes, the name is free again for a restarted peer. With CURVE,
+    // only a holder of the job's key can connect at all, and a restarted node takes its id
+    // over at once.
+    socket_.set(zmq::sockopt::router_handover, options.key != nullptr ? 1 : 0);
     // A peer that sends a frame larger than this is disconnected before it is buffered.
     socket_.set(zmq::sockopt::maxmsgsize, options.max_frame_bytes);
     socket_.set(zmq::sockopt::sndhwm, options.high_water_mark);
@@ -49,6 +58,12 @@ class ZmqEndpoint : public Endpoint {
 
   absl::StatusOr<std::string> Bind(const std::string& address) override {
     try {
+      if (options_.key != nullptr) {
+        // Options are taken at bind (and connect) time: this listener is a CURVE server.
+        socket_.set(zmq::sockopt::curve_server, 1);
+        socket_.set(zmq::sockopt::curve_secretkey, options_.key->SecretKeyFor(id_));
+        socket_.set(zmq::sockopt::zap_domain, "syncline");
+      }
       socket_.bind(address);
       return socket_.get(zmq::sockopt::last_endpoint);
     } catch (const zmq::error_t& e) {
@@ -59,7 +74,16 @@ class ZmqEndpoint : public Endpoint {
   absl::Status Connect(const std::string& peer_id, const std::string& address) override {
     try {
       socket_.set(zmq::sockopt::connect_routing_id, peer_id);
+      if (options_.key != nullptr) {
+        // A CURVE client of this peer: it proves to hold the key of `id_`, and the peer must
+        // hold the key of `peer_id`.
+        socket_.set(zmq::sockopt::curve_server, 0);
+        socket_.set(zmq::sockopt::curve_serverkey, options_.key->PublicKeyFor(peer_id));
+        socket_.set(zmq::sockopt::curve_publickey, options_.key->PublicKeyFor(id_));
+        socket_.set(zmq::sockopt::curve_secretkey, options_.key->SecretKeyFor(id_));
+      }
       socket_.connect(address);
+      if (options_.key != nullptr) connected_.insert(peer_id);
       return absl::OkStatus();
     } catch (const zmq::error_t& e) {
       return absl::UnavailableError(
@@ -128,6 +152,17 @@ class ZmqEndpoint : public Endpoint {
   }
 
   absl::StatusOr<Message> Receive(absl::Time deadline) override {
+    while (true) {
+      absl::StatusOr<Message> message = ReceiveOne(deadline);
+      if (!message.ok() || message->peer() != kForged) return message;
+    }
+  }
+
+ private:
+  // The peer of a message whose routing id is not the one its sender's key was made for.
+  static constexpr char kForged[] = "\0forged";
+
+  absl::StatusOr<Message> ReceiveOne(absl::Time deadline) {
     Message message;
     size_t bytes = 0;
     try {
@@ -137,6 +172,19 @@ class ZmqEndpoint : public Endpoint {
       SetTimeout(zmq::sockopt::rcvtimeo, RemainingMs(deadline), rcvtimeo_ms_);
       if (!socket_.recv(route)) return absl::DeadlineExceededError("no message before deadline");
       message.set_peer(route.to_string());
+      // With CURVE, the first part says which key sent it (its "User-Id", set by the ZAP
+      // handler): a message under another id is dropped.
+      zmq::message_t first;
+      bool have_first = false;
+      if (options_.key != nullptr && route.more()) {
+        (void)socket_.recv(first);
+        have_first = true;
+        if (!Authentic(first, message.peer())) {
+          while (first.more()) (void)socket_.recv(first);  // drop the rest of it
+          message.set_peer(kForged);
+          return message;
+        }
+      }
       // A peer we heard from was connected: should a send to it later find no route, it is
       // gone, and waiting for its handshake would only stall this endpoint's thread.
       if (heard_from_.size() >= kMaxHeardFrom) heard_from_.clear();
@@ -148,8 +196,13 @@ class ZmqEndpoint : public Endpoint {
       bool more = route.more();
       while (more) {
         zmq::message_t& part = parts->Add();
-        // The rest of a multipart message is already queued: this does not block.
-        (void)socket_.recv(part);
+        if (have_first) {
+          part = std::move(first);
+          have_first = false;
+        } else {
+          // The rest of a multipart message is already queued: this does not block.
+          (void)socket_.recv(part);
+        }
         more = part.more();
         bytes += part.size();
         const void* data = part.data();
@@ -164,7 +217,21 @@ class ZmqEndpoint : public Endpoint {
     return message;
   }
 
- private:
+  // Whether `part` came over a connection whose key was made for `peer`. Connections to our
+  // listener went through the ZAP handler, which named the key's id (its "User-Id"). On one
+  // we opened, the peer proved to hold the key of the id we connected to (its server key),
+  // and ZeroMQ routes its messages under that id.
+  bool Authentic(zmq::message_t& part, const std::string& peer) {
+    const char* user = zmq_msg_gets(part.handle(), "User-Id");
+    if (user != nullptr && *user != '\0' ? peer == user : connected_.contains(peer)) return true;
+    if (forged_logged_++ < 10) {
+      SYNCLINE_LOG(WARNING) << id_ << ": dropped a message under the id '" << absl::CHexEscape(peer)
+                            << "' from a connection authenticated as '"
+                            << (user != nullptr ? user : "(none)") << "'";
+    }
+    return false;
+  }
+
   zmq::message_t ToZmq(const Frame& f) const {
     if (f.size() < options_.zero_copy_threshold) return zmq::message_t(f.data(), f.size());
     void* data = const_cast<std::byte*>(f.data());
@@ -225,13 +292,127 @@ class ZmqEndpoint : public Endpoint {
   std::string id_;
   ZmqOptions options_;
   zmq::socket_t socket_;
-  int sndtimeo_ms_ = -1;  // ZeroMQ's defaults: wait forever
+  uint64_t forged_logged_ = 0;
+  absl::flat_hash_set<std::string> connected_;  // peers this endpoint connected to (CURVE)
+  int sndtimeo_ms_ = -1;                        // ZeroMQ's defaults: wait forever
   int rcvtimeo_ms_ = -1;
 };
 
 }  // namespace
 
-ZmqTransport::ZmqTransport(ZmqOptions options) : options_(options), context_(options.io_threads) {}
+// ZeroMQ's authentication hook (ZAP, RFC 27) for CURVE: it answers each handshake with the
+// routing id the client's key was made for, or refuses it. A ROUTER rather than the usual REP:
+// a key not yet known (a peer that has the node table before this node does) waits for
+// AllowPeers without holding up the handshakes of others.
+class ZmqTransport::ZapHandler {
+ public:
+  ZapHandler(zmq::context_t& context, std::shared_ptr<const JobKey> key)
+      : key_(std::move(key)), socket_(context, zmq::socket_type::router) {
+    socket_.set(zmq::sockopt::linger, 0);
+    // Bound before any endpoint exists: a CURVE server with no handler would accept anyone.
+    socket_.bind("inproc://zeromq.zap.01");
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~ZapHandler() {
+    stop_.store(true);
+    thread_.join();
+  }
+
+  void Allow(const std::vector<std::string>& ids) {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& id : ids) ids_by_key_[key_->PublicKeyFor(id)] = id;
+    complete_ = true;
+  }
+  uint64_t refused() const { return refused_.load(); }
+
+ private:
+  struct Request {
+    std::vector<zmq::message_t> frames;  // routing id, delimiter, version, request id, ...
+    absl::Time since;
+  };
+  static constexpr absl::Duration kWaitForPeers = absl::Seconds(120);
+
+  void Loop() {
+    std::vector<Request> waiting;
+    while (!stop_.load()) {
+      zmq::pollitem_t item = {socket_.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(waiting.empty() ? 100 : 20));
+      if (item.revents & ZMQ_POLLIN) {
+        Request r;
+        r.since = absl::Now();
+        (void)zmq::recv_multipart(socket_, std::back_inserter(r.frames));
+        waiting.push_back(std::move(r));
+      }
+      for (size_t i = 0; i < waiting.size();) {
+        if (Answer(waiting[i])) {
+          waiting.erase(waiting.begin() + i);
+        } else {
+          ++i;
+        }
+      }
+    }
+  }
+
+  // Replies when the request can be decided; false while its key may yet become known.
+  bool Answer(Request& r) {
+    // routing id, "", version, request id, domain, address, identity, mechanism, key
+    if (r.frames.size() < 8) return true;  // not a ZAP request: nothing to answer
+    const std::string mechanism = r.frames[7].to_string();
+    const std::string address = r.frames[5].to_string();
+    std::string id;
+    bool known = false;
+    if (mechanism == "CURVE" && r.frames.size() >= 9 && r.frames[8].size() == 32) {
+      absl::MutexLock lock(&mu_);
+      auto it = ids_by_key_.find(r.frames[8].to_string());
+      known = it != ids_by_key_.end();
+      if (known) {
+        id = it->second;
+      } else if (!complete_ && absl::Now() - r.since < kWaitForPeers) {
+        return false;
+      }
+    }
+    if (!known) {
+      refused_.fetch_add(1);
+      SYNCLINE_LOG(WARNING) << "refused a " << mechanism << " connection from " << address
+                            << ": its key is not one of this job's";
+    }
+    std::vector<zmq::const_buffer> reply = {
+        zmq::buffer(r.frames[0].data(), r.frames[0].size()),
+        zmq::buffer(r.frames[1].data(), r.frames[1].size()),
+        zmq::str_buffer("1.0"),
+        zmq::buffer(r.frames[3].data(), r.frames[3].size()),
+        known ? zmq::str_buffer("200") : zmq::str_buffer("400"),
+        known ? zmq::str_buffer("OK") : zmq::str_buffer("not a key of this job"),
+        zmq::buffer(id),
+        zmq::str_buffer(""),
+    };
+    try {
+      (void)zmq::send_multipart(socket_, reply);
+    } catch (const zmq::error_t&) {
+      // The connection went away while it waited.
+    }
+    return true;
+  }
+
+  const std::shared_ptr<const JobKey> key_;
+  zmq::socket_t socket_;  // used by the handler's thread only, after construction
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> refused_{0};
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::string> ids_by_key_ ABSL_GUARDED_BY(mu_);
+  bool complete_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+ZmqTransport::ZmqTransport(ZmqOptions options) : options_(options), context_(options.io_threads) {
+  if (options_.key != nullptr) zap_ = std::make_unique<ZapHandler>(context_, options_.key);
+}
+
+void ZmqTransport::AllowPeers(const std::vector<std::string>& ids) {
+  if (zap_ != nullptr) zap_->Allow(ids);
+}
+
+uint64_t ZmqTransport::refused_connections() const { return zap_ != nullptr ? zap_->refused() : 0; }
 
 ZmqTransport::~ZmqTransport() = default;
 

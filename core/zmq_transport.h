@@ -8,6 +8,8 @@
 // they are large (borrowed frames are referenced, owned ones keep their owner alive until
 // ZeroMQ releases them).
 //
+// With ZmqOptions::key the transport authenticates and encrypts (CURVE, see ZmqOptions::key).
+//
 // Thread-safety: the transport (a zmq context) is thread-safe; endpoints are
 // thread-compatible, as sockets are.
 #ifndef SYNCLINE_CORE_ZMQ_TRANSPORT_H_
@@ -18,6 +20,7 @@
 #include <zmq.hpp>
 
 #include "absl/time/time.h"
+#include "core/job_key.h"
 #include "core/transport.h"
 
 namespace syncline {
@@ -37,6 +40,11 @@ struct ZmqOptions {
   // The largest frame a peer may send (ZMQ_MAXMSGSIZE); one that sends more is disconnected.
   // Requests travel in pieces of about 1 MiB; a gossip peer's whole model is one frame.
   int64_t max_frame_bytes = int64_t{1} << 30;
+  // With a key, every connection is CURVE-encrypted and authenticated (core/job_key.h): a
+  // ZAP handler accepts only the job's keys, a message counts only under the id its key was
+  // made for, and a restarted node may take over its own id (ZMQ_ROUTER_HANDOVER), which no
+  // process without the key can. Without one, plaintext, and a live id is never handed over.
+  std::shared_ptr<const JobKey> key;
 };
 
 class ZmqTransport : public Transport {
@@ -44,10 +52,16 @@ class ZmqTransport : public Transport {
   explicit ZmqTransport(ZmqOptions options = {});
   ~ZmqTransport() override;
   absl::StatusOr<std::unique_ptr<Endpoint>> CreateEndpoint(std::string id) override;
+  void AllowPeers(const std::vector<std::string>& ids) override;
+
+  // Connections the ZAP handler refused (strangers, wrong keys), for tests and statistics.
+  uint64_t refused_connections() const;
 
  private:
+  class ZapHandler;
   ZmqOptions options_;
   zmq::context_t context_;
+  std::unique_ptr<ZapHandler> zap_;  // with a key; destroyed before the context
 };
 
 }  // namespace syncline

@@ -46,6 +46,13 @@ inline std::optional<int> AddNodeFlags(CLI::App& app, NodeOptions* options, cons
       },
       "listen on the first free port in FIRST-LAST (for firewalls that open only those) "
       "[SYNCLINE_PORT_RANGE]");
+  app.add_option("--key-file", options->key_file,
+                 "the job key (mode 0600) that authenticates and encrypts this node's "
+                 "connections with CURVE; syncline-launch writes it as OUT/job.key "
+                 "[SYNCLINE_KEY_FILE]");
+  app.add_flag("--insecure", options->insecure,
+               "talk plaintext to a coordinator off loopback (trusted networks only) "
+               "[SYNCLINE_INSECURE=1]");
   app.add_option_function<double>(
          "--startup-timeout",
          [options](double seconds) { options->startup_timeout = absl::Seconds(seconds); },

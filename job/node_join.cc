@@ -73,6 +73,9 @@ absl::StatusOr<JoinedJob> JoinJob(Transport& transport, wire::Role role,
   }
   job.control = std::move(*client);
   const NodeTable& table = job.control->table();
+  // Peers connect as soon as they have the table: an authenticating transport now knows whom
+  // to accept.
+  transport.AllowPeers(JobEndpointIds(table.num_servers, table.num_workers));
   absl::StatusOr<JobSpec> spec = table.job_spec.empty()
                                      ? absl::InvalidArgumentError(
                                            "the coordinator sent no job spec (is it a launcher "
@@ -117,6 +120,8 @@ absl::Status NodeOptionsFromEnvironment(NodeOptions* options) {
   if (const char* c = env("SYNCLINE_COORDINATOR")) options->coordinator = c;
   if (const char* b = env("SYNCLINE_BIND")) options->bind = b;
   if (const char* i = env("SYNCLINE_INTERFACE")) options->interface = i;
+  if (const char* k = env("SYNCLINE_KEY_FILE")) options->key_file = k;
+  if (const char* i = env("SYNCLINE_INSECURE")) options->insecure = std::string_view(i) == "1";
   if (const char* r = env("SYNCLINE_RANK")) {
     int rank = 0;
     if (!absl::SimpleAtoi(r, &rank) || rank < 0) {
@@ -141,6 +146,24 @@ absl::Status NodeOptionsFromEnvironment(NodeOptions* options) {
     options->ports = *ports;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<ZmqOptions> NodeTransportOptions(const NodeOptions& options) {
+  ZmqOptions zmq;
+  if (!options.key_file.empty()) {
+    auto key = JobKey::Load(options.key_file);
+    if (!key.ok()) return key.status();
+    zmq.key = std::make_shared<const JobKey>(*std::move(key));
+    return zmq;
+  }
+  if (!options.insecure && !options.coordinator.empty() &&
+      !IsLoopbackAddress(options.coordinator)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the coordinator ", options.coordinator,
+        " is off loopback: give the job key (--key-file or SYNCLINE_KEY_FILE, the launcher's "
+        "OUT/job.key) or, on a trusted network, --insecure"));
+  }
+  return zmq;
 }
 
 absl::StatusOr<std::string> ChooseBindAddress(const NodeOptions& options) {

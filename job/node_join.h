@@ -18,6 +18,7 @@
 #include "core/net.h"
 #include "core/transport.h"
 #include "core/version.h"
+#include "core/zmq_transport.h"
 #include "syncline/job_spec.h"
 
 namespace syncline {
@@ -38,6 +39,10 @@ struct NodeOptions {
   // at registration so that the coordinator refuses a wrong world at once; 0: not started as
   // one world.
   int world_size = 0;
+  // The job key (core/job_key.h) that authenticates and encrypts the node's connections;
+  // empty: plaintext, which is refused off loopback unless `insecure`.
+  std::string key_file;
+  bool insecure = false;
   // How long to wait for every node of the job to register.
   absl::Duration startup_timeout = absl::Seconds(120);
   // The build this node claims; the coordinator refuses one other than its own (tests).
@@ -77,9 +82,15 @@ absl::StatusOr<JoinedJob> JoinJob(Transport& transport, wire::Role role,
 CoordinatorOptions CoordinatorOptionsFor(const JobSpec& spec);
 
 // NodeOptions from the environment: SYNCLINE_COORDINATOR, SYNCLINE_RANK, SYNCLINE_BIND,
-// SYNCLINE_INTERFACE, SYNCLINE_PORT_RANGE, SYNCLINE_WORLD_SIZE (each left as it is when unset
+// SYNCLINE_INTERFACE, SYNCLINE_PORT_RANGE, SYNCLINE_WORLD_SIZE, SYNCLINE_KEY_FILE,
+// SYNCLINE_INSECURE (1: true) (each left as it is when unset
 // or empty). A value that does not parse is InvalidArgument naming the variable.
 absl::Status NodeOptionsFromEnvironment(NodeOptions* options);
+
+// The transport settings `options` ask for: CURVE with the job key of options.key_file, or
+// plaintext. FailedPrecondition when the coordinator is off loopback and there is neither a
+// key nor `insecure`; the key file's own problems (missing, readable by others) as Load says.
+absl::StatusOr<ZmqOptions> NodeTransportOptions(const NodeOptions& options);
 
 // The ZeroMQ address a node's data endpoint binds for `options` (see NodeOptions::bind), with
 // port 0 standing for "a port in options.ports".

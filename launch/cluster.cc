@@ -28,6 +28,7 @@ std::vector<std::pair<std::string, std::string>> NodeEnvironment(const ClusterOp
     env.emplace_back("SYNCLINE_PORT_RANGE", absl::StrCat(o.ports.first, "-", o.ports.last));
   }
   if (!o.key_file.empty()) env.emplace_back("SYNCLINE_KEY_FILE", o.key_file);
+  if (o.key_file.empty() && o.insecure) env.emplace_back("SYNCLINE_INSECURE", "1");
   return env;
 }
 

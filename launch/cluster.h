@@ -52,8 +52,9 @@ struct ClusterOptions {
   PortRange ports;
   // Extra arguments for mpirun or srun (split at spaces).
   std::string launcher_args;
-  // The job key (core/job_key.h); empty: plaintext.
+  // The job key (core/job_key.h); empty: plaintext (off loopback only with `insecure`).
   std::string key_file;
+  bool insecure = false;
   // The folder the nodes start in (relative paths of the job are relative to it).
   std::string working_dir;
   // Where hostfiles are written (the run's OUT folder).

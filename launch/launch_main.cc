@@ -17,7 +17,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "core/coordinator.h"
+#include "core/job_key.h"
 #include "core/log.h"
+#include "core/node_table.h"
 #include "core/zmq_transport.h"
 #include "job/job_spec.h"
 #include "job/node_join.h"
@@ -261,7 +263,25 @@ int Main(int argc, char** argv) {
 
   absl::StatusOr<std::string> bind_ip = CoordinatorBindIp(cluster);
   if (!bind_ip.ok()) return Refuse(bind_ip.status().message());
-  ZmqTransport transport;
+  cluster.insecure = insecure;
+  ZmqOptions transport_options;
+  if (!cluster.key_file.empty() || (!insecure && *bind_ip != "127.0.0.1")) {
+    // Off loopback every connection is authenticated and encrypted, with a key of this job's
+    // own unless one was given (a file all hosts can read: a shared folder).
+    absl::StatusOr<JobKey> key = absl::UnknownError("");
+    if (cluster.key_file.empty()) {
+      cluster.key_file = (fs::absolute(config.out) / "job.key").string();
+      key = JobKey::Generate();
+      if (auto s = key->Save(cluster.key_file); !s.ok()) return Refuse(s.message());
+    } else {
+      cluster.key_file = fs::absolute(cluster.key_file).string();
+      key = JobKey::Load(cluster.key_file);
+      if (!key.ok()) return Refuse(key.status().message());
+    }
+    transport_options.key = std::make_shared<const JobKey>(*std::move(key));
+  }
+  ZmqTransport transport(transport_options);
+  transport.AllowPeers(JobEndpointIds(spec->servers, spec->workers));
   auto coordinator = Coordinator::Create(transport, BindAddress(*bind_ip, cluster.ports),
                                          CoordinatorOptionsFor(*spec), &report);
   if (!coordinator.ok()) {
@@ -272,7 +292,10 @@ int Main(int argc, char** argv) {
   if (!processes.ok()) return Refuse(processes.status().message());
   if (cluster.kind != LauncherKind::kLocal) {
     std::cout << "coordinator " << (*coordinator)->address() << ", nodes by "
-              << LauncherName(cluster.kind) << std::endl;
+              << LauncherName(cluster.kind) << ", "
+              << (transport_options.key ? "CURVE with key " + cluster.key_file
+                                        : std::string("plaintext (--insecure)"))
+              << std::endl;
   }
   if (external_workers) {
     // Scripts read the address from the file; people from the line.

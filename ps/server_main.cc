@@ -25,7 +25,12 @@ int Main(int argc, char** argv) {
   }
   if (auto exit_code = ParseCommandLine(app, argc, argv, "syncline-ps")) return *exit_code;
   SetLogTag("ps" + std::to_string(options.rank));
-  ZmqTransport transport;
+  absl::StatusOr<ZmqOptions> transport_options = NodeTransportOptions(options);
+  if (!transport_options.ok()) {
+    SYNCLINE_LOG(ERROR) << transport_options.status();
+    return kExitBadInput;
+  }
+  ZmqTransport transport(*transport_options);
   const NodeExit exit = ServerNode(transport, options).Run();
   if (!exit.status.ok()) SYNCLINE_LOG(ERROR) << exit.status;
   return exit.exit_code();

@@ -8,8 +8,14 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache
   libzmq3-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libtomlplusplus-dev
-  gnuplot-nox clang-format clang
+  gnuplot-nox clang-format clang libsodium-dev
 )
+# What the multi-host tests run against: real Open MPI, a real single-node Slurm, network
+# namespaces for hosts (ip, python3 for socket checks). `--for-tests` adds them.
+TEST_PACKAGES=(openmpi-bin slurm-wlm munge iproute2 python3)
+if [ "${1:-}" = "--for-tests" ]; then
+  PACKAGES+=("${TEST_PACKAGES[@]}")
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

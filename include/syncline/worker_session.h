@@ -51,6 +51,11 @@ struct SessionOptions {
   std::string bind;
   // How long to wait for every node of the job to join.
   absl::Duration startup_timeout = absl::Seconds(120);
+  // The job key (syncline-launch's OUT/job.key) when the job is off loopback: connections are
+  // then CURVE-encrypted and authenticated. Empty: plaintext, refused off loopback unless
+  // `insecure`.
+  std::string key_file;
+  bool insecure = false;
 };
 
 // A parameter table on the servers. Every worker declares the same tables (the first

@@ -1,0 +1,113 @@
+#include "core/job_key.h"
+
+#include <fcntl.h>
+#include <sodium.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace syncline {
+namespace {
+
+constexpr char kHeader[] = "syncline-job-key v1";
+// Keeps the derived keys of this format apart from any other use of the secret.
+constexpr char kContext[] = "syncline curve25519 endpoint key v1:";
+
+void InitSodium() {
+  static const bool ok = sodium_init() >= 0;
+  if (!ok) {
+    std::fprintf(stderr, "libsodium failed to initialize\n");
+    std::abort();
+  }
+}
+
+}  // namespace
+
+JobKey JobKey::Generate() {
+  InitSodium();
+  std::array<unsigned char, kBytes> secret;
+  randombytes_buf(secret.data(), secret.size());
+  return JobKey(secret);
+}
+
+absl::StatusOr<JobKey> JobKey::Load(const std::string& path) {
+  struct stat st = {};
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read the job key ", path, ": ", std::strerror(errno)));
+  }
+  if ((st.st_mode & 077) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrFormat("the job key %s may be read by others (mode %04o): run chmod 600 %s", path,
+                        st.st_mode & 07777, path));
+  }
+  std::ifstream in(path);
+  std::string header, hex;
+  if (!std::getline(in, header) || !std::getline(in, hex) || header != kHeader) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not a job key (it should start with '", kHeader, "')"));
+  }
+  hex = std::string(absl::StripAsciiWhitespace(hex));
+  if (hex.size() != 2 * kBytes || hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the key must be ", 2 * kBytes, " lowercase hex digits"));
+  }
+  const std::string bytes = absl::HexStringToBytes(hex);
+  std::array<unsigned char, kBytes> secret;
+  std::memcpy(secret.data(), bytes.data(), kBytes);
+  InitSodium();
+  return JobKey(secret);
+}
+
+absl::Status JobKey::Save(const std::string& path) const {
+  const std::string tmp = path + ".tmp";
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
+  }
+  const std::string text =
+      absl::StrCat(kHeader, "\n",
+                   absl::BytesToHexString(absl::string_view(
+                       reinterpret_cast<const char*>(secret_.data()), secret_.size())),
+                   "\n");
+  const bool ok = fchmod(fd, 0600) == 0 &&
+                  write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                  fsync(fd) == 0;
+  const int error = errno;
+  close(fd);
+  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+    unlink(tmp.c_str());
+    return absl::UnavailableError(
+        absl::StrCat("cannot write the job key ", path, ": ", std::strerror(ok ? errno : error)));
+  }
+  return absl::OkStatus();
+}
+
+std::string JobKey::SecretKeyFor(const std::string& id) const {
+  const std::string input = absl::StrCat(kContext, id);
+  std::string out(crypto_scalarmult_SCALARBYTES, '\0');
+  crypto_generichash(reinterpret_cast<unsigned char*>(out.data()), out.size(),
+                     reinterpret_cast<const unsigned char*>(input.data()), input.size(),
+                     secret_.data(), secret_.size());
+  return out;
+}
+
+std::string JobKey::PublicKeyFor(const std::string& id) const {
+  const std::string secret = SecretKeyFor(id);
+  std::string out(crypto_scalarmult_BYTES, '\0');
+  crypto_scalarmult_base(reinterpret_cast<unsigned char*>(out.data()),
+                         reinterpret_cast<const unsigned char*>(secret.data()));
+  return out;
+}
+
+}  // namespace syncline
