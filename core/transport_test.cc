@@ -193,6 +193,27 @@ TEST_F(CurveTest, AnotherJobsKeyIsRefusedByTheZapHandler) {
   JobStillServes();
 }
 
+TEST_F(CurveTest, AStrangerWhoKnowsTheServersPublicKeyIsRefusedByTheZapHandler) {
+  job_->AllowPeers(JobEndpointIds(1, 2));
+  const JobKey other = JobKey::Generate();
+  zmq::context_t context;
+  zmq::socket_t s(context, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::routing_id, "w0");
+  s.set(zmq::sockopt::curve_serverkey, key_->PublicKeyFor("ps0"));
+  s.set(zmq::sockopt::curve_publickey, other.PublicKeyFor("w0"));
+  s.set(zmq::sockopt::curve_secretkey, other.SecretKeyFor("w0"));
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(address_);
+  Message m = Simple(5, {3.0f});
+  for (const Frame& f : m.frames()) {
+    zmq::message_t part(f.data(), f.size());
+    s.send(part, &f == &m.frames().back() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+  }
+  EXPECT_FALSE(server_->Receive(absl::Now() + absl::Seconds(1)).ok());
+  EXPECT_GE(job_->refused_connections(), 1u);
+  JobStillServes();
+}
+
 TEST_F(CurveTest, AJobKeyHolderCannotSpeakUnderAnotherNodesId) {
   job_->AllowPeers(JobEndpointIds(1, 2));
   // A process with the job's key but w0's id on the wire and w1's key pair: it connects (the

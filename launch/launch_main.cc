@@ -265,7 +265,7 @@ int Main(int argc, char** argv) {
   if (!bind_ip.ok()) return Refuse(bind_ip.status().message());
   cluster.insecure = insecure;
   ZmqOptions transport_options;
-  if (!cluster.key_file.empty() || (!insecure && *bind_ip != "127.0.0.1")) {
+  if (!cluster.key_file.empty() || (!insecure && bind_ip->rfind("127.", 0) != 0)) {
     // Off loopback every connection is authenticated and encrypted, with a key of this job's
     // own unless one was given (a file all hosts can read: a shared folder).
     absl::StatusOr<JobKey> key = absl::UnknownError("");
@@ -294,7 +294,9 @@ int Main(int argc, char** argv) {
     std::cout << "coordinator " << (*coordinator)->address() << ", nodes by "
               << LauncherName(cluster.kind) << ", "
               << (transport_options.key ? "CURVE with key " + cluster.key_file
-                                        : std::string("plaintext (--insecure)"))
+                  : *bind_ip == "127.0.0.1" || bind_ip->rfind("127.", 0) == 0
+                      ? std::string("plaintext on loopback")
+                      : std::string("plaintext (--insecure)"))
               << std::endl;
   }
   if (external_workers) {

@@ -264,7 +264,8 @@ void RunReport::ChildLine(std::string_view label, std::string_view line) {
   if (inserted) {
     it->second.open(fs::path(out_) / "logs" / (std::string(label) + ".log"), std::ios::trunc);
   }
-  if (it->second) it->second << line << "\n";
+  // Flushed per line: people (and tests) follow a node with tail -f while the job runs.
+  if (it->second) it->second << line << std::endl;
 }
 
 std::string RunReport::ProgressText(absl::Duration elapsed) {

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Multi-host jobs on real separate hosts: three network namespaces joined by a bridge, the
+# coordinator in the root namespace. Runs one BSP job locally, through the ssh launcher (a
+# netns stand-in for ssh) and through Open MPI's mpirun across the hosts, and requires the
+# trained parameters (params.tsv) to be byte-identical. Then, on CURVE (the default off
+# loopback): strangers (plaintext, and another job's key) hammer a server under a worker's id
+# while a job runs, and the job must finish; a host's link is cut, and the node on it must be
+# named within the heartbeat timeout; a world of the wrong size (mpirun -np 3 for a job of 4)
+# must fail within seconds, naming both sizes.
+# Skips (exit 77) where the machine cannot make network namespaces or has no mpirun.
+# Usage: scripts/test-multihost.sh BUILD_DIR
+set -euo pipefail
+build=$(cd "${1:?usage: test-multihost.sh BUILD_DIR}" && pwd)
+root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=testenv/netns-hosts.sh
+source "$root/scripts/testenv/netns-hosts.sh"
+if ! reason=$(netns_can_run); then
+  echo "SKIP: $reason"
+  exit 77
+fi
+if ! command -v mpirun >/dev/null; then
+  echo "SKIP: no mpirun (scripts/install-deps.sh --for-tests installs openmpi-bin)"
+  exit 77
+fi
+
+P=slmh
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  netns_hosts_down "$P"
+  [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"
+}
+trap cleanup EXIT
+step() { echo "== $*"; }
+fail() {
+  echo "test-multihost: FAIL: $*" >&2
+  for f in "$tmp"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -25 "$f" >&2; }; done
+  exit 1
+}
+
+netns_hosts_up "$P" 3 || fail "could not make the network-namespace hosts"
+cidr=$(netns_subnet_cidr)
+rsh="$tmp/rsh"
+netns_write_rsh "$rsh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+launch="$build/launch/syncline-launch"
+hosts=("--hosts" "${P}1:2,${P}2,${P}3" "--rsh" "$rsh" "--coordinator-interface" "${P}br")
+mpi_args="--mca oob_tcp_if_include $cidr --mca btl_tcp_if_include $cidr"
+common=(--servers 2 --workers 2 --sync bsp --gen-test-rows 1000 --seed 11)
+job=("${common[@]}" --epochs 2 --gen-rows 6000)
+# About 10 s of training: time for strangers and for cutting a link.
+slow=("${common[@]}" --epochs 10 --gen-rows 12000 --min-step-ms 50)
+cd "$tmp"
+
+step "local launch (the reference)"
+timeout 120 "$launch" "${job[@]}" --out "$tmp/local" >"$tmp/local.log" 2>&1 || fail "local job failed"
+
+step "ssh launch across 3 hosts, CURVE"
+timeout 120 "$launch" "${job[@]}" --launcher ssh "${hosts[@]}" --out "$tmp/ssh" \
+  >"$tmp/ssh.log" 2>&1 || fail "ssh job failed"
+grep -q "CURVE with key" "$tmp/ssh.log" || fail "the ssh job did not use CURVE"
+[ "$(stat -c %a "$tmp/ssh/job.key")" = 600 ] || fail "job.key is not mode 600"
+for i in 1 2 3; do
+  grep -qh "listening at tcp://$(netns_host_ip "$P" "$i"):" "$tmp"/ssh/logs/*.log ||
+    fail "no node listened on host $i's address"
+done
+cmp "$tmp/local/params.tsv" "$tmp/ssh/params.tsv" || fail "ssh params.tsv differs from local"
+
+step "mpirun launch across 2 hosts, CURVE"
+timeout 120 "$launch" "${job[@]}" --launcher mpirun --hosts "${P}1:2,${P}2:2" --rsh "$rsh" \
+  --coordinator-interface "${P}br" --launcher-args "$mpi_args" --out "$tmp/mpi" \
+  >"$tmp/mpi.log" 2>&1 || fail "mpirun job failed"
+for n in ps0 ps1 w0 w1; do
+  [ -s "$tmp/mpi/logs/$n.log" ] || fail "mpirun's output for $n did not reach logs/$n.log"
+done
+cmp "$tmp/local/params.tsv" "$tmp/mpi/params.tsv" || fail "mpirun params.tsv differs from local"
+
+# Waits (bounded) until node $2 of run folder $1 has logged its address, and prints it.
+address_of() {
+  for _ in $(seq 300); do
+    a=$(grep -ho "$2 on [^ ]* listening at tcp://[0-9.:]*" "$1/logs/$2.log" 2>/dev/null |
+      sed 's/.* at //') || true
+    [ -n "${a:-}" ] && { echo "$a"; return 0; }
+    sleep 0.05
+  done
+  return 1
+}
+
+step "strangers under a worker's id: no key, another job's key, the server's public key"
+"$launch" "${slow[@]}" --launcher ssh "${hosts[@]}" --out "$tmp/guarded" \
+  >"$tmp/guarded.log" 2>&1 &
+launcher=$!
+pids+=("$launcher")
+ps0=$(address_of "$tmp/guarded" ps0) || fail "ps0 never listened"
+echo "   ps0 at $ps0 ($(date +%T.%N))"
+# One that knows the server's public key gets as far as the ZAP handler, which refuses it.
+"$build/tests/syncline-stranger" "$ps0" w0 1 "$tmp/ssh/job.key" "$tmp/guarded/job.key" \
+  >"$tmp/stranger-zap.log" 2>&1 || fail "stranger (server's public key) did not run"
+"$build/tests/syncline-stranger" "$ps0" w0 1 >"$tmp/stranger-plain.log" 2>&1 ||
+  fail "stranger (plaintext) did not run"
+"$build/tests/syncline-stranger" "$ps0" w0 1 "$tmp/ssh/job.key" >"$tmp/stranger-key.log" 2>&1 ||
+  fail "stranger (another job's key) did not run"
+echo "   strangers done ($(date +%T.%N))"
+kill -0 "$launcher" 2>/dev/null || fail "the job ended before the strangers were done: make it longer"
+wait "$launcher" || fail "the job with strangers about failed"
+grep -q "refused a CURVE connection" "$tmp/guarded/logs/ps0.log" ||
+  fail "ps0 did not log refusing the stranger's key"
+grep -q "0 rejected" "$tmp/guarded/logs/ps0.log" ||
+  fail "ps0 rejected requests: a stranger's push got through to the request handler"
+
+step "a cut link is named within the heartbeat timeout"
+"$launch" "${slow[@]}" --heartbeat-timeout 2 --launcher ssh "${hosts[@]}" \
+  --out "$tmp/cut" >"$tmp/cut.log" 2>&1 &
+launcher=$!
+pids+=("$launcher")
+address_of "$tmp/cut" w0 >/dev/null || fail "w0 never listened"
+sleep 1
+ip link set "${P}v3" down # host 3 holds w0 (placement: ps0 h1, ps1 h2, w0 h3, w1 h1)
+cut_at=$(date +%s.%N)
+rc=0
+wait "$launcher" || rc=$?
+took=$(echo "$(date +%s.%N) - $cut_at" | bc)
+ip link set "${P}v3" up
+[ "$rc" -ne 0 ] || fail "the job went on without a host"
+grep -q "w0 (pid [0-9]* on [^)]*$(netns_host_ip "$P" 3)" "$tmp/cut.log" ||
+  fail "the failure does not name w0 on host 3"
+echo "   named after ${took}s: $(grep -o 'job failed: .*' "$tmp/cut.log" | head -1)"
+[ "$(echo "$took < 8" | bc)" = 1 ] || fail "took ${took}s to notice the cut (heartbeat timeout 2s)"
+
+step "a world of the wrong size fails fast"
+"$launch" "${job[@]}" --external-workers --launcher ssh "${hosts[@]}" --out "$tmp/world" \
+  >"$tmp/world.log" 2>&1 &
+launcher=$!
+pids+=("$launcher")
+for _ in $(seq 200); do
+  [ -s "$tmp/world/coordinator.address" ] && break
+  sleep 0.05
+done
+coordinator=$(cat "$tmp/world/coordinator.address")
+printf '%s slots=2\n%s slots=2\n' "${P}1" "${P}2" >"$tmp/hostfile"
+start=$(date +%s.%N)
+timeout 60 mpirun --hostfile "$tmp/hostfile" -np 3 --map-by node --mca plm_rsh_agent "$rsh" \
+  --mca plm_rsh_no_tree_spawn 1 $mpi_args "$build/launch/syncline-node" --servers 2 \
+  --coordinator "$coordinator" --key-file "$tmp/world/job.key" >"$tmp/world-mpirun.log" 2>&1 || true
+rc=0
+timeout 30 tail --pid="$launcher" -f /dev/null || true
+wait "$launcher" || rc=$?
+took=$(echo "$(date +%s.%N) - $start" | bc)
+[ "$rc" -ne 0 ] || fail "a world of 3 ranks ran a job of 4 nodes"
+grep -q "started as one of 3 ranks, but this job has 4 nodes" "$tmp/world.log" ||
+  fail "the failure does not name both world sizes"
+echo "   refused after ${took}s: $(grep -o 'job failed: .*' "$tmp/world.log" | head -1)"
+[ "$(echo "$took < 20" | bc)" = 1 ] || fail "took ${took}s to refuse the world"
+
+echo "test-multihost: ok"
