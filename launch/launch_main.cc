@@ -1,7 +1,8 @@
-// syncline-launch: starts a Syncline job on this machine: the coordinator (in this process),
-// which hands every node the job spec, and the parameter servers and workers as child processes
-// (launch/supervisor.h); shows progress, and writes the run's metrics.csv and summary.json. If
-// any process fails it stops the others and exits non-zero with the reason.
+// syncline-launch: starts a Syncline job: the coordinator (in this process), which hands every
+// node the job spec, and the parameter servers and workers, as child processes here or through
+// ssh, mpirun or srun (launch/cluster.h, launch/supervisor.h); shows progress, and writes the run's
+// metrics.csv and summary.json. If any process fails it stops the others and exits non-zero with
+// the reason.
 #include <signal.h>
 #include <unistd.h>
 
@@ -41,7 +42,7 @@ std::atomic<int> g_signal{0};
 void OnSignal(int sig) { g_signal.store(sig); }
 
 constexpr char kAbout[] =
-    "syncline-launch: runs a Syncline training job on this machine.\n"
+    "syncline-launch: runs a Syncline training job, on this machine or (--launcher) across hosts.\n"
     "Starts the coordinator, --servers parameter servers and --workers workers, shows progress,\n"
     "and writes OUT/metrics.csv and OUT/summary.json. Options may also come from a TOML job\n"
     "file (keys are the flag names without dashes); flags win over the file.\n"

@@ -1,7 +1,6 @@
-// Supervision of one local job: starts the servers and workers as child processes (each told
-// only the coordinator's address and its rank), watches them while the coordinator runs the
-// job, asks for time-based checkpoints, and stops everything when a node fails or the
-// launcher is interrupted.
+// Supervision of one job: starts the children that start its nodes (launch/cluster.h: a node
+// each, or one mpirun or srun), watches them while the coordinator runs the job, asks for
+// time-based checkpoints, and stops everything when a node fails or the launcher is interrupted.
 //
 // Thread-safety: Supervise() is called from one thread; the coordinator runs on its own.
 #ifndef SYNCLINE_LAUNCH_SUPERVISOR_H_

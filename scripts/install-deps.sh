@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Syncline needs to build, test and run. Idempotent: installs only
 # what is missing, and does nothing (not even apt-get update) when everything is present.
-# Run as root, or as a user with sudo.
+# Run as root, or as a user with sudo. `--for-tests` adds what the multi-host tests need.
 set -euo pipefail
 
 PACKAGES=(
