@@ -242,5 +242,57 @@ TEST(CoordinatorTest, RefusesANodeOfAnotherBuildNamingBothVersions) {
   run.join();
 }
 
+// mpirun -np 3 for a job of 4 nodes: the first rank to register says so, and the job stops
+// then, naming both sizes, instead of waiting out the startup timeout for a rank that will
+// never come.
+TEST(CoordinatorTest, AWorldOfTheWrongSizeFailsAtOnceNamingBothSizes) {
+  InprocTransport transport;
+  CoordinatorOptions o = SmallJob();
+  o.num_servers = 2;
+  o.num_workers = 2;
+  o.startup_timeout = absl::Seconds(60);
+  auto coordinator = Coordinator::Create(transport, "inproc://c", o, nullptr);
+  ASSERT_TRUE(coordinator.ok());
+  absl::Status result;
+  const absl::Time start = absl::Now();
+  std::thread run([&] { result = (*coordinator)->Run(); });
+  ControlOptions c{(*coordinator)->address(), wire::Role::SERVER, 0, "inproc://ps0"};
+  c.world_size = 3;
+  auto client = ControlClient::Connect(transport, c);
+  run.join();
+  EXPECT_EQ(result.code(), absl::StatusCode::kFailedPrecondition) << result;
+  EXPECT_NE(result.message().find("started as one of 3 ranks, but this job has 4 nodes"),
+            std::string::npos)
+      << result;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  // The node is told too.
+  EXPECT_FALSE(client.ok());
+  EXPECT_NE(client.status().message().find("one of 3 ranks"), std::string::npos) << client.status();
+}
+
+// The same node with the right world size is let in (a world size of 0 means "not started as
+// a world", as for nodes the launcher starts one by one).
+TEST(CoordinatorTest, TheRightWorldSizeIsAccepted) {
+  InprocTransport transport;
+  auto coordinator = Coordinator::Create(transport, "inproc://c", SmallJob(), nullptr);
+  ASSERT_TRUE(coordinator.ok());
+  std::thread abort_later([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    (*coordinator)->Abort("test over");
+  });
+  absl::Status result;
+  std::thread run([&] { result = (*coordinator)->Run(); });
+  ControlOptions server{(*coordinator)->address(), wire::Role::SERVER, 0, "inproc://ps0"};
+  server.world_size = 2;
+  std::thread s([&] { EXPECT_TRUE(ControlClient::Connect(transport, server).ok()); });
+  ControlOptions worker{(*coordinator)->address(), wire::Role::WORKER, 0, ""};
+  worker.world_size = 2;
+  EXPECT_TRUE(ControlClient::Connect(transport, worker).ok());
+  s.join();
+  run.join();
+  abort_later.join();
+  EXPECT_EQ(result.message(), "test over");
+}
+
 }  // namespace
 }  // namespace syncline

@@ -1,0 +1,107 @@
+#include "job/node_join.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "core/zmq_transport.h"
+
+namespace syncline {
+namespace {
+
+// A port that refuses connections: bound, never listened on.
+class RefusingPort {
+ public:
+  RefusingPort() : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr = {};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    socklen_t len = sizeof(addr);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    address_ = absl::StrCat("tcp://127.0.0.1:", ntohs(addr.sin_port));
+  }
+  ~RefusingPort() { close(fd_); }
+  const std::string& address() const { return address_; }
+
+ private:
+  int fd_;
+  std::string address_;
+};
+
+// Preflight: a worker that cannot reach a server says which, and where, before the job starts,
+// rather than failing later as a request that never returns.
+TEST(NodeJoinTest, AWorkerNamesTheServerItCannotReach) {
+  JobSpec spec;
+  spec.servers = 1;
+  spec.workers = 1;
+  spec.data.train = "unused.libsvm";
+  ZmqTransport transport;
+  CoordinatorOptions options = CoordinatorOptionsFor(spec);
+  options.startup_timeout = absl::Seconds(20);
+  auto coordinator = Coordinator::Create(transport, "tcp://127.0.0.1:0", options, nullptr);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  absl::Status result;
+  std::thread run([&] { result = (*coordinator)->Run(); });
+
+  // A server that registers an address where nothing listens (a firewall, a wrong interface).
+  RefusingPort refusing;
+  std::thread server([&] {
+    ControlOptions o{(*coordinator)->address(), wire::Role::SERVER, 0, refusing.address()};
+    auto c = ControlClient::Connect(transport, o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    if (c.ok()) (void)(*c)->WaitForStart(absl::Now() + absl::Seconds(20));
+  });
+  NodeOptions node;
+  node.coordinator = (*coordinator)->address();
+  node.rank = 0;
+  auto joined = JoinJob(transport, wire::Role::WORKER, node);
+  ASSERT_FALSE(joined.ok());
+  EXPECT_EQ(joined.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(joined.status().message().find(
+                absl::StrCat("cannot reach ps0: cannot connect to ", refusing.address())),
+            std::string::npos)
+      << joined.status();
+  run.join();
+  server.join();
+  // The job failed with the worker's words.
+  EXPECT_NE(result.message().find("cannot reach ps0"), std::string::npos) << result;
+}
+
+TEST(NodeJoinTest, OffLoopbackANodeNeedsTheJobKeyOrInsecure) {
+  NodeOptions node;
+  node.coordinator = "tcp://10.1.2.3:7000";
+  auto plain = NodeTransportOptions(node);
+  EXPECT_EQ(plain.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(plain.status().message().find("--key-file"), std::string::npos);
+  node.insecure = true;
+  EXPECT_TRUE(NodeTransportOptions(node).ok());
+  node.key_file = "/nonexistent/job.key";
+  EXPECT_EQ(NodeTransportOptions(node).status().code(), absl::StatusCode::kNotFound);
+  node.coordinator = "tcp://127.0.0.1:7000";
+  node.key_file.clear();
+  node.insecure = false;
+  auto local = NodeTransportOptions(node);
+  ASSERT_TRUE(local.ok());
+  EXPECT_EQ(local->key, nullptr);
+}
+
+TEST(NodeJoinTest, ChoosesLoopbackForALocalCoordinatorAndTheNamedInterfaceOtherwise) {
+  NodeOptions node;
+  node.coordinator = "tcp://127.0.0.1:7000";
+  EXPECT_EQ(*ChooseBindAddress(node), "tcp://127.0.0.1:0");
+  node.interface = "lo";
+  EXPECT_EQ(*ChooseBindAddress(node), "tcp://127.0.0.1:0");
+  node.interface = "nosuch0";
+  EXPECT_FALSE(ChooseBindAddress(node).ok());
+  node.bind = "tcp://127.0.0.1:5555";
+  EXPECT_EQ(*ChooseBindAddress(node), "tcp://127.0.0.1:5555");
+}
+
+}  // namespace
+}  // namespace syncline
