@@ -5,13 +5,17 @@
 // Everything runs in one process: servers and workers are threads, each node with its own
 // zmq context, talking over tcp://127.0.0.1 (see syncline_cluster.h and raw_zmq.h).
 // Throughput is value bytes per request times completed requests per second, summed over the
-// workers (a push-pull counts its bytes once). See docs/PERFORMANCE.md.
+// workers (a push-pull counts its bytes once). With --curve, every throughput case also runs on a
+// second Syncline cluster whose transports share a JobKey (CURVE encryption and authentication,
+// core/zmq_transport.h) in the same alternating turns, and a table gives CURVE over plaintext.
+// See docs/PERFORMANCE.md.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -21,12 +25,14 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "bench/bench_client.h"
 #include "bench/measure.h"
 #include "bench/raw_zmq.h"
 #include "bench/report.h"
 #include "bench/syncline_cluster.h"
 #include "core/command_line.h"
+#include "core/job_key.h"
 #include "job/options.h"
 #include "optim/optimizer.h"
 
@@ -52,12 +58,57 @@ struct Settings {
   size_t piece_bytes = 0;  // KVClientOptions::max_piece_bytes; 0 = KVClient's default
   int update_threads = 1;  // ServerOptions::update_threads
   OptimizerKind optimizer = OptimizerKind::kSgd;
+  // Also measure every throughput case on a CURVE cluster (one JobKey for all its nodes).
+  bool curve = false;
 };
 
-SynclineCluster::Options ClusterOptions(const Settings& s) {
+SynclineCluster::Options ClusterOptions(const Settings& s,
+                                        std::shared_ptr<const JobKey> key = nullptr) {
   return {.max_piece_bytes = s.piece_bytes,
           .update_threads = s.update_threads,
-          .optimizer = s.optimizer};
+          .optimizer = s.optimizer,
+          .key = std::move(key)};
+}
+
+// A throughput case measured with CURVE beside plaintext (row.syncline) and raw ZeroMQ.
+struct CurveRow {
+  Row row;
+  Throughput curve;
+  double ratio() const { return curve.requests_per_s() / row.syncline.requests_per_s(); }
+};
+
+// As FormatThroughput (bench/report.h): rows of 4 KiB and less in requests, larger in bytes.
+std::string FormatRate(const Throughput& t, size_t bytes) {
+  if (bytes <= 4 * kKiB) return absl::StrFormat("%10.1f kop/s", t.requests_per_s() / 1e3);
+  return absl::StrFormat("%10.0f  MB/s", t.bytes_per_s(bytes) / 1e6);
+}
+
+std::string CurveHeader() {
+  return absl::StrFormat("%-9s %5s %3s %3s %3s %16s %16s %6s %9s %9s %16s", "op", "size", "win",
+                         "srv", "wrk", "plaintext", "CURVE", "ratio", "cpu/req", "cpu/req",
+                         "raw zmq") +
+         "\n" +
+         absl::StrFormat("%-9s %5s %3s %3s %3s %16s %16s %6s %9s %9s", "", "", "", "", "", "", "",
+                         "", "plain us", "CURVE us");
+}
+
+std::string FormatCurve(const CurveRow& c) {
+  const Row& r = c.row;
+  return absl::StrFormat("%-9s %5s %3d %3d %3d %16s %16s %6.2f %9.1f %9.1f %16s", OpName(r.op),
+                         SizeName(r.bytes), r.window, r.servers, r.workers,
+                         FormatRate(r.syncline, r.bytes), FormatRate(c.curve, r.bytes), c.ratio(),
+                         r.syncline.cpu_us_per_request(), c.curve.cpu_us_per_request(),
+                         FormatRate(r.raw, r.bytes));
+}
+
+void PrintCurve(const std::vector<CurveRow>& curve_rows) {
+  std::printf(
+      "\nThroughput with CURVE (every connection encrypted and authenticated, one JobKey per "
+      "cluster) vs plaintext Syncline, same turns as above (ratio = CURVE / plaintext; cpu/req "
+      "= process CPU time per request)\n%s\n",
+      CurveHeader().c_str());
+  for (const CurveRow& c : curve_rows) std::printf("%s\n", FormatCurve(c).c_str());
+  std::fflush(stdout);
 }
 
 absl::Status RunThroughput(const Settings& s, const std::vector<size_t>& table_sizes,
@@ -69,21 +120,32 @@ absl::Status RunThroughput(const Settings& s, const std::vector<size_t>& table_s
     std::printf(" %s %.0f MB/s", SizeName(b).c_str(), memcpy_of[b] / 1e6);
   }
   std::printf(
-      "\n\nThroughput, Syncline vs raw ZeroMQ, %d alternating turns of %.2f s each (MB/s = "
+      "\n\nThroughput, Syncline vs raw ZeroMQ, %d alternating turns of %.2f s each%s (MB/s = "
       "1e6 value bytes/s summed over workers; 4K rows in 1000 requests/s; cpu/req = process "
       "CPU time per request; %s updates, %d update thread(s) per server)\n%s\n",
-      s.repeat, s.throughput.seconds, OptimizerName(s.optimizer), s.update_threads,
-      ThroughputHeader().c_str());
+      s.repeat, s.throughput.seconds, s.curve ? " (with CURVE Syncline between the two)" : "",
+      OptimizerName(s.optimizer), s.update_threads, ThroughputHeader().c_str());
   std::fflush(stdout);
 
+  // One key for every node of the CURVE clusters, as a launcher hands one to a whole job.
+  std::shared_ptr<const JobKey> key;
+  if (s.curve) key = std::make_shared<const JobKey>(JobKey::Generate());
+  std::vector<CurveRow> curve_rows;
   for (auto [servers, workers] : s.topologies) {
     auto cluster = SynclineCluster::Create(servers, workers, table_sizes, ClusterOptions(s));
     if (!cluster.ok()) return cluster.status();
+    std::unique_ptr<SynclineCluster> curve_cluster;
+    if (s.curve) {
+      auto created = SynclineCluster::Create(servers, workers, table_sizes, ClusterOptions(s, key));
+      if (!created.ok()) return created.status();
+      curve_cluster = std::move(*created);
+    }
     auto raw = RawCluster::Create(servers, workers, table_sizes.back());
     if (!raw.ok()) return raw.status();
-    std::vector<BenchClient*> syncline_clients, raw_clients;
+    std::vector<BenchClient*> syncline_clients, curve_clients, raw_clients;
     for (int w = 0; w < workers; ++w) {
       syncline_clients.push_back(&(*cluster)->client(w));
+      if (curve_cluster != nullptr) curve_clients.push_back(&curve_cluster->client(w));
       raw_clients.push_back(raw->clients[w].get());
     }
     for (Op op : s.ops) {
@@ -96,11 +158,18 @@ absl::Status RunThroughput(const Settings& s, const std::vector<size_t>& table_s
                 .servers = servers,
                 .workers = workers,
                 .memcpy_bytes_per_s = memcpy_of[bytes]};
+          Throughput curve;
           for (int turn = 0; turn < s.repeat; ++turn) {
             const bool warm_up = turn == 0;
             auto a = MeasureThroughput("sl-w", syncline_clients, op, bytes, window, warm_up,
                                        s.throughput);
             if (!a.ok()) return a.status();
+            if (curve_cluster != nullptr) {
+              auto c = MeasureThroughput("slc-w", curve_clients, op, bytes, window, warm_up,
+                                         s.throughput);
+              if (!c.ok()) return c.status();
+              curve += *c;
+            }
             auto b =
                 MeasureThroughput("raw-w", raw_clients, op, bytes, window, warm_up, s.throughput);
             if (!b.ok()) return b.status();
@@ -110,10 +179,12 @@ absl::Status RunThroughput(const Settings& s, const std::vector<size_t>& table_s
           std::printf("%s\n", FormatThroughput(r).c_str());
           std::fflush(stdout);
           rows.push_back(r);
+          if (curve_cluster != nullptr) curve_rows.push_back({.row = r, .curve = curve});
         }
       }
     }
   }
+  if (s.curve) PrintCurve(curve_rows);
   return absl::OkStatus();
 }
 
@@ -223,6 +294,9 @@ std::optional<int> ParseSettings(int argc, char** argv, Settings* settings, std:
   std::vector<std::string> ops, sizes, topologies, latency_sizes;
   std::vector<int> windows;
   app.add_flag("--quick", quick, "few sizes, one short turn each: a smoke run of a few seconds");
+  app.add_flag("--curve", s.curve,
+               "also run each throughput case on a CURVE-encrypted cluster and print CURVE over "
+               "plaintext (latency rows and the CSV stay plaintext)");
   app.add_option("--csv", csv, "also write every row to this CSV file");
   app.add_option("--part", part, "what to measure: all, throughput or latency")
       ->check(CLI::IsMember({"all", "throughput", "latency"}))

@@ -5,6 +5,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -90,14 +92,27 @@ absl::StatusOr<std::unique_ptr<SynclineCluster>> SynclineCluster::Create(
   size_t max_bytes = 0;
   for (size_t b : request_bytes) max_bytes = std::max(max_bytes, b);
 
-  std::vector<std::string> server_ids;
+  std::vector<std::string> server_ids, worker_ids;
+  for (int s = 0; s < servers; ++s) server_ids.push_back(DataEndpointId(wire::Role::SERVER, s));
+  for (int w = 0; w < workers; ++w) worker_ids.push_back(DataEndpointId(wire::Role::WORKER, w));
+  // Every node's transport; with a key, told every endpoint id of the cluster before any peer
+  // connects, so that no handshake waits in the ZAP handler for an id it does not know yet.
+  std::vector<std::string> all_ids = server_ids;
+  all_ids.insert(all_ids.end(), worker_ids.begin(), worker_ids.end());
+  auto make_transport = [&cluster_options, &all_ids] {
+    ZmqOptions options;
+    options.key = cluster_options.key;
+    auto transport = std::make_unique<ZmqTransport>(std::move(options));
+    if (cluster_options.key != nullptr) transport->AllowPeers(all_ids);
+    return transport;
+  };
+
   std::vector<std::string> addresses;
   cluster->servers_.resize(servers);
   for (int s = 0; s < servers; ++s) {
     ServerNode& node = cluster->servers_[s];
-    node.transport = std::make_unique<ZmqTransport>();
-    server_ids.push_back(DataEndpointId(wire::Role::SERVER, s));
-    auto endpoint = node.transport->CreateEndpoint(server_ids.back());
+    node.transport = make_transport();
+    auto endpoint = node.transport->CreateEndpoint(server_ids[s]);
     if (!endpoint.ok()) return endpoint.status();
     node.endpoint = std::move(*endpoint);
     auto address = node.endpoint->Bind("tcp://127.0.0.1:0");
@@ -124,8 +139,8 @@ absl::StatusOr<std::unique_ptr<SynclineCluster>> SynclineCluster::Create(
   cluster->workers_.resize(workers);
   for (int w = 0; w < workers; ++w) {
     WorkerNode& node = cluster->workers_[w];
-    node.transport = std::make_unique<ZmqTransport>();
-    auto endpoint = node.transport->CreateEndpoint(DataEndpointId(wire::Role::WORKER, w));
+    node.transport = make_transport();
+    auto endpoint = node.transport->CreateEndpoint(worker_ids[w]);
     if (!endpoint.ok()) return endpoint.status();
     node.endpoint = std::move(*endpoint);
     for (int s = 0; s < servers; ++s) {

@@ -4,7 +4,8 @@
 // process would; nodes talk over tcp://127.0.0.1, so the sockets and code paths are those of a
 // real job. Workers use KVClient on dense SGD tables under ASP (staleness -1), one table per
 // request size, so that a request covers a whole table and splits over the servers the way a
-// pushed tensor does.
+// pushed tensor does. With Options::key, every transport of the cluster holds that one job key,
+// so every connection is CURVE-encrypted and authenticated, as in a job off loopback.
 //
 // Thread-safety: construct and destroy from one thread; client(w) may be used by one thread
 // at a time (threads that take over a client must be started after the previous user joined).
@@ -19,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "bench/bench_client.h"
+#include "core/job_key.h"
 #include "core/zmq_transport.h"
 #include "ps/server.h"
 
@@ -32,6 +34,9 @@ class SynclineCluster {
     size_t max_piece_bytes = 0;  // KVClient's piece size when not 0
     int update_threads = 1;      // ServerOptions::update_threads
     OptimizerKind optimizer = OptimizerKind::kSgd;
+    // With a key, every node's transport uses CURVE (ZmqOptions::key) and allows the ids of
+    // all the cluster's endpoints; without one, plaintext.
+    std::shared_ptr<const JobKey> key;
   };
   static absl::StatusOr<std::unique_ptr<SynclineCluster>> Create(
       int servers, int workers, const std::vector<size_t>& request_bytes, Options options);

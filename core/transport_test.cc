@@ -214,6 +214,29 @@ TEST_F(CurveTest, AStrangerWhoKnowsTheServersPublicKeyIsRefusedByTheZapHandler) 
   JobStillServes();
 }
 
+// A node that restarts (same key, same id) while its old connection still looks alive takes
+// its name over at once: with CURVE only the key's holder can.
+TEST_F(CurveTest, ARestartedNodeTakesItsNameOver) {
+  job_->AllowPeers(JobEndpointIds(1, 2));
+  ZmqOptions options;
+  options.key = key_;
+  ZmqTransport first_life(options);
+  auto old_w1 = first_life.CreateEndpoint("w1");
+  ASSERT_TRUE((*old_w1)->Connect("ps0", address_).ok());
+  ASSERT_TRUE((*old_w1)->Send("ps0", Simple(1, {}), absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(server_->Receive(absl::Now() + absl::Seconds(5)).ok());
+  ZmqTransport second_life(options);
+  auto new_w1 = second_life.CreateEndpoint("w1");
+  ASSERT_TRUE((*new_w1)->Connect("ps0", address_).ok());
+  ASSERT_TRUE((*new_w1)->Send("ps0", Simple(2, {}), absl::Now() + absl::Seconds(5)).ok());
+  auto got = server_->Receive(absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->peer(), "w1");
+  // Replies now go to the new connection.
+  ASSERT_TRUE(server_->Send("w1", Simple(3, {}), absl::Now() + absl::Seconds(5)).ok());
+  EXPECT_TRUE((*new_w1)->Receive(absl::Now() + absl::Seconds(5)).ok());
+}
+
 TEST_F(CurveTest, AJobKeyHolderCannotSpeakUnderAnotherNodesId) {
   job_->AllowPeers(JobEndpointIds(1, 2));
   // A process with the job's key but w0's id on the wire and w1's key pair: it connects (the
