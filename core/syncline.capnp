@@ -49,6 +49,11 @@ enum MsgType {
   # server -> coordinator, about once a second while serving: body.serverStats so far (the
   # launcher writes the embedding tables' figures to OUT/embedding.csv).
   serverProgress @25;
+
+  # Collectives among workers (collective/): rank = sender, clock = the collective's sequence
+  # number, table = its phase, rangeBegin = step, rangeEnd = segment, codec = 0 for float32
+  # values or 1 for float16, valueCount = values in the one values frame.
+  collective @26;
 }
 
 enum Role {

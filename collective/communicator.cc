@@ -1,0 +1,401 @@
+#include "collective/communicator.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "compression/half.h"
+#include "core/log.h"
+
+namespace syncline {
+namespace {
+
+using compression_internal::FloatToHalf;
+using compression_internal::HalfToFloat;
+
+constexpr uint32_t kPhaseReduceScatter = 1;
+constexpr uint32_t kPhaseAllGather = 2;
+constexpr uint32_t kPhaseDoubling = 3;
+constexpr uint32_t kPhaseLocalReduce = 4;
+constexpr uint32_t kPhaseLocalResult = 5;
+constexpr uint32_t kPhaseBroadcast = 6;
+// Messages kept for later (early ones from fast peers); beyond this a flood is dropped.
+constexpr size_t kMaxPending = 1 << 16;
+
+// Rounds every value to the nearest half, as the wire would.
+void RoundToHalf(std::span<float> data) {
+  for (float& v : data) v = HalfToFloat(FloatToHalf(v));
+}
+
+}  // namespace
+
+const char* AlgorithmName(Algorithm a) {
+  switch (a) {
+    case Algorithm::kAuto:
+      return "auto";
+    case Algorithm::kRing:
+      return "ring";
+    case Algorithm::kRecursiveDoubling:
+      return "doubling";
+    case Algorithm::kHierarchical:
+      return "hierarchical";
+  }
+  return "?";
+}
+
+Communicator::Communicator(Endpoint* endpoint, int rank, std::vector<std::string> peers,
+                           CommunicatorOptions options)
+    : endpoint_(endpoint), rank_(rank), peers_(std::move(peers)), options_(std::move(options)) {
+  for (int r = 0; r < size(); ++r) rank_of_[peers_[r]] = r;
+}
+
+size_t Communicator::ChunkBegin(size_t n, int parts, int c) {
+  const size_t base = n / parts, extra = n % parts;
+  const size_t uc = static_cast<size_t>(c);
+  return uc * base + std::min(uc, extra);
+}
+
+Algorithm Communicator::Choose(size_t bytes) const {
+  if (bytes < options_.small_bytes || size() <= 2) return Algorithm::kRecursiveDoubling;
+  if (!options_.host_of_rank.empty()) {
+    std::vector<int> hosts = options_.host_of_rank;
+    std::sort(hosts.begin(), hosts.end());
+    const size_t distinct = std::unique(hosts.begin(), hosts.end()) - hosts.begin();
+    if (distinct > 1 && distinct < hosts.size()) return Algorithm::kHierarchical;
+  }
+  return Algorithm::kRing;
+}
+
+std::string Communicator::Describe(int from, const Tag& tag) const {
+  return absl::StrFormat("%s #%d (phase %d, step %d, segment %d): from %s (rank %d)", op_, tag.seq,
+                         tag.phase, tag.step, tag.segment, peers_[from], from);
+}
+
+absl::Status Communicator::Send(int to, const Tag& tag, std::span<const float> values,
+                                WireType wire) {
+  MessageBuilder b(wire::MsgType::COLLECTIVE);
+  auto h = b.header();
+  h.setRole(wire::Role::WORKER);
+  h.setRank(rank_);
+  h.setClock(tag.seq);
+  h.setTable(tag.phase);
+  h.setRangeBegin(static_cast<uint64_t>(tag.step));
+  h.setRangeEnd(static_cast<uint64_t>(tag.segment));
+  h.setValueCount(values.size());
+  // A copy: the caller's buffer changes in later steps while ZeroMQ may still hold the bytes.
+  if (wire == WireType::kFloat16) {
+    h.setCodec(1);
+    std::vector<uint16_t> half(values.size());
+    for (size_t i = 0; i < values.size(); ++i) half[i] = FloatToHalf(values[i]);
+    counters_.bytes_sent += half.size() * sizeof(uint16_t);
+    b.AddFrame(Frame::Own(std::move(half)));
+  } else {
+    counters_.bytes_sent += values.size_bytes();
+    b.AddFrame(Frame::Own(std::vector<float>(values.begin(), values.end())));
+  }
+  absl::Status s = endpoint_->Send(peers_[to], b.Finish(), absl::Now() + options_.timeout);
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrFormat("%s #%d: cannot send to %s (rank %d): %s", op_,
+                                                  tag.seq, peers_[to], to, s.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::Pump(int from, const Tag& tag, absl::Time deadline) {
+  absl::StatusOr<Message> m = endpoint_->Receive(deadline);
+  if (!m.ok()) {
+    if (absl::IsDeadlineExceeded(m.status())) {
+      return absl::DeadlineExceededError(absl::StrCat(Describe(from, tag), ": nothing within ",
+                                                      absl::FormatDuration(options_.timeout),
+                                                      " (is that peer alive?)"));
+    }
+    return m.status();
+  }
+  auto drop = [&](absl::string_view why) {
+    if (counters_.messages_dropped++ < 10) {
+      SYNCLINE_LOG(WARNING) << "collective: dropped a message from " << m->peer() << ": " << why;
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = m->Parse(); !s.ok()) return drop(s.message());
+  auto h = m->header();
+  auto sender = rank_of_.find(m->peer());
+  if (h.getType() != wire::MsgType::COLLECTIVE) return drop("not a collective message");
+  if (sender == rank_of_.end() || sender->second == rank_ || h.getRank() != sender->second) {
+    return drop("not from a peer of this communicator");
+  }
+  if (h.getClock() < seq_) return drop("from a finished collective");
+  if (m->payload_count() != 1 || h.getCodec() > 1) return drop("not one values frame");
+  const size_t width = h.getCodec() == 1 ? sizeof(uint16_t) : sizeof(float);
+  if (m->payload(0).size() != h.getValueCount() * width) return drop("size does not match count");
+  if (pending_.size() >= kMaxPending) return drop("too many early messages");
+  const auto key = std::make_tuple(sender->second, h.getClock(), h.getTable(),
+                                   static_cast<int64_t>(h.getRangeBegin()),
+                                   static_cast<int64_t>(h.getRangeEnd()));
+  if (!pending_.emplace(key, *std::move(m)).second) return drop("a duplicate");
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::Receive(int from, const Tag& tag, std::span<float> out, WireType wire,
+                                   bool add) {
+  const auto key = std::tuple_cat(std::make_tuple(from), tag.key());
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  auto it = pending_.find(key);
+  while (it == pending_.end()) {
+    if (auto s = Pump(from, tag, deadline); !s.ok()) return s;
+    it = pending_.find(key);
+  }
+  Message m = std::move(it->second);
+  pending_.erase(it);
+  auto h = m.header();
+  const bool half = h.getCodec() == 1;
+  if (half != (wire == WireType::kFloat16) || h.getValueCount() != out.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(from, tag), ": ", h.getValueCount(), half ? " halves" : " floats",
+                     ", expected ", out.size(), wire == WireType::kFloat16 ? " halves" : " floats",
+                     " (do all ranks call the same collective on the same size?)"));
+  }
+  counters_.bytes_received += m.payload(0).size();
+  if (half) {
+    auto values = m.payload(0).As<uint16_t>();
+    if (!values.ok()) return values.status();
+    for (size_t i = 0; i < out.size(); ++i) {
+      const float v = HalfToFloat((*values)[i]);
+      out[i] = add ? out[i] + v : v;
+    }
+  } else {
+    auto values = m.payload(0).As<float>();
+    if (!values.ok()) return values.status();
+    if (add) {
+      for (size_t i = 0; i < out.size(); ++i) out[i] += (*values)[i];
+    } else {
+      std::memcpy(out.data(), values->data(), out.size_bytes());
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Reduce-scatter around `ring`: afterwards position i holds the sum of chunk (i + shift) mod n.
+// At step s position i receives chunk (i + shift - s - 2) mod n from its left, adds its own,
+// and forwards each segment as soon as it is summed.
+absl::Status Communicator::RingReduceScatter(std::span<float> data, const Ring& ring, int shift,
+                                             uint32_t phase, WireType wire) {
+  const int n = ring.n();
+  if (n == 1) return absl::OkStatus();
+  const size_t seg = std::max<size_t>(1, options_.segment_bytes / sizeof(float));
+  auto chunk = [&](int c) {
+    c = ((c % n) + n) % n;
+    const size_t b = ChunkBegin(data.size(), n, c), e = ChunkBegin(data.size(), n, c + 1);
+    return data.subspan(b, e - b);
+  };
+  auto segments = [&](std::span<float> c) { return (c.size() + seg - 1) / seg; };
+  auto segment = [&](std::span<float> c, size_t k) {
+    return c.subspan(k * seg, std::min(seg, c.size() - k * seg));
+  };
+  const int i = ring.me;
+  {
+    std::span<float> first = chunk(i + shift - 1);
+    for (size_t k = 0; k < segments(first); ++k) {
+      Tag t{seq_, phase, 0, static_cast<int64_t>(k)};
+      if (auto s = Send(ring.right(), t, segment(first, k), wire); !s.ok()) return s;
+    }
+  }
+  for (int step = 0; step < n - 1; ++step) {
+    std::span<float> c = chunk(i + shift - step - 2);
+    for (size_t k = 0; k < segments(c); ++k) {
+      std::span<float> piece = segment(c, k);
+      Tag t{seq_, phase, step, static_cast<int64_t>(k)};
+      if (auto s = Receive(ring.left(), t, piece, wire, /*add=*/true); !s.ok()) return s;
+      if (step + 1 < n - 1) {
+        Tag next{seq_, phase, step + 1, static_cast<int64_t>(k)};
+        if (auto s = Send(ring.right(), next, piece, wire); !s.ok()) return s;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// All-gather around `ring`: position i starts with chunk (i + shift) mod n and at step s
+// receives chunk (i + shift - s - 1) mod n from its left, forwarding it.
+absl::Status Communicator::RingAllGather(std::span<float> data, const Ring& ring, int shift,
+                                         uint32_t phase, WireType wire) {
+  const int n = ring.n();
+  if (n == 1) return absl::OkStatus();
+  const size_t seg = std::max<size_t>(1, options_.segment_bytes / sizeof(float));
+  auto chunk = [&](int c) {
+    c = ((c % n) + n) % n;
+    const size_t b = ChunkBegin(data.size(), n, c), e = ChunkBegin(data.size(), n, c + 1);
+    return data.subspan(b, e - b);
+  };
+  auto segments = [&](std::span<float> c) { return (c.size() + seg - 1) / seg; };
+  auto segment = [&](std::span<float> c, size_t k) {
+    return c.subspan(k * seg, std::min(seg, c.size() - k * seg));
+  };
+  const int i = ring.me;
+  {
+    std::span<float> own = chunk(i + shift);
+    // Every rank must end with the same bits: the owner keeps what the others will receive.
+    if (wire == WireType::kFloat16) RoundToHalf(own);
+    for (size_t k = 0; k < segments(own); ++k) {
+      Tag t{seq_, phase, 0, static_cast<int64_t>(k)};
+      if (auto s = Send(ring.right(), t, segment(own, k), wire); !s.ok()) return s;
+    }
+  }
+  for (int step = 0; step < n - 1; ++step) {
+    std::span<float> c = chunk(i + shift - step - 1);
+    for (size_t k = 0; k < segments(c); ++k) {
+      std::span<float> piece = segment(c, k);
+      Tag t{seq_, phase, step, static_cast<int64_t>(k)};
+      if (auto s = Receive(ring.left(), t, piece, wire, /*add=*/false); !s.ok()) return s;
+      if (step + 1 < n - 1) {
+        Tag next{seq_, phase, step + 1, static_cast<int64_t>(k)};
+        if (auto s = Send(ring.right(), next, piece, wire); !s.ok()) return s;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::RecursiveDoubling(std::span<float> data, WireType wire) {
+  const int n = size();
+  const int p = static_cast<int>(std::bit_floor(static_cast<unsigned>(n)));
+  const int r = rank_;
+  std::vector<float> other(data.size());
+  // Ranks beyond p fold into rank r - p first and get the result from it last.
+  if (r >= p) {
+    if (auto s = Send(r - p, {seq_, kPhaseDoubling, 0, 0}, data, wire); !s.ok()) return s;
+    return Receive(r - p, {seq_, kPhaseDoubling, 1000, 0}, data, wire, /*add=*/false);
+  }
+  if (r + p < n) {
+    if (auto s = Receive(r + p, {seq_, kPhaseDoubling, 0, 0}, data, wire, true); !s.ok()) return s;
+  }
+  int step = 1;
+  for (int mask = 1; mask < p; mask <<= 1, ++step) {
+    const int partner = r ^ mask;
+    if (auto s = Send(partner, {seq_, kPhaseDoubling, step, 0}, data, wire); !s.ok()) return s;
+    // Received into a copy and then added: a + b == b + a bit for bit, so both partners hold
+    // the same sum.
+    std::span<float> in(other);
+    if (auto s = Receive(partner, {seq_, kPhaseDoubling, step, 0}, in, wire, false); !s.ok()) {
+      return s;
+    }
+    if (wire == WireType::kFloat16) RoundToHalf(data);  // what the partner received of ours
+    for (size_t i = 0; i < data.size(); ++i) data[i] += other[i];
+  }
+  if (wire == WireType::kFloat16) RoundToHalf(data);
+  if (r + p < n) return Send(r + p, {seq_, kPhaseDoubling, 1000, 0}, data, wire);
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::Hierarchical(std::span<float> data, WireType wire) {
+  // Ranks by host; each host's lowest rank leads it.
+  const std::vector<int>& host = options_.host_of_rank;
+  std::vector<int> local;  // this host's ranks, ascending
+  std::vector<int> leaders;
+  for (int r = 0; r < size(); ++r) {
+    if (host[r] == host[rank_]) local.push_back(r);
+    bool first = true;
+    for (int q = 0; q < r; ++q) first = first && host[q] != host[r];
+    if (first) leaders.push_back(r);
+  }
+  const int leader = local.front();
+  if (rank_ != leader) {
+    if (auto s = Send(leader, {seq_, kPhaseLocalReduce, 0, 0}, data, WireType::kFloat32); !s.ok()) {
+      return s;
+    }
+    return Receive(leader, {seq_, kPhaseLocalResult, 0, 0}, data, WireType::kFloat32, false);
+  }
+  // In rank order, so that the sum is the same every run.
+  for (size_t k = 1; k < local.size(); ++k) {
+    if (auto s = Receive(local[k], {seq_, kPhaseLocalReduce, 0, 0}, data, WireType::kFloat32,
+                         /*add=*/true);
+        !s.ok()) {
+      return s;
+    }
+  }
+  Ring ring;
+  ring.group = leaders;
+  ring.me = static_cast<int>(std::find(leaders.begin(), leaders.end(), rank_) - leaders.begin());
+  if (auto s = RingReduceScatter(data, ring, 1, kPhaseReduceScatter, wire); !s.ok()) return s;
+  if (auto s = RingAllGather(data, ring, 1, kPhaseAllGather, wire); !s.ok()) return s;
+  if (wire == WireType::kFloat16 && ring.n() == 1) RoundToHalf(data);
+  for (size_t k = 1; k < local.size(); ++k) {
+    if (auto s = Send(local[k], {seq_, kPhaseLocalResult, 0, 0}, data, WireType::kFloat32);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::AllReduce(std::span<float> data, Algorithm algorithm, WireType wire) {
+  op_ = "all-reduce";
+  if (algorithm == Algorithm::kAuto) algorithm = Choose(data.size_bytes());
+  if (algorithm == Algorithm::kHierarchical &&
+      options_.host_of_rank.size() != static_cast<size_t>(size())) {
+    algorithm = Algorithm::kRing;  // no hosts known: every rank is its own host
+  }
+  absl::Status s;
+  if (size() == 1) {
+    if (wire == WireType::kFloat16) RoundToHalf(data);
+  } else if (algorithm == Algorithm::kRecursiveDoubling) {
+    s = RecursiveDoubling(data, wire);
+  } else if (algorithm == Algorithm::kHierarchical) {
+    s = Hierarchical(data, wire);
+  } else {
+    Ring ring;
+    for (int r = 0; r < size(); ++r) ring.group.push_back(r);
+    ring.me = rank_;
+    s = RingReduceScatter(data, ring, 1, kPhaseReduceScatter, wire);
+    if (s.ok()) s = RingAllGather(data, ring, 1, kPhaseAllGather, wire);
+  }
+  ++seq_;
+  return s;
+}
+
+absl::Status Communicator::ReduceScatter(std::span<float> data, WireType wire) {
+  op_ = "reduce-scatter";
+  Ring ring;
+  for (int r = 0; r < size(); ++r) ring.group.push_back(r);
+  ring.me = rank_;
+  absl::Status s = RingReduceScatter(data, ring, 0, kPhaseReduceScatter, wire);
+  ++seq_;
+  return s;
+}
+
+absl::Status Communicator::AllGather(std::span<float> data, WireType wire) {
+  op_ = "all-gather";
+  Ring ring;
+  for (int r = 0; r < size(); ++r) ring.group.push_back(r);
+  ring.me = rank_;
+  absl::Status s = RingAllGather(data, ring, 0, kPhaseAllGather, wire);
+  ++seq_;
+  return s;
+}
+
+absl::Status Communicator::Broadcast(std::span<float> data, int root) {
+  op_ = "broadcast";
+  const int n = size();
+  const int v = (rank_ - root + n) % n;  // position in a tree rooted at 0
+  absl::Status s;
+  // Binomial tree: position v receives from v minus its lowest set bit, then sends to v + m
+  // for every m below that bit.
+  int mask = 1;
+  while (mask < n && (v & mask) == 0) mask <<= 1;
+  if (v != 0) {
+    const int from = ((v - mask) + root) % n;
+    s = Receive(from, {seq_, kPhaseBroadcast, 0, 0}, data, WireType::kFloat32, false);
+  }
+  for (mask >>= 1; s.ok() && mask > 0; mask >>= 1) {
+    if (v + mask < n) {
+      s = Send((v + mask + root) % n, {seq_, kPhaseBroadcast, 0, 0}, data, WireType::kFloat32);
+    }
+  }
+  ++seq_;
+  return s;
+}
+
+}  // namespace syncline

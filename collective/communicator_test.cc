@@ -1,0 +1,282 @@
+#include "collective/communicator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "compression/half.h"
+#include "core/inproc_transport.h"
+#include "core/zmq_transport.h"
+
+namespace syncline {
+namespace {
+
+// N ranks as threads, each with its endpoint connected to every other.
+class Group {
+ public:
+  Group(Transport& transport, int n, CommunicatorOptions options = {}) {
+    std::vector<std::string> ids, addresses;
+    for (int r = 0; r < n; ++r) {
+      ids.push_back(absl::StrCat("w", r));
+      endpoints_.push_back(*transport.CreateEndpoint(ids.back()));
+      const bool zmq = dynamic_cast<ZmqTransport*>(&transport) != nullptr;
+      addresses.push_back(
+          *endpoints_.back()->Bind(zmq ? "tcp://127.0.0.1:0" : "inproc://" + ids.back()));
+    }
+    for (int r = 0; r < n; ++r) {
+      for (int q = 0; q < n; ++q) {
+        // One connection per pair, opened by the lower rank (as the product does): two ROUTER
+        // sockets connected both ways under the same ids trip ZeroMQ.
+        if (q > r) {
+          EXPECT_TRUE(endpoints_[r]->Connect(ids[q], addresses[q]).ok());
+        }
+      }
+      comms_.push_back(std::make_unique<Communicator>(endpoints_[r].get(), r, ids, options));
+    }
+  }
+  // Runs `body(rank)` on every rank at once; returns each rank's status.
+  std::vector<absl::Status> Run(std::function<absl::Status(Communicator&)> body) {
+    std::vector<absl::Status> out(comms_.size());
+    std::vector<std::thread> threads;
+    for (size_t r = 0; r < comms_.size(); ++r) {
+      threads.emplace_back([&, r] { out[r] = body(*comms_[r]); });
+    }
+    for (auto& t : threads) t.join();
+    return out;
+  }
+  void Drop(int r) { endpoints_[r].reset(); }
+
+ private:
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;
+  std::vector<std::unique_ptr<Communicator>> comms_;
+};
+
+// Rank r's input: values with a spread of magnitudes, so that the order of additions shows.
+std::vector<float> Input(int r, size_t n, uint32_t seed = 7) {
+  std::mt19937 rng(seed * 1000 + r);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = u(rng) * std::pow(10.0f, static_cast<float>(i % 7) - 3);
+  return v;
+}
+
+std::vector<double> DirectSum(int ranks, size_t n) {
+  std::vector<double> sum(n, 0);
+  for (int r = 0; r < ranks; ++r) {
+    const std::vector<float> v = Input(r, n);
+    for (size_t i = 0; i < n; ++i) sum[i] += v[i];
+  }
+  return sum;
+}
+
+// The error bound of summing `ranks` floats in any order: each addition rounds by at most
+// `eps` of the sum of magnitudes so far.
+std::vector<double> Tolerance(int ranks, size_t n, double eps) {
+  std::vector<double> t(n, 1e-30);
+  for (int r = 0; r < ranks; ++r) {
+    const std::vector<float> v = Input(r, n);
+    for (size_t i = 0; i < n; ++i) t[i] += (ranks + 1) * eps * std::abs(v[i]);
+  }
+  return t;
+}
+
+struct Case {
+  Algorithm algorithm;
+  int ranks;
+};
+
+class AllReduceTest : public testing::TestWithParam<Case> {};
+
+TEST_P(AllReduceTest, GivesTheSumOnEveryRankBitForBitTheSame) {
+  const auto [algorithm, n] = GetParam();
+  InprocTransport transport;
+  CommunicatorOptions options;
+  options.segment_bytes = 64;  // many segments: the pipeline's bookkeeping is exercised
+  options.host_of_rank.resize(n);
+  for (int r = 0; r < n; ++r) options.host_of_rank[r] = r / 3;  // hosts of 3 ranks
+  Group group(transport, n, options);
+  for (size_t size : {size_t{0}, size_t{1}, size_t{5}, size_t{37}, size_t{1000}}) {
+    std::vector<std::vector<float>> data(n);
+    for (int r = 0; r < n; ++r) data[r] = Input(r, size);
+    auto status = group.Run(
+        [&](Communicator& c) { return c.AllReduce(std::span<float>(data[c.rank()]), algorithm); });
+    for (int r = 0; r < n; ++r) ASSERT_TRUE(status[r].ok()) << status[r];
+    const std::vector<double> want = DirectSum(n, size);
+    const std::vector<double> tol = Tolerance(n, size, 6e-8);
+    for (size_t i = 0; i < size; ++i) ASSERT_NEAR(data[0][i], want[i], tol[i]) << "element " << i;
+    for (int r = 1; r < n; ++r) {
+      ASSERT_EQ(std::memcmp(data[r].data(), data[0].data(), size * sizeof(float)), 0)
+          << "rank " << r << " differs from rank 0 at size " << size;
+    }
+  }
+}
+
+std::vector<Case> AllCases() {
+  std::vector<Case> cases;
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kHierarchical,
+                      Algorithm::kAuto}) {
+    for (int n = 1; n <= 8; ++n) cases.push_back({a, n});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, AllReduceTest, testing::ValuesIn(AllCases()),
+                         [](const auto& info) {
+                           return absl::StrCat(AlgorithmName(info.param.algorithm), "_",
+                                               info.param.ranks);
+                         });
+
+TEST(CollectiveTest, RunsAreBitwiseReproducible) {
+  std::vector<float> first;
+  for (int run = 0; run < 3; ++run) {
+    InprocTransport transport;
+    CommunicatorOptions options;
+    options.segment_bytes = 256;
+    Group group(transport, 5, options);
+    std::vector<std::vector<float>> data(5);
+    for (int r = 0; r < 5; ++r) data[r] = Input(r, 4099);
+    group.Run([&](Communicator& c) {
+      return c.AllReduce(std::span<float>(data[c.rank()]), Algorithm::kRing);
+    });
+    if (run == 0) {
+      first = data[0];
+    } else {
+      ASSERT_EQ(std::memcmp(first.data(), data[0].data(), first.size() * sizeof(float)), 0);
+    }
+  }
+}
+
+TEST(CollectiveTest, HalfOnTheWireHalvesTheBytesAndAgreesToHalfPrecision) {
+  InprocTransport transport;
+  const int n = 4;
+  Group group(transport, n);
+  const size_t size = 10000;
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+    std::vector<std::vector<float>> data(n);
+    for (int r = 0; r < n; ++r) data[r] = Input(r, size);
+    uint64_t sent = 0;
+    auto status = group.Run([&](Communicator& c) {
+      const uint64_t before = c.counters().bytes_sent;
+      absl::Status s = c.AllReduce(std::span<float>(data[c.rank()]), a, WireType::kFloat16);
+      if (c.rank() == 0) sent = c.counters().bytes_sent - before;
+      return s;
+    });
+    for (const auto& s : status) ASSERT_TRUE(s.ok()) << s;
+    const std::vector<double> want = DirectSum(n, size);
+    // A half has 11 significant bits (a rounding error of 2^-11 at most), once per hop.
+    const std::vector<double> tol = Tolerance(n, size, 4.9e-4);
+    for (size_t i = 0; i < size; ++i) ASSERT_NEAR(data[0][i], want[i], tol[i]) << i;
+    for (int r = 1; r < n; ++r) {
+      ASSERT_EQ(std::memcmp(data[r].data(), data[0].data(), size * sizeof(float)), 0) << r;
+    }
+    if (a == Algorithm::kRing) {
+      // 2 (N-1)/N of the buffer, two bytes a value.
+      EXPECT_EQ(sent, 2 * (n - 1) * (size / n) * sizeof(uint16_t));
+    }
+  }
+}
+
+TEST(CollectiveTest, ReduceScatterAllGatherAndBroadcast) {
+  InprocTransport transport;
+  const int n = 3;
+  Group group(transport, n);
+  const size_t size = 11;
+  std::vector<std::vector<float>> data(n);
+  for (int r = 0; r < n; ++r) data[r] = Input(r, size);
+  const std::vector<double> want = DirectSum(n, size);
+  group.Run([&](Communicator& c) { return c.ReduceScatter(std::span<float>(data[c.rank()])); });
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = Communicator::ChunkBegin(size, n, r);
+         i < Communicator::ChunkBegin(size, n, r + 1); ++i) {
+      EXPECT_NEAR(data[r][i], want[i], 1e-3) << r << " " << i;
+    }
+  }
+  group.Run([&](Communicator& c) { return c.AllGather(std::span<float>(data[c.rank()])); });
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < size; ++i) EXPECT_NEAR(data[r][i], want[i], 1e-3);
+  }
+  for (int r = 0; r < n; ++r) data[r] = Input(r, size);
+  group.Run([&](Communicator& c) { return c.Broadcast(std::span<float>(data[c.rank()]), 2); });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(data[r], Input(2, size));
+}
+
+TEST(CollectiveTest, BroadcastFromEveryRootOfEverySize) {
+  for (int n = 1; n <= 7; ++n) {
+    InprocTransport transport;
+    Group group(transport, n);
+    for (int root = 0; root < n; ++root) {
+      std::vector<std::vector<float>> data(n);
+      for (int r = 0; r < n; ++r) data[r] = Input(r, 9);
+      auto status = group.Run(
+          [&](Communicator& c) { return c.Broadcast(std::span<float>(data[c.rank()]), root); });
+      for (int r = 0; r < n; ++r) {
+        ASSERT_TRUE(status[r].ok()) << status[r];
+        ASSERT_EQ(data[r], Input(root, 9)) << "n " << n << " root " << root << " rank " << r;
+      }
+    }
+  }
+}
+
+// A peer that is gone in the middle of a collective: the others fail naming it, in bounded
+// time, instead of hanging (the way Gloo's issue 520 hangs).
+TEST(CollectiveTest, APeerThatIsGoneIsNamedWithinTheTimeout) {
+  InprocTransport transport;
+  CommunicatorOptions options;
+  options.timeout = absl::Milliseconds(300);
+  const int n = 4;
+  Group group(transport, n, options);
+  group.Drop(2);
+  std::vector<std::vector<float>> data(n, std::vector<float>(1000, 1.0f));
+  const absl::Time start = absl::Now();
+  auto status = group.Run([&](Communicator& c) {
+    if (c.rank() == 2) return absl::OkStatus();  // it died before it began
+    return c.AllReduce(std::span<float>(data[c.rank()]), Algorithm::kRing);
+  });
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  int named = 0;
+  for (int r : {0, 1, 3}) {
+    EXPECT_FALSE(status[r].ok()) << r;
+    if (status[r].message().find("w2") != std::string::npos) ++named;
+  }
+  EXPECT_GE(named, 1) << status[0] << " | " << status[1] << " | " << status[3];
+}
+
+TEST(CollectiveTest, MessagesFromStrangersOrOfTheWrongSizeAreDropped) {
+  InprocTransport transport;
+  Group group(transport, 2);
+  auto stranger = *transport.CreateEndpoint("x");
+  ASSERT_TRUE(stranger->Connect("w0", "inproc://w0").ok());
+  MessageBuilder b(wire::MsgType::COLLECTIVE);
+  b.header().setRank(1);  // claims to be rank 1
+  b.header().setValueCount(3);
+  b.AddFrame(Frame::Own(std::vector<float>{1e30f, 1e30f, 1e30f}));
+  ASSERT_TRUE(stranger->Send("w0", b.Finish(), absl::Now() + absl::Seconds(1)).ok());
+  std::vector<std::vector<float>> data(2, std::vector<float>(3, 1.0f));
+  auto status = group.Run([&](Communicator& c) {
+    return c.AllReduce(std::span<float>(data[c.rank()]), Algorithm::kRing);
+  });
+  ASSERT_TRUE(status[0].ok()) << status[0];
+  EXPECT_EQ(data[0], std::vector<float>(3, 2.0f));
+}
+
+TEST(CollectiveTest, WorksOverZeroMq) {
+  ZmqTransport transport;
+  Group group(transport, 3);
+  std::vector<std::vector<float>> data(3);
+  for (int r = 0; r < 3; ++r) data[r] = Input(r, 100000);
+  auto status = group.Run([&](Communicator& c) {
+    return c.AllReduce(std::span<float>(data[c.rank()]), Algorithm::kRing);
+  });
+  for (const auto& s : status) ASSERT_TRUE(s.ok()) << s;
+  const std::vector<double> want = DirectSum(3, 100000);
+  const std::vector<double> tol = Tolerance(3, 100000, 6e-8);
+  for (size_t i = 0; i < want.size(); i += 997) EXPECT_NEAR(data[2][i], want[i], tol[i]);
+}
+
+}  // namespace
+}  // namespace syncline
