@@ -42,9 +42,9 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(const Session
   state->job = std::move(*joined);
   state->rank = options.rank;
   ControlClient* control = state->job.control.get();
-  if (state->job.spec.sync.gossip()) {
+  if (state->job.spec.sync.serverless()) {
     absl::Status s = absl::FailedPreconditionError(
-        "a WorkerSession needs parameter servers; this job is serverless gossip");
+        "a WorkerSession needs parameter servers; this job is serverless (gossip or all-reduce)");
     control->ReportAbort(s);
     return s;
   }

@@ -209,6 +209,14 @@ enum SyncKind {
   asp @1;
   ssp @2;
   gossip @3;
+  allreduce @4;
+}
+
+enum AllReduceAlgorithm {
+  auto @0;
+  ring @1;
+  doubling @2;
+  hierarchical @3;
 }
 
 enum GossipTopology {
@@ -284,4 +292,5 @@ struct JobSpec {
   checkpointSeconds @44 :Float64;
   checkpointKeep @45 :Int32;
   restore @46 :Text;
+  allreduceAlgorithm @47 :AllReduceAlgorithm;
 }

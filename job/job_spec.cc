@@ -51,9 +51,10 @@ absl::Status CheckCriteo(const JobSpec& s) {
                        "top-K and sign1 need a bounded feature count; Criteo ids are 64-bit "
                        "hashes (their sparse pushes take fp16)");
   }
-  if (s.sync.gossip()) {
+  if (s.sync.serverless()) {
     return InvalidFlag("sync", SyncModeName(s.sync),
-                       "gossip peers need a bounded feature count; Criteo ids are 64-bit hashes");
+                       "serverless workers hold the whole model and need a bounded feature "
+                       "count; Criteo ids are 64-bit hashes");
   }
   return absl::OkStatus();
 }
@@ -89,8 +90,8 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
   const auto& t = s.training;
   const auto& sl = s.slowness;
   for (const absl::Status& status : {
-           s.sync.gossip() ? CheckInRange("servers", s.servers, 0, 0)
-                           : CheckAtLeast("servers", s.servers, 1),
+           s.sync.serverless() ? CheckInRange("servers", s.servers, 0, 0)
+                               : CheckAtLeast("servers", s.servers, 1),
            CheckAtLeast("workers", s.workers, 1),
            s.sync.kind == SyncKind::kSsp ? CheckAtLeast("sync", s.sync.staleness, 0)
                                          : absl::OkStatus(),
@@ -154,6 +155,17 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
   if (!s.data.test.empty() && s.data.train.empty()) {
     return InvalidFlag("test", s.data.test,
                        "needs --train (synthetic data brings its own test set)");
+  }
+  if (s.sync.allreduce() && (s.checkpoint.enabled() || !s.checkpoint.restore.empty())) {
+    return InvalidFlag("sync", SyncModeName(s.sync),
+                       "all-reduce workers do not checkpoint yet (use bsp, which trains the same "
+                       "model, or synchronous gossip)");
+  }
+  if (s.sync.allreduce() && s.training.codec.kind != CodecKind::kNone &&
+      s.training.codec.kind != CodecKind::kFp16) {
+    return InvalidFlag("compress", CodecName(s.training.codec),
+                       "all-reduce takes none or fp16 (top-K and sign1 on all-reduce are not built "
+                       "yet)");
   }
   if (s.sync.gossip() && s.sync.asynchronous &&
       (s.checkpoint.enabled() || !s.checkpoint.restore.empty())) {

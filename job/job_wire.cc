@@ -33,6 +33,7 @@ void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
   out.setStaleness(s.sync.staleness);
   out.setGossipTopology(Cast<wire::GossipTopology>(s.sync.topology));
   out.setGossipAsync(s.sync.asynchronous);
+  out.setAllreduceAlgorithm(Cast<wire::AllReduceAlgorithm>(s.sync.algorithm));
   out.setModel(Cast<wire::ModelKind>(s.model.kind));
   out.setClasses(s.model.classes);
   out.setEmbeddingDim(s.model.embedding_dim);
@@ -77,9 +78,10 @@ void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
 }
 
 absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
-  if (!Known(in.getSyncKind(), 4) || !Known(in.getGossipTopology(), 3) ||
-      !Known(in.getModel(), 3) || !Known(in.getFormat(), 4) || !Known(in.getIndexBase(), 3) ||
-      !Known(in.getOptimizer(), 4) || in.getCodec() > static_cast<uint8_t>(CodecKind::kFp16)) {
+  if (!Known(in.getSyncKind(), 5) || !Known(in.getGossipTopology(), 3) ||
+      !Known(in.getAllreduceAlgorithm(), 4) || !Known(in.getModel(), 3) ||
+      !Known(in.getFormat(), 4) || !Known(in.getIndexBase(), 3) || !Known(in.getOptimizer(), 4) ||
+      in.getCodec() > static_cast<uint8_t>(CodecKind::kFp16)) {
     return absl::InvalidArgumentError(
         "job spec: an enum value this build does not know (a node of another version?)");
   }
@@ -90,6 +92,7 @@ absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
   s.sync.staleness = in.getStaleness();
   s.sync.topology = Cast<GossipTopology>(in.getGossipTopology());
   s.sync.asynchronous = in.getGossipAsync();
+  s.sync.algorithm = Cast<AllReduceAlgorithm>(in.getAllreduceAlgorithm());
   s.model.kind = Cast<ModelKind>(in.getModel());
   s.model.classes = in.getClasses();
   s.model.embedding_dim = in.getEmbeddingDim();

@@ -62,6 +62,20 @@ absl::StatusOr<std::pair<GossipTopology, bool>> ParseGossipMode(const std::strin
                                                  "' (want ring, exp or random)"));
 }
 
+const char* AllReduceAlgorithmName(AllReduceAlgorithm a) {
+  switch (a) {
+    case AllReduceAlgorithm::kAuto:
+      return "auto";
+    case AllReduceAlgorithm::kRing:
+      return "ring";
+    case AllReduceAlgorithm::kDoubling:
+      return "doubling";
+    case AllReduceAlgorithm::kHierarchical:
+      return "hier";
+  }
+  return "?";
+}
+
 absl::StatusOr<SyncMode> ParseSyncMode(const std::string& text) {
   SyncMode mode;
   if (text == "bsp") return mode;
@@ -77,6 +91,21 @@ absl::StatusOr<SyncMode> ParseSyncMode(const std::string& text) {
     mode.asynchronous = gossip->second;
     return mode;
   }
+  if (text == "allreduce" || text.starts_with("allreduce:")) {
+    mode.kind = SyncKind::kAllReduce;
+    const std::string algorithm = text == "allreduce" ? "auto" : text.substr(10);
+    for (AllReduceAlgorithm a :
+         {AllReduceAlgorithm::kAuto, AllReduceAlgorithm::kRing, AllReduceAlgorithm::kDoubling,
+          AllReduceAlgorithm::kHierarchical}) {
+      if (algorithm == AllReduceAlgorithmName(a)) {
+        mode.algorithm = a;
+        return mode;
+      }
+    }
+    return absl::InvalidArgumentError(absl::StrCat("unknown all-reduce algorithm '", algorithm,
+                                                   "' in '", text,
+                                                   "' (want ring, doubling, hier or auto)"));
+  }
   if (text.starts_with("ssp:")) {
     const absl::string_view staleness = absl::string_view(text).substr(4);
     int s;
@@ -91,8 +120,8 @@ absl::StatusOr<SyncMode> ParseSyncMode(const std::string& text) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("'", text,
-                   "' must be bsp, asp, ssp:S with an integer staleness S >= 0, or "
-                   "gossip:ring|exp|random[:async]"));
+                   "' must be bsp, asp, ssp:S with an integer staleness S >= 0, "
+                   "gossip:ring|exp|random[:async], or allreduce[:ring|doubling|hier|auto]"));
 }
 
 std::string SyncModeName(const SyncMode& mode) {
@@ -106,6 +135,8 @@ std::string SyncModeName(const SyncMode& mode) {
     case SyncKind::kGossip:
       return absl::StrCat("gossip:", GossipTopologyName(mode.topology),
                           mode.asynchronous ? ":async" : "");
+    case SyncKind::kAllReduce:
+      return absl::StrCat("allreduce:", AllReduceAlgorithmName(mode.algorithm));
   }
   return "unknown";
 }

@@ -21,6 +21,7 @@ absl::StatusOr<SyncMode> ParseSyncMode(const std::string& text);
 std::string SyncModeName(const SyncMode& mode);
 
 const char* GossipTopologyName(GossipTopology topology);
+const char* AllReduceAlgorithmName(AllReduceAlgorithm algorithm);
 // The topology and whether the mode is asynchronous, of a "gossip:..." text.
 absl::StatusOr<std::pair<GossipTopology, bool>> ParseGossipMode(const std::string& sync);
 

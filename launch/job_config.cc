@@ -55,7 +55,8 @@ const std::array<Field, 40> kFields = {{
     {"workers", &JobConfig::workers, "Number of worker processes"},
     {"sync", &JobConfig::sync,
      "Consistency model: bsp, asp, ssp:S (workers at most S steps ahead of the slowest), or "
-     "serverless gossip:ring|exp|random (D-PSGD; :async for push-sum)"},
+     "serverless gossip:ring|exp|random (D-PSGD; :async for push-sum), or serverless "
+     "allreduce[:ring|doubling|hier|auto] (synchronous SGD, the same model as bsp)"},
     {"compress", &JobConfig::compress,
      "Gradient compression with error feedback: none, topk:R, sign1[:CHUNK] or fp16"},
     {"model", &JobConfig::model, "Model: logreg, softmax or ctr (DLRM-style; Criteo data)"},
@@ -355,11 +356,12 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   absl::StatusOr<SyncMode> sync = ParseSyncMode(c.sync);
   if (!sync.ok()) {
     std::string rule =
-        "must be bsp, asp, ssp:S with an integer staleness S >= 0, or "
-        "gossip:ring|exp|random[:async]";
-    // A gossip mode's own error says which part is wrong.
+        "must be bsp, asp, ssp:S with an integer staleness S >= 0, "
+        "gossip:ring|exp|random[:async] or allreduce[:ring|doubling|hier|auto]";
+    // A gossip or all-reduce mode's own error says which part is wrong.
     if (c.sync.starts_with("gossip"))
       rule = std::string(ParseGossipMode(c.sync).status().message());
+    if (c.sync.starts_with("allreduce")) rule = std::string(sync.status().message());
     return InvalidFlag("sync", absl::StrCat("'", c.sync, "'"), rule);
   }
   s.sync = *sync;
@@ -398,7 +400,7 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   s.slowness.min_step_ms = c.min_step_ms;
 
   // Gossip peers are serverless.
-  s.servers = s.sync.gossip() ? 0 : c.servers;
+  s.servers = s.sync.serverless() ? 0 : c.servers;
   s.workers = c.workers;
   s.model.classes = c.classes;
   s.model.embedding_dim = c.embedding_dim;

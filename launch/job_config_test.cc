@@ -334,17 +334,27 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"servers", [](JobConfig& c) { c.servers = 0; }, "--servers=0: must be >= 1"},
         ValidateCase{"workers", [](JobConfig& c) { c.workers = -1; }, "--workers=-1: must be >= 1"},
         ValidateCase{"sync_name", [](JobConfig& c) { c.sync = "bulk"; },
-                     "--sync='bulk': must be bsp, asp, ssp:S with an integer staleness S >= 0, or "
-                     "gossip:ring|exp|random[:async]"},
+                     "--sync='bulk': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
+                     "gossip:ring|exp|random[:async] or allreduce[:ring|doubling|hier|auto]"},
+        ValidateCase{"sync_allreduce", [](JobConfig& c) { c.sync = "allreduce:tree"; },
+                     "--sync='allreduce:tree': unknown all-reduce algorithm 'tree' in "
+                     "'allreduce:tree' (want ring, doubling, hier or auto)"},
+        ValidateCase{"allreduce_checkpoint",
+                     [](JobConfig& c) {
+                       c.sync = "allreduce";
+                       c.checkpoint_every = 10;
+                     },
+                     "--sync=allreduce:auto: all-reduce workers do not checkpoint yet (use bsp, "
+                     "which trains the same model, or synchronous gossip)"},
         ValidateCase{"sync_negative", [](JobConfig& c) { c.sync = "ssp:-1"; },
                      "--sync='ssp:-1': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-                     "or gossip:ring|exp|random[:async]"},
+                     "gossip:ring|exp|random[:async] or allreduce[:ring|doubling|hier|auto]"},
         ValidateCase{"sync_empty", [](JobConfig& c) { c.sync = "ssp:"; },
-                     "--sync='ssp:': must be bsp, asp, ssp:S with an integer staleness S >= 0, or "
-                     "gossip:ring|exp|random[:async]"},
+                     "--sync='ssp:': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
+                     "gossip:ring|exp|random[:async] or allreduce[:ring|doubling|hier|auto]"},
         ValidateCase{"sync_text", [](JobConfig& c) { c.sync = "ssp:x"; },
-                     "--sync='ssp:x': must be bsp, asp, ssp:S with an integer staleness S >= 0, or "
-                     "gossip:ring|exp|random[:async]"},
+                     "--sync='ssp:x': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
+                     "gossip:ring|exp|random[:async] or allreduce[:ring|doubling|hier|auto]"},
         ValidateCase{"model", [](JobConfig& c) { c.model = "mlp"; },
                      "--model='mlp': must be one of logreg, softmax, ctr"},
         ValidateCase{"ctr_needs_criteo",
@@ -369,8 +379,8 @@ INSTANTIATE_TEST_SUITE_P(
                        c.model = "ctr";
                        c.sync = "gossip:ring";
                      },
-                     "--sync=gossip:ring: gossip peers need a bounded feature count; Criteo ids "
-                     "are 64-bit hashes"},
+                     "--sync=gossip:ring: serverless workers hold the whole model and need a "
+                     "bounded feature count; Criteo ids are 64-bit hashes"},
         ValidateCase{"classes",
                      [](JobConfig& c) {
                        c.model = "softmax";

@@ -2,9 +2,9 @@
 
 #include <thread>
 
+#include "collective/allreduce_backend.h"
 #include "core/coordinator.h"
 #include "core/inproc_transport.h"
-#include "gossip/gossip_peer.h"
 #include "ps/server_node.h"
 #include "worker/worker_node.h"
 
@@ -50,7 +50,7 @@ ThreadedJobResult RunJobOnThreads(const JobSpec& spec) {
   for (int r = 0; r < spec.workers; ++r) {
     threads.emplace_back([&, r, node]() mutable {
       node.rank = r;
-      result.workers[r] = WorkerNode(transport, node, MakeGossipBackendFactory()).Run();
+      result.workers[r] = WorkerNode(transport, node, MakeServerlessBackendFactory()).Run();
     });
   }
   for (std::thread& t : threads) t.join();

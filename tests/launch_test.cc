@@ -102,6 +102,44 @@ TEST_F(LaunchTest, BspWithTwoWorkersEqualsOneWorkerWithTheUnionBatch) {
   EXPECT_GT(moved, 1.0);
 }
 
+// Both are synchronous SGD on the union batch: every all-reduce algorithm trains the model of
+// the parameter servers under BSP, with Adam (momentum and l2 on the rows touched only), and
+// with partitions of unequal length (20000 rows over 3 workers: 6667, 6667 and 6666, in batches
+// of 3333: 3, 3 and 2 steps an epoch), where a worker out of data keeps answering the others'
+// collectives.
+TEST_F(LaunchTest, AllReduceTrainsTheModelOfBsp) {
+  const std::string bsp = TempDir("ar_bsp");
+  const std::vector<std::string> job = {
+      "--workers", "3", "--batch-size", "3333", "--train", Train(), "--test", Test(),
+      "--epochs",  "2", "--optimizer",  "adam", "--lr",    "0.01",  "--l2",   "0.0001"};
+  std::vector<std::string> argv = {kLaunch, "--servers", "2", "--sync", "bsp", "--out", bsp};
+  argv.insert(argv.end(), job.begin(), job.end());
+  auto a = RunProcess(argv);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const auto reference = ReadParams(bsp + "/params.tsv");
+  ASSERT_GT(reference.size(), 1000u);
+  for (const char* mode : {"allreduce:ring", "allreduce:doubling", "allreduce:hier"}) {
+    SCOPED_TRACE(mode);
+    const std::string out = TempDir("ar");
+    argv = {kLaunch, "--sync", mode, "--out", out};
+    argv.insert(argv.end(), job.begin(), job.end());
+    auto r = RunProcess(argv);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.find("syncline-ps"), std::string::npos);
+    auto p = ReadParams(out + "/params.tsv");
+    ASSERT_EQ(p.size(), reference.size());
+    double worst = 0;
+    for (const auto& [key, want] : reference) {
+      const auto& got = p[key];
+      ASSERT_EQ(got.size(), want.size()) << key;
+      for (size_t i = 0; i < want.size(); ++i) {
+        worst = std::max(worst, std::abs(got[i] - want[i]) / std::max(std::abs(want[i]), 1e-3));
+      }
+    }
+    EXPECT_LE(worst, 1e-5);
+  }
+}
+
 TEST_F(LaunchTest, EveryCodecConvergesAndTopKAndSignShrinkThePushes) {
   double uncompressed_pushed = 0;
   for (const char* codec : {"none", "topk:0.01", "sign1", "fp16"}) {

@@ -3,10 +3,10 @@
 // coordinator hands it the rest of the job (see worker/worker_node.h).
 #include <CLI/CLI.hpp>
 
+#include "collective/allreduce_backend.h"
 #include "core/command_line.h"
 #include "core/log.h"
 #include "core/zmq_transport.h"
-#include "gossip/gossip_peer.h"
 #include "job/node_flags.h"
 #include "worker/worker_node.h"
 
@@ -33,7 +33,7 @@ int Main(int argc, char** argv) {
     return kExitBadInput;
   }
   ZmqTransport transport(*transport_options);
-  const NodeExit exit = WorkerNode(transport, options, MakeGossipBackendFactory()).Run();
+  const NodeExit exit = WorkerNode(transport, options, MakeServerlessBackendFactory()).Run();
   if (!exit.status.ok()) SYNCLINE_LOG(ERROR) << exit.status;
   return exit.exit_code();
 }

@@ -119,7 +119,7 @@ absl::StatusOr<EvaluationReport> EvaluateModel(const JobSpec& spec, const Model&
     std::vector<uint32_t> all(data.test.size());
     for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
     std::vector<uint64_t> keys = UniqueKeys(data.test, all);
-    if (layout.dense_rows || spec.sync.gossip()) {
+    if (layout.dense_rows || spec.sync.serverless()) {
       // A dense model has no rows for features the training data never had; the model
       // treats missing keys as zero rows, as a server does for a feature it never saw.
       std::erase_if(keys, [&](uint64_t k) { return k >= layout.num_features; });
@@ -207,9 +207,10 @@ NodeExit WorkerNode::Run() {
   if (!kv_options.ok()) return fail(kv_options.status());
   KVClient client(&endpoint, *kv_options);
   std::unique_ptr<SyncBackend> backend;
-  if (spec.sync.gossip()) {
+  if (spec.sync.serverless()) {
     if (!gossip_backend_) {
-      return fail(absl::FailedPreconditionError("this worker was built without gossip peers"));
+      return fail(absl::FailedPreconditionError(
+          "this worker was built without serverless backends (gossip, all-reduce)"));
     }
     auto made = gossip_backend_(spec, table, rank, endpoint);
     if (!made.ok()) return fail(made.status());
@@ -232,7 +233,7 @@ NodeExit WorkerNode::Run() {
   layout.bias_init_scale = (*model)->bias_init_scale();
   // Compressed pushes work on a dense gradient (gossip peers keep the whole model anyway),
   // except for Criteo's unbounded ids, whose sparse pushes go as fp16 (PsBackend).
-  layout.dense_rows = spec.training.codec.kind != CodecKind::kNone && !spec.sync.gossip() &&
+  layout.dense_rows = spec.training.codec.kind != CodecKind::kNone && !spec.sync.serverless() &&
                       layout.num_features > 0;
   layout.optimizer.kind = spec.training.optimizer;
   layout.optimizer.learning_rate = static_cast<float>(spec.training.learning_rate);

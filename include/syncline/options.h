@@ -13,11 +13,15 @@ namespace syncline {
 
 // How workers keep their replicas in sync.
 enum class SyncKind {
-  kBsp,     // bulk synchronous: every worker finishes clock c before any reads clock c+1
-  kAsp,     // asynchronous: no bound on staleness
-  kSsp,     // stale synchronous: at most `staleness` clocks ahead of the slowest worker
-  kGossip,  // no servers: each worker averages its whole model with neighbours (D-PSGD)
+  kBsp,        // bulk synchronous: every worker finishes clock c before any reads clock c+1
+  kAsp,        // asynchronous: no bound on staleness
+  kSsp,        // stale synchronous: at most `staleness` clocks ahead of the slowest worker
+  kGossip,     // no servers: each worker averages its whole model with neighbours (D-PSGD)
+  kAllReduce,  // no servers: every worker holds the model; gradients are summed by all-reduce
 };
+
+// How --sync allreduce sums (collective/communicator.h): auto picks by size and topology.
+enum class AllReduceAlgorithm { kAuto, kRing, kDoubling, kHierarchical };
 
 // The graph gossip peers average over.
 enum class GossipTopology { kRing, kExponential, kRandom };
@@ -27,12 +31,18 @@ struct SyncMode {
   int64_t staleness = 0;                            // kSsp only: S >= 0
   GossipTopology topology = GossipTopology::kRing;  // kGossip only
   bool asynchronous = false;                        // kGossip only: push-sum instead of D-PSGD
+  AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto;  // kAllReduce only
 
   bool gossip() const { return kind == SyncKind::kGossip; }
-  // The bound the servers enforce: 0 for BSP, -1 (unbounded) for ASP and gossip, S for SSP(S).
+  bool allreduce() const { return kind == SyncKind::kAllReduce; }
+  // No parameter servers: the workers hold the model.
+  bool serverless() const { return gossip() || allreduce(); }
+  // The bound the servers enforce: 0 for BSP (and all-reduce, which is as synchronous: a lost
+  // worker stops the job), -1 (unbounded) for ASP and gossip, S for SSP(S).
   int64_t server_staleness() const {
     switch (kind) {
       case SyncKind::kBsp:
+      case SyncKind::kAllReduce:
         return 0;
       case SyncKind::kSsp:
         return staleness;

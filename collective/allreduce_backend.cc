@@ -1,0 +1,178 @@
+#include "collective/allreduce_backend.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_format.h"
+#include "core/net.h"
+#include "core/node_table.h"
+#include "gossip/gossip_peer.h"
+
+namespace syncline {
+
+AllReduceBackend::AllReduceBackend(std::unique_ptr<Communicator> communicator,
+                                   AllReduceOptions options)
+    : communicator_(std::move(communicator)), options_(options) {}
+
+absl::Status AllReduceBackend::Init(const ParameterLayout& layout) {
+  if (layout.num_features == 0) {
+    return absl::InvalidArgumentError(
+        "all-reduce keeps the whole model: the number of features must be known");
+  }
+  if (layout.row_dim == 0 || layout.bias_dim == 0) {
+    return absl::InvalidArgumentError("all-reduce: row_dim and bias_dim must be positive");
+  }
+  layout_ = layout;
+  layout_.optimizer = options_.optimizer;
+  bias_optimizer_ = options_.optimizer;
+  bias_optimizer_.l2 = 0;  // the bias is not regularised, as on the servers
+  state_floats_ = StateFloatsPerWeight(options_.optimizer.kind);
+  const size_t row_floats = layout.num_features * layout.row_dim;
+  params_.assign(row_floats + layout.bias_dim, 0.0f);
+  row_state_.assign(row_floats * state_floats_, 0.0f);
+  row_steps_.assign(layout.num_features, 0);
+  bias_state_.assign(static_cast<size_t>(layout.bias_dim) * state_floats_, 0.0f);
+  bias_at_ = row_floats;
+  examples_at_ = bias_at_ + layout.bias_dim;
+  touched_at_ = examples_at_ + 1;
+  training_at_ = touched_at_ + layout.num_features;
+  buffer_.assign(training_at_ + 1, 0.0f);
+  return absl::OkStatus();
+}
+
+absl::Status AllReduceBackend::Read(int64_t clock, std::span<const uint64_t> keys,
+                                    std::span<float> rows, std::span<float> bias) {
+  const uint32_t dim = layout_.row_dim;
+  if (rows.size() != keys.size() * dim || bias.size() != layout_.bias_dim) {
+    return absl::InvalidArgumentError("all-reduce read: buffer sizes do not match the layout");
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i] >= layout_.num_features) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "feature %d is beyond the %d features of the model", keys[i], layout_.num_features));
+    }
+    std::copy_n(params_.data() + keys[i] * dim, dim, rows.data() + i * dim);
+  }
+  std::copy_n(params_.data() + bias_at_, layout_.bias_dim, bias.data());
+  return absl::OkStatus();
+}
+
+absl::Status AllReduceBackend::Update(int64_t clock, std::span<const uint64_t> keys,
+                                      std::span<const float> row_grads,
+                                      std::span<const float> bias_grad, float examples) {
+  const uint32_t dim = layout_.row_dim;
+  if (row_grads.size() != keys.size() * dim || bias_grad.size() != layout_.bias_dim) {
+    return absl::InvalidArgumentError("all-reduce update: gradient sizes do not match the layout");
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint64_t key = keys[i];
+    if (key >= layout_.num_features) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "feature %d is beyond the %d features of the model", key, layout_.num_features));
+    }
+    float* dst = buffer_.data() + key * dim;
+    for (uint32_t j = 0; j < dim; ++j) dst[j] += row_grads[i * dim + j];
+    buffer_[touched_at_ + key] = 1.0f;
+  }
+  for (uint32_t j = 0; j < layout_.bias_dim; ++j) buffer_[bias_at_ + j] += bias_grad[j];
+  return absl::OkStatus();
+}
+
+absl::Status AllReduceBackend::Round(bool training, float examples) {
+  buffer_[examples_at_] = training ? examples : 0.0f;
+  buffer_[training_at_] = training ? 1.0f : 0.0f;
+  absl::Status s =
+      communicator_->AllReduce(std::span<float>(buffer_), options_.algorithm, options_.wire);
+  if (!s.ok()) return s;
+  const float total = buffer_[examples_at_];
+  if (total > 0) {
+    const float scale = 1.0f / total;
+    const uint32_t dim = layout_.row_dim;
+    for (uint64_t key = 0; key < layout_.num_features; ++key) {
+      if (buffer_[touched_at_ + key] == 0.0f) continue;
+      ApplyUpdate(options_.optimizer, params_.data() + key * dim,
+                  row_state_.data() + key * dim * state_floats_, buffer_.data() + key * dim, scale,
+                  dim, ++row_steps_[key]);
+    }
+    ApplyUpdate(bias_optimizer_, params_.data() + bias_at_, bias_state_.data(),
+                buffer_.data() + bias_at_, scale, layout_.bias_dim, ++bias_steps_);
+  }
+  const bool anyone_training = buffer_[training_at_] > 0;
+  std::fill(buffer_.begin(), buffer_.end(), 0.0f);
+  return anyone_training ? absl::OkStatus() : absl::OutOfRangeError("every worker has finished");
+}
+
+absl::Status AllReduceBackend::EndIteration(int64_t clock, float examples) {
+  absl::Status s = Round(/*training=*/true, examples);
+  return absl::IsOutOfRange(s) ? absl::OkStatus() : s;  // (it trained: never out of range)
+}
+
+absl::Status AllReduceBackend::Finish() {
+  if (finished_) return absl::OkStatus();
+  finished_ = true;
+  // Others may have more steps (partitions of unequal size): keep answering their
+  // collectives, adding nothing, until a round in which nobody trained.
+  while (true) {
+    absl::Status s = Round(/*training=*/false, 0);
+    if (absl::IsOutOfRange(s)) return absl::OkStatus();
+    if (!s.ok()) return s;
+  }
+}
+
+GossipBackendFactory MakeAllReduceBackendFactory() {
+  return [](const JobSpec& spec, const NodeTable& table, int rank,
+            Endpoint& endpoint) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
+    std::vector<std::string> peers;
+    std::vector<int> host_of_rank(table.num_workers, 0);
+    std::map<std::string, int> hosts;
+    for (int w = 0; w < table.num_workers; ++w) {
+      peers.push_back(DataEndpointId(wire::Role::WORKER, w));
+    }
+    for (const NodeInfo& n : table.nodes) {
+      if (n.role != wire::Role::WORKER || n.rank < 0 || n.rank >= table.num_workers) continue;
+      auto hp = ParseTcpAddress(n.address);
+      const std::string host = hp.ok() ? hp->host : n.address;
+      host_of_rank[n.rank] = hosts.try_emplace(host, static_cast<int>(hosts.size())).first->second;
+      // One connection per pair, opened by the lower rank (two ROUTERs connected both ways
+      // under the same ids trip ZeroMQ); the higher rank answers over the one it accepted.
+      if (n.rank > rank) {
+        if (auto s = endpoint.Connect(n.id, n.address); !s.ok()) return s;
+      }
+    }
+    CommunicatorOptions c;
+    c.timeout = absl::Seconds(std::min(spec.timeouts.request_s, spec.timeouts.peer_s));
+    c.host_of_rank = host_of_rank;
+    AllReduceOptions o;
+    switch (spec.sync.algorithm) {
+      case AllReduceAlgorithm::kAuto:
+        o.algorithm = Algorithm::kAuto;
+        break;
+      case AllReduceAlgorithm::kRing:
+        o.algorithm = Algorithm::kRing;
+        break;
+      case AllReduceAlgorithm::kDoubling:
+        o.algorithm = Algorithm::kRecursiveDoubling;
+        break;
+      case AllReduceAlgorithm::kHierarchical:
+        o.algorithm = Algorithm::kHierarchical;
+        break;
+    }
+    o.wire = spec.training.codec.kind == CodecKind::kFp16 ? WireType::kFloat16 : WireType::kFloat32;
+    o.optimizer.kind = spec.training.optimizer;
+    o.optimizer.learning_rate = static_cast<float>(spec.training.learning_rate);
+    o.optimizer.l2 = static_cast<float>(spec.training.l2);
+    return std::unique_ptr<SyncBackend>(std::make_unique<AllReduceBackend>(
+        std::make_unique<Communicator>(&endpoint, rank, peers, c), o));
+  };
+}
+
+GossipBackendFactory MakeServerlessBackendFactory() {
+  return [gossip = MakeGossipBackendFactory(), allreduce = MakeAllReduceBackendFactory()](
+             const JobSpec& spec, const NodeTable& table, int rank,
+             Endpoint& endpoint) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
+    return spec.sync.allreduce() ? allreduce(spec, table, rank, endpoint)
+                                 : gossip(spec, table, rank, endpoint);
+  };
+}
+
+}  // namespace syncline
