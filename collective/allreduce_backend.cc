@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/net.h"
 #include "core/node_table.h"
@@ -12,7 +13,11 @@ namespace syncline {
 
 AllReduceBackend::AllReduceBackend(std::unique_ptr<Communicator> communicator,
                                    AllReduceOptions options)
-    : communicator_(std::move(communicator)), options_(options) {}
+    : communicator_(std::move(communicator)), options_(options) {
+  if (options_.codec.kind == CodecKind::kTopK || options_.codec.kind == CodecKind::kSign1) {
+    codec_ = Codec::Create(options_.codec);
+  }
+}
 
 absl::Status AllReduceBackend::Init(const ParameterLayout& layout) {
   if (layout.num_features == 0) {
@@ -81,13 +86,39 @@ absl::Status AllReduceBackend::Update(int64_t clock, std::span<const uint64_t> k
 absl::Status AllReduceBackend::Round(bool training, float examples) {
   buffer_[examples_at_] = training ? examples : 0.0f;
   buffer_[training_at_] = training ? 1.0f : 0.0f;
-  absl::Status s =
-      communicator_->AllReduce(std::span<float>(buffer_), options_.algorithm, options_.wire);
-  if (!s.ok()) return s;
+  const uint32_t dim = layout_.row_dim;
+  if (codec_ != nullptr) {
+    // The row gradients as codec blocks, all-gathered; the rest summed as it is.
+    std::span<float> rows(buffer_.data(), bias_at_);
+    feedback_.Compress(*codec_, rows, &block_);
+    small_.assign(buffer_.begin() + bias_at_, buffer_.begin() + examples_at_ + 1);
+    small_.push_back(buffer_[training_at_]);
+    absl::Status s = communicator_->AllReduce(std::span<float>(small_), Algorithm::kAuto);
+    if (s.ok()) s = communicator_->AllGatherBytes(block_, &blocks_);
+    if (!s.ok()) return s;
+    std::fill(rows.begin(), rows.end(), 0.0f);
+    for (int r = 0; r < communicator_->size(); ++r) {
+      std::span<const std::byte> b(blocks_.data() + r * block_.size(), block_.size());
+      if (auto d = codec_->DecodeAdd(b, rows); !d.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("all-reduce: the block of w", r, " does not decode: ", d.message()));
+      }
+    }
+    std::copy(small_.begin(), small_.end() - 1, buffer_.begin() + bias_at_);
+    buffer_[training_at_] = small_.back();
+    for (uint64_t key = 0; key < layout_.num_features; ++key) {
+      bool any = codec_->spec().kind == CodecKind::kSign1;
+      for (uint32_t j = 0; j < dim && !any; ++j) any = rows[key * dim + j] != 0.0f;
+      buffer_[touched_at_ + key] = any ? 1.0f : 0.0f;
+    }
+  } else {
+    absl::Status s =
+        communicator_->AllReduce(std::span<float>(buffer_), options_.algorithm, options_.wire);
+    if (!s.ok()) return s;
+  }
   const float total = buffer_[examples_at_];
   if (total > 0) {
     const float scale = 1.0f / total;
-    const uint32_t dim = layout_.row_dim;
     for (uint64_t key = 0; key < layout_.num_features; ++key) {
       if (buffer_[touched_at_ + key] == 0.0f) continue;
       ApplyUpdate(options_.optimizer, params_.data() + key * dim,
@@ -158,6 +189,7 @@ GossipBackendFactory MakeAllReduceBackendFactory() {
         break;
     }
     o.wire = spec.training.codec.kind == CodecKind::kFp16 ? WireType::kFloat16 : WireType::kFloat32;
+    o.codec = spec.training.codec;
     o.optimizer.kind = spec.training.optimizer;
     o.optimizer.learning_rate = static_cast<float>(spec.training.learning_rate);
     o.optimizer.l2 = static_cast<float>(spec.training.l2);

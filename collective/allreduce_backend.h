@@ -6,6 +6,9 @@
 // rows any worker touched. So it trains the model of --sync bsp (synchronous SGD on the union
 // batch), which the tests check to 1e-5.
 //
+// With --compress topk:R or sign1 the row gradients are compressed with error feedback and
+// all-gathered instead (AllReduceOptions::codec): each rank sends (N-1) blocks.
+//
 // The buffer is [row gradients][bias gradient][examples][touched count per feature][workers
 // still training]: the touched counts make the update the parameter server's (rows no worker
 // saw in an iteration are left alone, so l2 and momentum leave them be), and the last element
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "collective/communicator.h"
+#include "compression/codec.h"
 #include "optim/optimizer.h"
 #include "worker/sync_backend.h"
 #include "worker/worker_node.h"
@@ -32,6 +36,11 @@ struct AllReduceOptions {
   Algorithm algorithm = Algorithm::kAuto;
   WireType wire = WireType::kFloat32;
   OptimizerConfig optimizer;
+  // top-K or sign1: the row gradients are compressed with error feedback and all-gathered as
+  // codec blocks (every rank's block has the same size), each rank adding every block in rank
+  // order; the bias and the counts are all-reduced as they are. Rows updated: those some block
+  // lists (top-K), or all (sign1), as the parameter servers do with such blocks.
+  CodecSpec codec;
 };
 
 class AllReduceBackend : public SyncBackend {
@@ -72,6 +81,11 @@ class AllReduceBackend : public SyncBackend {
   std::vector<float> buffer_;
   size_t bias_at_ = 0, examples_at_ = 0, touched_at_ = 0, training_at_ = 0;
   bool finished_ = false;
+  // Compressed all-reduce (options_.codec top-K or sign1).
+  std::unique_ptr<Codec> codec_;
+  ErrorFeedback feedback_;
+  std::vector<std::byte> block_, blocks_;
+  std::vector<float> small_;  // bias, examples, still training
 };
 
 // Builds an AllReduceBackend from the job spec: a communicator over every worker's data

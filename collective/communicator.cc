@@ -376,6 +376,27 @@ absl::Status Communicator::AllGather(std::span<float> data, WireType wire) {
   return s;
 }
 
+absl::Status Communicator::AllGatherBytes(std::span<const std::byte> mine,
+                                          std::vector<std::byte>* all) {
+  op_ = "all-gather";
+  // In floats (their bits are only copied, never added), one chunk of equal length per rank.
+  const size_t words = (mine.size() + sizeof(float) - 1) / sizeof(float);
+  std::vector<float> buffer(words * size(), 0.0f);
+  std::memcpy(buffer.data() + words * rank_, mine.data(), mine.size());
+  Ring ring;
+  for (int r = 0; r < size(); ++r) ring.group.push_back(r);
+  ring.me = rank_;
+  absl::Status s =
+      RingAllGather(std::span<float>(buffer), ring, 0, kPhaseAllGather, WireType::kFloat32);
+  ++seq_;
+  if (!s.ok()) return s;
+  all->resize(mine.size() * size());
+  for (int r = 0; r < size(); ++r) {
+    std::memcpy(all->data() + mine.size() * r, buffer.data() + words * r, mine.size());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Communicator::Broadcast(std::span<float> data, int root) {
   op_ = "broadcast";
   const int n = size();

@@ -88,6 +88,9 @@ class Communicator {
   absl::Status AllGather(std::span<float> data, WireType wire = WireType::kFloat32);
   // `data` of rank `root` is copied to every rank (a binomial tree).
   absl::Status Broadcast(std::span<float> data, int root);
+  // Every rank's `mine` (the same number of bytes on every rank: a codec's block, say) in rank
+  // order: *all holds size() * mine.size() bytes (a ring all-gather).
+  absl::Status AllGatherBytes(std::span<const std::byte> mine, std::vector<std::byte>* all);
 
   // The first element of chunk `c` of a buffer of `n` floats split over `parts` ranks (chunk
   // sizes differ by at most one).

@@ -205,6 +205,26 @@ TEST(CollectiveTest, ReduceScatterAllGatherAndBroadcast) {
   for (int r = 0; r < n; ++r) EXPECT_EQ(data[r], Input(2, size));
 }
 
+TEST(CollectiveTest, AllGatherBytesGivesEveryBlockInRankOrder) {
+  for (int n : {1, 2, 5}) {
+    InprocTransport transport;
+    Group group(transport, n);
+    std::vector<std::vector<std::byte>> all(n);
+    auto status = group.Run([&](Communicator& c) {
+      std::vector<std::byte> mine(7);  // not a whole number of floats
+      for (size_t i = 0; i < mine.size(); ++i) mine[i] = std::byte(c.rank() * 16 + i);
+      return c.AllGatherBytes(mine, &all[c.rank()]);
+    });
+    for (int r = 0; r < n; ++r) {
+      ASSERT_TRUE(status[r].ok()) << status[r];
+      ASSERT_EQ(all[r].size(), 7u * n);
+      for (int q = 0; q < n; ++q) {
+        for (size_t i = 0; i < 7; ++i) ASSERT_EQ(all[r][q * 7 + i], std::byte(q * 16 + i));
+      }
+    }
+  }
+}
+
 TEST(CollectiveTest, BroadcastFromEveryRootOfEverySize) {
   for (int n = 1; n <= 7; ++n) {
     InprocTransport transport;

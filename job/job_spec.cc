@@ -161,12 +161,6 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
                        "all-reduce workers do not checkpoint yet (use bsp, which trains the same "
                        "model, or synchronous gossip)");
   }
-  if (s.sync.allreduce() && s.training.codec.kind != CodecKind::kNone &&
-      s.training.codec.kind != CodecKind::kFp16) {
-    return InvalidFlag("compress", CodecName(s.training.codec),
-                       "all-reduce takes none or fp16 (top-K and sign1 on all-reduce are not built "
-                       "yet)");
-  }
   if (s.sync.gossip() && s.sync.asynchronous &&
       (s.checkpoint.enabled() || !s.checkpoint.restore.empty())) {
     return InvalidFlag("sync", SyncModeName(s.sync), AsyncGossipCannotCheckpoint(s.sync));

@@ -140,6 +140,31 @@ TEST_F(LaunchTest, AllReduceTrainsTheModelOfBsp) {
   }
 }
 
+// Compressed all-reduce: top-K and sign1 blocks (with error feedback) are all-gathered, fp16
+// goes on the wire. Each converges; top-K and sign1 move a small part of the bytes.
+TEST_F(LaunchTest, CompressedAllReduceConvergesAndMovesFewerBytes) {
+  double plain = 0;
+  for (const char* codec : {"none", "topk:0.01", "sign1", "fp16"}) {
+    SCOPED_TRACE(codec);
+    const std::string out = TempDir(std::string("arc_") + codec);
+    auto r = RunProcess({kLaunch, "--sync", "allreduce", "--workers", "3", "--compress", codec,
+                         "--batch-size", "1024", "--train", Train(), "--test", Test(), "--epochs",
+                         "4", "--out", out});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string summary = ReadFile(out + "/summary.json");
+    ASSERT_TRUE(JsonNumber(summary, "test_auc").has_value()) << summary;
+    EXPECT_GT(*JsonNumber(summary, "test_auc"), 0.8) << summary;
+    const double pushed = *JsonNumber(summary, "bytes_pushed");
+    if (std::string(codec) == "none") {
+      plain = pushed;
+    } else if (std::string(codec) == "fp16") {
+      EXPECT_LT(pushed, 0.55 * plain) << summary;
+    } else {
+      EXPECT_LT(pushed * 10, plain) << summary;
+    }
+  }
+}
+
 TEST_F(LaunchTest, EveryCodecConvergesAndTopKAndSignShrinkThePushes) {
   double uncompressed_pushed = 0;
   for (const char* codec : {"none", "topk:0.01", "sign1", "fp16"}) {
