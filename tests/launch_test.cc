@@ -310,7 +310,7 @@ KillResult KillWorkerMidRun(const std::string& sync, const std::string& train,
   }
   EXPECT_TRUE(k.exited.empty()) << k.output;
   k.children = testing_util::Children(*launcher);
-  EXPECT_EQ(k.children.size(), 5u) << k.output;
+  EXPECT_EQ(k.children.size(), sync.starts_with("allreduce") ? 3u : 5u) << k.output;
   k.second = RunProcess({kLaunch, "--train", train, "--test", test, "--out", k.out});
   EXPECT_NE(testing_util::KillChildOfRank(*launcher, "syncline-worker", 1), 0) << k.output;
   testing_util::AwaitAnExit(group, absl::Seconds(60), &k.exited);
@@ -328,6 +328,16 @@ TEST_F(LaunchTest, UnderBspTheLauncherStopsEverythingWhenAWorkerCrashes) {
   EXPECT_EQ(k.second.exit_code, 2) << k.second.output;
   EXPECT_NE(k.second.output.find("is in use by another syncline-launch"), std::string::npos)
       << k.second.output;
+}
+
+// All-reduce is as synchronous as BSP: a worker lost in the middle stops the job, naming it, and
+// nothing waits on its collectives.
+TEST_F(LaunchTest, UnderAllReduceAWorkerThatDiesStopsTheJobNamingIt) {
+  KillResult k = KillWorkerMidRun("allreduce:ring", Train(), Test(), "500");
+  ASSERT_EQ(k.exited.size(), 1u) << "the launcher did not exit:\n" << k.output;
+  EXPECT_NE(k.exited[0].exit_code, 0);
+  EXPECT_NE(k.output.find("w1 killed by signal 9"), std::string::npos) << k.output;
+  for (const auto& [pid, cmd] : k.children) EXPECT_FALSE(testing_util::Alive(pid)) << cmd;
 }
 
 TEST_F(LaunchTest, UnderAspTheJobGoesOnWithoutACrashedWorker) {
