@@ -1,6 +1,7 @@
 #include "collective/allreduce_backend.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -148,6 +149,78 @@ absl::Status AllReduceBackend::Finish() {
     if (absl::IsOutOfRange(s)) return absl::OkStatus();
     if (!s.ok()) return s;
   }
+}
+
+namespace {
+constexpr char kStateMagic[4] = {'A', 'R', 'D', '1'};
+}  // namespace
+
+absl::StatusOr<std::string> AllReduceBackend::SaveState() const {
+  std::string out;
+  const auto put = [&out](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
+  const uint64_t features = layout_.num_features;
+  const uint32_t shape[3] = {layout_.row_dim, layout_.bias_dim,
+                             static_cast<uint32_t>(state_floats_)};
+  const std::span<const float> residual = feedback_.residual();
+  const uint64_t residual_floats = residual.size();
+  put(kStateMagic, 4);
+  put(&features, 8);
+  put(shape, sizeof(shape));
+  put(&bias_steps_, 8);
+  put(&residual_floats, 8);
+  put(params_.data(), params_.size() * sizeof(float));
+  put(row_state_.data(), row_state_.size() * sizeof(float));
+  put(row_steps_.data(), row_steps_.size() * sizeof(int64_t));
+  put(bias_state_.data(), bias_state_.size() * sizeof(float));
+  put(residual.data(), residual.size() * sizeof(float));
+  return out;
+}
+
+absl::Status AllReduceBackend::RestoreState(std::string_view state) {
+  StateReader in(state);
+  char magic[4];
+  uint64_t features = 0, residual_floats = 0;
+  uint32_t shape[3] = {0, 0, 0};
+  int64_t bias_steps = 0;
+  if (!in.Read(magic, 4) || std::memcmp(magic, kStateMagic, 4) != 0) {
+    return absl::InvalidArgumentError(
+        "the saved worker state is not an all-reduce worker's (was the checkpoint written with "
+        "parameter servers or gossip?)");
+  }
+  if (!in.Read(&features, 8) || !in.Read(shape, sizeof(shape)) || !in.Read(&bias_steps, 8) ||
+      !in.Read(&residual_floats, 8)) {
+    return absl::DataLossError("the saved all-reduce state is truncated");
+  }
+  if (features != layout_.num_features || shape[0] != layout_.row_dim ||
+      shape[1] != layout_.bias_dim || shape[2] != static_cast<uint32_t>(state_floats_) ||
+      (residual_floats != 0 && residual_floats != bias_at_)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the saved all-reduce model has %d features x %d + %d bias with %d state floats (and a "
+        "residual of %d); this job's has %d x %d + %d with %d",
+        features, shape[0], shape[1], shape[2], residual_floats, layout_.num_features,
+        layout_.row_dim, layout_.bias_dim, state_floats_));
+  }
+  const size_t body =
+      (params_.size() + row_state_.size() + bias_state_.size() + residual_floats) * sizeof(float) +
+      row_steps_.size() * sizeof(int64_t);
+  if (in.left() != body) {
+    return absl::DataLossError(
+        absl::StrFormat("the saved all-reduce state holds %d bytes of model and state, expected %d",
+                        in.left(), body));
+  }
+  in.Read(params_.data(), params_.size() * sizeof(float));
+  in.Read(row_state_.data(), row_state_.size() * sizeof(float));
+  in.Read(row_steps_.data(), row_steps_.size() * sizeof(int64_t));
+  in.Read(bias_state_.data(), bias_state_.size() * sizeof(float));
+  std::vector<float> residual(residual_floats);
+  in.Read(residual.data(), residual.size() * sizeof(float));
+  if (residual.empty()) {
+    feedback_.Reset();
+  } else {
+    feedback_.SetResidual(residual);
+  }
+  bias_steps_ = bias_steps;
+  return absl::OkStatus();
 }
 
 GossipBackendFactory MakeAllReduceBackendFactory() {

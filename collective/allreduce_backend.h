@@ -59,6 +59,11 @@ class AllReduceBackend : public SyncBackend {
   absl::Status EndIteration(int64_t clock, float examples) override;
   // Takes part, adding nothing, until every worker has finished.
   absl::Status Finish() override;
+  // Checkpoints: the whole model, its optimizer state and (compressed) the error-feedback
+  // residual. Every worker saves after the same step, so restoring all of them continues
+  // exactly.
+  absl::StatusOr<std::string> SaveState() const override;
+  absl::Status RestoreState(std::string_view state) override;
   uint64_t bytes_pushed() const override { return communicator_->counters().bytes_sent; }
   uint64_t bytes_pulled() const override { return communicator_->counters().bytes_received; }
 

@@ -156,11 +156,6 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
     return InvalidFlag("test", s.data.test,
                        "needs --train (synthetic data brings its own test set)");
   }
-  if (s.sync.allreduce() && (s.checkpoint.enabled() || !s.checkpoint.restore.empty())) {
-    return InvalidFlag("sync", SyncModeName(s.sync),
-                       "all-reduce workers do not checkpoint yet (use bsp, which trains the same "
-                       "model, or synchronous gossip)");
-  }
   if (s.sync.gossip() && s.sync.asynchronous &&
       (s.checkpoint.enabled() || !s.checkpoint.restore.empty())) {
     return InvalidFlag("sync", SyncModeName(s.sync), AsyncGossipCannotCheckpoint(s.sync));

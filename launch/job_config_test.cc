@@ -339,13 +339,6 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"sync_allreduce", [](JobConfig& c) { c.sync = "allreduce:tree"; },
                      "--sync='allreduce:tree': unknown all-reduce algorithm 'tree' in "
                      "'allreduce:tree' (want ring, doubling, hier or auto)"},
-        ValidateCase{"allreduce_checkpoint",
-                     [](JobConfig& c) {
-                       c.sync = "allreduce";
-                       c.checkpoint_every = 10;
-                     },
-                     "--sync=allreduce:auto: all-reduce workers do not checkpoint yet (use bsp, "
-                     "which trains the same model, or synchronous gossip)"},
         ValidateCase{"sync_negative", [](JobConfig& c) { c.sync = "ssp:-1"; },
                      "--sync='ssp:-1': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
                      "gossip:ring|exp|random[:async] or allreduce[:ring|doubling|hier|auto]"},

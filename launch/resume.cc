@@ -146,16 +146,17 @@ absl::StatusOr<int64_t> PrepareCheckpoints(JobSpec* spec, bool resume, bool resu
                        " (resume with the same settings, or start afresh with another --out)"));
     }
   }
-  if (spec->sync.gossip()) {
-    // A gossip peer missing from the checkpoint (lost, or finished before it) would come back
-    // with an empty model that its neighbours average in; resume only with every peer.
+  if (spec->sync.serverless()) {
+    // A serverless worker missing from the checkpoint (lost, or finished before it) would come
+    // back with an empty model (that gossip neighbours average in, or that all-reduce sums
+    // gradients against); resume only with every worker.
     for (int w = 0; w < spec->workers; ++w) {
       const std::string node = absl::StrCat("w", w);
       if (std::find(found->manifest.nodes.begin(), found->manifest.nodes.end(), node) ==
           found->manifest.nodes.end()) {
         return absl::FailedPreconditionError(absl::StrCat(
             "--resume: ", found->dir, " holds no state of ", node,
-            " (lost or finished before it); gossip peers resume only from a checkpoint of "
+            " (lost or finished before it); serverless workers resume only from a checkpoint of "
             "every peer: move this folder aside to use an older one"));
       }
     }

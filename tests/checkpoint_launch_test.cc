@@ -286,16 +286,37 @@ TEST(CheckpointLaunchTest, TimeBasedCheckpointsCompleteAndResumeExactly) {
   for (const std::string& dir : {data, out}) std::filesystem::remove_all(dir);
 }
 
+void ServerlessWorkersResumeExactly(const std::string& sync, const std::string& compress);
+
 // Serverless: three synchronous gossip peers checkpoint their models every 20 steps; a job
 // resumed from the oldest checkpoint (the newer ones made partial) ends with the same
 // parameters, byte for byte, as the uninterrupted one. Asynchronous gossip is refused.
 TEST(CheckpointLaunchTest, SynchronousGossipPeersResumeExactly) {
+  ASSERT_NO_FATAL_FAILURE(ServerlessWorkersResumeExactly("gossip:ring", "none"));
+  const std::string out = TempDir("gckpt_async");
+  auto async = RunProcess({kLaunch, "--sync", "gossip:exp:async", "--workers", "3",
+                           "--checkpoint-every", "5", "--out", out + "/async"});
+  EXPECT_EQ(async.exit_code, 2) << async.output;
+  EXPECT_NE(async.output.find("is asynchronous"), std::string::npos) << async.output;
+  std::filesystem::remove_all(out);
+}
+
+// All-reduce workers save model, optimizer state and error-feedback residual alike.
+TEST(CheckpointLaunchTest, AllReduceWorkersResumeExactly) {
+  ASSERT_NO_FATAL_FAILURE(ServerlessWorkersResumeExactly("allreduce:ring", "none"));
+  ASSERT_NO_FATAL_FAILURE(ServerlessWorkersResumeExactly("allreduce:doubling", "topk:0.05"));
+}
+
+void ServerlessWorkersResumeExactly(const std::string& sync, const std::string& compress) {
+  SCOPED_TRACE(sync + " " + compress);
   const std::string data = TempDir("gckpt_data");
   ASSERT_NO_FATAL_FAILURE(Generate(data, 6000, 1000, 2000, 10, 3));
   const std::string out = TempDir("gckpt");
   const std::vector<std::string> job = {kLaunch,
+                                        "--compress",
+                                        compress,
                                         "--sync",
-                                        "gossip:ring",
+                                        sync,
                                         "--workers",
                                         "3",
                                         "--optimizer",
@@ -332,11 +353,6 @@ TEST(CheckpointLaunchTest, SynchronousGossipPeersResumeExactly) {
   EXPECT_EQ(*JsonNumber(ReadFile(out + "/summary.json"), "resumed_from_clock"), 20)
       << resumed.output;
   EXPECT_TRUE(ReadFile(out + "/params.tsv") == whole_params);
-
-  auto async = RunProcess({kLaunch, "--sync", "gossip:exp:async", "--workers", "3",
-                           "--checkpoint-every", "5", "--out", out + "/async"});
-  EXPECT_EQ(async.exit_code, 2) << async.output;
-  EXPECT_NE(async.output.find("is asynchronous"), std::string::npos) << async.output;
   for (const std::string& dir : {data, out}) std::filesystem::remove_all(dir);
 }
 
