@@ -21,24 +21,8 @@ AllReduceBackend::AllReduceBackend(std::unique_ptr<Communicator> communicator,
 }
 
 absl::Status AllReduceBackend::Init(const ParameterLayout& layout) {
-  if (layout.num_features == 0) {
-    return absl::InvalidArgumentError(
-        "all-reduce keeps the whole model: the number of features must be known");
-  }
-  if (layout.row_dim == 0 || layout.bias_dim == 0) {
-    return absl::InvalidArgumentError("all-reduce: row_dim and bias_dim must be positive");
-  }
-  layout_ = layout;
-  layout_.optimizer = options_.optimizer;
-  bias_optimizer_ = options_.optimizer;
-  bias_optimizer_.l2 = 0;  // the bias is not regularised, as on the servers
-  state_floats_ = StateFloatsPerWeight(options_.optimizer.kind);
-  const size_t row_floats = layout.num_features * layout.row_dim;
-  params_.assign(row_floats + layout.bias_dim, 0.0f);
-  row_state_.assign(row_floats * state_floats_, 0.0f);
-  row_steps_.assign(layout.num_features, 0);
-  bias_state_.assign(static_cast<size_t>(layout.bias_dim) * state_floats_, 0.0f);
-  bias_at_ = row_floats;
+  if (auto s = model_.Init(layout, options_.optimizer); !s.ok()) return s;
+  bias_at_ = model_.row_floats();
   examples_at_ = bias_at_ + layout.bias_dim;
   touched_at_ = examples_at_ + 1;
   training_at_ = touched_at_ + layout.num_features;
@@ -48,46 +32,28 @@ absl::Status AllReduceBackend::Init(const ParameterLayout& layout) {
 
 absl::Status AllReduceBackend::Read(int64_t clock, std::span<const uint64_t> keys,
                                     std::span<float> rows, std::span<float> bias) {
-  const uint32_t dim = layout_.row_dim;
-  if (rows.size() != keys.size() * dim || bias.size() != layout_.bias_dim) {
-    return absl::InvalidArgumentError("all-reduce read: buffer sizes do not match the layout");
-  }
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (keys[i] >= layout_.num_features) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "feature %d is beyond the %d features of the model", keys[i], layout_.num_features));
-    }
-    std::copy_n(params_.data() + keys[i] * dim, dim, rows.data() + i * dim);
-  }
-  std::copy_n(params_.data() + bias_at_, layout_.bias_dim, bias.data());
-  return absl::OkStatus();
+  return model_.Read(keys, rows, bias);
 }
 
 absl::Status AllReduceBackend::Update(int64_t clock, std::span<const uint64_t> keys,
                                       std::span<const float> row_grads,
                                       std::span<const float> bias_grad, float examples) {
-  const uint32_t dim = layout_.row_dim;
-  if (row_grads.size() != keys.size() * dim || bias_grad.size() != layout_.bias_dim) {
-    return absl::InvalidArgumentError("all-reduce update: gradient sizes do not match the layout");
-  }
+  if (auto s = model_.CheckUpdate(keys, row_grads, bias_grad); !s.ok()) return s;
+  const uint32_t dim = model_.layout().row_dim;
   for (size_t i = 0; i < keys.size(); ++i) {
-    const uint64_t key = keys[i];
-    if (key >= layout_.num_features) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "feature %d is beyond the %d features of the model", key, layout_.num_features));
-    }
-    float* dst = buffer_.data() + key * dim;
+    float* dst = buffer_.data() + keys[i] * dim;
     for (uint32_t j = 0; j < dim; ++j) dst[j] += row_grads[i * dim + j];
-    buffer_[touched_at_ + key] = 1.0f;
+    buffer_[touched_at_ + keys[i]] = 1.0f;
   }
-  for (uint32_t j = 0; j < layout_.bias_dim; ++j) buffer_[bias_at_ + j] += bias_grad[j];
+  for (size_t j = 0; j < bias_grad.size(); ++j) buffer_[bias_at_ + j] += bias_grad[j];
   return absl::OkStatus();
 }
 
 absl::Status AllReduceBackend::Round(bool training, float examples) {
   buffer_[examples_at_] = training ? examples : 0.0f;
   buffer_[training_at_] = training ? 1.0f : 0.0f;
-  const uint32_t dim = layout_.row_dim;
+  const uint32_t dim = model_.layout().row_dim;
+  const uint64_t features = model_.layout().num_features;
   if (codec_ != nullptr) {
     // The row gradients as codec blocks, all-gathered; the rest summed as it is.
     std::span<float> rows(buffer_.data(), bias_at_);
@@ -107,7 +73,7 @@ absl::Status AllReduceBackend::Round(bool training, float examples) {
     }
     std::copy(small_.begin(), small_.end() - 1, buffer_.begin() + bias_at_);
     buffer_[training_at_] = small_.back();
-    for (uint64_t key = 0; key < layout_.num_features; ++key) {
+    for (uint64_t key = 0; key < features; ++key) {
       bool any = codec_->spec().kind == CodecKind::kSign1;
       for (uint32_t j = 0; j < dim && !any; ++j) any = rows[key * dim + j] != 0.0f;
       buffer_[touched_at_ + key] = any ? 1.0f : 0.0f;
@@ -120,14 +86,11 @@ absl::Status AllReduceBackend::Round(bool training, float examples) {
   const float total = buffer_[examples_at_];
   if (total > 0) {
     const float scale = 1.0f / total;
-    for (uint64_t key = 0; key < layout_.num_features; ++key) {
-      if (buffer_[touched_at_ + key] == 0.0f) continue;
-      ApplyUpdate(options_.optimizer, params_.data() + key * dim,
-                  row_state_.data() + key * dim * state_floats_, buffer_.data() + key * dim, scale,
-                  dim, ++row_steps_[key]);
+    for (uint64_t key = 0; key < features; ++key) {
+      if (buffer_[touched_at_ + key] != 0.0f)
+        model_.ApplyRow(key, buffer_.data() + key * dim, scale);
     }
-    ApplyUpdate(bias_optimizer_, params_.data() + bias_at_, bias_state_.data(),
-                buffer_.data() + bias_at_, scale, layout_.bias_dim, ++bias_steps_);
+    model_.ApplyBias(buffer_.data() + bias_at_, scale);
   }
   const bool anyone_training = buffer_[training_at_] > 0;
   std::fill(buffer_.begin(), buffer_.end(), 0.0f);
@@ -157,69 +120,38 @@ constexpr char kStateMagic[4] = {'A', 'R', 'D', '1'};
 
 absl::StatusOr<std::string> AllReduceBackend::SaveState() const {
   std::string out;
-  const auto put = [&out](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
-  const uint64_t features = layout_.num_features;
-  const uint32_t shape[3] = {layout_.row_dim, layout_.bias_dim,
-                             static_cast<uint32_t>(state_floats_)};
   const std::span<const float> residual = feedback_.residual();
-  const uint64_t residual_floats = residual.size();
-  put(kStateMagic, 4);
-  put(&features, 8);
-  put(shape, sizeof(shape));
-  put(&bias_steps_, 8);
-  put(&residual_floats, 8);
-  put(params_.data(), params_.size() * sizeof(float));
-  put(row_state_.data(), row_state_.size() * sizeof(float));
-  put(row_steps_.data(), row_steps_.size() * sizeof(int64_t));
-  put(bias_state_.data(), bias_state_.size() * sizeof(float));
-  put(residual.data(), residual.size() * sizeof(float));
+  const int64_t header[1] = {static_cast<int64_t>(residual.size())};
+  model_.Save(
+      kStateMagic, header,
+      std::string_view(reinterpret_cast<const char*>(residual.data()), residual.size_bytes()),
+      &out);
   return out;
 }
 
 absl::Status AllReduceBackend::RestoreState(std::string_view state) {
-  StateReader in(state);
-  char magic[4];
-  uint64_t features = 0, residual_floats = 0;
-  uint32_t shape[3] = {0, 0, 0};
-  int64_t bias_steps = 0;
-  if (!in.Read(magic, 4) || std::memcmp(magic, kStateMagic, 4) != 0) {
-    return absl::InvalidArgumentError(
-        "the saved worker state is not an all-reduce worker's (was the checkpoint written with "
-        "parameter servers or gossip?)");
-  }
-  if (!in.Read(&features, 8) || !in.Read(shape, sizeof(shape)) || !in.Read(&bias_steps, 8) ||
-      !in.Read(&residual_floats, 8)) {
-    return absl::DataLossError("the saved all-reduce state is truncated");
-  }
-  if (features != layout_.num_features || shape[0] != layout_.row_dim ||
-      shape[1] != layout_.bias_dim || shape[2] != static_cast<uint32_t>(state_floats_) ||
-      (residual_floats != 0 && residual_floats != bias_at_)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the saved all-reduce model has %d features x %d + %d bias with %d state floats (and a "
-        "residual of %d); this job's has %d x %d + %d with %d",
-        features, shape[0], shape[1], shape[2], residual_floats, layout_.num_features,
-        layout_.row_dim, layout_.bias_dim, state_floats_));
-  }
-  const size_t body =
-      (params_.size() + row_state_.size() + bias_state_.size() + residual_floats) * sizeof(float) +
-      row_steps_.size() * sizeof(int64_t);
-  if (in.left() != body) {
-    return absl::DataLossError(
-        absl::StrFormat("the saved all-reduce state holds %d bytes of model and state, expected %d",
-                        in.left(), body));
-  }
-  in.Read(params_.data(), params_.size() * sizeof(float));
-  in.Read(row_state_.data(), row_state_.size() * sizeof(float));
-  in.Read(row_steps_.data(), row_steps_.size() * sizeof(int64_t));
-  in.Read(bias_state_.data(), bias_state_.size() * sizeof(float));
-  std::vector<float> residual(residual_floats);
-  in.Read(residual.data(), residual.size() * sizeof(float));
-  if (residual.empty()) {
+  std::vector<int64_t> header;
+  std::string_view tail;
+  const size_t rows = bias_at_;
+  absl::Status s = model_.Restore(
+      state, kStateMagic, 1,
+      [rows](std::span<const int64_t> h) {
+        // A residual covers every row gradient, or is absent (uncompressed, or not yet made).
+        // Any other count matches no length, and the state is refused as damaged.
+        if (h[0] == 0) return size_t{0};
+        return h[0] == static_cast<int64_t>(rows) ? rows * sizeof(float) : size_t{1} << 62;
+      },
+      "the saved worker state is not an all-reduce worker's (was the checkpoint written with "
+      "parameter servers or gossip?)",
+      &header, &tail);
+  if (!s.ok()) return s;
+  if (tail.empty()) {
     feedback_.Reset();
   } else {
+    std::vector<float> residual(tail.size() / sizeof(float));
+    std::memcpy(residual.data(), tail.data(), tail.size());
     feedback_.SetResidual(residual);
   }
-  bias_steps_ = bias_steps;
   return absl::OkStatus();
 }
 

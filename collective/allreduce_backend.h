@@ -27,6 +27,7 @@
 #include "collective/communicator.h"
 #include "compression/codec.h"
 #include "optim/optimizer.h"
+#include "worker/replicated_model.h"
 #include "worker/sync_backend.h"
 #include "worker/worker_node.h"
 
@@ -67,7 +68,7 @@ class AllReduceBackend : public SyncBackend {
   uint64_t bytes_pushed() const override { return communicator_->counters().bytes_sent; }
   uint64_t bytes_pulled() const override { return communicator_->counters().bytes_received; }
 
-  std::span<const float> parameters() const { return params_; }
+  std::span<const float> parameters() const { return model_.parameters(); }
 
  private:
   // One all-reduce of the buffer; applies it. `training`: this worker still has data.
@@ -75,14 +76,7 @@ class AllReduceBackend : public SyncBackend {
 
   std::unique_ptr<Communicator> communicator_;
   const AllReduceOptions options_;
-  ParameterLayout layout_;
-  OptimizerConfig bias_optimizer_;
-  int state_floats_ = 0;
-  std::vector<float> params_;
-  std::vector<float> row_state_;
-  std::vector<int64_t> row_steps_;
-  std::vector<float> bias_state_;
-  int64_t bias_steps_ = 0;
+  ReplicatedModel model_{"all-reduce"};
   std::vector<float> buffer_;
   size_t bias_at_ = 0, examples_at_ = 0, touched_at_ = 0, training_at_ = 0;
   bool finished_ = false;

@@ -178,13 +178,12 @@ absl::Status Communicator::Receive(int from, const Tag& tag, std::span<float> ou
   return absl::OkStatus();
 }
 
-// Reduce-scatter around `ring`: afterwards position i holds the sum of chunk (i + shift) mod n.
-// At step s position i receives chunk (i + shift - s - 2) mod n from its left, adds its own,
-// and forwards each segment as soon as it is summed.
-absl::Status Communicator::RingReduceScatter(std::span<float> data, const Ring& ring, int shift,
-                                             uint32_t phase, WireType wire) {
+// One pass around `ring`: position i sends chunk `first` (mod n), then at step s receives chunk
+// (first - s - 1) mod n from its left, adds it to its own (`add`) or takes it, and forwards each
+// segment as soon as it has it, so that segments pipeline through the ring.
+absl::Status Communicator::RingPass(std::span<float> data, const Ring& ring, int first, bool add,
+                                    uint32_t phase, WireType wire) {
   const int n = ring.n();
-  if (n == 1) return absl::OkStatus();
   const size_t seg = std::max<size_t>(1, options_.segment_bytes / sizeof(float));
   auto chunk = [&](int c) {
     c = ((c % n) + n) % n;
@@ -195,20 +194,17 @@ absl::Status Communicator::RingReduceScatter(std::span<float> data, const Ring& 
   auto segment = [&](std::span<float> c, size_t k) {
     return c.subspan(k * seg, std::min(seg, c.size() - k * seg));
   };
-  const int i = ring.me;
-  {
-    std::span<float> first = chunk(i + shift - 1);
-    for (size_t k = 0; k < segments(first); ++k) {
-      Tag t{seq_, phase, 0, static_cast<int64_t>(k)};
-      if (auto s = Send(ring.right(), t, segment(first, k), wire); !s.ok()) return s;
-    }
+  const std::span<float> own = chunk(first);
+  for (size_t k = 0; k < segments(own); ++k) {
+    Tag t{seq_, phase, 0, static_cast<int64_t>(k)};
+    if (auto s = Send(ring.right(), t, segment(own, k), wire); !s.ok()) return s;
   }
   for (int step = 0; step < n - 1; ++step) {
-    std::span<float> c = chunk(i + shift - step - 2);
+    std::span<float> c = chunk(first - step - 1);
     for (size_t k = 0; k < segments(c); ++k) {
       std::span<float> piece = segment(c, k);
       Tag t{seq_, phase, step, static_cast<int64_t>(k)};
-      if (auto s = Receive(ring.left(), t, piece, wire, /*add=*/true); !s.ok()) return s;
+      if (auto s = Receive(ring.left(), t, piece, wire, add); !s.ok()) return s;
       if (step + 1 < n - 1) {
         Tag next{seq_, phase, step + 1, static_cast<int64_t>(k)};
         if (auto s = Send(ring.right(), next, piece, wire); !s.ok()) return s;
@@ -218,45 +214,25 @@ absl::Status Communicator::RingReduceScatter(std::span<float> data, const Ring& 
   return absl::OkStatus();
 }
 
-// All-gather around `ring`: position i starts with chunk (i + shift) mod n and at step s
-// receives chunk (i + shift - s - 1) mod n from its left, forwarding it.
+// Reduce-scatter around `ring`: afterwards position i holds the sum of chunk (i + shift) mod n.
+absl::Status Communicator::RingReduceScatter(std::span<float> data, const Ring& ring, int shift,
+                                             uint32_t phase, WireType wire) {
+  if (ring.n() == 1) return absl::OkStatus();
+  return RingPass(data, ring, ring.me + shift - 1, /*add=*/true, phase, wire);
+}
+
+// All-gather around `ring`: position i starts with chunk (i + shift) mod n.
 absl::Status Communicator::RingAllGather(std::span<float> data, const Ring& ring, int shift,
                                          uint32_t phase, WireType wire) {
   const int n = ring.n();
   if (n == 1) return absl::OkStatus();
-  const size_t seg = std::max<size_t>(1, options_.segment_bytes / sizeof(float));
-  auto chunk = [&](int c) {
-    c = ((c % n) + n) % n;
-    const size_t b = ChunkBegin(data.size(), n, c), e = ChunkBegin(data.size(), n, c + 1);
-    return data.subspan(b, e - b);
-  };
-  auto segments = [&](std::span<float> c) { return (c.size() + seg - 1) / seg; };
-  auto segment = [&](std::span<float> c, size_t k) {
-    return c.subspan(k * seg, std::min(seg, c.size() - k * seg));
-  };
-  const int i = ring.me;
-  {
-    std::span<float> own = chunk(i + shift);
+  if (wire == WireType::kFloat16) {
     // Every rank must end with the same bits: the owner keeps what the others will receive.
-    if (wire == WireType::kFloat16) RoundToHalf(own);
-    for (size_t k = 0; k < segments(own); ++k) {
-      Tag t{seq_, phase, 0, static_cast<int64_t>(k)};
-      if (auto s = Send(ring.right(), t, segment(own, k), wire); !s.ok()) return s;
-    }
+    const int c = ((ring.me + shift) % n + n) % n;
+    RoundToHalf(data.subspan(ChunkBegin(data.size(), n, c),
+                             ChunkBegin(data.size(), n, c + 1) - ChunkBegin(data.size(), n, c)));
   }
-  for (int step = 0; step < n - 1; ++step) {
-    std::span<float> c = chunk(i + shift - step - 1);
-    for (size_t k = 0; k < segments(c); ++k) {
-      std::span<float> piece = segment(c, k);
-      Tag t{seq_, phase, step, static_cast<int64_t>(k)};
-      if (auto s = Receive(ring.left(), t, piece, wire, /*add=*/false); !s.ok()) return s;
-      if (step + 1 < n - 1) {
-        Tag next{seq_, phase, step + 1, static_cast<int64_t>(k)};
-        if (auto s = Send(ring.right(), next, piece, wire); !s.ok()) return s;
-      }
-    }
-  }
-  return absl::OkStatus();
+  return RingPass(data, ring, ring.me + shift, /*add=*/false, phase, wire);
 }
 
 absl::Status Communicator::RecursiveDoubling(std::span<float> data, WireType wire) {

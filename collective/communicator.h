@@ -118,6 +118,8 @@ class Communicator {
     int right() const { return group[(me + 1) % n()]; }
   };
 
+  absl::Status RingPass(std::span<float> data, const Ring& ring, int first, bool add,
+                        uint32_t phase, WireType wire);
   absl::Status RingReduceScatter(std::span<float> data, const Ring& ring, int shift, uint32_t phase,
                                  WireType wire);
   absl::Status RingAllGather(std::span<float> data, const Ring& ring, int shift, uint32_t phase,

@@ -122,6 +122,14 @@ INSTANTIATE_TEST_SUITE_P(Transports, TransportTest,
                                                                : std::string("Inproc");
                          });
 
+// Sends `m`'s frames on a raw ZeroMQ socket, as a process outside Syncline would.
+void SendRaw(zmq::socket_t& socket, Message m) {
+  for (const Frame& f : m.frames()) {
+    zmq::message_t part(f.data(), f.size());
+    socket.send(part, &f == &m.frames().back() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+  }
+}
+
 // CURVE: a job's server, and the strangers that try it.
 class CurveTest : public testing::Test {
  protected:
@@ -204,11 +212,7 @@ TEST_F(CurveTest, AStrangerWhoKnowsTheServersPublicKeyIsRefusedByTheZapHandler) 
   s.set(zmq::sockopt::curve_secretkey, other.SecretKeyFor("w0"));
   s.set(zmq::sockopt::linger, 0);
   s.connect(address_);
-  Message m = Simple(5, {3.0f});
-  for (const Frame& f : m.frames()) {
-    zmq::message_t part(f.data(), f.size());
-    s.send(part, &f == &m.frames().back() ? zmq::send_flags::none : zmq::send_flags::sndmore);
-  }
+  SendRaw(s, Simple(5, {3.0f}));
   EXPECT_FALSE(server_->Receive(absl::Now() + absl::Seconds(1)).ok());
   EXPECT_GE(job_->refused_connections(), 1u);
   JobStillServes();
@@ -252,11 +256,7 @@ TEST_F(CurveTest, AJobKeyHolderCannotSpeakUnderAnotherNodesId) {
   s.set(zmq::sockopt::curve_secretkey, key_->SecretKeyFor("w1"));
   s.set(zmq::sockopt::linger, 0);
   s.connect(address_);
-  Message m = Simple(5, {3.0f});
-  for (const Frame& f : m.frames()) {
-    zmq::message_t part(f.data(), f.size());
-    s.send(part, &f == &m.frames().back() ? zmq::send_flags::none : zmq::send_flags::sndmore);
-  }
+  SendRaw(s, Simple(5, {3.0f}));
   EXPECT_FALSE(server_->Receive(absl::Now() + absl::Seconds(1)).ok());
   JobStillServes();
 }

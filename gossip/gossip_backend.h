@@ -22,6 +22,7 @@
 #include "gossip/gossip_mixer.h"
 #include "gossip/gossip_options.h"
 #include "gossip/topology.h"
+#include "worker/replicated_model.h"
 #include "worker/sync_backend.h"
 
 namespace syncline {
@@ -61,19 +62,12 @@ class GossipBackend : public SyncBackend {
   double TakeBytesPerPeerStep() { return mixer_.TakeBytesPerPeerStep(); }
   std::vector<int> dead_peers() const { return mixer_.dead_peers(); }
   // The whole local model: rows (num_features x row_dim), then the bias.
-  std::span<const float> parameters() const { return params_; }
+  std::span<const float> parameters() const { return model_.parameters(); }
 
  private:
   const GossipOptions options_;
   GossipMixer mixer_;
-  ParameterLayout layout_;
-  OptimizerConfig bias_optimizer_;
-  int state_floats_ = 0;  // optimizer state per weight
-  std::vector<float> params_;
-  std::vector<float> row_state_;
-  std::vector<int64_t> row_steps_;
-  std::vector<float> bias_state_;
-  int64_t bias_steps_ = 0;
+  ReplicatedModel model_{"gossip"};
   int64_t next_step_ = 0;  // one past the last step gossiped
   bool finished_ = false;
 };

@@ -73,6 +73,29 @@ std::map<std::string, std::vector<double>> ReadParams(const std::string& path) {
   return params;
 }
 
+// The largest difference between two params.tsv files' values, absolute and relative (to the
+// first's magnitude, at least 1e-3), and the sum of the first's magnitudes. A key of one that the
+// other lacks, or rows of different widths, is a test failure.
+struct ParamsDiff {
+  double absolute = 0, relative = 0, moved = 0;
+};
+ParamsDiff CompareParams(const std::string& path_a, const std::string& path_b) {
+  auto a = ReadParams(path_a), b = ReadParams(path_b);
+  EXPECT_GT(a.size(), 1000u);
+  EXPECT_EQ(a.size(), b.size());
+  ParamsDiff d;
+  for (const auto& [key, va] : a) {
+    const auto& vb = b[key];
+    EXPECT_EQ(va.size(), vb.size()) << key;
+    for (size_t i = 0; i < std::min(va.size(), vb.size()); ++i) {
+      d.absolute = std::max(d.absolute, std::abs(va[i] - vb[i]));
+      d.relative = std::max(d.relative, std::abs(va[i] - vb[i]) / std::max(std::abs(va[i]), 1e-3));
+      d.moved += std::abs(va[i]);
+    }
+  }
+  return d;
+}
+
 TEST_F(LaunchTest, BspWithTwoWorkersEqualsOneWorkerWithTheUnionBatch) {
   const std::string one = TempDir("bsp1"), two = TempDir("bsp2");
   auto a = RunProcess({kLaunch, "--servers", "1", "--workers", "1", "--batch-size", "128",
@@ -85,21 +108,9 @@ TEST_F(LaunchTest, BspWithTwoWorkersEqualsOneWorkerWithTheUnionBatch) {
                        "2",     "--optimizer", "adam",  "--lr",      "0.01", "--update-threads",
                        "2",     "--out",       two});
   ASSERT_EQ(b.exit_code, 0) << b.output;
-  auto p1 = ReadParams(one + "/params.tsv");
-  auto p2 = ReadParams(two + "/params.tsv");
-  ASSERT_GT(p1.size(), 1000u);
-  ASSERT_EQ(p1.size(), p2.size());
-  double max_diff = 0, moved = 0;
-  for (const auto& [key, v1] : p1) {
-    const auto& v2 = p2[key];
-    ASSERT_EQ(v1.size(), v2.size()) << key;
-    for (size_t i = 0; i < v1.size(); ++i) {
-      max_diff = std::max(max_diff, std::abs(v1[i] - v2[i]));
-      moved += std::abs(v1[i]);
-    }
-  }
-  EXPECT_LE(max_diff, 1e-5);
-  EXPECT_GT(moved, 1.0);
+  const ParamsDiff d = CompareParams(one + "/params.tsv", two + "/params.tsv");
+  EXPECT_LE(d.absolute, 1e-5);
+  EXPECT_GT(d.moved, 1.0);
 }
 
 // Both are synchronous SGD on the union batch: every all-reduce algorithm trains the model of
@@ -116,8 +127,6 @@ TEST_F(LaunchTest, AllReduceTrainsTheModelOfBsp) {
   argv.insert(argv.end(), job.begin(), job.end());
   auto a = RunProcess(argv);
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  const auto reference = ReadParams(bsp + "/params.tsv");
-  ASSERT_GT(reference.size(), 1000u);
   for (const char* mode : {"allreduce:ring", "allreduce:doubling", "allreduce:hier"}) {
     SCOPED_TRACE(mode);
     const std::string out = TempDir("ar");
@@ -126,64 +135,45 @@ TEST_F(LaunchTest, AllReduceTrainsTheModelOfBsp) {
     auto r = RunProcess(argv);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_EQ(r.output.find("syncline-ps"), std::string::npos);
-    auto p = ReadParams(out + "/params.tsv");
-    ASSERT_EQ(p.size(), reference.size());
-    double worst = 0;
-    for (const auto& [key, want] : reference) {
-      const auto& got = p[key];
-      ASSERT_EQ(got.size(), want.size()) << key;
-      for (size_t i = 0; i < want.size(); ++i) {
-        worst = std::max(worst, std::abs(got[i] - want[i]) / std::max(std::abs(want[i]), 1e-3));
-      }
-    }
-    EXPECT_LE(worst, 1e-5);
+    EXPECT_LE(CompareParams(bsp + "/params.tsv", out + "/params.tsv").relative, 1e-5);
   }
+}
+
+// Runs `job` once with each codec and checks that every run converges; returns the bytes each
+// pushed, by codec.
+std::map<std::string, double> PushedBytesByCodec(std::vector<std::string> job,
+                                                 const std::string& train,
+                                                 const std::string& test) {
+  std::map<std::string, double> pushed;
+  for (const char* codec : {"none", "topk:0.01", "sign1", "fp16"}) {
+    SCOPED_TRACE(codec);
+    const std::string out = TempDir(std::string("codec_") + codec);
+    std::vector<std::string> argv = job;
+    argv.insert(argv.end(), {"--compress", codec, "--batch-size", "1024", "--train", train,
+                             "--test", test, "--epochs", "4", "--out", out});
+    auto r = RunProcess(argv);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const std::string summary = ReadFile(out + "/summary.json");
+    EXPECT_GT(JsonNumber(summary, "test_auc").value_or(0), 0.8) << summary;
+    pushed[codec] = JsonNumber(summary, "bytes_pushed").value_or(0);
+  }
+  return pushed;
 }
 
 // Compressed all-reduce: top-K and sign1 blocks (with error feedback) are all-gathered, fp16
 // goes on the wire. Each converges; top-K and sign1 move a small part of the bytes.
 TEST_F(LaunchTest, CompressedAllReduceConvergesAndMovesFewerBytes) {
-  double plain = 0;
-  for (const char* codec : {"none", "topk:0.01", "sign1", "fp16"}) {
-    SCOPED_TRACE(codec);
-    const std::string out = TempDir(std::string("arc_") + codec);
-    auto r = RunProcess({kLaunch, "--sync", "allreduce", "--workers", "3", "--compress", codec,
-                         "--batch-size", "1024", "--train", Train(), "--test", Test(), "--epochs",
-                         "4", "--out", out});
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    const std::string summary = ReadFile(out + "/summary.json");
-    ASSERT_TRUE(JsonNumber(summary, "test_auc").has_value()) << summary;
-    EXPECT_GT(*JsonNumber(summary, "test_auc"), 0.8) << summary;
-    const double pushed = *JsonNumber(summary, "bytes_pushed");
-    if (std::string(codec) == "none") {
-      plain = pushed;
-    } else if (std::string(codec) == "fp16") {
-      EXPECT_LT(pushed, 0.55 * plain) << summary;
-    } else {
-      EXPECT_LT(pushed * 10, plain) << summary;
-    }
-  }
+  auto pushed =
+      PushedBytesByCodec({kLaunch, "--sync", "allreduce", "--workers", "3"}, Train(), Test());
+  EXPECT_LT(pushed["topk:0.01"] * 10, pushed["none"]);
+  EXPECT_LT(pushed["sign1"] * 10, pushed["none"]);
+  EXPECT_LT(pushed["fp16"], 0.55 * pushed["none"]);
 }
 
 TEST_F(LaunchTest, EveryCodecConvergesAndTopKAndSignShrinkThePushes) {
-  double uncompressed_pushed = 0;
-  for (const char* codec : {"none", "topk:0.01", "sign1", "fp16"}) {
-    SCOPED_TRACE(codec);
-    const std::string out = TempDir(std::string("codec_") + codec);
-    auto r = RunProcess({kLaunch, "--servers", "2", "--workers", "2", "--compress", codec,
-                         "--batch-size", "1024", "--train", Train(), "--test", Test(), "--epochs",
-                         "4", "--out", out});
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    const std::string summary = ReadFile(out + "/summary.json");
-    ASSERT_TRUE(JsonNumber(summary, "test_auc").has_value()) << summary;
-    EXPECT_GT(*JsonNumber(summary, "test_auc"), 0.8) << summary;
-    const double pushed = *JsonNumber(summary, "bytes_pushed");
-    if (std::string(codec) == "none") {
-      uncompressed_pushed = pushed;
-    } else if (std::string(codec) != "fp16") {
-      EXPECT_LT(pushed * 20, uncompressed_pushed) << summary;
-    }
-  }
+  auto pushed = PushedBytesByCodec({kLaunch, "--servers", "2", "--workers", "2"}, Train(), Test());
+  EXPECT_LT(pushed["topk:0.01"] * 20, pushed["none"]);
+  EXPECT_LT(pushed["sign1"] * 20, pushed["none"]);
 }
 
 TEST_F(LaunchTest, GossipPeersTrainWithoutServers) {
