@@ -93,7 +93,9 @@ struct Case {
 class AllReduceTest : public testing::TestWithParam<Case> {};
 
 TEST_P(AllReduceTest, GivesTheSumOnEveryRankBitForBitTheSame) {
-  const auto [algorithm, n] = GetParam();
+  // Not a structured binding: clang 14 (the sanitizer build) cannot capture one in a lambda.
+  const Algorithm algorithm = GetParam().algorithm;
+  const int n = GetParam().ranks;
   InprocTransport transport;
   CommunicatorOptions options;
   options.segment_bytes = 64;  // many segments: the pipeline's bookkeeping is exercised
