@@ -172,7 +172,8 @@ absl::Status Communicator::Receive(int from, const Tag& tag, std::span<float> ou
     if (add) {
       for (size_t i = 0; i < out.size(); ++i) out[i] += (*values)[i];
     } else {
-      std::memcpy(out.data(), values->data(), out.size_bytes());
+      // (Guarded: memcpy must not see the null pointers of empty spans.)
+      if (!out.empty()) std::memcpy(out.data(), values->data(), out.size_bytes());
     }
   }
   return absl::OkStatus();
@@ -358,7 +359,7 @@ absl::Status Communicator::AllGatherBytes(std::span<const std::byte> mine,
   // In floats (their bits are only copied, never added), one chunk of equal length per rank.
   const size_t words = (mine.size() + sizeof(float) - 1) / sizeof(float);
   std::vector<float> buffer(words * size(), 0.0f);
-  std::memcpy(buffer.data() + words * rank_, mine.data(), mine.size());
+  if (!mine.empty()) std::memcpy(buffer.data() + words * rank_, mine.data(), mine.size());
   Ring ring;
   for (int r = 0; r < size(); ++r) ring.group.push_back(r);
   ring.me = rank_;
@@ -367,6 +368,7 @@ absl::Status Communicator::AllGatherBytes(std::span<const std::byte> mine,
   ++seq_;
   if (!s.ok()) return s;
   all->resize(mine.size() * size());
+  if (mine.empty()) return absl::OkStatus();
   for (int r = 0; r < size(); ++r) {
     std::memcpy(all->data() + mine.size() * r, buffer.data() + words * r, mine.size());
   }

@@ -112,8 +112,7 @@ TEST_P(AllReduceTest, GivesTheSumOnEveryRankBitForBitTheSame) {
     const std::vector<double> tol = Tolerance(n, size, 6e-8);
     for (size_t i = 0; i < size; ++i) ASSERT_NEAR(data[0][i], want[i], tol[i]) << "element " << i;
     for (int r = 1; r < n; ++r) {
-      ASSERT_EQ(std::memcmp(data[r].data(), data[0].data(), size * sizeof(float)), 0)
-          << "rank " << r << " differs from rank 0 at size " << size;
+      ASSERT_EQ(data[r], data[0]) << "rank " << r << " differs from rank 0 at size " << size;
     }
   }
 }

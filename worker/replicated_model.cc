@@ -79,7 +79,9 @@ void ReplicatedModel::ApplyBias(const float* grad, float scale) {
 
 void ReplicatedModel::Save(const char (&magic)[4], std::span<const int64_t> header,
                            std::string_view tail, std::string* out) const {
-  const auto put = [out](const void* p, size_t n) { out->append(static_cast<const char*>(p), n); };
+  const auto put = [out](const void* p, size_t n) {
+    if (n > 0) out->append(static_cast<const char*>(p), n);  // an empty tail may be null
+  };
   const uint64_t features = layout_.num_features;
   const uint32_t shape[3] = {layout_.row_dim, layout_.bias_dim,
                              static_cast<uint32_t>(state_floats_)};
