@@ -76,6 +76,26 @@ for n in ps0 ps1 w0 w1; do
 done
 cmp "$tmp/local/params.tsv" "$tmp/mpi/params.tsv" || fail "mpirun params.tsv differs from local"
 
+step "all-reduce across hosts (hierarchical: w0 and w3 share host 1) trains the BSP model"
+ar=(--workers 4 --gen-test-rows 1000 --seed 11 --epochs 2 --gen-rows 6000)
+timeout 120 "$launch" "${ar[@]}" --sync bsp --servers 2 --out "$tmp/ar-bsp" >"$tmp/ar-bsp.log" 2>&1 ||
+  fail "local bsp job (4 workers) failed"
+timeout 120 "$launch" "${ar[@]}" --sync allreduce:hier --launcher ssh "${hosts[@]}" \
+  --out "$tmp/ar-hier" >"$tmp/ar-hier.log" 2>&1 || fail "all-reduce job across hosts failed"
+python3 - "$tmp/ar-bsp/params.tsv" "$tmp/ar-hier/params.tsv" <<'PY' || fail "all-reduce params differ from bsp"
+import sys
+def load(p):
+    return {l.split("\t")[0]: [float(x) for x in l.split("\t")[1:]]
+            for l in open(p) if not l.startswith("#")}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert a.keys() == b.keys(), "different keys"
+# Relative, with a floor of 0.01: parameters near 1e-3 differ by ~1e-8 (float32 sums in
+# another order, through Adagrad's accumulators), which is no difference of the model.
+worst = max(abs(x - y) / max(abs(x), 1e-2) for k in a for x, y in zip(a[k], b[k]))
+print(f"   worst relative difference {worst:.2e}")
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+
 # Waits (bounded) until node $2 of run folder $1 has logged its address, and prints it.
 address_of() {
   for _ in $(seq 300); do
