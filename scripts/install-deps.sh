@@ -11,8 +11,9 @@ PACKAGES=(
   gnuplot-nox clang-format clang libsodium-dev
 )
 # What the multi-host tests run against: real Open MPI, a real single-node Slurm, network
-# namespaces for hosts (ip, python3 for socket checks). `--for-tests` adds them.
-TEST_PACKAGES=(openmpi-bin slurm-wlm munge iproute2 python3)
+# namespaces for hosts (ip, python3 for socket checks), and the all-reduce benchmark's baselines
+# (Gloo, MPI). `--for-tests` adds them.
+TEST_PACKAGES=(openmpi-bin slurm-wlm munge iproute2 python3 libopenmpi-dev libgloo-dev)
 if [ "${1:-}" = "--for-tests" ]; then
   PACKAGES+=("${TEST_PACKAGES[@]}")
 fi
