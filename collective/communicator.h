@@ -11,8 +11,8 @@
 // - hierarchical: when ranks share hosts (CommunicatorOptions::host_of_rank), reduce inside each
 //   host onto its lowest rank, ring among those leaders, then hand the result back inside each
 //   host: only one rank per host uses the host's link;
-// - auto: recursive doubling below CommunicatorOptions::small_bytes, else hierarchical when
-//   ranks share hosts, else ring (docs/COLLECTIVES.md has the measurements behind the choice).
+// - auto: recursive doubling below CommunicatorOptions::small_bytes (64 KiB), else hierarchical
+//   when ranks share hosts, else ring (docs/COLLECTIVES.md has the measurements behind the choice).
 //
 // Every algorithm adds in an order fixed by the ranks alone, so a run is bitwise reproducible
 // and every rank ends with bitwise the same result. With WireType::kFloat16 values travel as
