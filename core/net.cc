@@ -101,12 +101,16 @@ absl::StatusOr<HostPort> ParseTcpAddress(absl::string_view address) {
   return out;
 }
 
+bool IsLoopbackHost(absl::string_view host) {
+  if (host == "localhost" || host == "::1") return true;
+  in_addr a = {};
+  const std::string text(host);
+  return inet_pton(AF_INET, text.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
 bool IsLoopbackAddress(absl::string_view address) {
   auto hp = ParseTcpAddress(address);
-  if (!hp.ok()) return false;
-  if (hp->host == "localhost" || hp->host == "::1") return true;
-  in_addr a = {};
-  return inet_pton(AF_INET, hp->host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+  return hp.ok() && IsLoopbackHost(hp->host);
 }
 
 absl::StatusOr<std::string> InterfaceAddress(const std::string& name) {

@@ -38,6 +38,8 @@ absl::StatusOr<HostPort> ParseTcpAddress(absl::string_view address);
 
 // Whether `address` ("tcp://127.0.0.1:7000", "tcp://localhost:7000") is on loopback.
 bool IsLoopbackAddress(absl::string_view address);
+// Whether the host part alone ("127.0.1.1", "localhost", "::1") is loopback.
+bool IsLoopbackHost(absl::string_view host);
 
 // The IPv4 address of interface `name` ("eth0"). NotFound naming the interfaces that exist.
 absl::StatusOr<std::string> InterfaceAddress(const std::string& name);

@@ -177,7 +177,7 @@ absl::StatusOr<std::string> CoordinatorBindIp(const ClusterOptions& options) {
       auto ip = LocalAddressToward(host);
       if (!ip.ok()) return ip.status();
       const char* nodes = std::getenv("SLURM_JOB_NUM_NODES");
-      if (ip->rfind("127.", 0) == 0 && nodes != nullptr && std::string(nodes) != "1") {
+      if (IsLoopbackHost(*ip) && nodes != nullptr && std::string(nodes) != "1") {
         return absl::UnavailableError(absl::StrCat(
             "this host's name ", host, " resolves to loopback (", *ip, "), which the other ",
             "nodes of the allocation cannot reach: give --interface"));

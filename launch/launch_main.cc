@@ -20,6 +20,7 @@
 #include "core/coordinator.h"
 #include "core/job_key.h"
 #include "core/log.h"
+#include "core/net.h"
 #include "core/node_table.h"
 #include "core/zmq_transport.h"
 #include "job/job_spec.h"
@@ -265,8 +266,9 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::string> bind_ip = CoordinatorBindIp(cluster);
   if (!bind_ip.ok()) return Refuse(bind_ip.status().message());
   cluster.insecure = insecure;
+  const bool loopback = IsLoopbackHost(*bind_ip);
   ZmqOptions transport_options;
-  if (!cluster.key_file.empty() || (!insecure && bind_ip->rfind("127.", 0) != 0)) {
+  if (!cluster.key_file.empty() || (!insecure && !loopback)) {
     // Off loopback every connection is authenticated and encrypted, with a key of this job's
     // own unless one was given (a file all hosts can read: a shared folder).
     absl::StatusOr<JobKey> key = absl::UnknownError("");
@@ -295,9 +297,8 @@ int Main(int argc, char** argv) {
     std::cout << "coordinator " << (*coordinator)->address() << ", nodes by "
               << LauncherName(cluster.kind) << ", "
               << (transport_options.key ? "CURVE with key " + cluster.key_file
-                  : *bind_ip == "127.0.0.1" || bind_ip->rfind("127.", 0) == 0
-                      ? std::string("plaintext on loopback")
-                      : std::string("plaintext (--insecure)"))
+                  : loopback            ? std::string("plaintext on loopback")
+                                        : std::string("plaintext (--insecure)"))
               << std::endl;
   }
   if (external_workers) {
