@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache
   libzmq3-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libtomlplusplus-dev
-  gnuplot-nox clang-format clang libsodium-dev
+  gnuplot-nox clang-format clang libsodium-dev libopenblas-dev
 )
 # What the multi-host tests run against: real Open MPI, a real single-node Slurm, network
 # namespaces for hosts (ip, python3 for socket checks), and the all-reduce benchmark's baselines

@@ -26,7 +26,7 @@ for target in request codec checkpoint_text data_lines; do
   cp -r "fuzz/corpus/$target" "$corpus_copy/$target"
   echo "sanitize: fuzzing $target for ${seconds}s"
   "$build/fuzz/${target}_fuzz" -max_total_time="$seconds" -print_final_stats=1 \
-    -rss_limit_mb=2048 -timeout=10 "$corpus_copy/$target" 2>"$corpus_copy/$target.log" || {
+    -rss_limit_mb=2048 -timeout=10 -artifact_prefix="$corpus_copy/" "$corpus_copy/$target" 2>"$corpus_copy/$target.log" || {
     tail -60 "$corpus_copy/$target.log" >&2
     echo "sanitize: $target_fuzz found a failure" >&2
     exit 1

@@ -50,7 +50,7 @@ struct CriteoOptions {
   int num_partitions = 1;
 };
 
-class CriteoReader final : public ExampleSource {
+class CriteoReader final : public ChunkedSource {
  public:
   // Opens `path` and validates every line of the file (all partitions, so that every worker
   // agrees on errors), counting the examples. Reads the file once, in bounded memory.
@@ -67,7 +67,7 @@ class CriteoReader final : public ExampleSource {
 
   // Replaces *chunk with the next at most max_examples examples of the partition; returns false
   // (and an empty chunk) at the end of the pass.
-  absl::StatusOr<bool> ReadChunk(size_t max_examples, Dataset* chunk);
+  absl::StatusOr<bool> ReadChunk(size_t max_examples, Dataset* chunk) override;
 
   // ReadChunk into a chunk the reader owns; the slice covers all of it.
   absl::StatusOr<DataSlice> Next(size_t max_examples) override;

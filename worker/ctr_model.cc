@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "worker/criteo.h"
+#include "worker/gemm.h"
 #include "worker/model_internal.h"
 
 namespace syncline {
@@ -86,22 +88,29 @@ class CtrModel final : public Model {
     CheckShapes(keys, rows, bias);
     CheckOrDie(row_grads.size() == rows.size(), "row_grads.size() != rows.size()");
     CheckOrDie(bias_grad.size() == bias.size(), "bias_grad.size() != bias_dim()");
-    const std::vector<T> w(bias.begin(), bias.end());
-    const std::vector<T> r(rows.begin(), rows.end());
-    std::vector<T> gw(w.size(), T{0});
-    std::vector<T> gr(r.size(), T{0});
-    Work s(l_);
+    std::vector<T> w_copy, r_copy, gw_copy, gr_copy;
+    const T* w = InT(bias, &w_copy);
+    const T* r = InT(rows, &r_copy);
+    T* gw = OutT(bias_grad, &gw_copy);
+    T* gr = OutT(row_grads, &gr_copy);
+    Block s(l_, std::min(examples.size(), kBlock));
     const KeyIndex key_index(keys, examples.size() * kFields);
     double loss = 0;
-    for (const uint32_t example : examples) {
-      const T logit = Forward(data, example, key_index, r.data(), w.data(), &s);
-      const bool positive = data.labels[example] > 0.5f;
-      loss += Softplus(logit) - (positive ? static_cast<double>(logit) : 0.0);
-      const T g = static_cast<T>(Sigmoid(logit) - (positive ? 1.0 : 0.0));
-      Backward(g, w.data(), &s, gr.data(), gw.data());
+    for (size_t first = 0; first < examples.size(); first += kBlock) {
+      const auto block = examples.subspan(first, kBlock);
+      Forward(data, block, key_index, r, w, &s);
+      for (size_t b = 0; b < block.size(); ++b) {
+        const T logit = s.logit[b];
+        const bool positive = data.labels[block[b]] > 0.5f;
+        loss += Softplus(logit) - (positive ? static_cast<double>(logit) : 0.0);
+        s.g[b] = static_cast<T>(Sigmoid(logit) - (positive ? 1.0 : 0.0));
+      }
+      Backward(block.size(), w, &s, gr, gw);
     }
-    for (size_t i = 0; i < gw.size(); ++i) bias_grad[i] += static_cast<float>(gw[i]);
-    for (size_t i = 0; i < gr.size(); ++i) row_grads[i] += static_cast<float>(gr[i]);
+    if constexpr (!std::is_same_v<T, float>) {
+      for (size_t i = 0; i < gw_copy.size(); ++i) bias_grad[i] += static_cast<float>(gw_copy[i]);
+      for (size_t i = 0; i < gr_copy.size(); ++i) row_grads[i] += static_cast<float>(gr_copy[i]);
+    }
     return loss;
   }
 
@@ -109,36 +118,72 @@ class CtrModel final : public Model {
                absl::Span<const uint64_t> keys, absl::Span<const float> rows,
                absl::Span<const float> bias, std::vector<float>* scores) const override {
     CheckShapes(keys, rows, bias);
-    const std::vector<T> w(bias.begin(), bias.end());
-    const std::vector<T> r(rows.begin(), rows.end());
-    Work s(l_);
+    std::vector<T> w_copy, r_copy;
+    const T* w = InT(bias, &w_copy);
+    const T* r = InT(rows, &r_copy);
+    Block s(l_, std::min(examples.size(), kBlock));
     const KeyIndex key_index(keys, examples.size() * kFields);
     scores->clear();
     scores->reserve(examples.size());
-    for (const uint32_t example : examples) {
-      const T logit = Forward(data, example, key_index, r.data(), w.data(), &s);
-      scores->push_back(static_cast<float>(Sigmoid(logit)));
+    for (size_t first = 0; first < examples.size(); first += kBlock) {
+      const auto block = examples.subspan(first, kBlock);
+      Forward(data, block, key_index, r, w, &s);
+      for (size_t b = 0; b < block.size(); ++b) {
+        scores->push_back(static_cast<float>(Sigmoid(s.logit[b])));
+      }
     }
   }
 
  private:
-  // One example's activations and their gradients, reused across the examples of a call.
-  struct Work {
-    explicit Work(const CtrLayout& l)
-        : v(kVectors * l.dim),
+  // Examples per pass through the layers: the top layer is then one matrix product per pass
+  // (gemm.h) rather than a matrix-vector product per example, which reads its weights once per
+  // block instead of once per example. 256 rows of activations stay in L2.
+  static constexpr size_t kBlock = 256;
+
+  // A block's activations and their gradients, example-major, reused across the blocks of a
+  // call.
+  struct Block {
+    Block(const CtrLayout& l, size_t n)
+        : dense(n * kDense),
+          slot(n * kFields),
+          first_order(n),
+          logit(n),
+          g(n),
+          v(n * kVectors * l.dim),
           dv(kVectors * l.dim),
-          z(l.inputs),
-          dz(l.inputs),
-          pre(l.hidden),
-          h(l.hidden),
-          dh(l.hidden) {}
-    T dense[kDense];
-    size_t slot[kFields];   // Row of each field's id in `keys`, or kMissing.
-    std::vector<T> v, dv;   // The 27 D-vectors: bottom output, then the embeddings.
-    std::vector<T> z, dz;   // Top layer input: bottom output, then the pairwise dots.
-    std::vector<T> pre, h;  // Hidden units before and after the ReLU.
-    std::vector<T> dh;
+          z(n * l.inputs),
+          dz(n * l.inputs),
+          pre(n * l.hidden),
+          h(n * l.hidden),
+          dh(n * l.hidden) {}
+    std::vector<T> dense;                  // [n][13]
+    std::vector<size_t> slot;              // [n][26]: row of each field's id in `keys`, or kMissing
+    std::vector<T> first_order, logit, g;  // [n]; g: the loss's derivative by the logit
+    std::vector<T> v;                      // [n][27][D]: bottom output, then the embeddings
+    std::vector<T> dv;                     // [27][D], one example at a time
+    std::vector<T> z, dz;   // [n][inputs]: top layer input, bottom output then pair dots
+    std::vector<T> pre, h;  // [n][H]: hidden units before and after the ReLU
+    std::vector<T> dh;      // [n][H]
   };
+
+  // The parameters as T: the caller's floats themselves, or a converted copy in *storage.
+  static const T* InT(absl::Span<const float> in, std::vector<T>* storage) {
+    if constexpr (std::is_same_v<T, float>) {
+      return in.data();
+    } else {
+      storage->assign(in.begin(), in.end());
+      return storage->data();
+    }
+  }
+  // Where gradients accumulate: the caller's floats, or zeros in *storage to be added after.
+  static T* OutT(absl::Span<float> out, std::vector<T>* storage) {
+    if constexpr (std::is_same_v<T, float>) {
+      return out.data();
+    } else {
+      storage->assign(out.size(), T{0});
+      return storage->data();
+    }
+  }
 
   static uint64_t CheckExample(const Dataset& data, uint32_t example) {
     CheckOrDie(example < data.size(), "example index out of range");
@@ -154,94 +199,103 @@ class CtrModel final : public Model {
     CheckOrDie(bias.size() == l_.size, "bias.size() != bias_dim()");
   }
 
-  // Fills *s with the example's activations; returns the logit.
-  T Forward(const Dataset& data, uint32_t example, const KeyIndex& key_index, const T* rows,
-            const T* w, Work* s) const {
+  // Fills *s with the block's activations and logits.
+  void Forward(const Dataset& data, absl::Span<const uint32_t> block, const KeyIndex& key_index,
+               const T* rows, const T* w, Block* s) const {
     const int dim = l_.dim;
     const int hidden = l_.hidden;
-    const uint64_t begin = CheckExample(data, example);
-    for (int j = 0; j < kDense; ++j) s->dense[j] = data.values[begin + j];
-    T* v = s->v.data();
-    for (int d = 0; d < dim; ++d) {
-      v[d] = w[l_.bottom_b + d] + Dot(&w[l_.bottom_w + d * kDense], s->dense, kDense);
-    }
-    T first_order = 0;
-    for (int f = 0; f < kFields; ++f) {
-      const size_t slot = key_index.Find(data.ids[begin + kDense + f]);
-      s->slot[f] = slot;
-      T* e = v + (1 + f) * dim;
-      if (slot == kMissing) {
-        std::fill(e, e + dim, T{0});
-        continue;
+    const int inputs = l_.inputs;
+    const int n = static_cast<int>(block.size());
+    for (int b = 0; b < n; ++b) {
+      const uint64_t begin = CheckExample(data, block[b]);
+      T* dense = &s->dense[b * kDense];
+      for (int j = 0; j < kDense; ++j) dense[j] = data.values[begin + j];
+      T* v = &s->v[static_cast<size_t>(b) * kVectors * dim];
+      for (int d = 0; d < dim; ++d) {
+        v[d] = w[l_.bottom_b + d] + Dot(&w[l_.bottom_w + d * kDense], dense, kDense);
       }
-      const T* row = rows + slot * (dim + 1);
-      std::copy(row, row + dim, e);
-      first_order += row[dim];
+      T first_order = 0;
+      size_t* slots = &s->slot[b * kFields];
+      for (int f = 0; f < kFields; ++f) {
+        const size_t slot = key_index.Find(data.ids[begin + kDense + f]);
+        slots[f] = slot;
+        T* e = v + (1 + f) * dim;
+        if (slot == kMissing) {
+          std::fill(e, e + dim, T{0});
+          continue;
+        }
+        const T* row = rows + slot * (dim + 1);
+        std::copy(row, row + dim, e);
+        first_order += row[dim];
+      }
+      s->first_order[b] = first_order;
+      T* z = &s->z[static_cast<size_t>(b) * inputs];
+      std::copy(v, v + dim, z);
+      int p = dim;
+      for (int a = 0; a < kVectors; ++a) {
+        for (int c = a + 1; c < kVectors; ++c) z[p++] = Dot(v + a * dim, v + c * dim, dim);
+      }
+      std::copy(w + l_.top_b, w + l_.top_b + hidden, &s->pre[static_cast<size_t>(b) * hidden]);
     }
-    T* z = s->z.data();
-    std::copy(v, v + dim, z);
-    int p = dim;
-    for (int a = 0; a < kVectors; ++a) {
-      for (int b = a + 1; b < kVectors; ++b) z[p++] = Dot(v + a * dim, v + b * dim, dim);
+    // pre[n][H] += z[n][inputs] * top_w[inputs][H].
+    Gemm(Transpose::kNo, Transpose::kNo, n, hidden, inputs, T{1}, s->z.data(), inputs, w + l_.top_w,
+         hidden, T{1}, s->pre.data(), hidden);
+    for (int b = 0; b < n; ++b) {
+      const T* pre = &s->pre[static_cast<size_t>(b) * hidden];
+      T* h = &s->h[static_cast<size_t>(b) * hidden];
+      for (int k = 0; k < hidden; ++k) h[k] = std::max(pre[k], T{0});
+      s->logit[b] = w[l_.out_b] + Dot(w + l_.out_w, h, hidden) + s->first_order[b];
     }
-    T* pre = s->pre.data();
-    std::copy(w + l_.top_b, w + l_.top_b + hidden, pre);
-    for (int i = 0; i < l_.inputs; ++i) {
-      if (z[i] != 0) Axpy(z[i], w + l_.top_w + static_cast<size_t>(i) * hidden, pre, hidden);
-    }
-    T* h = s->h.data();
-    for (int k = 0; k < hidden; ++k) h[k] = std::max(pre[k], T{0});
-    return w[l_.out_b] + Dot(w + l_.out_w, h, hidden) + first_order;
   }
 
-  // Adds the gradients of the example in *s, whose loss has derivative g by the logit, into gr
-  // (rows) and gw (dense parameters).
-  void Backward(T g, const T* w, Work* s, T* gr, T* gw) const {
+  // Adds the gradients of the block in *s, whose losses have derivatives s->g by their logits,
+  // into gr (rows) and gw (dense parameters).
+  void Backward(size_t count, const T* w, Block* s, T* gr, T* gw) const {
     const int dim = l_.dim;
     const int hidden = l_.hidden;
-    gw[l_.out_b] += g;
-    Axpy(g, s->h.data(), gw + l_.out_w, hidden);
-    T* dh = s->dh.data();
-    bool any = false;
-    for (int k = 0; k < hidden; ++k) {
-      dh[k] = s->pre[k] > 0 ? g * w[l_.out_w + k] : T{0};
-      any |= dh[k] != 0;
-    }
-    const T* z = s->z.data();
-    T* dz = s->dz.data();
-    if (any) {
+    const int inputs = l_.inputs;
+    const int n = static_cast<int>(count);
+    for (int b = 0; b < n; ++b) {
+      const T g = s->g[b];
+      const T* pre = &s->pre[static_cast<size_t>(b) * hidden];
+      T* dh = &s->dh[static_cast<size_t>(b) * hidden];
+      gw[l_.out_b] += g;
+      Axpy(g, &s->h[static_cast<size_t>(b) * hidden], gw + l_.out_w, hidden);
+      for (int k = 0; k < hidden; ++k) dh[k] = pre[k] > 0 ? g * w[l_.out_w + k] : T{0};
       Axpy(T{1}, dh, gw + l_.top_b, hidden);
-      for (int i = 0; i < l_.inputs; ++i) {
-        const size_t row = l_.top_w + static_cast<size_t>(i) * hidden;
-        if (z[i] != 0) Axpy(z[i], dh, gw + row, hidden);
-        dz[i] = Dot(w + row, dh, hidden);
-      }
-    } else {
-      std::fill(dz, dz + l_.inputs, T{0});
     }
-    const T* v = s->v.data();
+    // top_w gradient [inputs][H] += z^T [inputs][n] * dh [n][H]; dz [n][inputs] = dh * top_w^T.
+    Gemm(Transpose::kYes, Transpose::kNo, inputs, hidden, n, T{1}, s->z.data(), inputs,
+         s->dh.data(), hidden, T{1}, gw + l_.top_w, hidden);
+    Gemm(Transpose::kNo, Transpose::kYes, n, inputs, hidden, T{1}, s->dh.data(), hidden,
+         w + l_.top_w, hidden, T{0}, s->dz.data(), inputs);
     T* dv = s->dv.data();
-    std::copy(dz, dz + dim, dv);
-    std::fill(dv + dim, dv + kVectors * dim, T{0});
-    int p = dim;
-    for (int a = 0; a < kVectors; ++a) {
-      for (int b = a + 1; b < kVectors; ++b) {
-        const T d = dz[p++];
-        if (d == 0) continue;
-        Axpy(d, v + b * dim, dv + a * dim, dim);
-        Axpy(d, v + a * dim, dv + b * dim, dim);
+    for (int b = 0; b < n; ++b) {
+      const T* dz = &s->dz[static_cast<size_t>(b) * inputs];
+      const T* v = &s->v[static_cast<size_t>(b) * kVectors * dim];
+      std::copy(dz, dz + dim, dv);
+      std::fill(dv + dim, dv + kVectors * dim, T{0});
+      int p = dim;
+      for (int a = 0; a < kVectors; ++a) {
+        for (int c = a + 1; c < kVectors; ++c) {
+          const T d = dz[p++];
+          Axpy(d, v + c * dim, dv + a * dim, dim);
+          Axpy(d, v + a * dim, dv + c * dim, dim);
+        }
       }
-    }
-    for (int d = 0; d < dim; ++d) {
-      gw[l_.bottom_b + d] += dv[d];
-      Axpy(dv[d], s->dense, gw + l_.bottom_w + d * kDense, kDense);
-    }
-    for (int f = 0; f < kFields; ++f) {
-      const size_t slot = s->slot[f];
-      if (slot == kMissing) continue;
-      T* row = gr + slot * (dim + 1);
-      Axpy(T{1}, dv + (1 + f) * dim, row, dim);
-      row[dim] += g;
+      const T* dense = &s->dense[b * kDense];
+      for (int d = 0; d < dim; ++d) {
+        gw[l_.bottom_b + d] += dv[d];
+        Axpy(dv[d], dense, gw + l_.bottom_w + d * kDense, kDense);
+      }
+      const size_t* slots = &s->slot[b * kFields];
+      for (int f = 0; f < kFields; ++f) {
+        const size_t slot = slots[f];
+        if (slot == kMissing) continue;
+        T* row = gr + slot * (dim + 1);
+        Axpy(T{1}, dv + (1 + f) * dim, row, dim);
+        row[dim] += s->g[b];
+      }
     }
   }
 

@@ -40,6 +40,15 @@ class ExampleSource {
   virtual absl::StatusOr<DataSlice> Next(size_t max_examples) = 0;
 };
 
+// A source that fills a caller's Dataset with its next chunk: what a PrefetchingSource
+// (prefetching_source.h) reads ahead from.
+class ChunkedSource : public ExampleSource {
+ public:
+  // Replaces *chunk with the next at most max_examples examples of the pass; false (and an empty
+  // chunk) at its end.
+  virtual absl::StatusOr<bool> ReadChunk(size_t max_examples, Dataset* chunk) = 0;
+};
+
 // A Dataset already in memory. Does not copy it: `data` must outlive the source.
 class InMemorySource final : public ExampleSource {
  public:

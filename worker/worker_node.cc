@@ -16,6 +16,7 @@
 #include "worker/kv_client.h"
 #include "worker/metrics.h"
 #include "worker/model.h"
+#include "worker/prefetching_source.h"
 #include "worker/ps_backend.h"
 #include "worker/slowness.h"
 #include "worker/trainer.h"
@@ -86,7 +87,8 @@ absl::StatusOr<std::unique_ptr<WorkerData>> ReadWorkerData(const JobSpec& spec, 
       if (!test.ok()) return test.status();
       d.test_stream = std::move(*test);
     }
-    d.source = std::move(d.train_stream);
+    // Parse the next batches while training on this one.
+    d.source = std::make_unique<PrefetchingSource>(std::move(d.train_stream));
     return data;
   }
   auto train = ReadDataset(spec.data.train, o);
