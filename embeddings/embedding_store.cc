@@ -86,7 +86,9 @@ EmbeddingStore::EmbeddingStore(const TableConfig& table, const EmbeddingStoreOpt
     : config_(table),
       options_(options),
       shape_{table.dim, static_cast<uint32_t>(StateFloatsPerWeight(table.optimizer.kind))},
-      write_options_(std::make_unique<rocksdb::WriteOptions>()) {
+      write_options_(std::make_unique<rocksdb::WriteOptions>()),
+      // Expiry walks the list from its oldest end at every step.
+      lru_linked_(options.expire_after_steps > 0) {
   write_options_->disableWAL = !options.disk_wal;
 }
 
@@ -235,6 +237,18 @@ absl::Status EmbeddingStore::CheckIds(std::span<const uint64_t> ids) const {
   return absl::OkStatus();
 }
 
+void EmbeddingStore::BuildLruList() {
+  std::vector<uint32_t> slots;
+  slots.reserve(index_.size());
+  for (const auto& [id, slot] : index_) slots.push_back(slot);
+  // Stamps are unique, so the order is total: the list is exactly the one kept all along.
+  std::sort(slots.begin(), slots.end(),
+            [this](uint32_t a, uint32_t b) { return meta(a).touched < meta(b).touched; });
+  lru_head_ = lru_tail_ = kNone;
+  for (const uint32_t slot : slots) LinkFront(slot);
+  lru_linked_ = true;
+}
+
 void EmbeddingStore::LinkFront(uint32_t slot) {
   SlotMeta& m = meta(slot);
   m.prev = kNone;
@@ -260,11 +274,12 @@ void EmbeddingStore::Unlink(uint32_t slot) {
 }
 
 void EmbeddingStore::Touch(uint32_t slot) {
-  if (slot != lru_head_) {
+  SlotMeta& m = meta(slot);
+  m.touched = ++touch_count_;
+  if (lru_linked_ && slot != lru_head_) {
     Unlink(slot);
     LinkFront(slot);
   }
-  SlotMeta& m = meta(slot);
   if (m.last_touch != step_) {
     m.last_touch = step_;
     if (options_.expire_after_steps > 0) m.dirty = true;  // the disk copy's step is stale
@@ -317,6 +332,7 @@ absl::StatusOr<uint32_t> EmbeddingStore::FreeSlot() {
     }
     return used_slots_++;
   }
+  if (!lru_linked_) BuildLruList();
   const uint32_t victim = lru_tail_;
   SlotMeta& m = meta(victim);
   if (m.dirty) {
@@ -363,7 +379,7 @@ absl::StatusOr<uint32_t> EmbeddingStore::Acquire(uint64_t id) {
         m.on_disk = true;
         m.dirty = false;
         index_.emplace(id, *slot);
-        LinkFront(*slot);
+        if (lru_linked_) LinkFront(*slot);
         Touch(*slot);
         ++stats_.disk_hits;
         return *slot;
@@ -388,7 +404,8 @@ absl::StatusOr<uint32_t> EmbeddingStore::Acquire(uint64_t id) {
   m.on_disk = false;
   m.dirty = true;
   index_.emplace(id, *slot);
-  LinkFront(*slot);
+  if (lru_linked_) LinkFront(*slot);
+  Touch(*slot);
   ++stats_.admitted;
   return *slot;
 }

@@ -226,6 +226,7 @@ class EmbeddingStore {
     uint64_t id = 0;
     int64_t step = 0;
     int64_t last_touch = 0;
+    uint64_t touched = 0;   // the store's touch count at this row's last touch
     uint32_t prev = kNone;  // LRU list: towards the most recently used
     uint32_t next = kNone;  // towards the least recently used
     bool dirty = false;     // differs from its copy on disk (or has none)
@@ -251,6 +252,8 @@ class EmbeddingStore {
   void LinkFront(uint32_t slot);
   void Unlink(uint32_t slot);
   void Touch(uint32_t slot);
+  // Links every row in memory into the LRU list, oldest touch last.
+  void BuildLruList();
   bool Expired(int64_t last_touch) const;
   absl::Status WriteRow(uint32_t slot);
   absl::Status DeleteFromDisk(uint64_t id);
@@ -268,7 +271,13 @@ class EmbeddingStore {
   absl::flat_hash_map<uint64_t, uint32_t> index_;  // id -> slot; reserved at Open
   std::vector<Block> blocks_;
   std::vector<uint32_t> free_slots_;
-  uint32_t used_slots_ = 0;    // slots ever handed out
+  uint32_t used_slots_ = 0;  // slots ever handed out
+  // The LRU list is kept only once it is needed: from the first eviction, or from the start
+  // when rows expire. Until then a touch only stamps the row with touch_count_, and
+  // BuildLruList() orders the rows by their stamps: a table that fits its budget pays no
+  // relinking (three scattered writes per touch).
+  bool lru_linked_ = false;
+  uint64_t touch_count_ = 0;
   uint32_t lru_head_ = kNone;  // most recently used
   uint32_t lru_tail_ = kNone;  // least recently used
   uint64_t index_bytes_ = 0;

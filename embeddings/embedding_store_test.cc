@@ -522,3 +522,41 @@ TEST(EmbeddingStoreTest, ReopenSeesFlushedRowsAndStep) {
 
 }  // namespace
 }  // namespace syncline
+
+namespace syncline {
+namespace {
+
+// The first eviction orders the rows by their last touch (until then no list is kept), and from
+// then on the least recently used row goes first: the touches before and after the tier fills
+// count alike.
+TEST(EmbeddingStoreTest, EvictsTheLeastRecentlyUsedRowBeforeAndAfterTheTierFills) {
+  ScopedTempDir dir("embedding_store");
+  auto store = MustOpen(Table(2), Options(dir.path(), 4));
+  ASSERT_NE(store, nullptr);
+  std::vector<float> out(2);
+  auto read = [&](uint64_t id) {
+    const uint64_t ids[] = {id};
+    ASSERT_TRUE(store->Read(ids, out.data()).ok());
+  };
+  // Touch order, oldest first: 3 2 4 1.
+  for (uint64_t id : {1, 2, 3, 4}) read(id);
+  for (uint64_t id : {3, 2, 4, 1}) read(id);
+  const uint64_t loads = store->stats().disk_hits;
+  read(5);  // evicts 3
+  read(6);  // evicts 2
+  read(1);  // still in memory
+  read(4);  // still in memory
+  EXPECT_EQ(store->stats().evictions, 2u);
+  EXPECT_EQ(store->stats().disk_hits, loads);
+  read(3);  // from disk, evicting 5 (1 and 4 were touched since)
+  EXPECT_EQ(store->stats().disk_hits, loads + 1);
+  read(6);
+  read(1);
+  read(4);
+  EXPECT_EQ(store->stats().disk_hits, loads + 1);
+  read(5);
+  EXPECT_EQ(store->stats().disk_hits, loads + 2);
+}
+
+}  // namespace
+}  // namespace syncline

@@ -22,6 +22,16 @@ bool IsDiverged(const absl::Status& status) {
   return absl::IsOutOfRange(status) && absl::StartsWith(status.message(), "diverged at step");
 }
 
+std::string StepTimes::ToString() const {
+  const double all = absl::ToDoubleSeconds(total());
+  auto share = [all](absl::Duration d) {
+    return all > 0 ? 100.0 * absl::ToDoubleSeconds(d) / all : 0.0;
+  };
+  return absl::StrFormat(
+      "batch %.0f%% read %.0f%% compute %.0f%% update %.0f%% end %.0f%% (of %.2f s)", share(batch),
+      share(read), share(compute), share(update), share(end), all);
+}
+
 int64_t StepsPerEpoch(size_t examples, int batch_size) {
   return static_cast<int64_t>((examples + batch_size - 1) / batch_size);
 }
@@ -94,6 +104,7 @@ absl::StatusOr<TrainResult> Trainer::Run(
   result.steps = start;
   for (int64_t step = start; step < total; ++step) {
     Buffers& b = buffers[step % 2];
+    absl::Time t0 = absl::Now();
     if (step % per_epoch == 0) {
       if (auto s = source.Rewind(); !s.ok()) return s;
     }
@@ -113,22 +124,31 @@ absl::StatusOr<TrainResult> Trainer::Run(
     b.rows.assign(b.keys.size() * model_.row_dim(), 0.0f);
     b.bias.assign(model_.bias_dim(), 0.0f);
     slowness.BeforeRequest();
+    absl::Time t1 = absl::Now();
+    result.times.batch += t1 - t0;
     if (auto s = backend_.Read(step, b.keys, b.rows, b.bias); !s.ok()) return s;
     const absl::Time compute_start = absl::Now();
+    result.times.read += compute_start - t1;
 
     b.grads.assign(b.rows.size(), 0.0f);
     b.bias_grad.assign(b.bias.size(), 0.0f);
     const double loss =
         model_.LossAndGradient(data, b.examples, b.keys, b.rows, b.bias, absl::MakeSpan(b.grads),
                                absl::MakeSpan(b.bias_grad));
-    if (slowness.active()) slowness.AfterCompute(absl::Now() - compute_start);
+    t0 = absl::Now();
+    result.times.compute += t0 - compute_start;
+    if (slowness.active()) slowness.AfterCompute(t0 - compute_start);
     if (!std::isfinite(loss)) return DivergedError(step + 1, loss, first_loss);
     // The model this worker started from is the reference: its first batch's mean loss.
     if (first_loss < 0 && !b.examples.empty()) first_loss = loss / b.examples.size();
     const float n = static_cast<float>(b.examples.size());
     slowness.BeforeRequest();
+    t1 = absl::Now();
     if (auto s = backend_.Update(step, b.keys, b.grads, b.bias_grad, n); !s.ok()) return s;
+    t0 = absl::Now();
+    result.times.update += t0 - t1;
     if (auto s = backend_.EndIteration(step, n); !s.ok()) return s;
+    result.times.end += absl::Now() - t0;
 
     result.steps = step + 1;
     result.examples += b.examples.size();

@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "worker/dataset.h"
 #include "worker/example_source.h"
 #include "worker/metrics.h"
@@ -57,10 +59,25 @@ struct TrainProgress {
   double consensus = 0;     // gossip: distance from the neighbours' models since the last report
 };
 
+// Where a worker's training time went, summed over its iterations: the per-step split that
+// tells a model-bound job from a network- or server-bound one.
+struct StepTimes {
+  absl::Duration batch;    // the next batch from the source, and its unique keys
+  absl::Duration read;     // SyncBackend::Read: the pull, waiting for the servers
+  absl::Duration compute;  // the model's loss and gradients
+  absl::Duration update;   // SyncBackend::Update: the push
+  absl::Duration end;      // SyncBackend::EndIteration: the clock (and BSP's wait for it)
+
+  absl::Duration total() const { return batch + read + compute + update + end; }
+  // "batch 4% read 31% compute 45% update 9% end 11% (of 2.31 s)"
+  std::string ToString() const;
+};
+
 struct TrainResult {
   int64_t steps = 0;
   uint64_t examples = 0;
   double last_loss = 0;
+  StepTimes times;
 };
 
 // Iterations of one epoch over a partition of `examples` examples.

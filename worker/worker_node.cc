@@ -302,8 +302,8 @@ NodeExit WorkerNode::Run() {
                                              .examples = result->examples,
                                              .bytes_pushed = backend->bytes_pushed(),
                                              .bytes_pulled = backend->bytes_pulled()});
-  SYNCLINE_LOG(INFO) << absl::StrFormat("trained %d iterations, last loss %.5f", result->steps,
-                                        result->last_loss);
+  SYNCLINE_LOG(INFO) << absl::StrFormat("trained %d iterations, last loss %.5f; step time: %s",
+                                        result->steps, result->last_loss, result->times.ToString());
 
   while (true) {
     // The job may evaluate for a long time; the coordinator's heartbeats keep this honest.
