@@ -149,6 +149,54 @@ TEST(CtrModelTest, GradientsMatchFiniteDifferences) {
   for (size_t i = 0; i < gr.size(); ++i) EXPECT_NEAR(fgr[i], gr[i], 1e-4 + 1e-4 * std::fabs(gr[i]));
 }
 
+// The model works through a call's examples in blocks (of 256); a call over several blocks,
+// the last one short, equals the sum of calls over its parts, and so do its scores.
+TEST(CtrModelTest, ACallOverSeveralBlocksIsTheSumOfItsParts) {
+  const ModelOptions options{.embedding_dim = 4, .hidden = 6};
+  auto model = *CreateCtrModel(options, CtrPrecision::kDouble);
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> uniform(-0.5f, 0.5f);
+  std::uniform_int_distribution<int> value(0, 40);
+  constexpr int kExamples = 600;
+  std::vector<std::vector<float>> dense(kExamples, std::vector<float>(13));
+  std::vector<std::vector<uint64_t>> ids(kExamples, std::vector<uint64_t>(26));
+  std::vector<float> labels;
+  for (int i = 0; i < kExamples; ++i) {
+    for (float& x : dense[i]) x = uniform(rng) + 0.5f;
+    for (int f = 0; f < 26; ++f) ids[i][f] = CriteoCategoricalId(f, value(rng), true);
+    labels.push_back(static_cast<float>(i % 3 == 0));
+  }
+  const Dataset data = MakeCriteoData(dense, ids, labels);
+  const std::vector<uint32_t> all = All(data);
+  const std::vector<uint64_t> keys = model->BatchKeys(data, all);
+  std::vector<float> rows(keys.size() * model->row_dim()), bias(model->bias_dim());
+  for (float& x : rows) x = uniform(rng);
+  for (float& x : bias) x = uniform(rng);
+
+  std::vector<float> gr(rows.size()), gb(bias.size());
+  const double loss =
+      model->LossAndGradient(data, all, keys, rows, bias, absl::MakeSpan(gr), absl::MakeSpan(gb));
+  std::vector<float> pgr(rows.size()), pgb(bias.size());
+  const absl::Span<const uint32_t> span(all);
+  double parts = 0;
+  for (const auto& part : {span.subspan(0, 300), span.subspan(300, 1), span.subspan(301)}) {
+    parts += model->LossAndGradient(data, part, keys, rows, bias, absl::MakeSpan(pgr),
+                                    absl::MakeSpan(pgb));
+  }
+  EXPECT_NEAR(loss, parts, 1e-9 * std::fabs(loss));
+  for (size_t i = 0; i < gb.size(); ++i) ASSERT_NEAR(gb[i], pgb[i], 1e-5) << "dense " << i;
+  for (size_t i = 0; i < gr.size(); ++i) ASSERT_NEAR(gr[i], pgr[i], 1e-5) << "row " << i;
+
+  std::vector<float> scores, one;
+  model->Predict(data, all, keys, rows, bias, &scores);
+  ASSERT_EQ(scores.size(), all.size());
+  for (const uint32_t e : {0u, 255u, 256u, 511u, 512u, 599u}) {
+    model->Predict(data, span.subspan(e, 1), keys, rows, bias, &one);
+    ASSERT_EQ(one.size(), 1u);
+    EXPECT_FLOAT_EQ(scores[e], one[0]) << "example " << e;
+  }
+}
+
 TEST(CtrModelTest, PredictIsTheSigmoidOfTheLossesLogit) {
   auto model = *Model::Create("ctr", ModelOptions{.embedding_dim = 3, .hidden = 5});
   GradientProblem p = MakeGradientProblem(*model, 5);
