@@ -20,8 +20,12 @@
 #
 # Usage: bench/ctr-vs-pytorch.sh [--build DIR] [--out DIR] [--rows N] [--test-rows N]
 #          [--seeds "1 2 3 4 5"] [--embedding-dim D] [--hidden H] [--batch-size B] [--lr X]
-#          [--epochs E] [--threads T] [--extra "FLAGS"]
-#   --extra   more syncline-launch flags for both Syncline runs (e.g. "--sync ssp:1")
+#          [--epochs E] [--threads T] [--extra "FLAGS"] [--also-build NAME=DIR]...
+#   --extra       more syncline-launch flags for both Syncline runs (e.g. "--sync ssp:1")
+#   --also-build  run the two Syncline jobs of another build too, named NAME in the table (an
+#                 earlier commit's build: a before/after comparison in one sitting)
+# Each Syncline row also shows its workers' step-time split (the worker log's "step time"
+# line: next batch, read = pull, compute, update = push, end of iteration).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build="$here/../build"
@@ -36,6 +40,7 @@ lr=0.05
 epochs=1
 threads=1
 extra=""
+builds=("syncline=$build")
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -50,6 +55,7 @@ while [ $# -gt 0 ]; do
     --epochs) epochs=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --extra) extra=$2; shift 2 ;;
+    --also-build) builds+=("$2"); shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "ctr-vs-pytorch: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -59,8 +65,12 @@ if ! "$py" -c "import torch" 2>/dev/null; then
   echo "ctr-vs-pytorch: $py cannot import torch; apt-get install python3-torch libopenblas0-openmp" >&2
   exit 1
 fi
-launch="$build/launch/syncline-launch"
-for b in "$launch" "$build/tools/syncline-gen"; do
+builds[0]="syncline=$build"
+for nb in "${builds[@]}"; do
+  b="${nb#*=}/launch/syncline-launch"
+  [ -x "$b" ] || { echo "ctr-vs-pytorch: $b is missing; build first" >&2; exit 1; }
+done
+for b in "$build/tools/syncline-gen"; do
   [ -x "$b" ] || { echo "ctr-vs-pytorch: $b is missing; build first (ninja -C $build)" >&2; exit 1; }
 done
 mkdir -p "$out"
@@ -73,7 +83,7 @@ fi
 echo "ctr-vs-pytorch: $rows train rows, $test_rows test rows, D=$dim H=$hidden batch $batch" \
   "lr $lr epochs $epochs, seeds: $seeds; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 results="$out/results.tsv"
-printf 'system\tseed\texamples_per_s\ttest_auc\n' >"$results"
+printf 'system\tseed\texamples_per_s\ttest_auc\tstep_time\n' >"$results"
 
 syncline_rate() {  # RUN_DIR: examples over the span of metrics.csv's rows, after the first
   "$py" - "$1" <<'EOF'
@@ -93,23 +103,28 @@ for seed in $seeds; do
     --seed "$seed")
   rate=$(sed -E 's/.*examples_per_s=([0-9]+).*/\1/' <<<"$line")
   auc=$(sed -E 's/.*test_auc=([0-9.]+).*/\1/' <<<"$line")
-  printf 'pytorch\t%s\t%s\t%s\n' "$seed" "$rate" "$auc" | tee -a "$results"
-  for sw in "1 1" "2 2"; do
-    set -- $sw
-    run="$out/syncline-$1+$2-seed$seed"
-    rm -rf "$run"
-    # shellcheck disable=SC2086
-    "$launch" --servers "$1" --workers "$2" --sync bsp --model ctr --train "$train" \
-      --test "$test" --embedding-dim "$dim" --hidden "$hidden" --batch-size "$batch" \
-      --optimizer adagrad --lr "$lr" --epochs "$epochs" --seed "$seed" $extra --out "$run" \
-      >"$run.log" 2>&1 || { tail -20 "$run.log" >&2; exit 1; }
-    printf 'syncline %s+%s\t%s\t%s\n' "$1" "$2" "$seed" "$(syncline_rate "$run")" |
-      tee -a "$results"
+  printf 'pytorch\t%s\t%s\t%s\t\n' "$seed" "$rate" "$auc" | tee -a "$results"
+  for nb in "${builds[@]}"; do
+    name="${nb%%=*}"
+    launch="${nb#*=}/launch/syncline-launch"
+    for sw in "1 1" "2 2"; do
+      set -- $sw
+      run="$out/$name-$1+$2-seed$seed"
+      rm -rf "$run"
+      # shellcheck disable=SC2086
+      "$launch" --servers "$1" --workers "$2" --sync bsp --model ctr --train "$train" \
+        --test "$test" --embedding-dim "$dim" --hidden "$hidden" --batch-size "$batch" \
+        --optimizer adagrad --lr "$lr" --epochs "$epochs" --seed "$seed" $extra --out "$run" \
+        >"$run.log" 2>&1 || { tail -20 "$run.log" >&2; exit 1; }
+      split=$(grep -h "step time:" "$run"/logs/w0*.log 2>/dev/null | sed 's/.*step time: //' | head -1)
+      printf '%s %s+%s\t%s\t%s\t%s\n' "$name" "$1" "$2" "$seed" "$(syncline_rate "$run")" \
+        "$split" | tee -a "$results"
+    done
   done
 done
 
 "$py" - "$results" <<'EOF'
-import csv, statistics, sys
+import csv, re, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 systems = list(dict.fromkeys(r["system"] for r in rows))
 med = {s: statistics.median(float(r["examples_per_s"]) for r in rows if r["system"] == s)
@@ -121,4 +136,22 @@ for s in systems:
     aucs = [float(r["test_auc"]) for r in rows if r["system"] == s]
     print(f"| {s} | {med[s]:.0f} | {med[s] / med['pytorch']:.2f} | {statistics.mean(aucs):.4f} |"
           f" {min(aucs):.4f}..{max(aucs):.4f} | {len(aucs)} |")
+phases = ["batch", "read", "compute", "update", "end"]
+split_rows = []
+for s in systems:
+    splits = [r["step_time"] for r in rows if r["system"] == s and r.get("step_time")]
+    if not splits:
+        continue
+    share = {p: statistics.mean(float(re.search(p + r" (\d+)%", x).group(1)) for x in splits)
+             for p in phases}
+    secs = statistics.mean(float(re.search(r"of ([\d.]+) s", x).group(1)) for x in splits)
+    split_rows.append(f"| {s} | " + " | ".join(f"{share[p]:.0f}%" for p in phases) +
+                      f" | {secs:.2f} |")
+if split_rows:
+    print()
+    print("Worker 0's step time, mean over the seeds (read: the pull; end: the clock):")
+    print()
+    print("| system | batch | read | compute | update | end | training s |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("\n".join(split_rows))
 EOF

@@ -31,6 +31,9 @@ constexpr size_t kBatchRows = 1024;
 // far ahead overlaps the misses (a lookup costs about a memory latency; this many are in flight).
 constexpr size_t kPrefetchAhead = 8;
 
+// Rows the index is first sized for (it grows from there; see Init).
+constexpr uint64_t kInitialIndexRows = 1 << 16;
+
 absl::Status DiskError(const std::string& path, const char* operation, const rocksdb::Status& s) {
   const std::string message =
       absl::StrCat("embedding store ", path, ": RocksDB ", operation, " failed: ", s.ToString());
@@ -151,7 +154,10 @@ absl::Status EmbeddingStore::Init() {
     }
   }
   capacity_ = rows;
-  index_.reserve(IndexReserve(capacity_));
+  // The index starts small and grows with the rows (FreeSlot), so that a table far below its
+  // budget keeps a compact index: lookups into one sized for the whole budget miss the caches
+  // and the TLB far more often (the 2+2 ctr job ran 6% faster with a budget near its rows).
+  index_.reserve(IndexReserve(std::min<uint64_t>(capacity_, kInitialIndexRows)));
   blocks_.reserve((capacity_ + kBlockRows - 1) / kBlockRows);
   free_slots_.reserve(capacity_);
 
@@ -329,6 +335,12 @@ absl::StatusOr<uint32_t> EmbeddingStore::FreeSlot() {
       block.floats = std::make_unique<float[]>(n * shape_.floats());
       blocks_.push_back(std::move(block));
       block_bytes_ += n * (sizeof(SlotMeta) + shape_.floats() * sizeof(float));
+    }
+    if (!index_reserved_ && 2 * (used_slots_ + 1) >= capacity_) {
+      // Half full: take the index's whole share of the budget now, before the growth of a
+      // full table (or tombstones of evicted rows) could make abseil double it past that.
+      index_.reserve(IndexReserve(capacity_));
+      index_reserved_ = true;
     }
     return used_slots_++;
   }

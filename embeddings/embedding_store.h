@@ -13,8 +13,10 @@
 // - Every RocksDB call's status becomes an absl::Status naming the path and the operation; a
 //   damaged value on disk is DataLoss naming the id and is never used.
 // - The memory tier holds at most memory_capacity_rows() rows and memory_bytes() bytes, which
-//   never exceed the budget (the index is sized once, at Open, so it never rehashes). RocksDB's
-//   own memory (memtables, block cache) is bounded separately by the rocksdb_* options.
+//   never exceed the budget. The index starts small and grows with the rows until the tier is
+//   half full, when it takes its whole share of the budget (one last rehash; while a rehash
+//   runs, the old and new arrays are both held). RocksDB's own memory (memtables, block cache)
+//   is bounded separately by the rocksdb_* options.
 // - Rows in memory reach the disk only when evicted or by FlushAll(); a store destroyed without
 //   FlushAll() loses the updates of its memory tier (a checkpoint, later, is the durable copy).
 //   Evictions skip RocksDB's write-ahead log unless `disk_wal` is set; FlushAll() flushes the
@@ -268,7 +270,8 @@ class EmbeddingStore {
   std::unique_ptr<rocksdb::WriteOptions> write_options_;
   std::unique_ptr<AdmissionSketch> sketch_;
 
-  absl::flat_hash_map<uint64_t, uint32_t> index_;  // id -> slot; reserved at Open
+  absl::flat_hash_map<uint64_t, uint32_t> index_;  // id -> slot
+  bool index_reserved_ = false;                    // the index holds its whole share of the budget
   std::vector<Block> blocks_;
   std::vector<uint32_t> free_slots_;
   uint32_t used_slots_ = 0;  // slots ever handed out

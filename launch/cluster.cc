@@ -29,6 +29,11 @@ std::vector<std::pair<std::string, std::string>> NodeEnvironment(const ClusterOp
   }
   if (!o.key_file.empty()) env.emplace_back("SYNCLINE_KEY_FILE", o.key_file);
   if (o.key_file.empty() && o.insecure) env.emplace_back("SYNCLINE_INSECURE", "1");
+  // The ctr model's matrix products run on one thread (worker/gemm.h); without this, OpenBLAS
+  // starts a pool of a thread per core in every node process at load, only to leave it idle.
+  // A value of the launcher's own environment is passed on.
+  const char* blas_threads = std::getenv("OPENBLAS_NUM_THREADS");
+  env.emplace_back("OPENBLAS_NUM_THREADS", blas_threads != nullptr ? blas_threads : "1");
   return env;
 }
 
