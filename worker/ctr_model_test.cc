@@ -77,21 +77,27 @@ struct GradientProblem {
   std::vector<float> rows, bias;
 };
 
-GradientProblem MakeGradientProblem(const Model& model, uint64_t seed) {
-  std::mt19937_64 rng(seed);
+// `examples` random Criteo examples: dense values uniform in [0.5 - spread/2, 0.5 + spread/2],
+// categorical values in [0, values], labels alternating.
+Dataset RandomCriteo(std::mt19937_64& rng, int examples, int values, float spread) {
   std::uniform_real_distribution<float> uniform(-0.5f, 0.5f);
-  std::uniform_int_distribution<int> value(0, 2);
-  constexpr int kExamples = 5;
-  std::vector<std::vector<float>> dense(kExamples, std::vector<float>(13));
-  std::vector<std::vector<uint64_t>> ids(kExamples, std::vector<uint64_t>(26));
+  std::uniform_int_distribution<int> value(0, values);
+  std::vector<std::vector<float>> dense(examples, std::vector<float>(13));
+  std::vector<std::vector<uint64_t>> ids(examples, std::vector<uint64_t>(26));
   std::vector<float> labels;
-  for (int i = 0; i < kExamples; ++i) {
-    for (float& x : dense[i]) x = 2 * uniform(rng) + 0.5f;
+  for (int i = 0; i < examples; ++i) {
+    for (float& x : dense[i]) x = spread * uniform(rng) + 0.5f;
     for (int f = 0; f < 26; ++f) ids[i][f] = CriteoCategoricalId(f, value(rng), true);
     labels.push_back(static_cast<float>(i % 2));
   }
+  return MakeCriteoData(dense, ids, labels);
+}
+
+GradientProblem MakeGradientProblem(const Model& model, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(-0.5f, 0.5f);
   GradientProblem p;
-  p.data = MakeCriteoData(dense, ids, labels);
+  p.data = RandomCriteo(rng, 5, 2, 2.0f);
   p.keys = model.BatchKeys(p.data, All(p.data));
   p.keys.erase(p.keys.begin() + 3);  // A key the servers did not return: a zero row.
   p.rows.resize(p.keys.size() * model.row_dim());
@@ -156,17 +162,7 @@ TEST(CtrModelTest, ACallOverSeveralBlocksIsTheSumOfItsParts) {
   auto model = *CreateCtrModel(options, CtrPrecision::kDouble);
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<float> uniform(-0.5f, 0.5f);
-  std::uniform_int_distribution<int> value(0, 40);
-  constexpr int kExamples = 600;
-  std::vector<std::vector<float>> dense(kExamples, std::vector<float>(13));
-  std::vector<std::vector<uint64_t>> ids(kExamples, std::vector<uint64_t>(26));
-  std::vector<float> labels;
-  for (int i = 0; i < kExamples; ++i) {
-    for (float& x : dense[i]) x = uniform(rng) + 0.5f;
-    for (int f = 0; f < 26; ++f) ids[i][f] = CriteoCategoricalId(f, value(rng), true);
-    labels.push_back(static_cast<float>(i % 3 == 0));
-  }
-  const Dataset data = MakeCriteoData(dense, ids, labels);
+  const Dataset data = RandomCriteo(rng, 600, 40, 1.0f);
   const std::vector<uint32_t> all = All(data);
   const std::vector<uint64_t> keys = model->BatchKeys(data, all);
   std::vector<float> rows(keys.size() * model->row_dim()), bias(model->bias_dim());
