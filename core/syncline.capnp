@@ -293,4 +293,5 @@ struct JobSpec {
   checkpointKeep @45 :Int32;
   restore @46 :Text;
   allreduceAlgorithm @47 :AllReduceAlgorithm;
+  readAhead @48 :Bool;
 }

@@ -34,7 +34,8 @@ JobSpec Unusual() {
                 .learning_rate = 0.025,
                 .l2 = 1e-4,
                 .codec = CodecSpec{.kind = CodecKind::kTopK, .ratio = 0.05},
-                .log_every = 7};
+                .log_every = 7,
+                .read_ahead = true};
   s.seed = 123456789012345ull;
   s.timeouts = {
       .request_s = 30, .heartbeat_interval_s = 0.25, .heartbeat_timeout_s = 3, .peer_s = 4};

@@ -52,6 +52,7 @@ void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
   out.setCodecRatio(s.training.codec.ratio);
   out.setCodecChunk(s.training.codec.chunk);
   out.setLogEvery(s.training.log_every);
+  out.setReadAhead(s.training.read_ahead);
   out.setSeed(s.seed);
   out.setRequestTimeoutS(s.timeouts.request_s);
   out.setHeartbeatIntervalS(s.timeouts.heartbeat_interval_s);
@@ -111,6 +112,7 @@ absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
   s.training.codec.ratio = in.getCodecRatio();
   s.training.codec.chunk = in.getCodecChunk();
   s.training.log_every = in.getLogEvery();
+  s.training.read_ahead = in.getReadAhead();
   s.seed = in.getSeed();
   s.timeouts.request_s = in.getRequestTimeoutS();
   s.timeouts.heartbeat_interval_s = in.getHeartbeatIntervalS();

@@ -50,7 +50,7 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 40> kFields = {{
+const std::array<Field, 41> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes"},
     {"workers", &JobConfig::workers, "Number of worker processes"},
     {"sync", &JobConfig::sync,
@@ -76,6 +76,10 @@ const std::array<Field, 40> kFields = {{
     {"out", &JobConfig::out, "Output directory for metrics, logs and synthetic data"},
     {"seed", &JobConfig::seed, "Random seed of data generation, initialization and shuffling"},
     {"log-every", &JobConfig::log_every, "Steps between metrics rows and progress updates"},
+    {"read-ahead", &JobConfig::read_ahead,
+     "on: under asp and ssp:S (S >= 1) pull the next batch while the current one computes "
+     "(faster steps, one more step of staleness); off: every pull in its own step (bsp never "
+     "reads ahead)"},
     {"request-timeout", &JobConfig::request_timeout_s, "Deadline of one push or pull, seconds"},
     {"heartbeat-interval", &JobConfig::heartbeat_interval_s, "Seconds between heartbeats"},
     {"heartbeat-timeout", &JobConfig::heartbeat_timeout_s,
@@ -368,6 +372,10 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   absl::StatusOr<CodecSpec> codec = ParseCodec(c.compress);
   if (!codec.ok()) return InvalidFlag("compress", c.compress, codec.status().message());
   s.training.codec = *codec;
+  if (c.read_ahead != "on" && c.read_ahead != "off") {
+    return InvalidFlag("read-ahead", absl::StrCat("'", c.read_ahead, "'"), "must be on or off");
+  }
+  s.training.read_ahead = c.read_ahead == "on";
   absl::StatusOr<MemoryBudget> budget = ParseMemoryBudget(c.embedding_memory);
   if (!budget.ok()) {
     return InvalidFlag("embedding-memory", c.embedding_memory, budget.status().message());

@@ -71,6 +71,10 @@ struct JobConfig {
   uint64_t seed = 1;
   // [--log-every] Steps between metrics rows and progress updates. Default 10.
   int log_every = 10;
+  // [--read-ahead] on: under ASP and SSP (S >= 1) a worker pulls its next batch's parameters
+  // while the current batch computes (its reads then miss its own last push); off: every pull
+  // in its own step. Default "off".
+  std::string read_ahead = "off";
   // [--request-timeout] Deadline of one push or pull, in seconds. Default 60.
   double request_timeout_s = 60;
   // [--heartbeat-interval] Seconds between a node's heartbeats. Default 0.5.

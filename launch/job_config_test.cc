@@ -348,6 +348,8 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"sync_text", [](JobConfig& c) { c.sync = "ssp:x"; },
                      "--sync='ssp:x': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
                      "gossip:ring|exp|random[:async] or allreduce[:ring|doubling|hier|auto]"},
+        ValidateCase{"read_ahead", [](JobConfig& c) { c.read_ahead = "auto"; },
+                     "--read-ahead='auto': must be on or off"},
         ValidateCase{"model", [](JobConfig& c) { c.model = "mlp"; },
                      "--model='mlp': must be one of logreg, softmax, ctr"},
         ValidateCase{"ctr_needs_criteo",

@@ -124,6 +124,35 @@ TEST(CtrLaunchTest, BspRunsOfTheCtrModelRepeatExactly) {
   }
 }
 
+// --read-ahead on sends a step's pull before the previous step's push: with one ASP worker
+// every read but the first then misses exactly one update, which the server reports as the
+// staleness it served. Off, the worker sees its own updates. Both train the same data.
+TEST(CtrLaunchTest, ReadAheadMakesEachAspReadOneUpdateStale) {
+  const std::string data = TempDir("read_ahead_data");
+  auto gen = RunProcess({kGen, "criteo", "--rows", "4000", "--test-rows", "500", "--seed", "3",
+                         "--out", data + "/train.tsv", "--test-out", data + "/test.tsv"});
+  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+  for (const std::string mode : {"on", "off"}) {
+    SCOPED_TRACE(mode);
+    const std::string out = TempDir("read_ahead_" + mode);
+    auto r = RunProcess({kLaunch, "--servers", "1", "--workers", "1", "--sync", "asp",
+                         "--read-ahead", mode, "--model", "ctr", "--train", data + "/train.tsv",
+                         "--test", data + "/test.tsv", "--batch-size", "100", "--out", out});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string summary = ReadFile(out + "/summary.json");
+    EXPECT_EQ(JsonNumber(summary, "examples").value_or(0), 4000) << summary;
+    const double stale = JsonNumber(summary, "mean_staleness_served").value_or(-1);
+    if (mode == "on") {
+      // 40 steps: the first read is fresh, the other 39 one update behind (plus the test pass's
+      // reads, which are fresh).
+      EXPECT_GT(stale, 0.5) << summary;
+      EXPECT_LE(JsonNumber(summary, "max_staleness_served").value_or(-1), 1) << summary;
+    } else {
+      EXPECT_EQ(stale, 0) << summary;
+    }
+  }
+}
+
 TEST(CtrLaunchTest, BadCriteoInputGetsAClearMessageAndExitCode2) {
   const std::string dir = TempDir("ctr_bad");
   {

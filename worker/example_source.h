@@ -38,6 +38,10 @@ class ExampleSource {
   // The next at most `max_examples` (> 0) examples of the pass, in order; an empty slice at the
   // end of the pass. Errors are the source's (e.g. a malformed line of a streamed file).
   virtual absl::StatusOr<DataSlice> Next(size_t max_examples) = 0;
+
+  // Whether a slice stays valid for one more Next() (and a Rewind) than the contract above
+  // says: until the second Next() after it. A trainer that reads a batch ahead needs that.
+  virtual bool KeepsPreviousSlice() const { return false; }
 };
 
 // A source that fills a caller's Dataset with its next chunk: what a PrefetchingSource
@@ -54,6 +58,7 @@ class InMemorySource final : public ExampleSource {
  public:
   explicit InMemorySource(const Dataset& data) : data_(data) {}
 
+  bool KeepsPreviousSlice() const override { return true; }
   uint64_t size() const override { return data_.size(); }
   absl::Status Rewind() override {
     next_ = 0;

@@ -33,7 +33,6 @@ absl::StatusOr<DataSlice> PrefetchingSource::Next(size_t max_examples) {
     changed_.wait(lock, [this] { return !ready_.empty(); });
     chunk = std::move(ready_.front());
     ready_.pop_front();
-    if (current_ != nullptr) free_.push_back(std::move(current_));
   }
   changed_.notify_all();
   if (!chunk.status.ok() || !chunk.more) {
@@ -45,6 +44,11 @@ absl::StatusOr<DataSlice> PrefetchingSource::Next(size_t max_examples) {
     if (!chunk.status.ok()) return chunk.status;
     return DataSlice{};
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (previous_ != nullptr) free_.push_back(std::move(previous_));
+  }
+  previous_ = std::move(current_);
   current_ = std::move(chunk.data);
   return DataSlice{current_.get(), 0, static_cast<uint32_t>(current_->size())};
 }

@@ -41,6 +41,8 @@ class PrefetchingSource final : public ExampleSource {
   // pass, empty slices until Rewind(). InvalidArgument if max_examples differs from the pass's
   // first call.
   absl::StatusOr<DataSlice> Next(size_t max_examples) override;
+  // The last two chunks handed out are kept.
+  bool KeepsPreviousSlice() const override { return true; }
 
  private:
   struct Chunk {
@@ -55,9 +57,10 @@ class PrefetchingSource final : public ExampleSource {
 
   const std::unique_ptr<ChunkedSource> inner_;
   const size_t depth_;
-  size_t max_examples_ = 0;           // of the current pass; 0 before its first Next()
-  bool ended_ = false;                // the pass's end (or an error) was handed out
-  std::unique_ptr<Dataset> current_;  // what the last slice points into
+  size_t max_examples_ = 0;            // of the current pass; 0 before its first Next()
+  bool ended_ = false;                 // the pass's end (or an error) was handed out
+  std::unique_ptr<Dataset> current_;   // what the last slice points into
+  std::unique_ptr<Dataset> previous_;  // and the one before
 
   std::mutex mu_;
   std::condition_variable changed_;

@@ -54,21 +54,56 @@ absl::Status PsBackend::WaitForPushes() {
   return status;
 }
 
+absl::Status PsBackend::StartRead(int64_t clock, std::span<const uint64_t> keys,
+                                  std::span<float> rows, std::span<float> bias, Ticket* row_ticket,
+                                  Ticket* bias_ticket) {
+  const uint32_t dim = layout_.row_dim;
+  auto row = layout_.dense_rows
+                 ? client_->PullDenseFrames(kRowsTable, 0, layout_.num_features * dim, clock,
+                                            &table_pieces_)
+                 : client_->Pull(kRowsTable, keys, rows, clock);
+  if (!row.ok()) return row.status();
+  auto b = client_->PullDense(kBiasTable, 0, bias, clock);
+  if (!b.ok()) return b.status();
+  *row_ticket = *row;
+  *bias_ticket = *b;
+  return absl::OkStatus();
+}
+
+bool PsBackend::ReadAhead(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
+                          std::span<float> bias) {
+  if (layout_.dense_rows || ahead_.active) return false;
+  ahead_ = Ahead{.active = true,
+                 .clock = clock,
+                 .keys = keys.data(),
+                 .rows = rows.data(),
+                 .bias = bias.data()};
+  ahead_.status = StartRead(clock, keys, rows, bias, &ahead_.row_ticket, &ahead_.bias_ticket);
+  return true;
+}
+
 absl::Status PsBackend::Read(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
                              std::span<float> bias) {
-  const uint32_t dim = layout_.row_dim;
-  auto row_ticket = layout_.dense_rows
-                        ? client_->PullDenseFrames(kRowsTable, 0, layout_.num_features * dim, clock,
-                                                   &table_pieces_)
-                        : client_->Pull(kRowsTable, keys, rows, clock);
-  if (!row_ticket.ok()) return row_ticket.status();
-  auto bias_ticket = client_->PullDense(kBiasTable, 0, bias, clock);
-  if (!bias_ticket.ok()) return bias_ticket.status();
+  Ticket row_ticket = 0, bias_ticket = 0;
+  if (ahead_.active) {
+    ahead_.active = false;
+    if (ahead_.clock != clock || ahead_.keys != keys.data() || ahead_.rows != rows.data() ||
+        ahead_.bias != bias.data()) {
+      return absl::InternalError(
+          absl::StrFormat("a read of clock %d follows a read-ahead of clock %d for other buffers",
+                          clock, ahead_.clock));
+    }
+    if (!ahead_.status.ok()) return ahead_.status;
+    row_ticket = ahead_.row_ticket;
+    bias_ticket = ahead_.bias_ticket;
+  } else if (auto s = StartRead(clock, keys, rows, bias, &row_ticket, &bias_ticket); !s.ok()) {
+    return s;
+  }
   // Acknowledgements of the last pushes arrive before these replies (same connection, in
-  // order), so waiting for them here costs nothing extra.
+  // order), or soon after a read-ahead's; waiting for them here costs nothing extra.
   if (auto s = WaitForPushes(); !s.ok()) return s;
-  if (auto s = client_->Wait(*row_ticket, Deadline()); !s.ok()) return s;
-  if (auto s = client_->Wait(*bias_ticket, Deadline()); !s.ok()) return s;
+  if (auto s = client_->Wait(row_ticket, Deadline()); !s.ok()) return s;
+  if (auto s = client_->Wait(bias_ticket, Deadline()); !s.ok()) return s;
   if (layout_.dense_rows) return GatherDenseRows(keys, rows);
   return absl::OkStatus();
 }

@@ -30,6 +30,9 @@ class PsBackend : public SyncBackend {
   absl::Status Init(const ParameterLayout& layout) override;
   absl::Status Read(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
                     std::span<float> bias) override;
+  // Sparse rows only (a dense table's pull is gathered from reply frames at Read).
+  bool ReadAhead(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
+                 std::span<float> bias) override;
   absl::Status Update(int64_t clock, std::span<const uint64_t> keys,
                       std::span<const float> row_grads, std::span<const float> bias_grad,
                       float examples) override;
@@ -43,6 +46,9 @@ class PsBackend : public SyncBackend {
   uint64_t bytes_pulled() const override { return client_->bytes_pulled(); }
 
  private:
+  // Sends the pulls of a read.
+  absl::Status StartRead(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
+                         std::span<float> bias, Ticket* row_ticket, Ticket* bias_ticket);
   absl::Status WaitForPushes();
   // Dense rows: copies the rows of `keys` out of table_pieces_ and releases them.
   absl::Status GatherDenseRows(std::span<const uint64_t> keys, std::span<float> rows);
@@ -53,6 +59,17 @@ class PsBackend : public SyncBackend {
   KVClient* const client_;
   const absl::Duration request_timeout_;
   std::vector<Ticket> pending_pushes_;
+  // The read started by ReadAhead, until its Read.
+  struct Ahead {
+    bool active = false;
+    int64_t clock = 0;
+    const uint64_t* keys = nullptr;
+    const float* rows = nullptr;
+    const float* bias = nullptr;
+    absl::Status status;  // of sending it
+    Ticket row_ticket = 0, bias_ticket = 0;
+  };
+  Ahead ahead_;
   ParameterLayout layout_;
   const CodecSpec codec_spec_;
   std::unique_ptr<Codec> codec_;

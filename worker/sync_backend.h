@@ -50,6 +50,18 @@ class SyncBackend {
   virtual absl::Status Read(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
                             std::span<float> bias) = 0;
 
+  // Starts iteration `clock`'s read early, so that the transfer (and the servers' work)
+  // overlaps whatever the worker does before the matching Read(clock, the same spans), which
+  // completes it; the spans must stay valid and untouched until then. Returns false, starting
+  // nothing, where the backend cannot read ahead. Only for consistency models that let a read
+  // miss the reader's own last update: the read of clock t+1 leaves before t's Update (ASP, and
+  // SSP with a bound of at least 1, which the servers still enforce). An error in sending is
+  // returned by the matching Read.
+  virtual bool ReadAhead(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
+                         std::span<float> bias) {
+    return false;
+  }
+
   // Sends the gradient sums of iteration `clock`. The spans (keys too) must stay valid and
   // unchanged until the next Read() or Finish() has returned: they may still be on the wire.
   virtual absl::Status Update(int64_t clock, std::span<const uint64_t> keys,

@@ -74,6 +74,7 @@ absl::StatusOr<TrainResult> Trainer::Run(
   // Two sets of buffers, alternating by iteration: what was pushed in iteration t may still be
   // on the wire while iteration t+1 fills the other set (see SyncBackend::Update).
   struct Buffers {
+    const Dataset* data = nullptr;  // the batch's slice's data
     std::vector<uint32_t> examples;
     std::vector<uint64_t> keys;
     std::vector<float> rows, grads, bias, bias_grad;
@@ -102,14 +103,13 @@ absl::StatusOr<TrainResult> Trainer::Run(
     }
   }
   result.steps = start;
-  for (int64_t step = start; step < total; ++step) {
-    Buffers& b = buffers[step % 2];
-    absl::Time t0 = absl::Now();
+  // The next batch of the pass into *b: its examples, unique keys and zeroed read buffers.
+  auto prepare = [&](int64_t step, Buffers* b) -> absl::Status {
     if (step % per_epoch == 0) {
       if (auto s = source.Rewind(); !s.ok()) return s;
     }
-    // The batch's examples stay valid until the next Next(); keys and gradients, which may
-    // still be on the wire, live in the buffers.
+    // The batch's examples stay valid until the next Next() (the one after it, with a
+    // read-ahead); keys and gradients, which may still be on the wire, live in the buffers.
     absl::StatusOr<DataSlice> slice = source.Next(options_.batch_size);
     if (!slice.ok()) return slice.status();
     if (slice->size() == 0) {
@@ -117,18 +117,41 @@ absl::StatusOr<TrainResult> Trainer::Run(
           "the training data ended after %d of %d examples of epoch %d (did the file change?)",
           (step % per_epoch) * options_.batch_size, source.size(), step / per_epoch + 1));
     }
-    const Dataset& data = *slice->data;
-    b.examples.resize(slice->size());
-    std::iota(b.examples.begin(), b.examples.end(), slice->begin);
-    b.keys = model_.BatchKeys(data, b.examples);
-    b.rows.assign(b.keys.size() * model_.row_dim(), 0.0f);
-    b.bias.assign(model_.bias_dim(), 0.0f);
-    slowness.BeforeRequest();
+    b->data = slice->data;
+    b->examples.resize(slice->size());
+    std::iota(b->examples.begin(), b->examples.end(), slice->begin);
+    b->keys = model_.BatchKeys(*b->data, b->examples);
+    b->rows.assign(b->keys.size() * model_.row_dim(), 0.0f);
+    b->bias.assign(model_.bias_dim(), 0.0f);
+    return absl::OkStatus();
+  };
+  // With a read-ahead, iteration t+1's batch is prepared and its read sent before t computes.
+  bool read_ahead = options_.read_ahead && source.KeepsPreviousSlice();
+  bool prepared = false;  // buffers[step % 2] holds the step's batch already
+  for (int64_t step = start; step < total; ++step) {
+    Buffers& b = buffers[step % 2];
+    absl::Time t0 = absl::Now();
+    if (!prepared) {
+      if (auto s = prepare(step, &b); !s.ok()) return s;
+      slowness.BeforeRequest();
+    }
     absl::Time t1 = absl::Now();
     result.times.batch += t1 - t0;
     if (auto s = backend_.Read(step, b.keys, b.rows, b.bias); !s.ok()) return s;
-    const absl::Time compute_start = absl::Now();
+    absl::Time compute_start = absl::Now();
     result.times.read += compute_start - t1;
+    prepared = false;
+    if (read_ahead && step + 1 < total) {
+      Buffers& next = buffers[(step + 1) % 2];
+      if (auto s = prepare(step + 1, &next); !s.ok()) return s;
+      prepared = true;
+      slowness.BeforeRequest();
+      read_ahead = backend_.ReadAhead(step + 1, next.keys, next.rows, next.bias);
+      t0 = absl::Now();
+      result.times.batch += t0 - compute_start;
+      compute_start = t0;
+    }
+    const Dataset& data = *b.data;
 
     b.grads.assign(b.rows.size(), 0.0f);
     b.bias_grad.assign(b.bias.size(), 0.0f);

@@ -37,6 +37,11 @@ struct TrainerOptions {
   int64_t checkpoint_every = 0;
   std::function<bool(int64_t clock)> checkpoint_requested;
   std::function<absl::Status(int64_t clock)> on_checkpoint;
+  // Read a batch ahead: prepare iteration t+1's batch and send its read (SyncBackend::ReadAhead)
+  // before iteration t computes, so that the pull overlaps the computation. Only where the
+  // consistency model allows it (ASP, SSP with a bound >= 1: see ReadAhead), and only with a
+  // source that KeepsPreviousSlice(); otherwise every read is made in its own iteration.
+  bool read_ahead = false;
   // Called after every iteration with the clocks finished (may be empty).
   std::function<void(int64_t clock)> on_step;
 };

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -41,7 +43,7 @@ struct Checkpointing {
 // parameters of every feature followed by the bias.
 std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
                          OptimizerKind optimizer, CodecSpec codec = {},
-                         const Checkpointing& ckpt = {}) {
+                         const Checkpointing& ckpt = {}, bool read_ahead = false) {
   constexpr int kFeatures = 200;
   InprocTransport transport;
   std::vector<std::unique_ptr<Endpoint>> server_eps;
@@ -84,6 +86,7 @@ std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
       ASSERT_TRUE(backend.Init(layout).ok());
       Dataset data = MakeData(7, 1200, kFeatures, w, workers);
       TrainerOptions options{.epochs = 2, .batch_size = batch};
+      options.read_ahead = read_ahead;
       if (!ckpt.resume.empty()) {
         auto saved = ReadWorkerCheckpoint(ckpt.resume, w);
         ASSERT_TRUE(saved.ok()) << saved.status();
@@ -225,6 +228,99 @@ TEST(TrainerTest, AspConvergesToo) {
   double moved = 0;
   for (float v : asp) moved += std::abs(v);
   EXPECT_GT(moved, 1.0);
+}
+
+TEST(TrainerTest, ReadingABatchAheadUnderSspAndAspStillConverges) {
+  const double bsp = FullLoss(Train(2, 2, 0, 20, OptimizerKind::kSgd));
+  for (const int64_t staleness : {1, -1}) {
+    SCOPED_TRACE(staleness);
+    const double ahead =
+        FullLoss(Train(2, 2, staleness, 20, OptimizerKind::kSgd, {}, {}, /*read_ahead=*/true));
+    EXPECT_LT(ahead, std::log(2.0) * 0.9) << "must have learned";
+    EXPECT_LT(ahead, bsp * 1.05) << "BSP " << bsp;
+  }
+}
+
+// Records the trainer's calls; reads fill every row with the clock read, so a gradient shows
+// which read it was computed from.
+class RecordingBackend final : public SyncBackend {
+ public:
+  explicit RecordingBackend(bool can_read_ahead) : can_read_ahead_(can_read_ahead) {}
+
+  absl::Status Init(const ParameterLayout&) override { return absl::OkStatus(); }
+  bool ReadAhead(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
+                 std::span<float> bias) override {
+    if (!can_read_ahead_) return false;
+    events.push_back(absl::StrCat("ahead ", clock));
+    ahead_keys_[clock] = std::vector<uint64_t>(keys.begin(), keys.end());
+    ahead_rows_[clock] = rows.data();
+    Fill(clock, rows, bias);
+    return true;
+  }
+  absl::Status Read(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
+                    std::span<float> bias) override {
+    events.push_back(absl::StrCat("read ", clock));
+    if (auto it = ahead_keys_.find(clock); it != ahead_keys_.end()) {
+      EXPECT_EQ(it->second, std::vector<uint64_t>(keys.begin(), keys.end())) << clock;
+      EXPECT_EQ(ahead_rows_[clock], rows.data()) << clock;
+      // A read-ahead's buffers were filled then; nothing may have overwritten them.
+      for (float v : rows) EXPECT_EQ(v, static_cast<float>(clock)) << clock;
+    } else {
+      Fill(clock, rows, bias);
+    }
+    read_keys_[clock] = std::vector<uint64_t>(keys.begin(), keys.end());
+    return absl::OkStatus();
+  }
+  absl::Status Update(int64_t clock, std::span<const uint64_t> keys, std::span<const float>,
+                      std::span<const float>, float examples) override {
+    events.push_back(absl::StrCat("update ", clock));
+    EXPECT_EQ(read_keys_[clock], std::vector<uint64_t>(keys.begin(), keys.end())) << clock;
+    examples_ += examples;
+    return absl::OkStatus();
+  }
+  absl::Status EndIteration(int64_t, float) override { return absl::OkStatus(); }
+  absl::Status Finish() override { return absl::OkStatus(); }
+  uint64_t bytes_pushed() const override { return 0; }
+  uint64_t bytes_pulled() const override { return 0; }
+
+  std::vector<std::string> events;
+  double examples() const { return examples_; }
+
+ private:
+  static void Fill(int64_t clock, std::span<float> rows, std::span<float> bias) {
+    std::fill(rows.begin(), rows.end(), static_cast<float>(clock));
+    std::fill(bias.begin(), bias.end(), 0.0f);
+  }
+
+  const bool can_read_ahead_;
+  std::map<int64_t, std::vector<uint64_t>> ahead_keys_, read_keys_;
+  std::map<int64_t, const float*> ahead_rows_;
+  double examples_ = 0;
+};
+
+// With a read-ahead, iteration t+1's read leaves before t's update, across the epoch's end
+// too, and every push carries the keys its own read had.
+TEST(TrainerTest, AReadAheadLeavesBeforeTheUpdateAndKeepsEachBatchsKeys) {
+  const Dataset data = MakeData(3, 50, 30, 0, 1);
+  auto model = *Model::Create("logreg", 2);
+  for (const bool can : {true, false}) {
+    SCOPED_TRACE(can);
+    RecordingBackend backend(can);
+    TrainerOptions options{.epochs = 2, .batch_size = 20};  // 3 steps per epoch, the last short
+    options.read_ahead = true;
+    Trainer trainer(*model, backend, options);
+    auto result = trainer.Run(data, nullptr);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->steps, 6);
+    EXPECT_EQ(backend.examples(), 100);
+    std::vector<std::string> expected;
+    for (int t = 0; t < 6; ++t) {
+      expected.push_back(absl::StrCat("read ", t));
+      if (can && t + 1 < 6) expected.push_back(absl::StrCat("ahead ", t + 1));
+      expected.push_back(absl::StrCat("update ", t));
+    }
+    EXPECT_EQ(backend.events, expected);
+  }
 }
 
 // A small Criteo file whose label follows C1's value.

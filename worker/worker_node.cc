@@ -248,6 +248,9 @@ NodeExit WorkerNode::Run() {
   trainer_options.batch_size = spec.training.batch_size;
   trainer_options.log_every = spec.training.log_every;
   trainer_options.slowness = slowness;
+  // A read may miss this worker's last push under ASP and SSP (S >= 1): pull a batch ahead.
+  trainer_options.read_ahead =
+      spec.training.read_ahead && !spec.sync.serverless() && spec.sync.server_staleness() != 0;
   if (!spec.checkpoint.restore.empty()) {
     if (auto s = RestoreWorker(spec.checkpoint.restore, rank, *backend, trainer_options); !s.ok()) {
       return fail(s);

@@ -50,6 +50,10 @@ struct JobSpec {
     double l2 = 0;                                      // [--l2]
     CodecSpec codec;                                    // [--compress]
     int log_every = 10;  // [--log-every] steps between progress reports
+    // [--read-ahead on|off] Under ASP and SSP (S >= 1), pull the next batch's parameters while
+    // the current one computes (worker/trainer.h): faster steps, one more step of staleness.
+    // BSP never reads ahead.
+    bool read_ahead = false;
     bool operator==(const Training&) const = default;
   } training;
 
