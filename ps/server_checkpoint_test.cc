@@ -2,10 +2,13 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -166,6 +169,76 @@ TEST(ServerCheckpointTest, DamagedShardFileIsDataLoss) {
   ASSERT_FALSE(restored.ok());
   EXPECT_EQ(restored.status().code(), absl::StatusCode::kDataLoss) << restored.status();
   EXPECT_NE(restored.status().message().find("shard.sst"), std::string::npos);
+}
+
+// A small tmpfs mounted at `dir` for the life of the object, or the reason it cannot be (the
+// test then skips: mounting needs root, which CI has).
+class SmallTmpfs {
+ public:
+  SmallTmpfs(const std::string& dir, size_t bytes) : dir_(dir) {
+    std::filesystem::create_directories(dir);
+    const std::string options = "size=" + std::to_string(bytes);
+    if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, options.c_str()) == 0) {
+      mounted_ = true;
+    } else {
+      why_not_ = std::string("cannot mount a tmpfs (needs root): ") + std::strerror(errno);
+    }
+  }
+  ~SmallTmpfs() {
+    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+  const std::string& why_not() const { return why_not_; }
+
+ private:
+  const std::string dir_;
+  bool mounted_ = false;
+  std::string why_not_;
+};
+
+// The disk fills in the middle of a shard's table file: that checkpoint fails, naming the file
+// and the cause, leaves no receipt behind (so it never counts as complete), and the writer
+// writes the next checkpoint elsewhere; the live table is untouched.
+TEST(ServerCheckpointTest, ADiskThatFillsMidFileFailsThatCheckpointOnly) {
+  ScopedTempDir dir("server_checkpoint");
+  SmallTmpfs full(dir.Sub("full"), 64 << 10);
+  if (!full.mounted()) GTEST_SKIP() << full.why_not();
+  std::mutex mu;
+  std::vector<std::pair<int64_t, absl::Status>> done;
+  Shard live;
+  // 2000 x 16 floats of weights and as many of each of Adam's two moments: 384 KB, six times
+  // the tmpfs.
+  TableConfig big = Config(1, true, 16, OptimizerKind::kAdam);
+  big.num_keys = 4000;
+  live.tables[1] = *Shard::Make(big, dir.Sub("l"), "");
+  std::mt19937_64 rng(3);
+  live.Train(rng);
+  const std::vector<float> before = live.Values();
+  {
+    CheckpointWriter writer([&](int64_t clock, const absl::Status& s) {
+      std::lock_guard lock(mu);
+      done.emplace_back(clock, s);
+    });
+    for (int64_t clock : {5, 10}) {
+      ShardCapture capture;
+      capture.clock = clock;
+      capture.tables.push_back(live.tables[1]->Capture());
+      writer.Write(CheckpointDir(clock == 5 ? dir.Sub("full") : dir.Sub("ok"), clock), 0,
+                   std::move(capture));
+    }
+    writer.WaitIdle();
+  }
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].first, 5);
+  EXPECT_FALSE(done[0].second.ok());
+  EXPECT_NE(done[0].second.message().find(dir.Sub("full")), std::string::npos) << done[0].second;
+  EXPECT_NE(done[0].second.message().find(std::strerror(ENOSPC)), std::string::npos)
+      << done[0].second;
+  std::cerr << "the failed checkpoint: " << done[0].second << "\n";
+  EXPECT_FALSE(std::filesystem::exists(CheckpointDir(dir.Sub("full"), 5) + "/ps0.receipt"));
+  EXPECT_TRUE(done[1].second.ok()) << done[1].second;
+  EXPECT_TRUE(std::filesystem::exists(CheckpointDir(dir.Sub("ok"), 10) + "/ps0.receipt"));
+  EXPECT_TRUE(Bitwise(live.Values(), before));
 }
 
 }  // namespace
