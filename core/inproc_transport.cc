@@ -62,6 +62,23 @@ class InprocEndpoint : public Endpoint {
     return absl::OkStatus();
   }
 
+  absl::Status TrySend(const std::string& peer_id, Message* message) override {
+    std::shared_ptr<InprocTransport::Mailbox> box = transport_->Find(peer_id);
+    if (box == nullptr)
+      return absl::UnavailableError(absl::StrCat("peer ", peer_id, " is not connected"));
+    absl::MutexLock lock(&box->mu);
+    if (box->closed) return absl::UnavailableError(absl::StrCat("peer ", peer_id, " has closed"));
+    if (box->queue.size() >= box->capacity) {
+      return absl::ResourceExhaustedError(absl::StrCat("the queue to ", peer_id, " is full"));
+    }
+    const size_t bytes = message->ByteSize();
+    message->set_peer(id_);
+    box->queue.push_back(std::move(*message));
+    counters_.bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+    counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<Message> Receive(absl::Time deadline) override {
     InprocTransport::Mailbox* box = mailbox_.get();
     absl::MutexLock lock(&box->mu);

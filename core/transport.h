@@ -52,6 +52,11 @@ class Endpoint {
   // Borrowed frames must stay valid until the peer has received the message.
   virtual absl::Status Send(const std::string& peer_id, Message message, absl::Time deadline) = 0;
 
+  // Sends *message only if the peer's queue has room now. ResourceExhausted when it has none,
+  // leaving *message as it was (to be tried again); otherwise as Send, and *message is spent.
+  // A server answers through it, so that a peer that stops reading cannot stall it.
+  virtual absl::Status TrySend(const std::string& peer_id, Message* message) = 0;
+
   // Waits for the next message until `deadline`. DeadlineExceeded when none came. The
   // returned message has peer() set and is not yet parsed.
   virtual absl::StatusOr<Message> Receive(absl::Time deadline) = 0;

@@ -293,5 +293,48 @@ TEST(ZmqTransportTest, ASendToAPeerThatLeftFailsWithoutWaitingForItsHandshake) {
   EXPECT_LT(slowest, absl::Seconds(10)) << "a send waited out the handshake grace";
 }
 
+// TrySend to a peer that is not reading: once its queue (and the socket buffers) are full it
+// says so at once, leaves the message whole, and sends it once the peer has read.
+TEST(ZmqTransportTest, TrySendToAFullQueueKeepsTheMessageForLater) {
+  ZmqOptions options;
+  options.high_water_mark = 4;
+  ZmqTransport transport(options);
+  auto server = transport.CreateEndpoint("server");
+  auto client = transport.CreateEndpoint("client");
+  ASSERT_TRUE(server.ok() && client.ok());
+  auto address = (*server)->Bind("tcp://127.0.0.1:0");
+  ASSERT_TRUE(address.ok());
+  ASSERT_TRUE((*client)->Connect("server", *address).ok());
+  ASSERT_TRUE((*client)->Send("server", Simple(1, {1.0f}), absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE((*server)->Receive(absl::Now() + absl::Seconds(5)).ok());
+
+  const std::vector<float> block(1 << 16, 0.5f);  // 256 KiB
+  int sent = 0;
+  absl::Status full;
+  Message held = Simple(7, block);
+  for (; sent < 2000; ++sent) {
+    full = (*server)->TrySend("client", &held);
+    if (!full.ok()) break;
+    held = Simple(7, block);
+  }
+  ASSERT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full << " after " << sent;
+  EXPECT_EQ(held.ByteSize(), Simple(7, block).ByteSize()) << "the refused message is whole";
+  // The client reads what came; the held message then goes, and arrives whole.
+  int received = 0;
+  absl::Status again = full;
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < give_up) {
+    auto m = (*client)->Receive(absl::Now() + absl::Milliseconds(50));
+    if (m.ok()) {
+      ++received;
+      continue;
+    }
+    if (!again.ok()) again = (*server)->TrySend("client", &held);
+    if (again.ok() && received == sent + 1) break;
+  }
+  EXPECT_TRUE(again.ok()) << again;
+  EXPECT_EQ(received, sent + 1);
+}
+
 }  // namespace
 }  // namespace syncline

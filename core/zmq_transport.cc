@@ -91,6 +91,28 @@ class ZmqEndpoint : public Endpoint {
     }
   }
 
+  absl::Status TrySend(const std::string& peer_id, Message* message) override {
+    std::vector<Frame>& frames = message->frames();
+    if (frames.empty()) return absl::InvalidArgumentError("cannot send a message without frames");
+    size_t bytes = 0;
+    try {
+      zmq::message_t route(peer_id.data(), peer_id.size());
+      // A routing frame that is refused leaves the message untouched: nothing of it was sent.
+      if (!socket_.send(route, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        return absl::ResourceExhaustedError(absl::StrCat("the queue to ", peer_id, " is full"));
+      }
+      if (auto s = SendFrames(peer_id, frames, &bytes); !s.ok()) return s;
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EHOSTUNREACH) {
+        return absl::UnavailableError(absl::StrCat("peer ", peer_id, " is not connected"));
+      }
+      return absl::UnavailableError(absl::StrCat("send to ", peer_id, " failed: ", e.what()));
+    }
+    counters_.bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+    counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+
   absl::Status Send(const std::string& peer_id, Message message, absl::Time deadline) override {
     std::vector<Frame>& frames = message.frames();
     if (frames.empty()) return absl::InvalidArgumentError("cannot send a message without frames");
@@ -129,17 +151,7 @@ class ZmqEndpoint : public Endpoint {
           }
         }
       }
-      for (size_t i = 0; i < frames.size(); ++i) {
-        const Frame& f = frames[i];
-        zmq::message_t part = ToZmq(f);
-        bytes += f.size();
-        const auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
-        // Once the routing frame is accepted the rest of the message goes to the same pipe
-        // and does not block.
-        if (!socket_.send(part, flags)) {
-          return absl::DeadlineExceededError(absl::StrCat("send to ", peer_id, " timed out"));
-        }
-      }
+      if (auto s = SendFrames(peer_id, frames, &bytes); !s.ok()) return s;
     } catch (const zmq::error_t& e) {
       if (e.num() == EHOSTUNREACH) {
         return absl::UnavailableError(absl::StrCat("peer ", peer_id, " is not connected"));
@@ -159,6 +171,22 @@ class ZmqEndpoint : public Endpoint {
   }
 
  private:
+  // The frames of a message whose routing frame was accepted: they go to the same pipe and do
+  // not block. Adds their bytes to *bytes.
+  absl::Status SendFrames(const std::string& peer_id, const std::vector<Frame>& frames,
+                          size_t* bytes) {
+    for (size_t i = 0; i < frames.size(); ++i) {
+      const Frame& f = frames[i];
+      zmq::message_t part = ToZmq(f);
+      *bytes += f.size();
+      const auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+      if (!socket_.send(part, flags)) {
+        return absl::DeadlineExceededError(absl::StrCat("send to ", peer_id, " timed out"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   // The peer of a message whose routing id is not the one its sender's key was made for.
   static constexpr char kForged[] = "\0forged";
 

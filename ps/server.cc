@@ -150,19 +150,66 @@ void ParameterServer::WaitForCheckpoints() {
 }
 
 absl::Status ParameterServer::ServeUntil(absl::Time deadline) {
+  // While replies wait in a backlog, look at the peers' queues again every millisecond.
+  constexpr absl::Duration kBacklogRetry = absl::Milliseconds(1);
   while (true) {
-    auto message = endpoint_->Receive(deadline);
+    if (!backlogs_.empty()) FlushBacklogs();
+    const absl::Time wait_until =
+        backlogs_.empty() ? deadline : std::min(deadline, absl::Now() + kBacklogRetry);
+    auto message = endpoint_->Receive(wait_until);
     if (!message.ok()) {
-      return absl::IsDeadlineExceeded(message.status()) ? absl::OkStatus() : message.status();
+      if (!absl::IsDeadlineExceeded(message.status())) return message.status();
+      if (absl::Now() >= deadline) return absl::OkStatus();
+      continue;
     }
     Handle(std::move(*message));
   }
 }
 
 void ParameterServer::Reply(const std::string& peer, Message reply) {
-  if (auto s = endpoint_->Send(peer, std::move(reply), absl::Now() + options_.send_timeout);
-      !s.ok()) {
-    SYNCLINE_LOG(WARNING) << "reply to " << peer << " not sent: " << s;
+  auto it = backlogs_.find(peer);
+  if (it == backlogs_.end()) {
+    absl::Status s = endpoint_->TrySend(peer, &reply);
+    if (s.ok()) return;
+    if (!absl::IsResourceExhausted(s)) {
+      SYNCLINE_LOG(WARNING) << "reply to " << peer << " not sent: " << s;
+      return;
+    }
+    it = backlogs_.try_emplace(peer).first;
+  }
+  // Behind the replies already waiting, so that a peer gets its replies in order.
+  Backlog& backlog = it->second;
+  backlog.bytes += reply.ByteSize();
+  backlog.replies.push_back(std::move(reply));
+  ++stats_.replies_backlogged;
+  if (backlog.bytes > options_.max_reply_backlog_bytes) {
+    SYNCLINE_LOG(ERROR) << absl::StrFormat(
+        "%s is not reading its replies: %d of them (%d bytes) are past the backlog limit of %d "
+        "bytes (ServerOptions::max_reply_backlog_bytes) and are dropped; its requests will time "
+        "out",
+        peer, backlog.replies.size(), backlog.bytes, options_.max_reply_backlog_bytes);
+    stats_.replies_dropped += backlog.replies.size();
+    backlogs_.erase(it);
+  }
+}
+
+void ParameterServer::FlushBacklogs() {
+  for (auto it = backlogs_.begin(); it != backlogs_.end();) {
+    Backlog& backlog = it->second;
+    while (!backlog.replies.empty()) {
+      Message& front = backlog.replies.front();
+      const uint64_t bytes = front.ByteSize();
+      absl::Status s = endpoint_->TrySend(it->first, &front);
+      if (absl::IsResourceExhausted(s)) break;
+      if (!s.ok()) SYNCLINE_LOG(WARNING) << "reply to " << it->first << " not sent: " << s;
+      backlog.bytes -= bytes;
+      backlog.replies.pop_front();
+    }
+    if (backlog.replies.empty()) {
+      backlogs_.erase(it++);
+    } else {
+      ++it;
+    }
   }
 }
 
@@ -529,9 +576,22 @@ absl::Status ParameterServer::PullOrPark(Message& message, ShardTable& table) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("%d pulls are already waiting for slow workers", parked_.size()));
   }
-  ++stats_.parked;
   std::string peer = message.peer();
-  parked_.emplace(gate_.RequiredMinClock(clock), ParkedPull{peer, std::move(message), clock});
+  const uint64_t bytes = message.ByteSize() + entries * c.dim * sizeof(float);
+  uint64_t& waiting = parked_bytes_[peer];
+  if (waiting + bytes > options_.max_parked_bytes_per_peer) {
+    const uint64_t had = waiting;
+    if (had == 0) parked_bytes_.erase(peer);
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s's pulls waiting for slow workers would weigh %d bytes with this one (requests and "
+        "replies; %d already), over the limit of %d bytes per peer "
+        "(ServerOptions::max_parked_bytes_per_peer)",
+        peer, had + bytes, had, options_.max_parked_bytes_per_peer));
+  }
+  waiting += bytes;
+  ++stats_.parked;
+  parked_.emplace(gate_.RequiredMinClock(clock),
+                  ParkedPull{peer, std::move(message), clock, bytes});
   return absl::OkStatus();
 }
 
@@ -650,6 +710,10 @@ absl::Status ParameterServer::OnMinClockChanged() {
   while (!parked_.empty() && (min_clock == kAllFinished || parked_.begin()->first <= min_clock)) {
     auto node = parked_.extract(parked_.begin());
     ParkedPull& p = node.mapped();
+    if (auto it = parked_bytes_.find(p.peer); it != parked_bytes_.end()) {
+      it->second -= std::min(it->second, p.bytes);
+      if (it->second == 0) parked_bytes_.erase(it);
+    }
     auto table = FindTable(p.request.header().getTable());
     absl::Status s = table.ok() ? AnswerPull(p.peer, p.request, **table) : table.status();
     if (!s.ok()) ReplyError(p.peer, p.request.header(), s);

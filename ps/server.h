@@ -46,6 +46,10 @@ struct ServerOptions {
   int64_t staleness = 0;  // 0 = BSP, -1 = ASP, s > 0 = SSP(s)
   // Pulls that may wait for slow workers at once; more are refused with ResourceExhausted.
   size_t max_parked_pulls = 1 << 16;
+  // What one peer's waiting pulls may weigh: their requests plus the replies they will need
+  // when they are answered (all at once, when the slowest worker moves). A pull past it is
+  // refused with ResourceExhausted naming the limit. Two of the largest replies by default.
+  uint64_t max_parked_bytes_per_peer = uint64_t{2} << 30;
   // Tables a server accepts.
   size_t max_tables = 1024;
   // The largest part of one dense table (values and optimizer state) this shard allocates
@@ -54,8 +58,11 @@ struct ServerOptions {
   uint64_t max_dense_table_bytes = 0;
   // The largest pull reply a server builds; a larger pull is refused (ResourceExhausted).
   uint64_t max_reply_bytes = uint64_t{1} << 30;
-  // Deadline for sending one reply.
-  absl::Duration send_timeout = absl::Seconds(10);
+  // Replies wait in a backlog per peer while the peer's queue is full (it is not reading), so
+  // that one slow or hung peer never stalls the server for the others; a peer whose backlog
+  // grows past this many bytes is taken as stuck and its backlog is dropped (counted, and
+  // logged naming the peer and this limit). Its requests then time out on its side.
+  uint64_t max_reply_backlog_bytes = uint64_t{256} << 20;
   // Sparse tables keep their rows in an EmbeddingStore (memory tier over RocksDB) when set:
   // table T's store lives in `embedding->path`/table-T and starts empty (a checkpoint, not
   // this folder, is what survives a restart). Unset: sparse rows stay in memory.
@@ -79,6 +86,8 @@ struct ServerStats {
   uint64_t rejected = 0;
   uint64_t parked = 0;
   uint64_t checkpoints = 0;         // captures started
+  uint64_t replies_backlogged = 0;  // replies that waited for room in a peer's queue
+  uint64_t replies_dropped = 0;     // replies dropped with a backlog past its limit
   absl::Duration checkpoint_pause;  // time the server spent capturing and waiting for writes
   StalenessHistogram staleness;
 };
@@ -125,6 +134,7 @@ class ParameterServer {
     std::string peer;
     Message request;
     int64_t clock;
+    uint64_t bytes;  // the request's and its reply's
   };
 
   absl::Status HandleRequest(Message& message);
@@ -152,6 +162,8 @@ class ParameterServer {
   void StartCheckpoint(int64_t clock);
   void MissCheckpoint(int64_t clock);
   void Reply(const std::string& peer, Message reply);
+  // Sends what the backlogs hold, in order, while the peers' queues take it.
+  void FlushBacklogs();
   void ReplyError(const std::string& peer, const wire::Header::Reader& request,
                   const absl::Status& status);
 
@@ -168,6 +180,13 @@ class ParameterServer {
   int64_t stepped_clock_ = 0;
   // Parked pulls keyed by the min clock they need, so release is in clock order.
   std::multimap<int64_t, ParkedPull> parked_;
+  absl::flat_hash_map<std::string, uint64_t> parked_bytes_;  // by peer
+  // Replies waiting for room in their peer's queue, in order, and their bytes.
+  struct Backlog {
+    std::deque<Message> replies;
+    uint64_t bytes = 0;
+  };
+  absl::flat_hash_map<std::string, Backlog> backlogs_;
   ServerStats stats_;
   int64_t last_checkpoint_clock_ = 0;
   CheckpointRequests checkpoint_requests_;

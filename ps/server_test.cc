@@ -20,7 +20,9 @@ namespace {
 // handles what is queued, replies come back to the fake workers.
 class ServerHarness {
  public:
-  explicit ServerHarness(ServerOptions options) {
+  // Every endpoint's queue holds `mailbox_capacity` messages.
+  explicit ServerHarness(ServerOptions options, size_t mailbox_capacity = 100000)
+      : transport_(mailbox_capacity) {
     server_ep_ = *transport_.CreateEndpoint("ps0");
     for (int w = 0; w < options.num_workers; ++w) {
       workers_.push_back(*transport_.CreateEndpoint("w" + std::to_string(w)));
@@ -603,6 +605,113 @@ TEST(ParameterServerTest, UnderBspAPushForAFarFutureClockIsRefused) {
   h.Send(0, SparsePush(0, 3, {5}, {1, 1}, 0, 1));  // the iteration in progress
   h.Serve();
   EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);
+}
+
+// A worker that stops reading its replies fills its queue; the server keeps its further
+// replies in a backlog instead of waiting on the queue (which used to stall the one server
+// thread up to 10 s per reply), serves the other workers at once, and delivers the backlog in
+// order once the worker reads again.
+TEST(ParameterServerTest, APeerThatStopsReadingNeitherStallsTheServerNorLosesItsReplies) {
+  ServerOptions o;
+  o.num_workers = 2;
+  o.staleness = -1;
+  ServerHarness h(o, /*mailbox_capacity=*/4);
+  for (int w = 0; w < 2; ++w) {
+    h.Send(w, Declare(w, SparseTable()));
+    h.Serve();
+    ASSERT_TRUE(h.Reply(w).has_value());
+  }
+  // Twelve pulls of w1, four at a time (the server's own queue holds four), none read.
+  for (uint64_t i = 0; i < 12; ++i) {
+    h.Send(1, SparsePull(1, 100 + i, {i}, 0));
+    if (i % 4 == 3) h.Serve();
+  }
+  EXPECT_EQ(h.server().stats().replies_backlogged, 8u);  // w1's queue took four
+  for (uint64_t i = 0; i < 5; ++i) {
+    const absl::Time start = absl::Now();
+    h.Send(0, SparsePull(0, 200 + i, {1}, 0));
+    h.Serve();
+    std::optional<Message> reply = h.Reply(0);
+    ASSERT_TRUE(reply.has_value()) << "w0's pull " << i;
+    EXPECT_EQ(reply->header().getRequestId(), 200 + i);
+    EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  }
+  for (uint64_t i = 0; i < 12; ++i) {
+    h.Serve();  // the backlog moves as the queue empties
+    std::optional<Message> reply = h.Reply(1);
+    ASSERT_TRUE(reply.has_value()) << "w1's reply " << i;
+    EXPECT_EQ(reply->header().getRequestId(), 100 + i);
+    EXPECT_EQ(ValuesOf(*reply).size(), 2u);
+  }
+  EXPECT_EQ(h.server().stats().replies_dropped, 0u);
+}
+
+// Past the backlog's byte limit the stuck worker's replies are dropped, counted, and the
+// server goes on serving the others.
+TEST(ParameterServerTest, ABacklogPastItsLimitIsDroppedAndTheServerGoesOn) {
+  ServerOptions o;
+  o.num_workers = 2;
+  o.staleness = -1;
+  o.max_reply_backlog_bytes = 1;
+  ServerHarness h(o, /*mailbox_capacity=*/2);
+  for (int w = 0; w < 2; ++w) {
+    h.Send(w, Declare(w, SparseTable()));
+    h.Serve();
+    ASSERT_TRUE(h.Reply(w).has_value());
+  }
+  for (uint64_t i = 0; i < 6; ++i) {
+    h.Send(1, SparsePull(1, 100 + i, {i}, 0));
+    if (i % 2 == 1) h.Serve();
+  }
+  EXPECT_EQ(h.server().stats().replies_dropped, 4u);
+  h.Send(0, SparsePull(0, 7, {1}, 0));
+  h.Serve();
+  std::optional<Message> reply = h.Reply(0);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->header().getRequestId(), 7u);
+}
+
+// Parked pulls are weighed, per peer, by their requests and the replies they will need; a
+// pull past the limit is refused naming it, and the weight goes when the pulls are answered.
+TEST(ParameterServerTest, ParkedPullsAreWeighedPerPeerAndBoundedByBytes) {
+  ServerOptions o{.rank = 0, .num_servers = 1, .num_workers = 2, .staleness = 0};
+  o.max_parked_bytes_per_peer = 20000;
+  ServerHarness h(o);
+  h.Send(0, Declare(0, SparseTable()));
+  h.Send(0, Clock(0, 1, 1));
+  std::vector<uint64_t> many(1000);
+  for (uint64_t i = 0; i < many.size(); ++i) many[i] = i;
+  h.Send(0, SparsePull(0, 2, many, 1));    // 8 KB of keys and 8 KB of reply: parked
+  h.Send(0, SparsePull(0, 3, many, 1));    // another 16 KB: over the 20 KB
+  h.Send(0, SparsePull(0, 4, {5, 6}, 1));  // small enough to wait too
+  h.Serve();
+  ASSERT_TRUE(h.Reply(0).has_value());  // declare
+  auto refused = h.Reply(0);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->header().getRequestId(), 3u);
+  EXPECT_EQ(refused->header().getType(), wire::MsgType::ERROR);
+  const std::string why = refused->header().getMessage().cStr();
+  EXPECT_NE(why.find("max_parked_bytes_per_peer"), std::string::npos) << why;
+  EXPECT_NE(why.find("w0"), std::string::npos) << why;
+  EXPECT_FALSE(h.Reply(0).has_value());
+  h.Send(1, Clock(1, 1, 1));  // the slowest worker moves: both parked pulls are answered
+  h.Serve();
+  for (uint64_t id : {2u, 4u}) {
+    auto reply = h.Reply(0);
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_EQ(reply->header().getRequestId(), id);
+  }
+  // Their weight is gone: the same large pull parks again.
+  h.Send(0, Clock(0, 2, 1));
+  h.Send(0, SparsePull(0, 5, many, 2));
+  h.Serve();
+  EXPECT_FALSE(h.Reply(0).has_value());
+  h.Send(1, Clock(1, 2, 1));
+  h.Serve();
+  auto late = h.Reply(0);
+  ASSERT_TRUE(late.has_value());
+  EXPECT_EQ(late->header().getRequestId(), 5u);
+  EXPECT_EQ(ValuesOf(*late).size(), 2000u);
 }
 
 }  // namespace
