@@ -8,10 +8,10 @@
 #define SYNCLINE_CORE_INPROC_TRANSPORT_H_
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "core/transport.h"
 
 namespace syncline {
@@ -31,8 +31,8 @@ class InprocTransport : public Transport {
   void Remove(const std::string& id);
 
   const size_t capacity_;
-  absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<Mailbox>> mailboxes_ ABSL_GUARDED_BY(mu_);
+  std::mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Mailbox>> mailboxes_;  // guarded by mu_
 };
 
 }  // namespace syncline

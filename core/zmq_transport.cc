@@ -103,13 +103,9 @@ class ZmqEndpoint : public Endpoint {
       }
       if (auto s = SendFrames(peer_id, frames, &bytes); !s.ok()) return s;
     } catch (const zmq::error_t& e) {
-      if (e.num() == EHOSTUNREACH) {
-        return absl::UnavailableError(absl::StrCat("peer ", peer_id, " is not connected"));
-      }
-      return absl::UnavailableError(absl::StrCat("send to ", peer_id, " failed: ", e.what()));
+      return SendFailure(peer_id, e);
     }
-    counters_.bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
-    counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
+    CountSent(bytes);
     return absl::OkStatus();
   }
 
@@ -153,13 +149,9 @@ class ZmqEndpoint : public Endpoint {
       }
       if (auto s = SendFrames(peer_id, frames, &bytes); !s.ok()) return s;
     } catch (const zmq::error_t& e) {
-      if (e.num() == EHOSTUNREACH) {
-        return absl::UnavailableError(absl::StrCat("peer ", peer_id, " is not connected"));
-      }
-      return absl::UnavailableError(absl::StrCat("send to ", peer_id, " failed: ", e.what()));
+      return SendFailure(peer_id, e);
     }
-    counters_.bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
-    counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
+    CountSent(bytes);
     return absl::OkStatus();
   }
 
@@ -171,6 +163,17 @@ class ZmqEndpoint : public Endpoint {
   }
 
  private:
+  static absl::Status SendFailure(const std::string& peer_id, const zmq::error_t& e) {
+    if (e.num() == EHOSTUNREACH) {
+      return absl::UnavailableError(absl::StrCat("peer ", peer_id, " is not connected"));
+    }
+    return absl::UnavailableError(absl::StrCat("send to ", peer_id, " failed: ", e.what()));
+  }
+  void CountSent(size_t bytes) {
+    counters_.bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+    counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
+  }
+
   // The frames of a message whose routing frame was accepted: they go to the same pipe and do
   // not block. Adds their bytes to *bytes.
   absl::Status SendFrames(const std::string& peer_id, const std::vector<Frame>& frames,

@@ -611,16 +611,25 @@ TEST(ParameterServerTest, UnderBspAPushForAFarFutureClockIsRefused) {
 // replies in a backlog instead of waiting on the queue (which used to stall the one server
 // thread up to 10 s per reply), serves the other workers at once, and delivers the backlog in
 // order once the worker reads again.
-TEST(ParameterServerTest, APeerThatStopsReadingNeitherStallsTheServerNorLosesItsReplies) {
+// An ASP server of two workers that have declared SparseTable(), with mailboxes of `capacity`
+// messages and the given backlog limit.
+std::unique_ptr<ServerHarness> AspPairWithSmallMailboxes(size_t capacity, uint64_t backlog_bytes) {
   ServerOptions o;
   o.num_workers = 2;
   o.staleness = -1;
-  ServerHarness h(o, /*mailbox_capacity=*/4);
+  o.max_reply_backlog_bytes = backlog_bytes;
+  auto h = std::make_unique<ServerHarness>(o, capacity);
   for (int w = 0; w < 2; ++w) {
-    h.Send(w, Declare(w, SparseTable()));
-    h.Serve();
-    ASSERT_TRUE(h.Reply(w).has_value());
+    h->Send(w, Declare(w, SparseTable()));
+    h->Serve();
+    EXPECT_TRUE(h->Reply(w).has_value());
   }
+  return h;
+}
+
+TEST(ParameterServerTest, APeerThatStopsReadingNeitherStallsTheServerNorLosesItsReplies) {
+  auto harness = AspPairWithSmallMailboxes(4, ServerOptions().max_reply_backlog_bytes);
+  ServerHarness& h = *harness;
   // Twelve pulls of w1, four at a time (the server's own queue holds four), none read.
   for (uint64_t i = 0; i < 12; ++i) {
     h.Send(1, SparsePull(1, 100 + i, {i}, 0));
@@ -649,16 +658,8 @@ TEST(ParameterServerTest, APeerThatStopsReadingNeitherStallsTheServerNorLosesIts
 // Past the backlog's byte limit the stuck worker's replies are dropped, counted, and the
 // server goes on serving the others.
 TEST(ParameterServerTest, ABacklogPastItsLimitIsDroppedAndTheServerGoesOn) {
-  ServerOptions o;
-  o.num_workers = 2;
-  o.staleness = -1;
-  o.max_reply_backlog_bytes = 1;
-  ServerHarness h(o, /*mailbox_capacity=*/2);
-  for (int w = 0; w < 2; ++w) {
-    h.Send(w, Declare(w, SparseTable()));
-    h.Serve();
-    ASSERT_TRUE(h.Reply(w).has_value());
-  }
+  auto harness = AspPairWithSmallMailboxes(2, /*backlog_bytes=*/1);
+  ServerHarness& h = *harness;
   for (uint64_t i = 0; i < 6; ++i) {
     h.Send(1, SparsePull(1, 100 + i, {i}, 0));
     if (i % 2 == 1) h.Serve();

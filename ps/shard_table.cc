@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "core/tsan.h"
 #include "embeddings/row_codec.h"
 #include "optim/optimizer.h"
 
@@ -160,6 +161,7 @@ float* ShardTable::WritableBlock(size_t block) {
     // The count fell to 1 when the last frame was released, maybe on another thread (a ZeroMQ
     // I/O thread): its reads of the block happen before our writes.
     std::atomic_thread_fence(std::memory_order_acquire);
+    SYNCLINE_TSAN_ACQUIRE(b.get());
   }
   return b.get();
 }
@@ -259,6 +261,15 @@ Frame ShardTable::ShareRange(KeyRange r) const {
   // times what the reply spared.
   if (in_block + n <= block_size && 4 * n >= block_size) {
     const float* data = blocks_[block].get() + in_block;
+    if constexpr (SYNCLINE_TSAN_ENABLED) {
+      // The reply's reference, released with an annotation WritableBlock's acquire pairs with.
+      std::shared_ptr<float[]> held = blocks_[block];
+      std::shared_ptr<const void> owner(held.get(), [held](const void*) mutable {
+        SYNCLINE_TSAN_RELEASE(held.get());
+        held.reset();
+      });
+      return Frame::Shared(std::move(owner), data, n * sizeof(float));
+    }
     return Frame::Shared(blocks_[block], data, n * sizeof(float));
   }
   auto copy = std::make_shared_for_overwrite<float[]>(n);

@@ -107,6 +107,10 @@ INSTANTIATE_TEST_SUITE_P(Bounds, StalenessBoundTest, testing::Values(0, 1, 3));
 // 50 iterations, each read waiting at most 300 ms. Returns the iterations worker 0 finished.
 // Worker 0 reads its own writes as long as it runs.
 int64_t IterationsBesideAStalledWorker(int64_t staleness) {
+  // Requests borrow these buffers and a refused read leaves its pull with the server: they must
+  // outlive the cluster's server threads (ThreadSanitizer saw the server read freed keys).
+  std::vector<uint64_t> keys = {7};
+  std::vector<float> out(1), grad = {1.0f}, other(1);
   InprocCluster cluster(1, 2, staleness);
   auto ep0 = cluster.WorkerEndpoint(0);
   auto ep1 = cluster.WorkerEndpoint(1);
@@ -114,8 +118,6 @@ int64_t IterationsBesideAStalledWorker(int64_t staleness) {
   KVClient stalled(ep1.get(), KVClientOptions{.rank = 1, .server_ids = cluster.server_ids()});
   EXPECT_TRUE(client.DeclareTable(SparseTable(), Soon()).ok());
   EXPECT_TRUE(stalled.DeclareTable(SparseTable(), Soon()).ok());
-  std::vector<uint64_t> keys = {7};
-  std::vector<float> out(1), grad = {1.0f}, other(1);
   auto first = stalled.Pull(1, keys, other, 0);
   EXPECT_TRUE(first.ok() && stalled.Wait(*first, Soon()).ok());
   for (int64_t c = 0; c < 50; ++c) {
