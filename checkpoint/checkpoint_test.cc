@@ -1,13 +1,18 @@
 #include "checkpoint/checkpoint.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "checkpoint/file_io.h"
 #include "checkpoint/text_format.h"
 #include "core/crc32c.h"
 #include "gmock/gmock.h"
@@ -545,6 +550,63 @@ TEST_F(CheckpointTest, SnapshotInCheckpoint) {
   ASSERT_TRUE(WriteReceipt(dir, {"ps0", 8, {*entry}}).ok());
   ASSERT_TRUE(WriteManifest(dir, {8, 0, {"ps0"}, {}}).ok());
   EXPECT_TRUE(ValidateCheckpoint(dir).ok());
+}
+
+}  // namespace
+}  // namespace syncline
+
+namespace syncline {
+namespace {
+
+// Runs only as the subject of the test below, which starts this binary again under strace.
+TEST(FileIoTest, FsyncSubject) {
+  const char* dir = std::getenv("SYNCLINE_FSYNC_SUBJECT");
+  if (dir == nullptr) GTEST_SKIP() << "the subject of CreatedFoldersAreFsyncedIntoTheirParents";
+  ASSERT_TRUE(CreateDirectoriesDurably(std::string(dir) + "/a/b").ok());
+}
+
+// A new checkpoint folder must survive a crash of the machine: CreateDirectoriesDurably fsyncs
+// the parent of every folder it creates. Watched with strace: every parent is opened and that
+// descriptor fsynced.
+TEST(FileIoTest, CreatedFoldersAreFsyncedIntoTheirParents) {
+  if (!std::filesystem::exists("/usr/bin/strace")) {
+    GTEST_SKIP() << "needs /usr/bin/strace (scripts/install-deps.sh --for-tests installs it)";
+  }
+  testing_util::ScopedTempDir dir("fsync");
+  const std::string log = dir.Sub("strace.log");
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string command = absl::StrFormat(
+      "SYNCLINE_FSYNC_SUBJECT='%s' /usr/bin/strace -f -qq -e trace=openat,fsync -o '%s' '%s' "
+      "--gtest_filter=FileIoTest.FsyncSubject >/dev/null 2>&1",
+      dir.path(), log, self);
+  const int rc = std::system(command.c_str());
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (rc != 0 && text.str().find("ptrace") != std::string::npos) {
+    GTEST_SKIP() << "strace cannot trace here: " << text.str().substr(0, 200);
+  }
+  ASSERT_EQ(rc, 0) << text.str();
+  // "PID openat(AT_FDCWD, "PATH", FLAGS) = FD" and "PID fsync(FD) = 0", in order.
+  std::map<int, std::string> open_fds;
+  std::set<std::string> synced;
+  std::string line;
+  while (std::getline(text, line)) {
+    const size_t open = line.find("openat(AT_FDCWD, \"");
+    const size_t eq = line.rfind(" = ");
+    if (eq == std::string::npos) continue;
+    const int result = std::atoi(line.c_str() + eq + 3);
+    if (open != std::string::npos) {
+      const size_t begin = open + std::strlen("openat(AT_FDCWD, \"");
+      open_fds[result] = line.substr(begin, line.find('"', begin) - begin);
+    } else if (const size_t f = line.find("fsync("); f != std::string::npos && result == 0) {
+      const int fd = std::atoi(line.c_str() + f + std::strlen("fsync("));
+      if (open_fds.contains(fd)) synced.insert(open_fds[fd]);
+    }
+  }
+  EXPECT_TRUE(std::filesystem::is_directory(dir.Sub("a/b")));
+  EXPECT_TRUE(synced.contains(dir.path())) << text.str();
+  EXPECT_TRUE(synced.contains(dir.Sub("a"))) << text.str();
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <barrier>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -229,6 +230,30 @@ TEST(GossipMixerTest, DropsForgedAndMalformedMessages) {
     m.Leave(1);
   });
   for (int r = 0; r < 2; ++r) EXPECT_LT(MaxError(x[r], mean), 1e-6) << "node " << r;
+}
+
+// A death report (NODE_DOWN) can only take effect from a step not yet mixed: one that claims a
+// peer died at step INT64_MIN must not rewrite the steps already done.
+TEST(GossipMixerTest, ADeathReportFromThePastTakesEffectFromTheNextStep) {
+  Cluster cluster(3, Options(GossipTopology::kRing, /*async=*/true));
+  GossipMixer& m = cluster.mixer(0);
+  std::vector<float> x(4, 1.0f);
+  ASSERT_TRUE(m.Init(x.size()).ok());
+  ASSERT_TRUE(m.MixOnce(0, x).ok());
+  MessageBuilder b(wire::MsgType::NODE_DOWN);
+  b.header().setRole(wire::Role::WORKER);
+  b.header().setRank(1);
+  b.header().setClock(std::numeric_limits<int64_t>::min());
+  auto down = b.header().getBody().initNodeDown();
+  down.setRole(wire::Role::WORKER);
+  down.setRank(2);
+  down.setReason("a report from the past");
+  ASSERT_TRUE(cluster.endpoint(1).Send("w0", b.Finish(), absl::InfiniteFuture()).ok());
+  ASSERT_TRUE(m.DrainIncoming(x).ok());
+  EXPECT_EQ(m.dead_peers(), std::vector<int>{2});
+  EXPECT_EQ(m.Members(0), (std::vector<int>{0, 1, 2})) << "step 0 was mixed with w2";
+  EXPECT_EQ(m.Members(1), (std::vector<int>{0, 1}));
+  m.Leave(1);
 }
 
 // Push-sum with seeded random delays and nodes of uneven speed (node r sleeps up to

@@ -11,9 +11,9 @@ PACKAGES=(
   gnuplot-nox clang-format clang libsodium-dev libopenblas-dev
 )
 # What the multi-host tests run against: real Open MPI, a real single-node Slurm, network
-# namespaces for hosts (ip, python3 for socket checks), and the all-reduce benchmark's baselines
-# (Gloo, MPI). `--for-tests` adds them.
-TEST_PACKAGES=(openmpi-bin slurm-wlm munge iproute2 python3 libopenmpi-dev libgloo-dev)
+# namespaces for hosts (ip, python3 for socket checks), the all-reduce benchmark's baselines
+# (Gloo, MPI), and strace (the checkpoint test that watches for fsync). `--for-tests` adds them.
+TEST_PACKAGES=(openmpi-bin slurm-wlm munge iproute2 python3 libopenmpi-dev libgloo-dev strace)
 if [ "${1:-}" = "--for-tests" ]; then
   PACKAGES+=("${TEST_PACKAGES[@]}")
 fi

@@ -187,6 +187,12 @@ absl::Status PsBackend::EndIteration(int64_t clock, float examples) {
   return client_->Clock(clock + 1, examples);
 }
 
+void PsBackend::Settle(absl::Duration max_wait) {
+  const absl::Time deadline = absl::Now() + max_wait;
+  for (Ticket t : pending_pushes_) (void)client_->Wait(t, deadline);
+  pending_pushes_.clear();
+}
+
 absl::Status PsBackend::Finish() {
   if (auto s = WaitForPushes(); !s.ok()) return s;
   return client_->Finish(Deadline());

@@ -38,6 +38,8 @@ class PsBackend : public SyncBackend {
                       float examples) override;
   absl::Status EndIteration(int64_t clock, float examples) override;
   absl::Status Finish() override;
+  // Waits for the acknowledgements of the pushes in flight (their requests borrow the spans).
+  void Settle(absl::Duration max_wait) override;
   double TakeMeanStaleness() override { return client_->TakeMeanStaleness(); }
   // The error-feedback residuals, one per shard (empty without compression).
   absl::StatusOr<std::string> SaveState() const override;

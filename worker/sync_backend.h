@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "core/table_config.h"
 
 namespace syncline {
@@ -73,6 +74,11 @@ class SyncBackend {
 
   // The worker is done training; it no longer holds others back.
   virtual absl::Status Finish() = 0;
+
+  // Training stopped on an error, with Update()s that may still be using their spans (sent
+  // without a copy): waits at most `max_wait` until they are done with them, so that the
+  // caller may free the spans. Finish() does this itself.
+  virtual void Settle(absl::Duration max_wait) {}
 
   // Mean staleness (in iterations) of the reads served since the last call.
   virtual double TakeMeanStaleness() { return 0; }

@@ -4,10 +4,17 @@
 #include <array>
 #include <numeric>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 
 namespace syncline {
+namespace {
+
+// How long a trainer that stops on an error waits for its pushes in flight.
+constexpr absl::Duration kSettleTimeout = absl::Seconds(5);
+
+}  // namespace
 
 absl::Status DivergedError(int64_t step, double loss, double first_loss) {
   return absl::OutOfRangeError(
@@ -80,6 +87,13 @@ absl::StatusOr<TrainResult> Trainer::Run(
     std::vector<float> rows, grads, bias, bias_grad;
   };
   std::array<Buffers, 2> buffers;
+  // Pushes borrow the buffers until they are acknowledged: on an error return they may still
+  // be on the wire (or, in process, in a server's queue), so wait for them before the buffers
+  // go. Bounded: the error may be a server that no longer answers.
+  bool finished = false;
+  absl::Cleanup settle = [&] {
+    if (!finished) backend_.Settle(kSettleTimeout);
+  };
   SlownessInjector slowness(options_.slowness);
   TrainResult result;
   TrainProgress progress;
@@ -203,6 +217,7 @@ absl::StatusOr<TrainResult> Trainer::Run(
       examples_since_report = 0;
     }
   }
+  finished = true;  // Finish waits for the pushes itself, and reports their errors
   if (auto s = backend_.Finish(); !s.ok()) return s;
   return result;
 }
