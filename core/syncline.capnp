@@ -294,4 +294,7 @@ struct JobSpec {
   restore @46 :Text;
   allreduceAlgorithm @47 :AllReduceAlgorithm;
   readAhead @48 :Bool;
+  maxReplyBytes @49 :UInt64 = 1073741824;
+  maxParkedBytes @50 :UInt64 = 2147483648;
+  replyBacklogBytes @51 :UInt64 = 268435456;
 }

@@ -115,6 +115,11 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
            CheckAtLeast("checkpoint-every", s.checkpoint.every, 0),
            CheckNonNegative("checkpoint-seconds", s.checkpoint.seconds),
            CheckInRange("update-threads", s.update_threads, 1, 64),
+           CheckAtLeast("max-reply", static_cast<int64_t>(s.limits.reply_bytes), 1 << 20),
+           CheckAtLeast("max-parked", static_cast<int64_t>(s.limits.parked_bytes_per_worker),
+                        1 << 20),
+           CheckAtLeast("reply-backlog", static_cast<int64_t>(s.limits.reply_backlog_bytes),
+                        1 << 20),
            CheckAtLeast("checkpoint-keep", s.checkpoint.keep, 1),
        }) {
     if (!status.ok()) return status;

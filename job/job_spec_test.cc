@@ -52,6 +52,8 @@ JobSpec Unusual() {
                  .admit_after = 2,
                  .expire_steps = 100};
   s.update_threads = 2;
+  s.limits = {
+      .reply_bytes = 3 << 20, .parked_bytes_per_worker = 5 << 20, .reply_backlog_bytes = 7 << 20};
   s.checkpoint = {.dir = "/runs/x/checkpoints",
                   .every = 50,
                   .seconds = 1.5,

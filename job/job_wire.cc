@@ -71,6 +71,9 @@ void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
   out.setEmbeddingAdmitAfter(s.embedding.admit_after);
   out.setEmbeddingExpireSteps(s.embedding.expire_steps);
   out.setUpdateThreads(s.update_threads);
+  out.setMaxReplyBytes(s.limits.reply_bytes);
+  out.setMaxParkedBytes(s.limits.parked_bytes_per_worker);
+  out.setReplyBacklogBytes(s.limits.reply_backlog_bytes);
   out.setCheckpointDir(s.checkpoint.dir);
   out.setCheckpointEvery(s.checkpoint.every);
   out.setCheckpointSeconds(s.checkpoint.seconds);
@@ -131,6 +134,9 @@ absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
   s.embedding.admit_after = in.getEmbeddingAdmitAfter();
   s.embedding.expire_steps = in.getEmbeddingExpireSteps();
   s.update_threads = in.getUpdateThreads();
+  s.limits.reply_bytes = in.getMaxReplyBytes();
+  s.limits.parked_bytes_per_worker = in.getMaxParkedBytes();
+  s.limits.reply_backlog_bytes = in.getReplyBacklogBytes();
   s.checkpoint.dir = in.getCheckpointDir();
   s.checkpoint.every = in.getCheckpointEvery();
   s.checkpoint.seconds = in.getCheckpointSeconds();

@@ -50,7 +50,7 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 41> kFields = {{
+const std::array<Field, 44> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes"},
     {"workers", &JobConfig::workers, "Number of worker processes"},
     {"sync", &JobConfig::sync,
@@ -105,6 +105,14 @@ const std::array<Field, 41> kFields = {{
      "Create an embedding row only at the N-th sighting of its id (0: at the first)"},
     {"embedding-expire-steps", &JobConfig::embedding_expire_steps,
      "Delete embedding rows not touched for this many steps (0: never)"},
+    {"max-reply", &JobConfig::max_reply,
+     "The largest pull reply a server builds, e.g. 1GiB (a larger pull is refused)"},
+    {"max-parked", &JobConfig::max_parked,
+     "What one worker's pulls waiting for slow workers may weigh on a server (requests and "
+     "replies), e.g. 2GiB"},
+    {"reply-backlog", &JobConfig::reply_backlog,
+     "Bytes of replies a server holds for a worker that is not reading them before it drops "
+     "them, e.g. 256MiB"},
     {"update-threads", &JobConfig::update_threads,
      "Threads per server that share a large dense update (1: the server's own only)"},
     {"checkpoint-every", &JobConfig::checkpoint_every,
@@ -376,6 +384,16 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
     return InvalidFlag("read-ahead", absl::StrCat("'", c.read_ahead, "'"), "must be on or off");
   }
   s.training.read_ahead = c.read_ahead == "on";
+  for (const auto& [flag, text, out] :
+       {std::tuple{"max-reply", &c.max_reply, &s.limits.reply_bytes},
+        std::tuple{"max-parked", &c.max_parked, &s.limits.parked_bytes_per_worker},
+        std::tuple{"reply-backlog", &c.reply_backlog, &s.limits.reply_backlog_bytes}}) {
+    absl::StatusOr<MemoryBudget> size = ParseMemoryBudget(*text);
+    if (!size.ok() || size->bytes == 0) {
+      return InvalidFlag(flag, *text, "must be a size in bytes, e.g. 512MiB or 2GiB");
+    }
+    *out = size->bytes;
+  }
   absl::StatusOr<MemoryBudget> budget = ParseMemoryBudget(c.embedding_memory);
   if (!budget.ok()) {
     return InvalidFlag("embedding-memory", c.embedding_memory, budget.status().message());

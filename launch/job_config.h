@@ -113,6 +113,14 @@ struct JobConfig {
   // [--update-threads] Threads per server that share a large dense update (the server's own
   // included); more than 1 only where cores are spare beside the network's. Default 1.
   int update_threads = 1;
+  // [--max-reply] The largest pull reply a server builds (a larger pull is refused). "1GiB".
+  std::string max_reply = "1GiB";
+  // [--max-parked] What one worker's pulls waiting for slow workers may weigh on a server
+  // (requests and replies; one past it is refused). "2GiB".
+  std::string max_parked = "2GiB";
+  // [--reply-backlog] Replies a server holds for a worker that is not reading them, in bytes;
+  // past it they are dropped and the worker's requests time out. "256MiB".
+  std::string reply_backlog = "256MiB";
   // [--checkpoint-every] Checkpoint every this many clocks (0: never). Default 0.
   int checkpoint_every = 0;
   // [--checkpoint-seconds] Also checkpoint about every this many seconds (0: never): the

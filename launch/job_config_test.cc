@@ -348,6 +348,10 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"sync_text", [](JobConfig& c) { c.sync = "ssp:x"; },
                      "--sync='ssp:x': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
                      "gossip:ring|exp|random[:async] or allreduce[:ring|doubling|hier|auto]"},
+        ValidateCase{"max_reply", [](JobConfig& c) { c.max_reply = "100rows"; },
+                     "--max-reply=100rows: must be a size in bytes, e.g. 512MiB or 2GiB"},
+        ValidateCase{"max_parked_small", [](JobConfig& c) { c.max_parked = "4KiB"; },
+                     "--max-parked=4096: must be >= 1048576"},
         ValidateCase{"read_ahead", [](JobConfig& c) { c.read_ahead = "auto"; },
                      "--read-ahead='auto': must be on or off"},
         ValidateCase{"model", [](JobConfig& c) { c.model = "mlp"; },
@@ -420,6 +424,10 @@ INSTANTIATE_TEST_SUITE_P(
                      "--heartbeat-interval=0: must be a positive number"},
         ValidateCase{"heartbeat_timeout", [](JobConfig& c) { c.heartbeat_timeout_s = 0; },
                      "--heartbeat-timeout=0: must be a positive number"},
+        // Heartbeat settings travel as int32 milliseconds: a day is the most they may be.
+        ValidateCase{"heartbeat_timeout_long",
+                     [](JobConfig& c) { c.heartbeat_timeout_s = 100000; },
+                     "--heartbeat-timeout=100000: must be at most 86400"},
         ValidateCase{"heartbeat_order", [](JobConfig& c) { c.heartbeat_timeout_s = 0.5; },
                      "--heartbeat-timeout=0.5: must be more than --heartbeat-interval (0.5)"},
         ValidateCase{"gen_rows", [](JobConfig& c) { c.gen_rows = 0; },

@@ -185,8 +185,8 @@ void ParameterServer::Reply(const std::string& peer, Message reply) {
   if (backlog.bytes > options_.max_reply_backlog_bytes) {
     SYNCLINE_LOG(ERROR) << absl::StrFormat(
         "%s is not reading its replies: %d of them (%d bytes) are past the backlog limit of %d "
-        "bytes (ServerOptions::max_reply_backlog_bytes) and are dropped; its requests will time "
-        "out",
+        "bytes (--reply-backlog, ServerOptions::max_reply_backlog_bytes) and are dropped; its "
+        "requests will time out",
         peer, backlog.replies.size(), backlog.bytes, options_.max_reply_backlog_bytes);
     stats_.replies_dropped += backlog.replies.size();
     backlogs_.erase(it);
@@ -563,7 +563,8 @@ absl::Status ParameterServer::PullOrPark(Message& message, ShardTable& table) {
   if (entries > options_.max_reply_bytes / (sizeof(float) * c.dim)) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "table %d: a pull of %d keys x %d floats would need a reply of %d MiB, over the "
-        "server's limit of %d MiB (ServerOptions::max_reply_bytes): pull fewer keys at a time",
+        "server's limit of %d MiB (--max-reply, ServerOptions::max_reply_bytes): pull fewer keys "
+        "at a time",
         c.id, entries, c.dim, entries * c.dim * sizeof(float) >> 20,
         options_.max_reply_bytes >> 20));
   }
@@ -584,8 +585,8 @@ absl::Status ParameterServer::PullOrPark(Message& message, ShardTable& table) {
     if (had == 0) parked_bytes_.erase(peer);
     return absl::ResourceExhaustedError(absl::StrFormat(
         "%s's pulls waiting for slow workers would weigh %d bytes with this one (requests and "
-        "replies; %d already), over the limit of %d bytes per peer "
-        "(ServerOptions::max_parked_bytes_per_peer)",
+        "replies; %d already), over the limit of %d bytes per peer (--max-parked, "
+        "ServerOptions::max_parked_bytes_per_peer)",
         peer, had + bytes, had, options_.max_parked_bytes_per_peer));
   }
   waiting += bytes;

@@ -64,6 +64,9 @@ ServerOptions ShardOptions(const JobSpec& spec, const NodeTable& table, int rank
   if (spec.checkpoint.enabled()) options.checkpoint_root = spec.checkpoint.dir;
   options.checkpoint_every = spec.checkpoint.every;
   options.update_threads = spec.update_threads;
+  options.max_reply_bytes = spec.limits.reply_bytes;
+  options.max_parked_bytes_per_peer = spec.limits.parked_bytes_per_worker;
+  options.max_reply_backlog_bytes = spec.limits.reply_backlog_bytes;
   return options;
 }
 

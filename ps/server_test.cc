@@ -693,6 +693,7 @@ TEST(ParameterServerTest, ParkedPullsAreWeighedPerPeerAndBoundedByBytes) {
   EXPECT_EQ(refused->header().getType(), wire::MsgType::ERROR);
   const std::string why = refused->header().getMessage().cStr();
   EXPECT_NE(why.find("max_parked_bytes_per_peer"), std::string::npos) << why;
+  EXPECT_NE(why.find("--max-parked"), std::string::npos) << why;
   EXPECT_NE(why.find("w0"), std::string::npos) << why;
   EXPECT_FALSE(h.Reply(0).has_value());
   h.Send(1, Clock(1, 1, 1));  // the slowest worker moves: both parked pulls are answered

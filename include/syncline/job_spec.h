@@ -92,6 +92,15 @@ struct JobSpec {
 
   int update_threads = 1;  // [--update-threads] per server
 
+  // What one server may hold for its peers, in bytes; a request past a limit is refused with an
+  // error that names the limit and its flag.
+  struct ServerLimits {
+    uint64_t reply_bytes = uint64_t{1} << 30;              // [--max-reply] one pull's reply
+    uint64_t parked_bytes_per_worker = uint64_t{2} << 30;  // [--max-parked] pulls waiting
+    uint64_t reply_backlog_bytes = uint64_t{256} << 20;    // [--reply-backlog] unread replies
+    bool operator==(const ServerLimits&) const = default;
+  } limits;
+
   struct Checkpoint {
     std::string dir;      // [--checkpoint-dir]
     int every = 0;        // [--checkpoint-every] clocks; 0: never
