@@ -579,17 +579,16 @@ absl::Status ParameterServer::PullOrPark(Message& message, ShardTable& table) {
   }
   std::string peer = message.peer();
   const uint64_t bytes = message.ByteSize() + entries * c.dim * sizeof(float);
-  uint64_t& waiting = parked_bytes_[peer];
-  if (waiting + bytes > options_.max_parked_bytes_per_peer) {
-    const uint64_t had = waiting;
-    if (had == 0) parked_bytes_.erase(peer);
+  const auto waiting = parked_bytes_.find(peer);
+  const uint64_t had = waiting == parked_bytes_.end() ? 0 : waiting->second;
+  if (had + bytes > options_.max_parked_bytes_per_peer) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "%s's pulls waiting for slow workers would weigh %d bytes with this one (requests and "
         "replies; %d already), over the limit of %d bytes per peer (--max-parked, "
         "ServerOptions::max_parked_bytes_per_peer)",
         peer, had + bytes, had, options_.max_parked_bytes_per_peer));
   }
-  waiting += bytes;
+  parked_bytes_[peer] = had + bytes;
   ++stats_.parked;
   parked_.emplace(gate_.RequiredMinClock(clock),
                   ParkedPull{peer, std::move(message), clock, bytes});
