@@ -8,7 +8,9 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache
   libzmq3-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libtomlplusplus-dev
-  gnuplot-nox clang-format clang libsodium-dev libopenblas-dev
+  gnuplot-nox clang-format clang libsodium-dev libopenblas-dev zlib1g-dev
+  # The images `syncline-gen fashion-mnist` converts (/usr/share/datasets/fashion-mnist, 30 MB).
+  dataset-fashion-mnist
 )
 # What the multi-host tests run against: real Open MPI, a real single-node Slurm, network
 # namespaces for hosts (ip, python3 for socket checks), the all-reduce benchmark's baselines
