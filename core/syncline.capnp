@@ -153,6 +153,11 @@ struct ServerStats {
   embedding @6 :EmbeddingStats;  # summed over the server's embedding tables
   checkpoints @7 :UInt64;        # checkpoints this server started
   checkpointPauseSeconds @8 :Float64;  # time serving stopped for them (capture, waiting)
+  rounds @9 :UInt64;             # fedavg rounds aggregated
+  roundsShort @10 :UInt64;       # of them, closed at the timeout without every picked client
+  clientsMissing @11 :UInt64;    # picked clients absent from the rounds they were picked for
+  updatesLate @12 :UInt64;       # updates that came after their round had closed (dropped)
+  shortRounds @13 :List(Int64);  # the first 1000 rounds closed short of clients
 }
 
 struct EmbeddingStats {
@@ -210,6 +215,7 @@ enum SyncKind {
   ssp @2;
   gossip @3;
   allreduce @4;
+  fedavg @5;
 }
 
 enum AllReduceAlgorithm {
@@ -297,4 +303,28 @@ struct JobSpec {
   maxReplyBytes @49 :UInt64 = 1073741824;
   maxParkedBytes @50 :UInt64 = 2147483648;
   replyBacklogBytes @51 :UInt64 = 268435456;
+  # --partition: PartitionKind as a number (0 strided, 1 iid, 2 dirichlet, 3 shards)
+  partitionKind @52 :UInt8;
+  partitionAlpha @53 :Float64 = 0.5;
+  partitionShards @54 :Int32 = 2;
+  # --sync fedavg
+  rounds @55 :Int32 = 30;
+  participation @56 :Float64 = 1;
+  localEpochs @57 :Int32 = 1;
+  localSteps @58 :Int32;
+  roundTimeoutS @59 :Float64 = 60;
+  clientDropout @60 :Float64;
+  proxMu @61 :Float64;
+  serverLr @62 :Float64 = 1;
+  # --aggregate: AggregateKind as a number (0 mean .. 5 bulyan)
+  aggregateKind @63 :UInt8;
+  aggregateTrim @64 :Float64;
+  aggregateF @65 :Int32;
+  aggregateM @66 :Int32 = 1;
+  # --byzantine: AttackKind as a number (0 none .. 4 labelflip)
+  byzantineRanks @67 :List(Int32);
+  attackKind @68 :UInt8;
+  attackSigma @69 :Float64 = 1;
+  attackFactor @70 :Float64 = 1;
+  histogramsOut @71 :Text;
 }

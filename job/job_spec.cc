@@ -6,7 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "compression/codec.h"
+#include "job/federated.h"
 #include "job/options.h"
+#include "ps/robust_aggregate.h"
 
 namespace syncline {
 namespace {
@@ -55,6 +57,107 @@ absl::Status CheckCriteo(const JobSpec& s) {
     return InvalidFlag("sync", SyncModeName(s.sync),
                        "serverless workers hold the whole model and need a bounded feature "
                        "count; Criteo ids are 64-bit hashes");
+  }
+  return absl::OkStatus();
+}
+
+std::string PartitionText(const PartitionSpec& p) {
+  switch (p.kind) {
+    case PartitionKind::kStrided:
+      return "strided";
+    case PartitionKind::kIid:
+      return "iid";
+    case PartitionKind::kDirichlet:
+      return absl::StrCat("dirichlet:", p.alpha);
+    case PartitionKind::kShards:
+      return absl::StrCat("shards:", p.shards);
+  }
+  return "unknown";
+}
+
+absl::Status CheckFederated(const JobSpec& s) {
+  const JobSpec::Federated& f = s.federated;
+  for (const absl::Status& status : {
+           CheckAtLeast("rounds", f.rounds, 1),
+           CheckAtLeast("local-epochs", f.local_epochs, 1),
+           CheckAtLeast("local-steps", f.local_steps, 0),
+           CheckPositive("round-timeout", f.round_timeout_s),
+           CheckAtMost("round-timeout", f.round_timeout_s, 86400),
+           CheckNonNegative("prox-mu", f.prox_mu),
+           CheckPositive("server-lr", f.server_lr),
+       }) {
+    if (!status.ok()) return status;
+  }
+  if (!(f.participation > 0 && f.participation <= 1)) {
+    return InvalidFlag("participation", absl::StrCat(f.participation), "must be in (0, 1]");
+  }
+  if (!(f.client_dropout >= 0 && f.client_dropout < 1)) {
+    return InvalidFlag("client-dropout", absl::StrCat(f.client_dropout), "must be in [0, 1)");
+  }
+  if (!s.sync.fedavg()) return absl::OkStatus();
+  if (UsesCriteoData(s)) {
+    return InvalidFlag("sync", "fedavg",
+                       "clients hold the whole model and need a bounded feature count; Criteo "
+                       "ids are 64-bit hashes");
+  }
+  if (s.checkpoint.enabled() || !s.checkpoint.restore.empty()) {
+    return InvalidFlag("sync", "fedavg",
+                       "checkpoints (--checkpoint-every, --checkpoint-seconds, --resume) are not "
+                       "supported with federated rounds yet");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRobustness(const JobSpec& s) {
+  const PartitionSpec& p = s.data.partition;
+  if (p.kind == PartitionKind::kDirichlet && !(p.alpha > 0 && std::isfinite(p.alpha))) {
+    return InvalidFlag("partition", PartitionText(p), "ALPHA must be a positive number");
+  }
+  if (p.kind == PartitionKind::kShards && p.shards < 1) {
+    return InvalidFlag("partition", PartitionText(p), "K must be >= 1");
+  }
+  if (p.kind != PartitionKind::kStrided && UsesCriteoData(s)) {
+    return InvalidFlag("partition", PartitionText(p),
+                       "needs data read into memory; Criteo files are streamed (strided only)");
+  }
+  const std::string rule = AggregateRuleName(s.aggregate);
+  if (s.aggregate.robust()) {
+    if (s.sync.kind != SyncKind::kBsp && !s.sync.fedavg()) {
+      return InvalidFlag("aggregate", rule,
+                         absl::StrCat("combines the updates of one clock or round: needs --sync "
+                                      "bsp or fedavg, not ",
+                                      SyncModeName(s.sync)));
+    }
+    // Every round (every clock) must have enough updates for the rule.
+    const int n =
+        s.sync.fedavg() ? ClientsPerRound(s.workers, s.federated.participation) : s.workers;
+    if (absl::Status bound = CheckAggregateRule(s.aggregate, n); !bound.ok()) {
+      return InvalidFlag(
+          "aggregate", rule,
+          absl::StrCat(bound.message(), s.sync.fedavg() ? " (clients per round)" : " (workers)"));
+    }
+  }
+  const JobSpec::Byzantine& b = s.byzantine;
+  if (b.attack.kind != AttackKind::kNone) {
+    if (b.ranks.empty()) {
+      return InvalidFlag("byzantine", ByzantineName(b), "names no worker");
+    }
+    for (int r : b.ranks) {
+      if (r < 0 || r >= s.workers) {
+        return InvalidFlag("byzantine", ByzantineName(b),
+                           absl::StrCat("rank ", r, " is not a worker (", s.workers, " workers)"));
+      }
+    }
+    if (b.attack.kind == AttackKind::kGaussian &&
+        !(b.attack.sigma > 0 && std::isfinite(b.attack.sigma))) {
+      return InvalidFlag("byzantine", ByzantineName(b), "SIGMA must be a positive number");
+    }
+    if (b.attack.kind == AttackKind::kScale && !std::isfinite(b.attack.factor)) {
+      return InvalidFlag("byzantine", ByzantineName(b), "K must be a finite number");
+    }
+    if (b.attack.kind == AttackKind::kLabelFlip && UsesCriteoData(s)) {
+      return InvalidFlag("byzantine", ByzantineName(b), "labelflip needs data read into memory");
+    }
   }
   return absl::OkStatus();
 }
@@ -125,6 +228,8 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
     if (!status.ok()) return status;
   }
   if (absl::Status status = CheckCriteo(s); !status.ok()) return status;
+  if (absl::Status status = CheckFederated(s); !status.ok()) return status;
+  if (absl::Status status = CheckRobustness(s); !status.ok()) return status;
   if (s.model.kind == ModelKind::kLogreg && s.model.classes != 2) {
     return InvalidFlag("classes", absl::StrCat(s.model.classes),
                        "needs --model softmax (logreg is binary)");
@@ -181,7 +286,10 @@ std::vector<std::pair<std::string, std::string>> ManifestEntries(const JobSpec& 
           {"optimizer", OptimizerName(s.training.optimizer)},
           {"lr", absl::StrFormat("%.9g", s.training.learning_rate)},
           {"l2", absl::StrFormat("%.9g", s.training.l2)},
-          {"compress", CodecName(s.training.codec)}};
+          {"compress", CodecName(s.training.codec)},
+          {"partition", PartitionText(s.data.partition)},
+          {"aggregate", AggregateRuleName(s.aggregate)},
+          {"byzantine", ByzantineName(s.byzantine)}};
 }
 
 }  // namespace syncline

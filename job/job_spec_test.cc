@@ -2,10 +2,13 @@
 
 #include <capnp/message.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "job/federated.h"
 #include "job/job_wire.h"
 #include "job/options.h"
 
@@ -27,6 +30,8 @@ JobSpec Unusual() {
             .test = "/data/b.svm",
             .format = DataFormat::kLibsvm,
             .index_base = IndexBase::kOne,
+            .partition = PartitionSpec{.kind = PartitionKind::kDirichlet, .alpha = 0.25},
+            .histograms_out = "/runs/x/label_histograms.tsv",
             .params_out = "/runs/x/params.tsv"};
   s.training = {.epochs = 3,
                 .batch_size = 64,
@@ -59,6 +64,16 @@ JobSpec Unusual() {
                   .seconds = 1.5,
                   .keep = 4,
                   .restore = "/runs/x/checkpoints/ckpt-50"};
+  s.federated = {.rounds = 12,
+                 .participation = 0.4,
+                 .local_epochs = 2,
+                 .local_steps = 9,
+                 .round_timeout_s = 7.5,
+                 .client_dropout = 0.2,
+                 .prox_mu = 0.01,
+                 .server_lr = 0.5};
+  // (A robust --aggregate needs bsp or fedavg: the fedavg spec below carries one.)
+  s.byzantine = {.ranks = {1, 3}, .attack = AttackSpec{.kind = AttackKind::kScale, .factor = -4}};
   return s;
 }
 
@@ -70,6 +85,18 @@ TEST(JobSpecTest, RoundTripsThroughTheWire) {
   absl::StatusOr<JobSpec> back = JobSpecFromBytes(JobSpecToBytes(spec));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_TRUE(*back == spec);
+
+  JobSpec fedavg;
+  fedavg.sync = SyncMode{.kind = SyncKind::kFedAvg};
+  fedavg.workers = 10;
+  fedavg.federated.participation = 0.5;
+  fedavg.aggregate = AggregateRule{.kind = AggregateKind::kMultiKrum, .f = 1, .m = 2};
+  fedavg.byzantine = {.ranks = {0},
+                      .attack = AttackSpec{.kind = AttackKind::kGaussian, .sigma = 3}};
+  ASSERT_TRUE(ValidateJobSpec(fedavg).ok()) << ValidateJobSpec(fedavg);
+  back = JobSpecFromBytes(JobSpecToBytes(fedavg));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(*back == fedavg);
 
   JobSpec gossip;
   gossip.servers = 0;
@@ -130,6 +157,98 @@ TEST(JobSpecTest, ChecksCombinations) {
   EXPECT_THAT(Message(ValidateJobSpec(straggler)), HasSubstr("--straggler="));
 }
 
+TEST(JobSpecTest, ChecksTheFederatedAndRobustSettings) {
+  JobSpec f;
+  f.sync = SyncMode{.kind = SyncKind::kFedAvg};
+  f.workers = 10;
+  EXPECT_TRUE(ValidateJobSpec(f).ok());
+  f.federated.participation = 0;
+  EXPECT_THAT(Message(ValidateJobSpec(f)), HasSubstr("--participation=0: must be in (0, 1]"));
+  f.federated.participation = 0.5;
+  f.federated.client_dropout = 1;
+  EXPECT_THAT(Message(ValidateJobSpec(f)), HasSubstr("--client-dropout=1: must be in [0, 1)"));
+  f.federated.client_dropout = 0;
+  f.federated.rounds = 0;
+  EXPECT_THAT(Message(ValidateJobSpec(f)), HasSubstr("--rounds=0: must be >= 1"));
+  f.federated.rounds = 3;
+  // 5 clients a round: krum:1 needs 5, krum:2 needs 7.
+  f.aggregate = AggregateRule{.kind = AggregateKind::kKrum, .f = 1};
+  EXPECT_TRUE(ValidateJobSpec(f).ok()) << ValidateJobSpec(f);
+  f.aggregate.f = 2;
+  EXPECT_THAT(Message(ValidateJobSpec(f)),
+              HasSubstr("--aggregate=krum:2: krum:2 needs at least 2f+3 = 7 updates, has 5 "
+                        "(clients per round)"));
+  f.aggregate = AggregateRule{};
+  f.checkpoint.every = 5;
+  EXPECT_THAT(Message(ValidateJobSpec(f)), HasSubstr("not supported with federated rounds"));
+  f.checkpoint.every = 0;
+  f.data.train = "clicks.tsv";
+  EXPECT_THAT(Message(ValidateJobSpec(f)), HasSubstr("Criteo ids are 64-bit hashes"));
+
+  JobSpec asp;
+  asp.sync = SyncMode{.kind = SyncKind::kAsp};
+  asp.aggregate = AggregateRule{.kind = AggregateKind::kMedian};
+  EXPECT_THAT(Message(ValidateJobSpec(asp)), HasSubstr("needs --sync bsp or fedavg, not asp"));
+
+  JobSpec b;
+  b.byzantine = {.ranks = {2}, .attack = AttackSpec{.kind = AttackKind::kSignFlip}};
+  EXPECT_THAT(Message(ValidateJobSpec(b)), HasSubstr("rank 2 is not a worker (2 workers)"));
+  b.byzantine.ranks = {1};
+  EXPECT_TRUE(ValidateJobSpec(b).ok());
+
+  JobSpec p;
+  p.data.partition = PartitionSpec{.kind = PartitionKind::kDirichlet, .alpha = 0};
+  EXPECT_THAT(Message(ValidateJobSpec(p)), HasSubstr("ALPHA must be a positive number"));
+  p.data.partition.alpha = 1;
+  p.data.train = "clicks.tsv";
+  EXPECT_THAT(Message(ValidateJobSpec(p)), HasSubstr("Criteo files are streamed"));
+}
+
+TEST(FederatedTest, PicksTheSameClientsForTheSameSeedAndRound) {
+  EXPECT_EQ(ClientsPerRound(10, 0.5), 5);
+  EXPECT_EQ(ClientsPerRound(10, 0.01), 1);
+  EXPECT_EQ(ClientsPerRound(3, 1), 3);
+  std::vector<int> seen(10, 0);
+  for (int64_t round = 0; round < 400; ++round) {
+    const std::vector<int> picked = PickClients(7, round, 10, 0.3);
+    ASSERT_EQ(picked.size(), 3u);
+    EXPECT_TRUE(std::is_sorted(picked.begin(), picked.end()));
+    EXPECT_EQ(std::adjacent_find(picked.begin(), picked.end()), picked.end());
+    EXPECT_EQ(picked, PickClients(7, round, 10, 0.3));
+    for (int c : picked) ++seen[c];
+  }
+  // Uniform: each client in about 30% of the rounds (120 of 400; 4 sigma is about 37).
+  for (int c = 0; c < 10; ++c) EXPECT_NEAR(seen[c], 120, 40) << c;
+  EXPECT_NE(PickClients(7, 0, 10, 0.3), PickClients(8, 0, 10, 0.3));
+  EXPECT_EQ(PickClients(7, 0, 4, 1), (std::vector<int>{0, 1, 2, 3}));
+}
+
+TEST(FederatedTest, DropsOutAtTheRateAsked) {
+  int dropped = 0;
+  for (int64_t round = 0; round < 1000; ++round) dropped += ClientDropsOut(3, round, 2, 0.3);
+  EXPECT_NEAR(dropped, 300, 60);
+  EXPECT_EQ(ClientDropsOut(3, 17, 2, 0.3), ClientDropsOut(3, 17, 2, 0.3));
+  EXPECT_FALSE(ClientDropsOut(3, 17, 2, 0));
+}
+
+TEST(FederatedTest, ByzantineTextRoundTripsAndBadOnesAreRefused) {
+  for (const char* text :
+       {"none", "1,2:signflip", "0:gaussian:10", "3:scale:-4", "0,4:labelflip"}) {
+    absl::StatusOr<JobSpec::Byzantine> b = ParseByzantine(text);
+    ASSERT_TRUE(b.ok()) << text << ": " << b.status();
+    EXPECT_EQ(ByzantineName(*b), text);
+  }
+  EXPECT_EQ(ByzantineName(*ParseByzantine("2,1:signflip")), "1,2:signflip");
+  EXPECT_TRUE(ParseByzantine("")->ranks.empty());
+  for (const char* bad : {"signflip", "1:flip", "a:signflip", "-1:signflip", "1,1:signflip",
+                          "1:gaussian", "1:gaussian:0", "1:scale:x", "1:signflip:2"}) {
+    EXPECT_FALSE(ParseByzantine(bad).ok()) << bad;
+  }
+  JobSpec::Byzantine b = *ParseByzantine("1,3:signflip");
+  EXPECT_TRUE(IsByzantine(b, 3));
+  EXPECT_FALSE(IsByzantine(b, 2));
+}
+
 TEST(JobSpecTest, HeartbeatsThatWouldOverflowTheNodeTableAreRefused) {
   JobSpec s;
   s.timeouts.heartbeat_timeout_s = 3e6;  // 3e9 ms does not fit the table's 32 bits
@@ -137,8 +256,8 @@ TEST(JobSpecTest, HeartbeatsThatWouldOverflowTheNodeTableAreRefused) {
 }
 
 TEST(OptionsTest, TextFormsRoundTrip) {
-  for (const char* text :
-       {"bsp", "asp", "ssp:0", "ssp:12", "gossip:ring", "gossip:exp:async", "gossip:random"}) {
+  for (const char* text : {"bsp", "asp", "ssp:0", "ssp:12", "gossip:ring", "gossip:exp:async",
+                           "gossip:random", "fedavg"}) {
     absl::StatusOr<SyncMode> mode = ParseSyncMode(text);
     ASSERT_TRUE(mode.ok()) << text << ": " << mode.status();
     EXPECT_EQ(SyncModeName(*mode), text);

@@ -79,13 +79,37 @@ void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
   out.setCheckpointSeconds(s.checkpoint.seconds);
   out.setCheckpointKeep(s.checkpoint.keep);
   out.setRestore(s.checkpoint.restore);
+  out.setHistogramsOut(s.data.histograms_out);
+  out.setPartitionKind(static_cast<uint8_t>(s.data.partition.kind));
+  out.setPartitionAlpha(s.data.partition.alpha);
+  out.setPartitionShards(s.data.partition.shards);
+  out.setRounds(s.federated.rounds);
+  out.setParticipation(s.federated.participation);
+  out.setLocalEpochs(s.federated.local_epochs);
+  out.setLocalSteps(s.federated.local_steps);
+  out.setRoundTimeoutS(s.federated.round_timeout_s);
+  out.setClientDropout(s.federated.client_dropout);
+  out.setProxMu(s.federated.prox_mu);
+  out.setServerLr(s.federated.server_lr);
+  out.setAggregateKind(static_cast<uint8_t>(s.aggregate.kind));
+  out.setAggregateTrim(s.aggregate.trim);
+  out.setAggregateF(s.aggregate.f);
+  out.setAggregateM(s.aggregate.m);
+  auto ranks = out.initByzantineRanks(s.byzantine.ranks.size());
+  for (size_t i = 0; i < s.byzantine.ranks.size(); ++i) ranks.set(i, s.byzantine.ranks[i]);
+  out.setAttackKind(static_cast<uint8_t>(s.byzantine.attack.kind));
+  out.setAttackSigma(s.byzantine.attack.sigma);
+  out.setAttackFactor(s.byzantine.attack.factor);
 }
 
 absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
-  if (!Known(in.getSyncKind(), 5) || !Known(in.getGossipTopology(), 3) ||
+  if (!Known(in.getSyncKind(), 6) || !Known(in.getGossipTopology(), 3) ||
       !Known(in.getAllreduceAlgorithm(), 4) || !Known(in.getModel(), 3) ||
       !Known(in.getFormat(), 4) || !Known(in.getIndexBase(), 3) || !Known(in.getOptimizer(), 4) ||
-      in.getCodec() > static_cast<uint8_t>(CodecKind::kFp16)) {
+      in.getCodec() > static_cast<uint8_t>(CodecKind::kFp16) ||
+      in.getPartitionKind() > static_cast<uint8_t>(PartitionKind::kShards) ||
+      in.getAggregateKind() > static_cast<uint8_t>(AggregateKind::kBulyan) ||
+      in.getAttackKind() > static_cast<uint8_t>(AttackKind::kLabelFlip)) {
     return absl::InvalidArgumentError(
         "job spec: an enum value this build does not know (a node of another version?)");
   }
@@ -142,6 +166,30 @@ absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
   s.checkpoint.seconds = in.getCheckpointSeconds();
   s.checkpoint.keep = in.getCheckpointKeep();
   s.checkpoint.restore = in.getRestore();
+  s.data.histograms_out = in.getHistogramsOut();
+  s.data.partition.kind = static_cast<PartitionKind>(in.getPartitionKind());
+  s.data.partition.alpha = in.getPartitionAlpha();
+  s.data.partition.shards = in.getPartitionShards();
+  s.federated.rounds = in.getRounds();
+  s.federated.participation = in.getParticipation();
+  s.federated.local_epochs = in.getLocalEpochs();
+  s.federated.local_steps = in.getLocalSteps();
+  s.federated.round_timeout_s = in.getRoundTimeoutS();
+  s.federated.client_dropout = in.getClientDropout();
+  s.federated.prox_mu = in.getProxMu();
+  s.federated.server_lr = in.getServerLr();
+  s.aggregate.kind = static_cast<AggregateKind>(in.getAggregateKind());
+  s.aggregate.trim = in.getAggregateTrim();
+  s.aggregate.f = in.getAggregateF();
+  s.aggregate.m = in.getAggregateM();
+  // A list from the network: bounded by the workers it may name (checked below).
+  if (in.getByzantineRanks().size() > 1u << 16) {
+    return absl::InvalidArgumentError("job spec: too many byzantine ranks");
+  }
+  for (int32_t r : in.getByzantineRanks()) s.byzantine.ranks.push_back(r);
+  s.byzantine.attack.kind = static_cast<AttackKind>(in.getAttackKind());
+  s.byzantine.attack.sigma = in.getAttackSigma();
+  s.byzantine.attack.factor = in.getAttackFactor();
   if (absl::Status valid = ValidateJobSpec(s); !valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("job spec: ", valid.message()));
   }

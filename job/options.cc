@@ -83,6 +83,10 @@ absl::StatusOr<SyncMode> ParseSyncMode(const std::string& text) {
     mode.kind = SyncKind::kAsp;
     return mode;
   }
+  if (text == "fedavg") {
+    mode.kind = SyncKind::kFedAvg;
+    return mode;
+  }
   if (text.starts_with("gossip")) {
     auto gossip = ParseGossipMode(text);
     if (!gossip.ok()) return gossip.status();
@@ -121,7 +125,8 @@ absl::StatusOr<SyncMode> ParseSyncMode(const std::string& text) {
   return absl::InvalidArgumentError(
       absl::StrCat("'", text,
                    "' must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-                   "gossip:ring|exp|random[:async], or allreduce[:ring|doubling|hier|auto]"));
+                   "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto] or "
+                   "fedavg"));
 }
 
 std::string SyncModeName(const SyncMode& mode) {
@@ -137,6 +142,8 @@ std::string SyncModeName(const SyncMode& mode) {
                           mode.asynchronous ? ":async" : "");
     case SyncKind::kAllReduce:
       return absl::StrCat("allreduce:", AllReduceAlgorithmName(mode.algorithm));
+    case SyncKind::kFedAvg:
+      return "fedavg";
   }
   return "unknown";
 }

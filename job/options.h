@@ -16,7 +16,8 @@
 namespace syncline {
 
 // "bsp" | "asp" | "ssp:S" (S a plain integer >= 0) | "gossip:ring|exp|random[:async]"
-// ("gossip-async:TOPOLOGY" is the same as "gossip:TOPOLOGY:async").
+// | "allreduce[:ALGORITHM]" | "fedavg" ("gossip-async:TOPOLOGY" is the same as
+// "gossip:TOPOLOGY:async").
 absl::StatusOr<SyncMode> ParseSyncMode(const std::string& text);
 std::string SyncModeName(const SyncMode& mode);
 

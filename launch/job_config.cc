@@ -31,9 +31,12 @@
 #include "absl/strings/string_view.h"
 #include "compression/codec.h"
 #include "embeddings/memory_budget.h"
+#include "job/federated.h"
 #include "job/job_spec.h"
 #include "job/options.h"
+#include "ps/robust_aggregate.h"
 #include "toml++/toml.h"
+#include "worker/partition.h"
 #include "worker/slowness.h"
 
 namespace syncline {
@@ -50,13 +53,14 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 44> kFields = {{
+const std::array<Field, 55> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes"},
     {"workers", &JobConfig::workers, "Number of worker processes"},
     {"sync", &JobConfig::sync,
      "Consistency model: bsp, asp, ssp:S (workers at most S steps ahead of the slowest), or "
      "serverless gossip:ring|exp|random (D-PSGD; :async for push-sum), or serverless "
-     "allreduce[:ring|doubling|hier|auto] (synchronous SGD, the same model as bsp)"},
+     "allreduce[:ring|doubling|hier|auto] (synchronous SGD, the same model as bsp), or fedavg "
+     "(federated averaging: workers are clients that train locally for a round; see --rounds)"},
     {"compress", &JobConfig::compress,
      "Gradient compression with error feedback: none, topk:R, sign1[:CHUNK] or fp16"},
     {"model", &JobConfig::model, "Model: logreg, softmax or ctr (DLRM-style; Criteo data)"},
@@ -121,6 +125,31 @@ const std::array<Field, 44> kFields = {{
      "Also checkpoint about every this many seconds (0: never)"},
     {"checkpoint-dir", &JobConfig::checkpoint_dir, "Checkpoint folder (default: OUT/checkpoints)"},
     {"checkpoint-keep", &JobConfig::checkpoint_keep, "Complete checkpoints to keep"},
+    {"partition", &JobConfig::partition,
+     "How training examples are split among workers: strided (i % workers), iid (seeded "
+     "shuffle), dirichlet:ALPHA (per label, Dirichlet(ALPHA) shares; small ALPHA: skewed) or "
+     "shards:K (K label-sorted shards per worker); histograms in OUT/label_histograms.tsv"},
+    {"aggregate", &JobConfig::aggregate,
+     "How servers combine a bsp clock's or fedavg round's updates: mean, median, "
+     "trimmed-mean:B, krum:F, multi-krum:F:M or bulyan:F (Byzantine-robust rules)"},
+    {"byzantine", &JobConfig::byzantine,
+     "Experiments: RANKS:ATTACK makes those workers send crafted updates; ATTACK is signflip, "
+     "gaussian:SIGMA, scale:K or labelflip (e.g. 1,2:signflip)"},
+    {"rounds", &JobConfig::rounds, "fedavg: communication rounds"},
+    {"participation", &JobConfig::participation,
+     "fedavg: fraction of the clients picked (seeded) for each round"},
+    {"local-epochs", &JobConfig::local_epochs,
+     "fedavg: epochs over its own examples a picked client trains per round"},
+    {"local-steps", &JobConfig::local_steps,
+     "fedavg: steps a picked client trains per round instead (0: use --local-epochs)"},
+    {"round-timeout", &JobConfig::round_timeout_s,
+     "fedavg: seconds the servers wait for a round's clients before aggregating without them"},
+    {"client-dropout", &JobConfig::client_dropout,
+     "fedavg experiments: probability that a picked client vanishes from a round (seeded)"},
+    {"prox-mu", &JobConfig::prox_mu,
+     "fedavg: FedProx proximal weight mu in the clients' local steps (0: plain FedAvg)"},
+    {"server-lr", &JobConfig::server_lr,
+     "fedavg: the servers' step on the averaged client update (1: the model becomes the average)"},
 }};
 
 const Field* FindField(absl::string_view name) {
@@ -369,7 +398,7 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   if (!sync.ok()) {
     std::string rule =
         "must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-        "gossip:ring|exp|random[:async] or allreduce[:ring|doubling|hier|auto]";
+        "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto] or fedavg";
     // A gossip or all-reduce mode's own error says which part is wrong.
     if (c.sync.starts_with("gossip"))
       rule = std::string(ParseGossipMode(c.sync).status().message());
@@ -384,6 +413,23 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
     return InvalidFlag("read-ahead", absl::StrCat("'", c.read_ahead, "'"), "must be on or off");
   }
   s.training.read_ahead = c.read_ahead == "on";
+  absl::StatusOr<PartitionSpec> partition = ParsePartition(c.partition);
+  if (!partition.ok()) return InvalidFlag("partition", c.partition, partition.status().message());
+  s.data.partition = *partition;
+  absl::StatusOr<AggregateRule> aggregate = ParseAggregateRule(c.aggregate);
+  if (!aggregate.ok()) return InvalidFlag("aggregate", c.aggregate, aggregate.status().message());
+  s.aggregate = *aggregate;
+  absl::StatusOr<JobSpec::Byzantine> byzantine = ParseByzantine(c.byzantine);
+  if (!byzantine.ok()) return InvalidFlag("byzantine", c.byzantine, byzantine.status().message());
+  s.byzantine = *byzantine;
+  s.federated = JobSpec::Federated{.rounds = c.rounds,
+                                   .participation = c.participation,
+                                   .local_epochs = c.local_epochs,
+                                   .local_steps = c.local_steps,
+                                   .round_timeout_s = c.round_timeout_s,
+                                   .client_dropout = c.client_dropout,
+                                   .prox_mu = c.prox_mu,
+                                   .server_lr = c.server_lr};
   for (const auto& [flag, text, out] :
        {std::tuple{"max-reply", &c.max_reply, &s.limits.reply_bytes},
         std::tuple{"max-parked", &c.max_parked, &s.limits.parked_bytes_per_worker},
@@ -454,6 +500,9 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   s.embedding.dir = (out / "embeddings").string();
   s.checkpoint.dir = c.checkpoint_dir.empty() ? (out / "checkpoints").string() : c.checkpoint_dir;
   if (!c.test.empty()) s.data.params_out = (out / "params.tsv").string();
+  if (s.data.partition.kind != PartitionKind::kStrided) {
+    s.data.histograms_out = (out / "label_histograms.tsv").string();
+  }
 
   if (absl::Status status = ValidateJobSpec(s); !status.ok()) return status;
 

@@ -130,6 +130,22 @@ struct JobConfig {
   std::string checkpoint_dir;
   // [--checkpoint-keep] Complete checkpoints to keep (older ones are deleted). Default 3.
   int checkpoint_keep = 3;
+  // [--partition] strided, iid, dirichlet:ALPHA or shards:K (by label). Default strided.
+  std::string partition = "strided";
+  // [--aggregate] mean, median, trimmed-mean:B, krum:F, multi-krum:F:M or bulyan:F. Default mean.
+  std::string aggregate = "mean";
+  // [--byzantine] RANKS:ATTACK, e.g. 1,2:signflip. Default none.
+  std::string byzantine = "none";
+  // --sync fedavg: [--rounds], [--participation], [--local-epochs], [--local-steps],
+  // [--round-timeout], [--client-dropout], [--prox-mu], [--server-lr] (JobSpec::Federated).
+  int rounds = 30;
+  double participation = 1;
+  int local_epochs = 1;
+  int local_steps = 0;
+  double round_timeout_s = 60;
+  double client_dropout = 0;
+  double prox_mu = 0;
+  double server_lr = 1;
   // [--config FILE, or a positional argument ending in .toml] The TOML job file the values above
   // were read from; empty when there was none. Not a key of the job file itself.
   std::string job_file;

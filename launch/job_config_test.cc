@@ -335,19 +335,19 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"workers", [](JobConfig& c) { c.workers = -1; }, "--workers=-1: must be >= 1"},
         ValidateCase{"sync_name", [](JobConfig& c) { c.sync = "bulk"; },
                      "--sync='bulk': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-                     "gossip:ring|exp|random[:async] or allreduce[:ring|doubling|hier|auto]"},
+                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto] or fedavg"},
         ValidateCase{"sync_allreduce", [](JobConfig& c) { c.sync = "allreduce:tree"; },
                      "--sync='allreduce:tree': unknown all-reduce algorithm 'tree' in "
                      "'allreduce:tree' (want ring, doubling, hier or auto)"},
         ValidateCase{"sync_negative", [](JobConfig& c) { c.sync = "ssp:-1"; },
                      "--sync='ssp:-1': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-                     "gossip:ring|exp|random[:async] or allreduce[:ring|doubling|hier|auto]"},
+                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto] or fedavg"},
         ValidateCase{"sync_empty", [](JobConfig& c) { c.sync = "ssp:"; },
                      "--sync='ssp:': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-                     "gossip:ring|exp|random[:async] or allreduce[:ring|doubling|hier|auto]"},
+                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto] or fedavg"},
         ValidateCase{"sync_text", [](JobConfig& c) { c.sync = "ssp:x"; },
                      "--sync='ssp:x': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-                     "gossip:ring|exp|random[:async] or allreduce[:ring|doubling|hier|auto]"},
+                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto] or fedavg"},
         ValidateCase{"max_reply", [](JobConfig& c) { c.max_reply = "100rows"; },
                      "--max-reply=100rows: must be a size in bytes, e.g. 512MiB or 2GiB"},
         ValidateCase{"max_parked_small", [](JobConfig& c) { c.max_parked = "4KiB"; },

@@ -171,6 +171,14 @@ void RunReport::OnServerStats(int server, wire::ServerStats::Reader s) {
   if (staleness_.size() < hist.size()) staleness_.resize(hist.size(), 0);
   for (size_t i = 0; i < hist.size(); ++i) staleness_[i] += hist[i];
   checkpoint_pause_s_ = std::max(checkpoint_pause_s_, s.getCheckpointPauseSeconds());
+  if (s.getRounds() > 0 && (s.getRoundsShort() > rounds_.short_rounds || rounds_.rounds == 0)) {
+    rounds_.rounds = s.getRounds();
+    rounds_.short_rounds = s.getRoundsShort();
+    rounds_.clients_missing = s.getClientsMissing();
+    rounds_.updates_late = s.getUpdatesLate();
+    rounds_.which.clear();
+    for (int64_t r : s.getShortRounds()) rounds_.which.push_back(r);
+  }
   if (s.hasEmbedding()) {
     auto e = s.getEmbedding();
     embedding_.tables += e.getTables();
@@ -403,6 +411,13 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
     j << "  \"checkpoints_written\": " << checkpoints_->checkpoints_written() << ",\n";
     j << "  \"last_checkpoint_clock\": " << (last >= 0 ? std::to_string(last) : "null") << ",\n";
     j << "  \"checkpoint_pause_seconds\": " << JsonNumber(checkpoint_pause_s_) << ",\n";
+  }
+  if (rounds_.rounds > 0) {
+    j << "  \"rounds\": {\"closed\": " << rounds_.rounds << ", \"short\": " << rounds_.short_rounds
+      << ", \"clients_missing\": " << rounds_.clients_missing
+      << ", \"updates_late\": " << rounds_.updates_late << ", \"short_rounds\": [";
+    for (size_t i = 0; i < rounds_.which.size(); ++i) j << (i ? ", " : "") << rounds_.which[i];
+    j << "]},\n";
   }
   j << "  \"nodes_down\": [";
   for (size_t i = 0; i < down_.size(); ++i) j << (i ? ", " : "") << JsonString(down_[i]);

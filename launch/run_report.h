@@ -134,6 +134,12 @@ class RunReport : public CoordinatorObserver {
   CheckpointTracker* checkpoints_ = nullptr;
   int64_t resumed_from_ = -1;
   double checkpoint_pause_s_ ABSL_GUARDED_BY(mu_) = 0;  // the longest over servers
+  // Federated rounds, as the server that saw the most short rounds counted them.
+  struct Rounds {
+    uint64_t rounds = 0, short_rounds = 0, clients_missing = 0, updates_late = 0;
+    std::vector<int64_t> which;
+  };
+  Rounds rounds_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> down_ ABSL_GUARDED_BY(mu_);
   bool progress_shown_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_log_line_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

@@ -11,12 +11,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "compression/codec.h"
 #include "compression/wire.h"
 #include "core/log.h"
 #include "core/node_table.h"
 #include "core/sharding.h"
+#include "job/federated.h"
 #include "optim/optimizer.h"
+#include "ps/robust_aggregate.h"
 
 namespace syncline {
 namespace {
@@ -154,8 +157,12 @@ absl::Status ParameterServer::ServeUntil(absl::Time deadline) {
   constexpr absl::Duration kBacklogRetry = absl::Milliseconds(1);
   while (true) {
     if (!backlogs_.empty()) FlushBacklogs();
-    const absl::Time wait_until =
+    if (options_.federated && absl::Now() >= round_deadline_) {
+      if (auto s = AdvanceRounds(); !s.ok()) SYNCLINE_LOG(ERROR) << s;
+    }
+    absl::Time wait_until =
         backlogs_.empty() ? deadline : std::min(deadline, absl::Now() + kBacklogRetry);
+    if (options_.federated) wait_until = std::min(wait_until, round_deadline_);
     auto message = endpoint_->Receive(wait_until);
     if (!message.ok()) {
       if (!absl::IsDeadlineExceeded(message.status())) return message.status();
@@ -269,6 +276,8 @@ absl::Status ParameterServer::HandleRequest(Message& message) {
     return absl::PermissionDeniedError(
         absl::StrFormat("sender id '%s' does not match worker rank %d", message.peer(), worker));
   }
+  // Round 0's time starts with the job's first request: the clients have all started by then.
+  if (options_.federated && !round_started_) OpenRound(clocks_.MinClock());
   switch (h.getType()) {
     case wire::MsgType::DECLARE_TABLE:
       return DeclareTable(message);
@@ -292,7 +301,7 @@ absl::Status ParameterServer::HandleRequest(Message& message) {
       return AdvanceClock(worker, h.getClock(), h.getWeight());
     case wire::MsgType::FINISH: {
       if (auto s = clocks_.Finish(worker); !s.ok()) return s;
-      if (auto s = OnMinClockChanged(); !s.ok()) return s;
+      if (auto s = options_.federated ? AdvanceRounds() : OnMinClockChanged(); !s.ok()) return s;
       MessageBuilder b(wire::MsgType::REPLY);
       b.header().setRequestId(h.getRequestId());
       Reply(message.peer(), b.Finish());
@@ -470,6 +479,7 @@ absl::Status ParameterServer::Push(Message& message, ShardTable& table, bool* ac
                         values->size(), h.getValueCount(), expected_values));
   }
   if (auto s = CheckFinite(*values, c.id, h.getRank()); !s.ok()) return s;
+  if (LateForRound(h.getRank(), h.getClock())) return absl::OkStatus();
   if (gate_.synchronous()) {
     if (auto s = CheckPushClock(h); !s.ok()) return s;
     const int64_t clock = h.getClock();
@@ -515,6 +525,7 @@ absl::Status ParameterServer::PushTopK(Message& message, ShardTable& table, KeyR
     rows[(keys.size() - 1) * c.dim + index % c.dim] = view->value(i);
   }
   if (auto s = CheckFinite(rows, c.id, h.getRank()); !s.ok()) return s;
+  if (LateForRound(h.getRank(), h.getClock())) return absl::OkStatus();
   if (gate_.synchronous()) {
     if (auto s = CheckPushClock(h); !s.ok()) return s;
     table.Accumulate(h.getClock(), h.getRank(), keys, rows.data());
@@ -628,8 +639,24 @@ absl::Status ParameterServer::AnswerPull(const std::string& peer, Message& reque
   return absl::OkStatus();
 }
 
+bool ParameterServer::LateForRound(int worker, int64_t clock) const {
+  if (!options_.federated || clock >= clocks_.clock(worker) || !clocks_.active(worker)) {
+    return false;
+  }
+  return true;
+}
+
 absl::Status ParameterServer::AdvanceClock(int worker, int64_t clock, float weight) {
   const int64_t before = clocks_.clock(worker);
+  // The round closed without this client; its clock was moved on then.
+  if (options_.federated && clocks_.active(worker) && clock <= before) {
+    ++stats_.updates_late;
+    SYNCLINE_LOG(WARNING) << absl::StrFormat(
+        "w%d finished round %d after the round had closed (--round-timeout %s): its update is "
+        "dropped",
+        worker, clock - 1, absl::FormatDuration(options_.federated->round_timeout));
+    return absl::OkStatus();
+  }
   // A worker's clock goes up one at a time: a jump would make the server walk every clock in
   // between (a CLOCK of 2^62 would hang it) and key per-clock state by the sender's whim.
   if (worker >= 0 && worker < clocks_.num_workers() && clocks_.active(worker) &&
@@ -639,7 +666,57 @@ absl::Status ParameterServer::AdvanceClock(int worker, int64_t clock, float weig
         clock, before));
   }
   if (auto s = clocks_.Advance(worker, clock); !s.ok()) return s;
-  if (clock > before && std::isfinite(weight) && weight > 0) clock_weight_[clock - 1] += weight;
+  if (clock > before && std::isfinite(weight) && weight > 0) {
+    clock_weight_[clock - 1] += weight;
+    if (options_.aggregate.robust()) worker_weight_[clock - 1][worker] += weight;
+  }
+  return options_.federated ? AdvanceRounds() : OnMinClockChanged();
+}
+
+void ParameterServer::OpenRound(int64_t round) {
+  round_started_ = true;
+  round_ = round;
+  round_clients_ = PickClients(options_.federated->seed, round, options_.num_workers,
+                               options_.federated->participation);
+  round_deadline_ = absl::Now() + options_.federated->round_timeout;
+}
+
+absl::Status ParameterServer::AdvanceRounds() {
+  if (!round_started_) OpenRound(clocks_.MinClock());
+  // Bounded: each pass closes one round, and a round with no active client closes at once only
+  // while some worker is still active (all finished: min clock is kAllFinished).
+  for (int passes = 0; passes <= options_.num_workers + 1; ++passes) {
+    if (clocks_.MinClock() == kAllFinished) break;
+    std::vector<int> missing;
+    for (int c : round_clients_) {
+      if (clocks_.active(c) && clocks_.clock(c) <= round_) missing.push_back(c);
+    }
+    const bool timed_out = absl::Now() >= round_deadline_;
+    if (!missing.empty() && !timed_out) break;
+    ++stats_.rounds;
+    if (!missing.empty()) {
+      ++stats_.rounds_short;
+      if (stats_.short_rounds.size() < kMaxShortRounds) stats_.short_rounds.push_back(round_);
+      stats_.clients_missing += missing.size();
+      std::vector<std::string> names;
+      for (int c : missing) names.push_back(absl::StrCat("w", c));
+      SYNCLINE_LOG(WARNING) << absl::StrFormat(
+          "round %d closed at the %s timeout without %s (%d of %d picked clients missing)", round_,
+          absl::FormatDuration(options_.federated->round_timeout), absl::StrJoin(names, ", "),
+          missing.size(), round_clients_.size());
+    }
+    // What a missing client pushed before its time ran out has no weight in the round: it goes.
+    for (int c : missing) {
+      for (auto& [id, table] : tables_) table->DropContributions(round_, c);
+    }
+    // The clients not picked, and those that did not answer, leave the round with it.
+    for (int w = 0; w < options_.num_workers; ++w) {
+      if (clocks_.active(w) && clocks_.clock(w) <= round_) {
+        if (auto s = clocks_.Advance(w, round_ + 1); !s.ok()) return s;
+      }
+    }
+    OpenRound(round_ + 1);
+  }
   return OnMinClockChanged();
 }
 
@@ -658,7 +735,9 @@ ParameterServer::EmbeddingTotals ParameterServer::embedding_totals() const {
 void ParameterServer::RemoveWorker(int worker) {
   if (worker < 0 || worker >= clocks_.num_workers() || !clocks_.active(worker)) return;
   (void)clocks_.Finish(worker);
-  if (auto s = OnMinClockChanged(); !s.ok()) SYNCLINE_LOG(ERROR) << s;
+  if (auto s = options_.federated ? AdvanceRounds() : OnMinClockChanged(); !s.ok()) {
+    SYNCLINE_LOG(ERROR) << s;
+  }
 }
 
 absl::Status ParameterServer::OnMinClockChanged() {
@@ -670,11 +749,31 @@ absl::Status ParameterServer::OnMinClockChanged() {
       return it == clock_weight_.end() || it->second <= 0 ? 0.0f
                                                           : static_cast<float>(1.0 / it->second);
     };
-    for (auto& [id, table] : tables_) {
-      if (auto s = table->ApplyAggregates(min_clock, scale_of); !s.ok() && result.ok()) result = s;
+    if (options_.aggregate.robust()) {
+      auto examples_of = [this](int64_t clock, int worker) {
+        auto c = worker_weight_.find(clock);
+        if (c == worker_weight_.end()) return 0.0;
+        auto w = c->second.find(worker);
+        return w == c->second.end() ? 0.0 : w->second;
+      };
+      for (auto& [id, table] : tables_) {
+        auto applied = table->ApplyRobustAggregates(min_clock, options_.aggregate, examples_of);
+        if (!applied.ok()) {
+          if (result.ok()) result = applied.status();
+          continue;
+        }
+        stats_.aggregates_skipped += *applied;
+      }
+    } else {
+      for (auto& [id, table] : tables_) {
+        if (auto s = table->ApplyAggregates(min_clock, scale_of); !s.ok() && result.ok()) {
+          result = s;
+        }
+      }
     }
   }
   clock_weight_.erase(clock_weight_.begin(), clock_weight_.lower_bound(min_clock));
+  worker_weight_.erase(worker_weight_.begin(), worker_weight_.lower_bound(min_clock));
   // One store step per clock every worker finished (at most a bounded catch-up per call: the
   // min clock only moves by the clocks workers report).
   if (min_clock != kAllFinished) {

@@ -36,6 +36,7 @@
 #include "ps/server_checkpoint.h"
 #include "ps/shard_table.h"
 #include "ps/update_pool.h"
+#include "syncline/options.h"
 
 namespace syncline {
 
@@ -79,7 +80,24 @@ struct ServerOptions {
   // Threads that share a large dense update (the server's own counts): more than 1 only on
   // machines with cores to spare beside the network's; see ps/update_pool.h.
   int update_threads = 1;
+  // How a synchronous clock's updates are combined (staleness 0 only): the weighted mean, or a
+  // Byzantine-robust rule over the workers' per-example updates (ps/robust_aggregate.h).
+  AggregateRule aggregate;
+  // Federated rounds (--sync fedavg, staleness 0): clock r is round r. Each round waits only
+  // for the clients PickClients(seed, r, ...) names, and at most `round_timeout` from its
+  // start (the first request, for round 0; the previous round's close after that); then the
+  // round closes: the clients that did not answer are named in the log, every worker's clock
+  // moves to r + 1 and the round's updates are applied. An update or clock for a closed round
+  // is acknowledged, counted and dropped.
+  struct Federated {
+    double participation = 1;
+    absl::Duration round_timeout = absl::Seconds(60);
+    uint64_t seed = 1;
+  };
+  std::optional<Federated> federated;
 };
+
+inline constexpr size_t kMaxShortRounds = 1000;
 
 struct ServerStats {
   uint64_t requests = 0;
@@ -90,6 +108,15 @@ struct ServerStats {
   uint64_t replies_dropped = 0;     // replies dropped with a backlog past its limit
   absl::Duration checkpoint_pause;  // time the server spent capturing and waiting for writes
   StalenessHistogram staleness;
+  // Federated rounds.
+  uint64_t rounds = 0;                // closed
+  uint64_t rounds_short = 0;          // closed at the timeout without every picked client
+  uint64_t clients_missing = 0;       // picked clients absent from their rounds, summed
+  uint64_t updates_late = 0;          // pushes that came after their round had closed
+  std::vector<int64_t> short_rounds;  // the first kMaxShortRounds of them
+  // Robust aggregation: rows (sparse) or clocks (dense) left unchanged because fewer updates
+  // than the rule needs had them.
+  uint64_t aggregates_skipped = 0;
 };
 
 class ParameterServer {
@@ -156,6 +183,12 @@ class ParameterServer {
   absl::Status AnswerPull(const std::string& peer, Message& request, ShardTable& table);
   absl::Status AdvanceClock(int worker, int64_t clock, float weight);
   absl::Status OnMinClockChanged();
+  // Federated: whether a push or clock of `worker` is for a round that has closed already.
+  bool LateForRound(int worker, int64_t clock) const;
+  // Federated: closes the open rounds that have all their clients' updates, or whose time is
+  // up, then applies what the min clock allows. Called after every clock change and timeout.
+  absl::Status AdvanceRounds();
+  void OpenRound(int64_t round);
   absl::StatusOr<ShardTable*> FindTable(uint32_t id);
   absl::StatusOr<std::unique_ptr<ShardTable>> MakeTable(const TableConfig& config,
                                                         const std::string& restore_from);
@@ -174,8 +207,15 @@ class ParameterServer {
   std::vector<std::string> worker_ids_;      // "w<rank>", the routing id each worker must use
   std::unique_ptr<UpdatePool> update_pool_;  // null with one update thread; tables point to it
   absl::flat_hash_map<uint32_t, std::unique_ptr<ShardTable>> tables_;
-  // Examples each clock covered, summed over workers (BSP scaling).
+  // Examples each clock covered, summed over workers (BSP scaling), and per worker (robust
+  // aggregation normalises each worker's update by its own examples).
   std::map<int64_t, double> clock_weight_;
+  std::map<int64_t, std::map<int, double>> worker_weight_;
+  // Federated: the open round, the clients it waits for, and when it closes regardless.
+  int64_t round_ = 0;
+  std::vector<int> round_clients_;
+  absl::Time round_deadline_ = absl::InfiniteFuture();
+  bool round_started_ = false;
   // The min clock the tables' stores have been stepped to.
   int64_t stepped_clock_ = 0;
   // Parked pulls keyed by the min clock they need, so release is in clock order.

@@ -23,6 +23,13 @@ Message StatsMessage(wire::MsgType type, int rank, const ParameterServer& server
   stats.setParkedPulls(server.stats().parked);
   stats.setCheckpoints(server.stats().checkpoints);
   stats.setCheckpointPauseSeconds(absl::ToDoubleSeconds(server.stats().checkpoint_pause));
+  stats.setRounds(server.stats().rounds);
+  stats.setRoundsShort(server.stats().rounds_short);
+  stats.setClientsMissing(server.stats().clients_missing);
+  stats.setUpdatesLate(server.stats().updates_late);
+  const auto& short_rounds = server.stats().short_rounds;
+  auto rounds = stats.initShortRounds(short_rounds.size());
+  for (size_t i = 0; i < short_rounds.size(); ++i) rounds.set(i, short_rounds[i]);
   const auto& counts = server.stats().staleness.counts();
   auto hist = stats.initStalenessHistogram(counts.size());
   for (size_t i = 0; i < counts.size(); ++i) hist.set(i, counts[i]);
@@ -67,6 +74,13 @@ ServerOptions ShardOptions(const JobSpec& spec, const NodeTable& table, int rank
   options.max_reply_bytes = spec.limits.reply_bytes;
   options.max_parked_bytes_per_peer = spec.limits.parked_bytes_per_worker;
   options.max_reply_backlog_bytes = spec.limits.reply_backlog_bytes;
+  options.aggregate = spec.aggregate;
+  if (spec.sync.fedavg()) {
+    options.federated =
+        ServerOptions::Federated{.participation = spec.federated.participation,
+                                 .round_timeout = absl::Seconds(spec.federated.round_timeout_s),
+                                 .seed = spec.seed};
+  }
   return options;
 }
 

@@ -8,6 +8,7 @@
 #include "core/tsan.h"
 #include "embeddings/row_codec.h"
 #include "optim/optimizer.h"
+#include "ps/robust_aggregate.h"
 
 namespace syncline {
 
@@ -392,6 +393,113 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
     }
   }
   return Apply(keys, sum.data(), scale);
+}
+
+void ShardTable::DropContributions(int64_t clock, int worker) {
+  auto it = aggregates_.find(clock);
+  if (it != aggregates_.end()) it->second.erase(worker);
+}
+
+absl::StatusOr<uint64_t> ShardTable::ApplyRobustAggregates(
+    int64_t min_clock, const AggregateRule& rule,
+    const std::function<double(int64_t clock, int worker)>& examples_of) {
+  uint64_t skipped = 0;
+  while (!aggregates_.empty() && aggregates_.begin()->first < min_clock) {
+    auto node = aggregates_.extract(aggregates_.begin());
+    auto applied = ApplyRobustAggregate(node.key(), node.mapped(), rule, examples_of);
+    if (!applied.ok()) return applied.status();
+    skipped += *applied;
+  }
+  return skipped;
+}
+
+absl::StatusOr<uint64_t> ShardTable::ApplyRobustAggregate(
+    int64_t clock, Aggregate& aggregate, const AggregateRule& rule,
+    const std::function<double(int64_t clock, int worker)>& examples_of) {
+  const uint32_t dim = config_.dim;
+  // Each worker's update per example; a worker that reported no examples has none.
+  std::vector<int> workers;
+  std::vector<float> inverse;
+  for (const auto& [worker, contributions] : aggregate) {
+    const double examples = examples_of(clock, worker);
+    if (examples > 0 && !contributions.empty()) {
+      workers.push_back(worker);
+      inverse.push_back(static_cast<float>(1.0 / examples));
+    }
+  }
+  if (workers.empty()) return 0;
+  if (config_.dense) {
+    const size_t floats = range_.size() * dim;
+    if (!CheckAggregateRule(rule, static_cast<int>(workers.size())).ok()) return 1;
+    std::vector<std::vector<float>> updates(workers.size(), std::vector<float>(floats, 0.0f));
+    for (size_t u = 0; u < workers.size(); ++u) {
+      float* const out = updates[u].data();
+      for (const Contribution& c : aggregate[workers[u]]) {
+        if (!c.keys.empty()) {
+          for (size_t i = 0; i < c.keys.size(); ++i) {
+            float* dst = out + (c.keys[i] - range_.begin) * dim;
+            for (uint32_t j = 0; j < dim; ++j) dst[j] += c.values[i * dim + j];
+          }
+          continue;
+        }
+        float* dst = out + (c.range.begin - range_.begin) * dim;
+        for (size_t i = 0; i < c.values.size(); ++i) dst[i] += c.values[i];
+      }
+      for (size_t i = 0; i < floats; ++i) out[i] *= inverse[u];
+    }
+    std::vector<std::span<const float>> spans(updates.begin(), updates.end());
+    const std::vector<float> weights(workers.size(), 1.0f);
+    std::vector<float> combined(floats);
+    if (auto s = syncline::Aggregate(rule, spans, weights, combined); !s.ok()) return s;
+    ApplyRange(range_, combined.data(), 1.0f);
+    return 0;
+  }
+  // Sparse: per key, the rows of the updates that hold it (in worker-rank order).
+  absl::flat_hash_map<uint64_t, uint32_t> index;
+  std::vector<uint64_t> keys;
+  std::vector<std::vector<std::vector<float>>> rows_of;  // [key][update][dim]
+  for (size_t u = 0; u < workers.size(); ++u) {
+    // A worker's own rows of this clock, summed over its pushes.
+    absl::flat_hash_map<uint64_t, uint32_t> mine;
+    for (const Contribution& c : aggregate[workers[u]]) {
+      for (size_t i = 0; i < c.keys.size(); ++i) {
+        auto [it, inserted] = index.try_emplace(c.keys[i], static_cast<uint32_t>(keys.size()));
+        if (inserted) {
+          keys.push_back(c.keys[i]);
+          rows_of.emplace_back();
+        }
+        auto& held = rows_of[it->second];
+        auto [m, first_time] = mine.try_emplace(c.keys[i], static_cast<uint32_t>(held.size()));
+        if (first_time) held.emplace_back(dim, 0.0f);
+        float* dst = held[m->second].data();
+        for (uint32_t j = 0; j < dim; ++j) dst[j] += c.values[i * dim + j] * inverse[u];
+      }
+    }
+  }
+  uint64_t skipped = 0;
+  std::vector<uint64_t> applied_keys;
+  std::vector<float> combined;
+  std::vector<float> row(dim);
+  const std::vector<float> weights(workers.size(), 1.0f);
+  for (size_t k = 0; k < keys.size(); ++k) {
+    const auto& held = rows_of[k];
+    if (!CheckAggregateRule(rule, static_cast<int>(held.size())).ok()) {
+      ++skipped;
+      continue;
+    }
+    std::vector<std::span<const float>> spans(held.begin(), held.end());
+    if (auto s = syncline::Aggregate(rule, spans,
+                                     std::span<const float>(weights).first(held.size()), row);
+        !s.ok()) {
+      return s;
+    }
+    applied_keys.push_back(keys[k]);
+    combined.insert(combined.end(), row.begin(), row.end());
+  }
+  if (!applied_keys.empty()) {
+    if (auto s = Apply(applied_keys, combined.data(), 1.0f); !s.ok()) return s;
+  }
+  return skipped;
 }
 
 }  // namespace syncline

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -36,6 +37,7 @@
 #include "core/table_config.h"
 #include "embeddings/embedding_store.h"
 #include "ps/update_pool.h"
+#include "syncline/options.h"
 
 namespace syncline {
 
@@ -132,6 +134,16 @@ class ShardTable {
     return absl::OkStatus();
   }
   size_t pending_aggregates() const { return aggregates_.size(); }
+  // The same with a Byzantine-robust rule (ps/robust_aggregate.h): each worker's update is its
+  // contributions divided by examples_of(clock, worker), the rule combines them, per key over
+  // the updates holding that key for a sparse table, and the result is applied with scale 1.
+  // Keys (sparse) or clocks (dense) with fewer updates than the rule needs are left unchanged;
+  // returns how many.
+  absl::StatusOr<uint64_t> ApplyRobustAggregates(
+      int64_t min_clock, const AggregateRule& rule,
+      const std::function<double(int64_t clock, int worker)>& examples_of);
+  // Forgets what `worker` pushed for `clock` (a federated round closed without it).
+  void DropContributions(int64_t clock, int worker);
 
  private:
   // One push kept for a BSP clock: sparse keys, or a dense range, and its gradient sum.
@@ -144,6 +156,9 @@ class ShardTable {
   using Aggregate = std::map<int, std::vector<Contribution>>;
 
   ShardTable(const TableConfig& config, int shard, int num_shards, size_t dense_block_bytes);
+  absl::StatusOr<uint64_t> ApplyRobustAggregate(
+      int64_t clock, Aggregate& aggregate, const AggregateRule& rule,
+      const std::function<double(int64_t clock, int worker)>& examples_of);
   absl::StatusOr<uint32_t> RowOf(uint64_t key);
   // Dense: calls f(block, offset in block, offset in shard, floats) for each part of the
   // `n` weights at shard offset `offset`, block by block.

@@ -77,7 +77,8 @@ absl::StatusOr<TrainResult> Trainer::Run(
 absl::StatusOr<TrainResult> Trainer::Run(
     ExampleSource& source, const std::function<void(const TrainProgress&)>& on_progress) {
   const int64_t per_epoch = StepsPerEpoch(source.size(), options_.batch_size);
-  const int64_t total = per_epoch * options_.epochs;
+  int64_t total = per_epoch * options_.epochs;
+  if (options_.stop_step > 0) total = std::min(total, options_.stop_step);
   // Two sets of buffers, alternating by iteration: what was pushed in iteration t may still be
   // on the wire while iteration t+1 fills the other set (see SyncBackend::Update).
   struct Buffers {

@@ -31,6 +31,8 @@ struct TrainerOptions {
   // Resume: the iterations already done (from a checkpoint). The run starts at this clock, at
   // the batch where an uninterrupted run would be (nothing is left when it is past the end).
   int64_t start_step = 0;
+  // Stop after this step (0: after `epochs` epochs), e.g. a federated client's local steps.
+  int64_t stop_step = 0;
   // Checkpoints: on_checkpoint(clock) runs after every iteration that ends a multiple of
   // checkpoint_every clocks (0: never) or for which checkpoint_requested(clock) (may be empty)
   // says yes; an error stops training.

@@ -9,13 +9,17 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_requests.h"
 #include "core/log.h"
+#include "job/federated.h"
 #include "job/job_spec.h"
 #include "job/options.h"
+#include "worker/attack.h"
 #include "worker/criteo.h"
 #include "worker/dataset.h"
+#include "worker/federated_client.h"
 #include "worker/kv_client.h"
 #include "worker/metrics.h"
 #include "worker/model.h"
+#include "worker/partition.h"
 #include "worker/prefetching_source.h"
 #include "worker/ps_backend.h"
 #include "worker/slowness.h"
@@ -91,9 +95,39 @@ absl::StatusOr<std::unique_ptr<WorkerData>> ReadWorkerData(const JobSpec& spec, 
     d.source = std::make_unique<PrefetchingSource>(std::move(d.train_stream));
     return data;
   }
+  const PartitionSpec& partition = spec.data.partition;
+  if (partition.kind != PartitionKind::kStrided) {
+    // By label: every worker reads the whole file and takes its part of the same split.
+    o.partition = 0;
+    o.num_partitions = 1;
+  }
   auto train = ReadDataset(spec.data.train, o);
   if (!train.ok()) return train.status();
   d.train = std::move(*train);
+  if (partition.kind != PartitionKind::kStrided) {
+    auto parts =
+        PartitionByLabel(d.train.labels, spec.model.classes, spec.workers, partition, spec.seed);
+    if (!parts.ok()) return parts.status();
+    if (rank == 0 && !spec.data.histograms_out.empty()) {
+      const std::string tsv =
+          LabelHistogramsTsv(LabelHistograms(d.train.labels, spec.model.classes, *parts));
+      std::ofstream out(spec.data.histograms_out, std::ios::trunc);
+      out << tsv;
+      if (!out) {
+        return absl::PermissionDeniedError(
+            absl::StrFormat("cannot write %s", spec.data.histograms_out));
+      }
+      SYNCLINE_LOG(INFO) << "label histograms (--partition " << PartitionName(partition)
+                         << ", seed " << spec.seed << ") in " << spec.data.histograms_out;
+    }
+    Dataset mine = SelectExamples(d.train, (*parts)[rank]);
+    d.train = std::move(mine);
+  }
+  if (IsByzantine(spec.byzantine, rank) && spec.byzantine.attack.kind == AttackKind::kLabelFlip) {
+    FlipLabels(d.train, spec.model.classes);
+    SYNCLINE_LOG(WARNING) << "byzantine worker: training on flipped labels (--byzantine "
+                          << ByzantineName(spec.byzantine) << ")";
+  }
   if (!spec.data.test.empty()) {
     ReadOptions t = o;
     t.partition = 0;
@@ -221,6 +255,17 @@ NodeExit WorkerNode::Run() {
     backend = std::make_unique<PsBackend>(&client, absl::Seconds(spec.timeouts.request_s),
                                           spec.training.codec);
   }
+  // A federated client corrupts its round's delta itself; other workers' gradients are
+  // corrupted on their way to the backend.
+  const bool attacker = IsByzantine(spec.byzantine, rank);
+  if (attacker) {
+    SYNCLINE_LOG(WARNING) << "byzantine worker: sends crafted updates (--byzantine "
+                          << ByzantineName(spec.byzantine) << ", seed " << spec.seed << ")";
+  }
+  if (attacker && !spec.sync.fedavg() && spec.byzantine.attack.kind != AttackKind::kLabelFlip) {
+    backend = std::make_unique<AttackingBackend>(std::move(backend), spec.byzantine.attack,
+                                                 spec.seed, rank);
+  }
 
   control->ReportReady();
   if (auto s = control->WaitForStart(absl::Now() + options_.startup_timeout); !s.ok()) {
@@ -241,6 +286,16 @@ NodeExit WorkerNode::Run() {
   layout.optimizer.learning_rate = static_cast<float>(spec.training.learning_rate);
   layout.optimizer.l2 = static_cast<float>(spec.training.l2);
   layout.seed = spec.seed;
+  // Federated clients train locally with the job's optimizer; the servers hold the whole model
+  // as dense tables and step on the averaged update with SGD at --server-lr.
+  const OptimizerConfig local_optimizer = layout.optimizer;
+  if (spec.sync.fedavg()) {
+    layout.dense_rows = true;
+    layout.optimizer = OptimizerConfig{};
+    layout.optimizer.kind = OptimizerKind::kSgd;
+    layout.optimizer.learning_rate = static_cast<float>(spec.federated.server_lr);
+    layout.optimizer.l2 = 0;
+  }
   if (auto s = backend->Init(layout); !s.ok()) return fail(s);
 
   TrainerOptions trainer_options;
@@ -287,8 +342,7 @@ NodeExit WorkerNode::Run() {
   };
   trainer_options.on_step = [control](int64_t clock) { control->SetClock(clock); };
   control->SetClock(trainer_options.start_step);
-  Trainer trainer(**model, *backend, trainer_options);
-  auto result = trainer.Run(*(*data)->source, [control](const TrainProgress& p) {
+  auto report = [control](const TrainProgress& p) {
     control->ReportProgress(ProgressReport{.clock = p.clock,
                                            .epoch = p.epoch,
                                            .train_loss = p.train_loss,
@@ -296,7 +350,35 @@ NodeExit WorkerNode::Run() {
                                            .total_steps = p.total_steps,
                                            .staleness = p.staleness,
                                            .consensus = p.consensus});
-  });
+  };
+  absl::StatusOr<TrainResult> result;
+  if (spec.sync.fedavg()) {
+    FederatedClientOptions f;
+    f.federated = spec.federated;
+    f.rank = rank;
+    f.workers = spec.workers;
+    f.seed = spec.seed;
+    f.batch_size = spec.training.batch_size;
+    f.local_optimizer = local_optimizer;
+    if (attacker) f.attack = spec.byzantine.attack;
+    f.slowness = slowness;
+    FederatedClient client_loop(**model, *backend, layout, f);
+    auto rounds = client_loop.Run(*(*data)->source, [&](const TrainProgress& p) {
+      control->SetClock(p.clock);
+      report(p);
+    });
+    if (!rounds.ok()) return fail(rounds.status());
+    SYNCLINE_LOG(INFO) << absl::StrFormat(
+        "federated: trained in %d rounds, not picked for %d, dropped out of %d", rounds->rounds,
+        rounds->skipped, rounds->dropped);
+    result = TrainResult{.steps = rounds->steps,
+                         .examples = rounds->examples,
+                         .last_loss = rounds->last_loss,
+                         .times = rounds->times};
+  } else {
+    Trainer trainer(**model, *backend, trainer_options);
+    result = trainer.Run(*(*data)->source, report);
+  }
   if (!result.ok()) return fail(result.status());
   // Requests that came after the last step can no longer be served.
   if (checkpoints) report_missed(std::numeric_limits<int64_t>::max());

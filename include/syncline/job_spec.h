@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "syncline/options.h"
 
@@ -36,6 +37,11 @@ struct JobSpec {
     std::string test;                         // [--test] empty: no evaluation
     DataFormat format = DataFormat::kAuto;    // [--format]
     IndexBase index_base = IndexBase::kAuto;  // [--index-base]
+    // [--partition] How the training examples are split among the workers (by label for the
+    // non-IID kinds); each worker's label histogram goes into the run's folder.
+    PartitionSpec partition;
+    // Where worker 0 writes every worker's label histogram (TSV); empty: nowhere.
+    std::string histograms_out;
     // Where the evaluating worker writes the final parameters of the test set's features
     // (OUT/params.tsv); empty: nowhere.
     std::string params_out;
@@ -58,6 +64,29 @@ struct JobSpec {
   } training;
 
   uint64_t seed = 1;  // [--seed] of every random choice
+
+  // --sync fedavg: workers are the clients of federated averaging (McMahan et al. 2017).
+  struct Federated {
+    int rounds = 30;              // [--rounds]
+    double participation = 1;     // [--participation C] fraction of clients picked per round
+    int local_epochs = 1;         // [--local-epochs E] over the client's own examples
+    int local_steps = 0;          // [--local-steps K] 0: local_epochs epochs per round
+    double round_timeout_s = 60;  // [--round-timeout] the servers aggregate without stragglers
+    double client_dropout = 0;    // [--client-dropout P] a picked client skips a round
+    double prox_mu = 0;           // [--prox-mu] FedProx's proximal term; 0: FedAvg
+    double server_lr = 1;         // [--server-lr] step on the averaged update
+    bool operator==(const Federated&) const = default;
+  } federated;
+
+  // [--aggregate] How the servers combine one BSP clock's or one round's updates.
+  AggregateRule aggregate;
+
+  // [--byzantine RANKS:ATTACK] Workers that send crafted updates, for experiments.
+  struct Byzantine {
+    std::vector<int> ranks;
+    AttackSpec attack;
+    bool operator==(const Byzantine&) const = default;
+  } byzantine;
 
   struct Timeouts {
     double request_s = 60;              // [--request-timeout]

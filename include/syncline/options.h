@@ -18,6 +18,7 @@ enum class SyncKind {
   kSsp,        // stale synchronous: at most `staleness` clocks ahead of the slowest worker
   kGossip,     // no servers: each worker averages its whole model with neighbours (D-PSGD)
   kAllReduce,  // no servers: every worker holds the model; gradients are summed by all-reduce
+  kFedAvg,     // federated averaging: clients train locally for a round, the servers average
 };
 
 // How --sync allreduce sums (collective/communicator.h): auto picks by size and topology.
@@ -34,6 +35,7 @@ struct SyncMode {
   AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto;  // kAllReduce only
 
   bool gossip() const { return kind == SyncKind::kGossip; }
+  bool fedavg() const { return kind == SyncKind::kFedAvg; }
   bool allreduce() const { return kind == SyncKind::kAllReduce; }
   // No parameter servers: the workers hold the model.
   bool serverless() const { return gossip() || allreduce(); }
@@ -43,6 +45,7 @@ struct SyncMode {
     switch (kind) {
       case SyncKind::kBsp:
       case SyncKind::kAllReduce:
+      case SyncKind::kFedAvg:  // one clock per round
         return 0;
       case SyncKind::kSsp:
         return staleness;
@@ -97,6 +100,57 @@ struct CodecSpec {
   uint32_t chunk = 512;
 
   bool operator==(const CodecSpec&) const = default;
+};
+
+// How the servers combine the workers' updates of one BSP clock or one federated round
+// (ps/robust_aggregate.h has the rules and their bounds).
+enum class AggregateKind : uint8_t {
+  kMean,         // weighted by the examples each worker covered: plain synchronous SGD / FedAvg
+  kMedian,       // coordinate-wise median (Yin et al. 2018)
+  kTrimmedMean,  // coordinate-wise mean without the floor(trim * n) lowest and highest
+  kKrum,         // the one update closest to its n - f - 2 nearest others (Blanchard et al. 2017)
+  kMultiKrum,    // the mean of the m updates with the best Krum scores
+  kBulyan,       // Krum selection of n - 2f, then a trimmed mean around the median (El Mhamdi 2018)
+};
+
+struct AggregateRule {
+  AggregateKind kind = AggregateKind::kMean;
+  double trim = 0;  // trimmed-mean: 0 <= trim < 0.5
+  int f = 0;        // krum, multi-krum, bulyan: Byzantine updates tolerated
+  int m = 1;        // multi-krum: updates averaged
+  bool robust() const { return kind != AggregateKind::kMean; }
+  bool operator==(const AggregateRule&) const = default;
+};
+
+// How the training examples are split among the workers.
+enum class PartitionKind : uint8_t {
+  kStrided,    // example i to worker i % workers (the default: every worker sees every label)
+  kIid,        // a seeded random permutation, dealt out in equal parts
+  kDirichlet,  // per label, proportions over workers drawn from Dirichlet(alpha)
+  kShards,     // sorted by label, cut into shards; each worker gets `shards` of them
+};
+
+struct PartitionSpec {
+  PartitionKind kind = PartitionKind::kStrided;
+  double alpha = 0.5;  // dirichlet
+  int shards = 2;      // shards per worker
+  bool operator==(const PartitionSpec&) const = default;
+};
+
+// Crafted updates some workers send, for robustness experiments.
+enum class AttackKind : uint8_t {
+  kNone,
+  kSignFlip,   // the honest update times -1
+  kGaussian,   // noise N(0, sigma^2) in place of the update
+  kScale,      // the honest update times `factor`
+  kLabelFlip,  // trains on label K-1-y
+};
+
+struct AttackSpec {
+  AttackKind kind = AttackKind::kNone;
+  double sigma = 1;   // gaussian
+  double factor = 1;  // scale
+  bool operator==(const AttackSpec&) const = default;
 };
 
 }  // namespace syncline

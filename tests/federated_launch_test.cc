@@ -1,0 +1,237 @@
+// End-to-end tests of federated training and robust aggregation: real syncline-launch,
+// syncline-ps and syncline-worker processes over ZeroMQ on loopback.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "job/federated.h"
+#include "testing/test_util.h"
+#include "worker/dataset.h"
+#include "worker/partition.h"
+
+namespace syncline {
+namespace {
+
+using testing_util::JsonNumber;
+using testing_util::ReadFile;
+using testing_util::RunProcess;
+using testing_util::TempDir;
+
+const std::string kLaunch = SYNCLINE_LAUNCH_BIN;
+const std::string kGen = SYNCLINE_GEN_BIN;
+
+// Shared data: 4-class softmax data with 20 dense features, 3000 training and 600 test rows.
+class FederatedTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(TempDir("federated_data"));
+    auto r = RunProcess({kGen,
+                         "--out",
+                         *dir_ + "/train.csv",
+                         "--test-out",
+                         *dir_ + "/test.csv",
+                         "--format",
+                         "csv",
+                         "--rows",
+                         "3000",
+                         "--test-rows",
+                         "600",
+                         "--features",
+                         "20",
+                         "--nnz",
+                         "20",
+                         "--values",
+                         "gaussian",
+                         "--classes",
+                         "4",
+                         "--seed",
+                         "3"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static std::string Train() { return *dir_ + "/train.csv"; }
+  static std::string Test() { return *dir_ + "/test.csv"; }
+  // The softmax job on this data, with `extra` flags, into `out`.
+  static std::vector<std::string> Job(const std::string& out, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {kLaunch,   "--model",     "softmax", "--classes", "4",
+                                     "--train", Train(),       "--test",  Test(),      "--out",
+                                     out,       "--optimizer", "sgd",     "--seed",    "5"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+  static double Accuracy(const std::string& out) {
+    const std::string summary = ReadFile(out + "/summary.json");
+    return JsonNumber(summary, "test_accuracy").value_or(-1);
+  }
+  static std::string* dir_;
+};
+std::string* FederatedTest::dir_ = nullptr;
+
+// The parameters of a params.tsv, one vector per line, by key ("bias" or the feature id).
+std::map<std::string, std::vector<double>> ReadParams(const std::string& path) {
+  std::map<std::string, std::vector<double>> params;
+  for (absl::string_view line : absl::StrSplit(ReadFile(path), '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> fields = absl::StrSplit(line, '\t');
+    std::vector<double>& values = params[std::string(fields[0])];
+    for (size_t i = 1; i < fields.size(); ++i) {
+      double v = 0;
+      EXPECT_TRUE(absl::SimpleAtod(fields[i], &v)) << line;
+      values.push_back(v);
+    }
+  }
+  return params;
+}
+
+// With every client picked and one local SGD step per round, a round is a BSP clock of the
+// same SGD: the client's delta n * (w - w') is lr times its gradient sum, and the servers'
+// weighted mean of the deltas (SGD at --server-lr 1) is BSP's step on the union batch.
+TEST_F(FederatedTest, OneLocalStepOfEveryClientIsABspStep) {
+  const std::string bsp = TempDir("fed_bsp"), fed = TempDir("fed_one_step");
+  // 3000 rows, iid over 3 workers: 1000 each, 10 steps of 100 per epoch, 2 epochs.
+  const std::vector<std::string> common = {"--workers",   "3",   "--servers",    "2",
+                                           "--lr",        "0.2", "--batch-size", "100",
+                                           "--partition", "iid"};
+  std::vector<std::string> a = common;
+  a.insert(a.end(), {"--sync", "bsp", "--epochs", "2"});
+  auto r = RunProcess(Job(bsp, a));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> b = common;
+  b.insert(b.end(), {"--sync", "fedavg", "--rounds", "20", "--local-steps", "1"});
+  r = RunProcess(Job(fed, b));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  const auto x = ReadParams(bsp + "/params.tsv");
+  const auto y = ReadParams(fed + "/params.tsv");
+  ASSERT_EQ(x.size(), y.size());
+  double moved = 0, worst = 0;
+  for (const auto& [key, values] : x) {
+    ASSERT_TRUE(y.contains(key)) << key;
+    ASSERT_EQ(values.size(), y.at(key).size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      worst = std::max(worst, std::abs(values[i] - y.at(key)[i]));
+      moved += std::abs(values[i]);
+    }
+  }
+  EXPECT_LE(worst, 1e-5);
+  EXPECT_GT(moved, 1.0);  // the runs trained
+  const std::string summary = ReadFile(fed + "/summary.json");
+  EXPECT_NE(summary.find("\"sync\": \"fedavg\""), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"closed\": 20"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"short\": 0"), std::string::npos) << summary;
+}
+
+// Picked clients drop out (seeded): each such round ends at the timeout, the servers name the
+// missing clients, and the summary lists exactly the rounds the seed makes short.
+TEST_F(FederatedTest, ARoundWithAClientThatNeverAnswersClosesAtTheTimeoutNamingIt) {
+  const std::string out = TempDir("fed_dropout");
+  auto r =
+      RunProcess(Job(out, {"--sync", "fedavg", "--workers", "4", "--servers", "1",
+                           "--participation", "0.5", "--rounds", "8", "--local-epochs", "1", "--lr",
+                           "0.1", "--client-dropout", "0.3", "--round-timeout", "0.5"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<int64_t> expected;
+  for (int64_t round = 0; round < 8; ++round) {
+    std::vector<std::string> missing;
+    for (int c : PickClients(5, round, 4, 0.5)) {
+      if (ClientDropsOut(5, round, c, 0.3)) missing.push_back(absl::StrCat("w", c));
+    }
+    if (missing.empty()) continue;
+    expected.push_back(round);
+    EXPECT_NE(r.output.find(absl::StrCat("round ", round, " closed at the 500ms timeout without ",
+                                         absl::StrJoin(missing, ", "))),
+              std::string::npos)
+        << round << "\n"
+        << r.output;
+  }
+  ASSERT_FALSE(expected.empty()) << "seed 5 drops no client: pick another seed for this test";
+  const std::string summary = ReadFile(out + "/summary.json");
+  EXPECT_NE(summary.find(absl::StrCat("\"short_rounds\": [", absl::StrJoin(expected, ", "), "]")),
+            std::string::npos)
+      << summary;
+  EXPECT_GT(Accuracy(out), 0.4) << summary;  // chance is 0.25
+}
+
+// Two of seven clients send their delta times -5: the weighted mean follows them away from the
+// model, and the robust rules keep to the honest clients.
+TEST_F(FederatedTest, MeanFollowsTheAttackersAndTheRobustRulesDoNot) {
+  const std::vector<std::string> common = {"--sync",    "fedavg", "--workers",    "7",
+                                           "--servers", "1",      "--rounds",     "6",
+                                           "--lr",      "0.1",    "--batch-size", "50"};
+  auto run = [&](const std::string& name, std::vector<std::string> extra) {
+    const std::string out = TempDir(name);
+    std::vector<std::string> flags = common;
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    auto r = RunProcess(Job(out, flags));
+    // A collapsing model may end as diverged (exit code 3); anything else is a failure.
+    EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 3) << r.output;
+    return r.exit_code == 0 ? Accuracy(out) : 0.0;
+  };
+  const double clean = run("fed_clean", {});
+  ASSERT_GT(clean, 0.6);
+  const std::vector<std::string> attack = {"--byzantine", "0,1:scale:-5"};
+  std::vector<std::string> flags = attack;
+  EXPECT_LT(run("fed_mean", flags), clean - 0.15);
+  for (const char* rule : {"median", "trimmed-mean:0.3", "krum:2", "multi-krum:2:3"}) {
+    SCOPED_TRACE(rule);
+    flags = attack;
+    flags.insert(flags.end(), {"--aggregate", rule});
+    std::string folder = absl::StrCat("fed_", rule);
+    std::replace(folder.begin(), folder.end(), ':', '_');
+    EXPECT_GT(run(folder, flags), clean - 0.05);
+  }
+}
+
+// BSP clocks take the rules too: one of three workers flips its gradient's sign.
+TEST_F(FederatedTest, BspWithTheMedianTrainsPastASignFlippingWorker) {
+  const std::string out = TempDir("bsp_median");
+  auto r = RunProcess(
+      Job(out, {"--sync", "bsp", "--workers", "3", "--servers", "2", "--epochs", "3", "--lr", "0.2",
+                "--batch-size", "50", "--aggregate", "median", "--byzantine", "2:signflip"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("byzantine worker: sends crafted updates (--byzantine 2:signflip"),
+            std::string::npos)
+      << r.output;
+  EXPECT_GT(Accuracy(out), 0.6) << r.output;
+}
+
+// Every worker takes its part of the same seeded split, and worker 0 writes the histograms.
+TEST_F(FederatedTest, DirichletPartitionHistogramsMatchTheirSeed) {
+  const std::string out = TempDir("fed_dirichlet");
+  auto r = RunProcess(Job(out, {"--sync", "fedavg", "--workers", "4", "--servers", "1", "--rounds",
+                                "2", "--partition", "dirichlet:0.3"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ReadOptions o;
+  o.num_classes = 4;
+  auto data = ReadDataset(Train(), o);
+  ASSERT_TRUE(data.ok()) << data.status();
+  auto parts = PartitionByLabel(data->labels, 4, 4,
+                                PartitionSpec{.kind = PartitionKind::kDirichlet, .alpha = 0.3}, 5);
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  EXPECT_EQ(ReadFile(out + "/label_histograms.tsv"),
+            LabelHistogramsTsv(LabelHistograms(data->labels, 4, *parts)));
+  size_t assigned = 0;
+  for (const auto& part : *parts) assigned += part.size();
+  EXPECT_EQ(assigned, 3000u);
+}
+
+TEST_F(FederatedTest, ARuleWithTooFewUpdatesIsRefusedUpFront) {
+  const std::string out = TempDir("fed_bad");
+  auto r = RunProcess(Job(out, {"--sync", "fedavg", "--workers", "6", "--participation", "0.5",
+                                "--aggregate", "krum:1"}));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--aggregate=krum:1: krum:1 needs at least 2f+3 = 5 updates, has 3 "
+                          "(clients per round)"),
+            std::string::npos)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace syncline

@@ -1,0 +1,78 @@
+// FederatedClient: a worker's side of --sync fedavg (FedAvg, McMahan et al. 2017; FedProx, Li
+// et al. 2020). Per round r of `rounds`:
+//   - the client computes PickClients(seed, r, ...) and ClientDropsOut(...) (job/federated.h)
+//     as the servers do; a client not picked, or dropping out, skips the round (a dropped one
+//     simply never answers, so the servers' round timeout is what ends the round);
+//   - a picked client pulls the whole model of round r (the servers serve it once round r - 1
+//     has closed), trains it locally, with the job's optimizer and learning rate, for
+//     local_epochs epochs of its own examples (or local_steps steps, continuing where the last
+//     round stopped), adding FedProx's mu * (w - w_round) to every gradient when prox_mu > 0;
+//   - it pushes n * (w_round - w_local) with weight n, n the examples it trained on, and ends
+//     clock r. The servers' SGD with --server-lr 1 then makes the model the n-weighted mean of
+//     the clients' models (or a robust aggregate of their deltas, with --aggregate).
+// So one local step with every client picked is one BSP step of the same SGD, which the tests
+// check.
+//
+// Thread-safety: thread-compatible.
+#ifndef SYNCLINE_WORKER_FEDERATED_CLIENT_H_
+#define SYNCLINE_WORKER_FEDERATED_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+
+#include "absl/status/statusor.h"
+#include "syncline/job_spec.h"
+#include "worker/example_source.h"
+#include "worker/model.h"
+#include "worker/slowness.h"
+#include "worker/sync_backend.h"
+#include "worker/trainer.h"
+
+namespace syncline {
+
+struct FederatedClientOptions {
+  JobSpec::Federated federated;
+  int rank = 0;
+  int workers = 1;
+  uint64_t seed = 1;
+  int batch_size = 256;
+  // The clients' local update rule (the servers' tables take SGD at --server-lr).
+  OptimizerConfig local_optimizer;
+  // What this client sends in place of its honest delta (--byzantine); labelflip acts on the
+  // data, not here.
+  AttackSpec attack;
+  SlownessOptions slowness;
+};
+
+struct FederatedResult {
+  int64_t rounds = 0;   // rounds this client trained in and answered
+  int64_t skipped = 0;  // rounds it was not picked for
+  int64_t dropped = 0;  // rounds it was picked for and dropped out of
+  int64_t steps = 0;    // local steps, over all rounds
+  uint64_t examples = 0;
+  double last_loss = 0;  // mean training loss of its last round
+  StepTimes times;       // of the local training
+};
+
+class FederatedClient {
+ public:
+  // `servers` is the worker's parameter-server backend, Init()ed with the servers' layout
+  // (dense rows, SGD at server_lr); it must outlive the client.
+  FederatedClient(const Model& model, SyncBackend& servers, const ParameterLayout& layout,
+                  FederatedClientOptions options);
+
+  // Runs every round over `source` (the client's examples) and then Finish()es the servers'
+  // backend. on_progress (may be empty) gets one report per round trained, with clock r + 1.
+  absl::StatusOr<FederatedResult> Run(ExampleSource& source,
+                                      const std::function<void(const TrainProgress&)>& on_progress);
+
+ private:
+  const Model& model_;
+  SyncBackend& servers_;
+  const ParameterLayout layout_;
+  const FederatedClientOptions options_;
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_WORKER_FEDERATED_CLIENT_H_
