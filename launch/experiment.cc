@@ -107,8 +107,9 @@ std::string LauncherPath() {
 }
 
 constexpr char kExperimentHelp[] =
-    "syncline-launch experiment: runs the same job once per value of --sync, on identical data\n"
-    "and with the same seed, and compares the runs.\n\n"
+    "syncline-launch experiment: runs the same job once per value of one swept flag (--sync,\n"
+    "--compress, --aggregate, --partition, --prox-mu, --participation or --client-dropout), on\n"
+    "identical data and with the same seed, and compares the runs.\n\n"
     "Writes OUT/NAME/ for each run (NAME: the value, made filesystem-safe, e.g. ssp_1),\n"
     "OUT/summary.csv, OUT/report.md, and with gnuplot OUT/loss_vs_time.png and\n"
     "OUT/loss_vs_steps.png (from OUT/loss_curves.dat and OUT/plots.gp).\n"
@@ -116,7 +117,10 @@ constexpr char kExperimentHelp[] =
     "Exit code: 0 when every run succeeded, 1 when any failed, 2 for bad flags.\n\n"
     "Example:\n"
     "  syncline-launch experiment --sync bsp,asp,ssp:1,ssp:4 --workers 4 --epochs 2 \\\n"
-    "      --out runs/cmp\n";
+    "      --out runs/cmp\n"
+    "  syncline-launch experiment --sync fedavg --workers 10 --model softmax --classes 10 \\\n"
+    "      --train T --test V --aggregate mean,median,krum:2 --byzantine 1,2:signflip \\\n"
+    "      --out runs/robust\n";
 
 }  // namespace
 
@@ -134,7 +138,8 @@ std::string RunFolderName(const std::string& value) {
 }
 
 absl::StatusOr<std::vector<SweepValue>> ParseSweepList(const std::string& flag,
-                                                       const std::string& list) {
+                                                       const std::string& list,
+                                                       const std::vector<std::string>& job_args) {
   if (std::find(kSweepableFlags.begin(), kSweepableFlags.end(), flag) == kSweepableFlags.end()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--%s cannot be swept; an experiment sweeps one of: --%s", flag,
@@ -148,7 +153,11 @@ absl::StatusOr<std::vector<SweepValue>> ParseSweepList(const std::string& flag,
       return absl::InvalidArgumentError(
           absl::StrFormat("--%s=%s: empty value in the list", flag, list));
     }
-    if (auto job = ParseJob({absl::StrCat("--", flag), value}); !job.ok()) return job.status();
+    // With the job's other flags: whether a value is valid may depend on them (krum:3 needs
+    // enough workers, for one).
+    std::vector<std::string> args = job_args;
+    args.insert(args.end(), {absl::StrCat("--", flag), value});
+    if (auto job = ParseJob(args); !job.ok()) return job.status();
     SweepValue v{value, RunFolderName(value)};
     if (!folders.insert(v.folder).second) {
       return absl::InvalidArgumentError(
@@ -160,6 +169,16 @@ absl::StatusOr<std::vector<SweepValue>> ParseSweepList(const std::string& flag,
 }
 
 namespace {
+
+const char* SweepExample(absl::string_view flag) {
+  if (flag == "sync") return "bsp,asp,ssp:1,ssp:4";
+  if (flag == "compress") return "none,topk:0.01,sign1,fp16";
+  if (flag == "aggregate") return "mean,median,trimmed-mean:0.2,krum:2";
+  if (flag == "partition") return "iid,dirichlet:1,dirichlet:0.1";
+  if (flag == "prox-mu") return "0,0.01,0.1";
+  if (flag == "participation") return "0.2,0.5,1";
+  return "0,0.1,0.3";
+}
 
 // What the command line asks for: the swept flag and its values, and the flags passed on.
 struct ExperimentPlan {
@@ -181,13 +200,11 @@ std::variant<ExperimentPlan, int> ParseExperiment(int argc, char** argv) {
   std::map<std::string, std::string> lists;
   std::map<std::string, CLI::Option*> list_options;
   for (const char* flag : kSweepableFlags) {
-    list_options[flag] =
-        app.add_option(absl::StrCat("--", flag), lists[flag],
-                       absl::StrCat("Comma-separated values of --", flag, " to compare, e.g. ",
-                                    std::string(flag) == "sync" ? "bsp,asp,ssp:1,ssp:4"
-                                                                : "none,topk:0.01,sign1,fp16"))
-            ->type_name("LIST")
-            ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    list_options[flag] = app.add_option(absl::StrCat("--", flag), lists[flag],
+                                        absl::StrCat("Comma-separated values of --", flag,
+                                                     " to compare, e.g. ", SweepExample(flag)))
+                             ->type_name("LIST")
+                             ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
   double target_loss = std::numeric_limits<double>::quiet_NaN();
   CLI::Option* target_option =
@@ -211,15 +228,26 @@ std::variant<ExperimentPlan, int> ParseExperiment(int argc, char** argv) {
   }
   plan.job_args = app.remaining();
   // The flag with several values is the one compared; one with a single value is a fixed
-  // setting of every run (`--sync bsp --compress none,topk:0.01`). A single flag with a single
-  // value is a one-run experiment.
+  // setting of every run (`--sync bsp --compress none,topk:0.01`). Without a list the
+  // experiment is one run, named after its first such flag besides --sync
+  // (`--sync fedavg --participation 1`).
   std::vector<std::string> given, swept;
   for (const auto& [flag, option] : list_options) {
     if (option->count() == 0) continue;
     given.push_back(flag);
     if (absl::StrContains(lists[flag], ',')) swept.push_back(flag);
   }
-  if (swept.empty() && given.size() == 1) swept = given;
+  if (swept.empty() && !given.empty()) {
+    // One run: named after the first given flag (in kSweepableFlags order) other than --sync.
+    for (const char* flag : kSweepableFlags) {
+      if (std::string(flag) != "sync" &&
+          std::find(given.begin(), given.end(), flag) != given.end()) {
+        swept.push_back(flag);
+        break;
+      }
+    }
+    if (swept.empty()) swept = given;
+  }
   if (swept.size() != 1) {
     return usage(absl::StrCat("give several values to compare of exactly one of --",
                               absl::StrJoin(kSweepableFlags, ", --"),
@@ -236,7 +264,7 @@ std::variant<ExperimentPlan, int> ParseExperiment(int argc, char** argv) {
     plan.target_loss = target_loss;
   }
   if (plan.out.empty()) return usage("--out must name a directory");
-  auto values = ParseSweepList(plan.flag, lists[plan.flag]);
+  auto values = ParseSweepList(plan.flag, lists[plan.flag], plan.job_args);
   if (!values.ok()) return usage(std::string(values.status().message()));
   plan.values = std::move(*values);
   // Every run's job is checked before the first starts, so a typo costs no training time.

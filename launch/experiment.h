@@ -1,5 +1,6 @@
-// `syncline-launch experiment`: runs the same job once per value of one swept flag (today
-// --sync, e.g. `--sync bsp,asp,ssp:1`) on identical data, then compares the runs in
+// `syncline-launch experiment`: runs the same job once per value of one swept flag (--sync,
+// e.g. `--sync bsp,asp,ssp:1`, --compress, or a federated setting: --aggregate, --partition,
+// --prox-mu, --participation, --client-dropout) on identical data, then compares the runs in
 // OUT/summary.csv, OUT/report.md and gnuplot plots of training loss against wall-clock time and
 // against steps.
 //
@@ -24,7 +25,8 @@
 namespace syncline {
 
 // Flags an experiment may sweep over (names without dashes); exactly one is swept per experiment.
-inline constexpr std::array<const char*, 2> kSweepableFlags = {"sync", "compress"};
+inline constexpr std::array<const char*, 7> kSweepableFlags = {
+    "sync", "compress", "aggregate", "partition", "prox-mu", "participation", "client-dropout"};
 
 // One value of the swept flag and the folder its run writes into.
 struct SweepValue {
@@ -33,10 +35,12 @@ struct SweepValue {
 };
 
 // Splits a comma-separated list of values of job flag `flag` ("sync") and checks each one as the
-// launcher would (an InvalidArgument error naming the flag and the value otherwise). Empty items,
-// duplicates, and values whose folder names collide are errors too.
-absl::StatusOr<std::vector<SweepValue>> ParseSweepList(const std::string& flag,
-                                                       const std::string& list);
+// launcher would with the job's other flags `job_args` (an InvalidArgument error naming the flag
+// and the value otherwise). Empty items, duplicates, and values whose folder names collide are
+// errors too.
+absl::StatusOr<std::vector<SweepValue>> ParseSweepList(
+    const std::string& flag, const std::string& list,
+    const std::vector<std::string>& job_args = {});
 
 // "ssp:1" -> "ssp_1": letters, digits, '.', '-' and '_' are kept, anything else becomes '_'.
 std::string RunFolderName(const std::string& value);

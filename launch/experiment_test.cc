@@ -68,6 +68,10 @@ TEST(ParseSweepListTest, RejectsBadValuesNamingThem) {
   EXPECT_THAT(Message(ParseSweepList("sync", "bsp,,asp").status()), HasSubstr("empty"));
   EXPECT_THAT(Message(ParseSweepList("sync", "").status()), HasSubstr("empty"));
   EXPECT_THAT(Message(ParseSweepList("sync", "asp,bsp,asp").status()), HasSubstr("twice"));
+  // A value is checked with the job's other flags: krum:3 needs 9 updates.
+  EXPECT_THAT(Message(ParseSweepList("aggregate", "median,krum:3").status()),
+              HasSubstr("has 2 (workers)"));
+  EXPECT_TRUE(ParseSweepList("aggregate", "median,krum:3", {"--workers", "10"}).ok());
   EXPECT_THAT(Message(ParseSweepList("epochs", "1,2").status()), HasSubstr("cannot be swept"));
 }
 

@@ -291,7 +291,16 @@ std::string RunReport::ProgressText(absl::Duration elapsed) {
   }
   const double seconds = absl::ToDoubleSeconds(elapsed);
   std::string text = absl::StrFormat("[%s] %.1fs", SyncModeName(job_.sync), seconds);
-  if (total > 0) {
+  if (total > 0 && job_.sync.fedavg()) {
+    // Clients report the rounds they trained in: the furthest one is where the job is.
+    int64_t round = 0;
+    for (const auto& [rank, w] : workers_) round = std::max(round, w.clock);
+    const int rounds = job_.federated.rounds;
+    const double rate = seconds > 0 ? round / seconds : 0;
+    text += absl::StrFormat("  round %d/%d (%.0f%%)", round, rounds, 100.0 * round / rounds);
+    if (reporting > 0) text += absl::StrFormat("  train loss %.4f", loss / reporting);
+    if (rate > 0 && round < rounds) text += absl::StrFormat("  ETA %.0fs", (rounds - round) / rate);
+  } else if (total > 0) {
     const double rate = seconds > 0 ? done / seconds : 0;
     text += absl::StrFormat("  epoch %d/%d  steps %d/%d (%.0f%%)  %.0f steps/s", epoch,
                             job_.training.epochs, done, total, 100.0 * done / total, rate);

@@ -676,6 +676,11 @@ absl::Status ParameterServer::AdvanceClock(int worker, int64_t clock, float weig
 void ParameterServer::OpenRound(int64_t round) {
   round_started_ = true;
   round_ = round;
+  if (round >= options_.federated->rounds) {  // the job's last round has closed
+    round_clients_.clear();
+    round_deadline_ = absl::InfiniteFuture();
+    return;
+  }
   round_clients_ = PickClients(options_.federated->seed, round, options_.num_workers,
                                options_.federated->participation);
   round_deadline_ = absl::Now() + options_.federated->round_timeout;
@@ -686,7 +691,7 @@ absl::Status ParameterServer::AdvanceRounds() {
   // Bounded: each pass closes one round, and a round with no active client closes at once only
   // while some worker is still active (all finished: min clock is kAllFinished).
   for (int passes = 0; passes <= options_.num_workers + 1; ++passes) {
-    if (clocks_.MinClock() == kAllFinished) break;
+    if (clocks_.MinClock() == kAllFinished || round_ >= options_.federated->rounds) break;
     std::vector<int> missing;
     for (int c : round_clients_) {
       if (clocks_.active(c) && clocks_.clock(c) <= round_) missing.push_back(c);

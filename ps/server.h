@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -93,6 +94,7 @@ struct ServerOptions {
     double participation = 1;
     absl::Duration round_timeout = absl::Seconds(60);
     uint64_t seed = 1;
+    int64_t rounds = std::numeric_limits<int64_t>::max();  // rounds after the last stay shut
   };
   std::optional<Federated> federated;
 };

@@ -79,7 +79,8 @@ ServerOptions ShardOptions(const JobSpec& spec, const NodeTable& table, int rank
     options.federated =
         ServerOptions::Federated{.participation = spec.federated.participation,
                                  .round_timeout = absl::Seconds(spec.federated.round_timeout_s),
-                                 .seed = spec.seed};
+                                 .seed = spec.seed,
+                                 .rounds = spec.federated.rounds};
   }
   return options;
 }

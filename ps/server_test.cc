@@ -716,5 +716,88 @@ TEST(ParameterServerTest, ParkedPullsAreWeighedPerPeerAndBoundedByBytes) {
   EXPECT_EQ(ValuesOf(*late).size(), 2000u);
 }
 
+// Federated rounds: every client is picked (participation 1). Round 0: w0 answers, w1 pushes
+// but never ends the round, and w2 sends nothing; the round closes at its timeout without w1
+// and w2, whose push is dropped: the model moves by w0's update alone. w1's late clock is
+// acknowledged, counted and ignored, and round 1 waits for all three again.
+TEST(ParameterServerTest, AFederatedRoundClosesAtItsTimeoutWithTheClientsThatAnswered) {
+  ServerOptions o{.rank = 0, .num_servers = 1, .num_workers = 3, .staleness = 0};
+  o.federated = ServerOptions::Federated{
+      .participation = 1, .round_timeout = absl::Milliseconds(100), .seed = 1};
+  ServerHarness h(o);
+  h.Send(0, Declare(0, SparseTable()));
+  h.Serve();
+  ASSERT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);
+  // Deltas as the clients send them: n * (w_round - w_local), weight n.
+  h.Send(0, SparsePush(0, 2, {5}, {2, 4}, 0, 2));
+  h.Send(0, Clock(0, 1, 2));
+  h.Send(1, SparsePush(1, 2, {5}, {600, 800}, 0, 6));
+  h.Send(2, SparsePull(2, 3, {5}, 1));  // w2 waits for round 1's model
+  h.Serve();
+  ASSERT_TRUE(h.Reply(0).has_value());   // the push's ack
+  ASSERT_TRUE(h.Reply(1).has_value());   // the push's ack
+  EXPECT_FALSE(h.Reply(2).has_value());  // parked: round 0 is open
+  EXPECT_EQ(h.server().stats().rounds, 0u);
+  absl::SleepFor(absl::Milliseconds(120));
+  h.Serve();
+  EXPECT_EQ(h.server().stats().rounds, 1u);
+  EXPECT_EQ(h.server().stats().rounds_short, 1u);
+  EXPECT_EQ(h.server().stats().clients_missing, 2u);
+  EXPECT_EQ(h.server().stats().short_rounds, std::vector<int64_t>{0});
+  auto model = h.Reply(2);
+  ASSERT_TRUE(model.has_value());
+  // Only w0's delta: lr 1 * (2, 4) / 2 examples; w1's push went with its round.
+  EXPECT_EQ(ValuesOf(*model), (std::vector<float>{-1, -2}));
+
+  // w1's clock for round 0 comes late: acknowledged by silence, counted, nothing changes.
+  h.Send(1, Clock(1, 1, 6));
+  h.Send(1, SparsePush(1, 4, {5}, {100, 100}, 0, 6));
+  h.Serve();
+  EXPECT_EQ(h.server().stats().updates_late, 1u);
+  EXPECT_EQ(h.server().stats().rejected, 0u);
+  ASSERT_TRUE(h.Reply(1).has_value());  // the late push's ack
+  // Round 1 waits for every client again: two of three answering leaves it open.
+  for (int w : {0, 1}) {
+    h.Send(w, SparsePush(w, 5, {5}, {1, 1}, 1, 1));
+    h.Send(w, Clock(w, 2, 1));
+  }
+  h.Serve();
+  EXPECT_EQ(h.server().stats().rounds, 1u);
+  h.Send(2, SparsePush(2, 6, {5}, {1, 1}, 1, 1));
+  h.Send(2, Clock(2, 2, 1));
+  h.Serve();
+  EXPECT_EQ(h.server().stats().rounds, 2u);
+  EXPECT_EQ(h.server().stats().rounds_short, 1u);
+  h.Send(0, SparsePull(0, 7, {5}, 2));
+  h.Serve();
+  std::optional<Message> latest;  // after the push's ack
+  while (auto r = h.Reply(0)) latest = std::move(r);
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(ValuesOf(*latest), (std::vector<float>{-2, -3}));
+}
+
+// Under BSP with the median, one worker's huge update does not move the model.
+TEST(ParameterServerTest, BspWithTheMedianIgnoresAnOutlyingWorker) {
+  ServerOptions o{.rank = 0, .num_servers = 1, .num_workers = 3, .staleness = 0};
+  o.aggregate = AggregateRule{.kind = AggregateKind::kMedian};
+  ServerHarness h(o);
+  h.Send(0, Declare(0, SparseTable()));
+  h.Serve();
+  ASSERT_TRUE(h.Reply(0).has_value());
+  // Per example: w0 (1, 1), w1 (3, 2), w2 (1000, -1000); key 9 only in w0's and w2's.
+  h.Send(0, SparsePush(0, 2, {5, 9}, {2, 2, 4, 4}, 0, 2));
+  h.Send(1, SparsePush(1, 2, {5}, {12, 8}, 0, 4));
+  h.Send(2, SparsePush(2, 2, {5, 9}, {1000, -1000, 2, 2}, 0, 1));
+  for (int w = 0; w < 3; ++w) h.Send(w, Clock(w, 1, w == 0 ? 2 : (w == 1 ? 4 : 1)));
+  h.Send(0, SparsePull(0, 3, {5, 9}, 1));
+  h.Serve();
+  std::optional<Message> latest;
+  while (auto r = h.Reply(0)) latest = std::move(r);
+  ASSERT_TRUE(latest.has_value());
+  // Key 5: median of (1, 3, 1000) and of (1, 2, -1000) = (3, 1). Key 9: median of two
+  // updates, (2, 2) and (2, 2): (2, 2).
+  EXPECT_EQ(ValuesOf(*latest), (std::vector<float>{-3, -1, -2, -2}));
+}
+
 }  // namespace
 }  // namespace syncline
