@@ -767,6 +767,13 @@ absl::Status ParameterServer::OnMinClockChanged() {
           if (result.ok()) result = applied.status();
           continue;
         }
+        if (*applied > 0 && ShouldLogRejection(++skip_reports_)) {
+          SYNCLINE_LOG(WARNING) << absl::StrFormat(
+              "table %d, clocks before %d: %d %s held by fewer updates than --aggregate %s "
+              "needs (%d) and left unchanged",
+              id, min_clock, *applied, table->config().dense ? "dense ranges were" : "keys were",
+              AggregateRuleName(options_.aggregate), MinUpdatesFor(options_.aggregate));
+        }
         stats_.aggregates_skipped += *applied;
       }
     } else {

@@ -218,6 +218,7 @@ class ParameterServer {
   std::vector<int> round_clients_;
   absl::Time round_deadline_ = absl::InfiniteFuture();
   bool round_started_ = false;
+  uint64_t skip_reports_ = 0;  // robust aggregation: clocks that left something unchanged
   // The min clock the tables' stores have been stepped to.
   int64_t stepped_clock_ = 0;
   // Parked pulls keyed by the min clock they need, so release is in clock order.

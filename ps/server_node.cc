@@ -146,6 +146,10 @@ NodeExit ServerNode::Run() {
   }
   control->Send(StatsMessage(wire::MsgType::SERVER_STATS, rank, server, endpoint));
   (void)control->Flush(absl::Now() + absl::Seconds(5));
+  if (server.stats().aggregates_skipped > 0) {
+    SYNCLINE_LOG(INFO) << "robust aggregation left " << server.stats().aggregates_skipped
+                       << " keys or ranges unchanged for want of updates";
+  }
   SYNCLINE_LOG(INFO) << "shut down after " << server.stats().requests << " requests ("
                      << server.stats().rejected << " rejected)";
   return {};

@@ -252,8 +252,14 @@ NodeExit WorkerNode::Run() {
     if (!made.ok()) return fail(made.status());
     backend = std::move(*made);
   } else {
-    backend = std::make_unique<PsBackend>(&client, absl::Seconds(spec.timeouts.request_s),
-                                          spec.training.codec);
+    // A federated client's pull waits for every round before its own (each up to
+    // --round-timeout): a dead server is the heartbeats' to find, not this deadline's.
+    const double request_s =
+        spec.sync.fedavg()
+            ? std::min(86400.0 * 7, spec.timeouts.request_s +
+                                        spec.federated.round_timeout_s * spec.federated.rounds)
+            : spec.timeouts.request_s;
+    backend = std::make_unique<PsBackend>(&client, absl::Seconds(request_s), spec.training.codec);
   }
   // A federated client corrupts its round's delta itself; other workers' gradients are
   // corrupted on their way to the backend.
