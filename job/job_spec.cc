@@ -95,11 +95,6 @@ absl::Status CheckFederated(const JobSpec& s) {
     return InvalidFlag("client-dropout", absl::StrCat(f.client_dropout), "must be in [0, 1)");
   }
   if (!s.sync.fedavg()) return absl::OkStatus();
-  if (UsesCriteoData(s)) {
-    return InvalidFlag("sync", "fedavg",
-                       "clients hold the whole model and need a bounded feature count; Criteo "
-                       "ids are 64-bit hashes");
-  }
   if (s.checkpoint.enabled() || !s.checkpoint.restore.empty()) {
     return InvalidFlag("sync", "fedavg",
                        "checkpoints (--checkpoint-every, --checkpoint-seconds, --resume) are not "

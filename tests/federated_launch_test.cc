@@ -233,5 +233,53 @@ TEST_F(FederatedTest, ARuleWithTooFewUpdatesIsRefusedUpFront) {
       << r.output;
 }
 
+// The ctr model's hashed ids stay sparse under fedavg: each client pulls and pushes the rows its
+// own examples hold, and the servers keep them in their RocksDB-backed embedding tables (a
+// budget of 2000 rows per server, so most live on disk). Two rounds of one local epoch train
+// a model as good as two BSP epochs of the same clients (measured: AUC 0.60 and 0.57).
+TEST(FederatedCtrTest, TheCtrModelTrainsFederatedOnEmbeddingTablesOnDisk) {
+  const std::string data = TempDir("fed_ctr_data");
+  auto gen = RunProcess({kGen, "criteo", "--rows", "30000", "--test-rows", "5000", "--seed", "2",
+                         "--interaction", "2", "--out", data + "/train.txt", "--test-out",
+                         data + "/test.txt"});
+  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+  auto run = [&](const std::string& name, std::vector<std::string> sync) {
+    const std::string out = TempDir(name);
+    std::vector<std::string> argv = {kLaunch,
+                                     "--servers",
+                                     "2",
+                                     "--workers",
+                                     "3",
+                                     "--model",
+                                     "ctr",
+                                     "--format",
+                                     "criteo",
+                                     "--train",
+                                     data + "/train.txt",
+                                     "--test",
+                                     data + "/test.txt",
+                                     "--optimizer",
+                                     "adagrad",
+                                     "--lr",
+                                     "0.05",
+                                     "--embedding-memory",
+                                     "2000rows",
+                                     "--out",
+                                     out};
+    argv.insert(argv.end(), sync.begin(), sync.end());
+    auto r = RunProcess(argv);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return std::pair(r.output, ReadFile(out + "/summary.json"));
+  };
+  const auto [bsp_output, bsp] = run("fed_ctr_bsp", {"--sync", "bsp", "--epochs", "2"});
+  const auto [output, fed] =
+      run("fed_ctr", {"--sync", "fedavg", "--rounds", "2", "--local-epochs", "1"});
+  EXPECT_NE(output.find("trains the "), std::string::npos) << output;
+  EXPECT_GT(JsonNumber(fed, "test_auc").value_or(0), JsonNumber(bsp, "test_auc").value_or(1) - 0.02)
+      << fed << bsp;
+  EXPECT_GT(JsonNumber(fed, "embedding.rows_on_disk").value_or(0), 0) << fed;
+  EXPECT_NE(fed.find("\"closed\": 2"), std::string::npos) << fed;
+}
+
 }  // namespace
 }  // namespace syncline

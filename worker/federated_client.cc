@@ -4,66 +4,104 @@
 #include <numeric>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "core/log.h"
 #include "job/federated.h"
+#include "optim/optimizer.h"
 #include "tools/random.h"
 #include "worker/attack.h"
-#include "worker/replicated_model.h"
 
 namespace syncline {
 namespace {
 
-// The client's local model: a replica that applies each step at once (no servers), with
-// FedProx's proximal term towards the round's starting point.
+// The client's local model: the rows of the keys its data holds (every row of a dense model,
+// the partition's own rows of a sparse one) and the bias, with the optimizer's state per row,
+// kept from round to round. Each step is applied at once (no servers), with FedProx's
+// proximal term towards the round's starting point.
 class LocalBackend : public SyncBackend {
  public:
   LocalBackend(float prox_mu, const OptimizerConfig& optimizer)
-      : prox_mu_(prox_mu), optimizer_(optimizer) {}
+      : prox_mu_(prox_mu), optimizer_(optimizer), bias_optimizer_(optimizer) {
+    bias_optimizer_.l2 = 0;  // the bias is not regularised, as on the servers
+  }
 
   absl::Status Init(const ParameterLayout& layout) override {
-    return model_.Init(layout, optimizer_);
+    layout_ = layout;
+    state_floats_ = StateFloatsPerWeight(optimizer_.kind);
+    bias_.assign(layout.bias_dim, 0.0f);
+    bias_state_.assign(static_cast<size_t>(layout.bias_dim) * state_floats_, 0.0f);
+    return absl::OkStatus();
   }
-  // The round's model: the local one and the proximal anchor.
-  void Start(std::span<const float> params) {
-    std::copy(params.begin(), params.end(), model_.parameters().begin());
-    anchor_.assign(params.begin(), params.end());
+  // The keys (sorted, unique) the client trains, once.
+  void SetKeys(std::span<const uint64_t> keys) {
+    index_.clear();
+    index_.reserve(keys.size());
+    for (uint32_t i = 0; i < keys.size(); ++i) index_.emplace(keys[i], i);
+    const size_t floats = keys.size() * layout_.row_dim;
+    rows_.assign(floats, 0.0f);
+    row_state_.assign(floats * state_floats_, 0.0f);
+    row_steps_.assign(keys.size(), 0);
   }
-  std::span<const float> parameters() const { return model_.parameters(); }
+  // The round's model, in SetKeys order: the local one and the proximal anchor.
+  void Start(std::span<const float> rows, std::span<const float> bias) {
+    std::copy(rows.begin(), rows.end(), rows_.begin());
+    std::copy(bias.begin(), bias.end(), bias_.begin());
+    anchor_rows_.assign(rows.begin(), rows.end());
+    anchor_bias_.assign(bias.begin(), bias.end());
+  }
+  std::span<const float> rows() const { return rows_; }
+  std::span<const float> bias() const { return bias_; }
 
   absl::Status Read(int64_t, std::span<const uint64_t> keys, std::span<float> rows,
                     std::span<float> bias) override {
-    return model_.Read(keys, rows, bias);
+    const uint32_t dim = layout_.row_dim;
+    if (rows.size() != keys.size() * dim || bias.size() != bias_.size()) {
+      return absl::InvalidArgumentError("a federated client's read: sizes do not match");
+    }
+    for (size_t i = 0; i < keys.size(); ++i) {
+      auto it = index_.find(keys[i]);
+      if (it == index_.end()) return NotMine(keys[i]);
+      std::copy_n(rows_.data() + static_cast<size_t>(it->second) * dim, dim, rows.data() + i * dim);
+    }
+    std::copy(bias_.begin(), bias_.end(), bias.begin());
+    return absl::OkStatus();
   }
   absl::Status Update(int64_t, std::span<const uint64_t> keys, std::span<const float> row_grads,
                       std::span<const float> bias_grad, float examples) override {
-    if (auto s = model_.CheckUpdate(keys, row_grads, bias_grad); !s.ok()) return s;
+    const uint32_t dim = layout_.row_dim;
+    if (row_grads.size() != keys.size() * dim || bias_grad.size() != bias_.size()) {
+      return absl::InvalidArgumentError("a federated client's update: sizes do not match");
+    }
     if (!(examples > 0)) return absl::OkStatus();
-    const uint32_t dim = model_.layout().row_dim;
     const float scale = 1.0f / examples;
-    std::span<const float> w = model_.parameters();
     // The gradients are sums over the batch: the proximal term is added once per example.
     const float mu = prox_mu_ * examples;
+    grad_.resize(std::max<size_t>(dim, bias_.size()));
     for (size_t i = 0; i < keys.size(); ++i) {
+      auto it = index_.find(keys[i]);
+      if (it == index_.end()) return NotMine(keys[i]);
+      const size_t at = static_cast<size_t>(it->second) * dim;
       const float* g = row_grads.data() + i * dim;
       if (mu > 0) {
-        grad_.resize(dim);
-        const size_t at = keys[i] * dim;
-        for (uint32_t j = 0; j < dim; ++j) grad_[j] = g[j] + mu * (w[at + j] - anchor_[at + j]);
+        for (uint32_t j = 0; j < dim; ++j) {
+          grad_[j] = g[j] + mu * (rows_[at + j] - anchor_rows_[at + j]);
+        }
         g = grad_.data();
       }
-      model_.ApplyRow(keys[i], g, scale);
+      ApplyUpdate(optimizer_, rows_.data() + at, row_state_.data() + at * state_floats_, g, scale,
+                  dim, ++row_steps_[it->second]);
     }
     const float* b = bias_grad.data();
     if (mu > 0) {
-      const size_t at = model_.row_floats();
-      grad_.resize(bias_grad.size());
-      for (size_t j = 0; j < bias_grad.size(); ++j) {
-        grad_[j] = b[j] + mu * (w[at + j] - anchor_[at + j]);
+      for (size_t j = 0; j < bias_.size(); ++j) {
+        grad_[j] = b[j] + mu * (bias_[j] - anchor_bias_[j]);
       }
       b = grad_.data();
     }
-    model_.ApplyBias(b, scale);
+    ApplyUpdate(bias_optimizer_, bias_.data(), bias_state_.data(), b, scale, bias_.size(),
+                ++bias_steps_);
     return absl::OkStatus();
   }
   absl::Status EndIteration(int64_t, float) override { return absl::OkStatus(); }
@@ -72,12 +110,41 @@ class LocalBackend : public SyncBackend {
   uint64_t bytes_pulled() const override { return 0; }
 
  private:
+  absl::Status NotMine(uint64_t key) const {
+    return absl::InternalError(
+        absl::StrFormat("key %d is not among the client's %d keys", key, index_.size()));
+  }
+
   const float prox_mu_;
   const OptimizerConfig optimizer_;
-  ReplicatedModel model_{"a federated client"};
-  std::vector<float> anchor_;
+  OptimizerConfig bias_optimizer_;
+  ParameterLayout layout_;
+  int state_floats_ = 0;
+  absl::flat_hash_map<uint64_t, uint32_t> index_;
+  std::vector<float> rows_, anchor_rows_, row_state_;
+  std::vector<int64_t> row_steps_;
+  std::vector<float> bias_, anchor_bias_, bias_state_;
+  int64_t bias_steps_ = 0;
   std::vector<float> grad_;
 };
+
+// The sorted unique keys of every example of `source` (one pass).
+absl::StatusOr<std::vector<uint64_t>> KeysOfSource(const Model& model, ExampleSource& source) {
+  if (auto s = source.Rewind(); !s.ok()) return s;
+  absl::flat_hash_set<uint64_t> seen;
+  std::vector<uint32_t> examples;
+  while (true) {
+    absl::StatusOr<DataSlice> slice = source.Next(8192);
+    if (!slice.ok()) return slice.status();
+    if (slice->size() == 0) break;
+    examples.resize(slice->size());
+    std::iota(examples.begin(), examples.end(), slice->begin);
+    for (uint64_t k : model.BatchKeys(*slice->data, examples)) seen.insert(k);
+  }
+  std::vector<uint64_t> keys(seen.begin(), seen.end());
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
 
 }  // namespace
 
@@ -88,22 +155,36 @@ FederatedClient::FederatedClient(const Model& model, SyncBackend& servers,
 absl::StatusOr<FederatedResult> FederatedClient::Run(
     ExampleSource& source, const std::function<void(const TrainProgress&)>& on_progress) {
   const JobSpec::Federated& f = options_.federated;
-  if (layout_.num_features == 0) {
+  if (layout_.dense_rows && layout_.num_features == 0) {
     return absl::InvalidArgumentError(
-        "a federated client holds the whole model: the number of features must be known");
+        "a federated client of a dense model needs the number of features");
   }
   LocalBackend local(static_cast<float>(f.prox_mu), options_.local_optimizer);
   if (auto s = local.Init(layout_); !s.ok()) return s;
-  const size_t row_floats = layout_.num_features * layout_.row_dim;
-  std::vector<uint64_t> keys(layout_.num_features);
-  std::iota(keys.begin(), keys.end(), uint64_t{0});
+  // A dense model is pulled whole; a sparse one by the rows the client's data holds.
+  std::vector<uint64_t> keys;
+  if (layout_.dense_rows) {
+    keys.resize(layout_.num_features);
+    std::iota(keys.begin(), keys.end(), uint64_t{0});
+  } else {
+    auto found = KeysOfSource(model_, source);
+    if (!found.ok()) return found.status();
+    keys = std::move(*found);
+    SYNCLINE_LOG(INFO) << absl::StrFormat("w%d trains the %d rows its examples hold", options_.rank,
+                                          keys.size());
+  }
+  local.SetKeys(keys);
+  const size_t row_floats = keys.size() * layout_.row_dim;
   std::vector<float> params(row_floats + layout_.bias_dim);
   std::vector<float> delta(params.size());
+  std::vector<uint64_t> sent_keys;  // sparse: the rows that moved
+  std::vector<float> sent_rows;
   Random random(options_.seed, 0x66656400u + static_cast<uint32_t>(options_.rank));
   const int64_t per_epoch = StepsPerEpoch(source.size(), options_.batch_size);
   if (per_epoch == 0) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("client w%d has no training examples", options_.rank));
+    // A skewed split may leave a client nothing: it still ends its rounds, with no update.
+    SYNCLINE_LOG(WARNING) << absl::StrFormat(
+        "w%d has no training examples: it answers its rounds with no update", options_.rank);
   }
   FederatedResult result;
   int64_t local_step = 0;  // --local-steps: where in its data the client goes on
@@ -121,11 +202,16 @@ absl::StatusOr<FederatedResult> FederatedClient::Run(
           options_.rank, round, f.client_dropout, options_.seed);
       continue;
     }
+    if (per_epoch == 0) {
+      if (auto s = servers_.EndIteration(round, 0); !s.ok()) return s;
+      ++result.rounds;
+      continue;
+    }
     // The round's model: served once the previous round has closed.
     std::span<float> rows(params.data(), row_floats);
     std::span<float> bias(params.data() + row_floats, layout_.bias_dim);
     if (auto s = servers_.Read(round, keys, rows, bias); !s.ok()) return s;
-    local.Start(params);
+    local.Start(rows, bias);
 
     TrainerOptions t;
     t.batch_size = options_.batch_size;
@@ -147,16 +233,34 @@ absl::StatusOr<FederatedResult> FederatedClient::Run(
     const float n = static_cast<float>(trained->examples);
 
     // The update: n * (w_round - w_local), which the servers' SGD subtracts, weighted by n.
-    std::span<const float> w = local.parameters();
-    for (size_t i = 0; i < delta.size(); ++i) delta[i] = params[i] - w[i];
+    std::span<const float> w_rows = local.rows();
+    std::span<const float> w_bias = local.bias();
+    for (size_t i = 0; i < row_floats; ++i) delta[i] = params[i] - w_rows[i];
+    for (size_t j = 0; j < layout_.bias_dim; ++j) {
+      delta[row_floats + j] = params[row_floats + j] - w_bias[j];
+    }
     Corrupt(options_.attack, 1.0f, delta, random);
     for (float& d : delta) d *= n;
-    if (auto s =
-            servers_.Update(round, keys, std::span<const float>(delta.data(), row_floats),
-                            std::span<const float>(delta.data() + row_floats, layout_.bias_dim), n);
-        !s.ok()) {
-      return s;
+    std::span<const float> delta_bias(delta.data() + row_floats, layout_.bias_dim);
+    absl::Status pushed;
+    if (layout_.dense_rows) {
+      pushed = servers_.Update(round, keys, std::span<const float>(delta.data(), row_floats),
+                               delta_bias, n);
+    } else {
+      // Only the rows that moved: a sparse client's untouched rows have a zero delta.
+      const uint32_t dim = layout_.row_dim;
+      sent_keys.clear();
+      sent_rows.clear();
+      for (size_t i = 0; i < keys.size(); ++i) {
+        const float* d = delta.data() + i * dim;
+        if (std::any_of(d, d + dim, [](float v) { return v != 0.0f; })) {
+          sent_keys.push_back(keys[i]);
+          sent_rows.insert(sent_rows.end(), d, d + dim);
+        }
+      }
+      pushed = servers_.Update(round, sent_keys, sent_rows, delta_bias, n);
     }
+    if (!pushed.ok()) return pushed;
     if (auto s = servers_.EndIteration(round, n); !s.ok()) return s;
 
     ++result.rounds;

@@ -292,11 +292,13 @@ NodeExit WorkerNode::Run() {
   layout.optimizer.learning_rate = static_cast<float>(spec.training.learning_rate);
   layout.optimizer.l2 = static_cast<float>(spec.training.l2);
   layout.seed = spec.seed;
-  // Federated clients train locally with the job's optimizer; the servers hold the whole model
-  // as dense tables and step on the averaged update with SGD at --server-lr.
+  // Federated clients train locally with the job's optimizer; the servers step on the
+  // averaged update with SGD at --server-lr.
   const OptimizerConfig local_optimizer = layout.optimizer;
   if (spec.sync.fedavg()) {
-    layout.dense_rows = true;
+    // A bounded model is pulled whole as dense tables; hashed (Criteo) ids stay sparse, and a
+    // client pulls and pushes the rows its own examples hold.
+    layout.dense_rows = layout.num_features > 0;
     layout.optimizer = OptimizerConfig{};
     layout.optimizer.kind = OptimizerKind::kSgd;
     layout.optimizer.learning_rate = static_cast<float>(spec.federated.server_lr);
