@@ -326,12 +326,17 @@ TEST(IdxPackageTest, ReadsTheRealFashionMnistFiles) {
     EXPECT_EQ(data->images.cols, 28u);
     EXPECT_EQ(data->images.count(), split.count);
     EXPECT_EQ(data->labels.size(), split.count);
-    std::ostringstream out;
-    absl::StatusOr<LibsvmConversion> written = WriteIdxAsLibsvm(*data, out);
-    ASSERT_TRUE(written.ok()) << written.status();
-    EXPECT_EQ(written->features, 784u);
     // Fashion-MNIST is balanced: a tenth of the images in every class.
-    for (uint64_t count : written->rows_per_class) EXPECT_EQ(count, split.count / 10);
+    std::vector<uint64_t> per_class(10, 0);
+    for (uint8_t label : data->labels) ++per_class[label];
+    for (uint64_t count : per_class) EXPECT_EQ(count, split.count / 10);
+    if (split.count == 10000) {  // the conversion of the smaller split (43 MB of text)
+      std::ostringstream out;
+      absl::StatusOr<LibsvmConversion> written = WriteIdxAsLibsvm(*data, out);
+      ASSERT_TRUE(written.ok()) << written.status();
+      EXPECT_EQ(written->features, 784u);
+      EXPECT_EQ(written->rows_per_class, per_class);
+    }
   }
 }
 
