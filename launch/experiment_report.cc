@@ -63,7 +63,8 @@ struct RunData {
   bool ok = false;
   std::string error;
   std::optional<double> wall_seconds, steps, steps_per_worker, test_loss, test_auc, test_accuracy,
-      bytes_on_wire, bytes_pushed, max_staleness, mean_staleness;
+      bytes_on_wire, bytes_pushed, bytes_pulled, busiest_server_bytes, max_staleness,
+      mean_staleness;
   std::vector<LossPoint> curve;
   std::optional<double> final_loss;  // the curve's last point
   std::optional<double> time_to_target;
@@ -116,7 +117,9 @@ RunData LoadRun(const fs::path& dir, const ExperimentRun& run, std::vector<std::
   if (auto pushed = number("bytes_pushed"), pulled = number("bytes_pulled"); pushed && pulled) {
     d.bytes_on_wire = *pushed + *pulled;
     d.bytes_pushed = *pushed;
+    d.bytes_pulled = *pulled;
   }
+  d.busiest_server_bytes = number("busiest_server.bytes_all");
   d.max_staleness = number("max_staleness_served");
   d.mean_staleness = number("mean_staleness_served");
   // Untrusted: anything but a plausible worker count means "whoever reported".
@@ -171,15 +174,30 @@ std::string SummaryCsv(const std::vector<RunData>& runs, std::optional<double> t
   std::string csv =
       "mode,folder,status,wall_seconds,steps,steps_per_worker,clocks_per_second_per_worker,"
       "final_train_loss,test_loss,test_auc,test_accuracy,target_loss,time_to_target_seconds,"
-      "bytes_on_wire,max_staleness,mean_staleness,error\n";
+      "bytes_on_wire,max_staleness,mean_staleness,bytes_pushed,bytes_pulled,"
+      "busiest_server_bytes,error\n";
   for (const RunData& r : runs) {
     const std::vector<std::string> fields = {
-        CsvField(r.sweep.value),       CsvField(r.sweep.folder),   r.ok ? "ok" : "failed",
-        Fixed(r.wall_seconds, 3),      General(r.steps),           General(r.steps_per_worker),
-        Fixed(r.ClocksPerSecond(), 2), General(r.final_loss),      General(r.test_loss),
-        General(r.test_auc),           General(r.test_accuracy),   General(target),
-        Fixed(r.time_to_target, 3),    Fixed(r.bytes_on_wire, 0),  General(r.max_staleness),
-        General(r.mean_staleness),     CsvField(OneLine(r.error)),
+        CsvField(r.sweep.value),
+        CsvField(r.sweep.folder),
+        r.ok ? "ok" : "failed",
+        Fixed(r.wall_seconds, 3),
+        General(r.steps),
+        General(r.steps_per_worker),
+        Fixed(r.ClocksPerSecond(), 2),
+        General(r.final_loss),
+        General(r.test_loss),
+        General(r.test_auc),
+        General(r.test_accuracy),
+        General(target),
+        Fixed(r.time_to_target, 3),
+        Fixed(r.bytes_on_wire, 0),
+        General(r.max_staleness),
+        General(r.mean_staleness),
+        Fixed(r.bytes_pushed, 0),
+        Fixed(r.bytes_pulled, 0),
+        Fixed(r.busiest_server_bytes, 0),
+        CsvField(OneLine(r.error)),
     };
     absl::StrAppend(&csv, absl::StrJoin(fields, ","), "\n");
   }
@@ -194,8 +212,8 @@ std::string MarkdownTable(const std::vector<RunData>& runs, const std::string& f
       absl::StrCat("--", flag), "status",           "wall s",   "steps",
       "clocks/s per worker",    "final train loss", "test loss"};
   if (any_auc) header.push_back("test AUC");
-  header.insert(header.end(), {"test accuracy", "time to target s", "on the wire MiB",
-                               "max staleness", "mean staleness"});
+  header.insert(header.end(), {"test accuracy", "time to target s", "pushed MiB", "pulled MiB",
+                               "all MiB", "busiest server MiB", "max staleness", "mean staleness"});
   std::string md = absl::StrCat("| ", absl::StrJoin(header, " | "), " |\n|");
   for (size_t i = 0; i < header.size(); ++i) md += i < 2 ? " --- |" : " ---: |";
   md += "\n";
@@ -208,13 +226,15 @@ std::string MarkdownTable(const std::vector<RunData>& runs, const std::string& f
                                     Fixed(r.final_loss, 4),
                                     Fixed(r.test_loss, 4)};
     if (any_auc) row.push_back(Fixed(r.test_auc, 4));
-    const std::optional<double> mib =
-        r.bytes_on_wire ? std::optional<double>(*r.bytes_on_wire / (1024.0 * 1024.0))
-                        : std::nullopt;
+    auto mib = [](std::optional<double> bytes) {
+      return bytes ? std::optional<double>(*bytes / (1024.0 * 1024.0)) : std::nullopt;
+    };
     row.insert(row.end(),
                {Fixed(r.test_accuracy, 4),
                 r.ok && have_target && !r.time_to_target ? "never" : Fixed(r.time_to_target, 2),
-                Fixed(mib, 1), General(r.max_staleness), Fixed(r.mean_staleness, 2)});
+                Fixed(mib(r.bytes_pushed), 2), Fixed(mib(r.bytes_pulled), 2),
+                Fixed(mib(r.bytes_on_wire), 2), Fixed(mib(r.busiest_server_bytes), 2),
+                General(r.max_staleness), Fixed(r.mean_staleness, 2)});
     absl::StrAppend(&md, "| ", absl::StrJoin(row, " | "), " |\n");
   }
   return md;
@@ -423,8 +443,9 @@ std::string ReportMarkdown(const std::vector<RunData>& data, const ReportOptions
   md += MarkdownTable(data, options.flag, result.target_loss.has_value());
   md +=
       "\nClocks/s per worker: the most steps any worker ran, over the run's wall time. Training "
-      "loss: the mean of the workers' latest reported loss. On the wire: bytes pushed plus "
-      "bytes pulled.\n\n";
+      "loss: the mean of the workers' latest reported loss. Pushed and pulled: what all workers "
+      "sent in pushes and received in pull replies; all: both. Busiest server: what the "
+      "server that moved the most received and sent.\n\n";
   md += "## Commentary\n\n";
   for (absl::string_view line : absl::StrSplit(result.commentary, '\n', absl::SkipEmpty())) {
     absl::StrAppend(&md, "- ", line, "\n");

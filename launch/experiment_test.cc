@@ -146,6 +146,8 @@ std::string FakeSummary(const std::string& status, const std::string& error, dou
       "  \"steps\": %d,\n  \"steps_per_worker\": %d,\n  \"wall_seconds\": %g,\n"
       "  \"train_loss\": 0.4,\n  \"test_loss\": %g,\n  \"test_auc\": 0.9,\n"
       "  \"test_accuracy\": 0.8,\n  \"bytes_pushed\": 1000,\n  \"bytes_pulled\": 500,\n"
+      "  \"busiest_server\": {\"server\": 1, \"bytes_in\": 700, \"bytes_out\": 300, "
+      "\"bytes_all\": 1000},\n"
       "  \"max_staleness_served\": %g,\n  \"mean_staleness_served\": 0.5,\n"
       "  \"nodes_down\": [\"w1 \\\"gone\\\"\"]\n}\n",
       status, error.empty() ? "" : absl::StrFormat("  \"error\": \"%s\",\n", error),
@@ -191,6 +193,9 @@ TEST(ExperimentReportTest, WritesSummaryCsvAndReportFromRunFolders) {
   EXPECT_EQ(rows[0]["clocks_per_second_per_worker"], "25.00");
   EXPECT_EQ(rows[0]["time_to_target_seconds"], "3.000");
   EXPECT_EQ(rows[0]["bytes_on_wire"], "1500");
+  EXPECT_EQ(rows[0]["bytes_pushed"], "1000");
+  EXPECT_EQ(rows[0]["bytes_pulled"], "500");
+  EXPECT_EQ(rows[0]["busiest_server_bytes"], "1000");
   EXPECT_EQ(rows[0]["test_auc"], "0.9");
   EXPECT_EQ(rows[0]["max_staleness"], "0");
   EXPECT_EQ(rows[1]["mode"], "asp");

@@ -167,6 +167,7 @@ void RunReport::OnServerStats(int server, wire::ServerStats::Reader s) {
   server_rejected_ += s.getRejected();
   server_bytes_in_ += s.getBytesIn();
   server_bytes_out_ += s.getBytesOut();
+  server_bytes_[server] = {s.getBytesIn(), s.getBytesOut()};
   auto hist = s.getStalenessHistogram();
   if (staleness_.size() < hist.size()) staleness_.resize(hist.size(), 0);
   for (size_t i = 0; i < hist.size(); ++i) staleness_[i] += hist[i];
@@ -387,6 +388,25 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
   j << "  \"bytes_pulled\": " << pulled << ",\n";
   j << "  \"bytes_pushed_per_worker_step\": "
     << JsonNumber(steps > 0 ? static_cast<double>(pushed) / steps : 0.0) << ",\n";
+  // Every byte the workers moved, and what one worker and the busiest server moved: the
+  // figures compression is judged by.
+  j << "  \"bytes_all\": " << pushed + pulled << ",\n";
+  const double per_worker = workers_.empty() ? 0.0 : 1.0 / workers_.size();
+  j << "  \"bytes_per_worker\": {\"pushed\": " << JsonNumber(pushed * per_worker)
+    << ", \"pulled\": " << JsonNumber(pulled * per_worker)
+    << ", \"all\": " << JsonNumber((pushed + pulled) * per_worker) << "},\n";
+  if (!server_bytes_.empty()) {
+    auto busiest = server_bytes_.begin();
+    for (auto it = server_bytes_.begin(); it != server_bytes_.end(); ++it) {
+      if (it->second.first + it->second.second > busiest->second.first + busiest->second.second) {
+        busiest = it;
+      }
+    }
+    j << "  \"busiest_server\": {\"server\": " << busiest->first
+      << ", \"bytes_in\": " << busiest->second.first
+      << ", \"bytes_out\": " << busiest->second.second
+      << ", \"bytes_all\": " << busiest->second.first + busiest->second.second << "},\n";
+  }
   j << "  \"server_bytes_in\": " << server_bytes_in_ << ",\n";
   j << "  \"server_bytes_out\": " << server_bytes_out_ << ",\n";
   j << "  \"server_requests\": " << server_requests_ << ",\n";

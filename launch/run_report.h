@@ -140,6 +140,8 @@ class RunReport : public CoordinatorObserver {
     std::vector<int64_t> which;
   };
   Rounds rounds_ ABSL_GUARDED_BY(mu_);
+  // Each server's final bytes received and sent, by rank: the busiest one bounds the job.
+  std::map<int, std::pair<uint64_t, uint64_t>> server_bytes_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> down_ ABSL_GUARDED_BY(mu_);
   bool progress_shown_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_log_line_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

@@ -132,10 +132,9 @@ TEST_F(FederatedTest, OneLocalStepOfEveryClientIsABspStep) {
 // missing clients, and the summary lists exactly the rounds the seed makes short.
 TEST_F(FederatedTest, ARoundWithAClientThatNeverAnswersClosesAtTheTimeoutNamingIt) {
   const std::string out = TempDir("fed_dropout");
-  auto r =
-      RunProcess(Job(out, {"--sync", "fedavg", "--workers", "4", "--servers", "1",
-                           "--participation", "0.5", "--rounds", "8", "--local-epochs", "1", "--lr",
-                           "0.1", "--client-dropout", "0.3", "--round-timeout", "0.5"}));
+  auto r = RunProcess(Job(out, {"--sync", "fedavg", "--workers", "4", "--servers", "1",
+                                "--participation", "0.5", "--rounds", "8", "--local-epochs", "1",
+                                "--lr", "0.1", "--client-dropout", "0.3", "--round-timeout", "1"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::vector<int64_t> expected;
   for (int64_t round = 0; round < 8; ++round) {
@@ -145,7 +144,7 @@ TEST_F(FederatedTest, ARoundWithAClientThatNeverAnswersClosesAtTheTimeoutNamingI
     }
     if (missing.empty()) continue;
     expected.push_back(round);
-    EXPECT_NE(r.output.find(absl::StrCat("round ", round, " closed at the 500ms timeout without ",
+    EXPECT_NE(r.output.find(absl::StrCat("round ", round, " closed at the 1s timeout without ",
                                          absl::StrJoin(missing, ", "))),
               std::string::npos)
         << round << "\n"

@@ -49,11 +49,17 @@ TEST_F(LaunchTest, LogregConvergesAndTheRunIsDocumented) {
   EXPECT_GT(*JsonNumber(summary, "test_auc"), 0.8) << summary;
   EXPECT_LT(*JsonNumber(summary, "test_loss"), 0.45) << summary;
   for (const char* key :
-       {"servers", "workers", "steps", "epochs", "wall_seconds", "bytes_pushed", "bytes_pulled"}) {
+       {"servers", "workers", "steps", "epochs", "wall_seconds", "bytes_pushed", "bytes_pulled",
+        "bytes_all", "bytes_per_worker.all", "busiest_server.bytes_all"}) {
     EXPECT_TRUE(JsonNumber(summary, key).has_value()) << key;
   }
   EXPECT_NE(summary.find("\"sync\": \"bsp\""), std::string::npos);
   EXPECT_EQ(*JsonNumber(summary, "max_staleness_served"), 0);
+  EXPECT_EQ(*JsonNumber(summary, "bytes_all"),
+            *JsonNumber(summary, "bytes_pushed") + *JsonNumber(summary, "bytes_pulled"));
+  // The busiest server moved at least its share of what the servers moved.
+  EXPECT_GE(2 * *JsonNumber(summary, "busiest_server.bytes_all"),
+            *JsonNumber(summary, "server_bytes_in") + *JsonNumber(summary, "server_bytes_out"));
   // metrics.csv: a header and rows from both workers, loss falling.
   std::vector<std::string> lines =
       absl::StrSplit(ReadFile(out + "/metrics.csv"), '\n', absl::SkipEmpty());
