@@ -722,8 +722,8 @@ TEST(ParameterServerTest, ParkedPullsAreWeighedPerPeerAndBoundedByBytes) {
 // acknowledged, counted and ignored, and round 1 waits for all three again.
 TEST(ParameterServerTest, AFederatedRoundClosesAtItsTimeoutWithTheClientsThatAnswered) {
   ServerOptions o{.rank = 0, .num_servers = 1, .num_workers = 3, .staleness = 0};
-  o.federated = ServerOptions::Federated{
-      .participation = 1, .round_timeout = absl::Milliseconds(100), .seed = 1};
+  o.federated =
+      ServerOptions::Federated{.participation = 1, .round_timeout = absl::Seconds(1), .seed = 1};
   ServerHarness h(o);
   h.Send(0, Declare(0, SparseTable()));
   h.Serve();
@@ -738,7 +738,7 @@ TEST(ParameterServerTest, AFederatedRoundClosesAtItsTimeoutWithTheClientsThatAns
   ASSERT_TRUE(h.Reply(1).has_value());   // the push's ack
   EXPECT_FALSE(h.Reply(2).has_value());  // parked: round 0 is open
   EXPECT_EQ(h.server().stats().rounds, 0u);
-  absl::SleepFor(absl::Milliseconds(120));
+  absl::SleepFor(absl::Milliseconds(1100));
   h.Serve();
   EXPECT_EQ(h.server().stats().rounds, 1u);
   EXPECT_EQ(h.server().stats().rounds_short, 1u);
