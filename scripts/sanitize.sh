@@ -23,11 +23,15 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # SAN_ALL=1: here they would only repeat the launcher's paths, already covered by its unit
 # tests under the sanitizers, for 40 s of CI.
 skip='embed_client_example'
-# The multi-host and Slurm tests, and the three longest trainings (checkpoints against time, a
-# killed server's resume, the ctr model's interactions), run in the plain build; SAN_ALL=1 runs
-# them here too.
-[ "${SAN_ALL:-0}" = 1 ] ||
-  skip='embed_client_example|^multihost$|^slurm$|TimeBasedCheckpointsCompleteAndResumeExactly|AKilledServerResumesFromTheLastCheckpoint|CtrLearnsTheInteractionsThatLogregMisses'
+# The multi-host and Slurm tests, and the longest trainings (checkpoints against time, a killed
+# server's resume, the ctr model's interactions, federated ctr, every codec by parameter
+# servers and by all-reduce, two BSP equivalences), run in the plain build; their code paths
+# run here in shorter tests. SAN_ALL=1 runs them here too.
+long='TimeBasedCheckpointsCompleteAndResumeExactly|AKilledServerResumesFromTheLastCheckpoint'
+long+='|CtrLearnsTheInteractionsThatLogregMisses|TheCtrModelTrainsFederatedOnEmbeddingTablesOnDisk'
+long+='|EveryCodecConvergesAndTopKAndSignShrinkThePushes|CompressedAllReduceConvergesAndMovesFewerBytes'
+long+='|BspWithTwoWorkersEqualsOneWorkerWithTheUnionBatch|AllReduceTrainsTheModelOfBsp'
+[ "${SAN_ALL:-0}" = 1 ] || skip="embed_client_example|^multihost\$|^slurm\$|$long"
 (cd "$build" && ctest --output-on-failure -j "$jobs" -E "$skip")
 corpus_copy=$(mktemp -d)
 trap 'rm -rf "$corpus_copy"' EXIT

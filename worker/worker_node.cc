@@ -284,10 +284,15 @@ NodeExit WorkerNode::Run() {
   layout.num_features = (*data)->train.num_features;  // 0 for Criteo data: any 64-bit id
   layout.row_init_scale = (*model)->row_init_scale();
   layout.bias_init_scale = (*model)->bias_init_scale();
-  // Compressed pushes work on a dense gradient (gossip peers keep the whole model anyway),
-  // except for Criteo's unbounded ids, whose sparse pushes go as fp16 (PsBackend).
-  layout.dense_rows = spec.training.codec.kind != CodecKind::kNone && !spec.sync.serverless() &&
-                      layout.num_features > 0;
+  // Top-K and sign1 pushes work on a dense gradient (gossip peers keep the whole model
+  // anyway). fp16 halves the values of sparse pushes as well: the rows stay sparse (no dense
+  // table pulled whole every step) except for dense (CSV) data, whose batches touch every row.
+  // The choice depends on the job alone, so that every worker declares the same tables.
+  const CodecKind codec = spec.training.codec.kind;
+  const bool dense_data = ResolveFormat(spec.data.train, spec.data.format) == DataFormat::kCsv;
+  layout.dense_rows = (codec == CodecKind::kTopK || codec == CodecKind::kSign1 ||
+                       (codec == CodecKind::kFp16 && dense_data)) &&
+                      !spec.sync.serverless() && layout.num_features > 0;
   layout.optimizer.kind = spec.training.optimizer;
   layout.optimizer.learning_rate = static_cast<float>(spec.training.learning_rate);
   layout.optimizer.l2 = static_cast<float>(spec.training.l2);
