@@ -28,15 +28,6 @@ absl::Status BadCodec(const std::string& text, const std::string& why) {
       text, why, kMaxSign1Chunk));
 }
 
-// The shortest decimal text that parses back to exactly `value`.
-std::string ShortestDouble(double value) {
-  for (int precision = 1; precision < 17; ++precision) {
-    std::string text = absl::StrFormat("%.*g", precision, value);
-    if (std::strtod(text.c_str(), nullptr) == value) return text;
-  }
-  return absl::StrFormat("%.17g", value);
-}
-
 class CodecBase : public Codec {
  public:
   explicit CodecBase(const CodecSpec& spec) : spec_(spec) {}
@@ -138,6 +129,14 @@ class Sign1Codec final : public CodecBase {
 };
 
 }  // namespace
+
+std::string ShortestDouble(double value) {
+  for (int precision = 1; precision < 17; ++precision) {
+    std::string text = absl::StrFormat("%.*g", precision, value);
+    if (std::strtod(text.c_str(), nullptr) == value) return text;
+  }
+  return absl::StrFormat("%.17g", value);
+}
 
 absl::StatusOr<CodecSpec> ParseCodec(const std::string& text) {
   CodecSpec spec;

@@ -61,20 +61,6 @@ absl::Status CheckCriteo(const JobSpec& s) {
   return absl::OkStatus();
 }
 
-std::string PartitionText(const PartitionSpec& p) {
-  switch (p.kind) {
-    case PartitionKind::kStrided:
-      return "strided";
-    case PartitionKind::kIid:
-      return "iid";
-    case PartitionKind::kDirichlet:
-      return absl::StrCat("dirichlet:", p.alpha);
-    case PartitionKind::kShards:
-      return absl::StrCat("shards:", p.shards);
-  }
-  return "unknown";
-}
-
 absl::Status CheckFederated(const JobSpec& s) {
   const JobSpec::Federated& f = s.federated;
   for (const absl::Status& status : {
@@ -106,13 +92,13 @@ absl::Status CheckFederated(const JobSpec& s) {
 absl::Status CheckRobustness(const JobSpec& s) {
   const PartitionSpec& p = s.data.partition;
   if (p.kind == PartitionKind::kDirichlet && !(p.alpha > 0 && std::isfinite(p.alpha))) {
-    return InvalidFlag("partition", PartitionText(p), "ALPHA must be a positive number");
+    return InvalidFlag("partition", PartitionName(p), "ALPHA must be a positive number");
   }
   if (p.kind == PartitionKind::kShards && p.shards < 1) {
-    return InvalidFlag("partition", PartitionText(p), "K must be >= 1");
+    return InvalidFlag("partition", PartitionName(p), "K must be >= 1");
   }
   if (p.kind != PartitionKind::kStrided && UsesCriteoData(s)) {
-    return InvalidFlag("partition", PartitionText(p),
+    return InvalidFlag("partition", PartitionName(p),
                        "needs data read into memory; Criteo files are streamed (strided only)");
   }
   const std::string rule = AggregateRuleName(s.aggregate);
@@ -282,7 +268,7 @@ std::vector<std::pair<std::string, std::string>> ManifestEntries(const JobSpec& 
           {"lr", absl::StrFormat("%.9g", s.training.learning_rate)},
           {"l2", absl::StrFormat("%.9g", s.training.l2)},
           {"compress", CodecName(s.training.codec)},
-          {"partition", PartitionText(s.data.partition)},
+          {"partition", PartitionName(s.data.partition)},
           {"aggregate", AggregateRuleName(s.aggregate)},
           {"byzantine", ByzantineName(s.byzantine)}};
 }

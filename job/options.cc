@@ -1,6 +1,9 @@
 #include "job/options.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <string_view>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -10,6 +13,23 @@
 
 namespace syncline {
 namespace {
+
+constexpr char kPartitionForms[] =
+    "strided, iid, dirichlet:ALPHA with a number ALPHA > 0, or shards:K with an integer K >= 1";
+
+absl::Status BadPartition(absl::string_view text, absl::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("partition '", text, "': ", why, " (expected ", kPartitionForms, ")"));
+}
+
+// The shortest decimal text that parses back to exactly `value` ("100", "0.1", "1e-05").
+std::string ShortestDouble(double value) {
+  char buffer[32];
+  const std::to_chars_result result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, result.ptr);
+}
+
+bool ValidAlpha(double alpha) { return std::isfinite(alpha) && alpha > 0; }
 
 // The value whose Name() is `text` among `values`, or InvalidArgument listing the names.
 template <typename T, size_t N>
@@ -220,6 +240,61 @@ const char* IndexBaseName(IndexBase base) {
 absl::StatusOr<IndexBase> ParseIndexBase(const std::string& name) {
   static constexpr IndexBase kAll[] = {IndexBase::kAuto, IndexBase::kZero, IndexBase::kOne};
   return ByName("index base", name, kAll, &IndexBaseName);
+}
+
+absl::StatusOr<PartitionSpec> ParsePartition(std::string_view std_text) {
+  // This abseil's string_view is its own type.
+  const absl::string_view text(std_text.data(), std_text.size());
+  PartitionSpec spec;
+  const size_t colon = text.find(':');
+  const absl::string_view name = text.substr(0, colon);
+  const bool has_arg = colon != absl::string_view::npos;
+  const absl::string_view arg = has_arg ? text.substr(colon + 1) : absl::string_view();
+  if (name == "strided" || name == "iid") {
+    if (has_arg) return BadPartition(text, absl::StrCat(name, " takes no parameter"));
+    spec.kind = name == "strided" ? PartitionKind::kStrided : PartitionKind::kIid;
+    return spec;
+  }
+  // SimpleAtod and SimpleAtoi would also take " 0.5" and "2 ".
+  const bool blank = std::any_of(arg.begin(), arg.end(), [](char c) {
+    return absl::ascii_isspace(static_cast<unsigned char>(c));
+  });
+  if (name == "dirichlet") {
+    double alpha = 0;
+    if (!has_arg) return BadPartition(text, "dirichlet needs ALPHA");
+    if (blank || !absl::SimpleAtod(arg, &alpha) || !ValidAlpha(alpha)) {
+      return BadPartition(text, absl::StrCat("ALPHA '", arg, "' is not a number > 0"));
+    }
+    spec.kind = PartitionKind::kDirichlet;
+    spec.alpha = alpha;
+    return spec;
+  }
+  if (name == "shards") {
+    int shards = 0;
+    if (!has_arg) return BadPartition(text, "shards needs K");
+    if (arg.empty() || !std::all_of(arg.begin(), arg.end(), absl::ascii_isdigit) ||
+        !absl::SimpleAtoi(arg, &shards) || shards < 1) {
+      return BadPartition(text, absl::StrCat("K '", arg, "' is not an integer >= 1"));
+    }
+    spec.kind = PartitionKind::kShards;
+    spec.shards = shards;
+    return spec;
+  }
+  return BadPartition(text, "unknown partition");
+}
+
+std::string PartitionName(const PartitionSpec& spec) {
+  switch (spec.kind) {
+    case PartitionKind::kStrided:
+      return "strided";
+    case PartitionKind::kIid:
+      return "iid";
+    case PartitionKind::kDirichlet:
+      return absl::StrCat("dirichlet:", ShortestDouble(spec.alpha));
+    case PartitionKind::kShards:
+      return absl::StrCat("shards:", spec.shards);
+  }
+  return absl::StrCat("unknown(", static_cast<int>(spec.kind), ")");
 }
 
 }  // namespace syncline

@@ -8,6 +8,7 @@
 #define SYNCLINE_JOB_OPTIONS_H_
 
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/status/statusor.h"
@@ -37,6 +38,13 @@ const char* DataFormatName(DataFormat format);
 
 absl::StatusOr<IndexBase> ParseIndexBase(const std::string& name);
 const char* IndexBaseName(IndexBase base);
+
+// --partition: "strided" | "iid" | "dirichlet:ALPHA" (ALPHA a finite number > 0) | "shards:K"
+// (K a plain integer >= 1). Errors: InvalidArgument naming the text and what is allowed.
+absl::StatusOr<PartitionSpec> ParsePartition(std::string_view text);
+// The inverse of ParsePartition: "dirichlet:0.1" (the shortest decimal that parses back to
+// alpha), "shards:2". Only the field of spec.kind is printed.
+std::string PartitionName(const PartitionSpec& spec);
 
 }  // namespace syncline
 

@@ -36,7 +36,6 @@
 #include "job/options.h"
 #include "ps/robust_aggregate.h"
 #include "toml++/toml.h"
-#include "worker/partition.h"
 #include "worker/slowness.h"
 
 namespace syncline {

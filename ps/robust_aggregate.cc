@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "compression/codec.h"
 
 namespace syncline {
 namespace {
@@ -36,15 +37,6 @@ constexpr char kAllowed[] =
 absl::Status BadText(absl::string_view text, absl::string_view why) {
   return absl::InvalidArgumentError(
       absl::StrCat("bad aggregate rule \"", text, "\": ", why, " (", kAllowed, ")"));
-}
-
-// The shortest decimal text that parses back to exactly `value`.
-std::string ShortestDouble(double value) {
-  for (int precision = 1; precision < 17; ++precision) {
-    std::string text = absl::StrFormat("%.*g", precision, value);
-    if (std::strtod(text.c_str(), nullptr) == value) return text;
-  }
-  return absl::StrFormat("%.17g", value);
 }
 
 // A plain decimal integer >= 0 that fits an int (SimpleAtoi alone would take " 3" and "+3").

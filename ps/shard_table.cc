@@ -352,26 +352,29 @@ void ShardTable::AccumulateRange(int64_t clock, int worker, KeyRange r, const fl
       Contribution{{}, r, std::vector<float>(grad_sum, grad_sum + r.size() * config_.dim)});
 }
 
+void ShardTable::AddToShard(const std::vector<Contribution>& contributions, float* sum) const {
+  const uint32_t dim = config_.dim;
+  for (const Contribution& c : contributions) {
+    if (!c.keys.empty()) {
+      // Rows of a sparse update (a decoded top-K block) to a dense shard.
+      for (size_t i = 0; i < c.keys.size(); ++i) {
+        float* __restrict dst = sum + (c.keys[i] - range_.begin) * dim;
+        const float* __restrict src = c.values.data() + i * dim;
+        for (uint32_t j = 0; j < dim; ++j) dst[j] += src[j];
+      }
+      continue;
+    }
+    float* __restrict dst = sum + (c.range.begin - range_.begin) * dim;
+    const float* __restrict src = c.values.data();
+    for (size_t i = 0; i < c.values.size(); ++i) dst[i] += src[i];
+  }
+}
+
 absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
   const uint32_t dim = config_.dim;
   if (config_.dense) {
     std::vector<float> sum(range_.size() * dim, 0.0f);
-    for (const auto& [worker, contributions] : aggregate) {
-      for (const Contribution& c : contributions) {
-        if (!c.keys.empty()) {
-          // Rows of a sparse update (a decoded top-K block) to a dense shard.
-          for (size_t i = 0; i < c.keys.size(); ++i) {
-            float* __restrict dst = sum.data() + (c.keys[i] - range_.begin) * dim;
-            const float* __restrict src = c.values.data() + i * dim;
-            for (uint32_t j = 0; j < dim; ++j) dst[j] += src[j];
-          }
-          continue;
-        }
-        float* __restrict dst = sum.data() + (c.range.begin - range_.begin) * dim;
-        const float* __restrict src = c.values.data();
-        for (size_t i = 0; i < c.values.size(); ++i) dst[i] += src[i];
-      }
-    }
+    for (const auto& [worker, contributions] : aggregate) AddToShard(contributions, sum.data());
     ApplyRange(range_, sum.data(), scale);
     return absl::OkStatus();
   }
@@ -433,24 +436,13 @@ absl::StatusOr<uint64_t> ShardTable::ApplyRobustAggregate(
     if (!CheckAggregateRule(rule, static_cast<int>(workers.size())).ok()) return 1;
     std::vector<std::vector<float>> updates(workers.size(), std::vector<float>(floats, 0.0f));
     for (size_t u = 0; u < workers.size(); ++u) {
-      float* const out = updates[u].data();
-      for (const Contribution& c : aggregate[workers[u]]) {
-        if (!c.keys.empty()) {
-          for (size_t i = 0; i < c.keys.size(); ++i) {
-            float* dst = out + (c.keys[i] - range_.begin) * dim;
-            for (uint32_t j = 0; j < dim; ++j) dst[j] += c.values[i * dim + j];
-          }
-          continue;
-        }
-        float* dst = out + (c.range.begin - range_.begin) * dim;
-        for (size_t i = 0; i < c.values.size(); ++i) dst[i] += c.values[i];
-      }
-      for (size_t i = 0; i < floats; ++i) out[i] *= inverse[u];
+      AddToShard(aggregate[workers[u]], updates[u].data());
+      for (float& v : updates[u]) v *= inverse[u];
     }
     std::vector<std::span<const float>> spans(updates.begin(), updates.end());
-    const std::vector<float> weights(workers.size(), 1.0f);
     std::vector<float> combined(floats);
-    if (auto s = syncline::Aggregate(rule, spans, weights, combined); !s.ok()) return s;
+    // The robust rules weigh every update alike (no weights).
+    if (auto s = syncline::Aggregate(rule, spans, {}, combined); !s.ok()) return s;
     ApplyRange(range_, combined.data(), 1.0f);
     return 0;
   }
@@ -480,7 +472,6 @@ absl::StatusOr<uint64_t> ShardTable::ApplyRobustAggregate(
   std::vector<uint64_t> applied_keys;
   std::vector<float> combined;
   std::vector<float> row(dim);
-  const std::vector<float> weights(workers.size(), 1.0f);
   for (size_t k = 0; k < keys.size(); ++k) {
     const auto& held = rows_of[k];
     if (!CheckAggregateRule(rule, static_cast<int>(held.size())).ok()) {
@@ -488,11 +479,7 @@ absl::StatusOr<uint64_t> ShardTable::ApplyRobustAggregate(
       continue;
     }
     std::vector<std::span<const float>> spans(held.begin(), held.end());
-    if (auto s = syncline::Aggregate(rule, spans,
-                                     std::span<const float>(weights).first(held.size()), row);
-        !s.ok()) {
-      return s;
-    }
+    if (auto s = syncline::Aggregate(rule, spans, {}, row); !s.ok()) return s;
     applied_keys.push_back(keys[k]);
     combined.insert(combined.end(), row.begin(), row.end());
   }

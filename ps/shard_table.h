@@ -156,6 +156,9 @@ class ShardTable {
   using Aggregate = std::map<int, std::vector<Contribution>>;
 
   ShardTable(const TableConfig& config, int shard, int num_shards, size_t dense_block_bytes);
+  // Dense: adds one worker's contributions of a clock into `sum`, this shard's range_.size() *
+  // dim floats.
+  void AddToShard(const std::vector<Contribution>& contributions, float* sum) const;
   absl::StatusOr<uint64_t> ApplyRobustAggregate(
       int64_t clock, Aggregate& aggregate, const AggregateRule& rule,
       const std::function<double(int64_t clock, int worker)>& examples_of);

@@ -1,7 +1,7 @@
 // Splitting a training set among the workers by label, for non-IID (federated) experiments:
 // strided, seeded IID, per-label Dirichlet proportions (Hsu et al. 2019) or label-sorted shards
-// (McMahan et al. 2017), with the text forms of PartitionSpec (syncline/options.h) and per-worker
-// label histograms to report what each worker got.
+// (McMahan et al. 2017), and per-worker label histograms to report what each worker got. The
+// text forms of PartitionSpec are job/options.h's ParsePartition and PartitionName.
 //
 // Every random draw comes from tools/random.h's Random (std::mt19937_64 seeded through
 // std::seed_seq, both fully specified by the standard) through this file's own Fisher-Yates
@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -23,13 +22,6 @@
 #include "worker/dataset.h"
 
 namespace syncline {
-
-// Text form: "strided" | "iid" | "dirichlet:ALPHA" (ALPHA a finite number > 0) | "shards:K"
-// (K a plain integer >= 1). Errors: InvalidArgument naming the text and what is allowed.
-absl::StatusOr<PartitionSpec> ParsePartition(std::string_view text);
-// The inverse of ParsePartition: "dirichlet:0.1" (the shortest decimal that parses back to
-// alpha), "shards:2". Only the field of spec.kind is printed.
-std::string PartitionName(const PartitionSpec& spec);
 
 // Assigns each example i (labels[i] an integer in [0, classes)) to one of `workers` workers and
 // returns, per worker, its example indices in ascending order. Every example is assigned to
