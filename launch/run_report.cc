@@ -396,12 +396,10 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
     << ", \"pulled\": " << JsonNumber(pulled * per_worker)
     << ", \"all\": " << JsonNumber((pushed + pulled) * per_worker) << "},\n";
   if (!server_bytes_.empty()) {
-    auto busiest = server_bytes_.begin();
-    for (auto it = server_bytes_.begin(); it != server_bytes_.end(); ++it) {
-      if (it->second.first + it->second.second > busiest->second.first + busiest->second.second) {
-        busiest = it;
-      }
-    }
+    const auto busiest = std::max_element(
+        server_bytes_.begin(), server_bytes_.end(), [](const auto& a, const auto& b) {
+          return a.second.first + a.second.second < b.second.first + b.second.second;
+        });
     j << "  \"busiest_server\": {\"server\": " << busiest->first
       << ", \"bytes_in\": " << busiest->second.first
       << ", \"bytes_out\": " << busiest->second.second

@@ -640,10 +640,8 @@ absl::Status ParameterServer::AnswerPull(const std::string& peer, Message& reque
 }
 
 bool ParameterServer::LateForRound(int worker, int64_t clock) const {
-  if (!options_.federated || clock >= clocks_.clock(worker) || !clocks_.active(worker)) {
-    return false;
-  }
-  return true;
+  // Closing a round moves every active worker's clock past it.
+  return options_.federated && clocks_.active(worker) && clock < clocks_.clock(worker);
 }
 
 absl::Status ParameterServer::AdvanceClock(int worker, int64_t clock, float weight) {

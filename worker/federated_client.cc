@@ -267,11 +267,7 @@ absl::StatusOr<FederatedResult> FederatedClient::Run(
     result.steps += steps;
     result.examples += trained->examples;
     result.last_loss = trained->last_loss;
-    result.times.batch += trained->times.batch;
-    result.times.read += trained->times.read;
-    result.times.compute += trained->times.compute;
-    result.times.update += trained->times.update;
-    result.times.end += trained->times.end;
+    result.times += trained->times;
     if (on_progress) {
       TrainProgress p;
       p.clock = round + 1;

@@ -76,6 +76,14 @@ struct StepTimes {
   absl::Duration end;      // SyncBackend::EndIteration: the clock (and BSP's wait for it)
 
   absl::Duration total() const { return batch + read + compute + update + end; }
+  StepTimes& operator+=(const StepTimes& other) {
+    batch += other.batch;
+    read += other.read;
+    compute += other.compute;
+    update += other.update;
+    end += other.end;
+    return *this;
+  }
   // "batch 4% read 31% compute 45% update 9% end 11% (of 2.31 s)"
   std::string ToString() const;
 };

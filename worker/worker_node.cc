@@ -288,10 +288,12 @@ NodeExit WorkerNode::Run() {
   // anyway). fp16 halves the values of sparse pushes as well: the rows stay sparse (no dense
   // table pulled whole every step) except for dense (CSV) data, whose batches touch every row.
   // The choice depends on the job alone, so that every worker declares the same tables.
+  // A federated client pulls a bounded model whole as dense tables; hashed (Criteo) ids stay
+  // sparse, and a client pulls and pushes the rows its own examples hold.
   const CodecKind codec = spec.training.codec.kind;
   const bool dense_data = ResolveFormat(spec.data.train, spec.data.format) == DataFormat::kCsv;
-  layout.dense_rows = (codec == CodecKind::kTopK || codec == CodecKind::kSign1 ||
-                       (codec == CodecKind::kFp16 && dense_data)) &&
+  layout.dense_rows = (spec.sync.fedavg() || codec == CodecKind::kTopK ||
+                       codec == CodecKind::kSign1 || (codec == CodecKind::kFp16 && dense_data)) &&
                       !spec.sync.serverless() && layout.num_features > 0;
   layout.optimizer.kind = spec.training.optimizer;
   layout.optimizer.learning_rate = static_cast<float>(spec.training.learning_rate);
@@ -301,9 +303,6 @@ NodeExit WorkerNode::Run() {
   // averaged update with SGD at --server-lr.
   const OptimizerConfig local_optimizer = layout.optimizer;
   if (spec.sync.fedavg()) {
-    // A bounded model is pulled whole as dense tables; hashed (Criteo) ids stay sparse, and a
-    // client pulls and pushes the rows its own examples hold.
-    layout.dense_rows = layout.num_features > 0;
     layout.optimizer = OptimizerConfig{};
     layout.optimizer.kind = OptimizerKind::kSgd;
     layout.optimizer.learning_rate = static_cast<float>(spec.federated.server_lr);
