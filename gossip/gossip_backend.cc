@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/log.h"
 
 namespace syncline {
 
@@ -40,7 +42,15 @@ absl::Status GossipBackend::EndIteration(int64_t clock, float examples) {
 }
 
 namespace {
+
 constexpr char kStateMagic[4] = {'G', 'S', 'P', '1'};
+// CHOCO (topk, sign1): the header also holds the peer count and each rank's copy exchanges
+// (GossipMixer::CopyExchanges), the tail the copies (GossipMixer::AppendCopies).
+constexpr char kCompressedStateMagic[4] = {'G', 'S', 'C', '1'};
+constexpr char kNotMine[] =
+    "the saved worker state is not a gossip peer's (was the checkpoint written with parameter "
+    "servers?)";
+
 }  // namespace
 
 absl::StatusOr<std::string> GossipBackend::SaveState() const {
@@ -49,8 +59,17 @@ absl::StatusOr<std::string> GossipBackend::SaveState() const {
         "asynchronous gossip does not checkpoint: push-sum weight in flight would be lost");
   }
   std::string out;
-  const int64_t header[1] = {next_step_};
-  model_.Save(kStateMagic, header, {}, &out);
+  if (!mixer_.compressed()) {
+    const int64_t header[1] = {next_step_};
+    model_.Save(kStateMagic, header, {}, &out);
+    return out;
+  }
+  std::vector<int64_t> header = {next_step_, options_.num_peers};
+  const std::vector<int64_t> exchanges = mixer_.CopyExchanges();
+  header.insert(header.end(), exchanges.begin(), exchanges.end());
+  std::string copies;
+  mixer_.AppendCopies(&copies);
+  model_.Save(kCompressedStateMagic, header, copies, &out);
   return out;
 }
 
@@ -60,14 +79,50 @@ absl::Status GossipBackend::RestoreState(std::string_view state) {
   }
   std::vector<int64_t> header;
   std::string_view tail;
+  if (state.substr(0, 4) != std::string_view(kCompressedStateMagic, 4)) {
+    absl::Status s = model_.Restore(
+        state, kStateMagic, 1, [](std::span<const int64_t>) { return size_t{0}; }, kNotMine,
+        &header, &tail);
+    if (!s.ok()) return s;
+    next_step_ = header[0];
+    if (mixer_.compressed()) {
+      // Every peer restores the same kind of checkpoint, so every copy restarts from zero at
+      // both of its ends; the first exchanges then resend the models, a few K entries a step.
+      SYNCLINE_LOG(WARNING) << "gossip: the checkpoint holds no public copies (it was written "
+                               "with codec none or fp16); they restart from zero";
+      mixer_.DropCopies();
+    }
+    return absl::OkStatus();
+  }
+  // Validated before anything changes: a table that does not fit asks for more bytes than
+  // there are, so that Restore refuses it untouched, and `bad` says why.
+  const int n = options_.num_peers;
+  std::string bad;
   absl::Status s = model_.Restore(
-      state, kStateMagic, 1, [](std::span<const int64_t>) { return size_t{0}; },
-      "the saved worker state is not a gossip peer's (was the checkpoint written with "
-      "parameter servers?)",
-      &header, &tail);
+      state, kCompressedStateMagic, 2 + n,
+      [&](std::span<const int64_t> h) -> size_t {
+        if (h[1] != n) {
+          bad = absl::StrFormat("the saved gossip state is from a job of %d peers; this job has %d",
+                                h[1], n);
+          return state.size() + 1;
+        }
+        absl::StatusOr<size_t> bytes = mixer_.CopyBytes(h.subspan(2));
+        if (!bytes.ok()) {
+          bad = absl::StrCat("the saved gossip state is not valid: ", bytes.status().message());
+          return state.size() + 1;
+        }
+        return *bytes;
+      },
+      kNotMine, &header, &tail);
+  if (!bad.empty()) return absl::InvalidArgumentError(bad);
   if (!s.ok()) return s;
   next_step_ = header[0];
-  return absl::OkStatus();
+  if (!mixer_.compressed()) {
+    SYNCLINE_LOG(INFO) << "gossip: the checkpoint's public copies are not needed by codec "
+                       << CodecName(options_.codec);
+    return absl::OkStatus();
+  }
+  return mixer_.RestoreCopies(std::span<const int64_t>(header).subspan(2), tail);
 }
 
 absl::Status GossipBackend::Finish() {

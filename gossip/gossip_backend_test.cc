@@ -41,7 +41,8 @@ struct RunResult {
 };
 
 // Trains `nodes` gossiping workers, each on its strided part of the data, for two epochs.
-RunResult Train(int nodes, const std::string& mode, int batch, OptimizerKind optimizer) {
+RunResult Train(int nodes, const std::string& mode, int batch, OptimizerKind optimizer,
+                const std::string& codec = "none") {
   auto parsed = ParseGossipMode(mode);
   EXPECT_TRUE(parsed.ok()) << parsed.status();
   InprocTransport transport;
@@ -68,6 +69,7 @@ RunResult Train(int nodes, const std::string& mode, int batch, OptimizerKind opt
       o.seed = 11;
       o.optimizer.kind = optimizer;
       o.optimizer.learning_rate = 0.5f;
+      o.codec = *ParseCodec(codec);
       GossipBackend backend(endpoints[r].get(), o);
       ParameterLayout layout;
       layout.num_features = kFeatures;
@@ -198,6 +200,119 @@ TEST(GossipBackendTest, SavedStateRestoresTheModelAndItsOptimizerExactly) {
   EXPECT_EQ(other->RestoreState(*state).code(), absl::StatusCode::kInvalidArgument);
   auto async = SteppedBackend(ep.get(), true, 1);
   EXPECT_EQ(async->SaveState().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(GossipBackendTest, ChocoTopKAndSign1TrainCloseToTheUncompressedRun) {
+  const RunResult raw = Train(4, "gossip:ring", 20, OptimizerKind::kSgd);
+  double raw_loss = 0;
+  for (int r = 0; r < 4; ++r) raw_loss += FullLoss(raw.params[r]) / 4;
+  EXPECT_LT(raw_loss, std::log(2.0) * 0.95) << "the reference must have learned something";
+  // 201 floats a message: topk:0.1 sends 21 entries (172 bytes), sign1 8 + 4 + 26 bytes.
+  for (const auto& [codec, block] : {std::pair<const char*, double>{"topk:0.1", 172},
+                                     std::pair<const char*, double>{"sign1", 38}}) {
+    SCOPED_TRACE(codec);
+    const RunResult run = Train(4, "gossip:ring", 20, OptimizerKind::kSgd, codec);
+    for (int r = 0; r < 4; ++r) {
+      const double loss = FullLoss(run.params[r]);
+      std::cerr << codec << " ring node " << r << ": loss " << loss << " (uncompressed: mean "
+                << raw_loss << "), consensus proxy " << run.proxy[r] << ", bytes/peer/step "
+                << run.bytes_per_peer_step[r] << " (uncompressed " << raw.bytes_per_peer_step[r]
+                << ")\n";
+      EXPECT_LT(loss, raw_loss * 1.03) << "node " << r;
+      EXPECT_GE(run.bytes_per_peer_step[r], block);
+      EXPECT_LT(run.bytes_per_peer_step[r], block + 256);
+    }
+    EXPECT_LT(ConsensusDistance(run.params), 0.5);
+  }
+}
+
+// Two CHOCO peers on their own transport, stepped together.
+class ChocoPair {
+ public:
+  explicit ChocoPair(int peers = 2, const std::string& codec = "topk:0.1") {
+    std::vector<std::string> ids;
+    for (int r = 0; r < peers; ++r) ids.push_back("w" + std::to_string(r));
+    for (int r = 0; r < 2; ++r) {
+      endpoints_.push_back(*transport_.CreateEndpoint(ids[r]));
+      GossipOptions o;
+      o.rank = r;
+      o.num_peers = peers;
+      o.peer_ids = ids;
+      o.codec = *ParseCodec(codec);
+      o.optimizer.kind = OptimizerKind::kAdam;
+      o.optimizer.learning_rate = 0.1f;
+      backends_.push_back(std::make_unique<GossipBackend>(endpoints_.back().get(), o));
+      ParameterLayout layout;
+      layout.num_features = 10;
+      EXPECT_TRUE(backends_.back()->Init(layout).ok());
+    }
+  }
+  // Steps [from, to) on both peers, with gradients that differ by peer and step.
+  void Step(int from, int to) {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([this, r, from, to] {
+        for (int s = from; s < to; ++s) {
+          const std::vector<uint64_t> keys = {static_cast<uint64_t>(r), 7};
+          const std::vector<float> grads = {0.5f + s, -1.0f - r}, bias = {0.25f * r};
+          EXPECT_TRUE(backends_[r]->Update(s, keys, grads, bias, 2.0f).ok());
+          EXPECT_TRUE(backends_[r]->EndIteration(s, 2.0f).ok());
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  GossipBackend& backend(int r) { return *backends_[r]; }
+
+ private:
+  InprocTransport transport_;
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;
+  std::vector<std::unique_ptr<GossipBackend>> backends_;
+};
+
+TEST(GossipBackendTest, ChocoCheckpointsKeepThePublicCopies) {
+  ChocoPair saved;
+  saved.Step(0, 3);
+  std::vector<std::string> states;
+  for (int r = 0; r < 2; ++r) {
+    absl::StatusOr<std::string> state = saved.backend(r).SaveState();
+    ASSERT_TRUE(state.ok()) << state.status();
+    states.push_back(*state);
+  }
+  ChocoPair restored;
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(restored.backend(r).RestoreState(states[r]).ok());
+  // The restored pair and the saved one take the same next steps to the same bits, which they
+  // would not if the copies had restarted from zero.
+  saved.Step(3, 6);
+  restored.Step(3, 6);
+  for (int r = 0; r < 2; ++r) {
+    const auto a = saved.backend(r).parameters(), b = restored.backend(r).parameters();
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << "node " << r;
+  }
+
+  // Refused without a change: rank 1's state (it holds a copy for rank 0) at rank 0, a state
+  // from two peers in a job of three, and a truncated one.
+  GossipBackend& b = restored.backend(0);
+  const std::vector<float> before(b.parameters().begin(), b.parameters().end());
+  absl::Status s = b.RestoreState(states[1]);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("rank 0"), std::string_view::npos) << s;
+  ChocoPair three(3);
+  s = three.backend(0).RestoreState(states[0]);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("3"), std::string_view::npos) << s;
+  EXPECT_EQ(b.RestoreState(states[0].substr(0, states[0].size() - 4)).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(
+      std::equal(before.begin(), before.end(), b.parameters().begin(), b.parameters().end()));
+
+  // Across codecs the model restores and the copies are dropped or restart from zero.
+  ChocoPair raw(2, "none");
+  raw.Step(0, 1);
+  ASSERT_TRUE(raw.backend(0).RestoreState(states[0]).ok());
+  absl::StatusOr<std::string> raw_state = raw.backend(0).SaveState();
+  ASSERT_TRUE(raw_state.ok());
+  ASSERT_TRUE(b.RestoreState(*raw_state).ok());
 }
 
 }  // namespace

@@ -11,6 +11,30 @@
 
 namespace syncline {
 
+namespace {
+
+bool IsDifferenceCodec(CodecKind kind) {
+  return kind == CodecKind::kTopK || kind == CodecKind::kSign1;
+}
+
+// The kind alone: a received block's ratio or chunk is not known.
+std::string KindName(CodecKind kind) {
+  std::string name = CodecName(CodecSpec{.kind = kind});
+  return name.substr(0, name.find(':'));
+}
+
+}  // namespace
+
+double ConsensusStep(const GossipOptions& options) {
+  if (!IsDifferenceCodec(options.codec.kind)) return 0;
+  if (options.consensus_step != 0) return options.consensus_step;
+  // Measured on rings, exponential graphs and random matchings of 8 and 16 nodes
+  // (docs/GOSSIP_COMPRESSION.md): topk diverges from about 4 R (ring of 8); sign1 is fastest
+  // near 0.1 on a ring and slower above it on random matchings.
+  if (options.codec.kind == CodecKind::kTopK) return std::min(1.0, 2 * options.codec.ratio);
+  return 0.1;
+}
+
 GossipMixer::GossipMixer(Endpoint* endpoint, GossipOptions options)
     : endpoint_(endpoint), options_(std::move(options)) {}
 
@@ -28,12 +52,22 @@ absl::Status GossipMixer::Init(size_t size) {
     return absl::InvalidArgumentError("gossip peer_timeout and max_steps_ahead must be positive");
   }
   if (auto s = ValidateCodecSpec(options_.codec); !s.ok()) return s;
-  if (options_.codec.kind != CodecKind::kNone && options_.codec.kind != CodecKind::kFp16) {
+  choco_ = IsDifferenceCodec(options_.codec.kind);
+  if (choco_ && options_.asynchronous) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "gossip exchanges parameters, which only fp16 compresses without losing them; codec ",
-        CodecName(options_.codec), " is not supported"));
+        "push-sum gossip cannot use codec ", CodecName(options_.codec),
+        ": it mixes whole parameters weighted by mass that arrives at any time, and only "
+        "synchronous gossip keeps the public copies that compressed differences need (use "
+        "none or fp16, or synchronous gossip)"));
   }
-  if (options_.codec.kind == CodecKind::kFp16) codec_ = Codec::Create(options_.codec);
+  const double step = options_.consensus_step;
+  if (!std::isfinite(step) || step < 0 || step > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gossip consensus_step ", step, " is not in (0, 1] (0: the codec's)"));
+  }
+  gamma_ = ConsensusStep(options_);
+  codec_ = options_.codec.kind == CodecKind::kNone ? nullptr : Codec::Create(options_.codec);
+  edges_.clear();
   size_ = size;
   gone_from_.assign(n, kAlive);
   dead_.assign(n, false);
@@ -45,6 +79,9 @@ absl::Status GossipMixer::Init(size_t size) {
                      << (options_.asynchronous ? " push-sum" : " synchronous") << ": rank "
                      << options_.rank << " of " << n << ", seed " << options_.seed << ", " << size
                      << " floats, codec " << CodecName(options_.codec);
+  if (choco_) {
+    SYNCLINE_LOG(INFO) << "gossip: CHOCO compressed differences with consensus step " << gamma_;
+  }
   return absl::OkStatus();
 }
 
@@ -90,7 +127,7 @@ Frame GossipMixer::Encode(std::span<const float> values) {
 }
 
 absl::Status GossipMixer::SendValues(int peer, int64_t step, int degree, double weight,
-                                     const Frame& payload) {
+                                     const Frame& payload, uint64_t exchanges) {
   MessageBuilder b(wire::MsgType::GOSSIP);
   auto h = b.header();
   h.setRole(wire::Role::WORKER);
@@ -100,6 +137,7 @@ absl::Status GossipMixer::SendValues(int peer, int64_t step, int degree, double 
   h.setRangeBegin(static_cast<uint64_t>(degree));
   h.setValueCount(size_);
   h.setCodec(static_cast<uint8_t>(options_.codec.kind));
+  h.setRequestId(exchanges);
   b.AddFrame(payload);
   Message m = b.Finish();
   const size_t bytes = m.ByteSize();
@@ -196,8 +234,16 @@ absl::Status GossipMixer::Decode(Message& message, Incoming* out) {
   out->step = h.getClock();
   out->degree = static_cast<int>(h.getRangeBegin());
   out->weight = weight;
+  out->exchanges = h.getRequestId();
   auto kind = CodecKindFromWire(h.getCodec());
   if (!kind.ok()) return kind.status();
+  // A difference added as parameters, or parameters added to a copy, would wreck the model.
+  if (IsDifferenceCodec(*kind) != choco_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a ", KindName(*kind), " block where ",
+                     choco_ ? "compressed differences (topk, sign1)" : "parameters (none, fp16)",
+                     " are exchanged"));
+  }
   Frame& frame = message.payload(0);
   if (*kind == CodecKind::kNone) {
     auto values = frame.As<float>();
@@ -274,13 +320,13 @@ absl::Status GossipMixer::ReceiveOne(absl::Time deadline) {
 }
 
 void GossipMixer::RecordProxy(std::span<const float> values,
-                              const std::vector<const Incoming*>& received) {
+                              const std::vector<std::span<const float>>& received) {
   if (received.empty()) return;
   double sq = 0;
   const double inv = 1.0 / received.size();
   for (size_t k = 0; k < values.size(); ++k) {
     double mean = 0;
-    for (const Incoming* in : received) mean += in->values[k];
+    for (std::span<const float> in : received) mean += in[k];
     const double d = values[k] - mean * inv;
     sq += d * d;
   }
@@ -310,7 +356,8 @@ absl::Status GossipMixer::MixSynchronous(int64_t step, std::span<float> values) 
     }
     it = early_.erase(it);
   }
-  const Frame payload = Encode(values);
+  const Frame payload = choco_ ? Frame() : Encode(values);
+  std::map<int, std::vector<float>> delivered;  // CHOCO: decoded blocks that reached each peer
   const absl::Time start = absl::Now();
   std::set<int> expected, sent, skipped;
   // A node that waits long tells everyone it is alive: its own neighbours may be waiting for it
@@ -354,11 +401,16 @@ absl::Status GossipMixer::MixSynchronous(int64_t step, std::span<float> values) 
     for (int r : expected) {
       if (sent.count(r) > 0) continue;
       sent.insert(r);
-      if (auto s = SendValues(r, step, static_cast<int>(expected.size()), 0.0, payload); !s.ok()) {
+      std::vector<float> block_value;
+      const Frame frame = choco_ ? EncodeDifference(r, values, &block_value) : payload;
+      const uint64_t exchanges = choco_ ? static_cast<uint64_t>(edges_[r].exchanges) : 0;
+      if (auto s = SendValues(r, step, static_cast<int>(expected.size()), 0.0, frame, exchanges);
+          !s.ok()) {
         DeclareDead(r, step + 1, absl::StrCat("send failed: ", s.ToString()));
         changed = true;
         break;
       }
+      if (choco_) delivered[r] = std::move(block_value);
     }
     if (changed) continue;
     absl::Time deadline = absl::InfiniteFuture();
@@ -389,9 +441,17 @@ absl::Status GossipMixer::MixSynchronous(int64_t step, std::span<float> values) 
     file_arrivals();
   }
 
+  if (choco_) {
+    MixCompressed(step, values, got, delivered);
+    return absl::OkStatus();
+  }
   std::vector<const Incoming*> received;
-  for (auto& [r, in] : got) received.push_back(&in);
-  RecordProxy(values, received);
+  std::vector<std::span<const float>> neighbour_values;
+  for (auto& [r, in] : got) {
+    received.push_back(&in);
+    neighbour_values.push_back(in.values);
+  }
+  RecordProxy(values, neighbour_values);
   const int degree = static_cast<int>(received.size());
   std::vector<double> weights;
   for (const Incoming* in : received) weights.push_back(MetropolisWeight(degree, in->degree));
@@ -406,6 +466,132 @@ absl::Status GossipMixer::MixSynchronous(int64_t step, std::span<float> values) 
   return absl::OkStatus();
 }
 
+Frame GossipMixer::EncodeDifference(int peer, std::span<const float> values,
+                                    std::vector<float>* sent) {
+  Edge& edge = edges_[peer];
+  if (edge.own.empty()) {
+    edge.own.assign(size_, 0.0f);
+    edge.theirs.assign(size_, 0.0f);
+  }
+  difference_.resize(size_);
+  for (size_t k = 0; k < size_; ++k) difference_[k] = values[k] - edge.own[k];
+  codec_->Encode(difference_, &block_);
+  sent->assign(size_, 0.0f);
+  if (!codec_->DecodeAdd(block_, *sent).ok()) {
+    // sign1 of a non-finite difference has a non-finite scale, which no peer would accept:
+    // send a zero difference, so that all of it stays in x - own for later.
+    SYNCLINE_LOG(WARNING) << "gossip: the difference to " << Name(peer)
+                          << "'s copy does not encode (not finite?); sending none this step";
+    std::fill(difference_.begin(), difference_.end(), 0.0f);
+    codec_->Encode(difference_, &block_);
+    sent->assign(size_, 0.0f);
+  }
+  return Frame::Copy(block_.data(), block_.size());
+}
+
+void GossipMixer::MixCompressed(int64_t step, std::span<float> values,
+                                const std::map<int, Incoming>& got,
+                                const std::map<int, std::vector<float>>& delivered) {
+  // The degree counts every neighbour heard from, as in D-PSGD, so that both ends of an edge
+  // compute the same weight; an edge whose ends disagree contributes nothing at either end.
+  const int degree = static_cast<int>(got.size());
+  std::vector<const Edge*> mixed;
+  std::vector<double> weights;
+  for (const auto& [r, in] : got) {
+    auto sent = delivered.find(r);
+    if (sent == delivered.end()) continue;  // r did not get this node's block: nor does it mix
+    Edge& edge = edges_[r];
+    if (in.exchanges != static_cast<uint64_t>(edge.exchanges)) {
+      SYNCLINE_LOG(WARNING) << "gossip: the public copies shared with " << Name(r)
+                            << " disagree at step " << step << " (" << edge.exchanges
+                            << " exchanges here, " << in.exchanges
+                            << " there): both ends restart them from zero";
+      edge.exchanges = 0;
+      std::fill(edge.own.begin(), edge.own.end(), 0.0f);
+      std::fill(edge.theirs.begin(), edge.theirs.end(), 0.0f);
+      continue;
+    }
+    for (size_t k = 0; k < size_; ++k) {
+      edge.own[k] += sent->second[k];
+      edge.theirs[k] += in.values[k];
+    }
+    ++edge.exchanges;
+    mixed.push_back(&edge);
+    weights.push_back(gamma_ * MetropolisWeight(degree, in.degree));
+  }
+  std::vector<std::span<const float>> copies;
+  for (const Edge* edge : mixed) copies.push_back(edge->theirs);
+  RecordProxy(values, copies);
+  for (size_t k = 0; k < size_; ++k) {
+    double move = 0;
+    for (size_t j = 0; j < mixed.size(); ++j) {
+      move += weights[j] * (static_cast<double>(mixed[j]->theirs[k]) - mixed[j]->own[k]);
+    }
+    values[k] = static_cast<float>(values[k] + move);
+  }
+  // A peer that is gone from the next step on never exchanges on its edge again.
+  for (auto it = edges_.begin(); it != edges_.end();) {
+    it = gone_from_[it->first] <= step + 1 ? edges_.erase(it) : std::next(it);
+  }
+}
+
+std::vector<int64_t> GossipMixer::CopyExchanges() const {
+  std::vector<int64_t> exchanges(options_.num_peers, -1);
+  for (const auto& [r, edge] : edges_) exchanges[r] = edge.exchanges;
+  return exchanges;
+}
+
+void GossipMixer::AppendCopies(std::string* out) const {
+  for (const auto& [r, edge] : edges_) {
+    for (const std::vector<float>* copy : {&edge.own, &edge.theirs}) {
+      if (copy->empty()) continue;
+      out->append(reinterpret_cast<const char*>(copy->data()), copy->size() * sizeof(float));
+    }
+  }
+}
+
+absl::StatusOr<size_t> GossipMixer::CopyBytes(std::span<const int64_t> exchanges) const {
+  if (exchanges.size() != static_cast<size_t>(options_.num_peers)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("public copies for %d gossip peers; this job has %d", exchanges.size(),
+                        options_.num_peers));
+  }
+  size_t edges = 0;
+  for (int r = 0; r < options_.num_peers; ++r) {
+    if (exchanges[r] < -1 || (r == options_.rank && exchanges[r] != -1)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("bad public copy entry %d for rank %d (this node is rank %d)",
+                          exchanges[r], r, options_.rank));
+    }
+    edges += exchanges[r] >= 0;
+  }
+  return edges * 2 * size_ * sizeof(float);
+}
+
+absl::Status GossipMixer::RestoreCopies(std::span<const int64_t> exchanges,
+                                        std::string_view bytes) {
+  absl::StatusOr<size_t> want = CopyBytes(exchanges);
+  if (!want.ok()) return want.status();
+  if (*want != bytes.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d bytes of public copies, expected %d", bytes.size(), *want));
+  }
+  std::map<int, Edge> edges;
+  const char* p = bytes.data();
+  for (int r = 0; r < options_.num_peers; ++r) {
+    if (exchanges[r] < 0) continue;
+    Edge& edge = edges[r];
+    edge.exchanges = exchanges[r];
+    for (std::vector<float>* copy : {&edge.own, &edge.theirs}) {
+      copy->resize(size_);
+      std::memcpy(copy->data(), p, size_ * sizeof(float));
+      p += size_ * sizeof(float);
+    }
+  }
+  edges_ = std::move(edges);
+  return absl::OkStatus();
+}
+
 absl::Status GossipMixer::DrainIncoming(std::span<float> values) {
   if (!initialized_) return absl::FailedPreconditionError("GossipMixer::Init was not called");
   if (values.size() != size_) return absl::InvalidArgumentError("gossip vector size");
@@ -416,8 +602,8 @@ absl::Status GossipMixer::DrainIncoming(std::span<float> values) {
   }
   skipped_.clear();
   if (arrived_.empty()) return absl::OkStatus();
-  std::vector<const Incoming*> received;
-  for (const Incoming& in : arrived_) received.push_back(&in);
+  std::vector<std::span<const float>> received;
+  for (const Incoming& in : arrived_) received.push_back(in.values);
   RecordProxy(values, received);
   for (const Incoming& in : arrived_) {
     const double total = weight_ + in.weight;

@@ -10,6 +10,28 @@
 // current step and answers it, so differing views cost a little exactness of the average for one
 // step but never a deadlock.
 //
+// Compressed (codec topk or sign1; synchronous only): CHOCO-Gossip (Koloskova, Stich, Jaggi 2019,
+// "Decentralized Stochastic Optimization and Gossip Algorithms with Compressed Communication")
+// with one pair of public copies per edge. For each peer j it has mixed with, node i keeps
+// own_ij (its own model as j reconstructs it) and theirs_ij (j's model as i reconstructs it);
+// j holds the same two vectors the other way round. At step t node i sends each neighbour j the
+// codec block q_ij = Q(x_i - own_ij), then, for each j it received q_ji from, adds the decoded
+// q_ij to own_ij and q_ji to theirs_ij, and moves x_i += gamma sum_j w_ij (theirs_ij - own_ij)
+// (gamma = ConsensusStep). x_i - own_ij is the error feedback: what Q left out is sent later.
+// With symmetric weights the terms of i and j cancel, so the mean of x is kept exactly up to
+// float rounding. Copies per edge rather than the paper's one public copy per node make
+// time-varying graphs (exponential, random matchings) and graphs rewired around a dead peer
+// sound at the byte cost of D-PSGD (one block per neighbour and step): a copy changes only when
+// both of its holders exchange, so it never goes stale at one of them. On a static graph all
+// own_ij are equal and this is the paper's algorithm. Memory: 2 x size floats per peer ever
+// mixed with (ring: 4; exponential: 2 ceil(log2 n); random: up to 2 (n - 1)). The header's
+// requestId carries the number of exchanges the edge has had at the sender; ends that disagree
+// (a one-sided exchange around a death, a restore from another checkpoint) both see it, skip
+// the edge that step and restart its copies from zero, with a warning. A dead or leaving peer's
+// copies are dropped after the step it leaves. The header's codec byte says the block's kind;
+// a block of a parameter codec (none, fp16) where differences are exchanged, or the reverse, or
+// a malformed one is dropped with a warning naming the sender, as any bad message is.
+//
 // Push-sum (Kempe et al. 2003; SGP, Assran et al. 2019): each node keeps (z, w), the model z being
 // x / w. A round first adds every (z_j, w_j) that has arrived (z <- (w z + w_j z_j) / (w + w_j),
 // w <- w + w_j), then keeps 1/(d+1) of its weight and sends 1/(d+1) with z to each of its d
@@ -35,15 +57,22 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "compression/codec.h"
 #include "core/transport.h"
 #include "gossip/gossip_options.h"
 
 namespace syncline {
+
+// The CHOCO step size for `options`: consensus_step when set, else the codec's default
+// (topk:R: min(1, 2 R); sign1: 0.1); 0 for none and fp16, which do not use one.
+double ConsensusStep(const GossipOptions& options);
 
 class GossipMixer {
  public:
@@ -66,8 +95,9 @@ class GossipMixer {
   // Push-sum weight of this node (1 at the start).
   double weight() const { return weight_; }
   // Mean, over the rounds since the last call that received anything, of the L2 distance
-  // between this node's vector and the mean of the vectors it received in that round: a local
-  // proxy of the consensus distance. 0 when nothing was received.
+  // between this node's vector and the mean of the vectors it received in that round (CHOCO:
+  // of the public copies of the neighbours it mixed with): a local proxy of the consensus
+  // distance. 0 when nothing was received.
   double TakeConsensusProxy();
   // Mean bytes of one message to one peer since the last call (0 when none was sent).
   double TakeBytesPerPeerStep();
@@ -78,24 +108,52 @@ class GossipMixer {
   uint64_t bytes_sent() const { return bytes_sent_; }
   uint64_t bytes_received() const { return bytes_received_; }
 
+  // CHOCO (topk, sign1): whether this mixer exchanges compressed differences.
+  bool compressed() const { return choco_; }
+  // CHOCO state for checkpoints (after Init). Per rank, the exchanges the copies held for it
+  // have had, -1 where none are held (always for this node).
+  std::vector<int64_t> CopyExchanges() const;
+  // Appends the copies held, in rank order: own, then theirs, size floats each.
+  void AppendCopies(std::string* out) const;
+  // The bytes AppendCopies writes for a CopyExchanges table, or InvalidArgument when the table
+  // is not one this node could have written (wrong length, a copy of itself, a count < -1).
+  absl::StatusOr<size_t> CopyBytes(std::span<const int64_t> exchanges) const;
+  // Replaces the copies with those of a table and bytes as above (validated the same way).
+  absl::Status RestoreCopies(std::span<const int64_t> exchanges, std::string_view bytes);
+  // Drops every copy: every edge restarts from zero at its next exchange.
+  void DropCopies() { edges_.clear(); }
+
  private:
   struct Incoming {
     int rank = 0;
     int64_t step = 0;
     int degree = 0;
     double weight = 0;
-    std::vector<float> values;
+    uint64_t exchanges = 0;     // CHOCO: the edge's exchanges at the sender
+    std::vector<float> values;  // parameters, or CHOCO: the decoded difference
+  };
+  // CHOCO: the public copies of one edge (see the header comment).
+  struct Edge {
+    int64_t exchanges = 0;
+    std::vector<float> own;
+    std::vector<float> theirs;
   };
 
   absl::Status MixSynchronous(int64_t step, std::span<float> values);
   absl::Status MixPushSum(int64_t step, std::span<float> values);
+  // CHOCO: the block for edge `peer` at this step; its decoded value goes to *sent.
+  Frame EncodeDifference(int peer, std::span<const float> values, std::vector<float>* sent);
+  // CHOCO: updates the copies of the edges exchanged and moves `values`.
+  void MixCompressed(int64_t step, std::span<float> values, const std::map<int, Incoming>& got,
+                     const std::map<int, std::vector<float>>& sent);
   // Receives and handles one message until `deadline`; gossip payloads go to arrived_, skips to
   // skipped_. DeadlineExceeded when none came.
   absl::Status ReceiveOne(absl::Time deadline);
   void Handle(Message message);
   absl::Status Decode(Message& message, Incoming* out);
   Frame Encode(std::span<const float> values);
-  absl::Status SendValues(int peer, int64_t step, int degree, double weight, const Frame& payload);
+  absl::Status SendValues(int peer, int64_t step, int degree, double weight, const Frame& payload,
+                          uint64_t exchanges = 0);
   void SendSkip(int peer, int64_t step);
   // Tells every live peer this node is alive (while it waits for a slow or dead neighbour).
   void SendHeartbeats();
@@ -103,7 +161,8 @@ class GossipMixer {
   void MarkGone(int rank, int64_t from_step, bool dead, const std::string& why);
   // Declares `rank` dead from step from_step on and tells every live peer.
   void DeclareDead(int rank, int64_t from_step, const std::string& why);
-  void RecordProxy(std::span<const float> values, const std::vector<const Incoming*>& received);
+  void RecordProxy(std::span<const float> values,
+                   const std::vector<std::span<const float>>& received);
   std::string Name(int rank) const;
 
   Endpoint* const endpoint_;
@@ -112,6 +171,10 @@ class GossipMixer {
   bool initialized_ = false;
   std::unique_ptr<Codec> codec_;  // null: raw float32
   std::vector<std::byte> block_;
+  bool choco_ = false;  // topk or sign1: compressed differences
+  double gamma_ = 0;
+  std::map<int, Edge> edges_;  // CHOCO, by peer rank; at most num_peers - 1
+  std::vector<float> difference_;
 
   static constexpr int64_t kAlive = INT64_MAX;
   std::vector<int64_t> gone_from_;  // per rank: first step without it

@@ -32,11 +32,19 @@ struct GossipOptions {
   absl::Duration peer_timeout = absl::Seconds(10);
   // The local update rule (GossipBackend only).
   OptimizerConfig optimizer;
-  // What peers exchange: the parameters themselves, raw (none) or as fp16 (half the bytes, a
-  // relative rounding error of 2^-11 per exchange, so the average is kept only to that
-  // precision). The sparsifying codecs (topk, sign1) would need parameter differences with
-  // error feedback and are refused.
+  // What peers exchange. none / fp16: the parameters themselves, raw or as fp16 (half the
+  // bytes, a relative rounding error of 2^-11 per exchange, so the average is kept only to that
+  // precision). topk:R / sign1 (synchronous only; push-sum refuses them): CHOCO-SGD
+  // (Koloskova et al. 2019), compressed differences between a node's model and the public copy
+  // of it that a neighbour holds, with error feedback, so the average is kept exactly (to
+  // float rounding) and nothing is lost, only sent later (gossip_mixer.h;
+  // docs/GOSSIP_COMPRESSION.md).
   CodecSpec codec;
+  // CHOCO's consensus step size gamma in (0, 1] (topk and sign1 only): each round moves the
+  // model by gamma * sum_j w_ij (copy of j - copy of this node). Too large a step diverges for
+  // strong compression. 0 (the default) picks the codec's: topk:R min(1, 2 R) (0.2 for
+  // topk:0.1; topk:1 is then plain D-PSGD), sign1 0.1 (see ConsensusStep in gossip_mixer.h).
+  double consensus_step = 0;
   // Messages for steps ahead of the current one that are kept (synchronous); later ones are
   // dropped with a warning. At most this many steps ahead, one message per peer and step.
   int max_steps_ahead = 64;
