@@ -74,7 +74,7 @@ struct Header {
   valueCount @8 :UInt64;   # entries in the values frame
   rangeBegin @9 :UInt64;   # dense tables: first key of the range
   rangeEnd @10 :UInt64;    # dense tables: one past the last key
-  codec @11 :UInt8;        # 0 = raw float32 values; later issues add compressed codecs
+  codec @11 :UInt8;        # 0 = raw float32 values, else the CodecKind of the values' block
   statusCode @12 :Int32;   # error replies: an absl::StatusCode
   message @13 :Text;       # error replies and aborts: what went wrong
 
@@ -91,6 +91,10 @@ struct Header {
   }
 
   staleness @23 :Int64;    # pull replies: iterations of updates the served values may lack
+  keyCoding @24 :UInt8;    # 0 = keys frame of little-endian uint64; 1 = compact keys
+                           # (varint gaps, compression/sparse_rows.h)
+  pullCodec @25 :UInt8;    # pulls: 0 = float32 rows; else answer with compressed deltas in this
+                           # codec (--compress-pull; the reply's keyCount = rows evicted)
 }
 
 struct Register {
@@ -327,4 +331,9 @@ struct JobSpec {
   attackSigma @69 :Float64 = 1;
   attackFactor @70 :Float64 = 1;
   histogramsOut @71 :Text;
+  pullCodec @72 :UInt8;            # --compress-pull (CodecKind; 0 = none)
+  pullCodecRatio @73 :Float64;
+  pullCodecChunk @74 :UInt32;
+  residualRows @75 :UInt64;        # --residual-rows
+  pullCopyRows @76 :UInt64;        # --pull-copy-rows
 }

@@ -48,10 +48,11 @@ absl::Status CheckCriteo(const JobSpec& s) {
   if (s.model.kind == ModelKind::kSoftmax) {
     return InvalidFlag("model", "softmax", "Criteo data is binary");
   }
-  if (s.training.codec.kind != CodecKind::kNone && s.training.codec.kind != CodecKind::kFp16) {
+  if (s.sync.fedavg() && s.training.codec.kind != CodecKind::kNone &&
+      s.training.codec.kind != CodecKind::kFp16) {
     return InvalidFlag("compress", CodecName(s.training.codec),
-                       "top-K and sign1 need a bounded feature count; Criteo ids are 64-bit "
-                       "hashes (their sparse pushes take fp16)");
+                       "federated clients of Criteo data push their rows' deltas as they are or "
+                       "as fp16; top-K and sign1 of them are not built");
   }
   if (s.sync.serverless()) {
     return InvalidFlag("sync", SyncModeName(s.sync),
@@ -222,6 +223,26 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
   }
   if (absl::Status codec = ValidateCodecSpec(t.codec); !codec.ok()) {
     return InvalidFlag("compress", CodecName(t.codec), codec.message());
+  }
+  if (absl::Status codec = ValidateCodecSpec(t.pull_codec); !codec.ok()) {
+    return InvalidFlag("compress-pull", CodecName(t.pull_codec), codec.message());
+  }
+  if (t.pull_codec.kind != CodecKind::kNone) {
+    const bool csv = s.data.format == DataFormat::kCsv ||
+                     (s.data.format == DataFormat::kAuto && absl::EndsWith(s.data.train, ".csv"));
+    std::string why;
+    if (s.sync.serverless()) why = "needs parameter servers (this mode has none)";
+    if (s.sync.fedavg()) why = "is not built for federated rounds (clients pull once a round)";
+    if (csv) why = "compresses sparse rows; CSV data keeps its rows in a dense table";
+    if (!why.empty()) return InvalidFlag("compress-pull", CodecName(t.pull_codec), why);
+  }
+  if (t.residual_rows < 1 || t.residual_rows > (uint64_t{1} << 40)) {
+    return InvalidFlag("residual-rows", absl::StrCat(t.residual_rows),
+                       "must be between 1 and 2^40");
+  }
+  if (t.pull_copy_rows < 1 || t.pull_copy_rows > (uint64_t{1} << 40)) {
+    return InvalidFlag("pull-copy-rows", absl::StrCat(t.pull_copy_rows),
+                       "must be between 1 and 2^40");
   }
   if (sl.straggler_rank >= s.workers || sl.straggler_rank < -1 ||
       !(sl.straggler_factor >= 1 && std::isfinite(sl.straggler_factor))) {

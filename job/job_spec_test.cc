@@ -139,8 +139,21 @@ TEST(JobSpecTest, ChecksCombinations) {
   EXPECT_THAT(Message(ValidateJobSpec(s)), HasSubstr("--model=ctr: needs Criteo data"));
   s.data.train = "a.tsv";
   EXPECT_TRUE(ValidateJobSpec(s).ok());
+  // Criteo rows stay sparse: top-K and sign1 keep a residual per row, pulls may be compressed.
   s.training.codec = CodecSpec{.kind = CodecKind::kSign1};
+  s.training.pull_codec = CodecSpec{.kind = CodecKind::kTopK, .ratio = 0.01};
+  EXPECT_TRUE(ValidateJobSpec(s).ok());
+  s.sync = SyncMode{.kind = SyncKind::kFedAvg};
   EXPECT_THAT(Message(ValidateJobSpec(s)), HasSubstr("--compress=sign1"));
+  s.training.codec = CodecSpec{};
+  EXPECT_THAT(Message(ValidateJobSpec(s)), HasSubstr("--compress-pull=topk:0.01"));
+  JobSpec dense;
+  dense.data.train = "a.csv";
+  dense.training.pull_codec = CodecSpec{.kind = CodecKind::kFp16};
+  EXPECT_THAT(Message(ValidateJobSpec(dense)), HasSubstr("CSV data keeps its rows in a dense"));
+  dense.data.train = "a.svm";
+  dense.training.residual_rows = 0;
+  EXPECT_THAT(Message(ValidateJobSpec(dense)), HasSubstr("--residual-rows=0"));
 
   JobSpec g;
   g.sync = SyncMode{.kind = SyncKind::kGossip};

@@ -51,6 +51,11 @@ void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
   out.setCodec(static_cast<uint8_t>(s.training.codec.kind));
   out.setCodecRatio(s.training.codec.ratio);
   out.setCodecChunk(s.training.codec.chunk);
+  out.setPullCodec(static_cast<uint8_t>(s.training.pull_codec.kind));
+  out.setPullCodecRatio(s.training.pull_codec.ratio);
+  out.setPullCodecChunk(s.training.pull_codec.chunk);
+  out.setResidualRows(s.training.residual_rows);
+  out.setPullCopyRows(s.training.pull_copy_rows);
   out.setLogEvery(s.training.log_every);
   out.setReadAhead(s.training.read_ahead);
   out.setSeed(s.seed);
@@ -107,6 +112,7 @@ absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
       !Known(in.getAllreduceAlgorithm(), 4) || !Known(in.getModel(), 3) ||
       !Known(in.getFormat(), 4) || !Known(in.getIndexBase(), 3) || !Known(in.getOptimizer(), 4) ||
       in.getCodec() > static_cast<uint8_t>(CodecKind::kFp16) ||
+      in.getPullCodec() > static_cast<uint8_t>(CodecKind::kFp16) ||
       in.getPartitionKind() > static_cast<uint8_t>(PartitionKind::kShards) ||
       in.getAggregateKind() > static_cast<uint8_t>(AggregateKind::kBulyan) ||
       in.getAttackKind() > static_cast<uint8_t>(AttackKind::kLabelFlip)) {
@@ -138,6 +144,11 @@ absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
   s.training.codec.kind = static_cast<CodecKind>(in.getCodec());
   s.training.codec.ratio = in.getCodecRatio();
   s.training.codec.chunk = in.getCodecChunk();
+  s.training.pull_codec.kind = static_cast<CodecKind>(in.getPullCodec());
+  s.training.pull_codec.ratio = in.getPullCodecRatio();
+  s.training.pull_codec.chunk = in.getPullCodecChunk();
+  s.training.residual_rows = in.getResidualRows();
+  s.training.pull_copy_rows = in.getPullCopyRows();
   s.training.log_every = in.getLogEvery();
   s.training.read_ahead = in.getReadAhead();
   s.seed = in.getSeed();

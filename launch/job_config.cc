@@ -52,7 +52,7 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 55> kFields = {{
+const std::array<Field, 58> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes"},
     {"workers", &JobConfig::workers, "Number of worker processes"},
     {"sync", &JobConfig::sync,
@@ -61,7 +61,18 @@ const std::array<Field, 55> kFields = {{
      "allreduce[:ring|doubling|hier|auto] (synchronous SGD, the same model as bsp), or fedavg "
      "(federated averaging: workers are clients that train locally for a round; see --rounds)"},
     {"compress", &JobConfig::compress,
-     "Gradient compression with error feedback: none, topk:R, sign1[:CHUNK] or fp16"},
+     "Gradient compression with error feedback: none, topk:R, sign1[:CHUNK] or fp16 (sparse "
+     "rows stay sparse: top-K and sign1 keep a residual per row, see --residual-rows)"},
+    {"compress-pull", &JobConfig::compress_pull,
+     "Compressed pulls of sparse rows: none, fp16, topk:R or sign1[:CHUNK]. Servers answer "
+     "with the change since the worker's last pull, keeping what they did not send (error "
+     "feedback per worker; see --pull-copy-rows)"},
+    {"residual-rows", &JobConfig::residual_rows,
+     "Error-feedback rows a worker keeps per server for compressed sparse pushes; beyond it "
+     "the oldest are sent whole"},
+    {"pull-copy-rows", &JobConfig::pull_copy_rows,
+     "Rows a server keeps per worker of what that worker holds (--compress-pull); beyond it "
+     "the least recently pulled are dropped and sent whole again"},
     {"model", &JobConfig::model, "Model: logreg, softmax or ctr (DLRM-style; Criteo data)"},
     {"classes", &JobConfig::classes, "Number of classes (more than 2 needs --model softmax)"},
     {"embedding-dim", &JobConfig::embedding_dim, "ctr: floats per categorical embedding"},
@@ -408,6 +419,13 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   absl::StatusOr<CodecSpec> codec = ParseCodec(c.compress);
   if (!codec.ok()) return InvalidFlag("compress", c.compress, codec.status().message());
   s.training.codec = *codec;
+  absl::StatusOr<CodecSpec> pull_codec = ParseCodec(c.compress_pull);
+  if (!pull_codec.ok()) {
+    return InvalidFlag("compress-pull", c.compress_pull, pull_codec.status().message());
+  }
+  s.training.pull_codec = *pull_codec;
+  s.training.residual_rows = c.residual_rows;
+  s.training.pull_copy_rows = c.pull_copy_rows;
   if (c.read_ahead != "on" && c.read_ahead != "off") {
     return InvalidFlag("read-ahead", absl::StrCat("'", c.read_ahead, "'"), "must be on or off");
   }

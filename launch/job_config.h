@@ -33,6 +33,10 @@ struct JobConfig {
   // "topk:R" (the fraction R of largest entries), "sign1" (1 bit per entry and a scale per
   // chunk; "sign1:CHUNK"), "fp16". Anything but none keeps the rows in a dense table.
   std::string compress = "none";
+  // [--compress-pull] none, fp16, topk:R or sign1[:CHUNK]: compressed pull replies.
+  std::string compress_pull = "none";
+  uint64_t residual_rows = 1000000;   // [--residual-rows]
+  uint64_t pull_copy_rows = 1000000;  // [--pull-copy-rows]
   // [--model] "logreg" (binary logistic regression), "softmax" or "ctr" (DLRM-style click model;
   // Criteo data only). Default "logreg".
   std::string model = "logreg";

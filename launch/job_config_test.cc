@@ -366,13 +366,27 @@ INSTANTIATE_TEST_SUITE_P(
                      "--embedding-dim=0: must be in [1, 256]"},
         ValidateCase{"hidden", [](JobConfig& c) { c.hidden = 5000; },
                      "--hidden=5000: must be in [1, 4096]"},
-        ValidateCase{"criteo_compress",
+        ValidateCase{"criteo_fedavg_compress",
                      [](JobConfig& c) {
                        c.format = "criteo";
+                       c.sync = "fedavg";
                        c.compress = "sign1";
                      },
-                     "--compress=sign1: top-K and sign1 need a bounded feature count; Criteo ids "
-                     "are 64-bit hashes (their sparse pushes take fp16)"},
+                     "--compress=sign1: federated clients of Criteo data push their rows' deltas "
+                     "as they are or as fp16; top-K and sign1 of them are not built"},
+        ValidateCase{"compress_pull", [](JobConfig& c) { c.compress_pull = "topk:2"; },
+                     "--compress-pull=topk:2: bad codec \"topk:2\": ratio \"2\" is not a number "
+                     "in (0, 1] (expected none, fp16, sign1, sign1:CHUNK with 1 <= CHUNK <= "
+                     "16777216, or topk:RATIO with 0 < RATIO <= 1)"},
+        ValidateCase{"compress_pull_fedavg",
+                     [](JobConfig& c) {
+                       c.sync = "fedavg";
+                       c.compress_pull = "fp16";
+                     },
+                     "--compress-pull=fp16: is not built for federated rounds (clients pull once "
+                     "a round)"},
+        ValidateCase{"pull_copy_rows", [](JobConfig& c) { c.pull_copy_rows = 0; },
+                     "--pull-copy-rows=0: must be between 1 and 2^40"},
         ValidateCase{"criteo_gossip",
                      [](JobConfig& c) {
                        c.model = "ctr";

@@ -44,6 +44,8 @@ ParameterServer::ParameterServer(Endpoint* endpoint, ServerOptions options)
   if (options_.update_threads > 1) {
     update_pool_ = std::make_unique<UpdatePool>(options_.update_threads);
   }
+  if (options_.pull_codec.kind != CodecKind::kNone)
+    pull_codec_ = Codec::Create(options_.pull_codec);
 }
 
 absl::StatusOr<std::unique_ptr<ShardTable>> ParameterServer::MakeTable(
@@ -360,10 +362,24 @@ absl::Status ParameterServer::DeclareTable(Message& message) {
 
 namespace {
 
-// The keys of a request: its first payload frame, which must hold keyCount keys.
-absl::StatusOr<std::span<const uint64_t>> KeysOf(Message& message) {
+// The keys of a request: its first payload frame, which must hold keyCount keys, as uint64
+// or (keyCoding 1) compact keys, which are decoded into *storage.
+absl::StatusOr<std::span<const uint64_t>> KeysOf(Message& message, std::vector<uint64_t>* storage) {
   auto h = message.header();
   if (message.payload_count() < 1) return absl::InvalidArgumentError("missing keys frame");
+  if (h.getKeyCoding() > 1) {
+    return absl::InvalidArgumentError(absl::StrFormat("unknown key coding %d", h.getKeyCoding()));
+  }
+  if (h.getKeyCoding() == 1) {
+    const Frame& f = message.payload(0);
+    if (h.getKeyCount() == 0) return absl::InvalidArgumentError("a compact keys frame of no keys");
+    if (auto s =
+            DecodeKeys(std::span<const std::byte>(f.data(), f.size()), h.getKeyCount(), storage);
+        !s.ok()) {
+      return s;
+    }
+    return std::span<const uint64_t>(*storage);
+  }
   auto keys = message.payload(0).As<uint64_t>();
   if (!keys.ok()) return keys.status();
   if (keys->size() != h.getKeyCount() || keys->empty()) {
@@ -409,6 +425,7 @@ absl::Status ParameterServer::Push(Message& message, ShardTable& table, bool* ac
   auto h = message.header();
   const TableConfig& c = table.config();
   std::span<const uint64_t> keys;
+  std::vector<uint64_t> key_storage;
   KeyRange range;
   size_t values_frame = 0;
   uint64_t expected_values = 0;
@@ -421,7 +438,7 @@ absl::Status ParameterServer::Push(Message& message, ShardTable& table, bool* ac
     if (auto s = table.CheckRange(range); !s.ok()) return s;
     expected_values = range.size() * c.dim;
   } else {
-    auto k = KeysOf(message);
+    auto k = KeysOf(message, &key_storage);
     if (!k.ok()) return k.status();
     keys = *k;
     if (auto s = table.CheckKeys(keys); !s.ok()) return s;
@@ -439,11 +456,6 @@ absl::Status ParameterServer::Push(Message& message, ShardTable& table, bool* ac
     if (kind != CodecKind::kTopK && kind != CodecKind::kSign1 && kind != CodecKind::kFp16) {
       return absl::InvalidArgumentError(absl::StrFormat("unknown codec %d", h.getCodec()));
     }
-    if (!c.dense && kind != CodecKind::kFp16) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "table %d is sparse: its pushes may be fp16, but top-K and sign1 need a dense table",
-          c.id));
-    }
     if (h.getValueCount() != expected_values) {
       return absl::InvalidArgumentError(
           absl::StrFormat("table %d: compressed push of %d values, expected %d", c.id,
@@ -451,24 +463,28 @@ absl::Status ParameterServer::Push(Message& message, ShardTable& table, bool* ac
     }
     const Frame& block = message.payload(values_frame);
     const std::span<const std::byte> bytes(block.data(), block.size());
-    if (kind == CodecKind::kTopK) {
+    if (!c.dense) {
+      // Rows of a sparse table: the block covers exactly the pushed rows (the size is checked
+      // before anything is allocated).
+      if (auto s = DecodeRows(kind, bytes, keys.size(), c.dim, &decoded); !s.ok()) {
+        return absl::Status(s.code(), absl::StrFormat("table %d: compressed push from w%d: %s",
+                                                      c.id, h.getRank(), s.message()));
+      }
+      values = std::span<const float>(decoded);
+    } else if (kind == CodecKind::kTopK) {
       // A sparse block goes straight to the rows it carries: no dense copy of the range.
       return PushTopK(message, table, range, bytes);
+    } else {
+      // The block must fit its claimed size before a buffer of that size is made.
+      if (auto s = compression_internal::ValidateBlock(kind, bytes, expected_values); !s.ok()) {
+        return s;
+      }
+      decoded.assign(expected_values, 0.0f);
+      if (auto s = Codec::Create(CodecSpec{.kind = kind})->DecodeAdd(bytes, decoded); !s.ok()) {
+        return s;
+      }
+      values = std::span<const float>(decoded);
     }
-    // The block must fit its claimed size before a buffer of that size is made: a sparse
-    // push's keyCount * dim could otherwise ask for gigabytes on the strength of a tiny block.
-    if (auto s = compression_internal::ValidateBlock(kind, bytes, expected_values); !s.ok()) {
-      return s;
-    }
-    decoded.assign(expected_values, 0.0f);
-    CodecSpec spec;
-    spec.kind = kind;
-    if (auto s = Codec::Create(spec)->DecodeAdd(
-            std::span<const std::byte>(block.data(), block.size()), decoded);
-        !s.ok()) {
-      return s;
-    }
-    values = std::span<const float>(decoded);
   } else {
     values = message.payload(values_frame).As<float>();
     if (!values.ok()) return values.status();
@@ -565,10 +581,19 @@ absl::Status ParameterServer::PullOrPark(Message& message, ShardTable& table) {
     if (auto s = table.CheckRange(range); !s.ok()) return s;
     entries = range.size();
   } else {
-    auto keys = KeysOf(message);
+    std::vector<uint64_t> key_storage;
+    auto keys = KeysOf(message, &key_storage);
     if (!keys.ok()) return keys.status();
     if (auto s = table.CheckKeys(*keys); !s.ok()) return s;
     entries = keys->size();
+  }
+  if (h.getPullCodec() != 0) {
+    if (pull_codec_ == nullptr ||
+        h.getPullCodec() != static_cast<uint8_t>(options_.pull_codec.kind)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("a pull asks for codec %d, but this job's --compress-pull is %s",
+                          h.getPullCodec(), CodecName(options_.pull_codec)));
+    }
   }
   // A reply is keys x dim floats: up to 2^15 times the request's own size for a sparse pull.
   if (entries > options_.max_reply_bytes / (sizeof(float) * c.dim)) {
@@ -615,14 +640,27 @@ absl::Status ParameterServer::AnswerPull(const std::string& peer, Message& reque
     // References the table's block when the range lies in one (no copy): the table copies a
     // block before changing it while a reply still holds it.
     values = table.ShareRange(KeyRange{h.getRangeBegin(), h.getRangeEnd()});
+    if (h.getPullCodec() != 0) {
+      // The range's keys are the rows the worker's copy is keyed by.
+      std::vector<uint64_t> keys(h.getRangeEnd() - h.getRangeBegin());
+      for (size_t i = 0; i < keys.size(); ++i) keys[i] = h.getRangeBegin() + i;
+      auto floats = values.As<float>();
+      if (!floats.ok()) return floats.status();
+      return AnswerCompressedPull(peer, request, c, keys, *floats);
+    }
   } else {
-    auto keys = KeysOf(request);
+    std::vector<uint64_t> key_storage;
+    auto keys = KeysOf(request, &key_storage);
     if (!keys.ok()) return keys.status();
     // Uninitialised: every value is overwritten, and zero-filling a large reply costs as much
     // as the copy itself.
     const size_t count = keys->size() * c.dim;
     std::shared_ptr<float[]> copy = std::make_shared_for_overwrite<float[]>(count);
     if (auto s = table.Read(*keys, copy.get()); !s.ok()) return s;
+    if (h.getPullCodec() != 0) {
+      return AnswerCompressedPull(peer, request, c, *keys,
+                                  std::span<const float>(copy.get(), count));
+    }
     const float* data = copy.get();
     values = Frame::Shared(std::move(copy), data, count * sizeof(float));
   }
@@ -634,6 +672,36 @@ absl::Status ParameterServer::AnswerPull(const std::string& peer, Message& reque
   b.header().setStaleness(staleness);
   b.header().setValueCount(values.size() / sizeof(float));
   b.AddFrame(std::move(values));
+  stats_.staleness.Record(staleness);
+  Reply(peer, b.Finish());
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServer::AnswerCompressedPull(const std::string& peer, Message& request,
+                                                   const TableConfig& c,
+                                                   std::span<const uint64_t> keys,
+                                                   std::span<const float> values) {
+  auto h = request.header();
+  auto [it, added] =
+      pull_copies_.try_emplace(std::make_pair(h.getRank(), c.id), c.dim, options_.pull_copy_rows);
+  PulledRows rows;
+  EncodePull(*pull_codec_, keys, values, ++pull_stamp_, &it->second, &rows);
+  stats_.pull_rows_fresh += rows.fresh.size() / c.dim;
+  stats_.pull_rows_evicted += rows.evicted.size();
+  std::vector<std::byte> evicted;
+  EncodeKeys(rows.evicted, &evicted);
+  MessageBuilder b(wire::MsgType::REPLY);
+  b.header().setRequestId(h.getRequestId());
+  b.header().setTable(c.id);
+  const int64_t staleness = StalenessGate::StalenessOf(h.getClock(), clocks_.MinClock());
+  b.header().setClock(h.getClock());
+  b.header().setStaleness(staleness);
+  b.header().setValueCount(values.size());
+  b.header().setCodec(static_cast<uint8_t>(options_.pull_codec.kind));
+  b.header().setKeyCount(rows.evicted.size());
+  b.AddFrame(Frame::Own(std::move(rows.fresh)));
+  b.AddFrame(Frame::Own(std::move(rows.block)));
+  b.AddFrame(Frame::Own(std::move(evicted)));
   stats_.staleness.Record(staleness);
   Reply(peer, b.Finish());
   return absl::OkStatus();

@@ -32,6 +32,8 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "checkpoint/checkpoint_requests.h"
+#include "compression/codec.h"
+#include "compression/sparse_rows.h"
 #include "consistency/clock_table.h"
 #include "core/transport.h"
 #include "ps/server_checkpoint.h"
@@ -65,6 +67,12 @@ struct ServerOptions {
   // grows past this many bytes is taken as stuck and its backlog is dropped (counted, and
   // logged naming the peer and this limit). Its requests then time out on its side.
   uint64_t max_reply_backlog_bytes = uint64_t{256} << 20;
+  // Compressed pulls (--compress-pull): a sparse pull that asks for this codec is answered
+  // with the deltas since what the worker holds, which the server keeps per worker and table
+  // in a RowTable of at most `pull_copy_rows` rows (compression/sparse_rows.h). Kind none:
+  // such pulls are refused.
+  CodecSpec pull_codec;
+  uint64_t pull_copy_rows = 1000000;
   // Sparse tables keep their rows in an EmbeddingStore (memory tier over RocksDB) when set:
   // table T's store lives in `embedding->path`/table-T and starts empty (a checkpoint, not
   // this folder, is what survives a restart). Unset: sparse rows stay in memory.
@@ -119,6 +127,9 @@ struct ServerStats {
   // Robust aggregation: rows (sparse) or clocks (dense) left unchanged because fewer updates
   // than the rule needs had them.
   uint64_t aggregates_skipped = 0;
+  // Compressed pulls: rows sent whole (new to a worker's copy) and rows dropped from copies.
+  uint64_t pull_rows_fresh = 0;
+  uint64_t pull_rows_evicted = 0;
 };
 
 class ParameterServer {
@@ -183,6 +194,10 @@ class ParameterServer {
   // moved only then, as a move re-attaches its header reader).
   absl::Status PullOrPark(Message& message, ShardTable& table);
   absl::Status AnswerPull(const std::string& peer, Message& request, ShardTable& table);
+  // --compress-pull: the deltas of `values` (the current rows of `keys`) against the worker's
+  // copy.
+  absl::Status AnswerCompressedPull(const std::string& peer, Message& request, const TableConfig& c,
+                                    std::span<const uint64_t> keys, std::span<const float> values);
   absl::Status AdvanceClock(int worker, int64_t clock, float weight);
   absl::Status OnMinClockChanged();
   // Federated: whether a push or clock of `worker` is for a round that has closed already.
@@ -224,6 +239,10 @@ class ParameterServer {
   // Parked pulls keyed by the min clock they need, so release is in clock order.
   std::multimap<int64_t, ParkedPull> parked_;
   absl::flat_hash_map<std::string, uint64_t> parked_bytes_;  // by peer
+  // Compressed pulls: per (worker, table), the rows that worker holds; and the codec.
+  absl::flat_hash_map<std::pair<int, uint32_t>, RowTable> pull_copies_;
+  std::unique_ptr<Codec> pull_codec_;
+  uint64_t pull_stamp_ = 0;
   // Replies waiting for room in their peer's queue, in order, and their bytes.
   struct Backlog {
     std::deque<Message> replies;

@@ -1,6 +1,7 @@
 #include "ps/server.h"
 
 #include <capnp/message.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,10 +12,14 @@
 #include <random>
 
 #include "compression/codec.h"
+#include "compression/sparse_rows.h"
+#include "compression/wire.h"
 #include "core/inproc_transport.h"
 
 namespace syncline {
 namespace {
+
+using ::testing::HasSubstr;
 
 // Drives one server from the test thread: requests go in through real endpoints, the server
 // handles what is queued, replies come back to the fake workers.
@@ -338,36 +343,24 @@ TEST(ParameterServerTest, CompressedPushesAreDecodedAndBadBlocksRejected) {
 }
 
 // Sparse rows take fp16 pushes (values rounded to half precision), not top-K or sign1.
-TEST(ParameterServerTest, SparsePushesMayBeHalfPrecisionOnly) {
+TEST(ParameterServerTest, SparsePushesTakeHalfPrecision) {
   ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 1, .staleness = -1});
   h.Send(0, Declare(0, SparseTable()));
   const std::vector<float> grads = {0.1f, -2.0f, 3.0f, 65504.0f};  // keys 5 and 9, dim 2
-  auto encoded = [&](CodecKind kind, uint64_t id) {
-    std::vector<std::byte> block;
-    Codec::Create(CodecSpec{.kind = kind, .ratio = 0.5})->Encode(grads, &block);
-    auto b = Request(wire::MsgType::PUSH, 0, id);
-    b.header().setKeyCount(2);
-    b.header().setValueCount(grads.size());
-    b.header().setWeight(1);
-    b.header().setCodec(static_cast<uint8_t>(kind));
-    b.AddFrame(Frame::Own(std::vector<uint64_t>{5, 9}));
-    b.AddFrame(Frame::Own(std::move(block)));
-    return b.Finish();
-  };
-  h.Send(0, encoded(CodecKind::kFp16, 2));
-  h.Send(0, encoded(CodecKind::kSign1, 3));
-  h.Send(0, encoded(CodecKind::kTopK, 4));
+  std::vector<std::byte> block;
+  Codec::Create(CodecSpec{.kind = CodecKind::kFp16})->Encode(grads, &block);
+  auto b = Request(wire::MsgType::PUSH, 0, 2);
+  b.header().setKeyCount(2);
+  b.header().setValueCount(grads.size());
+  b.header().setWeight(1);
+  b.header().setCodec(static_cast<uint8_t>(CodecKind::kFp16));
+  b.AddFrame(Frame::Own(std::vector<uint64_t>{5, 9}));
+  b.AddFrame(Frame::Own(std::move(block)));
+  h.Send(0, b.Finish());
   h.Send(0, SparsePull(0, 5, {5, 9}, 10));
   h.Serve();
   EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);  // declare
   EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);  // fp16 push
-  for (int refused = 0; refused < 2; ++refused) {
-    auto reply = h.Reply(0);
-    ASSERT_TRUE(reply.has_value());
-    EXPECT_EQ(reply->header().getType(), wire::MsgType::ERROR);
-    EXPECT_NE(std::string(reply->header().getMessage().cStr()).find("need a dense table"),
-              std::string::npos);
-  }
   auto pulled = h.Reply(0);
   ASSERT_TRUE(pulled.has_value());
   // lr 1, SGD: w = -g, with g as half precision rounds it (0.1 is not exact in binary16).
@@ -378,6 +371,161 @@ TEST(ParameterServerTest, SparsePushesMayBeHalfPrecisionOnly) {
   EXPECT_EQ(w[1], 2.0f);
   EXPECT_EQ(w[2], -3.0f);
   EXPECT_EQ(w[3], -65504.0f);
+}
+
+// A compressed sparse push: compact keys and a block of `kind` over their rows.
+Message CompactPush(uint64_t id, const std::vector<uint64_t>& keys, CodecKind kind,
+                    std::vector<std::byte> block, uint32_t dim = 2) {
+  std::vector<std::byte> coded;
+  EncodeKeys(keys, &coded);
+  auto b = Request(wire::MsgType::PUSH, 0, id);
+  b.header().setKeyCount(keys.size());
+  b.header().setKeyCoding(1);
+  b.header().setValueCount(keys.size() * dim);
+  b.header().setWeight(1);
+  b.header().setCodec(static_cast<uint8_t>(kind));
+  b.AddFrame(Frame::Own(std::move(coded)));
+  b.AddFrame(Frame::Own(std::move(block)));
+  return b.Finish();
+}
+
+TEST(ParameterServerTest, SparsePushesTakeCompactKeysAndEveryCodecAndRefuseMalformedOnes) {
+  ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 1, .staleness = -1});
+  h.Send(0, Declare(0, SparseTable()));
+  // top-K of keys 5 and 900's rows: one entry, index 3 (key 900, second float) = 4.
+  std::vector<std::byte> topk(12);
+  compression_internal::StoreU32(topk.data(), 1);
+  compression_internal::StoreU32(topk.data() + 4, 3);
+  compression_internal::StoreF32(topk.data() + 8, 4.0f);
+  h.Send(0, CompactPush(2, {5, 900}, CodecKind::kTopK, topk));
+  // sign1 of key 7's row: +-mean|g|.
+  std::vector<std::byte> sign1;
+  Codec::Create(CodecSpec{.kind = CodecKind::kSign1})->Encode(std::vector<float>{1, -3}, &sign1);
+  h.Send(0, CompactPush(3, {7}, CodecKind::kSign1, sign1));
+  // float32 rows with compact keys.
+  const std::vector<float> raw = {0.5f, 0.25f};
+  h.Send(0,
+         CompactPush(4, {11}, CodecKind::kNone,
+                     std::vector<std::byte>(reinterpret_cast<const std::byte*>(raw.data()),
+                                            reinterpret_cast<const std::byte*>(raw.data()) + 8)));
+  // Malformed: a topk index beyond the rows, a short sign1 block, keys that do not decode,
+  // compact keys out of the table's range, an unknown key coding.
+  std::vector<std::byte> bad_topk = topk;
+  compression_internal::StoreU32(bad_topk.data() + 4, 4);
+  h.Send(0, CompactPush(5, {5, 900}, CodecKind::kTopK, bad_topk));
+  h.Send(0, CompactPush(6, {7}, CodecKind::kSign1,
+                        std::vector<std::byte>(sign1.begin(), sign1.end() - 1)));
+  {
+    auto b = Request(wire::MsgType::PUSH, 0, 7);
+    b.header().setKeyCount(3);
+    b.header().setKeyCoding(1);
+    b.header().setValueCount(6);
+    b.header().setWeight(1);
+    b.AddFrame(Frame::Own(std::vector<std::byte>{std::byte{0x80}}));
+    b.AddFrame(Frame::Own(std::vector<float>(6)));
+    h.Send(0, b.Finish());
+  }
+  h.Send(0, CompactPush(8, {5000}, CodecKind::kSign1, sign1));
+  {
+    auto b = Request(wire::MsgType::PUSH, 0, 9);
+    b.header().setKeyCount(1);
+    b.header().setKeyCoding(2);
+    b.header().setValueCount(2);
+    b.header().setWeight(1);
+    b.AddFrame(Frame::Own(std::vector<std::byte>{std::byte{7}}));
+    b.AddFrame(Frame::Own(std::vector<float>(2)));
+    h.Send(0, b.Finish());
+  }
+  h.Send(0, SparsePull(0, 10, {5, 7, 11, 900}, 10));
+  h.Serve();
+  EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);  // declare
+  for (int accepted = 0; accepted < 3; ++accepted) {
+    auto reply = h.Reply(0);
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_EQ(reply->header().getType(), wire::MsgType::REPLY)
+        << reply->header().getMessage().cStr();
+  }
+  for (const char* why : {"index", "sign1", "cannot hold", "out of range", "key coding"}) {
+    auto reply = h.Reply(0);
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_EQ(reply->header().getType(), wire::MsgType::ERROR);
+    EXPECT_THAT(std::string(reply->header().getMessage().cStr()), HasSubstr(why));
+  }
+  auto pulled = h.Reply(0);
+  ASSERT_TRUE(pulled.has_value());
+  // SGD at lr 1: w = -g. Nothing of the refused pushes was applied.
+  EXPECT_EQ(ValuesOf(*pulled), (std::vector<float>{0, 0, -2, 2, -0.5f, -0.25f, 0, -4}));
+}
+
+// A compressed pull (--compress-pull topk:0.5): new rows come whole, then deltas against the
+// worker's copy, the rest held back until later pulls; the copy stays within its rows.
+TEST(ParameterServerTest, CompressedPullsSendNewRowsWholeThenDeltas) {
+  ServerOptions options{.rank = 0, .num_servers = 1, .num_workers = 1, .staleness = -1};
+  options.pull_codec = CodecSpec{.kind = CodecKind::kTopK, .ratio = 0.5};
+  options.pull_copy_rows = 2;
+  ServerHarness h(options);
+  h.Send(0, Declare(0, SparseTable()));
+  auto pull = [](uint64_t id, std::vector<uint64_t> keys, CodecKind kind = CodecKind::kTopK) {
+    std::vector<std::byte> coded;
+    EncodeKeys(keys, &coded);
+    auto b = Request(wire::MsgType::PULL, 0, id);
+    b.header().setKeyCount(keys.size());
+    b.header().setKeyCoding(1);
+    b.header().setPullCodec(static_cast<uint8_t>(kind));
+    b.header().setClock(10);
+    b.AddFrame(Frame::Own(std::move(coded)));
+    return b.Finish();
+  };
+  h.Send(0, SparsePush(0, 2, {5, 9}, {1, 2, 3, 4}, 0, 1));
+  h.Send(0, pull(3, {5, 9}));
+  h.Send(0, SparsePush(0, 4, {5, 9}, {-1, 0, 0, -8}, 0, 1));  // w5 = (0, -2), w9 = (-3, 4)
+  h.Send(0, pull(5, {5, 9}));
+  h.Send(0, pull(6, {20}));              // a third row: the copy drops its oldest
+  h.Send(0, SparsePull(0, 7, {5}, 10));  // an uncompressed pull is still served
+  h.Send(0, pull(8, {5}, CodecKind::kSign1));
+  h.Serve();
+  EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);  // declare
+  EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);  // push
+  RowTable copy(2, 0);
+  auto decode = [&](Message& reply, const std::vector<uint64_t>& keys) {
+    EXPECT_EQ(reply.header().getType(), wire::MsgType::REPLY) << reply.header().getMessage().cStr();
+    EXPECT_EQ(reply.payload_count(), 3u);
+    std::vector<uint64_t> evicted;
+    const Frame& e = reply.payload(2);
+    EXPECT_TRUE(DecodeKeys(std::span<const std::byte>(e.data(), e.size()),
+                           reply.header().getKeyCount(), &evicted)
+                    .ok());
+    std::vector<float> out(keys.size() * 2);
+    const Frame& f = reply.payload(0);
+    const Frame& b = reply.payload(1);
+    EXPECT_TRUE(DecodePull(CodecKind::kTopK, keys, std::span<const std::byte>(f.data(), f.size()),
+                           std::span<const std::byte>(b.data(), b.size()), evicted, &copy, out)
+                    .ok());
+    return std::make_pair(out, evicted);
+  };
+  auto first = h.Reply(0);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->payload(0).size(), 4 * sizeof(float));  // both rows new: sent whole
+  EXPECT_EQ(decode(*first, {5, 9}).first, (std::vector<float>{-1, -2, -3, -4}));
+  EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);  // push
+  auto second = h.Reply(0);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->payload(0).size(), 0u);
+  // Deltas (1, 0, 0, 8): top-2 sends 8 and then 1.
+  EXPECT_EQ(decode(*second, {5, 9}).first, (std::vector<float>{0, -2, -3, 4}));
+  auto third = h.Reply(0);
+  ASSERT_TRUE(third.has_value());
+  const auto [rows, evicted] = decode(*third, {20});
+  EXPECT_EQ(rows, (std::vector<float>{0, 0}));
+  EXPECT_EQ(evicted, (std::vector<uint64_t>{5}));
+  EXPECT_FALSE(copy.Contains(5));
+  auto plain = h.Reply(0);
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(ValuesOf(*plain), (std::vector<float>{0, -2}));
+  auto refused = h.Reply(0);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->header().getType(), wire::MsgType::ERROR);
+  EXPECT_THAT(std::string(refused->header().getMessage().cStr()), HasSubstr("--compress-pull"));
 }
 
 TEST(ParameterServerTest, ConflictingDeclarationIsRefused) {

@@ -147,21 +147,28 @@ TEST_F(LaunchTest, AllReduceTrainsTheModelOfBsp) {
 
 // Runs `job` once with each codec and checks that every run converges; returns the bytes each
 // pushed, by codec.
+// bytes_pushed by codec, and bytes_all under "all:" + codec; `pull` adds a run with
+// --compress topk:0.01 --compress-pull topk:0.01, under "topk:0.01+pull".
 std::map<std::string, double> PushedBytesByCodec(std::vector<std::string> job,
-                                                 const std::string& train,
-                                                 const std::string& test) {
+                                                 const std::string& train, const std::string& test,
+                                                 bool pull = false) {
   std::map<std::string, double> pushed;
-  for (const char* codec : {"none", "topk:0.01", "sign1", "fp16"}) {
+  std::vector<std::string> codecs = {"none", "topk:0.01", "sign1", "fp16"};
+  if (pull) codecs.push_back("topk:0.01+pull");
+  for (const std::string& codec : codecs) {
     SCOPED_TRACE(codec);
-    const std::string out = TempDir(std::string("codec_") + codec);
+    const std::string out = TempDir("codec_" + codec);
     std::vector<std::string> argv = job;
-    argv.insert(argv.end(), {"--compress", codec, "--batch-size", "1024", "--train", train,
-                             "--test", test, "--epochs", "4", "--out", out});
+    const bool both = codec.ends_with("+pull");
+    argv.insert(argv.end(), {"--compress", both ? "topk:0.01" : codec, "--batch-size", "1024",
+                             "--train", train, "--test", test, "--epochs", "4", "--out", out});
+    if (both) argv.insert(argv.end(), {"--compress-pull", "topk:0.01"});
     auto r = RunProcess(argv);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     const std::string summary = ReadFile(out + "/summary.json");
     EXPECT_GT(JsonNumber(summary, "test_auc").value_or(0), 0.8) << summary;
     pushed[codec] = JsonNumber(summary, "bytes_pushed").value_or(0);
+    pushed["all:" + codec] = JsonNumber(summary, "bytes_all").value_or(0);
   }
   return pushed;
 }
@@ -176,12 +183,19 @@ TEST_F(LaunchTest, CompressedAllReduceConvergesAndMovesFewerBytes) {
   EXPECT_LT(pushed["fp16"], 0.55 * pushed["none"]);
 }
 
-TEST_F(LaunchTest, EveryCodecConvergesAndTopKAndSignShrinkThePushes) {
-  auto pushed = PushedBytesByCodec({kLaunch, "--servers", "2", "--workers", "2"}, Train(), Test());
+// Sparse rows stay sparse under every codec; top-K and sign1 keep a residual per row and send
+// compact keys, and --compress-pull shrinks the pulls too.
+TEST_F(LaunchTest, EveryCodecConvergesAndCompressionShrinksTheWholeJob) {
+  auto pushed = PushedBytesByCodec({kLaunch, "--servers", "2", "--workers", "2"}, Train(), Test(),
+                                   /*pull=*/true);
   EXPECT_LT(pushed["topk:0.01"] * 20, pushed["none"]);
-  EXPECT_LT(pushed["sign1"] * 20, pushed["none"]);
-  // Sparse rows stay sparse under fp16: a key (8 bytes) and 2 bytes per value, against 4.
+  // sign1 sends every row: a compact key (a byte or two), a bit per value and a scale.
+  EXPECT_LT(pushed["sign1"] * 5, pushed["none"]);
+  // fp16: a key (8 bytes) and 2 bytes per value, against 4.
   EXPECT_LT(pushed["fp16"], 0.9 * pushed["none"]);
+  // The whole job: pushes, pulls, requests and acknowledgements.
+  EXPECT_LT(pushed["all:topk:0.01+pull"] * 5, pushed["all:none"]);
+  EXPECT_LT(pushed["all:topk:0.01"], pushed["all:none"]);
 }
 
 TEST_F(LaunchTest, GossipPeersTrainWithoutServers) {

@@ -62,9 +62,15 @@ absl::Status KVClient::SendRequest(Ticket ticket, int server, Message message, R
   const uint64_t id = next_request_id_++;
   request.ticket = ticket;
   request.server = server;
+  const uint64_t bytes = message.ByteSize();
   auto status = endpoint_->Send(options_.server_ids[server], std::move(message),
                                 absl::Now() + options_.send_timeout);
   if (!status.ok()) return status;
+  if (request.traffic == Request::Traffic::kPull) {
+    bytes_pulled_ += bytes;
+  } else if (request.traffic != Request::Traffic::kControl) {
+    bytes_pushed_ += bytes;
+  }
   requests_.emplace(id, std::move(request));
   ++tickets_[ticket].pending;
   return absl::OkStatus();
@@ -117,11 +123,33 @@ absl::StatusOr<Ticket> KVClient::SparseOp(Op op, uint32_t table, std::span<const
   const Ticket ticket = NewTicket();
   if (keys.empty()) return ticket;
   const int n = num_servers();
+  // Compressed pulls send compact keys (which need them ascending) and keep the keys for
+  // the reply.
+  const bool compressed = op == Op::kPull && options_.pull_codec.kind != CodecKind::kNone;
+  if (compressed) {
+    for (size_t i = 1; i < keys.size(); ++i) {
+      if (keys[i] <= keys[i - 1]) {
+        return absl::InvalidArgumentError(
+            "a compressed pull needs its keys strictly ascending (no repeats)");
+      }
+    }
+    pull_copies_.try_emplace(table, dim, 0);
+  }
+  const Request::Traffic traffic = op == Op::kPush   ? Request::Traffic::kPush
+                                   : op == Op::kPull ? Request::Traffic::kPull
+                                                     : Request::Traffic::kPushPull;
 
   auto build = [&](std::span<const uint64_t> k, std::span<const float> v, Frame key_frame,
                    Frame value_frame) {
     MessageBuilder b = NewMessage(TypeOf(static_cast<int>(op)), table, clock, weight);
     b.header().setKeyCount(k.size());
+    if (compressed) {
+      std::vector<std::byte> coded;
+      EncodeKeys(k, &coded);
+      b.header().setKeyCoding(1);
+      b.header().setPullCodec(static_cast<uint8_t>(options_.pull_codec.kind));
+      key_frame = Frame::Own(std::move(coded));
+    }
     b.AddFrame(std::move(key_frame));
     if (pushes) {
       b.header().setValueCount(v.size());
@@ -142,12 +170,17 @@ absl::StatusOr<Ticket> KVClient::SparseOp(Op op, uint32_t table, std::span<const
   if (n == 1) {
     Request r;
     r.dim = dim;
+    r.traffic = traffic;
     if (pulls) {
       r.out = out.data();
       r.out_values = out.size();
     }
+    if (compressed) {
+      r.compressed_pull = true;
+      r.table = table;
+      r.keys.assign(keys.begin(), keys.end());
+    }
     Message m = build(keys, values, Frame::Borrow(keys), Frame::Borrow(values));
-    if (pushes) bytes_pushed_ += m.ByteSize();
     if (auto s = SendRequest(ticket, 0, std::move(m), std::move(r)); !s.ok()) return s;
     return ticket;
   }
@@ -167,15 +200,20 @@ absl::StatusOr<Ticket> KVClient::SparseOp(Op op, uint32_t table, std::span<const
     }
     Request r;
     r.dim = dim;
+    r.traffic = traffic;
     if (pulls) {
       r.out = out.data();
       r.out_values = positions[s].size() * dim;
       r.positions = positions[s];
     }
+    if (compressed) {
+      r.compressed_pull = true;
+      r.table = table;
+      r.keys = shard_keys;
+    }
     const std::span<const uint64_t> k(shard_keys);
     const std::span<const float> v(shard_values);
     Message m = build(k, v, Frame::Own(std::move(shard_keys)), Frame::Own(std::move(shard_values)));
-    if (pushes) bytes_pushed_ += m.ByteSize();
     if (auto st = SendRequest(ticket, s, std::move(m), std::move(r)); !st.ok()) return st;
   }
   return ticket;
@@ -223,8 +261,24 @@ absl::StatusOr<Ticket> KVClient::DenseOp(Op op, uint32_t table, uint64_t begin,
         b.header().setValueCount(piece_values);
         b.AddFrame(Frame::Borrow(values.data() + offset, piece_values * sizeof(float)));
       }
+      // A pull of a large enough piece into `out` asks for compressed deltas as a sparse one
+      // does, its keys being the piece's range (small ones, a bias, cost less as they are).
+      const bool compressed = op == Op::kPull && out_frames == nullptr &&
+                              options_.pull_codec.kind != CodecKind::kNone &&
+                              piece_values >= kMinCompressedDenseValues;
+      if (compressed) b.header().setPullCodec(static_cast<uint8_t>(options_.pull_codec.kind));
       Request r;
+      if (compressed) {
+        pull_copies_.try_emplace(table, c.dim, 0);
+        r.compressed_pull = true;
+        r.table = table;
+        r.keys.resize(piece_end - lo);
+        for (uint64_t k = lo; k < piece_end; ++k) r.keys[k - lo] = k;
+      }
       r.dim = c.dim;
+      r.traffic = op == Op::kPush   ? Request::Traffic::kPush
+                  : op == Op::kPull ? Request::Traffic::kPull
+                                    : Request::Traffic::kPushPull;
       if (pulls) {
         if (out_frames != nullptr) {
           r.out_frames = out_frames;
@@ -236,7 +290,6 @@ absl::StatusOr<Ticket> KVClient::DenseOp(Op op, uint32_t table, uint64_t begin,
         r.out_values = piece_values;
       }
       Message m = b.Finish();
-      if (pushes) bytes_pushed_ += m.ByteSize();
       if (auto st = SendRequest(ticket, s, std::move(m), std::move(r)); !st.ok()) return st;
     }
   }
@@ -316,9 +369,90 @@ absl::StatusOr<Ticket> KVClient::PushDenseEncoded(uint32_t table, uint64_t begin
   b.header().setValueCount((end - begin) * c.dim);
   b.AddFrame(Frame::Borrow(block.data(), block.size()));
   Message m = b.Finish();
-  bytes_pushed_ += m.ByteSize();
-  if (auto st = SendRequest(ticket, *shard, std::move(m), Request{}); !st.ok()) return st;
+  Request r;
+  r.traffic = Request::Traffic::kPush;
+  if (auto st = SendRequest(ticket, *shard, std::move(m), std::move(r)); !st.ok()) return st;
   return ticket;
+}
+
+int KVClient::SparseServerOf(uint64_t key) const {
+  return num_servers() <= 1 ? 0 : SparseShardOf(key, num_servers());
+}
+
+absl::StatusOr<Ticket> KVClient::PushRowsEncoded(uint32_t table, int server,
+                                                 std::span<const uint64_t> keys, CodecKind codec,
+                                                 std::span<const std::byte> block, int64_t clock,
+                                                 float weight) {
+  auto config = FindTable(table, /*dense=*/false);
+  if (!config.ok()) return config.status();
+  if (server < 0 || server >= num_servers()) {
+    return absl::InvalidArgumentError(absl::StrFormat("no server %d", server));
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if ((i > 0 && keys[i] <= keys[i - 1]) || SparseServerOf(keys[i]) != server) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "compressed push: key %d is out of order or not of server %d's shard", keys[i], server));
+    }
+  }
+  const Ticket ticket = NewTicket();
+  if (keys.empty()) return ticket;
+  std::vector<std::byte> coded;
+  EncodeKeys(keys, &coded);
+  MessageBuilder b = NewMessage(wire::MsgType::PUSH, table, clock, weight);
+  b.header().setKeyCount(keys.size());
+  b.header().setKeyCoding(1);
+  b.header().setCodec(static_cast<uint8_t>(codec));
+  b.header().setValueCount(keys.size() * (*config)->dim);
+  b.AddFrame(Frame::Own(std::move(coded)));
+  b.AddFrame(Frame::Borrow(block.data(), block.size()));
+  Request r;
+  r.traffic = Request::Traffic::kPush;
+  if (auto st = SendRequest(ticket, server, b.Finish(), std::move(r)); !st.ok()) return st;
+  return ticket;
+}
+
+size_t KVClient::pull_copy_rows() const {
+  size_t rows = 0;
+  for (const auto& [table, copy] : pull_copies_) rows += copy.size();
+  return rows;
+}
+
+absl::Status KVClient::CompletePull(const Request& r, Message& reply) {
+  auto h = reply.header();
+  const std::string& server = options_.server_ids[r.server];
+  if (h.getCodec() != static_cast<uint8_t>(options_.pull_codec.kind) ||
+      reply.payload_count() != 3) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s answered a compressed pull with codec %d and %d frames, expected codec %d and 3",
+        server, h.getCodec(), reply.payload_count(), static_cast<int>(options_.pull_codec.kind)));
+  }
+  std::vector<uint64_t> evicted;
+  const Frame& dropped = reply.payload(2);
+  if (auto s = DecodeKeys(std::span<const std::byte>(dropped.data(), dropped.size()),
+                          h.getKeyCount(), &evicted);
+      !s.ok()) {
+    return absl::DataLossError(absl::StrFormat("%s: rows dropped: %s", server, s.message()));
+  }
+  RowTable& copy = pull_copies_.at(r.table);
+  const Frame& fresh = reply.payload(0);
+  const Frame& block = reply.payload(1);
+  std::vector<float> rows(r.keys.size() * r.dim);
+  if (auto s = DecodePull(options_.pull_codec.kind, r.keys,
+                          std::span<const std::byte>(fresh.data(), fresh.size()),
+                          std::span<const std::byte>(block.data(), block.size()), evicted, &copy,
+                          std::span<float>(rows));
+      !s.ok()) {
+    return absl::Status(s.code(), absl::StrFormat("%s: %s", server, s.message()));
+  }
+  if (r.positions.empty()) {
+    std::memcpy(r.out, rows.data(), rows.size() * sizeof(float));
+  } else {
+    for (size_t j = 0; j < r.positions.size(); ++j) {
+      std::memcpy(r.out + size_t{r.positions[j]} * r.dim, rows.data() + j * r.dim,
+                  r.dim * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void KVClient::Complete(uint64_t request_id, Message& reply) {
@@ -335,6 +469,13 @@ void KVClient::Complete(uint64_t request_id, Message& reply) {
   } else if (h.getType() == wire::MsgType::ERROR) {
     const absl::Status e = StatusFromHeader(h);
     status = absl::Status(e.code(), absl::StrFormat("%s: %s", server, e.message()));
+  } else if (r.compressed_pull) {
+    bytes_pulled_ += reply.ByteSize();
+    status = CompletePull(r, reply);
+    if (status.ok()) {
+      staleness_sum_ += static_cast<uint64_t>(std::max<int64_t>(0, h.getStaleness()));
+      ++staleness_replies_;
+    }
   } else if (r.out_values > 0) {
     // The values are copied byte-wise (ZeroMQ may hand out a frame at any address) or handed
     // over as they are (Frame::As realigns them if the caller reads them as floats).
@@ -347,7 +488,9 @@ void KVClient::Complete(uint64_t request_id, Message& reply) {
           absl::StrFormat("%s answered a pull with %d bytes of values, expected %d values", server,
                           values != nullptr ? values->size() : 0, r.out_values));
     } else {
-      bytes_pulled_ += reply.ByteSize();
+      (r.traffic == Request::Traffic::kPull || r.traffic == Request::Traffic::kPushPull
+           ? bytes_pulled_
+           : bytes_pushed_) += reply.ByteSize();
       staleness_sum_ += static_cast<uint64_t>(std::max<int64_t>(0, h.getStaleness()));
       ++staleness_replies_;
       const std::byte* src = values->data();
@@ -364,6 +507,7 @@ void KVClient::Complete(uint64_t request_id, Message& reply) {
       }
     }
   }
+  if (r.traffic == Request::Traffic::kPush && status.ok()) bytes_pushed_ += reply.ByteSize();
   if (!status.ok() && t.status.ok()) t.status = status;
   --t.pending;
   requests_.erase(it);
@@ -431,9 +575,12 @@ absl::Status KVClient::Clock(int64_t clock, float examples) {
     MessageBuilder b = NewMessage(wire::MsgType::CLOCK, 0, clock, examples);
     // No reply is awaited: an error about a clock comes back with request id 0.
     b.header().setRequestId(0);
+    Message m = b.Finish();
+    const uint64_t bytes = m.ByteSize();
     auto st =
-        endpoint_->Send(options_.server_ids[s], b.Finish(), absl::Now() + options_.send_timeout);
+        endpoint_->Send(options_.server_ids[s], std::move(m), absl::Now() + options_.send_timeout);
     if (!st.ok()) return st;
+    bytes_pushed_ += bytes;
   }
   return absl::OkStatus();
 }

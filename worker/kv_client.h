@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "compression/codec.h"
+#include "compression/sparse_rows.h"
 #include "core/control_client.h"
 #include "core/table_config.h"
 #include "core/transport.h"
@@ -41,9 +42,17 @@ struct KVClientOptions {
   size_t max_piece_bytes = 1 << 20;  // dense ranges are sent in pieces of at most this size
   // Checked while waiting; a non-OK status ends the wait (e.g. the job was aborted).
   std::function<absl::Status()> health;
+  // Sparse pulls, and dense pulls into a buffer of at least kMinCompressedDenseValues values,
+  // ask for compressed deltas in this codec (--compress-pull; none: float32 rows), keeping the
+  // copy of the pulled rows the servers' replies are relative to.
+  CodecSpec pull_codec;
 };
 
 using Ticket = uint64_t;
+
+// Dense pulls and pushes of at least this many values are compressed (--compress-pull,
+// --compress); smaller ones (a model's bias) cost less as they are.
+inline constexpr size_t kMinCompressedDenseValues = 256;
 
 // Connects a joined worker's data endpoint to every server of the job (`control`'s node table)
 // and returns the client options for them: rank, the servers' ids, and a health check that
@@ -100,6 +109,16 @@ class KVClient {
   absl::StatusOr<Ticket> PushDenseEncoded(uint32_t table, uint64_t begin, uint64_t end,
                                           uint8_t codec, std::span<const std::byte> block,
                                           int64_t clock, float weight);
+  // Sparse tables, compressed: pushes to server `server` the rows `keys` (strictly ascending,
+  // all of that server's shard) as compact keys and one block of keys.size() * dim entries in
+  // `codec` (kNone: float32 values; see compression/sparse_rows.h). `block` must stay valid
+  // until Wait returns.
+  absl::StatusOr<Ticket> PushRowsEncoded(uint32_t table, int server, std::span<const uint64_t> keys,
+                                         CodecKind codec, std::span<const std::byte> block,
+                                         int64_t clock, float weight);
+  // The server whose shard holds sparse key `key`.
+  int SparseServerOf(uint64_t key) const;
+
   // The shard holding dense keys [begin, end), or an error if they span shards.
   absl::StatusOr<int> DenseShardOf(uint32_t table, uint64_t begin, uint64_t end) const;
 
@@ -115,8 +134,12 @@ class KVClient {
   // Mean staleness of the pull replies received since the last call (0 when none).
   double TakeMeanStaleness();
 
+  // Every byte of the messages this client sent and received: pushes, their acknowledgements
+  // and clocks count as pushed; pull requests and their replies as pulled.
   uint64_t bytes_pushed() const { return bytes_pushed_; }
   uint64_t bytes_pulled() const { return bytes_pulled_; }
+  // Rows held for compressed pulls, over all tables.
+  size_t pull_copy_rows() const;
   int num_servers() const { return static_cast<int>(options_.server_ids.size()); }
 
  private:
@@ -129,6 +152,12 @@ class KVClient {
     size_t out_values = 0;                     // values expected in the reply (0: none)
     std::vector<uint32_t> positions;  // sparse scatter: reply row i goes to out row positions[i]
     uint32_t dim = 1;
+    // Which byte count the request and its reply go to.
+    enum class Traffic { kControl, kPush, kPull, kPushPull } traffic = Traffic::kControl;
+    // A compressed pull: its table and keys, for the reply's deltas.
+    bool compressed_pull = false;
+    uint32_t table = 0;
+    std::vector<uint64_t> keys;
   };
   struct TicketState {
     int pending = 0;
@@ -155,6 +184,8 @@ class KVClient {
   absl::Status SendRequest(Ticket ticket, int server, Message message, Request request);
   absl::Status ReceiveOne(absl::Time deadline);
   void Complete(uint64_t request_id, Message& reply);
+  // The rows of a compressed pull's reply into r.out.
+  absl::Status CompletePull(const Request& r, Message& reply);
 
   Endpoint* const endpoint_;
   const KVClientOptions options_;
@@ -168,6 +199,8 @@ class KVClient {
   uint64_t staleness_sum_ = 0;
   uint64_t staleness_replies_ = 0;
   std::unique_ptr<Codec> half_codec_;  // made at the first PushHalf
+  // Compressed pulls: per table, the rows as the servers know this worker holds them.
+  absl::flat_hash_map<uint32_t, RowTable> pull_copies_;
 };
 
 }  // namespace syncline

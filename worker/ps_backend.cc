@@ -8,22 +8,35 @@
 
 namespace syncline {
 
-PsBackend::PsBackend(KVClient* client, absl::Duration request_timeout, CodecSpec codec)
-    : client_(client), request_timeout_(request_timeout), codec_spec_(codec) {
+PsBackend::PsBackend(KVClient* client, absl::Duration request_timeout, CodecSpec codec,
+                     size_t residual_rows)
+    : client_(client),
+      request_timeout_(request_timeout),
+      codec_spec_(codec),
+      residual_rows_(residual_rows) {
   if (codec.kind != CodecKind::kNone) codec_ = Codec::Create(codec);
 }
 
 absl::Status PsBackend::Init(const ParameterLayout& layout) {
-  if (codec_ != nullptr && !layout.dense_rows && codec_spec_.kind != CodecKind::kFp16) {
-    return absl::InvalidArgumentError(
-        "top-K and sign1 compression need dense rows (sparse rows may be pushed as fp16)");
-  }
   if (layout.dense_rows && layout.num_features == 0) {
     return absl::InvalidArgumentError("dense rows need the number of features");
   }
   layout_ = layout;
-  feedback_.assign(client_->num_servers(), ErrorFeedback());
-  blocks_.assign(client_->num_servers(), {});
+  const int servers = client_->num_servers();
+  feedback_.assign(servers, ErrorFeedback());
+  blocks_.assign(servers, {});
+  sparse_feedback_.clear();
+  // The dense layers (a ctr model's MLP) are compressed as well when they are large enough;
+  // a linear model's bias costs less as it is.
+  bias_feedback_.clear();
+  if (codec_ != nullptr && layout.bias_dim >= kMinCompressedDenseValues) {
+    bias_feedback_.assign(servers, ErrorFeedback());
+    bias_blocks_.assign(servers, {});
+  }
+  if (codec_ != nullptr && !layout.dense_rows && codec_spec_.kind != CodecKind::kFp16) {
+    for (int s = 0; s < servers; ++s) sparse_feedback_.emplace_back(layout.row_dim, residual_rows_);
+    sparse_pushes_.assign(servers, {});
+  }
   TableConfig rows;
   rows.id = kRowsTable;
   rows.dense = layout.dense_rows;
@@ -164,18 +177,69 @@ absl::Status PsBackend::PushDenseRows(int64_t clock, std::span<const uint64_t> k
   return absl::OkStatus();
 }
 
+absl::Status PsBackend::PushSparseRows(int64_t clock, std::span<const uint64_t> keys,
+                                       std::span<const float> row_grads, float examples) {
+  const uint32_t dim = layout_.row_dim;
+  const int n = client_->num_servers();
+  // Keys ascend, so every shard's share of them does too.
+  std::vector<std::vector<uint64_t>> shard_keys(n);
+  std::vector<std::vector<float>> shard_grads(n);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const int s = client_->SparseServerOf(keys[i]);
+    shard_keys[s].push_back(keys[i]);
+    shard_grads[s].insert(shard_grads[s].end(), row_grads.data() + i * dim,
+                          row_grads.data() + (i + 1) * dim);
+  }
+  for (int s = 0; s < n; ++s) {
+    if (shard_keys[s].empty()) continue;
+    SparsePush& push = sparse_pushes_[s];
+    sparse_feedback_[s].Compress(*codec_, shard_keys[s], shard_grads[s], &push);
+    if (!push.keys.empty()) {
+      auto t = client_->PushRowsEncoded(kRowsTable, s, push.keys, push.kind, push.block, clock,
+                                        examples);
+      if (!t.ok()) return t.status();
+      pending_pushes_.push_back(*t);
+    }
+    if (!push.flushed_keys.empty()) {
+      auto t = client_->PushRowsEncoded(kRowsTable, s, push.flushed_keys, CodecKind::kNone,
+                                        std::as_bytes(std::span<const float>(push.flushed_values)),
+                                        clock, examples);
+      if (!t.ok()) return t.status();
+      pending_pushes_.push_back(*t);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PsBackend::Update(int64_t clock, std::span<const uint64_t> keys,
                                std::span<const float> row_grads, std::span<const float> bias_grad,
                                float examples) {
   if (layout_.dense_rows) {
     if (auto s = PushDenseRows(clock, keys, row_grads, examples); !s.ok()) return s;
+  } else if (!keys.empty() && sparse_feedback()) {
+    if (auto s = PushSparseRows(clock, keys, row_grads, examples); !s.ok()) return s;
   } else if (!keys.empty()) {
-    // Sparse rows: fp16 needs no residual, so it is the one codec they take.
+    // Sparse rows as they are, or as fp16 (which keeps no residual).
     auto t = codec_spec_.kind == CodecKind::kFp16
                  ? client_->PushHalf(kRowsTable, keys, row_grads, clock, examples)
                  : client_->Push(kRowsTable, keys, row_grads, clock, examples);
     if (!t.ok()) return t.status();
     pending_pushes_.push_back(*t);
+  }
+  if (bias_compressed()) {
+    const int n = client_->num_servers();
+    for (int s = 0; s < n; ++s) {
+      const KeyRange range = DenseShardRange(layout_.bias_dim, s, n);
+      if (range.size() == 0) continue;
+      bias_feedback_[s].Compress(*codec_, bias_grad.subspan(range.begin, range.size()),
+                                 &bias_blocks_[s]);
+      auto t = client_->PushDenseEncoded(kBiasTable, range.begin, range.end,
+                                         static_cast<uint8_t>(codec_spec_.kind), bias_blocks_[s],
+                                         clock, examples);
+      if (!t.ok()) return t.status();
+      pending_pushes_.push_back(*t);
+    }
+    return absl::OkStatus();
   }
   auto t = client_->PushDense(kBiasTable, 0, bias_grad, clock, examples);
   if (!t.ok()) return t.status();
@@ -198,50 +262,136 @@ absl::Status PsBackend::Finish() {
   return client_->Finish(Deadline());
 }
 
-// State: a u32 shard count, then per shard a u64 float count and the residual's floats (host
-// byte order; the worker's checkpoint file carries a CRC32C over all of it).
-absl::StatusOr<std::string> PsBackend::SaveState() const {
-  std::string out;
-  const auto put = [&out](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
-  const auto shards = static_cast<uint32_t>(feedback_.size());
+namespace {
+
+void SaveResiduals(const std::vector<ErrorFeedback>& feedback, std::string* out) {
+  const auto put = [out](const void* p, size_t n) { out->append(static_cast<const char*>(p), n); };
+  const auto shards = static_cast<uint32_t>(feedback.size());
   put(&shards, 4);
-  for (const ErrorFeedback& f : feedback_) {
+  for (const ErrorFeedback& f : feedback) {
     const uint64_t n = f.residual().size();
     put(&n, 8);
     put(f.residual().data(), n * sizeof(float));
   }
+}
+
+// Per shard residuals of a dense table of num_keys x dim (num_keys 0: none may be held).
+absl::Status RestoreResiduals(StateReader& in, std::vector<ErrorFeedback>& feedback,
+                              uint64_t num_keys, uint32_t dim, const char* what) {
+  uint32_t shards = 0;
+  if (!in.Read(&shards, 4) || shards != feedback.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the saved worker state has %s residuals for %d shards, this job has %d",
+                        what, shards, feedback.size()));
+  }
+  const int servers = static_cast<int>(feedback.size());
+  for (int s = 0; s < servers; ++s) {
+    uint64_t n = 0;
+    if (!in.Read(&n, 8) || n > in.left() / sizeof(float)) {
+      return absl::DataLossError("the saved worker state is truncated");
+    }
+    // A residual is empty (no compressed push yet) or covers the shard's range.
+    const uint64_t expected = DenseShardRange(num_keys, s, servers).size() * dim;
+    if (n != 0 && n != expected) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the saved %s residual of shard %d has %d values; this job's shard has %d (was the "
+          "checkpoint written with other --compress or model settings?)",
+          what, s, n, expected));
+    }
+    std::vector<float> residual(n);
+    in.Read(residual.data(), n * sizeof(float));
+    feedback[s].SetResidual(residual);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// State: the rows' residuals, then (compressed dense layers) the bias table's. Dense residuals:
+// a u32 shard count, then per shard a u64 float count and the residual's floats (host byte
+// order; the worker's checkpoint file carries a CRC32C over all of it). Sparse rows: a u32
+// shard count, then per shard a u64 push count and a u64 row count, then the rows oldest
+// first, each a u64 key, a u64 stamp and row_dim floats.
+absl::StatusOr<std::string> PsBackend::SaveState() const {
+  std::string out;
+  if (sparse_feedback()) {
+    const auto put = [&out](const void* p, size_t n) {
+      out.append(static_cast<const char*>(p), n);
+    };
+    const auto shards = static_cast<uint32_t>(sparse_feedback_.size());
+    put(&shards, 4);
+    for (const SparseErrorFeedback& f : sparse_feedback_) {
+      const uint64_t pushes = f.pushes(), rows = f.residuals().size();
+      put(&pushes, 8);
+      put(&rows, 8);
+      f.residuals().ForEach([&](uint64_t key, uint64_t stamp, const float* row) {
+        put(&key, 8);
+        put(&stamp, 8);
+        put(row, layout_.row_dim * sizeof(float));
+      });
+    }
+  } else {
+    SaveResiduals(feedback_, &out);
+  }
+  if (bias_compressed()) SaveResiduals(bias_feedback_, &out);
   return out;
 }
 
 absl::Status PsBackend::RestoreState(std::string_view state) {
   StateReader in(state);
-  uint32_t shards = 0;
-  if (!in.Read(&shards, 4) || shards != feedback_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("the saved worker state has residuals for %d shards, this job has %d",
-                        shards, feedback_.size()));
+  if (sparse_feedback()) {
+    uint32_t shards = 0;
+    if (!in.Read(&shards, 4) || shards != sparse_feedback_.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("the saved worker state has residuals for %d shards, this job has %d",
+                          shards, sparse_feedback_.size()));
+    }
+    if (auto s = RestoreSparseState(in); !s.ok()) return s;
+  } else if (auto s = RestoreResiduals(in, feedback_, layout_.dense_rows ? layout_.num_features : 0,
+                                       layout_.row_dim, "row");
+             !s.ok()) {
+    return s;
   }
-  const int servers = static_cast<int>(feedback_.size());
-  for (int s = 0; s < servers; ++s) {
-    ErrorFeedback& f = feedback_[s];
-    uint64_t n = 0;
-    if (!in.Read(&n, 8) || n > in.left() / sizeof(float)) {
-      return absl::DataLossError("the saved worker state is truncated");
+  if (bias_compressed()) {
+    if (auto s = RestoreResiduals(in, bias_feedback_, layout_.bias_dim, 1, "dense-layer");
+        !s.ok()) {
+      return s;
     }
-    // A residual is empty (no compressed push yet) or covers the shard's range of dense rows.
-    const uint64_t expected =
-        DenseShardRange(layout_.num_features, s, servers).size() * layout_.row_dim;
-    if (n != 0 && (!layout_.dense_rows || n != expected)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "the saved residual of shard %d has %d values; this job's shard has %d (was the "
-          "checkpoint written with other --compress or model settings?)",
-          s, n, layout_.dense_rows ? expected : 0));
-    }
-    std::vector<float> residual(n);
-    in.Read(residual.data(), n * sizeof(float));
-    f.SetResidual(residual);
   }
   if (in.left() != 0) return absl::DataLossError("the saved worker state has trailing bytes");
+  return absl::OkStatus();
+}
+
+absl::Status PsBackend::RestoreSparseState(StateReader& in) {
+  const uint32_t dim = layout_.row_dim;
+  const size_t row_bytes = 16 + size_t{dim} * sizeof(float);
+  for (size_t s = 0; s < sparse_feedback_.size(); ++s) {
+    SparseErrorFeedback& f = sparse_feedback_[s];
+    uint64_t pushes = 0, rows = 0;
+    if (!in.Read(&pushes, 8) || !in.Read(&rows, 8) || rows > in.left() / row_bytes) {
+      return absl::DataLossError(absl::StrFormat(
+          "the saved residual rows of shard %d are truncated (was the checkpoint written with "
+          "other --compress or model settings?)",
+          s));
+    }
+    RowTable& table = f.mutable_residuals();
+    table.Clear();
+    uint64_t last_stamp = 0;
+    for (uint64_t r = 0; r < rows; ++r) {
+      uint64_t key = 0, stamp = 0;
+      in.Read(&key, 8);
+      in.Read(&stamp, 8);
+      if (stamp < last_stamp || stamp > pushes || table.Contains(key) ||
+          client_->SparseServerOf(key) != static_cast<int>(s)) {
+        return absl::DataLossError(absl::StrFormat(
+            "the saved residual row %d of shard %d is out of order, repeated or of another shard",
+            key, s));
+      }
+      last_stamp = stamp;
+      in.Read(table.Touch(key, stamp), dim * sizeof(float));
+    }
+    f.set_pushes(pushes);
+  }
   return absl::OkStatus();
 }
 

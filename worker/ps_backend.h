@@ -12,6 +12,7 @@
 
 #include "absl/time/time.h"
 #include "compression/codec.h"
+#include "compression/sparse_rows.h"
 #include "worker/kv_client.h"
 #include "worker/sync_backend.h"
 
@@ -23,9 +24,12 @@ class PsBackend : public SyncBackend {
   static constexpr uint32_t kBiasTable = 2;
 
   // `client` must outlive the backend; every request gets `request_timeout`. With a codec
-  // other than none, row gradients are compressed with error feedback (one residual per shard)
-  // and the rows must be dense (ParameterLayout::dense_rows).
-  PsBackend(KVClient* client, absl::Duration request_timeout, CodecSpec codec = {});
+  // other than none, row gradients are compressed with error feedback: dense rows keep one
+  // residual per shard; sparse rows (top-K, sign1) a residual per row, at most
+  // `residual_rows` rows per shard, the oldest flushed beyond it (compression/sparse_rows.h);
+  // fp16 sparse pushes keep none.
+  PsBackend(KVClient* client, absl::Duration request_timeout, CodecSpec codec = {},
+            size_t residual_rows = 1000000);
 
   absl::Status Init(const ParameterLayout& layout) override;
   absl::Status Read(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
@@ -41,7 +45,8 @@ class PsBackend : public SyncBackend {
   // Waits for the acknowledgements of the pushes in flight (their requests borrow the spans).
   void Settle(absl::Duration max_wait) override;
   double TakeMeanStaleness() override { return client_->TakeMeanStaleness(); }
-  // The error-feedback residuals, one per shard (empty without compression).
+  // The error-feedback residuals: one per shard (dense rows) or per row (sparse rows), none
+  // without compression.
   absl::StatusOr<std::string> SaveState() const override;
   absl::Status RestoreState(std::string_view state) override;
   uint64_t bytes_pushed() const override { return client_->bytes_pushed(); }
@@ -56,6 +61,12 @@ class PsBackend : public SyncBackend {
   absl::Status GatherDenseRows(std::span<const uint64_t> keys, std::span<float> rows);
   absl::Status PushDenseRows(int64_t clock, std::span<const uint64_t> keys,
                              std::span<const float> row_grads, float examples);
+  // Sparse rows with top-K or sign1: per shard, the compressed rows and the flushed ones.
+  absl::Status PushSparseRows(int64_t clock, std::span<const uint64_t> keys,
+                              std::span<const float> row_grads, float examples);
+  bool sparse_feedback() const { return !sparse_feedback_.empty(); }
+  bool bias_compressed() const { return !bias_feedback_.empty(); }
+  absl::Status RestoreSparseState(StateReader& in);
   absl::Time Deadline() const { return absl::Now() + request_timeout_; }
 
   KVClient* const client_;
@@ -83,6 +94,13 @@ class PsBackend : public SyncBackend {
   std::vector<float> gradient_;
   std::vector<ErrorFeedback> feedback_;
   std::vector<std::vector<std::byte>> blocks_;
+  // Sparse rows: per shard, the residuals and the last push (kept until acknowledged).
+  const size_t residual_rows_;
+  std::vector<SparseErrorFeedback> sparse_feedback_;
+  std::vector<SparsePush> sparse_pushes_;
+  // The bias table (dense layers) when compressed: per shard, residual and block.
+  std::vector<ErrorFeedback> bias_feedback_;
+  std::vector<std::vector<std::byte>> bias_blocks_;
 };
 
 }  // namespace syncline

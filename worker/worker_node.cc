@@ -241,6 +241,7 @@ NodeExit WorkerNode::Run() {
   Endpoint& endpoint = *joined->data;
   absl::StatusOr<KVClientOptions> kv_options = ConnectToServers(endpoint, *control, rank);
   if (!kv_options.ok()) return fail(kv_options.status());
+  kv_options->pull_codec = spec.training.pull_codec;
   KVClient client(&endpoint, *kv_options);
   std::unique_ptr<SyncBackend> backend;
   if (spec.sync.serverless()) {
@@ -259,7 +260,8 @@ NodeExit WorkerNode::Run() {
             ? std::min(86400.0 * 7, spec.timeouts.request_s +
                                         spec.federated.round_timeout_s * spec.federated.rounds)
             : spec.timeouts.request_s;
-    backend = std::make_unique<PsBackend>(&client, absl::Seconds(request_s), spec.training.codec);
+    backend = std::make_unique<PsBackend>(&client, absl::Seconds(request_s), spec.training.codec,
+                                          spec.training.residual_rows);
   }
   // A federated client corrupts its round's delta itself; other workers' gradients are
   // corrupted on their way to the backend.
@@ -284,16 +286,16 @@ NodeExit WorkerNode::Run() {
   layout.num_features = (*data)->train.num_features;  // 0 for Criteo data: any 64-bit id
   layout.row_init_scale = (*model)->row_init_scale();
   layout.bias_init_scale = (*model)->bias_init_scale();
-  // Top-K and sign1 pushes work on a dense gradient (gossip peers keep the whole model
-  // anyway). fp16 halves the values of sparse pushes as well: the rows stay sparse (no dense
-  // table pulled whole every step) except for dense (CSV) data, whose batches touch every row.
+  // Sparse data keeps sparse rows whatever the codec: top-K and sign1 keep a residual per row
+  // (compression/sparse_rows.h), fp16 none; only dense (CSV) data, whose batches touch every
+  // row, compresses a dense gradient of a dense table (gossip peers keep the whole model
+  // anyway).
   // The choice depends on the job alone, so that every worker declares the same tables.
   // A federated client pulls a bounded model whole as dense tables; hashed (Criteo) ids stay
   // sparse, and a client pulls and pushes the rows its own examples hold.
   const CodecKind codec = spec.training.codec.kind;
   const bool dense_data = ResolveFormat(spec.data.train, spec.data.format) == DataFormat::kCsv;
-  layout.dense_rows = (spec.sync.fedavg() || codec == CodecKind::kTopK ||
-                       codec == CodecKind::kSign1 || (codec == CodecKind::kFp16 && dense_data)) &&
+  layout.dense_rows = (spec.sync.fedavg() || (codec != CodecKind::kNone && dense_data)) &&
                       !spec.sync.serverless() && layout.num_features > 0;
   layout.optimizer.kind = spec.training.optimizer;
   layout.optimizer.learning_rate = static_cast<float>(spec.training.learning_rate);

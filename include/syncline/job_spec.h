@@ -55,6 +55,16 @@ struct JobSpec {
     double learning_rate = 0.1;                         // [--lr]
     double l2 = 0;                                      // [--l2]
     CodecSpec codec;                                    // [--compress]
+    // [--compress-pull] Sparse pulls answered with compressed deltas since the worker's last
+    // pull, with the servers' error feedback per worker (compression/sparse_rows.h); kind
+    // none: float32 rows.
+    CodecSpec pull_codec;
+    // [--residual-rows] Rows of error-feedback residual a worker keeps for its compressed
+    // sparse pushes, per server; the oldest are flushed (sent whole) beyond it.
+    uint64_t residual_rows = 1000000;
+    // [--pull-copy-rows] Rows a server keeps, per worker, of what that worker holds
+    // (--compress-pull); the least recently pulled are dropped beyond it and sent whole again.
+    uint64_t pull_copy_rows = 1000000;
     int log_every = 10;  // [--log-every] steps between progress reports
     // [--read-ahead on|off] Under ASP and SSP (S >= 1), pull the next batch's parameters while
     // the current one computes (worker/trainer.h): faster steps, one more step of staleness.
