@@ -664,17 +664,23 @@ absl::Status ParameterServer::AnswerPull(const std::string& peer, Message& reque
     const float* data = copy.get();
     values = Frame::Shared(std::move(copy), data, count * sizeof(float));
   }
-  MessageBuilder b(wire::MsgType::REPLY);
-  b.header().setRequestId(h.getRequestId());
-  b.header().setTable(c.id);
-  const int64_t staleness = StalenessGate::StalenessOf(h.getClock(), clocks_.MinClock());
-  b.header().setClock(h.getClock());
-  b.header().setStaleness(staleness);
-  b.header().setValueCount(values.size() / sizeof(float));
+  MessageBuilder b = PullReply(h, c.id, values.size() / sizeof(float));
   b.AddFrame(std::move(values));
-  stats_.staleness.Record(staleness);
   Reply(peer, b.Finish());
   return absl::OkStatus();
+}
+
+MessageBuilder ParameterServer::PullReply(const wire::Header::Reader& request, uint32_t table,
+                                          uint64_t values) {
+  MessageBuilder b(wire::MsgType::REPLY);
+  b.header().setRequestId(request.getRequestId());
+  b.header().setTable(table);
+  const int64_t staleness = StalenessGate::StalenessOf(request.getClock(), clocks_.MinClock());
+  b.header().setClock(request.getClock());
+  b.header().setStaleness(staleness);
+  b.header().setValueCount(values);
+  stats_.staleness.Record(staleness);
+  return b;
 }
 
 absl::Status ParameterServer::AnswerCompressedPull(const std::string& peer, Message& request,
@@ -690,19 +696,12 @@ absl::Status ParameterServer::AnswerCompressedPull(const std::string& peer, Mess
   stats_.pull_rows_evicted += rows.evicted.size();
   std::vector<std::byte> evicted;
   EncodeKeys(rows.evicted, &evicted);
-  MessageBuilder b(wire::MsgType::REPLY);
-  b.header().setRequestId(h.getRequestId());
-  b.header().setTable(c.id);
-  const int64_t staleness = StalenessGate::StalenessOf(h.getClock(), clocks_.MinClock());
-  b.header().setClock(h.getClock());
-  b.header().setStaleness(staleness);
-  b.header().setValueCount(values.size());
+  MessageBuilder b = PullReply(h, c.id, values.size());
   b.header().setCodec(static_cast<uint8_t>(options_.pull_codec.kind));
   b.header().setKeyCount(rows.evicted.size());
   b.AddFrame(Frame::Own(std::move(rows.fresh)));
   b.AddFrame(Frame::Own(std::move(rows.block)));
   b.AddFrame(Frame::Own(std::move(evicted)));
-  stats_.staleness.Record(staleness);
   Reply(peer, b.Finish());
   return absl::OkStatus();
 }

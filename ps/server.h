@@ -194,6 +194,8 @@ class ParameterServer {
   // moved only then, as a move re-attaches its header reader).
   absl::Status PullOrPark(Message& message, ShardTable& table);
   absl::Status AnswerPull(const std::string& peer, Message& request, ShardTable& table);
+  // A pull's reply header: request id, table, clock, staleness (recorded) and value count.
+  MessageBuilder PullReply(const wire::Header::Reader& request, uint32_t table, uint64_t values);
   // --compress-pull: the deltas of `values` (the current rows of `keys`) against the worker's
   // copy.
   absl::Status AnswerCompressedPull(const std::string& peer, Message& request, const TableConfig& c,
