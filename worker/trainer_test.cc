@@ -43,7 +43,8 @@ struct Checkpointing {
 // parameters of every feature followed by the bias.
 std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
                          OptimizerKind optimizer, CodecSpec codec = {},
-                         const Checkpointing& ckpt = {}, bool read_ahead = false) {
+                         const Checkpointing& ckpt = {}, bool read_ahead = false,
+                         bool sparse_rows = false) {
   constexpr int kFeatures = 200;
   InprocTransport transport;
   std::vector<std::unique_ptr<Endpoint>> server_eps;
@@ -76,13 +77,14 @@ std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
   layout.num_features = kFeatures;
   layout.optimizer.kind = optimizer;
   layout.optimizer.learning_rate = 0.5f;
-  layout.dense_rows = codec.kind != CodecKind::kNone;
+  // Sparse rows keep a residual per row, at most 50 per shard here: the oldest are flushed.
+  layout.dense_rows = codec.kind != CodecKind::kNone && !sparse_rows;
   std::vector<std::thread> threads;
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
       auto ep = *transport.CreateEndpoint("w" + std::to_string(w));
       KVClient client(ep.get(), KVClientOptions{.rank = w, .server_ids = ids});
-      PsBackend backend(&client, absl::Seconds(10), codec);
+      PsBackend backend(&client, absl::Seconds(10), codec, sparse_rows ? 50 : 1000000);
       ASSERT_TRUE(backend.Init(layout).ok());
       Dataset data = MakeData(7, 1200, kFeatures, w, workers);
       TrainerOptions options{.epochs = 2, .batch_size = batch};
@@ -192,9 +194,13 @@ TEST(TrainerTest, CompressedTrainingWithErrorFeedbackStaysCloseToUncompressed) {
   const double plain = FullLoss(Train(2, 2, 0, 20, OptimizerKind::kSgd));
   for (const char* spec : {"topk:0.05", "sign1:64", "fp16"}) {
     SCOPED_TRACE(spec);
-    const double compressed = FullLoss(Train(2, 2, 0, 20, OptimizerKind::kSgd, *ParseCodec(spec)));
-    EXPECT_LT(compressed, std::log(2.0) * 0.97) << "must have learned something";
-    EXPECT_LT(compressed, plain * 1.05) << "plain " << plain;
+    for (bool sparse : {false, true}) {
+      SCOPED_TRACE(sparse ? "sparse rows" : "dense rows");
+      const double compressed =
+          FullLoss(Train(2, 2, 0, 20, OptimizerKind::kSgd, *ParseCodec(spec), {}, false, sparse));
+      EXPECT_LT(compressed, std::log(2.0) * 0.97) << "must have learned something";
+      EXPECT_LT(compressed, plain * 1.05) << "plain " << plain;
+    }
   }
 }
 
@@ -204,24 +210,36 @@ class ResumeTest : public testing::TestWithParam<const char*> {};
 // parameters of an uninterrupted run: server tables, optimizer state, clocks, the data position
 // and the workers' error-feedback residuals all came back.
 TEST_P(ResumeTest, ResumingFromACheckpointIsBitwiseAnUninterruptedRun) {
-  const CodecSpec codec = *ParseCodec(GetParam());
+  // "sparse-" keeps sparse rows: the residuals per row (and their recency) come back too.
+  const std::string param = GetParam();
+  const bool sparse = param.starts_with("sparse-");
+  const CodecSpec codec = *ParseCodec(sparse ? param.substr(7) : param);
   const std::string root = testing::TempDir() + "resume_" + std::to_string(getpid()) + "_" +
-                           std::string(GetParam()).substr(0, 4);
+                           std::to_string(std::hash<std::string>()(param) % 100000);
   std::filesystem::remove_all(root);
-  const std::vector<float> whole = Train(2, 2, 0, 20, OptimizerKind::kAdam, codec);
+  const std::vector<float> whole =
+      Train(2, 2, 0, 20, OptimizerKind::kAdam, codec, {}, false, sparse);
   // 1200 examples, 2 workers, batches of 20: 30 steps per epoch, 60 in all.
-  Train(2, 2, 0, 20, OptimizerKind::kAdam, codec, {.root = root, .every = 7, .stop_at = 35});
+  Train(2, 2, 0, 20, OptimizerKind::kAdam, codec, {.root = root, .every = 7, .stop_at = 35}, false,
+        sparse);
   const std::string dir = CheckpointDir(root, 35);
   ASSERT_TRUE(std::filesystem::exists(dir + "/w1.state"));
   const std::vector<float> resumed =
-      Train(2, 2, 0, 20, OptimizerKind::kAdam, codec, {.root = root, .resume = dir});
+      Train(2, 2, 0, 20, OptimizerKind::kAdam, codec, {.root = root, .resume = dir}, false, sparse);
   ASSERT_EQ(whole.size(), resumed.size());
   for (size_t i = 0; i < whole.size(); ++i) ASSERT_EQ(whole[i], resumed[i]) << "parameter " << i;
   std::filesystem::remove_all(root);
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, ResumeTest, testing::Values("none", "topk:0.05"),
-                         [](const auto& info) { return std::string(info.param).substr(0, 4); });
+INSTANTIATE_TEST_SUITE_P(Codecs, ResumeTest,
+                         testing::Values("none", "topk:0.05", "sparse-topk:0.05", "sparse-sign1"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return name;
+                         });
 
 TEST(TrainerTest, AspConvergesToo) {
   const std::vector<float> asp = Train(2, 2, -1, 20, OptimizerKind::kSgd);
