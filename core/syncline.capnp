@@ -92,9 +92,12 @@ struct Header {
 
   staleness @23 :Int64;    # pull replies: iterations of updates the served values may lack
   keyCoding @24 :UInt8;    # 0 = keys frame of little-endian uint64; 1 = compact keys
-                           # (varint gaps, compression/sparse_rows.h)
+                           # (varint gaps, compression/sparse_rows.h); 2 = keysOf's
   pullCodec @25 :UInt8;    # pulls: 0 = float32 rows; else answer with compressed deltas in this
                            # codec (--compress-pull; the reply's keyCount = rows evicted)
+  keysOf @26 :UInt64;      # pushes with keyCoding 2: the requestId of a recent pull (with
+                           # compact keys) of this table whose keys the push reuses; its keys
+                           # frame is empty
 }
 
 struct Register {
@@ -336,4 +339,5 @@ struct JobSpec {
   pullCodecChunk @74 :UInt32;
   residualRows @75 :UInt64;        # --residual-rows
   pullCopyRows @76 :UInt64;        # --pull-copy-rows
+  consensusStep @77 :Float64;      # --consensus-step (0: the codec's default)
 }

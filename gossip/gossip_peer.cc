@@ -20,6 +20,7 @@ GossipBackendFactory MakeGossipBackendFactory() {
     g.optimizer.learning_rate = static_cast<float>(spec.training.learning_rate);
     g.optimizer.l2 = static_cast<float>(spec.training.l2);
     g.codec = spec.training.codec;
+    g.consensus_step = spec.sync.consensus_step;
     for (int w = 0; w < table.num_workers; ++w) {
       g.peer_ids.push_back(DataEndpointId(wire::Role::WORKER, w));
     }

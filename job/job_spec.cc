@@ -236,6 +236,21 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
     if (csv) why = "compresses sparse rows; CSV data keeps its rows in a dense table";
     if (!why.empty()) return InvalidFlag("compress-pull", CodecName(t.pull_codec), why);
   }
+  if (!(s.sync.consensus_step >= 0 && s.sync.consensus_step <= 1)) {
+    return InvalidFlag("consensus-step", absl::StrCat(s.sync.consensus_step),
+                       "must be in [0, 1] (0: the codec's default)");
+  }
+  if (s.sync.consensus_step != 0 &&
+      !(s.sync.gossip() && !s.sync.asynchronous &&
+        (t.codec.kind == CodecKind::kTopK || t.codec.kind == CodecKind::kSign1))) {
+    return InvalidFlag("consensus-step", absl::StrCat(s.sync.consensus_step),
+                       "is for synchronous gossip with --compress topk:R or sign1");
+  }
+  if (s.sync.gossip() && s.sync.asynchronous &&
+      (t.codec.kind == CodecKind::kTopK || t.codec.kind == CodecKind::kSign1)) {
+    return InvalidFlag("compress", CodecName(t.codec),
+                       "push-sum gossip (:async) exchanges whole parameters: none or fp16");
+  }
   if (t.residual_rows < 1 || t.residual_rows > (uint64_t{1} << 40)) {
     return InvalidFlag("residual-rows", absl::StrCat(t.residual_rows),
                        "must be between 1 and 2^40");

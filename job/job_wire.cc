@@ -33,6 +33,7 @@ void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
   out.setStaleness(s.sync.staleness);
   out.setGossipTopology(Cast<wire::GossipTopology>(s.sync.topology));
   out.setGossipAsync(s.sync.asynchronous);
+  out.setConsensusStep(s.sync.consensus_step);
   out.setAllreduceAlgorithm(Cast<wire::AllReduceAlgorithm>(s.sync.algorithm));
   out.setModel(Cast<wire::ModelKind>(s.model.kind));
   out.setClasses(s.model.classes);
@@ -126,6 +127,7 @@ absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
   s.sync.staleness = in.getStaleness();
   s.sync.topology = Cast<GossipTopology>(in.getGossipTopology());
   s.sync.asynchronous = in.getGossipAsync();
+  s.sync.consensus_step = in.getConsensusStep();
   s.sync.algorithm = Cast<AllReduceAlgorithm>(in.getAllreduceAlgorithm());
   s.model.kind = Cast<ModelKind>(in.getModel());
   s.model.classes = in.getClasses();

@@ -52,7 +52,7 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 58> kFields = {{
+const std::array<Field, 59> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes"},
     {"workers", &JobConfig::workers, "Number of worker processes"},
     {"sync", &JobConfig::sync,
@@ -67,6 +67,9 @@ const std::array<Field, 58> kFields = {{
      "Compressed pulls of sparse rows: none, fp16, topk:R or sign1[:CHUNK]. Servers answer "
      "with the change since the worker's last pull, keeping what they did not send (error "
      "feedback per worker; see --pull-copy-rows)"},
+    {"consensus-step", &JobConfig::consensus_step,
+     "Gossip with --compress topk:R or sign1 (CHOCO-SGD): the consensus step in (0, 1]; 0 "
+     "picks the codec's (min(1, 2R) for topk:R, 0.1 for sign1)"},
     {"residual-rows", &JobConfig::residual_rows,
      "Error-feedback rows a worker keeps per server for compressed sparse pushes; beyond it "
      "the oldest are sent whole"},
@@ -425,6 +428,7 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   }
   s.training.pull_codec = *pull_codec;
   s.training.residual_rows = c.residual_rows;
+  s.sync.consensus_step = c.consensus_step;
   s.training.pull_copy_rows = c.pull_copy_rows;
   if (c.read_ahead != "on" && c.read_ahead != "off") {
     return InvalidFlag("read-ahead", absl::StrCat("'", c.read_ahead, "'"), "must be on or off");

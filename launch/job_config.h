@@ -37,6 +37,7 @@ struct JobConfig {
   std::string compress_pull = "none";
   uint64_t residual_rows = 1000000;   // [--residual-rows]
   uint64_t pull_copy_rows = 1000000;  // [--pull-copy-rows]
+  double consensus_step = 0;          // [--consensus-step] CHOCO gossip's gamma; 0: default
   // [--model] "logreg" (binary logistic regression), "softmax" or "ctr" (DLRM-style click model;
   // Criteo data only). Default "logreg".
   std::string model = "logreg";

@@ -385,6 +385,9 @@ INSTANTIATE_TEST_SUITE_P(
                      },
                      "--compress-pull=fp16: is not built for federated rounds (clients pull once "
                      "a round)"},
+        ValidateCase{"consensus_step", [](JobConfig& c) { c.consensus_step = 0.5; },
+                     "--consensus-step=0.5: is for synchronous gossip with --compress topk:R or "
+                     "sign1"},
         ValidateCase{"pull_copy_rows", [](JobConfig& c) { c.pull_copy_rows = 0; },
                      "--pull-copy-rows=0: must be between 1 and 2^40"},
         ValidateCase{"criteo_gossip",

@@ -360,15 +360,33 @@ absl::Status ParameterServer::DeclareTable(Message& message) {
   return absl::OkStatus();
 }
 
-namespace {
-
-// The keys of a request: its first payload frame, which must hold keyCount keys, as uint64
-// or (keyCoding 1) compact keys, which are decoded into *storage.
-absl::StatusOr<std::span<const uint64_t>> KeysOf(Message& message, std::vector<uint64_t>* storage) {
+absl::StatusOr<std::span<const uint64_t>> ParameterServer::KeysOf(Message& message,
+                                                                  std::vector<uint64_t>* storage) {
   auto h = message.header();
   if (message.payload_count() < 1) return absl::InvalidArgumentError("missing keys frame");
-  if (h.getKeyCoding() > 1) {
+  if (h.getKeyCoding() > 2) {
     return absl::InvalidArgumentError(absl::StrFormat("unknown key coding %d", h.getKeyCoding()));
+  }
+  if (h.getKeyCoding() == 2) {
+    // A push that reuses the keys of one of this worker's recent pulls of the table.
+    if (h.getType() != wire::MsgType::PUSH) {
+      return absl::InvalidArgumentError("only a push may reuse a pull's keys");
+    }
+    const auto it = recent_pull_keys_.find(std::make_pair(h.getRank(), h.getTable()));
+    if (it != recent_pull_keys_.end()) {
+      for (const auto& [id, keys] : it->second) {
+        if (id != h.getKeysOf()) continue;
+        if (keys.size() != h.getKeyCount()) {
+          return absl::InvalidArgumentError(
+              absl::StrFormat("a push reuses the %d keys of pull %d but says %d", keys.size(), id,
+                              h.getKeyCount()));
+        }
+        return std::span<const uint64_t>(keys);
+      }
+    }
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a push reuses the keys of pull %d, which is not among w%d's last %d pulls of table %d",
+        h.getKeysOf(), h.getRank(), kRecentPulls, h.getTable()));
   }
   if (h.getKeyCoding() == 1) {
     const Frame& f = message.payload(0);
@@ -388,8 +406,6 @@ absl::StatusOr<std::span<const uint64_t>> KeysOf(Message& message, std::vector<u
   }
   return *keys;
 }
-
-}  // namespace
 
 void ParameterServer::AckPush(const Message& message) {
   auto h = message.header();
@@ -586,6 +602,12 @@ absl::Status ParameterServer::PullOrPark(Message& message, ShardTable& table) {
     if (!keys.ok()) return keys.status();
     if (auto s = table.CheckKeys(*keys); !s.ok()) return s;
     entries = keys->size();
+    if (h.getKeyCoding() == 1 && h.getType() == wire::MsgType::PULL) {
+      // Its push will likely carry the same keys: it may name this pull instead.
+      auto& recent = recent_pull_keys_[std::make_pair(h.getRank(), c.id)];
+      if (recent.size() == kRecentPulls) recent.pop_front();
+      recent.emplace_back(h.getRequestId(), std::move(key_storage));
+    }
   }
   if (h.getPullCodec() != 0) {
     if (pull_codec_ == nullptr ||

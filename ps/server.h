@@ -194,6 +194,11 @@ class ParameterServer {
   // moved only then, as a move re-attaches its header reader).
   absl::Status PullOrPark(Message& message, ShardTable& table);
   absl::Status AnswerPull(const std::string& peer, Message& request, ShardTable& table);
+  // The keys of a request: its first payload frame, which must hold keyCount keys, as uint64,
+  // or (keyCoding 1) compact keys, decoded into *storage, or (keyCoding 2, pushes) the keys of
+  // one of the sender's last kRecentPulls pulls with compact keys of the table.
+  absl::StatusOr<std::span<const uint64_t>> KeysOf(Message& message,
+                                                   std::vector<uint64_t>* storage);
   // A pull's reply header: request id, table, clock, staleness (recorded) and value count.
   MessageBuilder PullReply(const wire::Header::Reader& request, uint32_t table, uint64_t values);
   // --compress-pull: the deltas of `values` (the current rows of `keys`) against the worker's
@@ -245,6 +250,11 @@ class ParameterServer {
   absl::flat_hash_map<std::pair<int, uint32_t>, RowTable> pull_copies_;
   std::unique_ptr<Codec> pull_codec_;
   uint64_t pull_stamp_ = 0;
+  // Per (worker, table): the request ids and keys of its last pulls with compact keys.
+  static constexpr size_t kRecentPulls = 4;
+  absl::flat_hash_map<std::pair<int, uint32_t>,
+                      std::deque<std::pair<uint64_t, std::vector<uint64_t>>>>
+      recent_pull_keys_;
   // Replies waiting for room in their peer's queue, in order, and their bytes.
   struct Backlog {
     std::deque<Message> replies;

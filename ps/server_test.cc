@@ -429,7 +429,7 @@ TEST(ParameterServerTest, SparsePushesTakeCompactKeysAndEveryCodecAndRefuseMalfo
   {
     auto b = Request(wire::MsgType::PUSH, 0, 9);
     b.header().setKeyCount(1);
-    b.header().setKeyCoding(2);
+    b.header().setKeyCoding(3);
     b.header().setValueCount(2);
     b.header().setWeight(1);
     b.AddFrame(Frame::Own(std::vector<std::byte>{std::byte{7}}));
@@ -483,6 +483,24 @@ TEST(ParameterServerTest, CompressedPullsSendNewRowsWholeThenDeltas) {
   h.Send(0, pull(6, {20}));              // a third row: the copy drops its oldest
   h.Send(0, SparsePull(0, 7, {5}, 10));  // an uncompressed pull is still served
   h.Send(0, pull(8, {5}, CodecKind::kSign1));
+  // A push that reuses pull 5's keys {5, 9}; then ones naming a pull the server does not hold,
+  // with the wrong key count, and a pull that tries it.
+  auto reuse = [](uint64_t id, uint64_t of, uint64_t count, wire::MsgType type) {
+    auto b = Request(type, 0, id);
+    b.header().setKeyCount(count);
+    b.header().setKeyCoding(2);
+    b.header().setKeysOf(of);
+    b.header().setValueCount(count * 2);
+    b.header().setWeight(1);
+    b.AddFrame(Frame());
+    b.AddFrame(Frame::Own(std::vector<float>(count * 2, 1.0f)));
+    return b.Finish();
+  };
+  h.Send(0, reuse(9, 5, 2, wire::MsgType::PUSH));
+  h.Send(0, reuse(10, 4, 2, wire::MsgType::PUSH));
+  h.Send(0, reuse(11, 5, 3, wire::MsgType::PUSH));
+  h.Send(0, reuse(12, 5, 2, wire::MsgType::PULL));
+  h.Send(0, SparsePull(0, 13, {5, 9}, 10));
   h.Serve();
   EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);  // declare
   EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);  // push
@@ -526,6 +544,16 @@ TEST(ParameterServerTest, CompressedPullsSendNewRowsWholeThenDeltas) {
   ASSERT_TRUE(refused.has_value());
   EXPECT_EQ(refused->header().getType(), wire::MsgType::ERROR);
   EXPECT_THAT(std::string(refused->header().getMessage().cStr()), HasSubstr("--compress-pull"));
+  EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);  // the push reusing keys
+  for (const char* why : {"not among w0's last 4 pulls", "says 3", "only a push"}) {
+    auto reply = h.Reply(0);
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_EQ(reply->header().getType(), wire::MsgType::ERROR);
+    EXPECT_THAT(std::string(reply->header().getMessage().cStr()), HasSubstr(why));
+  }
+  auto after = h.Reply(0);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(ValuesOf(*after), (std::vector<float>{-1, -3, -4, 3}));  // (0, -2, -3, 4) - 1
 }
 
 TEST(ParameterServerTest, ConflictingDeclarationIsRefused) {

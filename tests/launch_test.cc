@@ -218,6 +218,27 @@ TEST_F(LaunchTest, GossipPeersTrainWithoutServers) {
   }
 }
 
+// CHOCO-SGD: gossip peers exchange top-K differences to public copies (docs/
+// GOSSIP_COMPRESSION.md) and still train, on a fraction of the bytes.
+TEST_F(LaunchTest, GossipPeersTrainOnCompressedDifferences) {
+  std::map<std::string, double> sent;
+  for (const char* codec : {"none", "topk:0.1"}) {
+    SCOPED_TRACE(codec);
+    const std::string out = TempDir(std::string("choco_") + codec);
+    auto r = RunProcess({kLaunch, "--sync",       "gossip:ring", "--workers",
+                         "3",     "--optimizer",  "sgd",         "--lr",
+                         "1",     "--batch-size", "64",          "--train",
+                         Train(), "--test",       Test(),        "--epochs",
+                         "2",     "--compress",   codec,         "--out",
+                         out});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string summary = ReadFile(out + "/summary.json");
+    EXPECT_GT(JsonNumber(summary, "test_auc").value_or(0), 0.8) << summary;
+    sent[codec] = JsonNumber(summary, "bytes_all").value_or(0);
+  }
+  EXPECT_LT(sent["topk:0.1"] * 2, sent["none"]);
+}
+
 TEST_F(LaunchTest, SoftmaxOnCsvReportsAccuracy) {
   const std::string dir = TempDir("softmax");
   auto g = RunProcess({kGen,

@@ -139,11 +139,19 @@ absl::StatusOr<Ticket> KVClient::SparseOp(Op op, uint32_t table, std::span<const
                                    : op == Op::kPull ? Request::Traffic::kPull
                                                      : Request::Traffic::kPushPull;
 
-  auto build = [&](std::span<const uint64_t> k, std::span<const float> v, Frame key_frame,
-                   Frame value_frame) {
+  auto build = [&](int server, std::span<const uint64_t> k, std::span<const float> v,
+                   Frame key_frame, Frame value_frame) {
     MessageBuilder b = NewMessage(TypeOf(static_cast<int>(op)), table, clock, weight);
     b.header().setKeyCount(k.size());
+    if (op == Op::kPush) {
+      if (auto pull = RecentPullWithKeys(table, server, k); pull.has_value()) {
+        b.header().setKeyCoding(2);
+        b.header().setKeysOf(*pull);
+        key_frame = Frame();
+      }
+    }
     if (compressed) {
+      RememberPull(table, server, next_request_id_, k);
       std::vector<std::byte> coded;
       EncodeKeys(k, &coded);
       b.header().setKeyCoding(1);
@@ -180,7 +188,7 @@ absl::StatusOr<Ticket> KVClient::SparseOp(Op op, uint32_t table, std::span<const
       r.table = table;
       r.keys.assign(keys.begin(), keys.end());
     }
-    Message m = build(keys, values, Frame::Borrow(keys), Frame::Borrow(values));
+    Message m = build(0, keys, values, Frame::Borrow(keys), Frame::Borrow(values));
     if (auto s = SendRequest(ticket, 0, std::move(m), std::move(r)); !s.ok()) return s;
     return ticket;
   }
@@ -213,7 +221,8 @@ absl::StatusOr<Ticket> KVClient::SparseOp(Op op, uint32_t table, std::span<const
     }
     const std::span<const uint64_t> k(shard_keys);
     const std::span<const float> v(shard_values);
-    Message m = build(k, v, Frame::Own(std::move(shard_keys)), Frame::Own(std::move(shard_values)));
+    Message m =
+        build(s, k, v, Frame::Own(std::move(shard_keys)), Frame::Own(std::move(shard_values)));
     if (auto st = SendRequest(ticket, s, std::move(m), std::move(r)); !st.ok()) return st;
   }
   return ticket;
@@ -397,10 +406,15 @@ absl::StatusOr<Ticket> KVClient::PushRowsEncoded(uint32_t table, int server,
   const Ticket ticket = NewTicket();
   if (keys.empty()) return ticket;
   std::vector<std::byte> coded;
-  EncodeKeys(keys, &coded);
   MessageBuilder b = NewMessage(wire::MsgType::PUSH, table, clock, weight);
   b.header().setKeyCount(keys.size());
-  b.header().setKeyCoding(1);
+  if (auto pull = RecentPullWithKeys(table, server, keys); pull.has_value()) {
+    b.header().setKeyCoding(2);
+    b.header().setKeysOf(*pull);
+  } else {
+    EncodeKeys(keys, &coded);
+    b.header().setKeyCoding(1);
+  }
   b.header().setCodec(static_cast<uint8_t>(codec));
   b.header().setValueCount(keys.size() * (*config)->dim);
   b.AddFrame(Frame::Own(std::move(coded)));
@@ -409,6 +423,23 @@ absl::StatusOr<Ticket> KVClient::PushRowsEncoded(uint32_t table, int server,
   r.traffic = Request::Traffic::kPush;
   if (auto st = SendRequest(ticket, server, b.Finish(), std::move(r)); !st.ok()) return st;
   return ticket;
+}
+
+void KVClient::RememberPull(uint32_t table, int server, uint64_t request_id,
+                            std::span<const uint64_t> keys) {
+  auto& recent = recent_pulls_[std::make_pair(table, server)];
+  if (recent.size() == kRememberedPulls) recent.pop_front();
+  recent.emplace_back(request_id, std::vector<uint64_t>(keys.begin(), keys.end()));
+}
+
+std::optional<uint64_t> KVClient::RecentPullWithKeys(uint32_t table, int server,
+                                                     std::span<const uint64_t> keys) const {
+  const auto it = recent_pulls_.find(std::make_pair(table, server));
+  if (it == recent_pulls_.end()) return std::nullopt;
+  for (auto r = it->second.rbegin(); r != it->second.rend(); ++r) {
+    if (std::equal(keys.begin(), keys.end(), r->second.begin(), r->second.end())) return r->first;
+  }
+  return std::nullopt;
 }
 
 size_t KVClient::pull_copy_rows() const {

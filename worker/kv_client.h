@@ -16,8 +16,10 @@
 #define SYNCLINE_WORKER_KV_CLIENT_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -184,6 +186,14 @@ class KVClient {
   absl::Status SendRequest(Ticket ticket, int server, Message message, Request request);
   absl::Status ReceiveOne(absl::Time deadline);
   void Complete(uint64_t request_id, Message& reply);
+  // Compressed pulls send compact keys, which the servers keep for their last few pulls: a
+  // push of exactly a recent pull's keys to the same server names that pull instead of
+  // sending them again (header keyCoding 2). The client remembers fewer pulls than a server.
+  static constexpr size_t kRememberedPulls = 2;
+  void RememberPull(uint32_t table, int server, uint64_t request_id,
+                    std::span<const uint64_t> keys);
+  std::optional<uint64_t> RecentPullWithKeys(uint32_t table, int server,
+                                             std::span<const uint64_t> keys) const;
   // The rows of a compressed pull's reply into r.out.
   absl::Status CompletePull(const Request& r, Message& reply);
 
@@ -201,6 +211,10 @@ class KVClient {
   std::unique_ptr<Codec> half_codec_;  // made at the first PushHalf
   // Compressed pulls: per table, the rows as the servers know this worker holds them.
   absl::flat_hash_map<uint32_t, RowTable> pull_copies_;
+  // Per (table, server): request ids and keys of the last kRememberedPulls compressed pulls.
+  absl::flat_hash_map<std::pair<uint32_t, int>,
+                      std::deque<std::pair<uint64_t, std::vector<uint64_t>>>>
+      recent_pulls_;
 };
 
 }  // namespace syncline

@@ -33,6 +33,9 @@ struct SyncMode {
   GossipTopology topology = GossipTopology::kRing;  // kGossip only
   bool asynchronous = false;                        // kGossip only: push-sum instead of D-PSGD
   AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto;  // kAllReduce only
+  // kGossip with --compress topk or sign1 (CHOCO-SGD): the consensus step gamma in (0, 1];
+  // 0: the codec's default (docs/GOSSIP_COMPRESSION.md). [--consensus-step]
+  double consensus_step = 0;
 
   bool gossip() const { return kind == SyncKind::kGossip; }
   bool fedavg() const { return kind == SyncKind::kFedAvg; }
