@@ -108,8 +108,8 @@ std::string LauncherPath() {
 
 constexpr char kExperimentHelp[] =
     "syncline-launch experiment: runs the same job once per value of one swept flag (--sync,\n"
-    "--compress, --aggregate, --partition, --prox-mu, --participation or --client-dropout), on\n"
-    "identical data and with the same seed, and compares the runs.\n\n"
+    "--compress, --compress-pull, --aggregate, --partition, --prox-mu, --participation or\n"
+    "--client-dropout), on identical data and with the same seed, and compares the runs.\n\n"
     "Writes OUT/NAME/ for each run (NAME: the value, made filesystem-safe, e.g. ssp_1),\n"
     "OUT/summary.csv, OUT/report.md, and with gnuplot OUT/loss_vs_time.png and\n"
     "OUT/loss_vs_steps.png (from OUT/loss_curves.dat and OUT/plots.gp).\n"
@@ -173,6 +173,7 @@ namespace {
 const char* SweepExample(absl::string_view flag) {
   if (flag == "sync") return "bsp,asp,ssp:1,ssp:4";
   if (flag == "compress") return "none,topk:0.01,sign1,fp16";
+  if (flag == "compress-pull") return "none,fp16,sign1,topk:0.01";
   if (flag == "aggregate") return "mean,median,trimmed-mean:0.2,krum:2";
   if (flag == "partition") return "iid,dirichlet:1,dirichlet:0.1";
   if (flag == "prox-mu") return "0,0.01,0.1";

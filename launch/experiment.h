@@ -1,8 +1,8 @@
 // `syncline-launch experiment`: runs the same job once per value of one swept flag (--sync,
 // e.g. `--sync bsp,asp,ssp:1`, --compress, or a federated setting: --aggregate, --partition,
-// --prox-mu, --participation, --client-dropout) on identical data, then compares the runs in
-// OUT/summary.csv, OUT/report.md and gnuplot plots of training loss against wall-clock time and
-// against steps.
+// --compress-pull, --prox-mu, --participation, --client-dropout) on identical data, then compares
+// the runs in OUT/summary.csv, OUT/report.md and gnuplot plots of training loss against wall-clock
+// time and against steps.
 //
 // Each run is the launcher itself started as a child (`syncline-launch --sync V --out OUT/NAME
 // <the user's other flags>`), so a run of the experiment is exactly a run a user could start by
@@ -25,8 +25,9 @@
 namespace syncline {
 
 // Flags an experiment may sweep over (names without dashes); exactly one is swept per experiment.
-inline constexpr std::array<const char*, 7> kSweepableFlags = {
-    "sync", "compress", "aggregate", "partition", "prox-mu", "participation", "client-dropout"};
+inline constexpr std::array<const char*, 8> kSweepableFlags = {
+    "sync",      "compress", "compress-pull", "aggregate",
+    "partition", "prox-mu",  "participation", "client-dropout"};
 
 // One value of the swept flag and the folder its run writes into.
 struct SweepValue {

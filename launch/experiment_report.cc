@@ -50,7 +50,7 @@ absl::StatusOr<std::string> ReadWholeFile(const fs::path& path) {
 // The value of the swept flag a run is compared against: BSP for --sync; otherwise the first run.
 std::string BaselineValue(const std::string& flag) {
   if (flag == "sync") return "bsp";
-  if (flag == "compress") return "none";
+  if (flag == "compress" || flag == "compress-pull") return "none";
   return "";
 }
 
@@ -443,8 +443,9 @@ std::string ReportMarkdown(const std::vector<RunData>& data, const ReportOptions
   md += MarkdownTable(data, options.flag, result.target_loss.has_value());
   md +=
       "\nClocks/s per worker: the most steps any worker ran, over the run's wall time. Training "
-      "loss: the mean of the workers' latest reported loss. Pushed and pulled: what all workers "
-      "sent in pushes and received in pull replies; all: both. Busiest server: what the "
+      "loss: the mean of the workers' latest reported loss. Pushed: every byte of the workers' "
+      "pushes, their acknowledgements and clocks; pulled: of their pull requests and replies; "
+      "all: both. Busiest server: what the "
       "server that moved the most received and sent.\n\n";
   md += "## Commentary\n\n";
   for (absl::string_view line : absl::StrSplit(result.commentary, '\n', absl::SkipEmpty())) {
