@@ -1,9 +1,13 @@
 // Fuzz target: every codec's decoder on untrusted blocks. The input picks a codec and a
-// length; a block that is refused must leave the output untouched.
+// length; a block that is refused must leave the output untouched. Then the sparse rows' parts
+// (compression/sparse_rows.h) on the same bytes: compact keys, and a compressed pull's reply
+// against a worker's copy, which a refused reply must leave as it was.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "compression/codec.h"
+#include "compression/sparse_rows.h"
 #include "compression/wire.h"
 #include "fuzz/fuzz_util.h"
 
@@ -22,6 +26,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (float v : out) {
       if (v != 1.0f) __builtin_trap();  // a refused block changed the output
     }
+  }
+  std::vector<uint64_t> keys;
+  (void)syncline::DecodeKeys(bytes, n, &keys);
+  // A copy holding rows 0..9 of 2 floats; a pull of rows 5..14 (five known, five new) with the
+  // block as its deltas and its first bytes as the new rows.
+  syncline::RowTable copy(2, 0);
+  for (uint64_t k = 0; k < 10; ++k) copy.Touch(k, 0)[0] = 1.0f;
+  std::vector<uint64_t> pulled;
+  for (uint64_t k = 5; k < 15; ++k) pulled.push_back(k);
+  std::vector<float> rows(pulled.size() * 2);
+  const size_t fresh = std::min<size_t>(bytes.size(), 40);
+  const std::vector<uint64_t> evicted =
+      n % 2 == 0 ? std::vector<uint64_t>{} : std::vector<uint64_t>{n % 12};
+  if (!syncline::DecodePull(spec.kind, pulled, bytes.first(fresh), bytes.subspan(fresh), evicted,
+                            &copy, rows)
+           .ok()) {
+    if (copy.size() != 10 || copy.Find(0)[0] != 1.0f) __builtin_trap();  // refused, yet changed
   }
   return 0;
 }

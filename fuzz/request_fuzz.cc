@@ -21,6 +21,9 @@ struct Server {
     ServerOptions options{.rank = 0, .num_servers = 1, .num_workers = 2, .staleness = 1};
     options.max_reply_bytes = 1 << 20;
     options.max_dense_table_bytes = 16 << 20;  // declarations the fuzzer makes stay quick
+    // Compressed pulls answer when asked (and keep copies per worker, bounded).
+    options.pull_codec = CodecSpec{.kind = CodecKind::kTopK, .ratio = 0.1};
+    options.pull_copy_rows = 1000;
     server = std::make_unique<ParameterServer>(server_endpoint.get(), options);
     for (bool dense : {true, false}) {
       TableConfig c;
