@@ -152,6 +152,13 @@ NodeExit ServerNode::Run() {
     SYNCLINE_LOG(INFO) << "robust aggregation left " << server.stats().aggregates_skipped
                        << " keys or ranges unchanged for want of updates";
   }
+  if (spec.training.pull_codec.kind != CodecKind::kNone) {
+    SYNCLINE_LOG(INFO) << "compressed pulls: " << server.stats().pull_rows_fresh
+                       << " rows sent whole (new to a worker's copy), "
+                       << server.stats().pull_rows_evicted
+                       << " dropped from copies to stay within --pull-copy-rows "
+                       << spec.training.pull_copy_rows;
+  }
   SYNCLINE_LOG(INFO) << "shut down after " << server.stats().requests << " requests ("
                      << server.stats().rejected << " rejected)";
   return {};

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "core/log.h"
 #include "core/sharding.h"
 
 namespace syncline {
@@ -259,6 +260,16 @@ void PsBackend::Settle(absl::Duration max_wait) {
 
 absl::Status PsBackend::Finish() {
   if (auto s = WaitForPushes(); !s.ok()) return s;
+  if (sparse_feedback()) {
+    uint64_t held = 0, flushed = 0;
+    for (const SparseErrorFeedback& f : sparse_feedback_) {
+      held += f.residuals().size();
+      flushed += f.rows_flushed();
+    }
+    SYNCLINE_LOG(INFO) << "compressed pushes: " << held << " rows of residual held at the end, "
+                       << flushed << " flushed whole to stay within --residual-rows "
+                       << residual_rows_ << " per server";
+  }
   return client_->Finish(Deadline());
 }
 
