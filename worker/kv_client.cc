@@ -125,7 +125,9 @@ absl::StatusOr<Ticket> KVClient::SparseOp(Op op, uint32_t table, std::span<const
   const int n = num_servers();
   // Compressed pulls send compact keys (which need them ascending) and keep the keys for
   // the reply.
-  const bool compressed = op == Op::kPull && options_.pull_codec.kind != CodecKind::kNone;
+  // An ungated read (clock < 0: evaluation, the final parameters) gets the exact values.
+  const bool compressed =
+      op == Op::kPull && clock >= 0 && options_.pull_codec.kind != CodecKind::kNone;
   if (compressed) {
     for (size_t i = 1; i < keys.size(); ++i) {
       if (keys[i] <= keys[i - 1]) {
@@ -272,7 +274,7 @@ absl::StatusOr<Ticket> KVClient::DenseOp(Op op, uint32_t table, uint64_t begin,
       }
       // A pull of a large enough piece into `out` asks for compressed deltas as a sparse one
       // does, its keys being the piece's range (small ones, a bias, cost less as they are).
-      const bool compressed = op == Op::kPull && out_frames == nullptr &&
+      const bool compressed = op == Op::kPull && clock >= 0 && out_frames == nullptr &&
                               options_.pull_codec.kind != CodecKind::kNone &&
                               piece_values >= kMinCompressedDenseValues;
       if (compressed) b.header().setPullCodec(static_cast<uint8_t>(options_.pull_codec.kind));

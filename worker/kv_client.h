@@ -46,7 +46,8 @@ struct KVClientOptions {
   std::function<absl::Status()> health;
   // Sparse pulls, and dense pulls into a buffer of at least kMinCompressedDenseValues values,
   // ask for compressed deltas in this codec (--compress-pull; none: float32 rows), keeping the
-  // copy of the pulled rows the servers' replies are relative to.
+  // copy of the pulled rows the servers' replies are relative to. Ungated reads (clock < 0:
+  // evaluation, the final parameters) are always exact.
   CodecSpec pull_codec;
 };
 
