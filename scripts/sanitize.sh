@@ -25,12 +25,22 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 skip='embed_client_example'
 # The multi-host and Slurm tests, and the longest trainings (checkpoints against time, a killed
 # server's resume, the ctr model's interactions, federated ctr, every codec by parameter
-# servers and by all-reduce, two BSP equivalences), run in the plain build; their code paths
-# run here in shorter tests. SAN_ALL=1 runs them here too.
+# servers and by all-reduce, two BSP equivalences, gossip peers as processes, raw and
+# compressed, a crashed ASP worker, logreg's and softmax's documented runs, a diverging job,
+# the federated attack, repeated ctr runs) and the longest loops of pure arithmetic (CHOCO's
+# rounds to consensus, top-K selection against its definition, the robust rules against a
+# direct computation), run in the plain build; their code paths run here in shorter tests.
+# SAN_ALL=1 runs them here too.
 long='TimeBasedCheckpointsCompleteAndResumeExactly|AKilledServerResumesFromTheLastCheckpoint'
 long+='|CtrLearnsTheInteractionsThatLogregMisses|TheCtrModelTrainsFederatedOnEmbeddingTablesOnDisk'
 long+='|EveryCodecConvergesAndCompressionShrinksTheWholeJob|CompressedAllReduceConvergesAndMovesFewerBytes'
 long+='|BspWithTwoWorkersEqualsOneWorkerWithTheUnionBatch|AllReduceTrainsTheModelOfBsp'
+long+='|GossipPeersTrainWithoutServers|GossipPeersTrainOnCompressedDifferences'
+long+='|UnderAspTheJobGoesOnWithoutACrashedWorker|LogregConvergesAndTheRunIsDocumented'
+long+='|SoftmaxOnCsvReportsAccuracy|ADivergingJobStopsWithStatusDivergedAndExitCode3'
+long+='|MeanFollowsTheAttackersAndTheRobustRulesDoNot|BspRunsOfTheCtrModelRepeatExactly'
+long+='|ChocoConsensusTest|SelectTopKTest.BothMethodsMatchTheDefinition'
+long+='|AggregateTest.RulesMatchADirectComputation|CoordinateRulesMatchADirectComputationForEveryN'
 [ "${SAN_ALL:-0}" = 1 ] || skip="embed_client_example|^multihost\$|^slurm\$|$long"
 (cd "$build" && ctest --output-on-failure -j "$jobs" -E "$skip")
 corpus_copy=$(mktemp -d)
