@@ -31,7 +31,8 @@ struct JobConfig {
   std::string sync = "bsp";
   // [--compress] Gradient compression of the model's row pushes, with error feedback: "none",
   // "topk:R" (the fraction R of largest entries), "sign1" (1 bit per entry and a scale per
-  // chunk; "sign1:CHUNK"), "fp16". Anything but none keeps the rows in a dense table.
+  // chunk; "sign1:CHUNK"), "fp16". Sparse rows stay sparse (top-K and sign1 keep a residual
+  // per row); only dense CSV data compresses a dense table of rows.
   std::string compress = "none";
   // [--compress-pull] none, fp16, topk:R or sign1[:CHUNK]: compressed pull replies.
   std::string compress_pull = "none";
