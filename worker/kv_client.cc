@@ -137,9 +137,7 @@ absl::StatusOr<Ticket> KVClient::SparseOp(Op op, uint32_t table, std::span<const
     }
     pull_copies_.try_emplace(table, dim, 0);
   }
-  const Request::Traffic traffic = op == Op::kPush   ? Request::Traffic::kPush
-                                   : op == Op::kPull ? Request::Traffic::kPull
-                                                     : Request::Traffic::kPushPull;
+  const Request::Traffic traffic = TrafficOf(op);
 
   auto build = [&](int server, std::span<const uint64_t> k, std::span<const float> v,
                    Frame key_frame, Frame value_frame) {
@@ -287,9 +285,7 @@ absl::StatusOr<Ticket> KVClient::DenseOp(Op op, uint32_t table, uint64_t begin,
         for (uint64_t k = lo; k < piece_end; ++k) r.keys[k - lo] = k;
       }
       r.dim = c.dim;
-      r.traffic = op == Op::kPush   ? Request::Traffic::kPush
-                  : op == Op::kPull ? Request::Traffic::kPull
-                                    : Request::Traffic::kPushPull;
+      r.traffic = TrafficOf(op);
       if (pulls) {
         if (out_frames != nullptr) {
           r.out_frames = out_frames;
@@ -315,6 +311,12 @@ absl::StatusOr<Ticket> KVClient::PushHalf(uint32_t table, std::span<const uint64
                                           std::span<const float> values, int64_t clock,
                                           float weight) {
   return SparseOp(Op::kPush, table, keys, values, {}, clock, weight, /*half=*/true);
+}
+
+KVClient::Request::Traffic KVClient::TrafficOf(Op op) {
+  return op == Op::kPush   ? Request::Traffic::kPush
+         : op == Op::kPull ? Request::Traffic::kPull
+                           : Request::Traffic::kPushPull;
 }
 
 const Codec& KVClient::HalfCodec() {
@@ -442,12 +444,6 @@ std::optional<uint64_t> KVClient::RecentPullWithKeys(uint32_t table, int server,
     if (std::equal(keys.begin(), keys.end(), r->second.begin(), r->second.end())) return r->first;
   }
   return std::nullopt;
-}
-
-size_t KVClient::pull_copy_rows() const {
-  size_t rows = 0;
-  for (const auto& [table, copy] : pull_copies_) rows += copy.size();
-  return rows;
 }
 
 absl::Status KVClient::CompletePull(const Request& r, Message& reply) {

@@ -141,8 +141,6 @@ class KVClient {
   // and clocks count as pushed; pull requests and their replies as pulled.
   uint64_t bytes_pushed() const { return bytes_pushed_; }
   uint64_t bytes_pulled() const { return bytes_pulled_; }
-  // Rows held for compressed pulls, over all tables.
-  size_t pull_copy_rows() const;
   int num_servers() const { return static_cast<int>(options_.server_ids.size()); }
 
  private:
@@ -169,6 +167,7 @@ class KVClient {
 
   enum class Op { kPush, kPull, kPushPull };
   const Codec& HalfCodec();
+  static Request::Traffic TrafficOf(Op op);
   // `half`: pushed values go as fp16 blocks (PushHalf).
   absl::StatusOr<Ticket> SparseOp(Op op, uint32_t table, std::span<const uint64_t> keys,
                                   std::span<const float> values, std::span<float> out,
