@@ -36,6 +36,42 @@ void PutVarint(uint64_t v, std::vector<std::byte>* out) {
   out->push_back(static_cast<std::byte>(v));
 }
 
+// A sent row's held count and spread: `meta` sums the row's pushes, `row` is what is sent
+// for it whole (before what is not sent is subtracted). A residual left by an earlier partial
+// send (held 0) counts as one push.
+void AppendHeld(const RowMeta& meta, std::span<const float> row, std::vector<uint16_t>* held,
+                std::vector<float>* spread) {
+  const uint32_t k = std::clamp<uint32_t>(meta.held, 1, kMaxHeldSteps);
+  double sent_squares = 0;
+  for (float v : row) sent_squares += double{v} * v;
+  const double r = sent_squares > 0 ? k * double{meta.squares} / sent_squares : 1.0;
+  held->push_back(static_cast<uint16_t>(k));
+  spread->push_back(static_cast<float>(std::clamp(r, 1.0, double{kMaxHeldSpread})));
+}
+
+// Puts the flushed rows of *out in ascending key order, as every push's keys are.
+void SortFlushed(uint32_t dim, SparsePush* out) {
+  if (out->flushed_keys.size() <= 1) return;
+  std::vector<size_t> order(out->flushed_keys.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return out->flushed_keys[a] < out->flushed_keys[b]; });
+  std::vector<uint64_t> keys_sorted(order.size());
+  std::vector<float> values_sorted(order.size() * dim);
+  std::vector<uint16_t> held_sorted(order.size());
+  std::vector<float> spread_sorted(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    keys_sorted[i] = out->flushed_keys[order[i]];
+    held_sorted[i] = out->flushed_held[order[i]];
+    spread_sorted[i] = out->flushed_spread[order[i]];
+    std::memcpy(&values_sorted[i * dim], &out->flushed_values[order[i] * dim], dim * sizeof(float));
+  }
+  out->flushed_keys = std::move(keys_sorted);
+  out->flushed_values = std::move(values_sorted);
+  out->flushed_held = std::move(held_sorted);
+  out->flushed_spread = std::move(spread_sorted);
+}
+
 }  // namespace
 
 void EncodeKeys(std::span<const uint64_t> keys, std::vector<std::byte>* out) {
@@ -100,9 +136,14 @@ absl::Status DecodeKeys(std::span<const std::byte> block, size_t count,
 
 RowTable::RowTable(uint32_t dim, size_t capacity) : dim_(dim == 0 ? 1 : dim), capacity_(capacity) {}
 
-float* RowTable::Find(uint64_t key) {
+float* RowTable::Find(uint64_t key, RowMeta* meta) {
   auto it = index_.find(key);
-  return it == index_.end() ? nullptr : values_.data() + size_t{it->second} * dim_;
+  if (it == index_.end()) {
+    if (meta != nullptr) *meta = RowMeta{};
+    return nullptr;
+  }
+  if (meta != nullptr) *meta = slots_[it->second].meta;
+  return values_.data() + size_t{it->second} * dim_;
 }
 
 const float* RowTable::Find(uint64_t key) const {
@@ -140,6 +181,7 @@ float* RowTable::Touch(uint64_t key, uint64_t stamp, bool* inserted) {
     }
     it->second = s;
     slots_[s].key = key;
+    slots_[s].meta = RowMeta{};
     std::fill_n(values_.data() + size_t{s} * dim_, dim_, 0.0f);
   } else {
     Unlink(it->second);
@@ -147,6 +189,12 @@ float* RowTable::Touch(uint64_t key, uint64_t stamp, bool* inserted) {
   slots_[it->second].stamp = stamp;
   LinkNewest(it->second);
   return values_.data() + size_t{it->second} * dim_;
+}
+
+float* RowTable::Touch(uint64_t key, uint64_t stamp, const RowMeta& meta) {
+  float* row = Touch(key, stamp);
+  slots_[tail_].meta = meta;  // Touch made it the newest
+  return row;
 }
 
 bool RowTable::Erase(uint64_t key) {
@@ -165,11 +213,70 @@ bool RowTable::Oldest(uint64_t* key, uint64_t* stamp) const {
   return true;
 }
 
-void RowTable::ForEach(
-    const std::function<void(uint64_t key, uint64_t stamp, const float* row)>& f) const {
+void RowTable::ForEach(const std::function<void(uint64_t key, uint64_t stamp, const RowMeta& meta,
+                                                const float* row)>& f) const {
   for (uint32_t s = head_; s != kNil; s = slots_[s].next) {
-    f(slots_[s].key, slots_[s].stamp, values_.data() + size_t{s} * dim_);
+    f(slots_[s].key, slots_[s].stamp, slots_[s].meta, values_.data() + size_t{s} * dim_);
   }
+}
+
+bool EncodeHeld(std::span<const uint16_t> held, std::span<const float> spread,
+                std::vector<std::byte>* out) {
+  if (std::all_of(held.begin(), held.end(), [](uint16_t h) { return h <= 1; })) return false;
+  for (size_t i = 0; i < held.size(); ++i) {
+    PutVarint(held[i] == 0 ? 0 : held[i] - 1, out);
+    if (held[i] > 1) {
+      const float r = spread.empty() ? 1.0f : spread[i];
+      const float q = std::isfinite(r) && r > 1.0f ? std::round(16.0f * std::log2(r)) : 0.0f;
+      out->push_back(static_cast<std::byte>(std::min(q, 255.0f)));
+    }
+  }
+  return true;
+}
+
+absl::Status DecodeHeld(std::span<const std::byte> block, size_t count, std::vector<uint16_t>* held,
+                        std::vector<float>* spread) {
+  held->clear();
+  spread->clear();
+  if (count > block.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("held counts: %d bytes cannot hold %d counts", block.size(), count));
+  }
+  held->reserve(count);
+  spread->reserve(count);
+  size_t at = 0;
+  for (size_t i = 0; i < count; ++i) {
+    uint32_t v = 0;
+    for (int shift = 0;; shift += 7) {
+      if (at == block.size() || shift > 14) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("held counts: count %d of %d is cut off or too long", i, count));
+      }
+      const auto byte = static_cast<uint8_t>(block[at++]);
+      v |= uint32_t{byte & 0x7fu} << shift;
+      if ((byte & 0x80) == 0) break;
+    }
+    if (v + 1 > kMaxHeldSteps) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("held counts: row %d claims %d pushes, more than the %d allowed", i,
+                          v + 1, kMaxHeldSteps));
+    }
+    held->push_back(static_cast<uint16_t>(v + 1));
+    float r = 1.0f;
+    if (v > 0) {
+      if (at == block.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("held counts: row %d's spread is cut off", i));
+      }
+      r = std::exp2(static_cast<float>(static_cast<uint8_t>(block[at++])) / 16.0f);
+    }
+    spread->push_back(r);
+  }
+  if (at != block.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("held counts: %d bytes follow the %d counts", block.size() - at, count));
+  }
+  return absl::OkStatus();
 }
 
 void RowTable::Clear() {
@@ -187,17 +294,29 @@ void SparseErrorFeedback::Compress(const Codec& codec, std::span<const uint64_t>
   const uint64_t stamp = ++pushes_;
   out->keys.clear();
   out->block.clear();
+  out->held.clear();
+  out->spread.clear();
   out->flushed_keys.clear();
   out->flushed_values.clear();
-  // p = gradient + residual; the rows of this push become the newest.
+  out->flushed_held.clear();
+  out->flushed_spread.clear();
+  // p = gradient + residual; the rows of this push become the newest, and each now sums one
+  // push more than its residual did.
   p_.assign(gradient.begin(), gradient.begin() + n);
+  meta_.assign(keys.size(), RowMeta{});
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (const float* r = residuals_.Find(keys[i]); r != nullptr) {
-      for (uint32_t j = 0; j < dim; ++j) p_[i * dim + j] += r[j];
+    RowMeta& m = meta_[i];
+    const float* r = residuals_.Find(keys[i], &m);
+    for (uint32_t j = 0; j < dim; ++j) {
+      const float g = gradient[i * dim + j];
+      m.squares += g * g;
+      if (r != nullptr) p_[i * dim + j] += r[j];
     }
+    ++m.held;
   }
   // sent: what the receiver will decode, entry by entry of p.
-  std::vector<float> sent(n, 0.0f);
+  sent_.assign(n, 0.0f);
+  std::vector<float>& sent = sent_;
   if (codec.spec().kind == CodecKind::kTopK) {
     out->kind = CodecKind::kTopK;
     SelectTopK(p_, TopKCount(codec.spec().ratio, n), TopKMethod::kExact, &selected_);
@@ -209,6 +328,9 @@ void SparseErrorFeedback::Compress(const Codec& codec, std::span<const uint64_t>
       const size_t row = index / dim;
       if (row != last_row) {
         out->keys.push_back(keys[row]);
+        AppendHeld(meta_[row], std::span<const float>(p_).subspan(row * dim, dim), &out->held,
+                   &out->spread);
+        meta_[row] = RowMeta{};  // sent: what stays of it sums no push
         last_row = row;
       }
       local.push_back(static_cast<uint32_t>((out->keys.size() - 1) * dim + index % dim));
@@ -238,6 +360,13 @@ void SparseErrorFeedback::Compress(const Codec& codec, std::span<const uint64_t>
     // A block that does not decode (a non-finite scale) sends nothing: p stays whole.
     if (!codec.DecodeAdd(out->block, std::span<float>(sent)).ok()) {
       std::fill(sent.begin(), sent.end(), 0.0f);
+      out->held.assign(keys.size(), 1);
+    } else {
+      for (size_t i = 0; i < keys.size(); ++i) {
+        AppendHeld(meta_[i], std::span<const float>(p_).subspan(i * dim, dim), &out->held,
+                   &out->spread);
+        meta_[i] = RowMeta{};
+      }
     }
   }
   // residual = p - sent; rows left at exactly zero leave the table.
@@ -250,34 +379,33 @@ void SparseErrorFeedback::Compress(const Codec& codec, std::span<const uint64_t>
     if (zero) {
       residuals_.Erase(keys[i]);
     } else {
-      std::memcpy(residuals_.Touch(keys[i], stamp), &p_[i * dim], dim * sizeof(float));
+      std::memcpy(residuals_.Touch(keys[i], stamp, meta_[i]), &p_[i * dim], dim * sizeof(float));
     }
   }
   // Over capacity: flush the oldest rows, never this push's own.
   uint64_t key = 0, row_stamp = 0;
   while (residuals_.over_capacity() && residuals_.Oldest(&key, &row_stamp) && row_stamp < stamp) {
-    const float* r = residuals_.Find(key);
+    RowMeta m;
+    const float* r = residuals_.Find(key, &m);
     out->flushed_keys.push_back(key);
     out->flushed_values.insert(out->flushed_values.end(), r, r + dim);
+    AppendHeld(m, std::span<const float>(r, dim), &out->flushed_held, &out->flushed_spread);
     residuals_.Erase(key);
   }
   rows_flushed_ += out->flushed_keys.size();
-  if (out->flushed_keys.size() > 1) {
-    // Ascending, as every push's keys are.
-    std::vector<size_t> order(out->flushed_keys.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(),
-              [&](size_t a, size_t b) { return out->flushed_keys[a] < out->flushed_keys[b]; });
-    std::vector<uint64_t> keys_sorted(order.size());
-    std::vector<float> values_sorted(order.size() * dim);
-    for (size_t i = 0; i < order.size(); ++i) {
-      keys_sorted[i] = out->flushed_keys[order[i]];
-      std::memcpy(&values_sorted[i * dim], &out->flushed_values[order[i] * dim],
-                  dim * sizeof(float));
-    }
-    out->flushed_keys = std::move(keys_sorted);
-    out->flushed_values = std::move(values_sorted);
-  }
+  SortFlushed(dim, out);
+}
+
+void SparseErrorFeedback::Drain(SparsePush* out) {
+  const uint32_t dim = residuals_.dim();
+  residuals_.ForEach([&](uint64_t key, uint64_t, const RowMeta& meta, const float* row) {
+    out->flushed_keys.push_back(key);
+    out->flushed_values.insert(out->flushed_values.end(), row, row + dim);
+    AppendHeld(meta, std::span<const float>(row, dim), &out->flushed_held, &out->flushed_spread);
+  });
+  rows_drained_ += residuals_.size();
+  residuals_.Clear();
+  SortFlushed(dim, out);
 }
 
 absl::Status DecodeRows(CodecKind kind, std::span<const std::byte> block, size_t rows, uint32_t dim,

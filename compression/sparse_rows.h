@@ -8,9 +8,9 @@
 // takes about 2.6 KB instead of 20 KB.
 //
 // RowTable: rows of `dim` floats keyed by id, with a recency order (least recently touched
-// first) and an optional capacity. It holds the error-feedback residuals of sparse pushes on
-// the worker, the servers' copies of what each worker holds (compressed pulls), and the
-// worker's side of those copies.
+// first), a little metadata per row (RowMeta: its owner's to use) and an optional capacity. It
+// holds the error-feedback residuals of sparse pushes on the worker, the servers' copies of what
+// each worker holds (compressed pulls), and the worker's side of those copies.
 //
 // SparseErrorFeedback: error feedback per row, in a bounded RowTable. For a push of rows
 // `keys` with gradient sums g it encodes p = g + residual (rows without a residual add 0) with
@@ -19,6 +19,11 @@
 // least recently pushed (never those of the current push) are flushed: their residuals are
 // sent in full, as float32 rows, and leave the table, so nothing is lost. Over any run
 //   sum of everything sent for a row = sum of its gradients - its residual still held.
+// Every row sent also carries `held`, how many pushes added a gradient to it since it was last
+// sent (1..kMaxHeldSteps), and `spread`, held times the sum of those gradients' squares over
+// the square of what is sent (>= 1; the row's entries together): the server applies the row
+// as `held` steps whose squares add up to what the pushes' would have (optim/optimizer.h
+// ApplyHeldUpdate), so that Adagrad, Adam and FTRL see the pushes, not one lump.
 //
 // What a push sends (SparsePush): the rows `keys` (ascending) and one block of keys.size() *
 // dim entries in `kind`:
@@ -43,6 +48,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "compression/codec.h"
+#include "optim/optimizer.h"
 
 namespace syncline {
 
@@ -55,6 +61,13 @@ size_t EncodedKeysSize(std::span<const uint64_t> keys);
 // *out is then unspecified. Never allocates more than block.size() keys.
 absl::Status DecodeKeys(std::span<const std::byte> block, size_t count, std::vector<uint64_t>* out);
 
+// What error feedback keeps beside a residual row: the pushes whose gradients it sums since the
+// row was last sent, and the sum of those gradients' squares (all of the row's entries).
+struct RowMeta {
+  uint32_t held = 0;
+  float squares = 0;
+};
+
 class RowTable {
  public:
   // capacity 0: unbounded.
@@ -65,19 +78,23 @@ class RowTable {
   size_t size() const { return index_.size(); }
   bool over_capacity() const { return capacity_ != 0 && size() > capacity_; }
 
-  // The row of `key`, or null; its recency is unchanged.
-  float* Find(uint64_t key);
+  // The row of `key`, or null; its recency is unchanged. With `meta`, also the row's metadata
+  // (zeros when there is no row).
+  float* Find(uint64_t key, RowMeta* meta = nullptr);
   const float* Find(uint64_t key) const;
   bool Contains(uint64_t key) const { return index_.contains(key); }
   // The row of `key`, made the most recently touched and stamped with `stamp`; a new row is
   // zeros (and *inserted says so, when given).
   float* Touch(uint64_t key, uint64_t stamp, bool* inserted = nullptr);
+  // Touch, and sets the row's metadata (a new row's is zeros otherwise).
+  float* Touch(uint64_t key, uint64_t stamp, const RowMeta& meta);
   // Removes the row; false when there was none.
   bool Erase(uint64_t key);
   // The least recently touched row: false when the table is empty.
   bool Oldest(uint64_t* key, uint64_t* stamp) const;
   // Every row, least recently touched first (the order Touch would rebuild).
-  void ForEach(const std::function<void(uint64_t key, uint64_t stamp, const float* row)>& f) const;
+  void ForEach(const std::function<void(uint64_t key, uint64_t stamp, const RowMeta& meta,
+                                        const float* row)>& f) const;
   void Clear();
 
  private:
@@ -86,6 +103,7 @@ class RowTable {
     uint64_t key = 0;
     uint64_t stamp = 0;
     uint32_t prev = kNil, next = kNil;  // recency list: head_ is the oldest
+    RowMeta meta;
   };
   void Unlink(uint32_t slot);
   void LinkNewest(uint32_t slot);
@@ -103,9 +121,24 @@ struct SparsePush {
   std::vector<uint64_t> keys;  // rows the block covers, ascending
   CodecKind kind = CodecKind::kNone;
   std::vector<std::byte> block;        // keys.size() * dim entries
+  std::vector<uint16_t> held;          // per row of keys: pushes it sums, 1..kMaxHeldSteps
+  std::vector<float> spread;           // per row of keys (see above)
   std::vector<uint64_t> flushed_keys;  // ascending
   std::vector<float> flushed_values;   // flushed_keys.size() * dim
+  std::vector<uint16_t> flushed_held;  // per flushed row
+  std::vector<float> flushed_spread;
 };
+
+// Held counts on the wire: per row one LEB128 varint of (held - 1), then, where held > 1, one
+// byte q with spread = 2^(q / 16) (1 to 2^15.9, steps of 4.4%; rounded to the nearest). No
+// frame at all when every row holds one push: EncodeHeld then appends nothing and returns
+// false. `spread` may be empty (all 1).
+bool EncodeHeld(std::span<const uint16_t> held, std::span<const float> spread,
+                std::vector<std::byte>* out);
+// Replaces *held and *spread with the `count` rows' of `block`; InvalidArgument for a block
+// with fewer or more, or a count above kMaxHeldSteps.
+absl::Status DecodeHeld(std::span<const std::byte> block, size_t count, std::vector<uint16_t>* held,
+                        std::vector<float>* spread);
 
 class SparseErrorFeedback {
  public:
@@ -116,19 +149,27 @@ class SparseErrorFeedback {
   void Compress(const Codec& codec, std::span<const uint64_t> keys, std::span<const float> gradient,
                 SparsePush* out);
 
+  // Moves every residual row into out's flushed rows (kept ascending with those already
+  // there): the end of training sends what is left, so that no gradient is lost.
+  void Drain(SparsePush* out);
+
   const RowTable& residuals() const { return residuals_; }
   RowTable& mutable_residuals() { return residuals_; }
   // Pushes so far (the stamp of the rows the last one touched).
   uint64_t pushes() const { return pushes_; }
   void set_pushes(uint64_t pushes) { pushes_ = pushes; }
-  // Rows flushed so far.
+  // Rows flushed so far to stay within the capacity, and rows sent by Drain.
   uint64_t rows_flushed() const { return rows_flushed_; }
+  uint64_t rows_drained() const { return rows_drained_; }
 
  private:
   RowTable residuals_;
   uint64_t pushes_ = 0;
   uint64_t rows_flushed_ = 0;
+  uint64_t rows_drained_ = 0;
   std::vector<float> p_;
+  std::vector<float> sent_;
+  std::vector<RowMeta> meta_;  // per row of the push: what its p sums
   std::vector<uint64_t> selected_;
 };
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <set>
 
 #include "absl/container/flat_hash_map.h"
 #include "compression/wire.h"
@@ -103,7 +104,7 @@ TEST(RowTableTest, KeepsRecencyOrderAndReusesSlots) {
   EXPECT_EQ(row[0], 0.0f);
   EXPECT_EQ(row[1], 0.0f);
   std::vector<uint64_t> order;
-  t.ForEach([&](uint64_t k, uint64_t, const float*) { order.push_back(k); });
+  t.ForEach([&](uint64_t k, uint64_t, const RowMeta&, const float*) { order.push_back(k); });
   EXPECT_EQ(order, (std::vector<uint64_t>{7, 5, 8, 9}));
 }
 
@@ -243,6 +244,105 @@ TEST(SparseErrorFeedbackTest, TopKSendsOnlyTheRowsItSelects) {
   EXPECT_EQ(push.kind, CodecKind::kNone);
   EXPECT_EQ(push.keys.size(), 10u);
   EXPECT_EQ(push.block.size(), 10 * sizeof(float));
+}
+
+// Over any run of top-K on rows of one value, each row's sends (blocks, flushes and the final
+// drain) carry held counts that add up to the pushes that touched it, and spreads that make
+// the server's accumulated squares those of the pushes' gradients: sum over sends of
+// spread * sent^2 / held = sum of g^2.
+TEST(SparseErrorFeedbackTest, HeldCountsAndSpreadsAccountForEveryPushAndSquare) {
+  for (size_t max_rows : {size_t{0}, size_t{30}}) {
+    SCOPED_TRACE(max_rows);
+    auto codec = Codec::Create(CodecSpec{.kind = CodecKind::kTopK, .ratio = 0.05});
+    SparseErrorFeedback feedback(1, max_rows);
+    std::mt19937_64 rng(21);
+    std::map<uint64_t, double> pushes, squares, sent, sent_pushes, sent_squares;
+    std::set<uint64_t> clamped;
+    const auto account = [&](std::span<const uint64_t> keys, std::span<const float> values,
+                             std::span<const uint16_t> held, std::span<const float> spread) {
+      ASSERT_EQ(held.size(), keys.size());
+      ASSERT_EQ(spread.size(), keys.size());
+      for (size_t i = 0; i < keys.size(); ++i) {
+        ASSERT_GE(held[i], 1);
+        ASSERT_GE(spread[i], 1.0f);
+        sent[keys[i]] += values[i];
+        sent_pushes[keys[i]] += held[i];
+        sent_squares[keys[i]] += double{spread[i]} * values[i] * values[i] / held[i];
+        // A sum near zero of gradients that cancel has a spread past the bound: its squares
+        // are then undercounted.
+        if (spread[i] >= kMaxHeldSpread) clamped.insert(keys[i]);
+      }
+    };
+    SparsePush push;
+    for (int step = 0; step < 150; ++step) {
+      std::vector<uint64_t> keys;
+      for (uint64_t k = 0; k < 200; ++k) {
+        if (rng() % 5 == 0) keys.push_back(k);
+      }
+      std::vector<float> g(keys.size());
+      for (size_t i = 0; i < keys.size(); ++i) {
+        g[i] = std::normal_distribution<float>(0.1f, 1)(rng);
+        pushes[keys[i]] += 1;
+        squares[keys[i]] += double{g[i]} * g[i];
+      }
+      feedback.Compress(*codec, keys, g, &push);
+      std::vector<float> decoded;
+      ASSERT_TRUE(DecodeRows(push.kind, push.block, push.keys.size(), 1, &decoded).ok());
+      account(push.keys, decoded, push.held, push.spread);
+      account(push.flushed_keys, push.flushed_values, push.flushed_held, push.flushed_spread);
+    }
+    // Rows wait: some were sent after many pushes.
+    EXPECT_GT(*std::max_element(push.held.begin(), push.held.end()), 1);
+    const size_t left = feedback.residuals().size();
+    EXPECT_GT(left, 0u);
+    push = SparsePush{};
+    feedback.Drain(&push);
+    EXPECT_EQ(push.flushed_keys.size(), left);
+    EXPECT_TRUE(std::is_sorted(push.flushed_keys.begin(), push.flushed_keys.end()));
+    EXPECT_EQ(feedback.residuals().size(), 0u);
+    EXPECT_EQ(feedback.rows_drained(), left);
+    account(push.flushed_keys, push.flushed_values, push.flushed_held, push.flushed_spread);
+    double sum_gradients_error = 0;
+    for (const auto& [key, n] : pushes) {
+      SCOPED_TRACE(key);
+      EXPECT_EQ(sent_pushes[key], n);
+      if (!clamped.contains(key)) {
+        EXPECT_NEAR(sent_squares[key], squares[key], 1e-3 * squares[key]);
+      }
+      sum_gradients_error = std::max(sum_gradients_error, std::abs(sent[key]));
+    }
+    EXPECT_LT(clamped.size(), pushes.size() / 20);
+    EXPECT_GT(sum_gradients_error, 0);
+  }
+}
+
+TEST(HeldCountsTest, RoundTripAndRefuseMalformedBlocks) {
+  std::vector<std::byte> block;
+  EXPECT_FALSE(EncodeHeld(std::vector<uint16_t>{1, 1, 1}, {}, &block));  // all one push: no frame
+  EXPECT_TRUE(block.empty());
+  const std::vector<uint16_t> held = {1, 3, 200, 1024};
+  const std::vector<float> spread = {1.0f, 1.0f, 7.3f, 40000.0f};
+  ASSERT_TRUE(EncodeHeld(held, spread, &block));
+  // 1: one byte; 3: two (count, spread); 200: three (199 takes two bytes); 1024: three.
+  EXPECT_EQ(block.size(), 1u + 2 + 3 + 3);
+  std::vector<uint16_t> held_out;
+  std::vector<float> spread_out;
+  ASSERT_TRUE(DecodeHeld(block, 4, &held_out, &spread_out).ok());
+  EXPECT_EQ(held_out, held);
+  for (size_t i = 0; i < held.size(); ++i) {
+    EXPECT_NEAR(spread_out[i], spread[i], 0.022 * spread[i]);  // half a 2^(1/16) step
+  }
+  const auto refused = [&](std::vector<std::byte> b, size_t count, const char* what) {
+    auto s = DecodeHeld(b, count, &held_out, &spread_out);
+    EXPECT_FALSE(s.ok()) << what;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(what));
+  };
+  refused(block, 10, "cannot hold");
+  refused(block, 5, "cut off");
+  refused(block, 3, "follow");
+  refused(Bytes({0, 2}), 2, "spread is cut off");  // held 3 without its spread byte
+  refused(Bytes({0x80, 0x80, 0x80, 0x01}), 1, "too long");
+  refused(Bytes({0x80, 0x08, 0}), 1, "more than");  // held 1025
 }
 
 TEST(DecodeRowsTest, RefusesMalformedBlocks) {

@@ -98,6 +98,9 @@ struct Header {
   keysOf @26 :UInt64;      # pushes with keyCoding 2: the requestId of a recent pull (with
                            # compact keys) of this table whose keys the push reuses; its keys
                            # frame is empty
+  heldCoding @27 :UInt8;   # sparse pushes: 0 = each row is one push's gradient; 1 = a third
+                           # frame of held counts (varints, compression/sparse_rows.h): how
+                           # many pushes each row's value sums, applied as that many steps
 }
 
 struct Register {

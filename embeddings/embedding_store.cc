@@ -439,7 +439,8 @@ absl::Status EmbeddingStore::Read(std::span<const uint64_t> ids, float* out) {
 }
 
 absl::Status EmbeddingStore::Apply(std::span<const uint64_t> ids, const float* grad_sum,
-                                   float scale) {
+                                   float scale, std::span<const uint16_t> held,
+                                   std::span<const float> spread) {
   if (auto s = CheckIds(ids); !s.ok()) return s;
   const size_t dim = shape_.dim;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -452,7 +453,12 @@ absl::Status EmbeddingStore::Apply(std::span<const uint64_t> ids, const float* g
     }
     SlotMeta& m = meta(*slot);
     float* f = floats(*slot);
-    ApplyUpdate(config_.optimizer, f, f + dim, grad_sum + i * dim, scale, dim, ++m.step);
+    if (held.empty()) {
+      ApplyUpdate(config_.optimizer, f, f + dim, grad_sum + i * dim, scale, dim, ++m.step);
+    } else {
+      ApplyHeldUpdate(config_.optimizer, f, f + dim, f + 2 * dim, grad_sum + i * dim, scale, dim,
+                      held[i], spread.empty() ? 1.0f : spread[i], &m.step);
+    }
     m.dirty = true;
   }
   return absl::OkStatus();

@@ -199,8 +199,12 @@ class EmbeddingStore {
   // table has a key limit.
   absl::Status Read(std::span<const uint64_t> ids, float* out);
   // Applies a gradient sum (ids.size() * dim floats) with `scale` (1 / examples) through the
-  // table's optimizer; repeated ids are applied one after the other, like ShardTable.
-  absl::Status Apply(std::span<const uint64_t> ids, const float* grad_sum, float scale);
+  // table's optimizer; repeated ids are applied one after the other, like ShardTable. `held`
+  // (empty, or one per id): each row's sum holds that many pushes and is applied as that many
+  // steps, with `spread` (empty or one per id) scaling their squares (optim/optimizer.h
+  // ApplyHeldUpdate).
+  absl::Status Apply(std::span<const uint64_t> ids, const float* grad_sum, float scale,
+                     std::span<const uint16_t> held = {}, std::span<const float> spread = {});
 
   // Ends a step: expires rows, sweeps the disk tier and ages the sketch when due.
   absl::Status AdvanceStep();

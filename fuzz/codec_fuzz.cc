@@ -1,7 +1,7 @@
 // Fuzz target: every codec's decoder on untrusted blocks. The input picks a codec and a
 // length; a block that is refused must leave the output untouched. Then the sparse rows' parts
-// (compression/sparse_rows.h) on the same bytes: compact keys, and a compressed pull's reply
-// against a worker's copy, which a refused reply must leave as it was.
+// (compression/sparse_rows.h) on the same bytes: compact keys, held counts, and a compressed
+// pull's reply against a worker's copy, which a refused reply must leave as it was.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -29,6 +29,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   std::vector<uint64_t> keys;
   (void)syncline::DecodeKeys(bytes, n, &keys);
+  // Held counts: what decodes is within the bounds the optimizer takes.
+  std::vector<uint16_t> held;
+  std::vector<float> spread;
+  if (syncline::DecodeHeld(bytes, n, &held, &spread).ok()) {
+    if (held.size() != n || spread.size() != n) __builtin_trap();
+    for (size_t i = 0; i < n; ++i) {
+      if (held[i] < 1 || held[i] > syncline::kMaxHeldSteps || !(spread[i] >= 1.0f)) {
+        __builtin_trap();
+      }
+    }
+  }
   // A copy holding rows 0..9 of 2 floats; a pull of rows 5..14 (five known, five new) with the
   // block as its deltas and its first bytes as the new rows.
   syncline::RowTable copy(2, 0);

@@ -1,5 +1,6 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace syncline {
@@ -28,12 +29,16 @@ void ApplyUpdate(const OptimizerConfig& config, float* weights, float* state, co
 // The loops run at memory speed on large blocks only with wide vectors: GCC also builds an
 // AVX2 version and picks one when the program loads. AVX2 without FMA computes the same
 // operations in the same order, so both versions give the same bits.
+namespace {
+
+// `sq` multiplies every squared gradient the rules accumulate (1 for a plain step: x * 1 is x,
+// so plain steps keep their bits).
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target_clones("avx2", "default")))
 #endif
-void ApplyUpdate(const OptimizerConfig& c, float* __restrict w, float* __restrict state0,
-                 float* __restrict state1, const float* __restrict g, float scale, size_t n,
-                 int64_t step) {
+void Update(const OptimizerConfig& c, float* __restrict w, float* __restrict state0,
+            float* __restrict state1, const float* __restrict g, float scale, size_t n,
+            int64_t step, float sq) {
   const float lr = c.learning_rate;
   const float l2 = c.l2;
   switch (c.kind) {
@@ -44,7 +49,7 @@ void ApplyUpdate(const OptimizerConfig& c, float* __restrict w, float* __restric
       float* __restrict h = state0;
       for (size_t i = 0; i < n; ++i) {
         const float gi = g[i] * scale + l2 * w[i];
-        h[i] += gi * gi;
+        h[i] += sq * (gi * gi);
         w[i] -= lr * gi / (std::sqrt(h[i]) + c.epsilon);
       }
       return;
@@ -60,7 +65,7 @@ void ApplyUpdate(const OptimizerConfig& c, float* __restrict w, float* __restric
       for (size_t i = 0; i < n; ++i) {
         const float gi = g[i] * scale + l2 * w[i];
         m[i] = c.beta1 * m[i] + (1 - c.beta1) * gi;
-        v[i] = c.beta2 * v[i] + (1 - c.beta2) * gi * gi;
+        v[i] = c.beta2 * v[i] + (1 - c.beta2) * (sq * (gi * gi));
         w[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + c.epsilon);
       }
       return;
@@ -77,7 +82,7 @@ void ApplyUpdate(const OptimizerConfig& c, float* __restrict w, float* __restric
       for (size_t i = 0; i < n; ++i) {
         const float gi = g[i] * scale;
         const float n_old = nsq[i];
-        const float n_new = n_old + gi * gi;
+        const float n_new = n_old + sq * (gi * gi);
         const float sigma = (std::sqrt(n_new) - std::sqrt(n_old)) * inv_lr;
         z[i] += gi - sigma * w[i];
         nsq[i] = n_new;
@@ -87,6 +92,28 @@ void ApplyUpdate(const OptimizerConfig& c, float* __restrict w, float* __restric
       }
       return;
     }
+  }
+}
+
+}  // namespace
+
+void ApplyUpdate(const OptimizerConfig& config, float* weights, float* state0, float* state1,
+                 const float* grad_sum, float scale, size_t n, int64_t step) {
+  Update(config, weights, state0, state1, grad_sum, scale, n, step, 1.0f);
+}
+
+void ApplyHeldUpdate(const OptimizerConfig& config, float* weights, float* state0, float* state1,
+                     const float* grad_sum, float scale, size_t n, uint32_t held, float spread,
+                     int64_t* step) {
+  if (held <= 1 || (config.kind == OptimizerKind::kSgd && config.l2 == 0.0f)) {
+    Update(config, weights, state0, state1, grad_sum, scale, n, ++*step, 1.0f);
+    return;
+  }
+  held = std::min(held, kMaxHeldSteps);
+  spread = std::isfinite(spread) ? std::clamp(spread, 1.0f, kMaxHeldSpread) : 1.0f;
+  const float part = scale / static_cast<float>(held);
+  for (uint32_t i = 0; i < held; ++i) {
+    Update(config, weights, state0, state1, grad_sum, part, n, ++*step, spread);
   }
 }
 

@@ -43,6 +43,23 @@ void ApplyUpdate(const OptimizerConfig& config, float* weights, float* state, co
 void ApplyUpdate(const OptimizerConfig& config, float* weights, float* state0, float* state1,
                  const float* grad_sum, float scale, size_t n, int64_t step);
 
+// Compressed sparse pushes (compression/sparse_rows.h) hold a row's gradients back in a
+// residual until the row is sent: what arrives is the sum G of `held` pushes' gradients g_1..g_k.
+// Applied as one step, an adaptive rule would add G^2 to its accumulator where the
+// uncompressed run adds g_1^2 + ... + g_k^2, and would move the row one step of the learning
+// rate where it would have moved k. So G is applied as k equal steps of its mean G / k, each
+// adding `spread` times the mean's square to the accumulated squares, where
+//   spread = k (g_1^2 + ... + g_k^2) / G^2   (>= 1; the sender computes it per row)
+// so that the accumulators grow by exactly what the k pushes would have added (per row: a row's
+// entries share one spread). For SGD without l2 it is one step, the same update. Advances
+// *step by k (a row's Adam bias correction). held 0 is taken as 1; held is capped at
+// kMaxHeldSteps, spread clamped to [1, kMaxHeldSpread] (1 where not finite).
+inline constexpr uint32_t kMaxHeldSteps = 1024;
+inline constexpr float kMaxHeldSpread = 65536.0f;
+void ApplyHeldUpdate(const OptimizerConfig& config, float* weights, float* state0, float* state1,
+                     const float* grad_sum, float scale, size_t n, uint32_t held, float spread,
+                     int64_t* step);
+
 }  // namespace syncline
 
 #endif  // SYNCLINE_OPTIM_OPTIMIZER_H_

@@ -511,6 +511,23 @@ absl::Status ParameterServer::Push(Message& message, ShardTable& table, bool* ac
                         values->size(), h.getValueCount(), expected_values));
   }
   if (auto s = CheckFinite(*values, c.id, h.getRank()); !s.ok()) return s;
+  // Rows of a compressed sparse push may each sum several pushes (sparse_rows.h).
+  std::vector<uint16_t> held;
+  std::vector<float> spread;
+  if (h.getHeldCoding() != 0) {
+    if (c.dense || h.getHeldCoding() != 1 || message.payload_count() != values_frame + 2) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "table %d: held counts (coding %d, %d frames) fit only a sparse push of 3 frames", c.id,
+          h.getHeldCoding(), message.payload_count()));
+    }
+    const Frame& frame = message.payload(values_frame + 1);
+    if (auto s = DecodeHeld(std::span<const std::byte>(frame.data(), frame.size()), keys.size(),
+                            &held, &spread);
+        !s.ok()) {
+      return absl::Status(
+          s.code(), absl::StrFormat("table %d: push from w%d: %s", c.id, h.getRank(), s.message()));
+    }
+  }
   if (LateForRound(h.getRank(), h.getClock())) return absl::OkStatus();
   if (gate_.synchronous()) {
     if (auto s = CheckPushClock(h); !s.ok()) return s;
@@ -518,7 +535,7 @@ absl::Status ParameterServer::Push(Message& message, ShardTable& table, bool* ac
     if (c.dense) {
       table.AccumulateRange(clock, h.getRank(), range, values->data());
     } else {
-      table.Accumulate(clock, h.getRank(), keys, values->data());
+      table.Accumulate(clock, h.getRank(), keys, values->data(), held, spread);
     }
     return absl::OkStatus();
   }
@@ -534,7 +551,7 @@ absl::Status ParameterServer::Push(Message& message, ShardTable& table, bool* ac
     table.ApplyRange(range, values->data(), 1.0f / weight);
     return absl::OkStatus();
   }
-  return table.Apply(keys, values->data(), 1.0f / weight);
+  return table.Apply(keys, values->data(), 1.0f / weight, held, spread);
 }
 
 absl::Status ParameterServer::PushTopK(Message& message, ShardTable& table, KeyRange range,

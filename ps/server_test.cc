@@ -15,6 +15,7 @@
 #include "compression/sparse_rows.h"
 #include "compression/wire.h"
 #include "core/inproc_transport.h"
+#include "optim/optimizer.h"
 
 namespace syncline {
 namespace {
@@ -455,6 +456,70 @@ TEST(ParameterServerTest, SparsePushesTakeCompactKeysAndEveryCodecAndRefuseMalfo
   ASSERT_TRUE(pulled.has_value());
   // SGD at lr 1: w = -g. Nothing of the refused pushes was applied.
   EXPECT_EQ(ValuesOf(*pulled), (std::vector<float>{0, 0, -2, 2, -0.5f, -0.25f, 0, -4}));
+}
+
+// A row that error feedback held back for several pushes arrives with its held count and
+// spread, and is applied as that many steps: under Adagrad the same as the pushes would have
+// been. Held counts that do not fit are refused, naming them, and nothing is applied.
+TEST(ParameterServerTest, HeldRowsAreAppliedAsTheirPushesAndMalformedCountsAreRefused) {
+  ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 1, .staleness = -1});
+  TableConfig table = SparseTable();
+  table.optimizer.kind = OptimizerKind::kAdagrad;
+  h.Send(0, Declare(0, table));
+  const auto held_push = [](uint64_t id, std::vector<uint64_t> keys, std::vector<float> values,
+                            std::vector<std::byte> counts, uint8_t coding = 1) {
+    Message m = CompactPush(
+        id, keys, CodecKind::kNone,
+        std::vector<std::byte>(reinterpret_cast<const std::byte*>(values.data()),
+                               reinterpret_cast<const std::byte*>(values.data() + values.size())));
+    MessageBuilder b(wire::MsgType::PUSH);
+    b.header().setRole(wire::Role::WORKER);
+    b.header().setRequestId(id);
+    b.header().setTable(1);
+    b.header().setKeyCount(keys.size());
+    b.header().setKeyCoding(1);
+    b.header().setValueCount(values.size());
+    b.header().setWeight(1);
+    b.header().setHeldCoding(coding);
+    b.AddFrame(m.payload(0));
+    b.AddFrame(m.payload(1));
+    if (!counts.empty()) b.AddFrame(Frame::Own(std::move(counts)));
+    return b.Finish();
+  };
+  // Key 5: three pushes of (2, -4) sent as one sum; key 9 sent after one push.
+  std::vector<std::byte> counts;
+  ASSERT_TRUE(EncodeHeld(std::vector<uint16_t>{3, 1}, std::vector<float>{1, 1}, &counts));
+  h.Send(0, held_push(2, {5, 9}, {6, -12, 1, 1}, counts));
+  // Refused: no counts frame, a count beyond the bound, an unknown coding, counts for a
+  // sparse push without them.
+  h.Send(0, held_push(3, {5}, {1, 1}, {}));
+  h.Send(0, held_push(4, {5}, {1, 1}, {std::byte{0x80}, std::byte{0x10}, std::byte{0}}));
+  h.Send(0, held_push(5, {5}, {1, 1}, {std::byte{0}}, 2));
+  h.Send(0, held_push(6, {5, 9}, {1, 1, 1, 1}, {std::byte{0}}));
+  h.Send(0, SparsePull(0, 7, {5, 9}, 10));
+  h.Serve();
+  EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);  // declare
+  EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);
+  for (const char* why : {"held counts", "more than the 1024", "held counts", "cannot hold"}) {
+    auto reply = h.Reply(0);
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_EQ(reply->header().getType(), wire::MsgType::ERROR);
+    EXPECT_THAT(std::string(reply->header().getMessage().cStr()), HasSubstr(why));
+  }
+  auto pulled = h.Reply(0);
+  ASSERT_TRUE(pulled.has_value());
+  // The reference: the pushes one by one (rows start at 0: SparseTable's init_scale).
+  std::vector<float> w5 = {0, 0}, h5 = {0, 0}, w9 = {0, 0}, h9 = {0, 0};
+  const std::vector<float> g5 = {2, -4}, g9 = {1, 1};
+  for (int i = 1; i <= 3; ++i)
+    ApplyUpdate(table.optimizer, w5.data(), h5.data(), g5.data(), 1, 2, i);
+  ApplyUpdate(table.optimizer, w9.data(), h9.data(), g9.data(), 1, 2, 1);
+  const std::vector<float> got = ValuesOf(*pulled);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_NEAR(got[0], w5[0], 1e-6);
+  EXPECT_NEAR(got[1], w5[1], 1e-6);
+  EXPECT_EQ(got[2], w9[0]);
+  EXPECT_EQ(got[3], w9[1]);
 }
 
 // A compressed pull (--compress-pull topk:0.5): new rows come whole, then deltas against the

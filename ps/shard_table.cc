@@ -279,8 +279,9 @@ Frame ShardTable::ShareRange(KeyRange r) const {
   return Frame::Shared(std::move(copy), data, n * sizeof(float));
 }
 
-absl::Status ShardTable::Apply(std::span<const uint64_t> keys, const float* grad_sum, float scale) {
-  if (store_) return store_->Apply(keys, grad_sum, scale);
+absl::Status ShardTable::Apply(std::span<const uint64_t> keys, const float* grad_sum, float scale,
+                               std::span<const uint16_t> held, std::span<const float> spread) {
+  if (store_) return store_->Apply(keys, grad_sum, scale, held, spread);
   const uint32_t dim = config_.dim;
   // A dense shard counts one step per update, however many of its rows the update touches.
   const int64_t dense_step = config_.dense ? ++steps_[0] : 0;
@@ -297,9 +298,15 @@ absl::Status ShardTable::Apply(std::span<const uint64_t> keys, const float* grad
                   scale, dim, dense_step);
       continue;
     }
-    ApplyUpdate(config_.optimizer, weights_.data() + r * dim,
-                state_.data() + r * dim * state_floats_, grad_sum + i * dim, scale, dim,
-                ++steps_[r]);
+    float* state = state_.data() + r * dim * state_floats_;
+    if (held.empty()) {
+      ApplyUpdate(config_.optimizer, weights_.data() + r * dim, state, grad_sum + i * dim, scale,
+                  dim, ++steps_[r]);
+    } else {
+      ApplyHeldUpdate(config_.optimizer, weights_.data() + r * dim, state,
+                      state_floats_ > 1 ? state + dim : nullptr, grad_sum + i * dim, scale, dim,
+                      held[i], spread.empty() ? 1.0f : spread[i], &steps_[r]);
+    }
   }
   return absl::OkStatus();
 }
@@ -340,11 +347,14 @@ void ShardTable::ApplyRange(KeyRange r, const float* grad_sum, float scale) {
 }
 
 void ShardTable::Accumulate(int64_t clock, int worker, std::span<const uint64_t> keys,
-                            const float* grad_sum) {
+                            const float* grad_sum, std::span<const uint16_t> held,
+                            std::span<const float> spread) {
   aggregates_[clock][worker].push_back(
       Contribution{std::vector<uint64_t>(keys.begin(), keys.end()),
                    {},
-                   std::vector<float>(grad_sum, grad_sum + keys.size() * config_.dim)});
+                   std::vector<float>(grad_sum, grad_sum + keys.size() * config_.dim),
+                   std::vector<uint16_t>(held.begin(), held.end()),
+                   std::vector<float>(spread.begin(), spread.end())});
 }
 
 void ShardTable::AccumulateRange(int64_t clock, int worker, KeyRange r, const float* grad_sum) {
@@ -381,13 +391,23 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
   absl::flat_hash_map<uint64_t, uint32_t> index;
   std::vector<uint64_t> keys;
   std::vector<float> sum;
+  std::vector<uint16_t> held;  // per key: the most pushes a contribution to it holds
+  std::vector<float> spread;   // and the largest spread
+  bool any_held = false;
   for (const auto& [worker, contributions] : aggregate) {
     for (const Contribution& c : contributions) {
+      any_held = any_held || !c.held.empty();
       for (size_t i = 0; i < c.keys.size(); ++i) {
         auto [it, inserted] = index.try_emplace(c.keys[i], static_cast<uint32_t>(keys.size()));
         if (inserted) {
           keys.push_back(c.keys[i]);
           sum.resize(sum.size() + dim, 0.0f);
+          held.push_back(1);
+          spread.push_back(1.0f);
+        }
+        if (!c.held.empty()) {
+          held[it->second] = std::max(held[it->second], c.held[i]);
+          if (!c.spread.empty()) spread[it->second] = std::max(spread[it->second], c.spread[i]);
         }
         float* __restrict dst = sum.data() + static_cast<size_t>(it->second) * dim;
         const float* __restrict src = c.values.data() + i * dim;
@@ -395,7 +415,8 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
       }
     }
   }
-  return Apply(keys, sum.data(), scale);
+  if (!any_held) return Apply(keys, sum.data(), scale);
+  return Apply(keys, sum.data(), scale, held, spread);
 }
 
 void ShardTable::DropContributions(int64_t clock, int worker) {

@@ -114,14 +114,22 @@ class ShardTable {
   // Dense blocks copied because a write found them referenced by a frame from ShareRange.
   uint64_t block_copies() const { return block_copies_; }
 
-  // Applies a gradient sum with the given scale (1 / examples) through the optimizer.
-  absl::Status Apply(std::span<const uint64_t> keys, const float* grad_sum, float scale);
+  // Applies a gradient sum with the given scale (1 / examples) through the optimizer. `held`
+  // (empty, or one per key) counts the pushes each row's sum holds (a compressed sparse push,
+  // compression/sparse_rows.h): a row is applied as that many steps, with `spread` (one per
+  // key, with held) scaling their squares (optim/optimizer.h ApplyHeldUpdate).
+  absl::Status Apply(std::span<const uint64_t> keys, const float* grad_sum, float scale,
+                     std::span<const uint16_t> held = {}, std::span<const float> spread = {});
   void ApplyRange(KeyRange range, const float* grad_sum, float scale);
 
   // BSP: records a worker's gradient sum for `clock`. Sums are combined in worker-rank order
   // when the clock is applied, so a BSP run is bitwise reproducible whatever order the pushes
   // arrived in.
-  void Accumulate(int64_t clock, int worker, std::span<const uint64_t> keys, const float* grad_sum);
+  // `held` and `spread` as for Apply; a row of the clock's aggregate is applied as the most
+  // steps any worker's contribution to it holds (the clocks its sums span), with the largest
+  // spread among them.
+  void Accumulate(int64_t clock, int worker, std::span<const uint64_t> keys, const float* grad_sum,
+                  std::span<const uint16_t> held = {}, std::span<const float> spread = {});
   void AccumulateRange(int64_t clock, int worker, KeyRange range, const float* grad_sum);
   // Applies the aggregates of clocks below `min_clock`, in clock order, scaling each by
   // scale_of(clock), and drops them.
@@ -136,7 +144,8 @@ class ShardTable {
   size_t pending_aggregates() const { return aggregates_.size(); }
   // The same with a Byzantine-robust rule (ps/robust_aggregate.h): each worker's update is its
   // contributions divided by examples_of(clock, worker), the rule combines them, per key over
-  // the updates holding that key for a sparse table, and the result is applied with scale 1.
+  // the updates holding that key for a sparse table, and the result is applied with scale 1,
+  // as one step (held counts are not used: the rules compare updates, not their spans).
   // Keys (sparse) or clocks (dense) with fewer updates than the rule needs are left unchanged;
   // returns how many.
   absl::StatusOr<uint64_t> ApplyRobustAggregates(
@@ -151,6 +160,8 @@ class ShardTable {
     std::vector<uint64_t> keys;
     KeyRange range;
     std::vector<float> values;
+    std::vector<uint16_t> held;  // empty: one push per row
+    std::vector<float> spread;   // with held
   };
   // A clock's contributions by worker rank, each worker's in arrival order.
   using Aggregate = std::map<int, std::vector<Contribution>>;

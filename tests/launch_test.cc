@@ -188,7 +188,8 @@ TEST_F(LaunchTest, CompressedAllReduceConvergesAndMovesFewerBytes) {
 TEST_F(LaunchTest, EveryCodecConvergesAndCompressionShrinksTheWholeJob) {
   auto pushed = PushedBytesByCodec({kLaunch, "--servers", "2", "--workers", "2"}, Train(), Test(),
                                    /*pull=*/true);
-  EXPECT_LT(pushed["topk:0.01"] * 20, pushed["none"]);
+  // top-K: 1% of the entries each push, and once, at the last clock, the residuals left.
+  EXPECT_LT(pushed["topk:0.01"] * 12, pushed["none"]);
   // sign1 sends every row: a compact key (a byte or two), a bit per value and a scale.
   EXPECT_LT(pushed["sign1"] * 5, pushed["none"]);
   // fp16: a key (8 bytes) and 2 bytes per value, against 4.

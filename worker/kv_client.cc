@@ -394,7 +394,9 @@ int KVClient::SparseServerOf(uint64_t key) const {
 
 absl::StatusOr<Ticket> KVClient::PushRowsEncoded(uint32_t table, int server,
                                                  std::span<const uint64_t> keys, CodecKind codec,
-                                                 std::span<const std::byte> block, int64_t clock,
+                                                 std::span<const std::byte> block,
+                                                 std::span<const uint16_t> held,
+                                                 std::span<const float> spread, int64_t clock,
                                                  float weight) {
   auto config = FindTable(table, /*dense=*/false);
   if (!config.ok()) return config.status();
@@ -409,6 +411,12 @@ absl::StatusOr<Ticket> KVClient::PushRowsEncoded(uint32_t table, int server,
   }
   const Ticket ticket = NewTicket();
   if (keys.empty()) return ticket;
+  if ((!held.empty() && held.size() != keys.size()) ||
+      (!spread.empty() && spread.size() != held.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("compressed push: %d held counts and %d spreads for %d rows", held.size(),
+                        spread.size(), keys.size()));
+  }
   std::vector<std::byte> coded;
   MessageBuilder b = NewMessage(wire::MsgType::PUSH, table, clock, weight);
   b.header().setKeyCount(keys.size());
@@ -423,6 +431,10 @@ absl::StatusOr<Ticket> KVClient::PushRowsEncoded(uint32_t table, int server,
   b.header().setValueCount(keys.size() * (*config)->dim);
   b.AddFrame(Frame::Own(std::move(coded)));
   b.AddFrame(Frame::Borrow(block.data(), block.size()));
+  if (std::vector<std::byte> counts; EncodeHeld(held, spread, &counts)) {
+    b.header().setHeldCoding(1);
+    b.AddFrame(Frame::Own(std::move(counts)));
+  }
   Request r;
   r.traffic = Request::Traffic::kPush;
   if (auto st = SendRequest(ticket, server, b.Finish(), std::move(r)); !st.ok()) return st;

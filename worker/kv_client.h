@@ -114,11 +114,13 @@ class KVClient {
                                           int64_t clock, float weight);
   // Sparse tables, compressed: pushes to server `server` the rows `keys` (strictly ascending,
   // all of that server's shard) as compact keys and one block of keys.size() * dim entries in
-  // `codec` (kNone: float32 values; see compression/sparse_rows.h). `block` must stay valid
-  // until Wait returns.
+  // `codec` (kNone: float32 values; see compression/sparse_rows.h), with each row's held count
+  // and spread (empty or all 1: one push each). `block` must stay valid until Wait returns.
   absl::StatusOr<Ticket> PushRowsEncoded(uint32_t table, int server, std::span<const uint64_t> keys,
                                          CodecKind codec, std::span<const std::byte> block,
-                                         int64_t clock, float weight);
+                                         std::span<const uint16_t> held,
+                                         std::span<const float> spread, int64_t clock,
+                                         float weight);
   // The server whose shard holds sparse key `key`.
   int SparseServerOf(uint64_t key) const;
 

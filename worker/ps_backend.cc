@@ -191,20 +191,27 @@ absl::Status PsBackend::PushSparseRows(int64_t clock, std::span<const uint64_t> 
     shard_grads[s].insert(shard_grads[s].end(), row_grads.data() + i * dim,
                           row_grads.data() + (i + 1) * dim);
   }
+  const bool last = clock == final_clock_;
   for (int s = 0; s < n; ++s) {
-    if (shard_keys[s].empty()) continue;
     SparsePush& push = sparse_pushes_[s];
-    sparse_feedback_[s].Compress(*codec_, shard_keys[s], shard_grads[s], &push);
+    if (!shard_keys[s].empty()) {
+      sparse_feedback_[s].Compress(*codec_, shard_keys[s], shard_grads[s], &push);
+    } else if (last) {
+      push = SparsePush{};
+    } else {
+      continue;
+    }
+    if (last) sparse_feedback_[s].Drain(&push);
     if (!push.keys.empty()) {
-      auto t = client_->PushRowsEncoded(kRowsTable, s, push.keys, push.kind, push.block, clock,
-                                        examples);
+      auto t = client_->PushRowsEncoded(kRowsTable, s, push.keys, push.kind, push.block, push.held,
+                                        push.spread, clock, examples);
       if (!t.ok()) return t.status();
       pending_pushes_.push_back(*t);
     }
     if (!push.flushed_keys.empty()) {
       auto t = client_->PushRowsEncoded(kRowsTable, s, push.flushed_keys, CodecKind::kNone,
                                         std::as_bytes(std::span<const float>(push.flushed_values)),
-                                        clock, examples);
+                                        push.flushed_held, push.flushed_spread, clock, examples);
       if (!t.ok()) return t.status();
       pending_pushes_.push_back(*t);
     }
@@ -226,6 +233,23 @@ absl::Status PsBackend::Update(int64_t clock, std::span<const uint64_t> keys,
                  : client_->Push(kRowsTable, keys, row_grads, clock, examples);
     if (!t.ok()) return t.status();
     pending_pushes_.push_back(*t);
+  }
+  if (bias_compressed() && clock == final_clock_) {
+    // The last clock sends the dense layers' residuals with their gradient, uncompressed.
+    bias_final_.assign(bias_grad.begin(), bias_grad.end());
+    const int n = client_->num_servers();
+    for (int s = 0; s < n; ++s) {
+      const KeyRange range = DenseShardRange(layout_.bias_dim, s, n);
+      const auto residual = bias_feedback_[s].residual();
+      if (residual.size() == range.size()) {
+        for (size_t i = 0; i < range.size(); ++i) bias_final_[range.begin + i] += residual[i];
+      }
+      bias_feedback_[s].Reset();
+    }
+    auto t = client_->PushDense(kBiasTable, 0, bias_final_, clock, examples);
+    if (!t.ok()) return t.status();
+    pending_pushes_.push_back(*t);
+    return absl::OkStatus();
   }
   if (bias_compressed()) {
     const int n = client_->num_servers();
@@ -261,14 +285,16 @@ void PsBackend::Settle(absl::Duration max_wait) {
 absl::Status PsBackend::Finish() {
   if (auto s = WaitForPushes(); !s.ok()) return s;
   if (sparse_feedback()) {
-    uint64_t held = 0, flushed = 0;
+    uint64_t held = 0, flushed = 0, drained = 0;
     for (const SparseErrorFeedback& f : sparse_feedback_) {
       held += f.residuals().size();
       flushed += f.rows_flushed();
+      drained += f.rows_drained();
     }
-    SYNCLINE_LOG(INFO) << "compressed pushes: " << held << " rows of residual held at the end, "
-                       << flushed << " flushed whole to stay within --residual-rows "
-                       << residual_rows_ << " per server";
+    SYNCLINE_LOG(INFO) << "compressed pushes: " << flushed
+                       << " rows flushed whole to stay within --residual-rows " << residual_rows_
+                       << " per server; " << drained << " rows of residual sent whole at the last "
+                       << "clock, " << held << " still held";
   }
   return client_->Finish(Deadline());
 }
@@ -322,7 +348,8 @@ absl::Status RestoreResiduals(StateReader& in, std::vector<ErrorFeedback>& feedb
 // a u32 shard count, then per shard a u64 float count and the residual's floats (host byte
 // order; the worker's checkpoint file carries a CRC32C over all of it). Sparse rows: a u32
 // shard count, then per shard a u64 push count and a u64 row count, then the rows oldest
-// first, each a u64 key, a u64 stamp and row_dim floats.
+// first, each a u64 key, a u64 stamp, a u32 held count, a float sum of squares and row_dim
+// floats.
 absl::StatusOr<std::string> PsBackend::SaveState() const {
   std::string out;
   if (sparse_feedback()) {
@@ -335,11 +362,14 @@ absl::StatusOr<std::string> PsBackend::SaveState() const {
       const uint64_t pushes = f.pushes(), rows = f.residuals().size();
       put(&pushes, 8);
       put(&rows, 8);
-      f.residuals().ForEach([&](uint64_t key, uint64_t stamp, const float* row) {
-        put(&key, 8);
-        put(&stamp, 8);
-        put(row, layout_.row_dim * sizeof(float));
-      });
+      f.residuals().ForEach(
+          [&](uint64_t key, uint64_t stamp, const RowMeta& meta, const float* row) {
+            put(&key, 8);
+            put(&stamp, 8);
+            put(&meta.held, 4);
+            put(&meta.squares, 4);
+            put(row, layout_.row_dim * sizeof(float));
+          });
     }
   } else {
     SaveResiduals(feedback_, &out);
@@ -375,7 +405,7 @@ absl::Status PsBackend::RestoreState(std::string_view state) {
 
 absl::Status PsBackend::RestoreSparseState(StateReader& in) {
   const uint32_t dim = layout_.row_dim;
-  const size_t row_bytes = 16 + size_t{dim} * sizeof(float);
+  const size_t row_bytes = 24 + size_t{dim} * sizeof(float);
   for (size_t s = 0; s < sparse_feedback_.size(); ++s) {
     SparseErrorFeedback& f = sparse_feedback_[s];
     uint64_t pushes = 0, rows = 0;
@@ -390,16 +420,21 @@ absl::Status PsBackend::RestoreSparseState(StateReader& in) {
     uint64_t last_stamp = 0;
     for (uint64_t r = 0; r < rows; ++r) {
       uint64_t key = 0, stamp = 0;
+      RowMeta meta;
       in.Read(&key, 8);
       in.Read(&stamp, 8);
-      if (stamp < last_stamp || stamp > pushes || table.Contains(key) ||
+      in.Read(&meta.held, 4);
+      in.Read(&meta.squares, 4);
+      if (stamp < last_stamp || stamp > pushes || meta.held > stamp ||
+          !(meta.squares >= 0 && std::isfinite(meta.squares)) || table.Contains(key) ||
           client_->SparseServerOf(key) != static_cast<int>(s)) {
         return absl::DataLossError(absl::StrFormat(
-            "the saved residual row %d of shard %d is out of order, repeated or of another shard",
+            "the saved residual row %d of shard %d is out of order, repeated, of another shard "
+            "or holds more pushes than were made",
             key, s));
       }
       last_stamp = stamp;
-      in.Read(table.Touch(key, stamp), dim * sizeof(float));
+      in.Read(table.Touch(key, stamp, meta), dim * sizeof(float));
     }
     f.set_pushes(pushes);
   }

@@ -40,6 +40,7 @@ class PsBackend : public SyncBackend {
   absl::Status Update(int64_t clock, std::span<const uint64_t> keys,
                       std::span<const float> row_grads, std::span<const float> bias_grad,
                       float examples) override;
+  void SetFinalClock(int64_t clock) override { final_clock_ = clock; }
   absl::Status EndIteration(int64_t clock, float examples) override;
   absl::Status Finish() override;
   // Waits for the acknowledgements of the pushes in flight (their requests borrow the spans).
@@ -98,6 +99,9 @@ class PsBackend : public SyncBackend {
   const size_t residual_rows_;
   std::vector<SparseErrorFeedback> sparse_feedback_;
   std::vector<SparsePush> sparse_pushes_;
+  // Training's last clock: its pushes carry every residual whole (-1: not known).
+  int64_t final_clock_ = -1;
+  std::vector<float> bias_final_;  // the last clock's bias gradient plus residual
   // The bias table (dense layers) when compressed: per shard, residual and block.
   std::vector<ErrorFeedback> bias_feedback_;
   std::vector<std::vector<std::byte>> bias_blocks_;

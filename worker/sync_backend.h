@@ -69,6 +69,11 @@ class SyncBackend {
                               std::span<const float> row_grads, std::span<const float> bias_grad,
                               float examples) = 0;
 
+  // The clock of training's last iteration (every epoch's, not an early stop's), told before
+  // the first one: a backend that holds gradients back (error feedback) sends what it still
+  // holds with that iteration's Update, so that the final model lacks none of them.
+  virtual void SetFinalClock(int64_t clock) {}
+
   // Iteration `clock` (covering `examples` examples) is over.
   virtual absl::Status EndIteration(int64_t clock, float examples) = 0;
 

@@ -78,6 +78,7 @@ absl::StatusOr<TrainResult> Trainer::Run(
     ExampleSource& source, const std::function<void(const TrainProgress&)>& on_progress) {
   const int64_t per_epoch = StepsPerEpoch(source.size(), options_.batch_size);
   int64_t total = per_epoch * options_.epochs;
+  backend_.SetFinalClock(total - 1);
   if (options_.stop_step > 0) total = std::min(total, options_.stop_step);
   // Two sets of buffers, alternating by iteration: what was pushed in iteration t may still be
   // on the wire while iteration t+1 fills the other set (see SyncBackend::Update).
