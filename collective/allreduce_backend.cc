@@ -155,51 +155,60 @@ absl::Status AllReduceBackend::RestoreState(std::string_view state) {
   return absl::OkStatus();
 }
 
+Algorithm AlgorithmOf(AllReduceAlgorithm algorithm) {
+  switch (algorithm) {
+    case AllReduceAlgorithm::kAuto:
+      return Algorithm::kAuto;
+    case AllReduceAlgorithm::kRing:
+      return Algorithm::kRing;
+    case AllReduceAlgorithm::kDoubling:
+      return Algorithm::kRecursiveDoubling;
+    case AllReduceAlgorithm::kHierarchical:
+      return Algorithm::kHierarchical;
+  }
+  return Algorithm::kAuto;
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkers(const JobSpec& spec,
+                                                             const NodeTable& table, int rank,
+                                                             Endpoint& endpoint) {
+  std::vector<std::string> peers;
+  std::vector<int> host_of_rank(table.num_workers, 0);
+  std::map<std::string, int> hosts;
+  for (int w = 0; w < table.num_workers; ++w) {
+    peers.push_back(DataEndpointId(wire::Role::WORKER, w));
+  }
+  for (const NodeInfo& n : table.nodes) {
+    if (n.role != wire::Role::WORKER || n.rank < 0 || n.rank >= table.num_workers) continue;
+    auto hp = ParseTcpAddress(n.address);
+    const std::string host = hp.ok() ? hp->host : n.address;
+    host_of_rank[n.rank] = hosts.try_emplace(host, static_cast<int>(hosts.size())).first->second;
+    // One connection per pair, opened by the lower rank (two ROUTERs connected both ways
+    // under the same ids trip ZeroMQ); the higher rank answers over the one it accepted.
+    if (n.rank > rank) {
+      if (auto s = endpoint.Connect(n.id, n.address); !s.ok()) return s;
+    }
+  }
+  CommunicatorOptions c;
+  c.timeout = absl::Seconds(std::min(spec.timeouts.request_s, spec.timeouts.peer_s));
+  c.host_of_rank = host_of_rank;
+  return std::make_unique<Communicator>(&endpoint, rank, peers, c);
+}
+
 GossipBackendFactory MakeAllReduceBackendFactory() {
   return [](const JobSpec& spec, const NodeTable& table, int rank,
             Endpoint& endpoint) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
-    std::vector<std::string> peers;
-    std::vector<int> host_of_rank(table.num_workers, 0);
-    std::map<std::string, int> hosts;
-    for (int w = 0; w < table.num_workers; ++w) {
-      peers.push_back(DataEndpointId(wire::Role::WORKER, w));
-    }
-    for (const NodeInfo& n : table.nodes) {
-      if (n.role != wire::Role::WORKER || n.rank < 0 || n.rank >= table.num_workers) continue;
-      auto hp = ParseTcpAddress(n.address);
-      const std::string host = hp.ok() ? hp->host : n.address;
-      host_of_rank[n.rank] = hosts.try_emplace(host, static_cast<int>(hosts.size())).first->second;
-      // One connection per pair, opened by the lower rank (two ROUTERs connected both ways
-      // under the same ids trip ZeroMQ); the higher rank answers over the one it accepted.
-      if (n.rank > rank) {
-        if (auto s = endpoint.Connect(n.id, n.address); !s.ok()) return s;
-      }
-    }
-    CommunicatorOptions c;
-    c.timeout = absl::Seconds(std::min(spec.timeouts.request_s, spec.timeouts.peer_s));
-    c.host_of_rank = host_of_rank;
+    auto communicator = ConnectWorkers(spec, table, rank, endpoint);
+    if (!communicator.ok()) return communicator.status();
     AllReduceOptions o;
-    switch (spec.sync.algorithm) {
-      case AllReduceAlgorithm::kAuto:
-        o.algorithm = Algorithm::kAuto;
-        break;
-      case AllReduceAlgorithm::kRing:
-        o.algorithm = Algorithm::kRing;
-        break;
-      case AllReduceAlgorithm::kDoubling:
-        o.algorithm = Algorithm::kRecursiveDoubling;
-        break;
-      case AllReduceAlgorithm::kHierarchical:
-        o.algorithm = Algorithm::kHierarchical;
-        break;
-    }
+    o.algorithm = AlgorithmOf(spec.sync.algorithm);
     o.wire = spec.training.codec.kind == CodecKind::kFp16 ? WireType::kFloat16 : WireType::kFloat32;
     o.codec = spec.training.codec;
     o.optimizer.kind = spec.training.optimizer;
     o.optimizer.learning_rate = static_cast<float>(spec.training.learning_rate);
     o.optimizer.l2 = static_cast<float>(spec.training.l2);
-    return std::unique_ptr<SyncBackend>(std::make_unique<AllReduceBackend>(
-        std::make_unique<Communicator>(&endpoint, rank, peers, c), o));
+    return std::unique_ptr<SyncBackend>(
+        std::make_unique<AllReduceBackend>(std::move(*communicator), o));
   };
 }
 

@@ -87,6 +87,14 @@ class AllReduceBackend : public SyncBackend {
   std::vector<float> small_;  // bias, examples, still training
 };
 
+// A communicator among every worker of the job over `endpoint` (this worker's data endpoint,
+// or its side of one), hosts told apart by the address each listens on (for the hierarchical
+// algorithm); connects to the workers of higher rank.
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkers(const JobSpec& spec,
+                                                             const NodeTable& table, int rank,
+                                                             Endpoint& endpoint);
+Algorithm AlgorithmOf(AllReduceAlgorithm algorithm);
+
 // Builds an AllReduceBackend from the job spec: a communicator over every worker's data
 // endpoint, hosts told apart by the address each listens on (for the hierarchical algorithm).
 GossipBackendFactory MakeAllReduceBackendFactory();

@@ -226,6 +226,7 @@ enum SyncKind {
   gossip @3;
   allreduce @4;
   fedavg @5;
+  hybrid @6;               # embeddings on the servers (ASP/SSP), dense layers all-reduced
 }
 
 enum AllReduceAlgorithm {

@@ -179,6 +179,7 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
                                : CheckAtLeast("servers", s.servers, 1),
            CheckAtLeast("workers", s.workers, 1),
            s.sync.kind == SyncKind::kSsp ? CheckAtLeast("sync", s.sync.staleness, 0)
+           : s.sync.hybrid()             ? CheckAtLeast("embedding-sync", s.sync.staleness, -1)
                                          : absl::OkStatus(),
            CheckAtLeast("classes", s.model.classes, 2),
            CheckInRange("embedding-dim", s.model.embedding_dim, 1, 256),

@@ -271,15 +271,23 @@ TEST(JobSpecTest, HeartbeatsThatWouldOverflowTheNodeTableAreRefused) {
 
 TEST(OptionsTest, TextFormsRoundTrip) {
   for (const char* text : {"bsp", "asp", "ssp:0", "ssp:12", "gossip:ring", "gossip:exp:async",
-                           "gossip:random", "fedavg"}) {
+                           "gossip:random", "fedavg", "hybrid:asp", "hybrid:ssp:3"}) {
     absl::StatusOr<SyncMode> mode = ParseSyncMode(text);
     ASSERT_TRUE(mode.ok()) << text << ": " << mode.status();
     EXPECT_EQ(SyncModeName(*mode), text);
   }
   EXPECT_EQ(SyncModeName(*ParseSyncMode("gossip-async:ring")), "gossip:ring:async");
-  for (const char* bad : {"", "bulk", "ssp:", "ssp:-1", "ssp: 3", "ssp:+3", "gossip:star"}) {
+  for (const char* bad : {"", "bulk", "ssp:", "ssp:-1", "ssp: 3", "ssp:+3", "gossip:star",
+                          "hybrid:bsp", "hybrid:gossip:ring", "hybrid:ssp:", "hybrid:"}) {
     EXPECT_FALSE(ParseSyncMode(bad).ok()) << bad;
   }
+  // hybrid: the embeddings' bound on the servers (asp by default); every worker all-reduces.
+  EXPECT_EQ(SyncModeName(*ParseSyncMode("hybrid")), "hybrid:asp");
+  EXPECT_EQ(ParseSyncMode("hybrid")->server_staleness(), -1);
+  EXPECT_EQ(ParseSyncMode("hybrid:ssp:2")->server_staleness(), 2);
+  EXPECT_TRUE(ParseSyncMode("hybrid")->collective());
+  EXPECT_FALSE(ParseSyncMode("hybrid")->serverless());
+  EXPECT_THAT(Message(ParseSyncMode("hybrid:bsp").status()), HasSubstr("asp or ssp:S"));
   EXPECT_EQ(ParseSyncMode("ssp:5")->server_staleness(), 5);
   EXPECT_EQ(ParseSyncMode("asp")->server_staleness(), -1);
   EXPECT_EQ(ParseSyncMode("bsp")->server_staleness(), 0);

@@ -21,8 +21,9 @@ absl::Status CheckPeersReachable(wire::Role role, int rank, const JoinedJob& job
   if (role != wire::Role::WORKER) return absl::OkStatus();
   std::vector<std::string> problems;
   for (const NodeInfo& peer : job.control->table().nodes) {
-    const bool needed = peer.role == wire::Role::SERVER ||
-                        (job.spec.sync.serverless() && peer.role == wire::Role::WORKER);
+    const bool needed =
+        peer.role == wire::Role::SERVER ||
+        ((job.spec.sync.serverless() || job.spec.sync.hybrid()) && peer.role == wire::Role::WORKER);
     if (!needed || peer.address.empty() || (peer.role == role && peer.rank == rank)) continue;
     if (peer.address.rfind("tcp://", 0) != 0) continue;  // in-process endpoints
     if (auto s = ProbeTcp(peer.address, absl::Seconds(5)); !s.ok()) {

@@ -130,6 +130,20 @@ absl::StatusOr<SyncMode> ParseSyncMode(const std::string& text) {
                                                    "' in '", text,
                                                    "' (want ring, doubling, hier or auto)"));
   }
+  if (text == "hybrid" || text.starts_with("hybrid:")) {
+    // hybrid[:asp|:ssp:S]: the embeddings' consistency model on the servers.
+    auto embedding = ParseSyncMode(text == "hybrid" ? "asp" : text.substr(7));
+    if (!embedding.ok() ||
+        (embedding->kind != SyncKind::kAsp && embedding->kind != SyncKind::kSsp)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", text,
+                       "': hybrid takes the embeddings' consistency model, asp or ssp:S (hybrid, "
+                       "hybrid:asp or hybrid:ssp:3)"));
+    }
+    mode.kind = SyncKind::kHybrid;
+    mode.staleness = embedding->server_staleness();
+    return mode;
+  }
   if (text.starts_with("ssp:")) {
     const absl::string_view staleness = absl::string_view(text).substr(4);
     int s;
@@ -145,8 +159,8 @@ absl::StatusOr<SyncMode> ParseSyncMode(const std::string& text) {
   return absl::InvalidArgumentError(
       absl::StrCat("'", text,
                    "' must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-                   "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto] or "
-                   "fedavg"));
+                   "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto], "
+                   "hybrid[:asp|:ssp:S] or fedavg"));
 }
 
 std::string SyncModeName(const SyncMode& mode) {
@@ -164,6 +178,8 @@ std::string SyncModeName(const SyncMode& mode) {
       return absl::StrCat("allreduce:", AllReduceAlgorithmName(mode.algorithm));
     case SyncKind::kFedAvg:
       return "fedavg";
+    case SyncKind::kHybrid:
+      return mode.staleness < 0 ? "hybrid:asp" : absl::StrCat("hybrid:ssp:", mode.staleness);
   }
   return "unknown";
 }

@@ -17,8 +17,8 @@
 namespace syncline {
 
 // "bsp" | "asp" | "ssp:S" (S a plain integer >= 0) | "gossip:ring|exp|random[:async]"
-// | "allreduce[:ALGORITHM]" | "fedavg" ("gossip-async:TOPOLOGY" is the same as
-// "gossip:TOPOLOGY:async").
+// | "allreduce[:ALGORITHM]" | "hybrid[:asp|:ssp:S]" | "fedavg" ("gossip-async:TOPOLOGY" is the same
+// as "gossip:TOPOLOGY:async").
 absl::StatusOr<SyncMode> ParseSyncMode(const std::string& text);
 std::string SyncModeName(const SyncMode& mode);
 

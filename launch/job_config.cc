@@ -52,14 +52,19 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 59> kFields = {{
+const std::array<Field, 60> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes"},
     {"workers", &JobConfig::workers, "Number of worker processes"},
     {"sync", &JobConfig::sync,
      "Consistency model: bsp, asp, ssp:S (workers at most S steps ahead of the slowest), or "
      "serverless gossip:ring|exp|random (D-PSGD; :async for push-sum), or serverless "
-     "allreduce[:ring|doubling|hier|auto] (synchronous SGD, the same model as bsp), or fedavg "
-     "(federated averaging: workers are clients that train locally for a round; see --rounds)"},
+     "allreduce[:ring|doubling|hier|auto] (synchronous SGD, the same model as bsp), or hybrid "
+     "(embeddings on the servers under --embedding-sync, the dense layers all-reduced every "
+     "step), or fedavg (federated averaging: workers are clients that train locally for a "
+     "round; see --rounds)"},
+    {"embedding-sync", &JobConfig::embedding_sync,
+     "--sync hybrid: the embeddings' consistency model on the servers, asp or ssp:S (the "
+     "dense layers are all-reduced every step whatever it is)"},
     {"compress", &JobConfig::compress,
      "Gradient compression with error feedback: none, topk:R, sign1[:CHUNK] or fp16 (sparse "
      "rows stay sparse: top-K and sign1 keep a residual per row, see --residual-rows)"},
@@ -411,14 +416,29 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   if (!sync.ok()) {
     std::string rule =
         "must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-        "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto] or fedavg";
+        "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto], "
+        "hybrid[:asp|:ssp:S] or fedavg";
     // A gossip or all-reduce mode's own error says which part is wrong.
     if (c.sync.starts_with("gossip"))
       rule = std::string(ParseGossipMode(c.sync).status().message());
-    if (c.sync.starts_with("allreduce")) rule = std::string(sync.status().message());
+    if (c.sync.starts_with("allreduce") || c.sync.starts_with("hybrid")) {
+      rule = std::string(sync.status().message());
+    }
     return InvalidFlag("sync", absl::StrCat("'", c.sync, "'"), rule);
   }
   s.sync = *sync;
+  if (!c.embedding_sync.empty()) {
+    if (!s.sync.hybrid() || c.sync.starts_with("hybrid:")) {
+      return InvalidFlag(
+          "embedding-sync", c.embedding_sync,
+          s.sync.hybrid() ? "is given twice: also by --sync " + c.sync : "is for --sync hybrid");
+    }
+    auto embedding = ParseSyncMode("hybrid:" + c.embedding_sync);
+    if (!embedding.ok()) {
+      return InvalidFlag("embedding-sync", c.embedding_sync, "must be asp or ssp:S (S >= 0)");
+    }
+    s.sync.staleness = embedding->staleness;
+  }
   absl::StatusOr<CodecSpec> codec = ParseCodec(c.compress);
   if (!codec.ok()) return InvalidFlag("compress", c.compress, codec.status().message());
   s.training.codec = *codec;

@@ -29,6 +29,9 @@ struct JobConfig {
   // synchronous: a worker may run at most S steps ahead of the slowest; S >= 0), or a serverless
   // gossip mode "gossip:ring|exp|random" (D-PSGD; add ":async" for push-sum). Default "bsp".
   std::string sync = "bsp";
+  // [--embedding-sync] --sync hybrid: "asp" or "ssp:S" for the embeddings on the servers
+  // (empty: asp, or what --sync hybrid:... says).
+  std::string embedding_sync;
   // [--compress] Gradient compression of the model's row pushes, with error feedback: "none",
   // "topk:R" (the fraction R of largest entries), "sign1" (1 bit per entry and a scale per
   // chunk; "sign1:CHUNK"), "fp16". Sparse rows stay sparse (top-K and sign1 keep a residual

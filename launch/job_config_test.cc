@@ -4,12 +4,14 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "job/job_wire.h"
+#include "job/options.h"
 
 namespace syncline {
 namespace {
@@ -335,19 +337,23 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"workers", [](JobConfig& c) { c.workers = -1; }, "--workers=-1: must be >= 1"},
         ValidateCase{"sync_name", [](JobConfig& c) { c.sync = "bulk"; },
                      "--sync='bulk': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto] or fedavg"},
+                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto], "
+                     "hybrid[:asp|:ssp:S] or fedavg"},
         ValidateCase{"sync_allreduce", [](JobConfig& c) { c.sync = "allreduce:tree"; },
                      "--sync='allreduce:tree': unknown all-reduce algorithm 'tree' in "
                      "'allreduce:tree' (want ring, doubling, hier or auto)"},
         ValidateCase{"sync_negative", [](JobConfig& c) { c.sync = "ssp:-1"; },
                      "--sync='ssp:-1': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto] or fedavg"},
+                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto], "
+                     "hybrid[:asp|:ssp:S] or fedavg"},
         ValidateCase{"sync_empty", [](JobConfig& c) { c.sync = "ssp:"; },
                      "--sync='ssp:': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto] or fedavg"},
+                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto], "
+                     "hybrid[:asp|:ssp:S] or fedavg"},
         ValidateCase{"sync_text", [](JobConfig& c) { c.sync = "ssp:x"; },
                      "--sync='ssp:x': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto] or fedavg"},
+                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto], "
+                     "hybrid[:asp|:ssp:S] or fedavg"},
         ValidateCase{"max_reply", [](JobConfig& c) { c.max_reply = "100rows"; },
                      "--max-reply=100rows: must be a size in bytes, e.g. 512MiB or 2GiB"},
         ValidateCase{"max_parked_small", [](JobConfig& c) { c.max_parked = "4KiB"; },
@@ -571,9 +577,41 @@ TEST(JobConfigTest, GossipSpecsHaveNoServers) {
   EXPECT_EQ(spec->sync.topology, GossipTopology::kExponential);
 }
 
+// --sync hybrid keeps the servers (the embeddings live there, under --embedding-sync) and
+// all-reduces the dense layers among the workers.
+TEST(JobConfigTest, HybridKeepsServersAndTakesTheEmbeddingsConsistencyModel) {
+  JobConfig config;
+  ASSERT_TRUE(
+      Parse({"--sync", "hybrid", "--embedding-sync", "ssp:2", "--servers", "2"}, &config).ok());
+  absl::StatusOr<JobSpec> spec = BuildJobSpec(config);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->sync.hybrid());
+  EXPECT_EQ(spec->servers, 2);
+  EXPECT_EQ(spec->sync.server_staleness(), 2);
+  EXPECT_EQ(SyncModeName(spec->sync), "hybrid:ssp:2");
+  config = JobConfig();
+  config.sync = "hybrid";
+  spec = BuildJobSpec(config);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->sync.server_staleness(), -1);  // asp unless told
+  for (const auto& [sync, embedding, why] :
+       {std::tuple<const char*, const char*, const char*>{"bsp", "asp", "is for --sync hybrid"},
+        {"hybrid:ssp:1", "asp", "is given twice"},
+        {"hybrid", "bsp", "must be asp or ssp:S"},
+        {"hybrid", "ssp:-2", "must be asp or ssp:S"}}) {
+    config = JobConfig();
+    config.sync = sync;
+    config.embedding_sync = embedding;
+    EXPECT_THAT(Message(Validate(config)), HasSubstr(why)) << sync << " " << embedding;
+  }
+  config = JobConfig();
+  config.sync = "hybrid:bsp";
+  EXPECT_THAT(Message(Validate(config)), HasSubstr("asp or ssp:S"));
+}
+
 TEST(JobConfigTest, ValidateAcceptsTheSyncForms) {
   JobConfig config;
-  for (const char* sync : {"bsp", "asp", "ssp:0", "ssp:12"}) {
+  for (const char* sync : {"bsp", "asp", "ssp:0", "ssp:12", "hybrid", "hybrid:ssp:3"}) {
     config.sync = sync;
     EXPECT_TRUE(Validate(config).ok()) << sync;
   }

@@ -146,10 +146,10 @@ absl::StatusOr<int64_t> PrepareCheckpoints(JobSpec* spec, bool resume, bool resu
                        " (resume with the same settings, or start afresh with another --out)"));
     }
   }
-  if (spec->sync.serverless()) {
-    // A serverless worker missing from the checkpoint (lost, or finished before it) would come
-    // back with an empty model (that gossip neighbours average in, or that all-reduce sums
-    // gradients against); resume only with every worker.
+  if (spec->sync.serverless() || spec->sync.hybrid()) {
+    // A serverless (or hybrid) worker missing from the checkpoint (lost, or finished before
+    // it) would come back with an empty model (that gossip neighbours average in, or that
+    // all-reduce sums gradients against); resume only with every worker.
     for (int w = 0; w < spec->workers; ++w) {
       const std::string node = absl::StrCat("w", w);
       if (std::find(found->manifest.nodes.begin(), found->manifest.nodes.end(), node) ==

@@ -158,7 +158,8 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
       if (e.success()) continue;
       const std::optional<int> worker = WorkerOfLabel(e.label);
       const bool job_stopper = e.exit_code == kExitBadInput || e.exit_code == kExitDiverged;
-      if (out.failure.empty() && worker && spec.sync.server_staleness() != 0 && !job_stopper) {
+      if (out.failure.empty() && worker && spec.sync.server_staleness() != 0 &&
+          !spec.sync.collective() && !job_stopper) {
         // ASP/SSP and gossip go on without a lost worker; the coordinator tells the servers.
         out.lost.push_back(DescribeExit(e));
         coordinator.ReportLost(wire::Role::WORKER, *worker, out.lost.back());

@@ -29,11 +29,21 @@ void ApplyUpdate(const OptimizerConfig& config, float* weights, float* state, co
 // The loops run at memory speed on large blocks only with wide vectors: GCC also builds an
 // AVX2 version and picks one when the program loads. AVX2 without FMA computes the same
 // operations in the same order, so both versions give the same bits.
-namespace {
+namespace optim_internal {
 
 // `sq` multiplies every squared gradient the rules accumulate (1 for a plain step: x * 1 is x,
 // so plain steps keep their bits).
-#if defined(__x86_64__) && defined(__GNUC__)
+void Update(const OptimizerConfig& c, float* __restrict w, float* __restrict state0,
+            float* __restrict state1, const float* __restrict g, float scale, size_t n,
+            int64_t step, float sq);
+// Not under ThreadSanitizer: the clones' resolver runs while the program loads, before the
+// sanitizer's runtime is up, and its instrumented entry crashed there.
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SYNCLINE_NO_TARGET_CLONES 1
+#endif
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(SYNCLINE_NO_TARGET_CLONES)
 __attribute__((target_clones("avx2", "default")))
 #endif
 void Update(const OptimizerConfig& c, float* __restrict w, float* __restrict state0,
@@ -95,7 +105,9 @@ void Update(const OptimizerConfig& c, float* __restrict w, float* __restrict sta
   }
 }
 
-}  // namespace
+}  // namespace optim_internal
+
+using optim_internal::Update;
 
 void ApplyUpdate(const OptimizerConfig& config, float* weights, float* state0, float* state1,
                  const float* grad_sum, float scale, size_t n, int64_t step) {

@@ -39,7 +39,7 @@ long+='|GossipPeersTrainWithoutServers|GossipPeersTrainOnCompressedDifferences'
 long+='|UnderAspTheJobGoesOnWithoutACrashedWorker|LogregConvergesAndTheRunIsDocumented'
 long+='|SoftmaxOnCsvReportsAccuracy|ADivergingJobStopsWithStatusDivergedAndExitCode3'
 long+='|MeanFollowsTheAttackersAndTheRobustRulesDoNot|BspRunsOfTheCtrModelRepeatExactly'
-long+='|ChocoConsensusTest|SelectTopKTest.BothMethodsMatchTheDefinition'
+long+='|ChocoConsensusTest|SelectTopKTest.BothMethodsMatchTheDefinition|HybridTrainsEmbeddingsOnServers'
 long+='|AggregateTest.RulesMatchADirectComputation|CoordinateRulesMatchADirectComputationForEveryN'
 [ "${SAN_ALL:-0}" = 1 ] || skip="embed_client_example|^multihost\$|^slurm\$|$long"
 (cd "$build" && ctest --output-on-failure -j "$jobs" -E "$skip")

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "collective/allreduce_backend.h"
+#include "collective/hybrid_backend.h"
 #include "core/coordinator.h"
 #include "core/inproc_transport.h"
 #include "ps/server_node.h"
@@ -50,7 +51,9 @@ ThreadedJobResult RunJobOnThreads(const JobSpec& spec) {
   for (int r = 0; r < spec.workers; ++r) {
     threads.emplace_back([&, r, node]() mutable {
       node.rank = r;
-      result.workers[r] = WorkerNode(transport, node, MakeServerlessBackendFactory()).Run();
+      result.workers[r] =
+          WorkerNode(transport, node, MakeServerlessBackendFactory(), MakeHybridBackendFactory())
+              .Run();
     });
   }
   for (std::thread& t : threads) t.join();

@@ -30,7 +30,7 @@ absl::Status PsBackend::Init(const ParameterLayout& layout) {
   // The dense layers (a ctr model's MLP) are compressed as well when they are large enough;
   // a linear model's bias costs less as it is.
   bias_feedback_.clear();
-  if (codec_ != nullptr && layout.bias_dim >= kMinCompressedDenseValues) {
+  if (codec_ != nullptr && bias_on_servers_ && layout.bias_dim >= kMinCompressedDenseValues) {
     bias_feedback_.assign(servers, ErrorFeedback());
     bias_blocks_.assign(servers, {});
   }
@@ -47,6 +47,7 @@ absl::Status PsBackend::Init(const ParameterLayout& layout) {
   rows.seed = layout.seed;
   rows.init_scale = layout.row_init_scale;
   if (auto s = client_->DeclareTable(rows, Deadline()); !s.ok()) return s;
+  if (!bias_on_servers_) return absl::OkStatus();
   TableConfig bias;
   bias.id = kBiasTable;
   bias.dense = true;
@@ -77,9 +78,11 @@ absl::Status PsBackend::StartRead(int64_t clock, std::span<const uint64_t> keys,
                                             &table_pieces_)
                  : client_->Pull(kRowsTable, keys, rows, clock);
   if (!row.ok()) return row.status();
+  *row_ticket = *row;
+  *bias_ticket = 0;
+  if (!bias_on_servers_) return absl::OkStatus();
   auto b = client_->PullDense(kBiasTable, 0, bias, clock);
   if (!b.ok()) return b.status();
-  *row_ticket = *row;
   *bias_ticket = *b;
   return absl::OkStatus();
 }
@@ -117,7 +120,9 @@ absl::Status PsBackend::Read(int64_t clock, std::span<const uint64_t> keys, std:
   // order), or soon after a read-ahead's; waiting for them here costs nothing extra.
   if (auto s = WaitForPushes(); !s.ok()) return s;
   if (auto s = client_->Wait(row_ticket, Deadline()); !s.ok()) return s;
-  if (auto s = client_->Wait(bias_ticket, Deadline()); !s.ok()) return s;
+  if (bias_on_servers_) {
+    if (auto s = client_->Wait(bias_ticket, Deadline()); !s.ok()) return s;
+  }
   if (layout_.dense_rows) return GatherDenseRows(keys, rows);
   return absl::OkStatus();
 }
@@ -234,6 +239,7 @@ absl::Status PsBackend::Update(int64_t clock, std::span<const uint64_t> keys,
     if (!t.ok()) return t.status();
     pending_pushes_.push_back(*t);
   }
+  if (!bias_on_servers_) return absl::OkStatus();
   if (bias_compressed() && clock == final_clock_) {
     // The last clock sends the dense layers' residuals with their gradient, uncompressed.
     bias_final_.assign(bias_grad.begin(), bias_grad.end());

@@ -31,6 +31,10 @@ class PsBackend : public SyncBackend {
   PsBackend(KVClient* client, absl::Duration request_timeout, CodecSpec codec = {},
             size_t residual_rows = 1000000);
 
+  // The bias (a ctr model's dense layers) lives elsewhere (a hybrid worker all-reduces it):
+  // no bias table is declared, pulled or pushed, and Read leaves `bias` alone. Before Init.
+  void KeepBiasElsewhere() { bias_on_servers_ = false; }
+
   absl::Status Init(const ParameterLayout& layout) override;
   absl::Status Read(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
                     std::span<float> bias) override;
@@ -72,6 +76,7 @@ class PsBackend : public SyncBackend {
 
   KVClient* const client_;
   const absl::Duration request_timeout_;
+  bool bias_on_servers_ = true;
   std::vector<Ticket> pending_pushes_;
   // The read started by ReadAhead, until its Read.
   struct Ahead {

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "collective/allreduce_backend.h"
+#include "collective/hybrid_backend.h"
 #include "core/command_line.h"
 #include "core/log.h"
 #include "core/zmq_transport.h"
@@ -33,7 +34,9 @@ int Main(int argc, char** argv) {
     return kExitBadInput;
   }
   ZmqTransport transport(*transport_options);
-  const NodeExit exit = WorkerNode(transport, options, MakeServerlessBackendFactory()).Run();
+  const NodeExit exit =
+      WorkerNode(transport, options, MakeServerlessBackendFactory(), MakeHybridBackendFactory())
+          .Run();
   if (!exit.status.ok()) SYNCLINE_LOG(ERROR) << exit.status;
   return exit.exit_code();
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_requests.h"
+#include "core/endpoint_split.h"
 #include "core/log.h"
 #include "job/federated.h"
 #include "job/job_spec.h"
@@ -242,9 +243,28 @@ NodeExit WorkerNode::Run() {
   absl::StatusOr<KVClientOptions> kv_options = ConnectToServers(endpoint, *control, rank);
   if (!kv_options.ok()) return fail(kv_options.status());
   kv_options->pull_codec = spec.training.pull_codec;
-  KVClient client(&endpoint, *kv_options);
+  // A hybrid worker hears the servers (its KVClient) and the other workers (its all-reduce)
+  // on one endpoint: each hears only its own.
+  std::unique_ptr<EndpointSplit> split;
+  if (spec.sync.hybrid()) {
+    split = std::make_unique<EndpointSplit>(&endpoint, [](const std::string& peer) {
+      return peer.starts_with("ps") ? 0 : 1;  // DataEndpointId's: "ps<rank>", "w<rank>"
+    });
+  }
+  KVClient client(split ? &split->side(0) : &endpoint, *kv_options);
   std::unique_ptr<SyncBackend> backend;
-  if (spec.sync.serverless()) {
+  if (spec.sync.hybrid()) {
+    if (!hybrid_backend_) {
+      return fail(absl::FailedPreconditionError(
+          "this worker was built without the hybrid backend (--sync hybrid)"));
+    }
+    auto rows = std::make_unique<PsBackend>(&client, absl::Seconds(spec.timeouts.request_s),
+                                            spec.training.codec, spec.training.residual_rows);
+    rows->KeepBiasElsewhere();
+    auto made = hybrid_backend_(spec, table, rank, split->side(1), std::move(rows));
+    if (!made.ok()) return fail(made.status());
+    backend = std::move(*made);
+  } else if (spec.sync.serverless()) {
     if (!gossip_backend_) {
       return fail(absl::FailedPreconditionError(
           "this worker was built without serverless backends (gossip, all-reduce)"));

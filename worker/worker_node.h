@@ -24,14 +24,24 @@ namespace syncline {
 using GossipBackendFactory = std::function<absl::StatusOr<std::unique_ptr<SyncBackend>>(
     const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint)>;
 
+// Makes the backend of a --sync hybrid worker from `rows` (a PsBackend that keeps the bias
+// elsewhere) and `peers`, the side of its data endpoint that hears the other workers (the
+// other side is its KVClient's); the factory connects it to the peers it needs.
+using HybridBackendFactory = std::function<absl::StatusOr<std::unique_ptr<SyncBackend>>(
+    const JobSpec& spec, const NodeTable& table, int rank, Endpoint& peers,
+    std::unique_ptr<SyncBackend> rows)>;
+
 class WorkerNode {
  public:
-  // Without `gossip_backend`, a job whose spec says gossip fails with FailedPrecondition.
+  // Without `gossip_backend` (or `hybrid_backend`), a job whose spec says gossip (hybrid)
+  // fails with FailedPrecondition.
   WorkerNode(Transport& transport, NodeOptions options,
-             GossipBackendFactory gossip_backend = nullptr)
+             GossipBackendFactory gossip_backend = nullptr,
+             HybridBackendFactory hybrid_backend = nullptr)
       : transport_(transport),
         options_(std::move(options)),
-        gossip_backend_(std::move(gossip_backend)) {}
+        gossip_backend_(std::move(gossip_backend)),
+        hybrid_backend_(std::move(hybrid_backend)) {}
 
   NodeExit Run();
 
@@ -39,6 +49,7 @@ class WorkerNode {
   Transport& transport_;
   const NodeOptions options_;
   const GossipBackendFactory gossip_backend_;
+  const HybridBackendFactory hybrid_backend_;
 };
 
 }  // namespace syncline

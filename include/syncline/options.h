@@ -19,6 +19,7 @@ enum class SyncKind {
   kGossip,     // no servers: each worker averages its whole model with neighbours (D-PSGD)
   kAllReduce,  // no servers: every worker holds the model; gradients are summed by all-reduce
   kFedAvg,     // federated averaging: clients train locally for a round, the servers average
+  kHybrid,     // embeddings on the servers under ASP or SSP, the dense layers all-reduced
 };
 
 // How --sync allreduce sums (collective/communicator.h): auto picks by size and topology.
@@ -29,10 +30,12 @@ enum class GossipTopology { kRing, kExponential, kRandom };
 
 struct SyncMode {
   SyncKind kind = SyncKind::kBsp;
-  int64_t staleness = 0;                            // kSsp only: S >= 0
+  // kSsp: S >= 0. kHybrid: the embeddings' bound on the servers (--embedding-sync), -1 for
+  // asp or S >= 0 for ssp:S.
+  int64_t staleness = 0;
   GossipTopology topology = GossipTopology::kRing;  // kGossip only
   bool asynchronous = false;                        // kGossip only: push-sum instead of D-PSGD
-  AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto;  // kAllReduce only
+  AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto;  // kAllReduce and kHybrid
   // kGossip with --compress topk or sign1 (CHOCO-SGD): the consensus step gamma in (0, 1];
   // 0: the codec's default (docs/GOSSIP_COMPRESSION.md). [--consensus-step]
   double consensus_step = 0;
@@ -40,6 +43,10 @@ struct SyncMode {
   bool gossip() const { return kind == SyncKind::kGossip; }
   bool fedavg() const { return kind == SyncKind::kFedAvg; }
   bool allreduce() const { return kind == SyncKind::kAllReduce; }
+  bool hybrid() const { return kind == SyncKind::kHybrid; }
+  // Every worker takes part in every step's all-reduce: a lost worker stops the job, and a
+  // resume needs every worker's state.
+  bool collective() const { return allreduce() || hybrid(); }
   // No parameter servers: the workers hold the model.
   bool serverless() const { return gossip() || allreduce(); }
   // The bound the servers enforce: 0 for BSP (and all-reduce, which is as synchronous: a lost
@@ -51,6 +58,7 @@ struct SyncMode {
       case SyncKind::kFedAvg:  // one clock per round
         return 0;
       case SyncKind::kSsp:
+      case SyncKind::kHybrid:
         return staleness;
       case SyncKind::kAsp:
       case SyncKind::kGossip:

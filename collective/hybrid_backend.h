@@ -1,0 +1,90 @@
+// HybridBackend: the SyncBackend of --sync hybrid, the split Persia makes of a recommendation
+// model. The embedding rows stay on the parameter servers (a PsBackend, under the servers'
+// ASP or SSP bound: --embedding-sync), so tables too large to replicate still train and their
+// pushes never wait at a barrier; the dense layers (the bias table: a ctr model's MLP, a linear
+// model's bias) are replicated on every worker and all-reduced every step, then applied with
+// the servers' rule and weighting (scale 1 / the examples of every worker), so they train as
+// under BSP.
+//
+// A step: Read pulls the rows through the servers' gate and copies the replica's dense
+// layers; Update pushes the row gradients and adds the dense gradient into the buffer
+// [dense gradient][examples][still training]; EndIteration ends the servers' clock, then
+// all-reduces the buffer and applies it; Finish tells the servers, then keeps taking part,
+// adding nothing, until every worker has finished (partitions of unequal size).
+//
+// The replica starts as the servers' bias table would (InitialRow of the same table config),
+// so a hybrid job of one worker trains the model of --sync bsp. The worker's KVClient and the
+// Communicator share its data endpoint through an EndpointSplit (core/endpoint_split.h).
+//
+// Checkpoints: magic "HYB1", u64 length and the rows backend's state, u32 dense floats, u32
+// state floats, i64 steps, the dense layers and their optimizer state.
+//
+// Thread-safety: thread-compatible.
+#ifndef SYNCLINE_COLLECTIVE_HYBRID_BACKEND_H_
+#define SYNCLINE_COLLECTIVE_HYBRID_BACKEND_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "collective/communicator.h"
+#include "optim/optimizer.h"
+#include "worker/sync_backend.h"
+#include "worker/worker_node.h"
+
+namespace syncline {
+
+class HybridBackend : public SyncBackend {
+ public:
+  // `rows` keeps the rows on the servers and leaves the bias alone (PsBackend after
+  // KeepBiasElsewhere); `communicator` reaches every worker. The dense layers take the
+  // layout's optimizer without l2, as the servers' bias table does.
+  HybridBackend(std::unique_ptr<SyncBackend> rows, std::unique_ptr<Communicator> communicator,
+                Algorithm algorithm);
+
+  absl::Status Init(const ParameterLayout& layout) override;
+  absl::Status Read(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
+                    std::span<float> bias) override;
+  absl::Status Update(int64_t clock, std::span<const uint64_t> keys,
+                      std::span<const float> row_grads, std::span<const float> bias_grad,
+                      float examples) override;
+  void SetFinalClock(int64_t clock) override { rows_->SetFinalClock(clock); }
+  absl::Status EndIteration(int64_t clock, float examples) override;
+  absl::Status Finish() override;
+  void Settle(absl::Duration max_wait) override { rows_->Settle(max_wait); }
+  double TakeMeanStaleness() override { return rows_->TakeMeanStaleness(); }
+  absl::StatusOr<std::string> SaveState() const override;
+  absl::Status RestoreState(std::string_view state) override;
+  uint64_t bytes_pushed() const override {
+    return rows_->bytes_pushed() + communicator_->counters().bytes_sent;
+  }
+  uint64_t bytes_pulled() const override {
+    return rows_->bytes_pulled() + communicator_->counters().bytes_received;
+  }
+
+  std::span<const float> dense_layers() const { return dense_; }
+
+ private:
+  // One all-reduce of the buffer; applies it. OutOfRange when nobody trained in it.
+  absl::Status Round(bool training, float examples);
+
+  std::unique_ptr<SyncBackend> rows_;
+  std::unique_ptr<Communicator> communicator_;
+  const Algorithm algorithm_;
+  OptimizerConfig optimizer_;
+  std::vector<float> dense_;
+  std::vector<float> state_;
+  int64_t steps_ = 0;
+  std::vector<float> buffer_;  // [dense gradient][examples][still training]
+  bool finished_ = false;
+};
+
+// The HybridBackend of a --sync hybrid worker (worker/worker_node.h).
+HybridBackendFactory MakeHybridBackendFactory();
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_COLLECTIVE_HYBRID_BACKEND_H_
