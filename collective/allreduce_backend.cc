@@ -6,12 +6,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "compression/half.h"
+#include "compression/sparse_rows.h"
+#include "core/log.h"
 #include "core/net.h"
 #include "core/node_table.h"
 #include "gossip/gossip_peer.h"
 
 namespace syncline {
-
 AllReduceBackend::AllReduceBackend(std::unique_ptr<Communicator> communicator,
                                    AllReduceOptions options)
     : communicator_(std::move(communicator)), options_(options) {
@@ -45,6 +47,7 @@ absl::Status AllReduceBackend::Update(int64_t clock, std::span<const uint64_t> k
     for (uint32_t j = 0; j < dim; ++j) dst[j] += row_grads[i * dim + j];
     buffer_[touched_at_ + keys[i]] = 1.0f;
   }
+  step_keys_.insert(step_keys_.end(), keys.begin(), keys.end());
   for (size_t j = 0; j < bias_grad.size(); ++j) buffer_[bias_at_ + j] += bias_grad[j];
   return absl::OkStatus();
 }
@@ -78,22 +81,173 @@ absl::Status AllReduceBackend::Round(bool training, float examples) {
       for (uint32_t j = 0; j < dim && !any; ++j) any = rows[key * dim + j] != 0.0f;
       buffer_[touched_at_ + key] = any ? 1.0f : 0.0f;
     }
-  } else {
+    return Apply(/*by_union=*/false);
+  }
+  if (options_.rows == AllReduceOptions::Rows::kDense) {
     absl::Status s =
         communicator_->AllReduce(std::span<float>(buffer_), options_.algorithm, options_.wire);
     if (!s.ok()) return s;
+    return Apply(/*by_union=*/false);
   }
+  // The small sums first, with every rank's count of touched rows in its own slot.
+  std::sort(step_keys_.begin(), step_keys_.end());
+  step_keys_.erase(std::unique(step_keys_.begin(), step_keys_.end()), step_keys_.end());
+  const int n = communicator_->size();
+  small_.assign(buffer_.begin() + bias_at_, buffer_.begin() + examples_at_ + 1);
+  small_.push_back(buffer_[training_at_]);
+  // Per rank: its touched rows and the bytes of their compact keys (exact as floats below
+  // 2^24; beyond, the rows are all-reduced).
+  const size_t counts_at = small_.size();
+  small_.resize(counts_at + 2 * n, 0.0f);
+  const size_t key_bytes = EncodedKeysSize(step_keys_);
+  small_[counts_at + 2 * communicator_->rank()] = static_cast<float>(step_keys_.size());
+  small_[counts_at + 2 * communicator_->rank() + 1] = static_cast<float>(key_bytes);
+  if (auto s = communicator_->AllReduce(std::span<float>(small_), Algorithm::kAuto); !s.ok()) {
+    return s;
+  }
+  std::copy(small_.begin(), small_.begin() + counts_at - 1, buffer_.begin() + bias_at_);
+  buffer_[training_at_] = small_[counts_at - 1];
+  const std::span<const float> counts(small_.data() + counts_at, 2 * n);
+  float most_rows = 0, most_key_bytes = 0;
+  for (int r = 0; r < n; ++r) {
+    most_rows = std::max(most_rows, counts[2 * r]);
+    most_key_bytes = std::max(most_key_bytes, counts[2 * r + 1]);
+  }
+  // A ring all-gather sends N - 1 blocks of the largest; a ring all-reduce 2 (N - 1) / N of
+  // the buffer.
+  const double width = options_.wire == WireType::kFloat16 ? 2 : 4;
+  const double block_bytes = 8 + most_key_bytes + most_rows * dim * width;
+  const bool exact = most_rows < (1 << 24) && most_key_bytes < (1 << 24);
+  const bool sparse = exact && (options_.rows == AllReduceOptions::Rows::kSparse ||
+                                n * block_bytes < 2.0 * buffer_.size() * width);
+  if (auto s = ExchangeRows(sparse, counts); !s.ok()) return s;
+  return Apply(/*by_union=*/sparse);
+}
+
+absl::Status AllReduceBackend::ExchangeRows(bool sparse, std::span<const float> counts) {
+  const uint32_t dim = model_.layout().row_dim;
+  const uint64_t features = model_.layout().num_features;
+  if (!sparse) {
+    ++dense_rounds_;
+    // The bias, examples and flag are summed already: all-reduce zeros in their place.
+    std::vector<float> summed(buffer_.begin() + bias_at_, buffer_.begin() + touched_at_);
+    const float training = buffer_[training_at_];
+    std::fill(buffer_.begin() + bias_at_, buffer_.begin() + touched_at_, 0.0f);
+    buffer_[training_at_] = 0.0f;
+    absl::Status s =
+        communicator_->AllReduce(std::span<float>(buffer_), options_.algorithm, options_.wire);
+    if (!s.ok()) return s;
+    std::copy(summed.begin(), summed.end(), buffer_.begin() + bias_at_);
+    buffer_[training_at_] = training;
+    return absl::OkStatus();
+  }
+  ++sparse_rounds_;
+  // Block: u32 rows, u32 key bytes, the compact keys (compression/sparse_rows.h) padded to the
+  // largest rank's, then rows * dim values (float32, or fp16 under --compress fp16) padded to
+  // the largest rank's rows.
+  const int n = communicator_->size();
+  size_t most_rows = 0, most_key_bytes = 0;
+  for (int r = 0; r < n; ++r) {
+    most_rows = std::max(most_rows, static_cast<size_t>(counts[2 * r]));
+    most_key_bytes = std::max(most_key_bytes, static_cast<size_t>(counts[2 * r + 1]));
+  }
+  const bool half = options_.wire == WireType::kFloat16;
+  const size_t width = half ? sizeof(uint16_t) : sizeof(float);
+  const size_t values_at = 8 + most_key_bytes;
+  keys_block_.clear();
+  EncodeKeys(step_keys_, &keys_block_);
+  block_.assign(values_at + most_rows * dim * width, std::byte{0});
+  const auto rows = static_cast<uint32_t>(step_keys_.size());
+  const auto key_bytes = static_cast<uint32_t>(keys_block_.size());
+  std::memcpy(block_.data(), &rows, 4);
+  std::memcpy(block_.data() + 4, &key_bytes, 4);
+  if (!keys_block_.empty()) std::memcpy(block_.data() + 8, keys_block_.data(), key_bytes);
+  for (size_t i = 0; i < step_keys_.size(); ++i) {
+    const float* row = buffer_.data() + step_keys_[i] * dim;
+    std::byte* dst = block_.data() + values_at + i * dim * width;
+    for (uint32_t j = 0; j < dim; ++j) {
+      if (half) {
+        const uint16_t h = compression_internal::FloatToHalf(row[j]);
+        std::memcpy(dst + j * width, &h, width);
+      } else {
+        std::memcpy(dst + j * width, &row[j], width);
+      }
+    }
+  }
+  if (auto s = communicator_->AllGatherBytes(block_, &blocks_); !s.ok()) return s;
+  // This rank's rows are in its own block too: sum every block in rank order.
+  for (uint64_t key : step_keys_) std::fill_n(buffer_.data() + key * dim, dim, 0.0f);
+  union_.clear();
+  for (int r = 0; r < n; ++r) {
+    const std::byte* b = blocks_.data() + r * block_.size();
+    uint32_t k = 0, kb = 0;
+    std::memcpy(&k, b, 4);
+    std::memcpy(&kb, b + 4, 4);
+    if (k != counts[2 * r] || kb != counts[2 * r + 1]) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("all-reduce: w%d's block holds %d rows in %d key bytes; it announced "
+                          "%g and %g",
+                          r, k, kb, counts[2 * r], counts[2 * r + 1]));
+    }
+    if (auto s = DecodeKeys(std::span<const std::byte>(b + 8, kb), k, &gathered_keys_); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("all-reduce: w", r, "'s keys do not decode: ", s.message()));
+    }
+    if (!gathered_keys_.empty() && gathered_keys_.back() >= features) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("all-reduce: w%d's block holds key %d, beyond the %d features", r,
+                          gathered_keys_.back(), features));
+    }
+    for (uint32_t i = 0; i < k; ++i) {
+      float* dst = buffer_.data() + gathered_keys_[i] * dim;
+      const std::byte* src = b + values_at + size_t{i} * dim * width;
+      for (uint32_t j = 0; j < dim; ++j) {
+        if (half) {
+          uint16_t h;
+          std::memcpy(&h, src + j * width, width);
+          dst[j] += compression_internal::HalfToFloat(h);
+        } else {
+          float v;
+          std::memcpy(&v, src + j * width, width);
+          dst[j] += v;
+        }
+      }
+    }
+    union_.insert(union_.end(), gathered_keys_.begin(), gathered_keys_.end());
+  }
+  std::sort(union_.begin(), union_.end());
+  union_.erase(std::unique(union_.begin(), union_.end()), union_.end());
+  return absl::OkStatus();
+}
+
+absl::Status AllReduceBackend::Apply(bool by_union) {
+  const uint32_t dim = model_.layout().row_dim;
+  const uint64_t features = model_.layout().num_features;
   const float total = buffer_[examples_at_];
   if (total > 0) {
     const float scale = 1.0f / total;
-    for (uint64_t key = 0; key < features; ++key) {
-      if (buffer_[touched_at_ + key] != 0.0f)
-        model_.ApplyRow(key, buffer_.data() + key * dim, scale);
+    if (by_union) {
+      for (uint64_t key : union_) model_.ApplyRow(key, buffer_.data() + key * dim, scale);
+    } else {
+      for (uint64_t key = 0; key < features; ++key) {
+        if (buffer_[touched_at_ + key] != 0.0f)
+          model_.ApplyRow(key, buffer_.data() + key * dim, scale);
+      }
     }
     model_.ApplyBias(buffer_.data() + bias_at_, scale);
   }
   const bool anyone_training = buffer_[training_at_] > 0;
-  std::fill(buffer_.begin(), buffer_.end(), 0.0f);
+  if (by_union) {
+    // Only the rows some rank touched hold anything (and no touched flag was set by others).
+    for (uint64_t key : union_) std::fill_n(buffer_.data() + key * dim, dim, 0.0f);
+    for (uint64_t key : step_keys_) buffer_[touched_at_ + key] = 0.0f;
+    std::fill(buffer_.begin() + bias_at_, buffer_.begin() + touched_at_, 0.0f);
+    buffer_[training_at_] = 0.0f;
+  } else {
+    std::fill(buffer_.begin(), buffer_.end(), 0.0f);
+  }
+  step_keys_.clear();
+  union_.clear();
   return anyone_training ? absl::OkStatus() : absl::OutOfRangeError("every worker has finished");
 }
 
@@ -109,9 +263,15 @@ absl::Status AllReduceBackend::Finish() {
   // collectives, adding nothing, until a round in which nobody trained.
   while (true) {
     absl::Status s = Round(/*training=*/false, 0);
-    if (absl::IsOutOfRange(s)) return absl::OkStatus();
+    if (absl::IsOutOfRange(s)) break;
     if (!s.ok()) return s;
   }
+  if (codec_ == nullptr && options_.rows != AllReduceOptions::Rows::kDense) {
+    SYNCLINE_LOG(INFO) << "all-reduce: " << sparse_rounds_
+                       << " rounds all-gathered the touched rows as (key, gradient) pairs, "
+                       << dense_rounds_ << " all-reduced every row";
+  }
+  return absl::OkStatus();
 }
 
 namespace {
@@ -204,6 +364,17 @@ GossipBackendFactory MakeAllReduceBackendFactory() {
     o.algorithm = AlgorithmOf(spec.sync.algorithm);
     o.wire = spec.training.codec.kind == CodecKind::kFp16 ? WireType::kFloat16 : WireType::kFloat32;
     o.codec = spec.training.codec;
+    switch (spec.sync.allreduce_rows) {
+      case AllReduceRows::kAuto:
+        o.rows = AllReduceOptions::Rows::kAuto;
+        break;
+      case AllReduceRows::kDense:
+        o.rows = AllReduceOptions::Rows::kDense;
+        break;
+      case AllReduceRows::kPairs:
+        o.rows = AllReduceOptions::Rows::kSparse;
+        break;
+    }
     o.optimizer.kind = spec.training.optimizer;
     o.optimizer.learning_rate = static_cast<float>(spec.training.learning_rate);
     o.optimizer.l2 = static_cast<float>(spec.training.l2);

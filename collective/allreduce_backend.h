@@ -9,6 +9,13 @@
 // With --compress topk:R or sign1 the row gradients are compressed with error feedback and
 // all-gathered instead (AllReduceOptions::codec): each rank sends (N-1) blocks.
 //
+// Sparse batches (AllReduceOptions::rows): each step first all-reduces a small buffer (the
+// bias gradient, the examples, the flag and every rank's count of touched rows), then, when
+// it moves fewer bytes than all-reducing every row and its touched count, all-gathers each
+// rank's touched rows as (key, gradient) pairs (Horovod's way with sparse tensors): every
+// rank adds every rank's pairs in rank order, so all hold the same bits, and applies the rows
+// some rank touched. Every rank decides from the same counts, so all take the same path.
+//
 // The buffer is [row gradients][bias gradient][examples][touched count per feature][workers
 // still training]: the touched counts make the update the parameter server's (rows no worker
 // saw in an iteration are left alone, so l2 and momentum leave them be), and the last element
@@ -42,6 +49,11 @@ struct AllReduceOptions {
   // order; the bias and the counts are all-reduced as they are. Rows updated: those some block
   // lists (top-K), or all (sign1), as the parameter servers do with such blocks.
   CodecSpec codec;
+  // Uncompressed rows: kAuto all-gathers (key, gradient) pairs when that moves fewer bytes,
+  // else all-reduces every row; kDense always all-reduces (one collective a step, no count
+  // exchange); kSparse always all-gathers.
+  enum class Rows { kAuto, kDense, kSparse };
+  Rows rows = Rows::kAuto;
 };
 
 class AllReduceBackend : public SyncBackend {
@@ -69,10 +81,20 @@ class AllReduceBackend : public SyncBackend {
   uint64_t bytes_pulled() const override { return communicator_->counters().bytes_received; }
 
   std::span<const float> parameters() const { return model_.parameters(); }
+  // Uncompressed rounds that all-gathered (key, gradient) pairs, and that all-reduced every row.
+  uint64_t sparse_rounds() const { return sparse_rounds_; }
+  uint64_t dense_rounds() const { return dense_rounds_; }
 
  private:
   // One all-reduce of the buffer; applies it. `training`: this worker still has data.
   absl::Status Round(bool training, float examples);
+  // The uncompressed rows of a round after the count exchange (`counts`: per rank, its
+  // touched rows and their compact keys' bytes): all-gathers the touched rows (`sparse`) or
+  // all-reduces every row; leaves the summed rows in buffer_ and, sparse, the keys some rank
+  // touched in union_ (ascending).
+  absl::Status ExchangeRows(bool sparse, std::span<const float> counts);
+  // Applies buffer_'s rows of union_ (or of every touched key) and bias; clears the buffer.
+  absl::Status Apply(bool by_union);
 
   std::unique_ptr<Communicator> communicator_;
   const AllReduceOptions options_;
@@ -84,7 +106,11 @@ class AllReduceBackend : public SyncBackend {
   std::unique_ptr<Codec> codec_;
   ErrorFeedback feedback_;
   std::vector<std::byte> block_, blocks_;
-  std::vector<float> small_;  // bias, examples, still training
+  std::vector<float> small_;  // bias, examples, still training (and the counts of touched rows)
+  // Sparse rounds: the keys this rank touched in the step, and those some rank touched.
+  std::vector<uint64_t> step_keys_, union_, gathered_keys_;
+  std::vector<std::byte> keys_block_;
+  uint64_t sparse_rounds_ = 0, dense_rounds_ = 0;
 };
 
 // A communicator among every worker of the job over `endpoint` (this worker's data endpoint,

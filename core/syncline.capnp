@@ -344,4 +344,5 @@ struct JobSpec {
   residualRows @75 :UInt64;        # --residual-rows
   pullCopyRows @76 :UInt64;        # --pull-copy-rows
   consensusStep @77 :Float64;      # --consensus-step (0: the codec's default)
+  allreduceRows @78 :UInt8;        # --allreduce-rows (AllReduceRows: 0 auto, 1 dense, 2 pairs)
 }

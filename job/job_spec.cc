@@ -237,6 +237,13 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
     if (csv) why = "compresses sparse rows; CSV data keeps its rows in a dense table";
     if (!why.empty()) return InvalidFlag("compress-pull", CodecName(t.pull_codec), why);
   }
+  if (s.sync.allreduce_rows != AllReduceRows::kAuto &&
+      (!s.sync.allreduce() || t.codec.kind == CodecKind::kTopK ||
+       t.codec.kind == CodecKind::kSign1)) {
+    return InvalidFlag("allreduce-rows", AllReduceRowsName(s.sync.allreduce_rows),
+                       "is for --sync allreduce without top-K or sign1 (which all-gather their "
+                       "own blocks)");
+  }
   if (!(s.sync.consensus_step >= 0 && s.sync.consensus_step <= 1)) {
     return InvalidFlag("consensus-step", absl::StrCat(s.sync.consensus_step),
                        "must be in [0, 1] (0: the codec's default)");

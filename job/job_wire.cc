@@ -35,6 +35,7 @@ void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
   out.setGossipAsync(s.sync.asynchronous);
   out.setConsensusStep(s.sync.consensus_step);
   out.setAllreduceAlgorithm(Cast<wire::AllReduceAlgorithm>(s.sync.algorithm));
+  out.setAllreduceRows(static_cast<uint8_t>(s.sync.allreduce_rows));
   out.setModel(Cast<wire::ModelKind>(s.model.kind));
   out.setClasses(s.model.classes);
   out.setEmbeddingDim(s.model.embedding_dim);
@@ -116,7 +117,8 @@ absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
       in.getPullCodec() > static_cast<uint8_t>(CodecKind::kFp16) ||
       in.getPartitionKind() > static_cast<uint8_t>(PartitionKind::kShards) ||
       in.getAggregateKind() > static_cast<uint8_t>(AggregateKind::kBulyan) ||
-      in.getAttackKind() > static_cast<uint8_t>(AttackKind::kLabelFlip)) {
+      in.getAttackKind() > static_cast<uint8_t>(AttackKind::kLabelFlip) ||
+      in.getAllreduceRows() > static_cast<uint8_t>(AllReduceRows::kPairs)) {
     return absl::InvalidArgumentError(
         "job spec: an enum value this build does not know (a node of another version?)");
   }
@@ -129,6 +131,7 @@ absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
   s.sync.asynchronous = in.getGossipAsync();
   s.sync.consensus_step = in.getConsensusStep();
   s.sync.algorithm = Cast<AllReduceAlgorithm>(in.getAllreduceAlgorithm());
+  s.sync.allreduce_rows = static_cast<AllReduceRows>(in.getAllreduceRows());
   s.model.kind = Cast<ModelKind>(in.getModel());
   s.model.classes = in.getClasses();
   s.model.embedding_dim = in.getEmbeddingDim();

@@ -198,6 +198,24 @@ const char* OptimizerName(OptimizerKind kind) {
   return "unknown";
 }
 
+const char* AllReduceRowsName(AllReduceRows rows) {
+  switch (rows) {
+    case AllReduceRows::kAuto:
+      return "auto";
+    case AllReduceRows::kDense:
+      return "dense";
+    case AllReduceRows::kPairs:
+      return "pairs";
+  }
+  return "?";
+}
+
+absl::StatusOr<AllReduceRows> ParseAllReduceRows(const std::string& name) {
+  static constexpr AllReduceRows kAll[] = {AllReduceRows::kAuto, AllReduceRows::kDense,
+                                           AllReduceRows::kPairs};
+  return ByName("allreduce-rows", name, kAll, &AllReduceRowsName);
+}
+
 absl::StatusOr<OptimizerKind> ParseOptimizer(const std::string& name) {
   static constexpr OptimizerKind kAll[] = {OptimizerKind::kSgd, OptimizerKind::kAdagrad,
                                            OptimizerKind::kAdam, OptimizerKind::kFtrl};

@@ -24,6 +24,9 @@ std::string SyncModeName(const SyncMode& mode);
 
 const char* GossipTopologyName(GossipTopology topology);
 const char* AllReduceAlgorithmName(AllReduceAlgorithm algorithm);
+// "auto" | "dense" | "pairs".
+const char* AllReduceRowsName(AllReduceRows rows);
+absl::StatusOr<AllReduceRows> ParseAllReduceRows(const std::string& name);
 // The topology and whether the mode is asynchronous, of a "gossip:..." text.
 absl::StatusOr<std::pair<GossipTopology, bool>> ParseGossipMode(const std::string& sync);
 

@@ -52,7 +52,7 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 60> kFields = {{
+const std::array<Field, 61> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes"},
     {"workers", &JobConfig::workers, "Number of worker processes"},
     {"sync", &JobConfig::sync,
@@ -62,6 +62,10 @@ const std::array<Field, 60> kFields = {{
      "(embeddings on the servers under --embedding-sync, the dense layers all-reduced every "
      "step), or fedavg (federated averaging: workers are clients that train locally for a "
      "round; see --rounds)"},
+    {"allreduce-rows", &JobConfig::allreduce_rows,
+     "--sync allreduce: auto all-gathers the rows a step touched as (key, gradient) pairs "
+     "when that moves fewer bytes than all-reducing every row (sparse batches), dense always "
+     "all-reduces every row, pairs always all-gathers"},
     {"embedding-sync", &JobConfig::embedding_sync,
      "--sync hybrid: the embeddings' consistency model on the servers, asp or ssp:S (the "
      "dense layers are all-reduced every step whatever it is)"},
@@ -427,6 +431,11 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
     return InvalidFlag("sync", absl::StrCat("'", c.sync, "'"), rule);
   }
   s.sync = *sync;
+  if (auto rows = ParseOneOf("allreduce-rows", c.allreduce_rows, ParseAllReduceRows,
+                             "auto, dense, pairs", &s.sync.allreduce_rows);
+      !rows.ok()) {
+    return rows;
+  }
   if (!c.embedding_sync.empty()) {
     if (!s.sync.hybrid() || c.sync.starts_with("hybrid:")) {
       return InvalidFlag(

@@ -32,6 +32,8 @@ struct JobConfig {
   // [--embedding-sync] --sync hybrid: "asp" or "ssp:S" for the embeddings on the servers
   // (empty: asp, or what --sync hybrid:... says).
   std::string embedding_sync;
+  // [--allreduce-rows] --sync allreduce: "auto", "dense" or "pairs" (see syncline/options.h).
+  std::string allreduce_rows = "auto";
   // [--compress] Gradient compression of the model's row pushes, with error feedback: "none",
   // "topk:R" (the fraction R of largest entries), "sign1" (1 bit per entry and a scale per
   // chunk; "sign1:CHUNK"), "fp16". Sparse rows stay sparse (top-K and sign1 keep a residual

@@ -25,6 +25,11 @@ enum class SyncKind {
 // How --sync allreduce sums (collective/communicator.h): auto picks by size and topology.
 enum class AllReduceAlgorithm { kAuto, kRing, kDoubling, kHierarchical };
 
+// How --sync allreduce exchanges uncompressed rows [--allreduce-rows]: kAuto all-gathers the
+// rows a step touched as (key, gradient) pairs when that moves fewer bytes than all-reducing
+// every row, kDense always all-reduces every row, kPairs always all-gathers pairs.
+enum class AllReduceRows { kAuto, kDense, kPairs };
+
 // The graph gossip peers average over.
 enum class GossipTopology { kRing, kExponential, kRandom };
 
@@ -36,6 +41,7 @@ struct SyncMode {
   GossipTopology topology = GossipTopology::kRing;  // kGossip only
   bool asynchronous = false;                        // kGossip only: push-sum instead of D-PSGD
   AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto;  // kAllReduce and kHybrid
+  AllReduceRows allreduce_rows = AllReduceRows::kAuto;       // kAllReduce only
   // kGossip with --compress topk or sign1 (CHOCO-SGD): the consensus step gamma in (0, 1];
   // 0: the codec's default (docs/GOSSIP_COMPRESSION.md). [--consensus-step]
   double consensus_step = 0;

@@ -1,0 +1,135 @@
+#include "collective/allreduce_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "core/inproc_transport.h"
+
+namespace syncline {
+namespace {
+
+// N all-reduce workers as threads over the in-process transport, each training `steps` steps
+// of random sparse gradients (seeded by rank and step; some ranks stop early); returns every
+// rank's final parameters.
+// *sparse_rounds: rank 0's rounds that all-gathered pairs.
+std::vector<std::vector<float>> Train(int n, AllReduceOptions::Rows rows, WireType wire,
+                                      uint32_t dim, uint64_t features, int keys_per_step,
+                                      uint64_t* sparse_rounds = nullptr) {
+  InprocTransport transport;
+  std::vector<std::unique_ptr<Endpoint>> endpoints;
+  std::vector<std::string> ids, addresses;
+  for (int r = 0; r < n; ++r) {
+    ids.push_back(absl::StrCat("w", r));
+    endpoints.push_back(*transport.CreateEndpoint(ids.back()));
+    addresses.push_back(*endpoints.back()->Bind("inproc://" + ids.back()));
+  }
+  std::vector<std::unique_ptr<AllReduceBackend>> backends;
+  for (int r = 0; r < n; ++r) {
+    for (int q = r + 1; q < n; ++q) EXPECT_TRUE(endpoints[r]->Connect(ids[q], addresses[q]).ok());
+    AllReduceOptions o;
+    o.rows = rows;
+    o.wire = wire;
+    o.optimizer.kind = OptimizerKind::kAdagrad;
+    o.optimizer.learning_rate = 0.1f;
+    o.optimizer.l2 = 1e-3f;
+    backends.push_back(std::make_unique<AllReduceBackend>(
+        std::make_unique<Communicator>(endpoints[r].get(), r, ids), o));
+  }
+  std::vector<std::vector<float>> out(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      AllReduceBackend& b = *backends[r];
+      ParameterLayout layout;
+      layout.row_dim = dim;
+      layout.num_features = features;
+      layout.bias_dim = 3;
+      layout.optimizer.kind = OptimizerKind::kAdagrad;
+      ASSERT_TRUE(b.Init(layout).ok());
+      const int steps = 12 - r;  // partitions of unequal size
+      for (int step = 0; step < steps; ++step) {
+        std::mt19937_64 rng(1000 * r + step);
+        std::vector<uint64_t> keys;
+        for (int i = 0; i < keys_per_step; ++i) keys.push_back(rng() % features);
+        std::sort(keys.begin(), keys.end());
+        keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+        std::vector<float> rows(keys.size() * dim), bias(3), grads(keys.size() * dim), bias_grad(3);
+        ASSERT_TRUE(b.Read(step, keys, rows, bias).ok());
+        for (float& g : grads) g = std::normal_distribution<float>(0, 1)(rng);
+        for (float& g : bias_grad) g = std::normal_distribution<float>(0, 1)(rng);
+        ASSERT_TRUE(b.Update(step, keys, grads, bias_grad, 8).ok());
+        ASSERT_TRUE(b.EndIteration(step, 8).ok());
+      }
+      ASSERT_TRUE(b.Finish().ok());
+      out[r].assign(b.parameters().begin(), b.parameters().end());
+      if (r == 0 && sparse_rounds != nullptr) *sparse_rounds = b.sparse_rounds();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+// The rows a step touched all-gathered as (key, gradient) pairs train the model that
+// all-reducing every row trains (to float rounding: the additions come in another order),
+// every rank with the same bits; with few rows touched, kAuto takes the pairs.
+TEST(AllReduceBackendTest, SparseGathersTrainTheModelOfDenseAllReduces) {
+  for (int n : {1, 2, 3, 5}) {
+    for (uint32_t dim : {1u, 4u}) {
+      SCOPED_TRACE(absl::StrCat("n ", n, " dim ", dim));
+      const auto dense = Train(n, AllReduceOptions::Rows::kDense, WireType::kFloat32, dim, 500, 20);
+      const auto sparse =
+          Train(n, AllReduceOptions::Rows::kSparse, WireType::kFloat32, dim, 500, 20);
+      uint64_t gathered = 0;
+      const auto automatic =
+          Train(n, AllReduceOptions::Rows::kAuto, WireType::kFloat32, dim, 500, 20, &gathered);
+      EXPECT_EQ(gathered, 13u) << "rank 0's 12 steps, and the round that ends the job";
+      for (int r = 0; r < n; ++r) {
+        ASSERT_EQ(sparse[r], sparse[0]) << "rank " << r << " differs";
+        ASSERT_EQ(dense[r], dense[0]);
+        EXPECT_EQ(automatic[r], sparse[0]) << "auto took the pairs";
+      }
+      double worst = 0;
+      size_t moved = 0;
+      for (size_t i = 0; i < dense[0].size(); ++i) {
+        worst = std::max(worst, std::abs(double{dense[0][i]} - sparse[0][i]) /
+                                    (1e-3 + std::abs(double{dense[0][i]})));
+        moved += dense[0][i] != 0;
+      }
+      EXPECT_LT(worst, 1e-5);
+      EXPECT_GT(moved, 50u);
+    }
+  }
+}
+
+// Nearly every row touched: the pairs would cost more than the rows, and kAuto all-reduces.
+// Under fp16 the pairs carry half floats, and still agree with the fp16 all-reduce to half
+// precision.
+TEST(AllReduceBackendTest, DenseBatchesAreAllReducedAndHalvesTravelAsHalves) {
+  const auto dense = Train(3, AllReduceOptions::Rows::kDense, WireType::kFloat32, 2, 40, 400);
+  uint64_t gathered = 0;
+  const auto automatic =
+      Train(3, AllReduceOptions::Rows::kAuto, WireType::kFloat32, 2, 40, 400, &gathered);
+  // Every training step all-reduced; only the round that ends the job (nothing touched)
+  // gathers.
+  EXPECT_EQ(gathered, 1u);
+  // The same rows all-reduced (the bias sums may come by another algorithm's order).
+  for (size_t i = 0; i < dense[0].size(); ++i) {
+    ASSERT_NEAR(automatic[0][i], dense[0][i], 1e-6 * (1 + std::abs(dense[0][i]))) << i;
+  }
+  const auto half_dense = Train(3, AllReduceOptions::Rows::kDense, WireType::kFloat16, 2, 300, 20);
+  const auto half_sparse =
+      Train(3, AllReduceOptions::Rows::kSparse, WireType::kFloat16, 2, 300, 20);
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(half_sparse[r], half_sparse[0]);
+  double worst = 0;
+  for (size_t i = 0; i < half_dense[0].size(); ++i) {
+    worst = std::max(worst, std::abs(double{half_dense[0][i]} - half_sparse[0][i]));
+  }
+  EXPECT_LT(worst, 0.02);
+}
+
+}  // namespace
+}  // namespace syncline
