@@ -4,6 +4,8 @@
 
 #include <random>
 
+#include "optim/optimizer.h"
+
 namespace syncline {
 namespace {
 
@@ -79,6 +81,33 @@ TEST(ShardTableTest, AggregatesApplyInClockOrderWithTheirScale) {
   std::vector<float> out(1);
   ASSERT_TRUE(t->Read(k, out.data()).ok());
   EXPECT_FLOAT_EQ(out[0], -2.0f);
+}
+
+// BSP with compressed sparse pushes: a clock's row takes the most held steps (and the largest
+// spread) among the workers' contributions to it; rows without counts take one step.
+TEST(ShardTableTest, AHeldRowOfAClockTakesTheMostStepsAnyWorkerHeld) {
+  TableConfig c = Dense(0, 1);
+  c.dense = false;
+  c.optimizer.kind = OptimizerKind::kAdagrad;
+  auto t = *ShardTable::Create(c, 0, 1);
+  // Row 7: worker 0 sends a sum of 3 pushes, worker 1 one push. Row 8: no counts at all.
+  const std::vector<uint64_t> k7 = {7}, k8 = {8};
+  const std::vector<float> g0 = {3}, g1 = {1}, g8 = {2};
+  t->Accumulate(0, 0, k7, g0.data(), std::vector<uint16_t>{3}, std::vector<float>{1.0f});
+  t->Accumulate(0, 1, k7, g1.data(), std::vector<uint16_t>{1}, std::vector<float>{1.0f});
+  t->Accumulate(0, 1, k8, g8.data());
+  ASSERT_TRUE(t->ApplyAggregates(1, [](int64_t) { return 0.5f; }).ok());
+  std::vector<float> got(2);
+  ASSERT_TRUE(t->Read(std::vector<uint64_t>{7, 8}, got.data()).ok());
+  // The reference: row 7's sum 4 applied as 3 steps of 4/3, row 8 as one step.
+  std::vector<float> w7 = {0}, h7 = {0}, w8 = {0}, h8 = {0};
+  int64_t step = 0;
+  ApplyHeldUpdate(c.optimizer, w7.data(), h7.data(), nullptr, std::vector<float>{4}.data(), 0.5f, 1,
+                  3, 1.0f, &step);
+  ApplyUpdate(c.optimizer, w8.data(), h8.data(), g8.data(), 0.5f, 1, 1);
+  EXPECT_EQ(got[0], w7[0]);
+  EXPECT_EQ(got[1], w8[0]);
+  EXPECT_NE(w7[0], -1.0f);  // one Adagrad step of any gradient moves by -lr
 }
 
 std::vector<float> FloatsOf(Frame frame) {
