@@ -42,9 +42,13 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(const Session
   state->job = std::move(*joined);
   state->rank = options.rank;
   ControlClient* control = state->job.control.get();
-  if (state->job.spec.sync.serverless()) {
+  if (state->job.spec.sync.serverless() || state->job.spec.sync.hybrid()) {
     absl::Status s = absl::FailedPreconditionError(
-        "a WorkerSession needs parameter servers; this job is serverless (gossip or all-reduce)");
+        state->job.spec.sync.hybrid()
+            ? "a WorkerSession talks to parameter servers only; a hybrid job's workers also "
+              "all-reduce its dense layers every step (use syncline-worker)"
+            : "a WorkerSession needs parameter servers; this job is serverless (gossip or "
+              "all-reduce)");
     control->ReportAbort(s);
     return s;
   }

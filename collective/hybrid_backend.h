@@ -1,7 +1,8 @@
 // HybridBackend: the SyncBackend of --sync hybrid, the split Persia makes of a recommendation
 // model. The embedding rows stay on the parameter servers (a PsBackend, under the servers'
-// ASP or SSP bound: --embedding-sync), so tables too large to replicate still train and their
-// pushes never wait at a barrier; the dense layers (the bias table: a ctr model's MLP, a linear
+// ASP or SSP bound: --embedding-sync), so tables too large to replicate still train and reads
+// do not wait for the servers' clock barrier (every step still waits for the dense all-reduce,
+// which keeps the workers within a step of each other); the dense layers (the bias table: a ctr model's MLP, a linear
 // model's bias) are replicated on every worker and all-reduced every step, then applied with
 // the servers' rule and weighting (scale 1 / the examples of every worker), so they train as
 // under BSP.
@@ -13,7 +14,8 @@
 // adding nothing, until every worker has finished (partitions of unequal size).
 //
 // The replica starts as the servers' bias table would (InitialRow of the same table config),
-// so a hybrid job of one worker trains the model of --sync bsp. The worker's KVClient and the
+// so a hybrid job of one worker trains the model of --sync bsp (uncompressed: under --compress
+// BSP compresses a large bias table, which this all-reduces as it is). The worker's KVClient and the
 // Communicator share its data endpoint through an EndpointSplit (core/endpoint_split.h).
 //
 // Checkpoints: magic "HYB1", u64 length and the rows backend's state, u32 dense floats, u32

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -288,7 +289,11 @@ void RowTable::Clear() {
 }
 
 void SparseErrorFeedback::Compress(const Codec& codec, std::span<const uint64_t> keys,
-                                   std::span<const float> gradient, SparsePush* out) {
+                                   std::span<const float> gradient, SparsePush* out,
+                                   float examples) {
+  // Residuals are kept per example (gradient / examples): a row held over pushes of different
+  // sizes, sent with the examples of the push it leaves with, is then weighted as its pushes
+  // were. Examples 1 leaves every value as it is.
   const uint32_t dim = residuals_.dim();
   const size_t n = keys.size() * dim;
   const uint64_t stamp = ++pushes_;
@@ -302,15 +307,17 @@ void SparseErrorFeedback::Compress(const Codec& codec, std::span<const uint64_t>
   out->flushed_spread.clear();
   // p = gradient + residual; the rows of this push become the newest, and each now sums one
   // push more than its residual did.
-  p_.assign(gradient.begin(), gradient.begin() + n);
+  const float inv = examples == 1.0f ? 1.0f : 1.0f / examples;
+  p_.resize(n);
   meta_.assign(keys.size(), RowMeta{});
   for (size_t i = 0; i < keys.size(); ++i) {
     RowMeta& m = meta_[i];
     const float* r = residuals_.Find(keys[i], &m);
     for (uint32_t j = 0; j < dim; ++j) {
-      const float g = gradient[i * dim + j];
-      m.squares += g * g;
-      if (r != nullptr) p_[i * dim + j] += r[j];
+      const float g = gradient[i * dim + j] * inv;
+      // Bounded, so that a checkpoint of it (which refuses infinities) can be restored.
+      m.squares = std::min(m.squares + g * g, std::numeric_limits<float>::max());
+      p_[i * dim + j] = r != nullptr ? g + r[j] : g;
     }
     ++m.held;
   }
@@ -343,25 +350,34 @@ void SparseErrorFeedback::Compress(const Codec& codec, std::span<const uint64_t>
       out->kind = CodecKind::kNone;
       out->block.assign(entries * sizeof(float), std::byte{0});
       for (size_t i = 0; i < k; ++i) {
-        StoreF32(out->block.data() + size_t{local[i]} * 4, p_[selected_[i]]);
+        StoreF32(out->block.data() + size_t{local[i]} * 4, p_[selected_[i]] * examples);
       }
     } else {
       out->block.resize(4 + k * 8);
       StoreU32(out->block.data(), static_cast<uint32_t>(k));
       for (size_t i = 0; i < k; ++i) {
         StoreU32(out->block.data() + 4 + 4 * i, local[i]);
-        StoreF32(out->block.data() + 4 + 4 * k + 4 * i, p_[selected_[i]]);
+        StoreF32(out->block.data() + 4 + 4 * k + 4 * i, p_[selected_[i]] * examples);
       }
     }
   } else {
     out->kind = codec.spec().kind;
     out->keys.assign(keys.begin(), keys.end());
-    codec.Encode(p_, &out->block);
+    if (examples == 1.0f) {
+      codec.Encode(p_, &out->block);
+    } else {
+      scaled_.resize(n);
+      for (size_t k = 0; k < n; ++k) scaled_[k] = p_[k] * examples;
+      codec.Encode(scaled_, &out->block);
+    }
     // A block that does not decode (a non-finite scale) sends nothing: p stays whole.
     if (!codec.DecodeAdd(out->block, std::span<float>(sent)).ok()) {
       std::fill(sent.begin(), sent.end(), 0.0f);
       out->held.assign(keys.size(), 1);
     } else {
+      if (examples != 1.0f) {
+        for (float& v : sent) v *= inv;
+      }
       for (size_t i = 0; i < keys.size(); ++i) {
         AppendHeld(meta_[i], std::span<const float>(p_).subspan(i * dim, dim), &out->held,
                    &out->spread);
@@ -388,7 +404,7 @@ void SparseErrorFeedback::Compress(const Codec& codec, std::span<const uint64_t>
     RowMeta m;
     const float* r = residuals_.Find(key, &m);
     out->flushed_keys.push_back(key);
-    out->flushed_values.insert(out->flushed_values.end(), r, r + dim);
+    for (uint32_t j = 0; j < dim; ++j) out->flushed_values.push_back(r[j] * examples);
     AppendHeld(m, std::span<const float>(r, dim), &out->flushed_held, &out->flushed_spread);
     residuals_.Erase(key);
   }
@@ -396,11 +412,11 @@ void SparseErrorFeedback::Compress(const Codec& codec, std::span<const uint64_t>
   SortFlushed(dim, out);
 }
 
-void SparseErrorFeedback::Drain(SparsePush* out) {
+void SparseErrorFeedback::Drain(SparsePush* out, float examples) {
   const uint32_t dim = residuals_.dim();
   residuals_.ForEach([&](uint64_t key, uint64_t, const RowMeta& meta, const float* row) {
     out->flushed_keys.push_back(key);
-    out->flushed_values.insert(out->flushed_values.end(), row, row + dim);
+    for (uint32_t j = 0; j < dim; ++j) out->flushed_values.push_back(row[j] * examples);
     AppendHeld(meta, std::span<const float>(row, dim), &out->flushed_held, &out->flushed_spread);
   });
   rows_drained_ += residuals_.size();

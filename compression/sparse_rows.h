@@ -145,13 +145,19 @@ class SparseErrorFeedback {
   // max_rows: residual rows kept (0: unbounded).
   SparseErrorFeedback(uint32_t dim, size_t max_rows) : residuals_(dim, max_rows) {}
 
-  // `codec` is topk or sign1; `keys` strictly ascending, `gradient` keys.size() * dim floats.
+  // `codec` is topk or sign1; `keys` strictly ascending, `gradient` keys.size() * dim floats,
+  // the sums over `examples` examples. Residuals are kept per example (gradient / examples)
+  // and what is sent is scaled by this push's examples, so that a row held over pushes of
+  // different sizes (an epoch's short last batch) is weighted as its pushes were wherever the
+  // receiver divides by the push's examples. The residual identity below then holds per
+  // example; with examples 1 (the default) values are exactly as given.
   void Compress(const Codec& codec, std::span<const uint64_t> keys, std::span<const float> gradient,
-                SparsePush* out);
+                SparsePush* out, float examples = 1.0f);
 
   // Moves every residual row into out's flushed rows (kept ascending with those already
-  // there): the end of training sends what is left, so that no gradient is lost.
-  void Drain(SparsePush* out);
+  // there), scaled by `examples` as Compress's: the end of training sends what is left, so
+  // that no gradient is lost.
+  void Drain(SparsePush* out, float examples = 1.0f);
 
   const RowTable& residuals() const { return residuals_; }
   RowTable& mutable_residuals() { return residuals_; }
@@ -169,6 +175,7 @@ class SparseErrorFeedback {
   uint64_t rows_drained_ = 0;
   std::vector<float> p_;
   std::vector<float> sent_;
+  std::vector<float> scaled_;
   std::vector<RowMeta> meta_;  // per row of the push: what its p sums
   std::vector<uint64_t> selected_;
 };

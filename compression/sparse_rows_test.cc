@@ -316,6 +316,32 @@ TEST(SparseErrorFeedbackTest, HeldCountsAndSpreadsAccountForEveryPushAndSquare) 
   }
 }
 
+// A row held over pushes of different sizes is sent scaled to the push it leaves with: the
+// receiver, which divides by that push's examples, then applies each push's gradient over its
+// own examples (an epoch's short last batch does not inflate what waited since full ones).
+TEST(SparseErrorFeedbackTest, HeldRowsKeepTheirPushesWeights) {
+  auto codec = Codec::Create(CodecSpec{.kind = CodecKind::kTopK, .ratio = 0.5});
+  SparseErrorFeedback feedback(1, 0);
+  SparsePush push;
+  // Push 1 (100 examples): row 2's 30 waits (row 1's 90 is larger and is sent).
+  feedback.Compress(*codec, std::vector<uint64_t>{1, 2}, std::vector<float>{90, 30}, &push, 100);
+  EXPECT_EQ(push.keys, (std::vector<uint64_t>{1}));
+  std::vector<float> values;
+  ASSERT_TRUE(DecodeRows(push.kind, push.block, 1, 1, &values).ok());
+  EXPECT_FLOAT_EQ(values[0], 90);
+  // Push 2 (4 examples): row 2 gets 2 more and leaves: 30 / 100 + 2 / 4 per example, sent as
+  // 4 examples' worth.
+  feedback.Compress(*codec, std::vector<uint64_t>{2, 3}, std::vector<float>{2, 0.5f}, &push, 4);
+  EXPECT_EQ(push.keys, (std::vector<uint64_t>{2}));
+  ASSERT_TRUE(DecodeRows(push.kind, push.block, 1, 1, &values).ok());
+  EXPECT_FLOAT_EQ(values[0], (0.3f + 0.5f) * 4);
+  // The final drain, at 10 examples: row 3's 0.5 / 4 per example.
+  push = SparsePush{};
+  feedback.Drain(&push, 10);
+  EXPECT_EQ(push.flushed_keys, (std::vector<uint64_t>{3}));
+  EXPECT_FLOAT_EQ(push.flushed_values[0], 0.125f * 10);
+}
+
 TEST(HeldCountsTest, RoundTripAndRefuseMalformedBlocks) {
   std::vector<std::byte> block;
   EXPECT_FALSE(EncodeHeld(std::vector<uint16_t>{1, 1, 1}, {}, &block));  // all one push: no frame

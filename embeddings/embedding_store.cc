@@ -442,6 +442,11 @@ absl::Status EmbeddingStore::Apply(std::span<const uint64_t> ids, const float* g
                                    float scale, std::span<const uint16_t> held,
                                    std::span<const float> spread) {
   if (auto s = CheckIds(ids); !s.ok()) return s;
+  if ((!held.empty() && held.size() != ids.size()) ||
+      (!spread.empty() && spread.size() != held.size())) {
+    return absl::InvalidArgumentError(absl::StrFormat("%d held counts and %d spreads for %d rows",
+                                                      held.size(), spread.size(), ids.size()));
+  }
   const size_t dim = shape_.dim;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (i + kPrefetchAhead < ids.size()) index_.prefetch(ids[i + kPrefetchAhead]);

@@ -103,7 +103,9 @@ CoordinatorOptions CoordinatorOptionsFor(const JobSpec& spec) {
   CoordinatorOptions o;
   o.num_servers = spec.servers;
   o.num_workers = spec.workers;
-  o.staleness = spec.sync.server_staleness();
+  // Every step of an all-reduce or hybrid job needs every worker: a lost one stops the job, as
+  // under BSP, whatever bound the servers enforce on the embeddings.
+  o.staleness = spec.sync.collective() ? 0 : spec.sync.server_staleness();
   o.heartbeat_interval = absl::Seconds(spec.timeouts.heartbeat_interval_s);
   o.heartbeat_timeout = absl::Seconds(spec.timeouts.heartbeat_timeout_s);
   o.evaluate = !spec.data.test.empty();

@@ -31,8 +31,8 @@ void ApplyUpdate(const OptimizerConfig& config, float* weights, float* state, co
 // operations in the same order, so both versions give the same bits.
 namespace optim_internal {
 
-// `sq` multiplies every squared gradient the rules accumulate (1 for a plain step: x * 1 is x,
-// so plain steps keep their bits).
+// `sq` scales the square of the gradient (without l2's term) that the rules accumulate; 1 for a
+// plain step, which then computes what it always did, bit for bit.
 void Update(const OptimizerConfig& c, float* __restrict w, float* __restrict state0,
             float* __restrict state1, const float* __restrict g, float scale, size_t n,
             int64_t step, float sq);
@@ -51,6 +51,9 @@ void Update(const OptimizerConfig& c, float* __restrict w, float* __restrict sta
             int64_t step, float sq) {
   const float lr = c.learning_rate;
   const float l2 = c.l2;
+  // What the spread adds to the gradient's own square (not to l2's part of it); 0 for a
+  // plain step, whose sums then keep their bits (x + 0 is x).
+  const float extra = sq - 1.0f;
   switch (c.kind) {
     case OptimizerKind::kSgd:
       for (size_t i = 0; i < n; ++i) w[i] -= lr * (g[i] * scale + l2 * w[i]);
@@ -58,8 +61,9 @@ void Update(const OptimizerConfig& c, float* __restrict w, float* __restrict sta
     case OptimizerKind::kAdagrad: {
       float* __restrict h = state0;
       for (size_t i = 0; i < n; ++i) {
-        const float gi = g[i] * scale + l2 * w[i];
-        h[i] += sq * (gi * gi);
+        const float gs = g[i] * scale;
+        const float gi = gs + l2 * w[i];
+        h[i] += gi * gi + extra * (gs * gs);
         w[i] -= lr * gi / (std::sqrt(h[i]) + c.epsilon);
       }
       return;
@@ -73,9 +77,10 @@ void Update(const OptimizerConfig& c, float* __restrict w, float* __restrict sta
       const float step_size = lr / correction1;
       const float inv_sqrt_c2 = 1.0f / std::sqrt(correction2);
       for (size_t i = 0; i < n; ++i) {
-        const float gi = g[i] * scale + l2 * w[i];
+        const float gs = g[i] * scale;
+        const float gi = gs + l2 * w[i];
         m[i] = c.beta1 * m[i] + (1 - c.beta1) * gi;
-        v[i] = c.beta2 * v[i] + (1 - c.beta2) * (sq * (gi * gi));
+        v[i] = c.beta2 * v[i] + ((1 - c.beta2) * gi * gi + (1 - c.beta2) * extra * (gs * gs));
         w[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + c.epsilon);
       }
       return;

@@ -50,10 +50,12 @@ void ApplyUpdate(const OptimizerConfig& config, float* weights, float* state0, f
 // rate where it would have moved k. So G is applied as k equal steps of its mean G / k, each
 // adding `spread` times the mean's square to the accumulated squares, where
 //   spread = k (g_1^2 + ... + g_k^2) / G^2   (>= 1; the sender computes it per row)
-// so that the accumulators grow by exactly what the k pushes would have added (per row: a row's
-// entries share one spread). For SGD without l2 it is one step, the same update. Advances
-// *step by k (a row's Adam bias correction). held 0 is taken as 1; held is capped at
-// kMaxHeldSteps, spread clamped to [1, kMaxHeldSpread] (1 where not finite).
+// so that the accumulators grow by what the k pushes would have added (Adagrad's and FTRL's
+// sums exactly, Adam's moving average approximately; l2's part of the gradient is not
+// scaled; a row's entries share one spread). SGD without l2 takes one step, the same update,
+// and advances *step by 1; every other rule advances it by k (a row's Adam bias correction).
+// held 0 is taken as 1; held is capped at kMaxHeldSteps, spread clamped to [1,
+// kMaxHeldSpread] (1 where not finite).
 inline constexpr uint32_t kMaxHeldSteps = 1024;
 inline constexpr float kMaxHeldSpread = 65536.0f;
 void ApplyHeldUpdate(const OptimizerConfig& config, float* weights, float* state0, float* state1,

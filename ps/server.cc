@@ -450,6 +450,10 @@ absl::Status ParameterServer::Push(Message& message, ShardTable& table, bool* ac
       return absl::InvalidArgumentError(
           absl::StrFormat("table %d is dense: send a range, not keys", c.id));
     }
+    if (h.getHeldCoding() != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("table %d is dense: held counts fit only a sparse push", c.id));
+    }
     range = KeyRange{h.getRangeBegin(), h.getRangeEnd()};
     if (auto s = table.CheckRange(range); !s.ok()) return s;
     expected_values = range.size() * c.dim;

@@ -392,7 +392,9 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
   std::vector<uint64_t> keys;
   std::vector<float> sum;
   std::vector<uint16_t> held;  // per key: the most pushes a contribution to it holds
-  std::vector<float> spread;   // and the largest spread
+  // Per key: the squares the contributions stand for, sum of spread * |G|^2 / held (what the
+  // pushes behind each one would have added), from which the combined spread follows.
+  std::vector<double> squares;
   bool any_held = false;
   for (const auto& [worker, contributions] : aggregate) {
     for (const Contribution& c : contributions) {
@@ -403,19 +405,31 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
           keys.push_back(c.keys[i]);
           sum.resize(sum.size() + dim, 0.0f);
           held.push_back(1);
-          spread.push_back(1.0f);
+          squares.push_back(0);
         }
-        if (!c.held.empty()) {
-          held[it->second] = std::max(held[it->second], c.held[i]);
-          if (!c.spread.empty()) spread[it->second] = std::max(spread[it->second], c.spread[i]);
-        }
+        const uint16_t k = c.held.empty() ? 1 : std::max<uint16_t>(c.held[i], 1);
+        const double r = c.spread.empty() ? 1.0 : c.spread[i];
+        held[it->second] = std::max(held[it->second], k);
         float* __restrict dst = sum.data() + static_cast<size_t>(it->second) * dim;
         const float* __restrict src = c.values.data() + i * dim;
-        for (uint32_t j = 0; j < dim; ++j) dst[j] += src[j];
+        double g2 = 0;
+        for (uint32_t j = 0; j < dim; ++j) {
+          dst[j] += src[j];
+          g2 += double{src[j]} * src[j];
+        }
+        squares[it->second] += r * g2 / k;
       }
     }
   }
   if (!any_held) return Apply(keys, sum.data(), scale);
+  // The combined row: the most steps any contribution held, and the spread that makes its
+  // held steps add those squares (clamped by ApplyHeldUpdate).
+  std::vector<float> spread(keys.size(), 1.0f);
+  for (size_t r = 0; r < keys.size(); ++r) {
+    double s2 = 0;
+    for (uint32_t j = 0; j < dim; ++j) s2 += double{sum[r * dim + j]} * sum[r * dim + j];
+    if (s2 > 0) spread[r] = static_cast<float>(held[r] * squares[r] / s2);
+  }
   return Apply(keys, sum.data(), scale, held, spread);
 }
 

@@ -126,8 +126,9 @@ class ShardTable {
   // when the clock is applied, so a BSP run is bitwise reproducible whatever order the pushes
   // arrived in.
   // `held` and `spread` as for Apply; a row of the clock's aggregate is applied as the most
-  // steps any worker's contribution to it holds (the clocks its sums span), with the largest
-  // spread among them.
+  // steps any worker's contribution to it holds (the clocks its sums span), with the spread
+  // that makes those steps add the squares every contribution stands for
+  // (sum of spread * |G|^2 / held over the contributions).
   void Accumulate(int64_t clock, int worker, std::span<const uint64_t> keys, const float* grad_sum,
                   std::span<const uint16_t> held = {}, std::span<const float> spread = {});
   void AccumulateRange(int64_t clock, int worker, KeyRange range, const float* grad_sum);

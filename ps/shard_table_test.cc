@@ -96,9 +96,15 @@ TEST(ShardTableTest, AHeldRowOfAClockTakesTheMostStepsAnyWorkerHeld) {
   t->Accumulate(0, 0, k7, g0.data(), std::vector<uint16_t>{3}, std::vector<float>{1.0f});
   t->Accumulate(0, 1, k7, g1.data(), std::vector<uint16_t>{1}, std::vector<float>{1.0f});
   t->Accumulate(0, 1, k8, g8.data());
+  // Row 9: worker 0's 2 stands for 2 pushes whose squares are 5 x 2^2 / 2 = 10, worker 1's 1
+  // for one push (1): the row's 2 steps must add 11, a spread of 2 x 11 / 3^2.
+  const std::vector<uint64_t> k9 = {9};
+  const std::vector<float> two = {2}, one = {1};
+  t->Accumulate(0, 0, k9, two.data(), std::vector<uint16_t>{2}, std::vector<float>{5.0f});
+  t->Accumulate(0, 1, k9, one.data());
   ASSERT_TRUE(t->ApplyAggregates(1, [](int64_t) { return 0.5f; }).ok());
-  std::vector<float> got(2);
-  ASSERT_TRUE(t->Read(std::vector<uint64_t>{7, 8}, got.data()).ok());
+  std::vector<float> got(3);
+  ASSERT_TRUE(t->Read(std::vector<uint64_t>{7, 8, 9}, got.data()).ok());
   // The reference: row 7's sum 4 applied as 3 steps of 4/3, row 8 as one step.
   std::vector<float> w7 = {0}, h7 = {0}, w8 = {0}, h8 = {0};
   int64_t step = 0;
@@ -107,7 +113,13 @@ TEST(ShardTableTest, AHeldRowOfAClockTakesTheMostStepsAnyWorkerHeld) {
   ApplyUpdate(c.optimizer, w8.data(), h8.data(), g8.data(), 0.5f, 1, 1);
   EXPECT_EQ(got[0], w7[0]);
   EXPECT_EQ(got[1], w8[0]);
-  EXPECT_NE(w7[0], -1.0f);  // one Adagrad step of any gradient moves by -lr
+  std::vector<float> w9 = {0}, h9 = {0};
+  step = 0;
+  ApplyHeldUpdate(c.optimizer, w9.data(), h9.data(), nullptr, std::vector<float>{3}.data(), 0.5f, 1,
+                  2, 2.0f * 11 / 9, &step);
+  EXPECT_FLOAT_EQ(got[2], w9[0]);
+  EXPECT_NEAR(h9[0], 11 * 0.25f, 1e-5);  // the squares of the three pushes, times scale^2
+  EXPECT_NE(w7[0], -1.0f);               // one Adagrad step of any gradient moves by -lr
 }
 
 std::vector<float> FloatsOf(Frame frame) {

@@ -41,6 +41,7 @@ class AttackingBackend : public SyncBackend {
   absl::Status Update(int64_t clock, std::span<const uint64_t> keys,
                       std::span<const float> row_grads, std::span<const float> bias_grad,
                       float examples) override;
+  void SetFinalClock(int64_t clock) override { honest_->SetFinalClock(clock); }
   absl::Status EndIteration(int64_t clock, float examples) override {
     return honest_->EndIteration(clock, examples);
   }

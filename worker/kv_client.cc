@@ -409,14 +409,14 @@ absl::StatusOr<Ticket> KVClient::PushRowsEncoded(uint32_t table, int server,
           "compressed push: key %d is out of order or not of server %d's shard", keys[i], server));
     }
   }
-  const Ticket ticket = NewTicket();
-  if (keys.empty()) return ticket;
   if ((!held.empty() && held.size() != keys.size()) ||
       (!spread.empty() && spread.size() != held.size())) {
     return absl::InvalidArgumentError(
         absl::StrFormat("compressed push: %d held counts and %d spreads for %d rows", held.size(),
                         spread.size(), keys.size()));
   }
+  const Ticket ticket = NewTicket();
+  if (keys.empty()) return ticket;
   std::vector<std::byte> coded;
   MessageBuilder b = NewMessage(wire::MsgType::PUSH, table, clock, weight);
   b.header().setKeyCount(keys.size());

@@ -200,23 +200,30 @@ absl::Status PsBackend::PushSparseRows(int64_t clock, std::span<const uint64_t> 
   for (int s = 0; s < n; ++s) {
     SparsePush& push = sparse_pushes_[s];
     if (!shard_keys[s].empty()) {
-      sparse_feedback_[s].Compress(*codec_, shard_keys[s], shard_grads[s], &push);
+      sparse_feedback_[s].Compress(*codec_, shard_keys[s], shard_grads[s], &push, examples);
     } else if (last) {
       push = SparsePush{};
     } else {
       continue;
     }
-    if (last) sparse_feedback_[s].Drain(&push);
+    if (last) sparse_feedback_[s].Drain(&push, examples);
     if (!push.keys.empty()) {
       auto t = client_->PushRowsEncoded(kRowsTable, s, push.keys, push.kind, push.block, push.held,
                                         push.spread, clock, examples);
       if (!t.ok()) return t.status();
       pending_pushes_.push_back(*t);
     }
-    if (!push.flushed_keys.empty()) {
-      auto t = client_->PushRowsEncoded(kRowsTable, s, push.flushed_keys, CodecKind::kNone,
-                                        std::as_bytes(std::span<const float>(push.flushed_values)),
-                                        push.flushed_held, push.flushed_spread, clock, examples);
+    // Rows sent whole (flushed, or the final drain of up to --residual-rows rows) go in
+    // pushes of at most kMaxFlushBytes of values, well inside a message's bound.
+    const size_t per_push = std::max<size_t>(1, kMaxFlushBytes / (size_t{dim} * sizeof(float)));
+    for (size_t at = 0; at < push.flushed_keys.size(); at += per_push) {
+      const size_t rows = std::min(per_push, push.flushed_keys.size() - at);
+      auto t = client_->PushRowsEncoded(
+          kRowsTable, s, std::span<const uint64_t>(push.flushed_keys).subspan(at, rows),
+          CodecKind::kNone,
+          std::as_bytes(std::span<const float>(push.flushed_values).subspan(at * dim, rows * dim)),
+          std::span<const uint16_t>(push.flushed_held).subspan(at, rows),
+          std::span<const float>(push.flushed_spread).subspan(at, rows), clock, examples);
       if (!t.ok()) return t.status();
       pending_pushes_.push_back(*t);
     }
@@ -229,7 +236,7 @@ absl::Status PsBackend::Update(int64_t clock, std::span<const uint64_t> keys,
                                float examples) {
   if (layout_.dense_rows) {
     if (auto s = PushDenseRows(clock, keys, row_grads, examples); !s.ok()) return s;
-  } else if (!keys.empty() && sparse_feedback()) {
+  } else if ((!keys.empty() || clock == final_clock_) && sparse_feedback()) {
     if (auto s = PushSparseRows(clock, keys, row_grads, examples); !s.ok()) return s;
   } else if (!keys.empty()) {
     // Sparse rows as they are, or as fp16 (which keeps no residual).
