@@ -2,10 +2,10 @@
 // model. The embedding rows stay on the parameter servers (a PsBackend, under the servers'
 // ASP or SSP bound: --embedding-sync), so tables too large to replicate still train and reads
 // do not wait for the servers' clock barrier (every step still waits for the dense all-reduce,
-// which keeps the workers within a step of each other); the dense layers (the bias table: a ctr model's MLP, a linear
-// model's bias) are replicated on every worker and all-reduced every step, then applied with
-// the servers' rule and weighting (scale 1 / the examples of every worker), so they train as
-// under BSP.
+// which keeps the workers within a step of each other); the dense layers (the bias table: a ctr
+// model's MLP, a linear model's bias) are replicated on every worker and all-reduced every step,
+// then applied with the servers' rule and weighting (scale 1 / the examples of every worker), so
+// they train as under BSP.
 //
 // A step: Read pulls the rows through the servers' gate and copies the replica's dense
 // layers; Update pushes the row gradients and adds the dense gradient into the buffer
@@ -15,8 +15,8 @@
 //
 // The replica starts as the servers' bias table would (InitialRow of the same table config),
 // so a hybrid job of one worker trains the model of --sync bsp (uncompressed: under --compress
-// BSP compresses a large bias table, which this all-reduces as it is). The worker's KVClient and the
-// Communicator share its data endpoint through an EndpointSplit (core/endpoint_split.h).
+// BSP compresses a large bias table, which this all-reduces as it is). The worker's KVClient and
+// the Communicator share its data endpoint through an EndpointSplit (core/endpoint_split.h).
 //
 // Checkpoints: magic "HYB1", u64 length and the rows backend's state, u32 dense floats, u32
 // state floats, i64 steps, the dense layers and their optimizer state.
