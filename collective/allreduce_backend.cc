@@ -61,8 +61,7 @@ absl::Status AllReduceBackend::Round(bool training, float examples) {
     // The row gradients as codec blocks, all-gathered; the rest summed as it is.
     std::span<float> rows(buffer_.data(), bias_at_);
     feedback_.Compress(*codec_, rows, &block_);
-    small_.assign(buffer_.begin() + bias_at_, buffer_.begin() + examples_at_ + 1);
-    small_.push_back(buffer_[training_at_]);
+    PackSmallSums();
     absl::Status s = communicator_->AllReduce(std::span<float>(small_), Algorithm::kAuto);
     if (s.ok()) s = communicator_->AllGatherBytes(block_, &blocks_);
     if (!s.ok()) return s;
@@ -74,8 +73,7 @@ absl::Status AllReduceBackend::Round(bool training, float examples) {
             absl::StrCat("all-reduce: the block of w", r, " does not decode: ", d.message()));
       }
     }
-    std::copy(small_.begin(), small_.end() - 1, buffer_.begin() + bias_at_);
-    buffer_[training_at_] = small_.back();
+    UnpackSmallSums();
     for (uint64_t key = 0; key < features; ++key) {
       bool any = codec_->spec().kind == CodecKind::kSign1;
       for (uint32_t j = 0; j < dim && !any; ++j) any = rows[key * dim + j] != 0.0f;
@@ -93,11 +91,9 @@ absl::Status AllReduceBackend::Round(bool training, float examples) {
   std::sort(step_keys_.begin(), step_keys_.end());
   step_keys_.erase(std::unique(step_keys_.begin(), step_keys_.end()), step_keys_.end());
   const int n = communicator_->size();
-  small_.assign(buffer_.begin() + bias_at_, buffer_.begin() + examples_at_ + 1);
-  small_.push_back(buffer_[training_at_]);
   // Per rank: its touched rows and the bytes of their compact keys (exact as floats below
   // 2^24; beyond, the rows are all-reduced).
-  const size_t counts_at = small_.size();
+  const size_t counts_at = PackSmallSums();
   small_.resize(counts_at + 2 * n, 0.0f);
   const size_t key_bytes = EncodedKeysSize(step_keys_);
   small_[counts_at + 2 * communicator_->rank()] = static_cast<float>(step_keys_.size());
@@ -105,8 +101,7 @@ absl::Status AllReduceBackend::Round(bool training, float examples) {
   if (auto s = communicator_->AllReduce(std::span<float>(small_), Algorithm::kAuto); !s.ok()) {
     return s;
   }
-  std::copy(small_.begin(), small_.begin() + counts_at - 1, buffer_.begin() + bias_at_);
-  buffer_[training_at_] = small_[counts_at - 1];
+  UnpackSmallSums();
   const std::span<const float> counts(small_.data() + counts_at, 2 * n);
   float most_rows = 0, most_key_bytes = 0;
   for (int r = 0; r < n; ++r) {
@@ -122,6 +117,18 @@ absl::Status AllReduceBackend::Round(bool training, float examples) {
                                 n * block_bytes < 2.0 * buffer_.size() * width);
   if (auto s = ExchangeRows(sparse, counts); !s.ok()) return s;
   return Apply(/*by_union=*/sparse);
+}
+
+size_t AllReduceBackend::PackSmallSums() {
+  small_.assign(buffer_.begin() + bias_at_, buffer_.begin() + touched_at_);
+  small_.push_back(buffer_[training_at_]);
+  return small_.size();
+}
+
+void AllReduceBackend::UnpackSmallSums() {
+  const size_t n = touched_at_ - bias_at_;
+  std::copy_n(small_.begin(), n, buffer_.begin() + bias_at_);
+  buffer_[training_at_] = small_[n];
 }
 
 absl::Status AllReduceBackend::ExchangeRows(bool sparse, std::span<const float> counts) {

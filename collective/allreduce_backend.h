@@ -93,6 +93,10 @@ class AllReduceBackend : public SyncBackend {
   // all-reduces every row; leaves the summed rows in buffer_ and, sparse, the keys some rank
   // touched in union_ (ascending).
   absl::Status ExchangeRows(bool sparse, std::span<const float> counts);
+  // The bias gradient, examples and flag of buffer_ into small_ (returns its size, where
+  // callers may append), and small_'s first ones back after it was summed.
+  size_t PackSmallSums();
+  void UnpackSmallSums();
   // Applies buffer_'s rows of union_ (or of every touched key) and bias; clears the buffer.
   absl::Status Apply(bool by_union);
 
