@@ -179,6 +179,11 @@ std::vector<int> ControlClient::TakeDownWorkers() {
   return std::exchange(down_workers_, {});
 }
 
+std::vector<ControlClient::WorkerLeft> ControlClient::TakeWorkersLeft() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(workers_left_, {});
+}
+
 std::vector<int64_t> ControlClient::TakeCheckpointRequests() {
   absl::MutexLock lock(&mu_);
   return std::exchange(checkpoint_requests_, {});
@@ -210,7 +215,22 @@ void ControlClient::Handle(Message& message) {
         auto d = h.getBody().getNodeDown();
         SYNCLINE_LOG(WARNING) << RoleName(d.getRole()) << " " << d.getRank()
                               << " is down: " << d.getReason().cStr();
-        if (d.getRole() == wire::Role::WORKER) down_workers_.push_back(d.getRank());
+        if (d.getRole() != wire::Role::WORKER) break;
+        down_workers_.push_back(d.getRank());
+        // The coordinator names only workers of the table; anything else is dropped whole.
+        WorkerLeft left{d.getRank(), d.getClock(), {}};
+        bool valid = left.worker >= 0 && left.worker < table_.num_workers && left.clock >= 0 &&
+                     d.getTakers().size() <= static_cast<unsigned>(table_.num_workers);
+        for (int32_t t : d.getTakers()) {
+          valid = valid && t >= 0 && t < table_.num_workers && t != left.worker &&
+                  (left.takers.empty() || t > left.takers.back());
+          left.takers.push_back(t);
+        }
+        if (valid) {
+          workers_left_.push_back(std::move(left));
+        } else {
+          SYNCLINE_LOG(WARNING) << "ignoring the hand-over of a malformed nodeDown message";
+        }
       }
       break;
     case wire::MsgType::ABORT:

@@ -112,6 +112,14 @@ class ControlClient {
 
   // Workers the coordinator declared dead since the last call.
   std::vector<int> TakeDownWorkers();
+  // The same departures with what a worker needs to take over their batches, in the order the
+  // coordinator sent them: every worker hears the same sequence.
+  struct WorkerLeft {
+    int worker = -1;
+    int64_t clock = 0;        // the iterations it had finished, as the coordinator last heard
+    std::vector<int> takers;  // the workers still training that take its batches (rank order)
+  };
+  std::vector<WorkerLeft> TakeWorkersLeft();
   // Checkpoint clocks the coordinator asked for since the last call.
   std::vector<int64_t> TakeCheckpointRequests();
 
@@ -133,6 +141,7 @@ class ControlClient {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Command> commands_ ABSL_GUARDED_BY(mu_);
   std::vector<int> down_workers_ ABSL_GUARDED_BY(mu_);
+  std::vector<WorkerLeft> workers_left_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> checkpoint_requests_ ABSL_GUARDED_BY(mu_);
   absl::Status health_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> clock_{-1};

@@ -257,9 +257,9 @@ absl::StatusOr<std::optional<Message>> Coordinator::Step(absl::Time deadline) {
         const std::string reason =
             absl::StrFormat("%s failed: %s", node->Name(), h.getMessage().cStr());
         const auto code = static_cast<absl::StatusCode>(h.getStatusCode());
-        // Under ASP/SSP (and gossip) the job goes on without a worker that failed, as without
-        // one that was killed; bad input and a diverged model stop the job all the same.
-        if (node->role == wire::Role::WORKER && options_.staleness != 0 &&
+        // Where the job goes on without a lost worker (ASP, SSP, gossip, --min-workers) it goes
+        // on without one that failed; bad input and a diverged model stop the job all the same.
+        if (node->role == wire::Role::WORKER && MinWorkers() < options_.num_workers &&
             code != absl::StatusCode::kInvalidArgument && code != absl::StatusCode::kOutOfRange) {
           if (auto s = MarkDown(*node, reason); !s.ok()) return s;
           return std::optional<Message>();
@@ -333,6 +333,11 @@ absl::Status Coordinator::CheckStuckWorkers(absl::Time now) {
       waiting == 1 ? "" : "s", waiting == 1 ? "s" : ""));
 }
 
+int Coordinator::MinWorkers() const {
+  if (options_.min_workers > 0) return options_.min_workers;
+  return options_.staleness == 0 ? options_.num_workers : 1;
+}
+
 absl::Status Coordinator::MarkDown(NodeState& n, const std::string& reason) {
   n.down = true;
   SYNCLINE_LOG(ERROR) << reason;
@@ -340,17 +345,45 @@ absl::Status Coordinator::MarkDown(NodeState& n, const std::string& reason) {
   if (n.role == wire::Role::SERVER) {
     return absl::UnavailableError(absl::StrCat("lost server: ", reason));
   }
-  if (options_.staleness == 0 && !n.done) {
-    return absl::UnavailableError(
-        absl::StrCat("lost worker under BSP, which cannot go on without it: ", reason));
+  std::vector<int> takers;
+  int left = 0;
+  for (const auto& w : nodes_) {
+    if (w->role != wire::Role::WORKER || w->down) continue;
+    ++left;
+    if (!w->done) takers.push_back(w->rank);
   }
-  SYNCLINE_LOG(WARNING) << "going on without " << DataEndpointId(n.role, n.rank);
+  if (!n.done && left < MinWorkers()) {
+    if (MinWorkers() == options_.num_workers && options_.staleness == 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "lost worker under BSP, which cannot go on without it (--min-workers lets it): ",
+          reason));
+    }
+    return absl::UnavailableError(
+        absl::StrFormat("lost worker: %s; %d worker%s left, fewer than --min-workers %d", reason,
+                        left, left == 1 ? "" : "s", MinWorkers()));
+  }
+  const int64_t clock = std::max<int64_t>(n.clock, 0);
+  if (!options_.hand_over || n.done) takers.clear();
+  if (takers.empty()) {
+    SYNCLINE_LOG(WARNING) << "going on without " << DataEndpointId(n.role, n.rank)
+                          << (options_.hand_over && !n.done
+                                  ? "; no worker is still training to take its batches"
+                                  : "");
+  } else {
+    SYNCLINE_LOG(WARNING) << absl::StrFormat(
+        "going on without %s: its batches from clock %d go to %s", DataEndpointId(n.role, n.rank),
+        clock,
+        absl::StrJoin(takers, ", ", [](std::string* out, int r) { absl::StrAppend(out, "w", r); }));
+  }
   MessageBuilder b(wire::MsgType::NODE_DOWN);
   b.header().setRole(wire::Role::COORDINATOR);
   auto d = b.header().getBody().initNodeDown();
   d.setRole(n.role);
   d.setRank(n.rank);
   d.setReason(reason);
+  d.setClock(clock);
+  auto list = d.initTakers(static_cast<unsigned>(takers.size()));
+  for (size_t i = 0; i < takers.size(); ++i) list.set(static_cast<unsigned>(i), takers[i]);
   Broadcast(b.Finish());
   return absl::OkStatus();
 }

@@ -6,7 +6,9 @@
 // node that stays silent for the heartbeat timeout down, by name: under BSP, or when a server
 // is lost, the job is aborted (every node is told why); under ASP/SSP a lost worker leaves the
 // clock set and the others go on. When every worker is done it asks one worker to evaluate
-// the final model, then shuts every node down and collects the servers' statistics.
+// the final model, then shuts every node down and collects the servers' statistics. With
+// min_workers below the number of workers, a lost worker leaves the job in every mode that
+// allows it (BSP too), and with hand_over its NODE_DOWN tells the others who takes its batches.
 //
 // The observer sees progress, results and failures as they come (the launcher turns them into
 // a progress line, metrics.csv and summary.json).
@@ -33,6 +35,13 @@ struct CoordinatorOptions {
   int num_workers = 1;
   // 0 = BSP, -1 = ASP (unbounded), s > 0 = SSP(s). Handed to every node.
   int64_t staleness = 0;
+  // The job goes on after losing a worker while at least this many workers are left (done or
+  // training); below it the job is aborted, naming the lost one. 0: every worker under BSP
+  // (staleness 0), 1 otherwise.
+  int min_workers = 0;
+  // A lost worker's remaining batches go to the workers still training: its NODE_DOWN names
+  // them (takers) and the clock it had reached (worker/work_plan.h).
+  bool hand_over = false;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   // A node silent for this long is declared down.
   absl::Duration heartbeat_timeout = absl::Seconds(5);
@@ -113,6 +122,8 @@ class Coordinator {
   absl::Status CheckHeartbeats();
   absl::Status CheckStuckWorkers(absl::Time now);
   absl::Status MarkDown(NodeState& node, const std::string& reason);
+  // The fewest workers the job goes on with.
+  int MinWorkers() const;
   absl::Status Fail(absl::Status status);
   void Broadcast(const Message& message);
   void SendTo(const std::string& control_id, Message message);

@@ -185,6 +185,50 @@ TEST(CoordinatorTest, UnderAspAWorkerThatFailsIsDroppedButBadInputStopsTheJob) {
   }
 }
 
+// With --min-workers a BSP job goes on without a lost worker: the others hear the clock it had
+// reached and who takes its batches (the workers still training, not those done); below the
+// minimum the job stops, naming it.
+TEST(CoordinatorTest, UnderBspWithMinWorkersALostWorkersBatchesGoToThoseStillTraining) {
+  InprocTransport transport;
+  RecordingObserver observer;
+  CoordinatorOptions options = SmallJob();
+  options.num_servers = 0;
+  options.num_workers = 4;
+  options.staleness = 0;
+  options.min_workers = 3;
+  options.hand_over = true;
+  options.evaluate = false;
+  auto coordinator = Coordinator::Create(transport, "inproc://c", options, &observer);
+  ASSERT_TRUE(coordinator.ok());
+  absl::Status result;
+  std::thread run([&] { result = (*coordinator)->Run(); });
+  std::vector<std::unique_ptr<ControlClient>> w =
+      StartWorkers(transport, (*coordinator)->address(), 4);
+  ASSERT_EQ(w.size(), 4u);
+  w[0]->ReportWorkerDone({.steps = 5});
+  w[3]->SetClock(7);
+  absl::SleepFor(absl::Milliseconds(100));  // a heartbeat carries the clock
+  w[3].reset();
+  std::vector<ControlClient::WorkerLeft> left;
+  const absl::Time deadline = Soon();
+  while (left.empty() && absl::Now() < deadline) {
+    left = w[1]->TakeWorkersLeft();
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].worker, 3);
+  EXPECT_EQ(left[0].clock, 7);
+  EXPECT_EQ(left[0].takers, (std::vector<int>{1, 2}));
+  EXPECT_TRUE(w[1]->health().ok());
+  // A second loss leaves 2 workers (w0 done, w1): fewer than 3.
+  w[2].reset();
+  run.join();
+  EXPECT_EQ(result.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(result.message().find("2 workers left, fewer than --min-workers 3"), std::string::npos)
+      << result;
+  EXPECT_NE(result.message().find("w2"), std::string::npos) << result;
+}
+
 // A worker that heartbeats but trains no more (a hang in its compute) is named by the clock
 // its heartbeats carry, before the workers that wait for it time out blaming a server.
 TEST(CoordinatorTest, AWorkerStuckWhileOthersWaitIsNamedWithItsClock) {

@@ -168,6 +168,8 @@ struct ServerStats {
   clientsMissing @11 :UInt64;    # picked clients absent from the rounds they were picked for
   updatesLate @12 :UInt64;       # updates that came after their round had closed (dropped)
   shortRounds @13 :List(Int64);  # the first 1000 rounds closed short of clients
+  examplesTrained @14 :Float64;  # examples of the iterations workers finished (their clocks'
+                                 # weights): under BSP those whose gradients reached the model
 }
 
 struct EmbeddingStats {
@@ -188,6 +190,11 @@ struct NodeDown {
   role @0 :Role;
   rank @1 :Int32;
   reason @2 :Text;
+  # A worker that left a job that goes on: the iterations it finished as the coordinator last
+  # heard (its remaining batches are handed over from there), and the workers still training
+  # that take them (empty: none, or the job's mode hands nothing over).
+  clock @3 :Int64;
+  takers @4 :List(Int32);
 }
 
 enum TableKind {
@@ -345,4 +352,5 @@ struct JobSpec {
   pullCopyRows @76 :UInt64;        # --pull-copy-rows
   consensusStep @77 :Float64;      # --consensus-step (0: the codec's default)
   allreduceRows @78 :UInt8;        # --allreduce-rows (AllReduceRows: 0 auto, 1 dense, 2 pairs)
+  minWorkers @79 :Int32;           # --min-workers (0: the sync mode's default)
 }

@@ -171,6 +171,17 @@ bool UsesCriteoData(const JobSpec& s) {
                               : absl::EndsWithIgnoreCase(s.data.train, ".tsv");
 }
 
+bool HandsOverBatches(const SyncMode& sync) {
+  return sync.kind == SyncKind::kBsp || sync.kind == SyncKind::kSsp || sync.kind == SyncKind::kAsp;
+}
+
+int MinWorkers(const JobSpec& s) {
+  if (s.min_workers > 0) return s.min_workers;
+  // Collectives and federated rounds need every worker; BSP did before --min-workers.
+  const bool every = s.sync.kind == SyncKind::kBsp || s.sync.fedavg() || s.sync.collective();
+  return every ? s.workers : 1;
+}
+
 absl::Status ValidateJobSpec(const JobSpec& s) {
   const auto& t = s.training;
   const auto& sl = s.slowness;
@@ -178,6 +189,7 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
            s.sync.serverless() ? CheckInRange("servers", s.servers, 0, 0)
                                : CheckAtLeast("servers", s.servers, 1),
            CheckAtLeast("workers", s.workers, 1),
+           CheckInRange("min-workers", s.min_workers, 0, s.workers),
            s.sync.kind == SyncKind::kSsp ? CheckAtLeast("sync", s.sync.staleness, 0)
            : s.sync.hybrid()             ? CheckAtLeast("embedding-sync", s.sync.staleness, -1)
                                          : absl::OkStatus(),
@@ -236,6 +248,11 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
     if (s.sync.fedavg()) why = "is not built for federated rounds (clients pull once a round)";
     if (csv) why = "compresses sparse rows; CSV data keeps its rows in a dense table";
     if (!why.empty()) return InvalidFlag("compress-pull", CodecName(t.pull_codec), why);
+  }
+  if (s.min_workers > 0 && s.min_workers < s.workers && !HandsOverBatches(s.sync)) {
+    return InvalidFlag("min-workers", absl::StrCat(s.min_workers),
+                       "is for --sync bsp, ssp and asp: in this mode every step needs every "
+                       "worker, or a lost worker's data stays with it");
   }
   if (s.sync.allreduce_rows != AllReduceRows::kAuto &&
       (!s.sync.allreduce() || t.codec.kind == CodecKind::kTopK ||

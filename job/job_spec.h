@@ -21,6 +21,13 @@ namespace syncline {
 // untrusted: nodes run this on what the coordinator hands them.
 absl::Status ValidateJobSpec(const JobSpec& spec);
 
+// Whether a lost worker's remaining batches go to the workers still training (the parameter-
+// server modes: bsp, ssp, asp; worker/work_plan.h).
+bool HandsOverBatches(const SyncMode& sync);
+// The fewest workers the job goes on with: --min-workers, or the mode's default (every worker
+// under bsp, fedavg, allreduce and hybrid; 1 under ssp, asp and gossip).
+int MinWorkers(const JobSpec& spec);
+
 // Whether the job reads Criteo data: format criteo, a .tsv training file with format auto, or
 // (no training file) the synthetic data the launcher generates for the ctr model.
 bool UsesCriteoData(const JobSpec& spec);

@@ -29,6 +29,7 @@ bool Known(E value, int count) {
 void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
   out.setServers(s.servers);
   out.setWorkers(s.workers);
+  out.setMinWorkers(s.min_workers);
   out.setSyncKind(Cast<wire::SyncKind>(s.sync.kind));
   out.setStaleness(s.sync.staleness);
   out.setGossipTopology(Cast<wire::GossipTopology>(s.sync.topology));
@@ -125,6 +126,7 @@ absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
   JobSpec s;
   s.servers = in.getServers();
   s.workers = in.getWorkers();
+  s.min_workers = in.getMinWorkers();
   s.sync.kind = Cast<SyncKind>(in.getSyncKind());
   s.sync.staleness = in.getStaleness();
   s.sync.topology = Cast<GossipTopology>(in.getGossipTopology());

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "core/log.h"
 #include "core/node_table.h"
+#include "job/job_spec.h"
 #include "job/job_wire.h"
 
 namespace syncline {
@@ -106,6 +107,8 @@ CoordinatorOptions CoordinatorOptionsFor(const JobSpec& spec) {
   // Every step of an all-reduce or hybrid job needs every worker: a lost one stops the job, as
   // under BSP, whatever bound the servers enforce on the embeddings.
   o.staleness = spec.sync.collective() ? 0 : spec.sync.server_staleness();
+  o.min_workers = MinWorkers(spec);
+  o.hand_over = HandsOverBatches(spec.sync);
   o.heartbeat_interval = absl::Seconds(spec.timeouts.heartbeat_interval_s);
   o.heartbeat_timeout = absl::Seconds(spec.timeouts.heartbeat_timeout_s);
   o.evaluate = !spec.data.test.empty();

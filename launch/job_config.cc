@@ -52,9 +52,14 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 61> kFields = {{
+const std::array<Field, 62> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes"},
     {"workers", &JobConfig::workers, "Number of worker processes"},
+    {"min-workers", &JobConfig::min_workers,
+     "Go on while at least this many workers are left (bsp, ssp, asp): a lost worker's "
+     "remaining batches of the epoch, and its share of later epochs, go to the workers still "
+     "training (docs/FAULT_TOLERANCE.md). 0: the mode's default, every worker under bsp (a lost "
+     "worker stops the job), 1 under ssp and asp"},
     {"sync", &JobConfig::sync,
      "Consistency model: bsp, asp, ssp:S (workers at most S steps ahead of the slowest), or "
      "serverless gossip:ring|exp|random (D-PSGD; :async for push-sum), or serverless "
@@ -524,6 +529,7 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   // Gossip peers are serverless.
   s.servers = s.sync.serverless() ? 0 : c.servers;
   s.workers = c.workers;
+  s.min_workers = c.min_workers;
   s.model.classes = c.classes;
   s.model.embedding_dim = c.embedding_dim;
   s.model.hidden = c.hidden;

@@ -391,6 +391,16 @@ INSTANTIATE_TEST_SUITE_P(
                      },
                      "--compress-pull=fp16: is not built for federated rounds (clients pull once "
                      "a round)"},
+        ValidateCase{"min_workers", [](JobConfig& c) { c.min_workers = 3; },
+                     "--min-workers=3: must be in [0, 2]"},
+        ValidateCase{"min_workers_allreduce",
+                     [](JobConfig& c) {
+                       c.sync = "allreduce";
+                       c.workers = 3;
+                       c.min_workers = 2;
+                     },
+                     "--min-workers=2: is for --sync bsp, ssp and asp: in this mode every step "
+                     "needs every worker, or a lost worker's data stays with it"},
         ValidateCase{"consensus_step", [](JobConfig& c) { c.consensus_step = 0.5; },
                      "--consensus-step=0.5: is for synchronous gossip with --compress topk:R or "
                      "sign1"},

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "job/job_spec.h"
 #include "job/options.h"
 
 namespace syncline {
@@ -67,7 +68,8 @@ absl::Status RunReport::Open() {
   fs::create_directories(fs::path(out_) / "logs", ec);
   const std::string path = (fs::path(out_) / "metrics.csv").string();
   metrics_wall_offset_ = OpenCsv(
-      path, "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus", metrics_,
+      path, "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus,world_size",
+      metrics_,
       /*clock_column=*/2);
   if (ec || !metrics_) return absl::PermissionDeniedError(absl::StrFormat("cannot write %s", path));
   return absl::OkStatus();
@@ -129,12 +131,15 @@ void RunReport::OnProgress(int worker, wire::Progress::Reader p) {
   absl::MutexLock lock(&mu_);
   WorkerState& w = workers_[worker];
   w.clock = p.getClock();
-  w.total_steps = p.getTotalSteps();
+  if (!w.left) w.total_steps = p.getTotalSteps();
   w.epoch = p.getEpoch();
   w.loss = p.getTrainLoss();
-  metrics_ << absl::StrFormat(
-      "%.3f,%d,%d,%d,%.6g,%d,%.3g,%.4g\n", WallSeconds(metrics_wall_offset_), worker, p.getClock(),
-      p.getEpoch(), p.getTrainLoss(), p.getExamples(), p.getStaleness(), p.getConsensus());
+  // The workers in the job as this row is written: all of them less those lost on the way.
+  const int world = static_cast<int>(workers_.size()) - workers_left_;
+  metrics_ << absl::StrFormat("%.3f,%d,%d,%d,%.6g,%d,%.3g,%.4g,%d\n",
+                              WallSeconds(metrics_wall_offset_), worker, p.getClock(), p.getEpoch(),
+                              p.getTrainLoss(), p.getExamples(), p.getStaleness(), p.getConsensus(),
+                              world);
   metrics_.flush();
 }
 
@@ -172,6 +177,7 @@ void RunReport::OnServerStats(int server, wire::ServerStats::Reader s) {
   if (staleness_.size() < hist.size()) staleness_.resize(hist.size(), 0);
   for (size_t i = 0; i < hist.size(); ++i) staleness_[i] += hist[i];
   checkpoint_pause_s_ = std::max(checkpoint_pause_s_, s.getCheckpointPauseSeconds());
+  examples_trained_ = std::max(examples_trained_, s.getExamplesTrained());
   if (s.getRounds() > 0 && (s.getRoundsShort() > rounds_.short_rounds || rounds_.rounds == 0)) {
     rounds_.rounds = s.getRounds();
     rounds_.short_rounds = s.getRoundsShort();
@@ -229,6 +235,14 @@ void RunReport::OnNodeDown(wire::Role role, int rank, const std::string& reason)
   {
     absl::MutexLock lock(&mu_);
     down_.push_back(reason);
+    if (role == wire::Role::WORKER) {
+      WorkerState& w = workers_[rank];
+      if (!w.left && !w.done) {
+        w.left = true;
+        ++workers_left_;
+        w.total_steps = w.clock;  // the rest is the other workers' to train
+      }
+    }
   }
   if (checkpoints_ != nullptr && role == wire::Role::WORKER) checkpoints_->OnWorkerGone(rank, -1);
 }
@@ -310,6 +324,12 @@ std::string RunReport::ProgressText(absl::Duration elapsed) {
   } else {
     text += "  starting...";
   }
+  if (workers_left_ > 0) {
+    text += absl::StrFormat("  %d of %d workers (%d lost%s)",
+                            static_cast<int>(workers_.size()) - workers_left_, workers_.size(),
+                            workers_left_,
+                            HandsOverBatches(job_.sync) ? ", their batches handed over" : "");
+  }
   return text;
 }
 
@@ -376,6 +396,9 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
   j << "  \"steps\": " << steps << ",\n";
   j << "  \"steps_per_worker\": " << max_steps << ",\n";
   j << "  \"examples\": " << examples << ",\n";
+  // Examples of the iterations finished, as the servers counted them (the lost workers' too).
+  j << "  \"examples_trained\": " << JsonNumber(examples_trained_) << ",\n";
+  j << "  \"workers_left\": " << workers_left_ << ",\n";
   j << "  \"wall_seconds\": " << JsonNumber(absl::ToDoubleSeconds(wall)) << ",\n";
   j << "  \"train_loss\": " << (reporting ? JsonNumber(final_loss / reporting) : "null") << ",\n";
   j << "  \"test_examples\": " << test_examples_ << ",\n";

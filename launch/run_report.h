@@ -79,6 +79,7 @@ class RunReport : public CoordinatorObserver {
     int epoch = 0;
     double loss = 0;
     bool done = false;
+    bool left = false;  // lost while the job went on
     uint64_t examples = 0;
     uint64_t bytes_pushed = 0;
     uint64_t bytes_pulled = 0;
@@ -118,6 +119,8 @@ class RunReport : public CoordinatorObserver {
   double test_auc_ ABSL_GUARDED_BY(mu_) = -1;
   double test_accuracy_ ABSL_GUARDED_BY(mu_) = -1;
   uint64_t test_examples_ ABSL_GUARDED_BY(mu_) = 0;
+  int workers_left_ ABSL_GUARDED_BY(mu_) = 0;
+  double examples_trained_ ABSL_GUARDED_BY(mu_) = 0;  // the servers' largest count
   std::vector<uint64_t> staleness_ ABSL_GUARDED_BY(mu_);
   uint64_t server_requests_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t server_rejected_ ABSL_GUARDED_BY(mu_) = 0;

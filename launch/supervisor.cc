@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "core/node_table.h"
+#include "job/job_spec.h"
 #include "job/node_join.h"
 
 namespace syncline {
@@ -158,9 +159,9 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
       if (e.success()) continue;
       const std::optional<int> worker = WorkerOfLabel(e.label);
       const bool job_stopper = e.exit_code == kExitBadInput || e.exit_code == kExitDiverged;
-      if (out.failure.empty() && worker && spec.sync.server_staleness() != 0 &&
-          !spec.sync.collective() && !job_stopper) {
-        // ASP/SSP and gossip go on without a lost worker; the coordinator tells the servers.
+      if (out.failure.empty() && worker && MinWorkers(spec) < spec.workers && !job_stopper) {
+        // ASP/SSP, gossip and --min-workers go on without a lost worker: the coordinator counts
+        // those left, tells the servers and hands its batches over.
         out.lost.push_back(DescribeExit(e));
         coordinator.ReportLost(wire::Role::WORKER, *worker, out.lost.back());
         continue;

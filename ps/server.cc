@@ -776,6 +776,7 @@ absl::Status ParameterServer::AdvanceClock(int worker, int64_t clock, float weig
   if (auto s = clocks_.Advance(worker, clock); !s.ok()) return s;
   if (clock > before && std::isfinite(weight) && weight > 0) {
     clock_weight_[clock - 1] += weight;
+    stats_.examples_trained += weight;
     if (options_.aggregate.robust()) worker_weight_[clock - 1][worker] += weight;
   }
   return options_.federated ? AdvanceRounds() : OnMinClockChanged();
@@ -847,6 +848,11 @@ ParameterServer::EmbeddingTotals ParameterServer::embedding_totals() const {
 
 void ParameterServer::RemoveWorker(int worker) {
   if (worker < 0 || worker >= clocks_.num_workers() || !clocks_.active(worker)) return;
+  // Under BSP what it pushed for the iterations it did not finish never reaches the model: the
+  // workers that take over its batches train them again (worker/work_plan.h).
+  if (gate_.synchronous() && !options_.federated) {
+    for (auto& [id, table] : tables_) table->DropContributionsFrom(clocks_.clock(worker), worker);
+  }
   (void)clocks_.Finish(worker);
   if (auto s = options_.federated ? AdvanceRounds() : OnMinClockChanged(); !s.ok()) {
     SYNCLINE_LOG(ERROR) << s;

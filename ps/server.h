@@ -130,6 +130,10 @@ struct ServerStats {
   // Compressed pulls: rows sent whole (new to a worker's copy) and rows dropped from copies.
   uint64_t pull_rows_fresh = 0;
   uint64_t pull_rows_evicted = 0;
+  // Examples of the iterations the workers finished: their clock messages' weights. Under BSP
+  // exactly the examples whose gradients reached the model (a lost worker's unfinished
+  // iteration is dropped).
+  double examples_trained = 0;
 };
 
 class ParameterServer {

@@ -27,6 +27,7 @@ Message StatsMessage(wire::MsgType type, int rank, const ParameterServer& server
   stats.setRoundsShort(server.stats().rounds_short);
   stats.setClientsMissing(server.stats().clients_missing);
   stats.setUpdatesLate(server.stats().updates_late);
+  stats.setExamplesTrained(server.stats().examples_trained);
   const auto& short_rounds = server.stats().short_rounds;
   auto rounds = stats.initShortRounds(short_rounds.size());
   for (size_t i = 0; i < short_rounds.size(); ++i) rounds.set(i, short_rounds[i]);

@@ -621,6 +621,31 @@ TEST(ParameterServerTest, CompressedPullsSendNewRowsWholeThenDeltas) {
   EXPECT_EQ(ValuesOf(*after), (std::vector<float>{-1, -3, -4, 3}));  // (0, -2, -3, 4) - 1
 }
 
+// A worker lost under BSP in the middle of clock 1: what it pushed for clock 1 is dropped (its
+// batch goes to another worker), what it finished (clock 0) stays, and the others go on.
+TEST(ParameterServerTest, UnderBspALostWorkersUnfinishedClockIsDropped) {
+  ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 2, .staleness = 0});
+  h.Send(0, Declare(0, SparseTable()));
+  h.Send(0, SparsePush(0, 2, {5}, {2, 4}, 0, 2));
+  h.Send(1, SparsePush(1, 2, {5}, {6, 8}, 0, 6));
+  h.Send(0, Clock(0, 1, 2));
+  h.Send(1, Clock(1, 1, 6));
+  // Clock 1: w1 pushes and is lost before it finishes the clock.
+  h.Send(0, SparsePush(0, 3, {5}, {1, 1}, 1, 1));
+  h.Send(1, SparsePush(1, 3, {5}, {100, 100}, 1, 1));
+  h.Send(0, Clock(0, 2, 1));
+  h.Send(0, SparsePull(0, 4, {5}, 2));
+  h.Serve();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(h.Reply(0).has_value());  // declare and two acks
+  EXPECT_FALSE(h.Reply(0).has_value()) << "the pull of clock 2 waits for w1";
+  h.server().RemoveWorker(1);
+  auto reply = h.Reply(0);
+  ASSERT_TRUE(reply.has_value());
+  // Clock 0: -(8, 12) / 8 = (-1, -1.5); clock 1: w0's (1, 1) over its 1 example only.
+  EXPECT_EQ(ValuesOf(*reply), (std::vector<float>{-2.0f, -2.5f}));
+  EXPECT_EQ(h.server().stats().examples_trained, 9.0);
+}
+
 TEST(ParameterServerTest, ConflictingDeclarationIsRefused) {
   ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 1, .staleness = -1});
   TableConfig c = SparseTable();

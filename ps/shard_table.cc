@@ -438,6 +438,12 @@ void ShardTable::DropContributions(int64_t clock, int worker) {
   if (it != aggregates_.end()) it->second.erase(worker);
 }
 
+void ShardTable::DropContributionsFrom(int64_t clock, int worker) {
+  for (auto it = aggregates_.lower_bound(clock); it != aggregates_.end(); ++it) {
+    it->second.erase(worker);
+  }
+}
+
 absl::StatusOr<uint64_t> ShardTable::ApplyRobustAggregates(
     int64_t min_clock, const AggregateRule& rule,
     const std::function<double(int64_t clock, int worker)>& examples_of) {

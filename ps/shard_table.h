@@ -154,6 +154,8 @@ class ShardTable {
       const std::function<double(int64_t clock, int worker)>& examples_of);
   // Forgets what `worker` pushed for `clock` (a federated round closed without it).
   void DropContributions(int64_t clock, int worker);
+  // The same for every clock from `clock` on: a worker lost under BSP before finishing them.
+  void DropContributionsFrom(int64_t clock, int worker);
 
  private:
   // One push kept for a BSP clock: sparse keys, or a dense range, and its gradient sum.

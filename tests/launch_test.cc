@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "testing/test_util.h"
 
@@ -64,7 +65,8 @@ TEST_F(LaunchTest, LogregConvergesAndTheRunIsDocumented) {
   std::vector<std::string> lines =
       absl::StrSplit(ReadFile(out + "/metrics.csv"), '\n', absl::SkipEmpty());
   ASSERT_GT(lines.size(), 10u);
-  EXPECT_EQ(lines[0], "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus");
+  EXPECT_EQ(lines[0],
+            "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus,world_size");
   EXPECT_NE(r.output.find("AUC"), std::string::npos) << r.output;
 }
 
@@ -328,19 +330,37 @@ struct KillResult {
 };
 
 // Starts a long job, SIGKILLs worker 1 once training is under way, and waits for the launcher.
+// `extra` flags come last (a later flag wins); `workers` is how many the job has.
 KillResult KillWorkerMidRun(const std::string& sync, const std::string& train,
-                            const std::string& test, const std::string& epochs) {
+                            const std::string& test, const std::string& epochs,
+                            std::vector<std::string> extra = {}, int workers = 3) {
   KillResult k;
   k.out = TempDir("kill_" + sync.substr(0, 3));
   ProcessGroup group([&](std::string_view, OutputStream, std::string_view line) {
     k.output.append(line.data(), line.size());
     k.output += '\n';
   });
-  auto launcher =
-      group.Start(ProcessSpec{"launch",
-                              {kLaunch, "--servers", "2", "--workers", "3", "--sync", sync,
-                               "--train", train, "--test", test, "--epochs", epochs, "--batch-size",
-                               "32", "--heartbeat-timeout", "2", "--out", k.out}});
+  std::vector<std::string> argv = {kLaunch,
+                                   "--servers",
+                                   "2",
+                                   "--workers",
+                                   absl::StrCat(workers),
+                                   "--sync",
+                                   sync,
+                                   "--train",
+                                   train,
+                                   "--test",
+                                   test,
+                                   "--epochs",
+                                   epochs,
+                                   "--batch-size",
+                                   "32",
+                                   "--heartbeat-timeout",
+                                   "2",
+                                   "--out",
+                                   k.out};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  auto launcher = group.Start(ProcessSpec{"launch", argv});
   EXPECT_TRUE(launcher.ok());
   if (!launcher.ok()) return k;
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
@@ -351,7 +371,7 @@ KillResult KillWorkerMidRun(const std::string& sync, const std::string& train,
   }
   EXPECT_TRUE(k.exited.empty()) << k.output;
   k.children = testing_util::Children(*launcher);
-  EXPECT_EQ(k.children.size(), sync.starts_with("allreduce") ? 3u : 5u) << k.output;
+  EXPECT_EQ(k.children.size(), workers + (sync.starts_with("allreduce") ? 0u : 2u)) << k.output;
   k.second = RunProcess({kLaunch, "--train", train, "--test", test, "--out", k.out});
   EXPECT_NE(testing_util::KillChildOfRank(*launcher, "syncline-worker", 1), 0) << k.output;
   testing_util::AwaitAnExit(group, absl::Seconds(60), &k.exited);
@@ -390,6 +410,43 @@ TEST_F(LaunchTest, UnderAspTheJobGoesOnWithoutACrashedWorker) {
   EXPECT_NE(summary.find("w1 killed by signal 9"), std::string::npos) << summary;
   ASSERT_TRUE(JsonNumber(summary, "test_auc").has_value()) << summary;
   EXPECT_GT(*JsonNumber(summary, "test_auc"), 0.7) << summary;
+  for (const auto& [pid, cmd] : k.children) EXPECT_FALSE(testing_util::Alive(pid)) << cmd;
+}
+
+// BSP with --min-workers: a killed worker leaves the clock set, its batches go to the three
+// others, and the job ends ok having trained every example of every epoch, at least once (the
+// servers count the examples of the finished iterations; the few iterations the killed worker
+// finished after its last heartbeat are trained again).
+TEST_F(LaunchTest, UnderBspWithMinWorkersTheJobShrinksAndTrainsEveryExample) {
+  KillResult k = KillWorkerMidRun("bsp", Train(), Test(), "2",
+                                  {"--min-workers", "3", "--min-step-ms", "10", "--batch-size",
+                                   "64", "--heartbeat-interval", "0.1"},
+                                  4);
+  ASSERT_EQ(k.exited.size(), 1u) << "the launcher did not exit:\n" << k.output;
+  EXPECT_EQ(k.exited[0].exit_code, 0) << k.output;
+  const std::string summary = ReadFile(k.out + "/summary.json");
+  EXPECT_NE(summary.find("\"status\": \"ok\""), std::string::npos) << summary;
+  EXPECT_NE(summary.find("w1 killed by signal 9"), std::string::npos) << summary;
+  EXPECT_EQ(JsonNumber(summary, "workers_left"), 1) << summary;
+  const auto trained = JsonNumber(summary, "examples_trained");
+  ASSERT_TRUE(trained.has_value()) << summary;
+  EXPECT_GE(*trained, 2 * 20000) << summary;
+  // At 10 ms a step and a heartbeat every 0.1 s, at most about 12 batches are trained twice.
+  EXPECT_LE(*trained, 2 * 20000 + 20 * 64) << summary;
+  ASSERT_TRUE(JsonNumber(summary, "test_auc").has_value()) << summary;
+  EXPECT_GT(*JsonNumber(summary, "test_auc"), 0.75) << summary;
+  // The world shrank in metrics.csv, and the loss went on falling after it did.
+  const std::vector<std::string> rows =
+      absl::StrSplit(ReadFile(k.out + "/metrics.csv"), '\n', absl::SkipEmpty());
+  ASSERT_GT(rows.size(), 3u);
+  EXPECT_TRUE(rows[0].ends_with(",world_size")) << rows[0];
+  const std::vector<std::string> first = absl::StrSplit(rows[1], ',');
+  const std::vector<std::string> last = absl::StrSplit(rows.back(), ',');
+  ASSERT_EQ(last.size(), 9u) << rows.back();
+  EXPECT_EQ(first[8], "4");
+  EXPECT_EQ(last[8], "3");
+  EXPECT_LT(std::stod(last[4]), std::stod(first[4])) << rows[1] << "\n" << rows.back();
+  EXPECT_NE(k.output.find("takes"), std::string::npos) << k.output;
   for (const auto& [pid, cmd] : k.children) EXPECT_FALSE(testing_util::Alive(pid)) << cmd;
 }
 

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
+#include <map>
 #include <numeric>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "core/log.h"
 
 namespace syncline {
 namespace {
@@ -76,10 +79,38 @@ absl::StatusOr<TrainResult> Trainer::Run(
 
 absl::StatusOr<TrainResult> Trainer::Run(
     ExampleSource& source, const std::function<void(const TrainProgress&)>& on_progress) {
-  const int64_t per_epoch = StepsPerEpoch(source.size(), options_.batch_size);
-  int64_t total = per_epoch * options_.epochs;
-  backend_.SetFinalClock(total - 1);
-  if (options_.stop_step > 0) total = std::min(total, options_.stop_step);
+  const int batch = options_.batch_size;
+  const int self = options_.rank;
+  // Where each partition's source stands: the batch its next Next() returns (max: unknown, so
+  // the first use rewinds).
+  struct Cursor {
+    ExampleSource* source = nullptr;
+    int64_t next = std::numeric_limits<int64_t>::max();
+  };
+  std::map<int, Cursor> cursors;
+  cursors[self].source = &source;
+  auto source_of = [&](int partition) -> absl::StatusOr<ExampleSource*> {
+    if (auto it = cursors.find(partition); it != cursors.end()) return it->second.source;
+    if (!options_.partition_source) {
+      return absl::FailedPreconditionError("this trainer cannot read other partitions");
+    }
+    auto opened = options_.partition_source(partition);
+    if (!opened.ok()) return opened.status();
+    cursors[partition].source = *opened;
+    return *opened;
+  };
+  auto plan = WorkPlan::Create(self, options_.epochs, [&](int p) -> absl::StatusOr<int64_t> {
+    auto s = source_of(p);
+    if (!s.ok()) return s.status();
+    return StepsPerEpoch((*s)->size(), batch);
+  });
+  if (!plan.ok()) return plan.status();
+  auto steps_in_plan = [&] {
+    const int64_t all = plan->total_steps();
+    return options_.stop_step > 0 ? std::min(all, options_.stop_step) : all;
+  };
+  int64_t total = steps_in_plan();
+  backend_.SetFinalClock(plan->total_steps() - 1);
   // Two sets of buffers, alternating by iteration: what was pushed in iteration t may still be
   // on the wire while iteration t+1 fills the other set (see SyncBackend::Update).
   struct Buffers {
@@ -108,31 +139,45 @@ absl::StatusOr<TrainResult> Trainer::Run(
     return absl::InvalidArgumentError(
         absl::StrFormat("cannot resume at step %d", options_.start_step));
   }
-  // A worker whose run ended before the checkpoint's clock has nothing left to do.
+  // A worker whose run ended before the checkpoint's clock has nothing left to do; one that
+  // resumes mid-epoch skips the batches the run already trained on (the cursor does).
   const int64_t start = std::min(options_.start_step, total);
-  if (start > 0 && start % per_epoch != 0) {
-    // Resume mid-epoch: skip the batches the run already trained on.
-    if (auto s = source.Rewind(); !s.ok()) return s;
-    for (int64_t skip = 0; skip < start % per_epoch; ++skip) {
-      absl::StatusOr<DataSlice> slice = source.Next(options_.batch_size);
-      if (!slice.ok()) return slice.status();
-    }
-  }
   result.steps = start;
-  // The next batch of the pass into *b: its examples, unique keys and zeroed read buffers.
-  auto prepare = [&](int64_t step, Buffers* b) -> absl::Status {
-    if (step % per_epoch == 0) {
-      if (auto s = source.Rewind(); !s.ok()) return s;
+  // Batch `ref` of its partition, from the partition's source: sequential reads, rewinding
+  // when the plan goes back (a new epoch) and skipping forward past batches of other workers.
+  auto fetch = [&](const BatchRef& ref, int epoch) -> absl::StatusOr<DataSlice> {
+    auto s = source_of(ref.partition);
+    if (!s.ok()) return s.status();
+    Cursor& c = cursors[ref.partition];
+    if (ref.batch < c.next) {
+      if (auto r = c.source->Rewind(); !r.ok()) return r;
+      c.next = 0;
     }
+    for (; c.next <= ref.batch; ++c.next) {
+      absl::StatusOr<DataSlice> slice = c.source->Next(batch);
+      if (!slice.ok()) return slice.status();
+      if (slice->size() == 0) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "the training data ended after %d of %d examples of epoch %d%s (did the file "
+            "change?)",
+            c.next * batch, c.source->size(), epoch + 1,
+            ref.partition == self ? "" : absl::StrFormat(" in partition %d", ref.partition)));
+      }
+      if (c.next == ref.batch) {
+        ++c.next;
+        return slice;
+      }
+    }
+    return absl::InternalError("unreachable");
+  };
+  // The next batch of the plan into *b: its examples, unique keys and zeroed read buffers.
+  auto prepare = [&](int64_t step, Buffers* b) -> absl::Status {
+    const std::optional<WorkPlan::Located> at = plan->At(step);
+    if (!at) return absl::InternalError(absl::StrFormat("no batch for iteration %d", step));
     // The batch's examples stay valid until the next Next() (the one after it, with a
     // read-ahead); keys and gradients, which may still be on the wire, live in the buffers.
-    absl::StatusOr<DataSlice> slice = source.Next(options_.batch_size);
+    absl::StatusOr<DataSlice> slice = fetch(at->batch, at->epoch);
     if (!slice.ok()) return slice.status();
-    if (slice->size() == 0) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "the training data ended after %d of %d examples of epoch %d (did the file change?)",
-          (step % per_epoch) * options_.batch_size, source.size(), step / per_epoch + 1));
-    }
     b->data = slice->data;
     b->examples.resize(slice->size());
     std::iota(b->examples.begin(), b->examples.end(), slice->begin);
@@ -145,6 +190,24 @@ absl::StatusOr<TrainResult> Trainer::Run(
   bool read_ahead = options_.read_ahead && source.KeepsPreviousSlice();
   bool prepared = false;  // buffers[step % 2] holds the step's batch already
   for (int64_t step = start; step < total; ++step) {
+    if (options_.take_departures) {
+      for (const Departure& d : options_.take_departures()) {
+        auto taken = plan->Leave(d, prepared ? step + 1 : step);
+        if (!taken.ok()) return taken.status();
+        if (*taken == 0) continue;
+        result.batches_taken_over += *taken;
+        total = steps_in_plan();
+        progress.total_steps = total;
+        backend_.SetFinalClock(plan->total_steps() - 1);
+        // A leaver's batches come from other sources, skipping: a slice need not outlive the
+        // next Next() of its source, so every read from now on is made in its own iteration.
+        read_ahead = false;
+        SYNCLINE_LOG(INFO) << absl::StrFormat(
+            "w%d left at clock %d: this worker takes %d of its batches (%d iterations in all "
+            "now)",
+            d.worker, d.clock, *taken, total);
+      }
+    }
     Buffers& b = buffers[step % 2];
     absl::Time t0 = absl::Now();
     if (!prepared) {
@@ -205,7 +268,8 @@ absl::StatusOr<TrainResult> Trainer::Run(
     examples_since_report += b.examples.size();
     if ((step + 1) % options_.log_every == 0 || step + 1 == total) {
       progress.clock = step + 1;
-      progress.epoch = static_cast<int>(step / per_epoch) + 1;
+      const std::optional<WorkPlan::Located> at = plan->At(step);
+      progress.epoch = at ? at->epoch + 1 : options_.epochs;
       progress.train_loss = loss_since_report / std::max<uint64_t>(1, examples_since_report);
       progress.examples = examples_since_report;
       progress.staleness = backend_.TakeMeanStaleness();

@@ -18,6 +18,7 @@
 #include "worker/model.h"
 #include "worker/slowness.h"
 #include "worker/sync_backend.h"
+#include "worker/work_plan.h"
 
 namespace syncline {
 
@@ -46,6 +47,12 @@ struct TrainerOptions {
   bool read_ahead = false;
   // Called after every iteration with the clocks finished (may be empty).
   std::function<void(int64_t clock)> on_step;
+  // Elastic jobs (worker/work_plan.h): this worker's rank, the workers that left since the last
+  // call (asked before every iteration; may be empty: nobody ever leaves), and the source of a
+  // leaver's partition (it must stay valid for the run; asked once per leaver).
+  int rank = 0;
+  std::function<std::vector<Departure>()> take_departures;
+  std::function<absl::StatusOr<ExampleSource*>(int partition)> partition_source;
 };
 
 // A diverged model: OutOfRange "diverged at step N: ...". The trainer stops with it when a
@@ -93,6 +100,7 @@ struct TrainResult {
   uint64_t examples = 0;
   double last_loss = 0;
   StepTimes times;
+  int64_t batches_taken_over = 0;  // of workers that left (take_departures)
 };
 
 // Iterations of one epoch over a partition of `examples` examples.
@@ -116,8 +124,9 @@ class Trainer {
                                   const std::function<void(const TrainProgress&)>& on_progress);
 
   // The same over a source that may stream from disk: each epoch rewinds it and takes
-  // consecutive batches, StepsPerEpoch(source.size(), batch_size) of them. Also stops at the
-  // first source error, or when a pass ends before source.size() examples (FailedPrecondition).
+  // consecutive batches, StepsPerEpoch(source.size(), batch_size) of them, then the batches of
+  // workers that left which this worker takes over. Also stops at the first source error, or
+  // when a pass ends before source.size() examples (FailedPrecondition).
   absl::StatusOr<TrainResult> Run(ExampleSource& source,
                                   const std::function<void(const TrainProgress&)>& on_progress);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <limits>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -71,8 +72,10 @@ absl::StatusOr<std::unique_ptr<CriteoReader>> OpenCriteo(const std::string& path
 }
 
 // Reads (or, for Criteo, validates and opens) partition `rank` of the training data and the
-// whole test set. Errors name the file and line.
-absl::StatusOr<std::unique_ptr<WorkerData>> ReadWorkerData(const JobSpec& spec, int rank) {
+// whole test set. Errors name the file and line. A hand-over reads a leaver's partition only:
+// no test set, histograms or attack.
+absl::StatusOr<std::unique_ptr<WorkerData>> ReadWorkerData(const JobSpec& spec, int rank,
+                                                           bool hand_over = false) {
   auto data = std::make_unique<WorkerData>();
   WorkerData& d = *data;
   ReadOptions o;
@@ -87,7 +90,7 @@ absl::StatusOr<std::unique_ptr<WorkerData>> ReadWorkerData(const JobSpec& spec, 
     auto train = OpenCriteo(spec.data.train, rank, spec.workers);
     if (!train.ok()) return train.status();
     d.train_stream = std::move(*train);
-    if (!spec.data.test.empty()) {
+    if (!spec.data.test.empty() && !hand_over) {
       auto test = OpenCriteo(spec.data.test, 0, 1);
       if (!test.ok()) return test.status();
       d.test_stream = std::move(*test);
@@ -109,7 +112,7 @@ absl::StatusOr<std::unique_ptr<WorkerData>> ReadWorkerData(const JobSpec& spec, 
     auto parts =
         PartitionByLabel(d.train.labels, spec.model.classes, spec.workers, partition, spec.seed);
     if (!parts.ok()) return parts.status();
-    if (rank == 0 && !spec.data.histograms_out.empty()) {
+    if (rank == 0 && !spec.data.histograms_out.empty() && !hand_over) {
       const std::string tsv =
           LabelHistogramsTsv(LabelHistograms(d.train.labels, spec.model.classes, *parts));
       std::ofstream out(spec.data.histograms_out, std::ios::trunc);
@@ -124,12 +127,13 @@ absl::StatusOr<std::unique_ptr<WorkerData>> ReadWorkerData(const JobSpec& spec, 
     Dataset mine = SelectExamples(d.train, (*parts)[rank]);
     d.train = std::move(mine);
   }
-  if (IsByzantine(spec.byzantine, rank) && spec.byzantine.attack.kind == AttackKind::kLabelFlip) {
+  if (IsByzantine(spec.byzantine, rank) && spec.byzantine.attack.kind == AttackKind::kLabelFlip &&
+      !hand_over) {
     FlipLabels(d.train, spec.model.classes);
     SYNCLINE_LOG(WARNING) << "byzantine worker: training on flipped labels (--byzantine "
                           << ByzantineName(spec.byzantine) << ")";
   }
-  if (!spec.data.test.empty()) {
+  if (!spec.data.test.empty() && !hand_over) {
     ReadOptions t = o;
     t.partition = 0;
     t.num_partitions = 1;
@@ -375,6 +379,26 @@ NodeExit WorkerNode::Run() {
     return absl::OkStatus();
   };
   trainer_options.on_step = [control](int64_t clock) { control->SetClock(clock); };
+  // Workers that leave a job that goes on hand their batches to those still training: a
+  // leaver's partition is read here when it leaves (the same file, its part).
+  std::map<int, std::unique_ptr<WorkerData>> leavers;
+  trainer_options.rank = rank;
+  if (HandsOverBatches(spec.sync)) {
+    trainer_options.take_departures = [control] {
+      std::vector<Departure> departures;
+      for (ControlClient::WorkerLeft& l : control->TakeWorkersLeft()) {
+        departures.push_back(Departure{l.worker, l.clock, std::move(l.takers)});
+      }
+      return departures;
+    };
+    trainer_options.partition_source = [&](int partition) -> absl::StatusOr<ExampleSource*> {
+      auto read = ReadWorkerData(spec, partition, /*hand_over=*/true);
+      if (!read.ok()) return read.status();
+      ExampleSource* source = (*read)->source.get();
+      leavers[partition] = std::move(*read);
+      return source;
+    };
+  }
   control->SetClock(trainer_options.start_step);
   auto report = [control](const TrainProgress& p) {
     control->ReportProgress(ProgressReport{.clock = p.clock,
@@ -421,8 +445,9 @@ NodeExit WorkerNode::Run() {
                                              .examples = result->examples,
                                              .bytes_pushed = backend->bytes_pushed(),
                                              .bytes_pulled = backend->bytes_pulled()});
-  SYNCLINE_LOG(INFO) << absl::StrFormat("trained %d iterations, last loss %.5f; step time: %s",
-                                        result->steps, result->last_loss, result->times.ToString());
+  SYNCLINE_LOG(INFO) << absl::StrFormat(
+      "trained %d iterations (%d of them other workers' batches), last loss %.5f; step time: %s",
+      result->steps, result->batches_taken_over, result->last_loss, result->times.ToString());
 
   while (true) {
     // The job may evaluate for a long time; the coordinator's heartbeats keep this honest.

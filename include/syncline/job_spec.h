@@ -22,7 +22,11 @@ struct JobSpec {
   // Each field's launcher flag in brackets.
   int servers = 2;  // [--servers] parameter-server shards (0 under gossip)
   int workers = 2;  // [--workers]
-  SyncMode sync;    // [--sync]
+  // [--min-workers] The job goes on while at least this many workers are left; a lost worker's
+  // remaining batches go to the others (--sync bsp, ssp, asp). 0: the mode's default, every
+  // worker under BSP (a lost worker stops the job), 1 under SSP and ASP.
+  int min_workers = 0;
+  SyncMode sync;  // [--sync]
 
   struct Model {
     ModelKind kind = ModelKind::kLogreg;  // [--model]

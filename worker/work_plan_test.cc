@@ -1,0 +1,140 @@
+#include "worker/work_plan.h"
+
+#include <map>
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace syncline {
+namespace {
+
+// Partitions of unequal sizes: worker p has 10 + p batches per epoch.
+absl::StatusOr<int64_t> Batches(int p) { return 10 + p; }
+
+WorkPlan PlanOf(int self, int epochs) {
+  auto plan = WorkPlan::Create(self, epochs, Batches);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return *std::move(plan);
+}
+
+// Every batch that the surviving workers' plans hold in `epoch`, counted.
+std::map<std::pair<int, int64_t>, int> Count(const std::vector<WorkPlan>& plans,
+                                             const std::vector<int>& survivors, int epoch) {
+  std::map<std::pair<int, int64_t>, int> count;
+  for (int w : survivors) {
+    for (const BatchRef& b : plans[w].Epoch(w, epoch)) ++count[{b.partition, b.batch}];
+  }
+  return count;
+}
+
+TEST(WorkPlanTest, WithoutDeparturesAWorkerTrainsItsOwnPartitionEveryEpoch) {
+  WorkPlan plan = PlanOf(2, 3);
+  EXPECT_EQ(plan.total_steps(), 36);
+  auto at = plan.At(13);
+  ASSERT_TRUE(at.has_value());
+  EXPECT_EQ(at->epoch, 1);
+  EXPECT_EQ(at->batch, (BatchRef{2, 1}));
+  EXPECT_FALSE(plan.At(36).has_value());
+}
+
+// Four workers, w1 leaves mid-epoch 0 after 4 iterations (of 11): its 7 remaining batches and
+// every later epoch of it are split among w0, w2, w3; every batch of every epoch is trained
+// exactly once by the survivors plus what w1 finished.
+TEST(WorkPlanTest, ALeaversRemainingBatchesAndLaterEpochsAreSharedExactlyOnce) {
+  std::vector<WorkPlan> plans;
+  for (int w = 0; w < 4; ++w) plans.push_back(PlanOf(w, 3));
+  const Departure d{1, 4, {0, 2, 3}};
+  int64_t taken = 0;
+  for (int w : {0, 2, 3}) {
+    auto t = plans[w].Leave(d, /*next_step=*/5);
+    ASSERT_TRUE(t.ok()) << t.status();
+    taken += *t;
+  }
+  EXPECT_EQ(taken, 7 + 11 + 11);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    auto count = Count(plans, {0, 2, 3}, epoch);
+    for (int p = 0; p < 4; ++p) {
+      for (int64_t b = 0; b < 10 + p; ++b) {
+        const int expected = (p == 1 && epoch == 0 && b < 4) ? 0 : 1;
+        EXPECT_EQ((count[{p, b}]), expected) << "epoch " << epoch << " batch " << p << ":" << b;
+      }
+    }
+  }
+  // The shares follow the takers' order: w0 takes w1's 5th, 8th, 11th batch of epoch 0.
+  const std::vector<BatchRef> w0 = plans[0].Epoch(0, 0);
+  ASSERT_EQ(w0.size(), 13u);
+  EXPECT_EQ(w0[10], (BatchRef{1, 4}));
+  EXPECT_EQ(w0[11], (BatchRef{1, 7}));
+  EXPECT_EQ(w0[12], (BatchRef{1, 10}));
+}
+
+// A second departure hands over the leaver's own batches and the share of the first leaver's
+// that it had taken; still nothing is skipped or repeated.
+TEST(WorkPlanTest, ASecondDepartureHandsOverWhatTheFirstGave) {
+  std::vector<WorkPlan> plans;
+  for (int w = 0; w < 4; ++w) plans.push_back(PlanOf(w, 2));
+  const Departure first{3, 2, {0, 1, 2}};
+  for (int w : {0, 1, 2}) ASSERT_TRUE(plans[w].Leave(first, 3).ok());
+  // w2 leaves in epoch 0 after 12 iterations: its 12 own batches, and one of w3's.
+  const Departure second{2, 12, {0, 1}};
+  for (int w : {0, 1}) ASSERT_TRUE(plans[w].Leave(second, 13).ok());
+  // What the leavers trained before they left.
+  std::set<std::pair<int, int64_t>> done;
+  for (int64_t b = 0; b < 2; ++b) done.insert({3, b});
+  const std::vector<BatchRef> w2 = plans[2].Epoch(2, 0);
+  for (size_t i = 0; i < 12; ++i) done.insert({w2[i].partition, w2[i].batch});
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    auto count = Count(plans, {0, 1}, epoch);
+    for (int p = 0; p < 4; ++p) {
+      for (int64_t b = 0; b < 10 + p; ++b) {
+        const int expected = epoch == 0 && done.contains({p, b}) ? 0 : 1;
+        EXPECT_EQ((count[{p, b}]), expected) << "epoch " << epoch << " batch " << p << ":" << b;
+      }
+    }
+  }
+}
+
+// A taker already in the next epoch when it hears appends the rest to the epoch it is in,
+// never to one it has passed, and also takes the leaver's epochs up to that one.
+TEST(WorkPlanTest, ALateTakerAppendsToTheEpochItIsIn) {
+  WorkPlan plan = PlanOf(0, 3);
+  // w1 (11 batches a pass) left in epoch 0 after 6; w0 is at iteration 12, in its epoch 1.
+  auto taken = plan.Leave(Departure{1, 6, {0}}, 12);
+  ASSERT_TRUE(taken.ok());
+  EXPECT_EQ(*taken, 5 + 11 + 11);
+  EXPECT_EQ(plan.Epoch(0, 0).size(), 10u);  // passed: unchanged
+  const std::vector<BatchRef> e1 = plan.Epoch(0, 1);
+  ASSERT_EQ(e1.size(), 10u + 5 + 11);
+  EXPECT_EQ(e1[10], (BatchRef{1, 6}));
+  EXPECT_EQ(e1[15], (BatchRef{1, 0}));
+  EXPECT_EQ(plan.Epoch(0, 2).size(), 21u);
+  auto at = plan.At(12);
+  ASSERT_TRUE(at.has_value());
+  EXPECT_EQ(at->batch, (BatchRef{0, 2}));  // iteration 12 is what it was
+}
+
+TEST(WorkPlanTest, DeparturesAfterTheEndOrHeardTwiceChangeNothing) {
+  WorkPlan plan = PlanOf(0, 1);
+  auto finished = plan.Leave(Departure{1, 11, {0}}, 3);  // w1 had trained its whole plan
+  ASSERT_TRUE(finished.ok());
+  EXPECT_EQ(*finished, 0);
+  auto again = plan.Leave(Departure{1, 11, {0}}, 3);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, 0);
+  auto not_taker = plan.Leave(Departure{2, 0, {3}}, 3);
+  ASSERT_TRUE(not_taker.ok());
+  EXPECT_EQ(*not_taker, 0);
+  EXPECT_EQ(plan.total_steps(), 10);
+}
+
+TEST(WorkPlanTest, APartitionThatCannotBeReadIsAnError) {
+  auto plan = WorkPlan::Create(0, 1, [](int p) -> absl::StatusOr<int64_t> {
+    if (p == 0) return 4;
+    return absl::NotFoundError("no such file");
+  });
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->Leave(Departure{1, 0, {0}}, 0).status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace syncline
