@@ -26,7 +26,7 @@ skip='embed_client_example'
 # The multi-host and Slurm tests, and the longest trainings (checkpoints against time, a killed
 # server's resume, the ctr model's interactions, federated ctr, every codec by parameter
 # servers and by all-reduce, two BSP equivalences, gossip peers as processes, raw and
-# compressed, a crashed ASP worker, a BSP job that loses a worker, logreg's and softmax's documented runs, a diverging job,
+# compressed, a crashed ASP worker, BSP jobs that lose workers, logreg's and softmax's documented runs, a diverging job,
 # the federated attack, repeated ctr runs) and the longest loops of pure arithmetic (CHOCO's
 # rounds to consensus, top-K selection against its definition, the robust rules against a
 # direct computation), run in the plain build; their code paths run here in shorter tests.
@@ -37,7 +37,7 @@ long+='|EveryCodecConvergesAndCompressionShrinksTheWholeJob|CompressedAllReduceC
 long+='|BspWithTwoWorkersEqualsOneWorkerWithTheUnionBatch|AllReduceTrainsTheModelOfBsp'
 long+='|GossipPeersTrainWithoutServers|GossipPeersTrainOnCompressedDifferences'
 long+='|UnderAspTheJobGoesOnWithoutACrashedWorker|LogregConvergesAndTheRunIsDocumented'
-long+='|UnderBspWithMinWorkersTheJobShrinksAndTrainsEveryExample'
+long+='|UnderBspWithMinWorkersTheJobShrinksAndTrainsEveryExample|TwoWorkersKilledAtSeededMoments'
 long+='|SoftmaxOnCsvReportsAccuracy|ADivergingJobStopsWithStatusDivergedAndExitCode3'
 long+='|MeanFollowsTheAttackersAndTheRobustRulesDoNot|BspRunsOfTheCtrModelRepeatExactly'
 long+='|ChocoConsensusTest|SelectTopKTest.BothMethodsMatchTheDefinition|HybridTrainsEmbeddingsOnServers'

@@ -2,8 +2,12 @@
 // over ZeroMQ on loopback.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <iostream>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -448,6 +452,67 @@ TEST_F(LaunchTest, UnderBspWithMinWorkersTheJobShrinksAndTrainsEveryExample) {
   EXPECT_LT(std::stod(last[4]), std::stod(first[4])) << rows[1] << "\n" << rows.back();
   EXPECT_NE(k.output.find("takes"), std::string::npos) << k.output;
   for (const auto& [pid, cmd] : k.children) EXPECT_FALSE(testing_util::Alive(pid)) << cmd;
+}
+
+// Two workers of four killed at seeded moments (the seed is logged; set SYNCLINE_CHAOS_SEED to
+// replay one): the second departure hands over, with its own batches, its share of the
+// first's. The job still trains every example of both epochs at least once.
+TEST_F(LaunchTest, UnderBspTwoWorkersKilledAtSeededMomentsLeaveNoExampleUntrained) {
+  uint64_t seed = 20261202;
+  if (const char* s = std::getenv("SYNCLINE_CHAOS_SEED")) seed = std::strtoull(s, nullptr, 10);
+  std::mt19937_64 rng(seed);
+  std::vector<int> ranks = {0, 1, 2, 3};
+  std::shuffle(ranks.begin(), ranks.end(), rng);
+  std::uniform_int_distribution<int> pause_ms(50, 400);
+  const int first_ms = pause_ms(rng), second_ms = pause_ms(rng);
+  std::cerr << "chaos seed " << seed << ": kill w" << ranks[0] << " after " << first_ms
+            << " ms, then w" << ranks[1] << " " << second_ms << " ms later\n";
+  const std::string out = TempDir("chaos_bsp");
+  std::string output;
+  ProcessGroup group([&](std::string_view, OutputStream, std::string_view line) {
+    output.append(line.data(), line.size());
+    output += '\n';
+  });
+  auto launcher = group.Start(ProcessSpec{"launch", {kLaunch, "--servers",
+                                                     "2",     "--workers",
+                                                     "4",     "--min-workers",
+                                                     "2",     "--sync",
+                                                     "bsp",   "--train",
+                                                     Train(), "--test",
+                                                     Test(),  "--epochs",
+                                                     "2",     "--batch-size",
+                                                     "64",    "--min-step-ms",
+                                                     "10",    "--heartbeat-interval",
+                                                     "0.1",   "--heartbeat-timeout",
+                                                     "2",     "--out",
+                                                     out}});
+  ASSERT_TRUE(launcher.ok());
+  std::vector<ExitEvent> exited;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline && exited.empty()) {
+    (void)group.Poll(absl::Milliseconds(20), &exited);
+    const std::string csv = ReadFile(out + "/metrics.csv");
+    if (std::count(csv.begin(), csv.end(), '\n') > 4) break;
+  }
+  ASSERT_TRUE(exited.empty()) << output;
+  const auto children = testing_util::Children(*launcher);
+  for (int kill = 0; kill < 2; ++kill) {
+    (void)group.Poll(absl::Milliseconds(kill == 0 ? first_ms : second_ms), &exited);
+    ASSERT_TRUE(exited.empty()) << "the job ended before the kills: " << output;
+    EXPECT_NE(testing_util::KillChildOfRank(*launcher, "syncline-worker", ranks[kill]), 0);
+  }
+  testing_util::AwaitAnExit(group, absl::Seconds(60), &exited);
+  ASSERT_EQ(exited.size(), 1u) << "the launcher did not exit:\n" << output;
+  EXPECT_EQ(exited[0].exit_code, 0) << output;
+  const std::string summary = ReadFile(out + "/summary.json");
+  EXPECT_EQ(JsonNumber(summary, "workers_left"), 2) << summary;
+  const auto trained = JsonNumber(summary, "examples_trained");
+  ASSERT_TRUE(trained.has_value()) << summary;
+  EXPECT_GE(*trained, 2 * 20000) << summary;
+  EXPECT_LE(*trained, 2 * 20000 + 40 * 64) << summary;
+  ASSERT_TRUE(JsonNumber(summary, "test_auc").has_value()) << summary;
+  EXPECT_GT(*JsonNumber(summary, "test_auc"), 0.75) << summary;
+  for (const auto& [pid, cmd] : children) EXPECT_FALSE(testing_util::Alive(pid)) << cmd;
 }
 
 }  // namespace
