@@ -375,6 +375,7 @@ absl::Status Coordinator::MarkDown(NodeState& n, const std::string& reason) {
         clock,
         absl::StrJoin(takers, ", ", [](std::string* out, int r) { absl::StrAppend(out, "w", r); }));
   }
+  if (observer_ && !n.done) observer_->OnWorkerLeft(n.rank, clock, takers);
   MessageBuilder b(wire::MsgType::NODE_DOWN);
   b.header().setRole(wire::Role::COORDINATOR);
   auto d = b.header().getBody().initNodeDown();

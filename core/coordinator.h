@@ -20,6 +20,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -75,6 +76,9 @@ class CoordinatorObserver {
   // A server's statistics so far, while it serves.
   virtual void OnServerProgress(int server, wire::ServerStats::Reader stats) {}
   virtual void OnNodeDown(wire::Role role, int rank, const std::string& reason) {}
+  // A lost worker left a job that goes on: the clock its batches are handed over from, and
+  // the workers that take them (empty: none).
+  virtual void OnWorkerLeft(int worker, int64_t clock, const std::vector<int>& takers) {}
   // A node wrote its part of checkpoint `clock` (status OK) or failed to.
   virtual void OnCheckpointed(wire::Role role, int rank, int64_t clock,
                               const absl::Status& status) {}

@@ -170,6 +170,12 @@ struct ServerStats {
   shortRounds @13 :List(Int64);  # the first 1000 rounds closed short of clients
   examplesTrained @14 :Float64;  # examples of the iterations workers finished (their clocks'
                                  # weights): under BSP those whose gradients reached the model
+  lostWorkers @15 :List(LostWorker);  # workers dropped while the job went on, at what clock
+}
+
+struct LostWorker {
+  worker @0 :Int32;
+  clock @1 :Int64;  # the iterations this server had seen it finish
 }
 
 struct EmbeddingStats {

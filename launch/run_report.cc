@@ -178,6 +178,10 @@ void RunReport::OnServerStats(int server, wire::ServerStats::Reader s) {
   for (size_t i = 0; i < hist.size(); ++i) staleness_[i] += hist[i];
   checkpoint_pause_s_ = std::max(checkpoint_pause_s_, s.getCheckpointPauseSeconds());
   examples_trained_ = std::max(examples_trained_, s.getExamplesTrained());
+  for (auto lost : s.getLostWorkers()) {
+    int64_t& at = finished_at_[lost.getWorker()];
+    at = std::max(at, lost.getClock());
+  }
   if (s.getRounds() > 0 && (s.getRoundsShort() > rounds_.short_rounds || rounds_.rounds == 0)) {
     rounds_.rounds = s.getRounds();
     rounds_.short_rounds = s.getRoundsShort();
@@ -245,6 +249,11 @@ void RunReport::OnNodeDown(wire::Role role, int rank, const std::string& reason)
     }
   }
   if (checkpoints_ != nullptr && role == wire::Role::WORKER) checkpoints_->OnWorkerGone(rank, -1);
+}
+
+void RunReport::OnWorkerLeft(int worker, int64_t clock, const std::vector<int>& takers) {
+  absl::MutexLock lock(&mu_);
+  if (!takers.empty()) handed_from_[worker] = clock;
 }
 
 void RunReport::OnCheckpointed(wire::Role role, int rank, int64_t clock,
@@ -399,6 +408,15 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
   // Examples of the iterations finished, as the servers counted them (the lost workers' too).
   j << "  \"examples_trained\": " << JsonNumber(examples_trained_) << ",\n";
   j << "  \"workers_left\": " << workers_left_ << ",\n";
+  // Iterations trained twice: those a lost worker finished after the clock its batches were
+  // handed over from (its last heartbeat).
+  int64_t redone = 0;
+  for (const auto& [worker, from] : handed_from_) {
+    if (auto it = finished_at_.find(worker); it != finished_at_.end()) {
+      redone += std::max<int64_t>(0, it->second - from);
+    }
+  }
+  j << "  \"steps_redone\": " << redone << ",\n";
   j << "  \"wall_seconds\": " << JsonNumber(absl::ToDoubleSeconds(wall)) << ",\n";
   j << "  \"train_loss\": " << (reporting ? JsonNumber(final_loss / reporting) : "null") << ",\n";
   j << "  \"test_examples\": " << test_examples_ << ",\n";

@@ -41,6 +41,7 @@ class RunReport : public CoordinatorObserver {
   // Appends the embedding tables' figures to OUT/embedding.csv.
   void OnServerProgress(int server, wire::ServerStats::Reader stats) override;
   void OnNodeDown(wire::Role role, int rank, const std::string& reason) override;
+  void OnWorkerLeft(int worker, int64_t clock, const std::vector<int>& takers) override;
   void OnCheckpointed(wire::Role role, int rank, int64_t clock,
                       const absl::Status& status) override;
 
@@ -121,6 +122,10 @@ class RunReport : public CoordinatorObserver {
   uint64_t test_examples_ ABSL_GUARDED_BY(mu_) = 0;
   int workers_left_ ABSL_GUARDED_BY(mu_) = 0;
   double examples_trained_ ABSL_GUARDED_BY(mu_) = 0;  // the servers' largest count
+  // Lost workers: the clock their batches were handed over from, and the most iterations a
+  // server had seen each finish (the difference is trained twice).
+  std::map<int, int64_t> handed_from_ ABSL_GUARDED_BY(mu_);
+  std::map<int, int64_t> finished_at_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> staleness_ ABSL_GUARDED_BY(mu_);
   uint64_t server_requests_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t server_rejected_ ABSL_GUARDED_BY(mu_) = 0;

@@ -853,6 +853,7 @@ void ParameterServer::RemoveWorker(int worker) {
   if (gate_.synchronous() && !options_.federated) {
     for (auto& [id, table] : tables_) table->DropContributionsFrom(clocks_.clock(worker), worker);
   }
+  stats_.lost_workers.emplace_back(worker, clocks_.clock(worker));
   (void)clocks_.Finish(worker);
   if (auto s = options_.federated ? AdvanceRounds() : OnMinClockChanged(); !s.ok()) {
     SYNCLINE_LOG(ERROR) << s;

@@ -134,6 +134,8 @@ struct ServerStats {
   // exactly the examples whose gradients reached the model (a lost worker's unfinished
   // iteration is dropped).
   double examples_trained = 0;
+  // Workers dropped while the job went on, with the clock this server had from each.
+  std::vector<std::pair<int, int64_t>> lost_workers;
 };
 
 class ParameterServer {

@@ -28,6 +28,12 @@ Message StatsMessage(wire::MsgType type, int rank, const ParameterServer& server
   stats.setClientsMissing(server.stats().clients_missing);
   stats.setUpdatesLate(server.stats().updates_late);
   stats.setExamplesTrained(server.stats().examples_trained);
+  const auto& lost = server.stats().lost_workers;
+  auto list = stats.initLostWorkers(static_cast<unsigned>(lost.size()));
+  for (size_t i = 0; i < lost.size(); ++i) {
+    list[static_cast<unsigned>(i)].setWorker(lost[i].first);
+    list[static_cast<unsigned>(i)].setClock(lost[i].second);
+  }
   const auto& short_rounds = server.stats().short_rounds;
   auto rounds = stats.initShortRounds(short_rounds.size());
   for (size_t i = 0; i < short_rounds.size(); ++i) rounds.set(i, short_rounds[i]);

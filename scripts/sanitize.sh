@@ -38,6 +38,7 @@ long+='|BspWithTwoWorkersEqualsOneWorkerWithTheUnionBatch|AllReduceTrainsTheMode
 long+='|GossipPeersTrainWithoutServers|GossipPeersTrainOnCompressedDifferences'
 long+='|UnderAspTheJobGoesOnWithoutACrashedWorker|LogregConvergesAndTheRunIsDocumented'
 long+='|UnderBspWithMinWorkersTheJobShrinksAndTrainsEveryExample|TwoWorkersKilledAtSeededMoments'
+long+='|AJobThatLostAWorkerResumesIntoTheSamePlanExactly'
 long+='|SoftmaxOnCsvReportsAccuracy|ADivergingJobStopsWithStatusDivergedAndExitCode3'
 long+='|MeanFollowsTheAttackersAndTheRobustRulesDoNot|BspRunsOfTheCtrModelRepeatExactly'
 long+='|ChocoConsensusTest|SelectTopKTest.BothMethodsMatchTheDefinition|HybridTrainsEmbeddingsOnServers'

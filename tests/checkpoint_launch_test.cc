@@ -10,6 +10,7 @@
 #include <set>
 
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "testing/test_util.h"
 
 namespace syncline {
@@ -356,6 +357,28 @@ void ServerlessWorkersResumeExactly(const std::string& sync, const std::string& 
   for (const std::string& dir : {data, out}) std::filesystem::remove_all(dir);
 }
 
+// Runs `job` (whose --out is `out`), SIGKILLs worker 1 once metrics.csv reaches clock 20, and
+// expects the launcher to go on without it and exit 0.
+void RunKillingWorkerOne(const std::vector<std::string>& job, const std::string& out,
+                         std::string* output) {
+  ProcessGroup group([output](std::string_view, OutputStream, std::string_view line) {
+    output->append(line.data(), line.size());
+    *output += '\n';
+  });
+  auto launcher = group.Start(ProcessSpec{"launch", job});
+  ASSERT_TRUE(launcher.ok());
+  std::vector<ExitEvent> exited;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline && exited.empty() && LastLoggedClock(out) < 20) {
+    (void)group.Poll(absl::Milliseconds(20), &exited);
+  }
+  ASSERT_TRUE(exited.empty()) << "the job ended before the kill:\n" << *output;
+  ASSERT_NE(testing_util::KillChildOfRank(*launcher, "syncline-worker", 1), 0) << *output;
+  testing_util::AwaitAnExit(group, absl::Seconds(90), &exited);
+  ASSERT_EQ(exited.size(), 1u) << *output;
+  EXPECT_EQ(exited[0].exit_code, 0) << *output;  // the job went on without w1
+}
+
 // A gossip peer SIGKILLed mid-run: the others go on (dropping it after --peer-timeout) and
 // checkpoint without it; resuming from such a checkpoint would bring it back with an empty
 // model, so --resume refuses and says why.
@@ -385,26 +408,87 @@ TEST(CheckpointLaunchTest, GossipResumeWithoutEveryPeerIsRefused) {
                                         "--out",
                                         out};
   std::string output;
-  ProcessGroup group([&](std::string_view, OutputStream, std::string_view line) {
-    output.append(line.data(), line.size());
-    output += '\n';
-  });
-  auto launcher = group.Start(ProcessSpec{"launch", job});
-  ASSERT_TRUE(launcher.ok());
-  std::vector<ExitEvent> exited;
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (absl::Now() < deadline && exited.empty() && LastLoggedClock(out) < 20) {
-    (void)group.Poll(absl::Milliseconds(20), &exited);
-  }
-  ASSERT_TRUE(exited.empty()) << "the job ended before the kill:\n" << output;
-  ASSERT_NE(testing_util::KillChildOfRank(*launcher, "syncline-worker", 1), 0) << output;
-  testing_util::AwaitAnExit(group, absl::Seconds(90), &exited);
-  ASSERT_EQ(exited.size(), 1u) << output;
-  EXPECT_EQ(exited[0].exit_code, 0) << output;  // the job went on without w1
+  ASSERT_NO_FATAL_FAILURE(RunKillingWorkerOne(job, out, &output));
 
   auto resumed = RunProcess(Resume(job));
   EXPECT_EQ(resumed.exit_code, 2) << resumed.output;
   EXPECT_NE(resumed.output.find("holds no state of w1"), std::string::npos) << resumed.output;
+  for (const std::string& dir : {data, out}) std::filesystem::remove_all(dir);
+}
+
+// A BSP job that lost a worker and then checkpointed resumes into the same plan: the
+// checkpoint's worker states carry the departures, the leaver's rank learns from them that it
+// has nothing left, and the resumed run ends with the parameters of the run that went on.
+TEST(CheckpointLaunchTest, AJobThatLostAWorkerResumesIntoTheSamePlanExactly) {
+  const std::string data = TempDir("shrink_data");
+  ASSERT_NO_FATAL_FAILURE(Generate(data, 12000, 1000, 2000, 10, 5));
+  const std::string out = TempDir("shrink_ckpt");
+  const std::vector<std::string> job = {kLaunch,
+                                        "--servers",
+                                        "2",
+                                        "--workers",
+                                        "4",
+                                        "--min-workers",
+                                        "3",
+                                        "--sync",
+                                        "bsp",
+                                        "--optimizer",
+                                        "adagrad",
+                                        "--lr",
+                                        "0.1",
+                                        "--batch-size",
+                                        "64",
+                                        "--train",
+                                        data + "/train.libsvm",
+                                        "--test",
+                                        data + "/test.libsvm",
+                                        "--epochs",
+                                        "2",
+                                        "--min-step-ms",
+                                        "10",
+                                        "--heartbeat-interval",
+                                        "0.1",
+                                        "--checkpoint-every",
+                                        "10",
+                                        "--checkpoint-keep",
+                                        "100",
+                                        "--out",
+                                        out};
+  std::string output;
+  ASSERT_NO_FATAL_FAILURE(RunKillingWorkerOne(job, out, &output));
+  const std::string whole_params = ReadFile(out + "/params.tsv");
+  ASSERT_GT(whole_params.size(), 1000u);
+  const std::string marker = "its batches from clock ";
+  const size_t at = output.find(marker);
+  ASSERT_NE(at, std::string::npos) << output;
+  const int64_t left = std::stoll(output.substr(at + marker.size()));
+  // Keep the first complete checkpoint well after the departure; drop the later ones.
+  std::vector<std::string> complete;
+  for (const auto& e : std::filesystem::directory_iterator(out + "/checkpoints")) {
+    if (std::filesystem::exists(e.path() / "MANIFEST")) complete.push_back(e.path().string());
+  }
+  std::sort(complete.begin(), complete.end());
+  int64_t kept = -1;
+  for (const std::string& dir : complete) {
+    const int64_t clock = std::stoll(dir.substr(dir.rfind('-') + 1));
+    if (kept < 0 && clock >= left + 10) {
+      kept = clock;
+    } else if (kept >= 0) {
+      std::filesystem::remove(dir + "/MANIFEST");
+    }
+  }
+  ASSERT_GE(kept, 0) << "no checkpoint after clock " << left << ":\n" << output;
+  std::filesystem::remove(out + "/params.tsv");
+
+  auto resumed = RunProcess(Resume(job));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(JsonNumber(ReadFile(out + "/summary.json"), "resumed_from_clock"), kept);
+  EXPECT_NE(resumed.output.find("(1 worker had left)"), std::string::npos) << resumed.output;
+  // The leaver's rank comes back with nothing to train: its plan ends where it left.
+  EXPECT_NE(ReadFile(out + "/logs/w1.log").find("trained " + std::to_string(left)),
+            std::string::npos)
+      << ReadFile(out + "/logs/w1.log");
+  EXPECT_TRUE(ReadFile(out + "/params.tsv") == whole_params) << resumed.output;
   for (const std::string& dir : {data, out}) std::filesystem::remove_all(dir);
 }
 

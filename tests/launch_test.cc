@@ -414,6 +414,9 @@ TEST_F(LaunchTest, UnderAspTheJobGoesOnWithoutACrashedWorker) {
   EXPECT_NE(summary.find("w1 killed by signal 9"), std::string::npos) << summary;
   ASSERT_TRUE(JsonNumber(summary, "test_auc").has_value()) << summary;
   EXPECT_GT(*JsonNumber(summary, "test_auc"), 0.7) << summary;
+  // Its remaining batches were handed to the two others: every example of the 3 epochs.
+  EXPECT_EQ(JsonNumber(summary, "workers_left"), 1) << summary;
+  EXPECT_GE(JsonNumber(summary, "examples_trained").value_or(0), 3 * 20000) << summary;
   for (const auto& [pid, cmd] : k.children) EXPECT_FALSE(testing_util::Alive(pid)) << cmd;
 }
 
@@ -435,8 +438,12 @@ TEST_F(LaunchTest, UnderBspWithMinWorkersTheJobShrinksAndTrainsEveryExample) {
   const auto trained = JsonNumber(summary, "examples_trained");
   ASSERT_TRUE(trained.has_value()) << summary;
   EXPECT_GE(*trained, 2 * 20000) << summary;
-  // At 10 ms a step and a heartbeat every 0.1 s, at most about 12 batches are trained twice.
+  // At 10 ms a step and a heartbeat every 0.1 s, at most about 12 batches are trained twice,
+  // and the servers' count of them agrees with the examples counted twice.
   EXPECT_LE(*trained, 2 * 20000 + 20 * 64) << summary;
+  const auto redone = JsonNumber(summary, "steps_redone");
+  ASSERT_TRUE(redone.has_value()) << summary;
+  EXPECT_NEAR(*trained, 2 * 20000 + 64 * *redone, 64) << summary;
   ASSERT_TRUE(JsonNumber(summary, "test_auc").has_value()) << summary;
   EXPECT_GT(*JsonNumber(summary, "test_auc"), 0.75) << summary;
   // The world shrank in metrics.csv, and the loss went on falling after it did.

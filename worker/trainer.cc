@@ -99,12 +99,21 @@ absl::StatusOr<TrainResult> Trainer::Run(
     cursors[partition].source = *opened;
     return *opened;
   };
-  auto plan = WorkPlan::Create(self, options_.epochs, [&](int p) -> absl::StatusOr<int64_t> {
+  auto created = WorkPlan::Create(self, options_.epochs, [&](int p) -> absl::StatusOr<int64_t> {
     auto s = source_of(p);
     if (!s.ok()) return s.status();
     return StepsPerEpoch((*s)->size(), batch);
   });
-  if (!plan.ok()) return plan.status();
+  if (!created.ok()) return created.status();
+  plan_ = std::move(*created);
+  std::optional<WorkPlan>& plan = plan_;
+  if (!options_.all_departures.empty()) {
+    if (auto s = plan->Restore(options_.restored_departures, options_.all_departures,
+                               options_.start_step);
+        !s.ok()) {
+      return s;
+    }
+  }
   auto steps_in_plan = [&] {
     const int64_t all = plan->total_steps();
     return options_.stop_step > 0 ? std::min(all, options_.stop_step) : all;

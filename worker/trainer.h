@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -53,6 +54,9 @@ struct TrainerOptions {
   int rank = 0;
   std::function<std::vector<Departure>()> take_departures;
   std::function<absl::StatusOr<ExampleSource*>(int partition)> partition_source;
+  // Resume: the departures this worker's checkpoint saved, and the longest list any worker's
+  // did (WorkPlan::Restore); empty in a job where nobody had left.
+  std::vector<SavedDeparture> restored_departures, all_departures;
 };
 
 // A diverged model: OutOfRange "diverged at step N: ...". The trainer stops with it when a
@@ -130,10 +134,14 @@ class Trainer {
   absl::StatusOr<TrainResult> Run(ExampleSource& source,
                                   const std::function<void(const TrainProgress&)>& on_progress);
 
+  // The plan's departures (WorkPlan::Save), for a checkpoint taken during Run(); empty before.
+  std::string SavePlan() const { return plan_ ? plan_->Save() : std::string(); }
+
  private:
   const Model& model_;
   SyncBackend& backend_;
   const TrainerOptions options_;
+  std::optional<WorkPlan> plan_;
 };
 
 }  // namespace syncline

@@ -1,7 +1,9 @@
 #include "worker/work_plan.h"
 
 #include <algorithm>
+#include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace syncline {
@@ -74,7 +76,7 @@ std::optional<std::pair<int, int64_t>> WorkPlan::Locate(int worker, int64_t cloc
 }
 
 std::optional<WorkPlan::Located> WorkPlan::At(int64_t step) const {
-  if (step < 0) return std::nullopt;
+  if (step < 0 || (self_left_at_ && step >= *self_left_at_)) return std::nullopt;
   const int all = static_cast<int>(departures_.size());
   if (all == 0) {
     const int64_t n = batches_.at(self_);
@@ -96,13 +98,21 @@ int64_t WorkPlan::total_steps() const {
   if (all == 0) return batches_.at(self_) * epochs_;
   int64_t total = 0;
   for (int e = 0; e < epochs_; ++e) total += static_cast<int64_t>(EpochOf(self_, e, all).size());
-  return total;
+  return self_left_at_ ? std::min(total, *self_left_at_) : total;
 }
 
 absl::StatusOr<int64_t> WorkPlan::Leave(const Departure& d, int64_t next_step) {
-  if (d.worker == self_ || d.clock < 0) return 0;
+  if (d.clock < 0) return 0;
   for (const Departure& earlier : departures_) {
     if (earlier.worker == d.worker) return 0;  // heard twice
+  }
+  if (d.worker == self_) {
+    // Only a resumed leaver hears of itself: the rest of its plan is the takers'.
+    const int64_t before = total_steps();
+    departures_.push_back(d);
+    memo_.clear();
+    self_left_at_ = std::min(d.clock, self_left_at_.value_or(d.clock));
+    return total_steps() - before;
   }
   if (!batches_.contains(d.worker)) {
     auto n = batches_of_(d.worker);
@@ -123,6 +133,113 @@ absl::StatusOr<int64_t> WorkPlan::Leave(const Departure& d, int64_t next_step) {
     }
   }
   return total_steps() - before;
+}
+
+namespace {
+
+// Little-endian fixed-width fields, read with bounds checks.
+template <typename T>
+void Put(std::string* out, T value) {
+  out->append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+template <typename T>
+bool Get(std::string_view* in, T* value) {
+  if (in->size() < sizeof(T)) return false;
+  std::memcpy(value, in->data(), sizeof(T));
+  in->remove_prefix(sizeof(T));
+  return true;
+}
+
+}  // namespace
+
+std::string WorkPlan::Save() const {
+  std::string out;
+  Put<uint32_t>(&out, static_cast<uint32_t>(departures_.size()));
+  for (size_t i = 0; i < departures_.size(); ++i) {
+    const Departure& d = departures_[i];
+    const auto applied = applied_epoch_.find(static_cast<int>(i));
+    Put<int32_t>(&out, d.worker);
+    Put<int64_t>(&out, d.clock);
+    Put<int32_t>(&out, applied == applied_epoch_.end() ? -1 : applied->second);
+    Put<uint32_t>(&out, static_cast<uint32_t>(d.takers.size()));
+    for (int t : d.takers) Put<int32_t>(&out, t);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<SavedDeparture>> WorkPlan::Load(std::string_view bytes, int workers) {
+  auto bad = [](const std::string& why) {
+    return absl::DataLossError(absl::StrCat("saved work plan: ", why));
+  };
+  uint32_t count = 0;
+  if (!Get(&bytes, &count)) return bad("truncated");
+  if (count > static_cast<uint32_t>(workers)) {
+    return bad(absl::StrFormat("%d departures in a job of %d workers", count, workers));
+  }
+  std::vector<SavedDeparture> out;
+  for (uint32_t i = 0; i < count; ++i) {
+    SavedDeparture s;
+    int32_t worker = 0, applied = 0;
+    uint32_t takers = 0;
+    if (!Get(&bytes, &worker) || !Get(&bytes, &s.departure.clock) || !Get(&bytes, &applied) ||
+        !Get(&bytes, &takers)) {
+      return bad("truncated");
+    }
+    if (worker < 0 || worker >= workers || s.departure.clock < 0 || applied < -1 ||
+        takers > static_cast<uint32_t>(workers)) {
+      return bad(absl::StrFormat("departure %d is not one of a job of %d workers", i, workers));
+    }
+    s.departure.worker = worker;
+    s.applied_epoch = applied;
+    for (uint32_t t = 0; t < takers; ++t) {
+      int32_t rank = 0;
+      if (!Get(&bytes, &rank)) return bad("truncated");
+      if (rank < 0 || rank >= workers || rank == worker ||
+          (!s.departure.takers.empty() && rank <= s.departure.takers.back())) {
+        return bad(absl::StrFormat("departure %d names taker %d", i, rank));
+      }
+      s.departure.takers.push_back(rank);
+    }
+    for (const SavedDeparture& earlier : out) {
+      if (earlier.departure.worker == worker) {
+        return bad(absl::StrFormat("w%d departs twice", worker));
+      }
+    }
+    out.push_back(std::move(s));
+  }
+  if (!bytes.empty()) return bad("bytes after the last departure");
+  return out;
+}
+
+absl::Status WorkPlan::Restore(const std::vector<SavedDeparture>& own,
+                               const std::vector<SavedDeparture>& all, int64_t next_step) {
+  if (!departures_.empty()) return absl::FailedPreconditionError("the plan has departures");
+  if (own.size() > all.size()) return absl::InternalError("own departures beyond all");
+  for (size_t i = 0; i < own.size(); ++i) {
+    if (!(own[i].departure == all[i].departure)) {
+      return absl::DataLossError(
+          absl::StrFormat("the checkpoint's workers heard departure %d differently (w%d and w%d)",
+                          i, own[i].departure.worker, all[i].departure.worker));
+    }
+    const Departure& d = own[i].departure;
+    if (d.worker == self_) {
+      if (auto s = Leave(d, next_step); !s.ok()) return s.status();
+      continue;
+    }
+    if (!batches_.contains(d.worker)) {
+      auto n = batches_of_(d.worker);
+      if (!n.ok()) return n.status();
+      batches_[d.worker] = *n;
+    }
+    if (own[i].applied_epoch >= 0) applied_epoch_[static_cast<int>(i)] = own[i].applied_epoch;
+    departures_.push_back(d);
+  }
+  memo_.clear();
+  for (size_t i = own.size(); i < all.size(); ++i) {
+    if (auto s = Leave(all[i].departure, next_step); !s.ok()) return s.status();
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace syncline

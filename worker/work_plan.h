@@ -23,6 +23,8 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -41,6 +43,14 @@ struct Departure {
   int worker = -1;
   int64_t clock = 0;        // iterations it had finished
   std::vector<int> takers;  // in rank order
+  bool operator==(const Departure&) const = default;
+};
+
+// A departure as a worker's checkpoint keeps it: with the epoch this worker appended its share
+// of the remainder to, when that was not the leaver's (-1).
+struct SavedDeparture {
+  Departure departure;
+  int applied_epoch = -1;
 };
 
 class WorkPlan {
@@ -54,6 +64,17 @@ class WorkPlan {
   // share for `self` goes no earlier than the epoch that iteration is in. Returns the batches
   // this worker takes over (0 when it is not a taker, or nothing was left).
   absl::StatusOr<int64_t> Leave(const Departure& d, int64_t next_step);
+
+  // The departures heard so far, for a checkpoint (Load reads them back).
+  std::string Save() const;
+  // DataLoss naming what is wrong when `bytes` are not a Save() of a job of `workers`.
+  static absl::StatusOr<std::vector<SavedDeparture>> Load(std::string_view bytes, int workers);
+  // A resumed worker's plan: `own` as its checkpoint saved them, then the departures only
+  // other workers' checkpoints hold (`all` has `own` as its prefix: everyone hears them in one
+  // order), heard now, at `next_step`. The worker's own departure, if any, ends its plan at
+  // the clock it left at: its batches are the takers'.
+  absl::Status Restore(const std::vector<SavedDeparture>& own,
+                       const std::vector<SavedDeparture>& all, int64_t next_step);
 
   // The batch of `self`'s iteration `step`, with its 0-based epoch; nullopt past the end.
   struct Located {
@@ -83,6 +104,8 @@ class WorkPlan {
   // For the departures self takes: the epoch its share of the remainder is appended to, when
   // self heard of it after that epoch (else the leaver's epoch).
   std::map<int, int> applied_epoch_;
+  // Where self's plan ends when self is among the departures (a resumed leaver).
+  std::optional<int64_t> self_left_at_;
   mutable std::map<std::tuple<int, int, int>, std::vector<BatchRef>> memo_;
 };
 

@@ -1,9 +1,17 @@
 #include "worker/work_plan.h"
 
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
+#include "checkpoint/checkpoint.h"
+#include "core/crc32c.h"
 #include "gtest/gtest.h"
+#include "worker/worker_checkpoint.h"
 
 namespace syncline {
 namespace {
@@ -127,6 +135,58 @@ TEST(WorkPlanTest, DeparturesAfterTheEndOrHeardTwiceChangeNothing) {
   EXPECT_EQ(plan.total_steps(), 10);
 }
 
+// A checkpoint keeps the departures a worker had heard; a resumed worker's plan is the one it
+// had, including a share it appended late to a later epoch.
+TEST(WorkPlanTest, ASavedPlanRestoresTheSameBatches) {
+  WorkPlan plan = PlanOf(0, 3);
+  ASSERT_TRUE(plan.Leave(Departure{1, 6, {0, 2}}, 12).ok());  // late: appended to epoch 1
+  ASSERT_TRUE(plan.Leave(Departure{3, 20, {0, 2}}, 25).ok());
+  const std::string saved = plan.Save();
+  auto loaded = WorkPlan::Load(saved, 4);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->size(), 2u);
+  EXPECT_EQ((*loaded)[0].applied_epoch, 1);
+  WorkPlan resumed = PlanOf(0, 3);
+  ASSERT_TRUE(resumed.Restore(*loaded, *loaded, 30).ok());
+  EXPECT_EQ(resumed.total_steps(), plan.total_steps());
+  for (int e = 0; e < 3; ++e) EXPECT_EQ(resumed.Epoch(0, e), plan.Epoch(0, e)) << e;
+  EXPECT_EQ(resumed.Save(), saved);
+}
+
+// A departure that reached the others' checkpoints but not this worker's is heard at the
+// resumed clock; the leaver itself, resumed, has nothing left after the clock it left at.
+TEST(WorkPlanTest, RestoreHearsWhatOnlyOthersSavedAndALeaverEndsWhereItLeft) {
+  WorkPlan other = PlanOf(2, 2);
+  ASSERT_TRUE(other.Leave(Departure{1, 4, {0, 2}}, 5).ok());
+  auto all = WorkPlan::Load(other.Save(), 3);
+  ASSERT_TRUE(all.ok());
+  WorkPlan late = PlanOf(0, 2);
+  ASSERT_TRUE(late.Restore({}, *all, 6).ok());
+  WorkPlan heard = PlanOf(0, 2);
+  ASSERT_TRUE(heard.Leave(Departure{1, 4, {0, 2}}, 6).ok());
+  EXPECT_EQ(late.total_steps(), heard.total_steps());
+  WorkPlan leaver = PlanOf(1, 2);
+  ASSERT_TRUE(leaver.Restore({}, *all, 10).ok());
+  EXPECT_EQ(leaver.total_steps(), 4);
+  EXPECT_FALSE(leaver.At(4).has_value());
+}
+
+TEST(WorkPlanTest, ADamagedSavedPlanIsRefusedNamingWhy) {
+  WorkPlan plan = PlanOf(0, 1);
+  ASSERT_TRUE(plan.Leave(Departure{1, 2, {0, 2}}, 3).ok());
+  const std::string saved = plan.Save();
+  EXPECT_TRUE(WorkPlan::Load("", 3).ok() == false);
+  EXPECT_EQ(WorkPlan::Load(saved.substr(0, saved.size() - 1), 3).status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_NE(WorkPlan::Load(saved, 2).status().message().find("taker 2"), std::string::npos)
+      << WorkPlan::Load(saved, 2).status();
+  EXPECT_NE(WorkPlan::Load(saved + "x", 3).status().message().find("bytes after"),
+            std::string::npos);
+  auto empty = WorkPlan::Load(PlanOf(0, 1).Save(), 3);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->empty());
+}
+
 TEST(WorkPlanTest, APartitionThatCannotBeReadIsAnError) {
   auto plan = WorkPlan::Create(0, 1, [](int p) -> absl::StatusOr<int64_t> {
     if (p == 0) return 4;
@@ -134,6 +194,40 @@ TEST(WorkPlanTest, APartitionThatCannotBeReadIsAnError) {
   });
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->Leave(Departure{1, 0, {0}}, 0).status().code(), absl::StatusCode::kNotFound);
+}
+
+// The state file went to version 2 with the plan; a version-1 file (no plan) still reads,
+// and a version-2 file keeps its plan.
+TEST(WorkerCheckpointTest, ReadsVersionOneFilesAndKeepsThePlanOfVersionTwo) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("wstate_" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  std::string v1 = "SYWS";
+  const uint32_t version = 1;
+  const int64_t clock = 42;
+  const std::string state = "residuals";
+  const uint64_t length = state.size();
+  v1.append(reinterpret_cast<const char*>(&version), 4);
+  v1.append(reinterpret_cast<const char*>(&clock), 8);
+  v1.append(reinterpret_cast<const char*>(&length), 8);
+  v1 += state;
+  const uint32_t crc = Crc32c(v1.data(), v1.size());
+  v1.append(reinterpret_cast<const char*>(&crc), 4);
+  std::ofstream(dir + "/w3.state", std::ios::binary) << v1;
+  auto read = ReadWorkerCheckpoint(dir, 3);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->clock, 42);
+  EXPECT_EQ(read->state, "residuals");
+  EXPECT_TRUE(read->plan.empty());
+
+  WorkPlan plan = PlanOf(0, 1);
+  ASSERT_TRUE(plan.Leave(Departure{1, 2, {0}}, 3).ok());
+  ASSERT_TRUE(WriteWorkerCheckpoint(dir, 0, {7, "s", plan.Save()}).ok());
+  auto v2 = ReadWorkerCheckpoint(CheckpointDir(dir, 7), 0);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ(v2->state, "s");
+  EXPECT_EQ(v2->plan, plan.Save());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -13,7 +13,7 @@ namespace syncline {
 namespace {
 
 constexpr char kMagic[4] = {'S', 'Y', 'W', 'S'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr size_t kHeader = 4 + 4 + 8 + 8;
 
 std::string FileName(int rank) { return absl::StrCat("w", rank, ".state"); }
@@ -31,6 +31,9 @@ absl::Status WriteWorkerCheckpoint(const std::string& root, int rank,
   const uint64_t length = checkpoint.state.size();
   std::memcpy(bytes.data() + 16, &length, 8);
   bytes += checkpoint.state;
+  const uint64_t plan_length = checkpoint.plan.size();
+  bytes.append(reinterpret_cast<const char*>(&plan_length), 8);
+  bytes += checkpoint.plan;
   const uint32_t crc = Crc32c(bytes.data(), bytes.size());
   bytes.append(reinterpret_cast<const char*>(&crc), 4);
   if (auto s = WriteFileAtomically(dir, FileName(rank), bytes); !s.ok()) return s;
@@ -57,13 +60,23 @@ absl::StatusOr<WorkerCheckpoint> ReadWorkerCheckpoint(const std::string& checkpo
   if (std::memcmp(bytes->data(), kMagic, 4) != 0) return damaged("not a worker state file");
   uint32_t version = 0;
   std::memcpy(&version, bytes->data() + 4, 4);
-  if (version != kVersion) return damaged("unknown version");
+  if (version != 1 && version != kVersion) return damaged("unknown version");
   WorkerCheckpoint out;
   std::memcpy(&out.clock, bytes->data() + 8, 8);
   uint64_t length = 0;
   std::memcpy(&length, bytes->data() + 16, 8);
-  if (length != bytes->size() - kHeader - 4) return damaged("state length mismatch");
+  const uint64_t body = bytes->size() - kHeader - 4;
+  if (version == 1) {
+    if (length != body) return damaged("state length mismatch");
+    out.state = bytes->substr(kHeader, length);
+    return out;
+  }
+  if (length > body || body - length < 8) return damaged("state length mismatch");
+  uint64_t plan_length = 0;
+  std::memcpy(&plan_length, bytes->data() + kHeader + length, 8);
+  if (plan_length != body - length - 8) return damaged("plan length mismatch");
   out.state = bytes->substr(kHeader, length);
+  out.plan = bytes->substr(kHeader + length + 8, plan_length);
   return out;
 }
 

@@ -1,8 +1,9 @@
 // A worker's part of a checkpoint: the file w<R>.state (its clock and its backend's state,
 // e.g. error-feedback residuals) and its receipt, in the checkpoint folder of that clock.
 //
-// File: magic "SYWS" | version u32 (1) | clock i64 | state length u64 | state | CRC32C u32 of
-// everything before it. Host byte order (little-endian here).
+// File: magic "SYWS" | version u32 (2) | clock i64 | state length u64 | state | plan length
+// u64 | plan | CRC32C u32 of everything before it. Host byte order (little-endian here).
+// Version 1 (no plan) is still read.
 //
 // Thread-safety: stateless functions.
 #ifndef SYNCLINE_WORKER_WORKER_CHECKPOINT_H_
@@ -19,6 +20,7 @@ namespace syncline {
 struct WorkerCheckpoint {
   int64_t clock = 0;
   std::string state;  // SyncBackend::SaveState()
+  std::string plan;   // WorkPlan::Save(): the departures this worker had heard (may be empty)
 };
 
 // Writes CheckpointDir(root, clock)/w<rank>.state atomically, then the receipt "w<rank>".

@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint.h"
@@ -183,14 +184,30 @@ absl::StatusOr<EvaluationReport> EvaluateModel(const JobSpec& spec, const Model&
 }
 
 // Where a resumed worker starts: its saved clock and state, or the checkpoint's clock when
-// the checkpoint holds nothing of it (it had finished, or was lost, before).
-absl::Status RestoreWorker(const std::string& restore, int rank, SyncBackend& backend,
+// the checkpoint holds nothing of it (it had finished, or was lost, before). The departures
+// of workers that had left are restored from its own state and from the longest list any
+// worker's state holds (a leaver's rank has no state: it learns there that it left).
+absl::Status RestoreWorker(const std::string& restore, int rank, int workers, SyncBackend& backend,
                            TrainerOptions& trainer) {
   auto manifest = ReadManifest(restore);
   if (!manifest.ok()) return manifest.status();
   const std::string me = absl::StrCat("w", rank);
   // Only a part the manifest lists belongs to this checkpoint (a file of an abandoned attempt
   // may lie next to it).
+  for (const std::string& node : manifest->nodes) {
+    int r = -1;
+    if (!node.starts_with("w") || !absl::SimpleAtoi(node.substr(1), &r) || r == rank) continue;
+    auto other = ReadWorkerCheckpoint(restore, r);
+    if (!other.ok()) return other.status();
+    auto departures = WorkPlan::Load(other->plan, workers);
+    if (!departures.ok()) {
+      return absl::DataLossError(
+          absl::StrCat(restore, "/", node, ".state: ", departures.status().message()));
+    }
+    if (departures->size() > trainer.all_departures.size()) {
+      trainer.all_departures = std::move(*departures);
+    }
+  }
   if (std::find(manifest->nodes.begin(), manifest->nodes.end(), me) == manifest->nodes.end()) {
     trainer.start_step = manifest->clock;
     SYNCLINE_LOG(WARNING) << "no saved state for this worker in " << restore
@@ -202,8 +219,21 @@ absl::Status RestoreWorker(const std::string& restore, int rank, SyncBackend& ba
   if (auto s = backend.RestoreState(saved->state); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(restore, "/", me, ".state: ", s.message()));
   }
+  auto own = WorkPlan::Load(saved->plan, workers);
+  if (!own.ok()) {
+    return absl::DataLossError(absl::StrCat(restore, "/", me, ".state: ", own.status().message()));
+  }
+  trainer.restored_departures = std::move(*own);
+  if (trainer.restored_departures.size() > trainer.all_departures.size()) {
+    trainer.all_departures = trainer.restored_departures;
+  }
   trainer.start_step = saved->clock;
-  SYNCLINE_LOG(INFO) << "resuming at clock " << saved->clock << " from " << restore;
+  SYNCLINE_LOG(INFO) << "resuming at clock " << saved->clock << " from " << restore
+                     << (trainer.all_departures.empty()
+                             ? std::string()
+                             : absl::StrFormat(" (%d worker%s had left)",
+                                               trainer.all_departures.size(),
+                                               trainer.all_departures.size() == 1 ? "" : "s"));
   return absl::OkStatus();
 }
 
@@ -345,7 +375,9 @@ NodeExit WorkerNode::Run() {
   trainer_options.read_ahead =
       spec.training.read_ahead && !spec.sync.serverless() && spec.sync.server_staleness() != 0;
   if (!spec.checkpoint.restore.empty()) {
-    if (auto s = RestoreWorker(spec.checkpoint.restore, rank, *backend, trainer_options); !s.ok()) {
+    if (auto s =
+            RestoreWorker(spec.checkpoint.restore, rank, spec.workers, *backend, trainer_options);
+        !s.ok()) {
       return fail(s);
     }
   }
@@ -353,6 +385,7 @@ NodeExit WorkerNode::Run() {
   const bool checkpoints = spec.checkpoint.enabled();
   trainer_options.checkpoint_every = checkpoints ? spec.checkpoint.every : 0;
   CheckpointRequests requests;
+  const Trainer* running = nullptr;  // the trainer whose plan a checkpoint saves
   auto report_missed = [&](int64_t before) {
     for (int64_t c : control->TakeCheckpointRequests()) requests.Request(c);
     for (int64_t missed : requests.TakeMissedBefore(before)) {
@@ -370,7 +403,10 @@ NodeExit WorkerNode::Run() {
   trainer_options.on_checkpoint = [&](int64_t clock) -> absl::Status {
     auto state = backend->SaveState();
     absl::Status status = state.status();
-    if (status.ok()) status = WriteWorkerCheckpoint(spec.checkpoint.dir, rank, {clock, *state});
+    if (status.ok()) {
+      status = WriteWorkerCheckpoint(spec.checkpoint.dir, rank,
+                                     {clock, *state, running ? running->SavePlan() : ""});
+    }
     // A checkpoint that cannot be written is reported (the launcher never completes it);
     // training goes on.
     if (!status.ok()) SYNCLINE_LOG(ERROR) << "checkpoint " << clock << " failed: " << status;
@@ -435,7 +471,9 @@ NodeExit WorkerNode::Run() {
                          .times = rounds->times};
   } else {
     Trainer trainer(**model, *backend, trainer_options);
+    running = &trainer;
     result = trainer.Run(*(*data)->source, report);
+    running = nullptr;
   }
   if (!result.ok()) return fail(result.status());
   // Requests that came after the last step can no longer be served.
