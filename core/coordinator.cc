@@ -354,15 +354,18 @@ absl::Status Coordinator::MarkDown(NodeState& n, const std::string& reason) {
   }
   if (!n.done && left < MinWorkers()) {
     if (MinWorkers() == options_.num_workers && options_.staleness == 0) {
-      return absl::UnavailableError(absl::StrCat(
-          "lost worker under BSP, which cannot go on without it (--min-workers lets it): ",
-          reason));
+      return absl::UnavailableError(
+          absl::StrCat("lost worker under BSP, which cannot go on without it",
+                       options_.hand_over ? " (--min-workers lets it)" : "", ": ", reason));
     }
     return absl::UnavailableError(
         absl::StrFormat("lost worker: %s; %d worker%s left, fewer than --min-workers %d", reason,
                         left, left == 1 ? "" : "s", MinWorkers()));
   }
-  const int64_t clock = std::max<int64_t>(n.clock, 0);
+  // The heartbeat's clock is set once the iteration's clock messages are queued, not sent: a
+  // worker killed just then may leave that iteration unfinished at the servers, which drop it.
+  // One iteration earlier is never past what every server has.
+  const int64_t clock = std::max<int64_t>(n.clock - 1, 0);
   if (!options_.hand_over || n.done) takers.clear();
   if (takers.empty()) {
     SYNCLINE_LOG(WARNING) << "going on without " << DataEndpointId(n.role, n.rank)

@@ -178,7 +178,8 @@ bool HandsOverBatches(const SyncMode& sync) {
 int MinWorkers(const JobSpec& s) {
   if (s.min_workers > 0) return s.min_workers;
   // Collectives and federated rounds need every worker; BSP did before --min-workers.
-  const bool every = s.sync.kind == SyncKind::kBsp || s.sync.fedavg() || s.sync.collective();
+  const bool every = s.sync.kind == SyncKind::kBsp || s.sync.fedavg() || s.sync.collective() ||
+                     (s.sync.kind == SyncKind::kSsp && s.sync.staleness == 0);
   return every ? s.workers : 1;
 }
 

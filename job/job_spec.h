@@ -25,7 +25,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec);
 // server modes: bsp, ssp, asp; worker/work_plan.h).
 bool HandsOverBatches(const SyncMode& sync);
 // The fewest workers the job goes on with: --min-workers, or the mode's default (every worker
-// under bsp, fedavg, allreduce and hybrid; 1 under ssp, asp and gossip).
+// under bsp, ssp:0, fedavg, allreduce and hybrid; 1 under ssp:S with S >= 1, asp and gossip).
 int MinWorkers(const JobSpec& spec);
 
 // Whether the job reads Criteo data: format criteo, a .tsv training file with format auto, or

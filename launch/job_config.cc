@@ -58,8 +58,9 @@ const std::array<Field, 62> kFields = {{
     {"min-workers", &JobConfig::min_workers,
      "Go on while at least this many workers are left (bsp, ssp, asp): a lost worker's "
      "remaining batches of the epoch, and its share of later epochs, go to the workers still "
-     "training (docs/FAULT_TOLERANCE.md). 0: the mode's default, every worker under bsp (a lost "
-     "worker stops the job), 1 under ssp and asp"},
+     "training (docs/FAULT_TOLERANCE.md). 0: the mode's default, every worker under bsp and ssp:0 "
+     "(a "
+     "lost worker stops the job), 1 under ssp:S with S >= 1 and asp"},
     {"sync", &JobConfig::sync,
      "Consistency model: bsp, asp, ssp:S (workers at most S steps ahead of the slowest), or "
      "serverless gossip:ring|exp|random (D-PSGD; :async for push-sum), or serverless "

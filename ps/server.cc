@@ -593,6 +593,13 @@ absl::Status ParameterServer::PushTopK(Message& message, ShardTable& table, KeyR
 
 absl::Status ParameterServer::CheckPushClock(const wire::Header::Reader& h) const {
   const int64_t clock = h.getClock();
+  // A worker that left (declared lost, its batches handed over) may still be running: what
+  // it pushes would reach the clock sums the takers now train for.
+  if (!clocks_.active(h.getRank())) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "w%d has left the job (finished, or declared lost): its push for clock %d is dropped",
+        h.getRank(), clock));
+  }
   if (clock < clocks_.MinClock() || clock < clocks_.clock(h.getRank())) {
     return absl::FailedPreconditionError(
         absl::StrFormat("push for clock %d arrived after that clock was applied (worker clock %d)",

@@ -198,99 +198,112 @@ absl::StatusOr<TrainResult> Trainer::Run(
   // With a read-ahead, iteration t+1's batch is prepared and its read sent before t computes.
   bool read_ahead = options_.read_ahead && source.KeepsPreviousSlice();
   bool prepared = false;  // buffers[step % 2] holds the step's batch already
-  for (int64_t step = start; step < total; ++step) {
-    if (options_.take_departures) {
-      for (const Departure& d : options_.take_departures()) {
-        auto taken = plan->Leave(d, prepared ? step + 1 : step);
-        if (!taken.ok()) return taken.status();
-        if (*taken == 0) continue;
-        result.batches_taken_over += *taken;
-        total = steps_in_plan();
-        progress.total_steps = total;
-        backend_.SetFinalClock(plan->total_steps() - 1);
-        // A leaver's batches come from other sources, skipping: a slice need not outlive the
-        // next Next() of its source, so every read from now on is made in its own iteration.
-        read_ahead = false;
-        SYNCLINE_LOG(INFO) << absl::StrFormat(
-            "w%d left at clock %d: this worker takes %d of its batches (%d iterations in all "
-            "now)",
-            d.worker, d.clock, *taken, total);
+  // Departures heard since the last call; `next_step` is the first iteration not prepared.
+  auto hear = [&](int64_t next_step) -> absl::Status {
+    if (!options_.take_departures) return absl::OkStatus();
+    for (const Departure& d : options_.take_departures()) {
+      auto taken = plan->Leave(d, next_step);
+      if (!taken.ok()) return taken.status();
+      if (*taken == 0) continue;
+      result.batches_taken_over += *taken;
+      total = steps_in_plan();
+      progress.total_steps = total;
+      backend_.SetFinalClock(plan->total_steps() - 1);
+      // A leaver's batches come from other sources, skipping: a slice need not outlive the
+      // next Next() of its source, so every read from now on is made in its own iteration.
+      read_ahead = false;
+      SYNCLINE_LOG(INFO) << absl::StrFormat(
+          "w%d left at clock %d: this worker takes %d of its batches (%d iterations in all now)",
+          d.worker, d.clock, *taken, total);
+    }
+    return absl::OkStatus();
+  };
+  // A restored plan with departures reads other partitions too.
+  if (plan->changed()) read_ahead = false;
+  int64_t step = start;
+  while (true) {
+    for (; step < total; ++step) {
+      if (auto s = hear(prepared ? step + 1 : step); !s.ok()) return s;
+      Buffers& b = buffers[step % 2];
+      absl::Time t0 = absl::Now();
+      if (!prepared) {
+        if (auto s = prepare(step, &b); !s.ok()) return s;
+        slowness.BeforeRequest();
       }
-    }
-    Buffers& b = buffers[step % 2];
-    absl::Time t0 = absl::Now();
-    if (!prepared) {
-      if (auto s = prepare(step, &b); !s.ok()) return s;
-      slowness.BeforeRequest();
-    }
-    absl::Time t1 = absl::Now();
-    result.times.batch += t1 - t0;
-    if (auto s = backend_.Read(step, b.keys, b.rows, b.bias); !s.ok()) return s;
-    absl::Time compute_start = absl::Now();
-    result.times.read += compute_start - t1;
-    prepared = false;
-    if (read_ahead && step + 1 < total) {
-      Buffers& next = buffers[(step + 1) % 2];
-      if (auto s = prepare(step + 1, &next); !s.ok()) return s;
-      prepared = true;
-      slowness.BeforeRequest();
-      read_ahead = backend_.ReadAhead(step + 1, next.keys, next.rows, next.bias);
+      absl::Time t1 = absl::Now();
+      result.times.batch += t1 - t0;
+      if (auto s = backend_.Read(step, b.keys, b.rows, b.bias); !s.ok()) return s;
+      absl::Time compute_start = absl::Now();
+      result.times.read += compute_start - t1;
+      prepared = false;
+      if (read_ahead && step + 1 < total) {
+        Buffers& next = buffers[(step + 1) % 2];
+        if (auto s = prepare(step + 1, &next); !s.ok()) return s;
+        prepared = true;
+        slowness.BeforeRequest();
+        read_ahead = backend_.ReadAhead(step + 1, next.keys, next.rows, next.bias);
+        t0 = absl::Now();
+        result.times.batch += t0 - compute_start;
+        compute_start = t0;
+      }
+      const Dataset& data = *b.data;
+
+      b.grads.assign(b.rows.size(), 0.0f);
+      b.bias_grad.assign(b.bias.size(), 0.0f);
+      const double loss =
+          model_.LossAndGradient(data, b.examples, b.keys, b.rows, b.bias, absl::MakeSpan(b.grads),
+                                 absl::MakeSpan(b.bias_grad));
       t0 = absl::Now();
-      result.times.batch += t0 - compute_start;
-      compute_start = t0;
-    }
-    const Dataset& data = *b.data;
+      result.times.compute += t0 - compute_start;
+      if (slowness.active()) slowness.AfterCompute(t0 - compute_start);
+      if (!std::isfinite(loss)) return DivergedError(step + 1, loss, first_loss);
+      // The model this worker started from is the reference: its first batch's mean loss.
+      if (first_loss < 0 && !b.examples.empty()) first_loss = loss / b.examples.size();
+      const float n = static_cast<float>(b.examples.size());
+      slowness.BeforeRequest();
+      t1 = absl::Now();
+      if (auto s = backend_.Update(step, b.keys, b.grads, b.bias_grad, n); !s.ok()) return s;
+      t0 = absl::Now();
+      result.times.update += t0 - t1;
+      if (auto s = backend_.EndIteration(step, n); !s.ok()) return s;
+      result.times.end += absl::Now() - t0;
 
-    b.grads.assign(b.rows.size(), 0.0f);
-    b.bias_grad.assign(b.bias.size(), 0.0f);
-    const double loss =
-        model_.LossAndGradient(data, b.examples, b.keys, b.rows, b.bias, absl::MakeSpan(b.grads),
-                               absl::MakeSpan(b.bias_grad));
-    t0 = absl::Now();
-    result.times.compute += t0 - compute_start;
-    if (slowness.active()) slowness.AfterCompute(t0 - compute_start);
-    if (!std::isfinite(loss)) return DivergedError(step + 1, loss, first_loss);
-    // The model this worker started from is the reference: its first batch's mean loss.
-    if (first_loss < 0 && !b.examples.empty()) first_loss = loss / b.examples.size();
-    const float n = static_cast<float>(b.examples.size());
-    slowness.BeforeRequest();
-    t1 = absl::Now();
-    if (auto s = backend_.Update(step, b.keys, b.grads, b.bias_grad, n); !s.ok()) return s;
-    t0 = absl::Now();
-    result.times.update += t0 - t1;
-    if (auto s = backend_.EndIteration(step, n); !s.ok()) return s;
-    result.times.end += absl::Now() - t0;
-
-    result.steps = step + 1;
-    result.examples += b.examples.size();
-    if (options_.on_step) options_.on_step(step + 1);
-    if (options_.on_checkpoint) {
-      const bool periodic =
-          options_.checkpoint_every > 0 && (step + 1) % options_.checkpoint_every == 0;
-      const bool requested =
-          options_.checkpoint_requested && options_.checkpoint_requested(step + 1);
-      if (periodic || requested) {
-        if (auto s = options_.on_checkpoint(step + 1); !s.ok()) return s;
+      result.steps = step + 1;
+      result.examples += b.examples.size();
+      if (options_.on_step) options_.on_step(step + 1);
+      if (options_.on_checkpoint) {
+        const bool periodic =
+            options_.checkpoint_every > 0 && (step + 1) % options_.checkpoint_every == 0;
+        const bool requested =
+            options_.checkpoint_requested && options_.checkpoint_requested(step + 1);
+        if (periodic || requested) {
+          if (auto s = options_.on_checkpoint(step + 1); !s.ok()) return s;
+        }
+      }
+      loss_since_report += loss;
+      examples_since_report += b.examples.size();
+      if ((step + 1) % options_.log_every == 0 || step + 1 == total) {
+        progress.clock = step + 1;
+        const std::optional<WorkPlan::Located> at = plan->At(step);
+        progress.epoch = at ? at->epoch + 1 : options_.epochs;
+        progress.train_loss = loss_since_report / std::max<uint64_t>(1, examples_since_report);
+        progress.examples = examples_since_report;
+        progress.staleness = backend_.TakeMeanStaleness();
+        progress.consensus = backend_.TakeConsensusProxy();
+        result.last_loss = progress.train_loss;
+        if (on_progress) on_progress(progress);
+        if (first_loss >= 0 &&
+            progress.train_loss > kDivergenceFactor * std::max(first_loss, 0.01)) {
+          return DivergedError(step + 1, progress.train_loss, first_loss);
+        }
+        loss_since_report = 0;
+        examples_since_report = 0;
       }
     }
-    loss_since_report += loss;
-    examples_since_report += b.examples.size();
-    if ((step + 1) % options_.log_every == 0 || step + 1 == total) {
-      progress.clock = step + 1;
-      const std::optional<WorkPlan::Located> at = plan->At(step);
-      progress.epoch = at ? at->epoch + 1 : options_.epochs;
-      progress.train_loss = loss_since_report / std::max<uint64_t>(1, examples_since_report);
-      progress.examples = examples_since_report;
-      progress.staleness = backend_.TakeMeanStaleness();
-      progress.consensus = backend_.TakeConsensusProxy();
-      result.last_loss = progress.train_loss;
-      if (on_progress) on_progress(progress);
-      if (first_loss >= 0 && progress.train_loss > kDivergenceFactor * std::max(first_loss, 0.01)) {
-        return DivergedError(step + 1, progress.train_loss, first_loss);
-      }
-      loss_since_report = 0;
-      examples_since_report = 0;
-    }
+    // A departure heard during the last iteration may still add batches to this worker's plan.
+    const int64_t planned = total;
+    if (auto s = hear(step); !s.ok()) return s;
+    if (total == planned) break;
   }
   finished = true;  // Finish waits for the pushes itself, and reports their errors
   if (auto s = backend_.Finish(); !s.ok()) return s;

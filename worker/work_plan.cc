@@ -43,19 +43,19 @@ const std::vector<BatchRef>& WorkPlan::EpochOf(int worker, int epoch, int upto) 
     if (epoch < target) continue;
     // The leaver's batches this epoch stands for: the rest of the epoch it left in (and, for a
     // taker that was already further on, every epoch of the leaver up to this one), or later
-    // the whole of the leaver's epoch.
-    std::vector<BatchRef> rest;
+    // the whole of the leaver's epoch. Each segment is shared on its own, so that takers that
+    // append in different epochs still split every segment the same way.
+    auto take = [&](const std::vector<BatchRef>& segment, size_t from) {
+      for (size_t r = from + j; r < segment.size(); r += shares) list.push_back(segment[r]);
+    };
     if (epoch == target) {
       const std::vector<BatchRef>& first = EpochOf(d.worker, left_epoch, i);
-      rest.assign(first.begin() + std::min<int64_t>(position, first.size()), first.end());
-      for (int e = left_epoch + 1; e <= target && e < epochs_; ++e) {
-        const std::vector<BatchRef>& more = EpochOf(d.worker, e, i);
-        rest.insert(rest.end(), more.begin(), more.end());
-      }
+      take(first, std::min<size_t>(static_cast<size_t>(position), first.size()));
+      for (int e = left_epoch + 1; e <= target && e < epochs_; ++e)
+        take(EpochOf(d.worker, e, i), 0);
     } else {
-      rest = EpochOf(d.worker, epoch, i);
+      take(EpochOf(d.worker, epoch, i), 0);
     }
-    for (size_t r = j; r < rest.size(); r += shares) list.push_back(rest[r]);
   }
   return memo_.emplace(key, std::move(list)).first->second;
 }
@@ -101,6 +101,17 @@ int64_t WorkPlan::total_steps() const {
   return self_left_at_ ? std::min(total, *self_left_at_) : total;
 }
 
+absl::Status WorkPlan::LoadLeaverSizes() {
+  for (const Departure& d : departures_) {
+    if (batches_.contains(d.worker)) continue;
+    auto n = batches_of_(d.worker);
+    if (!n.ok()) return n.status();
+    batches_[d.worker] = *n;
+    memo_.clear();
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> WorkPlan::Leave(const Departure& d, int64_t next_step) {
   if (d.clock < 0) return 0;
   for (const Departure& earlier : departures_) {
@@ -114,18 +125,18 @@ absl::StatusOr<int64_t> WorkPlan::Leave(const Departure& d, int64_t next_step) {
     self_left_at_ = std::min(d.clock, self_left_at_.value_or(d.clock));
     return total_steps() - before;
   }
-  if (!batches_.contains(d.worker)) {
-    auto n = batches_of_(d.worker);
-    if (!n.ok()) return n.status();
-    batches_[d.worker] = *n;
-  }
+  const bool taker = std::find(d.takers.begin(), d.takers.end(), self_) != d.takers.end();
   const int64_t before = total_steps();
   // The epoch this worker is in: a share never goes into an epoch it has passed.
   const std::optional<Located> here = At(std::min(next_step, std::max<int64_t>(before - 1, 0)));
   const int index = static_cast<int>(departures_.size());
   departures_.push_back(d);
   memo_.clear();
-  if (std::find(d.takers.begin(), d.takers.end(), self_) != d.takers.end() && here) {
+  // Only a taker needs the leavers' partitions (their sizes): the others only keep the
+  // departure, for the plans it may have to compute after a later one.
+  if (!taker) return 0;
+  if (auto s = LoadLeaverSizes(); !s.ok()) return s;
+  if (here) {
     const auto left = Locate(d.worker, d.clock, index);
     if (left && here->epoch > left->first) {
       applied_epoch_[index] = here->epoch;
@@ -172,6 +183,7 @@ absl::StatusOr<std::vector<SavedDeparture>> WorkPlan::Load(std::string_view byte
   auto bad = [](const std::string& why) {
     return absl::DataLossError(absl::StrCat("saved work plan: ", why));
   };
+  if (bytes.empty()) return std::vector<SavedDeparture>();  // a version-1 state: none
   uint32_t count = 0;
   if (!Get(&bytes, &count)) return bad("truncated");
   if (count > static_cast<uint32_t>(workers)) {
@@ -227,15 +239,16 @@ absl::Status WorkPlan::Restore(const std::vector<SavedDeparture>& own,
       if (auto s = Leave(d, next_step); !s.ok()) return s.status();
       continue;
     }
-    if (!batches_.contains(d.worker)) {
-      auto n = batches_of_(d.worker);
-      if (!n.ok()) return n.status();
-      batches_[d.worker] = *n;
+    if (own[i].applied_epoch >= epochs_) {
+      return absl::DataLossError(
+          absl::StrFormat("saved work plan: a share appended to epoch %d of %d",
+                          own[i].applied_epoch + 1, epochs_));
     }
     if (own[i].applied_epoch >= 0) applied_epoch_[static_cast<int>(i)] = own[i].applied_epoch;
     departures_.push_back(d);
   }
   memo_.clear();
+  if (auto s = LoadLeaverSizes(); !s.ok()) return s;
   for (size_t i = own.size(); i < all.size(); ++i) {
     if (auto s = Leave(all[i].departure, next_step); !s.ok()) return s.status();
   }

@@ -93,6 +93,8 @@ class WorkPlan {
   // The epoch of `worker`'s iteration `clock` and the position in it, under the departures
   // before the `upto`-th; nullopt when its plan ends before.
   std::optional<std::pair<int, int64_t>> Locate(int worker, int64_t clock, int upto) const;
+  // Reads the partition sizes of the leavers not known yet (batches_of).
+  absl::Status LoadLeaverSizes();
   // Epoch(), memoised until the next departure.
   const std::vector<BatchRef>& EpochOf(int worker, int epoch, int upto) const;
 

@@ -193,22 +193,32 @@ absl::Status RestoreWorker(const std::string& restore, int rank, int workers, Sy
   if (!manifest.ok()) return manifest.status();
   const std::string me = absl::StrCat("w", rank);
   // Only a part the manifest lists belongs to this checkpoint (a file of an abandoned attempt
-  // may lie next to it).
-  for (const std::string& node : manifest->nodes) {
-    int r = -1;
-    if (!node.starts_with("w") || !absl::SimpleAtoi(node.substr(1), &r) || r == rank) continue;
-    auto other = ReadWorkerCheckpoint(restore, r);
-    if (!other.ok()) return other.status();
-    auto departures = WorkPlan::Load(other->plan, workers);
-    if (!departures.ok()) {
-      return absl::DataLossError(
-          absl::StrCat(restore, "/", node, ".state: ", departures.status().message()));
+  // may lie next to it). Departures are in the workers' states: the others' are read only when
+  // some worker is missing from the checkpoint or this worker's own state names departures
+  // (then another's list may be longer).
+  const auto read_others = [&]() -> absl::Status {
+    for (const std::string& node : manifest->nodes) {
+      int r = -1;
+      if (!node.starts_with("w") || !absl::SimpleAtoi(node.substr(1), &r) || r == rank) continue;
+      auto other = ReadWorkerCheckpoint(restore, r);
+      if (!other.ok()) return other.status();
+      auto departures = WorkPlan::Load(other->plan, workers);
+      if (!departures.ok()) {
+        return absl::DataLossError(
+            absl::StrCat(restore, "/", node, ".state: ", departures.status().message()));
+      }
+      if (departures->size() > trainer.all_departures.size()) {
+        trainer.all_departures = std::move(*departures);
+      }
     }
-    if (departures->size() > trainer.all_departures.size()) {
-      trainer.all_departures = std::move(*departures);
-    }
-  }
+    return absl::OkStatus();
+  };
+  const int parts = static_cast<int>(
+      std::count_if(manifest->nodes.begin(), manifest->nodes.end(),
+                    [](const std::string& node) { return node.starts_with("w"); }));
+  const bool some_missing = parts < workers;
   if (std::find(manifest->nodes.begin(), manifest->nodes.end(), me) == manifest->nodes.end()) {
+    if (auto s = read_others(); !s.ok()) return s;
     trainer.start_step = manifest->clock;
     SYNCLINE_LOG(WARNING) << "no saved state for this worker in " << restore
                           << "; starting at clock " << manifest->clock;
@@ -224,6 +234,9 @@ absl::Status RestoreWorker(const std::string& restore, int rank, int workers, Sy
     return absl::DataLossError(absl::StrCat(restore, "/", me, ".state: ", own.status().message()));
   }
   trainer.restored_departures = std::move(*own);
+  if (some_missing || !trainer.restored_departures.empty()) {
+    if (auto s = read_others(); !s.ok()) return s;
+  }
   if (trainer.restored_departures.size() > trainer.all_departures.size()) {
     trainer.all_departures = trainer.restored_departures;
   }
