@@ -131,7 +131,8 @@ absl::Status GossipBackend::Finish() {
   if (options_.asynchronous) {
     if (auto s = mixer_.DrainIncoming(model_.parameters()); !s.ok()) return s;
   }
-  mixer_.Leave(next_step_);
+  mixer_.Leave(next_step_, options_.asynchronous ? std::span<const float>(model_.parameters())
+                                                 : std::span<const float>());
   return absl::OkStatus();
 }
 

@@ -12,6 +12,11 @@
 namespace syncline {
 
 namespace {
+// How long a push-sum node that leaves goes on forwarding the shares still arriving.
+constexpr absl::Duration kLeaveLinger = absl::Milliseconds(200);
+}  // namespace
+
+namespace {
 
 bool IsDifferenceCodec(CodecKind kind) {
   return kind == CodecKind::kTopK || kind == CodecKind::kSign1;
@@ -204,8 +209,24 @@ void GossipMixer::SendHeartbeats() {
   }
 }
 
-void GossipMixer::Leave(int64_t next_step) {
+void GossipMixer::Leave(int64_t next_step, std::span<const float> values) {
   if (!initialized_) return;
+  // Push-sum: hand this node's weight and mass to the next live peer, so that the nodes still
+  // mixing hold all of it and reach the average of everyone's vectors, not of theirs only.
+  int heir = -1;
+  if (options_.asynchronous && values.size() == size_ && weight_ > 0) {
+    for (int k = 1; k < options_.num_peers; ++k) {
+      const int r = (options_.rank + k) % options_.num_peers;
+      if (dead_[r] || gone_from_[r] != kAlive) continue;
+      // Rounded to what the header carries, as every push-sum share.
+      const double share = static_cast<float>(weight_);
+      if (SendValues(r, std::max<int64_t>(current_step_, 0), 1, share, Encode(values)).ok()) {
+        weight_ -= share;
+        heir = r;
+        break;
+      }
+    }
+  }
   for (int r = 0; r < options_.num_peers; ++r) {
     if (r == options_.rank || dead_[r] || gone_from_[r] != kAlive) continue;
     MessageBuilder b(wire::MsgType::FINISH);
@@ -215,6 +236,18 @@ void GossipMixer::Leave(int64_t next_step) {
     h.setClock(next_step);
     (void)endpoint_->Send(options_.peer_ids[r], b.Finish(), absl::Now() + options_.peer_timeout);
   }
+  if (heir < 0) return;
+  // Shares pushed here before the peers heard of the leave are still on their way: for a
+  // moment, every one that arrives goes on to the heir as it came.
+  const absl::Time until = absl::Now() + std::min(options_.peer_timeout, kLeaveLinger);
+  while (absl::Now() < until) {
+    if (!ReceiveOne(until).ok()) continue;
+    for (const Incoming& in : arrived_) {
+      (void)SendValues(heir, std::max<int64_t>(current_step_, 0), 1, in.weight, Encode(in.values));
+    }
+    arrived_.clear();
+  }
+  skipped_.clear();
 }
 
 absl::Status GossipMixer::Decode(Message& message, Incoming* out) {

@@ -89,8 +89,9 @@ class GossipMixer {
   // Push-sum: adds every message that has already arrived (no waiting) and handles notices.
   absl::Status DrainIncoming(std::span<float> values);
 
-  // This node takes no part in steps >= next_step: tells every live peer.
-  void Leave(int64_t next_step);
+  // This node takes no part in steps >= next_step: tells every live peer. Push-sum with the
+  // node's `values` (Init's size) first hands its weight and mass to the next live peer.
+  void Leave(int64_t next_step, std::span<const float> values = {});
 
   // Push-sum weight of this node (1 at the start).
   double weight() const { return weight_; }

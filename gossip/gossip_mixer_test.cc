@@ -324,6 +324,47 @@ INSTANTIATE_TEST_SUITE_P(Topologies, PushSumTest,
                                          GossipTopology::kRandom),
                          [](const auto& info) { return GossipTopologyName(info.param); });
 
+// A push-sum node that leaves early hands its weight and mass to a live peer: the nodes still
+// mixing hold weight n between them and reach the average of all n starting vectors.
+TEST(PushSumLeaveTest, ALeavingNodeHandsItsWeightToTheOthers) {
+  SCOPED_TRACE(testing::Message() << "seed " << kSeed);
+  constexpr int n = 4, leaver = 2;
+  auto x = RandomVectors(n, 16, kSeed + 9);
+  const auto mean = Mean(x);
+  Cluster cluster(n, Options(GossipTopology::kRing, /*async=*/true));
+  std::barrier left(n), done(n);
+  std::vector<double> weights(n);
+  cluster.Run([&](int r, GossipMixer& m) {
+    ASSERT_TRUE(m.Init(16).ok());
+    for (int t = 0; t < 20; ++t) ASSERT_TRUE(m.MixOnce(t, x[r]).ok());
+    if (r == leaver) {
+      ASSERT_TRUE(m.DrainIncoming(x[r]).ok());
+      m.Leave(20, x[r]);
+    }
+    left.arrive_and_wait();
+    if (r != leaver) {
+      for (int t = 20; t < 400; ++t) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        ASSERT_TRUE(m.MixOnce(t, x[r]).ok());
+      }
+    }
+    done.arrive_and_wait();  // every send is done: what is not held is in a mailbox
+    if (r != leaver) {
+      ASSERT_TRUE(m.DrainIncoming(x[r]).ok());
+    }
+    weights[r] = m.weight();
+  });
+  EXPECT_NEAR(weights[leaver], 0, 1e-6);
+  double total = 0;
+  for (int r = 0; r < n; ++r) total += r == leaver ? 0 : weights[r];
+  EXPECT_NEAR(total, n, 1e-5);
+  for (int r = 0; r < n; ++r) {
+    if (r != leaver) {
+      EXPECT_LT(MaxError(x[r], mean), 1e-4) << "node " << r;
+    }
+  }
+}
+
 // Node `victim` takes part in `victim_rounds` rounds, then dies: with its endpoint closed
 // (sends to it fail) or silent with its endpoint open (only the timeout finds it). CHOCO codecs
 // converge more slowly, so they run more rounds to a looser bound.
