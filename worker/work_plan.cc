@@ -45,16 +45,20 @@ const std::vector<BatchRef>& WorkPlan::EpochOf(int worker, int epoch, int upto) 
     // taker that was already further on, every epoch of the leaver up to this one), or later
     // the whole of the leaver's epoch. Each segment is shared on its own, so that takers that
     // append in different epochs still split every segment the same way.
-    auto take = [&](const std::vector<BatchRef>& segment, size_t from) {
-      for (size_t r = from + j; r < segment.size(); r += shares) list.push_back(segment[r]);
+    // The taker that starts a segment turns with the leaver's epoch, so that no taker gets the
+    // odd batch of every epoch.
+    auto take = [&](const std::vector<BatchRef>& segment, size_t from, int segment_epoch) {
+      const size_t first = from + (j + static_cast<size_t>(segment_epoch)) % shares;
+      for (size_t r = first; r < segment.size(); r += shares) list.push_back(segment[r]);
     };
     if (epoch == target) {
-      const std::vector<BatchRef>& first = EpochOf(d.worker, left_epoch, i);
-      take(first, std::min<size_t>(static_cast<size_t>(position), first.size()));
-      for (int e = left_epoch + 1; e <= target && e < epochs_; ++e)
-        take(EpochOf(d.worker, e, i), 0);
+      const std::vector<BatchRef>& rest = EpochOf(d.worker, left_epoch, i);
+      take(rest, std::min<size_t>(static_cast<size_t>(position), rest.size()), left_epoch);
+      for (int e = left_epoch + 1; e <= target && e < epochs_; ++e) {
+        take(EpochOf(d.worker, e, i), 0, e);
+      }
     } else {
-      take(EpochOf(d.worker, epoch, i), 0);
+      take(EpochOf(d.worker, epoch, i), 0, epoch);
     }
   }
   return memo_.emplace(key, std::move(list)).first->second;

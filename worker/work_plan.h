@@ -4,9 +4,10 @@
 // training data; one pass over a partition is its first batches(p) batches. With nobody lost,
 // worker w trains (w, 0), (w, 1), ... every epoch. When worker k leaves having finished
 // `clock` iterations, the rest of k's plan is handed to the takers the coordinator named (the
-// workers still training, in rank order): the j-th of S takers appends the j-th, (j+S)-th, ...
-// of k's remaining batches of that epoch to the end of its own epoch, and in every later epoch
-// the same share of k's whole epoch. Every worker hears the same departures in the same order,
+// workers still training, in rank order): of k's remaining batches of that epoch, and later of
+// each whole epoch of k, the j-th of S takers appends every S-th batch from the
+// ((j + e) mod S)-th on (e: k's epoch of those batches, so that the odd batch goes round) to
+// the end of its own epoch. Every worker hears the same departures in the same order,
 // so the plan of any worker can be computed by any other: a second departure hands over,
 // along with the leaver's own batches, the share of the first that it had taken.
 //
