@@ -40,7 +40,17 @@ job=(--servers 2 --workers 4 --sync bsp --train "$out/train.libsvm" --test "$out
   --epochs 3 --batch-size 64 --min-step-ms 10 --heartbeat-interval 0.1)
 ms() { date +%s%3N; }
 median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-kill_w1() { pkill -9 -f "syncline-worker.*--rank 1$"; }
+# Starts the job into run folder $1 with the flags after it, SIGKILLs w1 a second later; sets
+# pid (the launcher's) and t0 (the time of the kill).
+start_and_kill_w1() {
+  local folder=$1
+  shift
+  "$launch" "${job[@]}" "$@" --out "$folder" >"$folder.log" 2>&1 &
+  pid=$!
+  sleep 1
+  t0=$(ms)
+  pkill -9 -f "syncline-worker.*--rank 1$"
+}
 # Bounded waits: 600 polls of 50 ms.
 wait_for() {
   for _ in $(seq 600); do
@@ -54,11 +64,7 @@ wait_for() {
 inplace=()
 for i in $(seq "$runs"); do
   run=$out/inplace$i
-  "$launch" "${job[@]}" --min-workers 3 --out "$run" >"$run.log" 2>&1 &
-  pid=$!
-  sleep 1
-  t0=$(ms)
-  kill_w1
+  start_and_kill_w1 "$run" --min-workers 3
   takers() { grep -l "takes" "$run"/logs/w{0,2,3}.log 2>/dev/null | wc -l; }
   wait_for '[ "$(takers)" -ge 3 ]'
   t1=$(ms)
@@ -70,11 +76,7 @@ done
 relaunch=()
 for i in $(seq "$runs"); do
   run=$out/relaunch$i
-  "$launch" "${job[@]}" --checkpoint-every 10 --out "$run" >"$run.log" 2>&1 &
-  pid=$!
-  sleep 1
-  t0=$(ms)
-  kill_w1
+  start_and_kill_w1 "$run" --checkpoint-every 10
   wait "$pid" || true
   t1=$(ms)
   "$launch" "${job[@]}" --checkpoint-every 10 --out "$run" --resume >"$run.resume.log" 2>&1 &

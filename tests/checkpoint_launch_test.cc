@@ -74,6 +74,16 @@ int64_t LastLoggedClock(const std::string& out) {
   return last;
 }
 
+// The checkpoint folders under `root` that have a MANIFEST, oldest first.
+std::vector<std::string> CompleteCheckpoints(const std::string& root) {
+  std::vector<std::string> complete;
+  for (const auto& e : std::filesystem::directory_iterator(root)) {
+    if (std::filesystem::exists(e.path() / "MANIFEST")) complete.push_back(e.path().string());
+  }
+  std::sort(complete.begin(), complete.end());
+  return complete;
+}
+
 // Generated libsvm data in `data`: train.libsvm and test.libsvm.
 void Generate(const std::string& data, int rows, int test_rows, int features, int nnz, int seed) {
   auto gen = RunProcess({kGen, "--out", data + "/train.libsvm", "--test-out", data + "/test.libsvm",
@@ -340,11 +350,7 @@ void ServerlessWorkersResumeExactly(const std::string& sync, const std::string& 
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
   const std::string whole_params = ReadFile(out + "/params.tsv");
   ASSERT_GT(whole_params.size(), 1000u);
-  std::vector<std::string> complete;
-  for (const auto& e : std::filesystem::directory_iterator(out + "/checkpoints")) {
-    if (std::filesystem::exists(e.path() / "MANIFEST")) complete.push_back(e.path().string());
-  }
-  std::sort(complete.begin(), complete.end());
+  const std::vector<std::string> complete = CompleteCheckpoints(out + "/checkpoints");
   ASSERT_GE(complete.size(), 2u) << whole.output;
   for (size_t i = 1; i < complete.size(); ++i) std::filesystem::remove(complete[i] + "/MANIFEST");
   std::filesystem::remove(out + "/params.tsv");
@@ -463,11 +469,7 @@ TEST(CheckpointLaunchTest, AJobThatLostAWorkerResumesIntoTheSamePlanExactly) {
   ASSERT_NE(at, std::string::npos) << output;
   const int64_t left = std::stoll(output.substr(at + marker.size()));
   // Keep the first complete checkpoint well after the departure; drop the later ones.
-  std::vector<std::string> complete;
-  for (const auto& e : std::filesystem::directory_iterator(out + "/checkpoints")) {
-    if (std::filesystem::exists(e.path() / "MANIFEST")) complete.push_back(e.path().string());
-  }
-  std::sort(complete.begin(), complete.end());
+  const std::vector<std::string> complete = CompleteCheckpoints(out + "/checkpoints");
   int64_t kept = -1;
   for (const std::string& dir : complete) {
     const int64_t clock = std::stoll(dir.substr(dir.rfind('-') + 1));

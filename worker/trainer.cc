@@ -162,7 +162,8 @@ absl::StatusOr<TrainResult> Trainer::Run(
       if (auto r = c.source->Rewind(); !r.ok()) return r;
       c.next = 0;
     }
-    for (; c.next <= ref.batch; ++c.next) {
+    // c.next <= ref.batch here: read (and skip) up to the batch wanted.
+    for (;; ++c.next) {
       absl::StatusOr<DataSlice> slice = c.source->Next(batch);
       if (!slice.ok()) return slice.status();
       if (slice->size() == 0) {
@@ -177,7 +178,6 @@ absl::StatusOr<TrainResult> Trainer::Run(
         return slice;
       }
     }
-    return absl::InternalError("unreachable");
   };
   // The next batch of the plan into *b: its examples, unique keys and zeroed read buffers.
   auto prepare = [&](int64_t step, Buffers* b) -> absl::Status {

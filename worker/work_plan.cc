@@ -44,9 +44,8 @@ const std::vector<BatchRef>& WorkPlan::EpochOf(int worker, int epoch, int upto) 
     // The leaver's batches this epoch stands for: the rest of the epoch it left in (and, for a
     // taker that was already further on, every epoch of the leaver up to this one), or later
     // the whole of the leaver's epoch. Each segment is shared on its own, so that takers that
-    // append in different epochs still split every segment the same way.
-    // The taker that starts a segment turns with the leaver's epoch, so that no taker gets the
-    // odd batch of every epoch.
+    // append in different epochs still split every segment the same way, and the taker that
+    // starts a segment turns with the leaver's epoch, so that none gets every odd batch.
     auto take = [&](const std::vector<BatchRef>& segment, size_t from, int segment_epoch) {
       const size_t first = from + (j + static_cast<size_t>(segment_epoch)) % shares;
       for (size_t r = first; r < segment.size(); r += shares) list.push_back(segment[r]);
@@ -87,14 +86,9 @@ std::optional<WorkPlan::Located> WorkPlan::At(int64_t step) const {
     if (n == 0 || step >= n * epochs_) return std::nullopt;
     return Located{static_cast<int>(step / n), {self_, step % n}};
   }
-  int64_t before = 0;
-  for (int e = 0; e < epochs_; ++e) {
-    const std::vector<BatchRef>& list = EpochOf(self_, e, all);
-    const int64_t size = static_cast<int64_t>(list.size());
-    if (step < before + size) return Located{e, list[step - before]};
-    before += size;
-  }
-  return std::nullopt;
+  const auto at = Locate(self_, step, all);
+  if (!at) return std::nullopt;
+  return Located{at->first, EpochOf(self_, at->first, all)[at->second]};
 }
 
 int64_t WorkPlan::total_steps() const {
@@ -126,7 +120,7 @@ absl::StatusOr<int64_t> WorkPlan::Leave(const Departure& d, int64_t next_step) {
     const int64_t before = total_steps();
     departures_.push_back(d);
     memo_.clear();
-    self_left_at_ = std::min(d.clock, self_left_at_.value_or(d.clock));
+    self_left_at_ = d.clock;  // once: a departure heard twice returned above
     return total_steps() - before;
   }
   const bool taker = std::find(d.takers.begin(), d.takers.end(), self_) != d.takers.end();

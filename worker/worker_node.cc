@@ -196,17 +196,25 @@ absl::Status RestoreWorker(const std::string& restore, int rank, int workers, Sy
   // may lie next to it). Departures are in the workers' states: the others' are read only when
   // some worker is missing from the checkpoint or this worker's own state names departures
   // (then another's list may be longer).
+  // The departures node's state file saved, or DataLoss naming the file.
+  const auto departures_of =
+      [&](const std::string& node,
+          const std::string& plan) -> absl::StatusOr<std::vector<SavedDeparture>> {
+    auto departures = WorkPlan::Load(plan, workers);
+    if (!departures.ok()) {
+      return absl::DataLossError(
+          absl::StrCat(restore, "/", node, ".state: ", departures.status().message()));
+    }
+    return departures;
+  };
   const auto read_others = [&]() -> absl::Status {
     for (const std::string& node : manifest->nodes) {
       int r = -1;
       if (!node.starts_with("w") || !absl::SimpleAtoi(node.substr(1), &r) || r == rank) continue;
       auto other = ReadWorkerCheckpoint(restore, r);
       if (!other.ok()) return other.status();
-      auto departures = WorkPlan::Load(other->plan, workers);
-      if (!departures.ok()) {
-        return absl::DataLossError(
-            absl::StrCat(restore, "/", node, ".state: ", departures.status().message()));
-      }
+      auto departures = departures_of(node, other->plan);
+      if (!departures.ok()) return departures.status();
       if (departures->size() > trainer.all_departures.size()) {
         trainer.all_departures = std::move(*departures);
       }
@@ -229,10 +237,8 @@ absl::Status RestoreWorker(const std::string& restore, int rank, int workers, Sy
   if (auto s = backend.RestoreState(saved->state); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(restore, "/", me, ".state: ", s.message()));
   }
-  auto own = WorkPlan::Load(saved->plan, workers);
-  if (!own.ok()) {
-    return absl::DataLossError(absl::StrCat(restore, "/", me, ".state: ", own.status().message()));
-  }
+  auto own = departures_of(me, saved->plan);
+  if (!own.ok()) return own.status();
   trainer.restored_departures = std::move(*own);
   if (some_missing || !trainer.restored_departures.empty()) {
     if (auto s = read_others(); !s.ok()) return s;
