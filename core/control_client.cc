@@ -61,6 +61,8 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(
 ControlClient::ControlClient(std::unique_ptr<Endpoint> endpoint, ControlOptions options,
                              NodeTable table)
     : endpoint_(std::move(endpoint)), options_(std::move(options)), table_(std::move(table)) {
+  generation_ = table_.generation;
+  resumed_ = table_.generation;
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -189,6 +191,53 @@ std::vector<int64_t> ControlClient::TakeCheckpointRequests() {
   return std::exchange(checkpoint_requests_, {});
 }
 
+std::optional<ControlClient::Rollback> ControlClient::PendingRollback() const {
+  absl::MutexLock lock(&mu_);
+  if (rollback_ && rollback_->generation > generation_) return rollback_;
+  return std::nullopt;
+}
+
+std::optional<ControlClient::Rollback> ControlClient::WaitForRollback(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return (rollback_ && rollback_->generation > generation_) || !health_.ok();
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
+  if (rollback_ && rollback_->generation > generation_) return rollback_;
+  return std::nullopt;
+}
+
+void ControlClient::ReportRolledBack(uint32_t generation) {
+  {
+    absl::MutexLock lock(&mu_);
+    generation_ = std::max(generation_, generation);
+  }
+  MessageBuilder b = FromThisNode(wire::MsgType::ROLLED_BACK);
+  b.header().setGeneration(generation);
+  // A worker's clock when it stopped: the iterations the rollback undid, with the checkpoint's.
+  b.header().setClock(clock_.load(std::memory_order_relaxed));
+  Send(b.Finish());
+}
+
+absl::Status ControlClient::WaitForResume(uint32_t generation, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return resumed_ >= generation || (rollback_ && rollback_->generation > generation) ||
+           !health_.ok();
+  };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+    return absl::DeadlineExceededError(absl::StrFormat(
+        "the coordinator did not resume the job after the rollback (generation %d) in time",
+        generation));
+  }
+  return health_;
+}
+
+uint32_t ControlClient::generation() const {
+  absl::MutexLock lock(&mu_);
+  return generation_;
+}
+
 void ControlClient::Handle(Message& message) {
   if (auto s = message.Parse(); !s.ok()) {
     SYNCLINE_LOG(WARNING) << "ignoring a malformed control message from " << message.peer() << ": "
@@ -209,6 +258,19 @@ void ControlClient::Handle(Message& message) {
       break;
     case wire::MsgType::CHECKPOINT:
       checkpoint_requests_.push_back(h.getClock());
+      break;
+    case wire::MsgType::ROLLBACK:
+      if (h.getClock() < 0) break;
+      if (!rollback_ || h.getGeneration() > rollback_->generation) {
+        rollback_ = Rollback{h.getGeneration(), h.getClock(), h.getMessage()};
+        // Requests of the timeline being undone; the new one asks again.
+        checkpoint_requests_.clear();
+        SYNCLINE_LOG(WARNING) << "rolling back to checkpoint " << h.getClock() << " ("
+                              << h.getMessage().cStr() << "): a node is being replaced";
+      }
+      break;
+    case wire::MsgType::RESUME:
+      resumed_ = std::max(resumed_, h.getGeneration());
       break;
     case wire::MsgType::NODE_DOWN:
       if (h.getBody().isNodeDown()) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -123,6 +124,28 @@ class ControlClient {
   // Checkpoint clocks the coordinator asked for since the last call.
   std::vector<int64_t> TakeCheckpointRequests();
 
+  // In-place recovery: a node failed and is being replaced, and this node is to go back to
+  // the checkpoint in folder `dir`, taken at `clock`. Generations count the job's rollbacks.
+  struct Rollback {
+    uint32_t generation = 0;
+    int64_t clock = 0;
+    std::string dir;
+  };
+  // The newest rollback the coordinator ordered that this node has not reported done.
+  std::optional<Rollback> PendingRollback() const;
+  // Waits up to `deadline` for a rollback order (a node whose peer vanished may be about to
+  // get one); nullopt when none came, or the job ended.
+  std::optional<Rollback> WaitForRollback(absl::Time deadline);
+  // This node has stopped the timeline being undone (a worker: at the clock SetClock last
+  // gave) and is ready for `generation`'s.
+  void ReportRolledBack(uint32_t generation);
+  // Waits until the coordinator resumes the job at `generation` (every node has restored) or
+  // orders a newer rollback (then OK, and PendingRollback says which); an error when the job
+  // ended or the deadline passed.
+  absl::Status WaitForResume(uint32_t generation, absl::Time deadline);
+  // The generation this node is at: the node table's, then each rollback it reported done.
+  uint32_t generation() const;
+
  private:
   ControlClient(std::unique_ptr<Endpoint> endpoint, ControlOptions options, NodeTable table);
   void Loop();
@@ -143,6 +166,9 @@ class ControlClient {
   std::vector<int> down_workers_ ABSL_GUARDED_BY(mu_);
   std::vector<WorkerLeft> workers_left_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> checkpoint_requests_ ABSL_GUARDED_BY(mu_);
+  std::optional<Rollback> rollback_ ABSL_GUARDED_BY(mu_);
+  uint32_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // restored (reported), or the table's
+  uint32_t resumed_ ABSL_GUARDED_BY(mu_) = 0;     // the newest generation resumed
   absl::Status health_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> clock_{-1};
   std::thread thread_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -24,6 +25,12 @@ struct Coordinator::NodeState {
   bool ready = false;
   bool done = false;  // workers: finished training
   bool down = false;
+  // Its process failed and a replacement is to register under its id (Restart).
+  bool replacing = false;
+  // During a recovery: whether it has restored the rollback's checkpoint (a replacement:
+  // registered and ready), and whether it is a replacement still to be started.
+  bool restored = true;
+  bool needs_start = false;
   bool stats = false;      // servers: statistics received at shutdown
   int64_t clock = -1;      // workers: the clock their last heartbeat carried
   absl::Time clock_since;  // when that clock was first seen
@@ -57,7 +64,8 @@ Coordinator::Coordinator(std::unique_ptr<Endpoint> endpoint, std::string address
     : endpoint_(std::move(endpoint)),
       address_(std::move(address)),
       options_(options),
-      observer_(observer) {}
+      observer_(observer),
+      restarts_left_(options.max_restarts) {}
 
 Coordinator::~Coordinator() = default;
 
@@ -93,7 +101,7 @@ void Coordinator::SendTo(const std::string& control_id, Message message) {
 
 void Coordinator::Broadcast(const Message& message) {
   for (const auto& node : nodes_) {
-    if (node->down) continue;
+    if (node->down || node->replacing) continue;
     Message copy;
     copy.frames() = message.frames();  // frames share their bytes
     SendTo(node->control_id, std::move(copy));
@@ -228,20 +236,51 @@ absl::StatusOr<std::optional<Message>> Coordinator::Step(absl::Time deadline) {
   }
   NodeState* node = Find(message->peer());
   if (node == nullptr || node->down) return std::optional<Message>();
+  // A replacement can register before this thread has taken the launcher's restart request.
+  if (!node->replacing && message->header().getType() == wire::MsgType::REGISTER) {
+    HandleRestarts();
+  }
+  if (node->replacing) {
+    // The failed process's last words are dropped; its replacement starts with a registration.
+    if (message->header().getType() == wire::MsgType::REGISTER) {
+      RegisterReplacement(*node, *message);
+    }
+    return std::optional<Message>();
+  }
   node->last_seen = absl::Now();
   // Parse has read every field; a reader that still throws costs this message only.
   try {
     auto h = message->header();
+    // A node that has not yet rolled back reports on the timeline that is being undone.
+    const bool stale = recovering_ && !node->restored;
     switch (h.getType()) {
+      case wire::MsgType::READY:
+        if (!recovering_) return std::optional<Message>(std::move(*message));
+        // A replacement has restored the checkpoint and is ready to serve or train.
+        if (node->needs_start) node->restored = true;
+        if (auto s = AdvanceRecovery(); !s.ok()) return s;
+        return std::optional<Message>();
+      case wire::MsgType::ROLLED_BACK:
+        if (recovering_ && h.getGeneration() == generation_) {
+          node->restored = true;
+          if (node->role == wire::Role::WORKER) {
+            steps_undone_ = std::max(steps_undone_, h.getClock() - rollback_clock_);
+          }
+          if (auto s = AdvanceRecovery(); !s.ok()) return s;
+        }
+        return std::optional<Message>();
+      case wire::MsgType::WORKER_DONE:
+        if (stale) return std::optional<Message>();
+        return std::optional<Message>(std::move(*message));
       case wire::MsgType::HEARTBEAT:
-        if (node->role == wire::Role::WORKER && h.getClock() != node->clock) {
+        if (node->role == wire::Role::WORKER && !stale && h.getClock() != node->clock) {
           node->clock = h.getClock();
           node->clock_since = absl::Now();
         }
         SendTo(node->control_id, MakeSimple(wire::MsgType::HEARTBEAT, wire::Role::COORDINATOR, 0));
         return std::optional<Message>();
       case wire::MsgType::PROGRESS:
-        if (node->role == wire::Role::WORKER && h.getBody().isProgress() && observer_) {
+        if (node->role == wire::Role::WORKER && h.getBody().isProgress() && observer_ && !stale) {
           observer_->OnProgress(node->rank, h.getBody().getProgress());
         }
         return std::optional<Message>();
@@ -251,12 +290,19 @@ absl::StatusOr<std::optional<Message>> Coordinator::Step(absl::Time deadline) {
         }
         return std::optional<Message>();
       case wire::MsgType::CHECKPOINTED:
-        OnCheckpointed(*node, h);
+        // A part of a checkpoint of the undone timeline must not complete one of the new.
+        if (!stale) OnCheckpointed(*node, h);
         return std::optional<Message>();
       case wire::MsgType::ABORT: {
         const std::string reason =
             absl::StrFormat("%s failed: %s", node->Name(), h.getMessage().cStr());
         const auto code = static_cast<absl::StatusCode>(h.getStatusCode());
+        if (CanRestart() && code != absl::StatusCode::kInvalidArgument &&
+            code != absl::StatusCode::kOutOfRange) {
+          // Its process exits next, and the launcher restarts it (Restart).
+          SYNCLINE_LOG(WARNING) << reason << " (to be restarted)";
+          return std::optional<Message>();
+        }
         // Where the job goes on without a lost worker (ASP, SSP, gossip, --min-workers) it goes
         // on without one that failed; bad input and a diverged model stop the job all the same.
         if (node->role == wire::Role::WORKER && MinWorkers() < options_.num_workers &&
@@ -291,6 +337,8 @@ absl::Status Coordinator::CheckHeartbeats() {
     b.header().setClock(clock);
     Broadcast(b.Finish());
   }
+  HandleRestarts();
+  if (auto s = AdvanceRecovery(); !s.ok()) return s;
   for (const auto& [control_id, reason] : lost) {
     NodeState* n = Find(control_id);
     if (n == nullptr || n->down) continue;
@@ -299,7 +347,7 @@ absl::Status Coordinator::CheckHeartbeats() {
   const absl::Time now = absl::Now();
   if (auto s = CheckStuckWorkers(now); !s.ok()) return s;
   for (auto& n : nodes_) {
-    if (n->down || now - n->last_seen <= options_.heartbeat_timeout) continue;
+    if (n->down || n->replacing || now - n->last_seen <= options_.heartbeat_timeout) continue;
     const std::string reason = absl::StrFormat(
         "%s sent no heartbeat for %s", n->Name(),
         absl::FormatDuration(absl::Trunc(now - n->last_seen, absl::Milliseconds(100))));
@@ -309,7 +357,9 @@ absl::Status Coordinator::CheckHeartbeats() {
 }
 
 absl::Status Coordinator::CheckStuckWorkers(absl::Time now) {
-  if (options_.stuck_timeout <= absl::ZeroDuration() || options_.staleness < 0) return {};
+  if (options_.stuck_timeout <= absl::ZeroDuration() || options_.staleness < 0 || recovering_) {
+    return {};
+  }
   // The slowest training worker, and how many others are too far ahead of it to go on.
   NodeState* slowest = nullptr;
   for (auto& n : nodes_) {
@@ -364,8 +414,11 @@ absl::Status Coordinator::MarkDown(NodeState& n, const std::string& reason) {
   }
   // The heartbeat's clock is set once the iteration's clock messages are queued, not sent: a
   // worker killed just then may leave that iteration unfinished at the servers, which drop it.
-  // One iteration earlier is never past what every server has.
-  const int64_t clock = std::max<int64_t>(n.clock - 1, 0);
+  // One iteration earlier is never past what every server has. During a recovery every node
+  // goes back to the rollback's clock, and so does the hand-over.
+  const int64_t clock = recovering_ ? rollback_clock_ : std::max<int64_t>(n.clock - 1, 0);
+  // The workers' plans now differ from any checkpoint's before this departure.
+  can_roll_back_.store(false);
   if (!options_.hand_over || n.done) takers.clear();
   if (takers.empty()) {
     SYNCLINE_LOG(WARNING) << "going on without " << DataEndpointId(n.role, n.rank)
@@ -397,6 +450,146 @@ void Coordinator::RequestCheckpoint(int64_t clock) {
   checkpoint_requests_.push_back(clock);
 }
 
+bool Coordinator::CanRestart() const { return restarts_left_.load() > 0 && can_roll_back_.load(); }
+
+bool Coordinator::Restart(wire::Role role, int rank, std::string reason, int64_t clock,
+                          std::string dir) {
+  absl::MutexLock lock(&mu_);
+  if (!CanRestart()) return false;
+  restarts_left_.fetch_sub(1);
+  restarts_.push_back(
+      RestartRequest{ControlEndpointId(role, rank), std::move(reason), clock, std::move(dir)});
+  return true;
+}
+
+void Coordinator::HandleRestarts() {
+  std::vector<RestartRequest> restarts;
+  {
+    absl::MutexLock lock(&mu_);
+    restarts.swap(restarts_);
+  }
+  for (const RestartRequest& r : restarts) {
+    NodeState* n = Find(r.control_id);
+    if (n == nullptr || n->down) continue;
+    BeginRollback(*n, r);
+  }
+}
+
+void Coordinator::BeginRollback(NodeState& n, const RestartRequest& request) {
+  const absl::Time now = absl::Now();
+  n.replacing = true;
+  n.restored = false;
+  n.needs_start = true;
+  n.ready = false;
+  n.last_seen = now;
+  recovery_deadline_ = now + options_.startup_timeout;
+  if (recovering_) {
+    // The others have restored the rollback's checkpoint, or are restoring it: the new
+    // replacement restores the same one.
+    SYNCLINE_LOG(ERROR) << request.reason << "; restarting it too, into the same rollback to clock "
+                        << rollback_clock_;
+    if (observer_) observer_->OnRollback(n.role, n.rank, rollback_clock_, request.reason);
+    return;
+  }
+  ++generation_;
+  recovering_ = true;
+  rollback_clock_ = request.clock;
+  rollback_dir_ = request.dir;
+  recovery_start_ = now;
+  steps_undone_ = 0;
+  SYNCLINE_LOG(ERROR) << request.reason << "; restarting " << DataEndpointId(n.role, n.rank)
+                      << " and rolling every node back to checkpoint " << request.clock << " ("
+                      << request.dir << ")";
+  if (observer_) observer_->OnRollback(n.role, n.rank, rollback_clock_, request.reason);
+  for (auto& other : nodes_) {
+    if (other->down || other.get() == &n) continue;
+    other->restored = false;
+    other->needs_start = false;
+    if (other->role == wire::Role::WORKER) {
+      other->done = false;
+      other->clock = request.clock;
+      other->clock_since = now;
+    }
+  }
+  MessageBuilder b(wire::MsgType::ROLLBACK);
+  b.header().setRole(wire::Role::COORDINATOR);
+  b.header().setClock(request.clock);
+  b.header().setGeneration(generation_);
+  b.header().setMessage(request.dir);
+  Broadcast(b.Finish());
+}
+
+void Coordinator::RegisterReplacement(NodeState& n, Message& message) {
+  auto h = message.header();
+  if (!h.getBody().isRegister()) return;
+  auto reg = h.getBody().getRegister();
+  absl::Status problem;
+  if (reg.getVersion() != kBuildVersion) {
+    problem = absl::FailedPreconditionError(absl::StrFormat(
+        "the replacement of %s runs syncline %s, but this job's coordinator runs %s",
+        DataEndpointId(n.role, n.rank), reg.getVersion().cStr(), kBuildVersion));
+  } else if (n.role == wire::Role::SERVER && reg.getDataAddress().size() == 0) {
+    problem = absl::InvalidArgumentError("a server must give its data address");
+  }
+  if (!problem.ok()) {
+    SYNCLINE_LOG(WARNING) << "rejected a replacement's registration: " << problem;
+    SendTo(n.control_id, MakeErrorReply(h, problem));
+    return;
+  }
+  n.replacing = false;
+  n.host = reg.getHost();
+  n.pid = reg.getPid();
+  n.last_seen = absl::Now();
+  // Peers know the node at its old address: the replacement listens there (job/node_join.h).
+  NodeTable table = table_;
+  table.generation = generation_;
+  table.restore = rollback_dir_;
+  MessageBuilder b(wire::MsgType::REGISTERED);
+  b.header().setRole(wire::Role::COORDINATOR);
+  table.ToWire(b.header().getBody().initNodeTable());
+  SendTo(n.control_id, b.Finish());
+  SYNCLINE_LOG(INFO) << n.Name() << " registered as a replacement; it restores checkpoint "
+                     << rollback_clock_;
+}
+
+absl::Status Coordinator::AdvanceRecovery() {
+  if (!recovering_) return absl::OkStatus();
+  std::vector<std::string> waiting;
+  for (const auto& n : nodes_) {
+    if (n->down || n->restored) continue;
+    waiting.push_back(absl::StrCat(DataEndpointId(n->role, n->rank),
+                                   n->replacing     ? " (its replacement has not registered)"
+                                   : n->needs_start ? " (its replacement is restoring)"
+                                                    : " (rolling back)"));
+  }
+  const absl::Time now = absl::Now();
+  if (!waiting.empty()) {
+    if (now < recovery_deadline_) return absl::OkStatus();
+    return absl::DeadlineExceededError(absl::StrFormat(
+        "the rollback to checkpoint %d did not finish within %s: waiting for %s", rollback_clock_,
+        absl::FormatDuration(options_.startup_timeout), absl::StrJoin(waiting, ", ")));
+  }
+  recovering_ = false;
+  for (auto& n : nodes_) {
+    if (n->down || !n->needs_start) continue;
+    n->needs_start = false;
+    n->ready = true;
+    SendTo(n->control_id, MakeSimple(wire::MsgType::START, wire::Role::COORDINATOR, 0));
+  }
+  MessageBuilder b(wire::MsgType::RESUME);
+  b.header().setRole(wire::Role::COORDINATOR);
+  b.header().setClock(rollback_clock_);
+  b.header().setGeneration(generation_);
+  Broadcast(b.Finish());
+  const absl::Duration took = now - recovery_start_;
+  SYNCLINE_LOG(INFO) << "every node has restored checkpoint " << rollback_clock_
+                     << "; training goes on (" << absl::FormatDuration(took)
+                     << " after the restart; " << steps_undone_
+                     << " iterations of the fastest worker undone)";
+  if (observer_) observer_->OnRecovered(rollback_clock_, took, steps_undone_);
+  return absl::OkStatus();
+}
+
 void Coordinator::ReportLost(wire::Role role, int rank, std::string reason) {
   absl::MutexLock lock(&mu_);
   lost_.emplace_back(ControlEndpointId(role, rank), std::move(reason));
@@ -424,8 +617,10 @@ absl::Status Coordinator::AwaitReady() {
 }
 
 absl::Status Coordinator::Supervise() {
+  can_roll_back_.store(options_.max_restarts > 0);
+  absl::Cleanup no_more_rollbacks = [this] { can_roll_back_.store(false); };
   auto workers_finished = [&] {
-    return std::all_of(nodes_.begin(), nodes_.end(), [](const auto& n) {
+    return !recovering_ && std::all_of(nodes_.begin(), nodes_.end(), [](const auto& n) {
       return n->role != wire::Role::WORKER || n->done || n->down;
     });
   };

@@ -10,6 +10,10 @@
 // min_workers below the number of workers, a lost worker leaves the job in every mode that
 // allows it (BSP too), and with hand_over its NODE_DOWN tells the others who takes its batches.
 //
+// With max_restarts, a failed node can instead be replaced in place (Restart): every other node
+// rolls back to a checkpoint, the replacement restores the same one, and the job goes on once
+// all of them have (docs/FAULT_TOLERANCE.md, "Restarts and rollbacks").
+//
 // The observer sees progress, results and failures as they come (the launcher turns them into
 // a progress line, metrics.csv and summary.json).
 //
@@ -43,6 +47,8 @@ struct CoordinatorOptions {
   // A lost worker's remaining batches go to the workers still training: its NODE_DOWN names
   // them (takers) and the clock it had reached (worker/work_plan.h).
   bool hand_over = false;
+  // Failed nodes that may be replaced in place (Restart), in all.
+  int max_restarts = 0;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   // A node silent for this long is declared down.
   absl::Duration heartbeat_timeout = absl::Seconds(5);
@@ -79,6 +85,11 @@ class CoordinatorObserver {
   // A lost worker left a job that goes on: the clock its batches are handed over from, and
   // the workers that take them (empty: none).
   virtual void OnWorkerLeft(int worker, int64_t clock, const std::vector<int>& takers) {}
+  // A failed node is being replaced and every other node rolls back to checkpoint `clock`.
+  virtual void OnRollback(wire::Role role, int rank, int64_t clock, const std::string& reason) {}
+  // Every node has restored checkpoint `clock` and training goes on, `took` after the restart;
+  // the fastest worker had finished `undone` iterations past it, which are trained again.
+  virtual void OnRecovered(int64_t clock, absl::Duration took, int64_t undone) {}
   // A node wrote its part of checkpoint `clock` (status OK) or failed to.
   virtual void OnCheckpointed(wire::Role role, int rank, int64_t clock,
                               const absl::Status& status) {}
@@ -111,6 +122,17 @@ class Coordinator {
   // Asks every node to take part in checkpoint `clock` (sent from Run()'s thread).
   void RequestCheckpoint(int64_t clock);
 
+  // The process of a node failed (`reason`) and the launcher starts a replacement, which
+  // registers under the same role and rank: every other node is told to roll back to the
+  // checkpoint in folder `dir` (at `clock`), the replacement restores it, and training goes on
+  // from there once all of them have. False, and nothing happens, when the job cannot roll
+  // back: no restart left (max_restarts), not training (before the start, after the last
+  // worker finished), or a worker has left the job. Handle the failure as usual then. A node
+  // that fails while the job recovers is replaced in the same recovery.
+  bool Restart(wire::Role role, int rank, std::string reason, int64_t clock, std::string dir);
+  // Whether a failed node could be restarted now (Restart would take it, given a checkpoint).
+  bool CanRestart() const;
+
  private:
   struct NodeState;
   Coordinator(std::unique_ptr<Endpoint> endpoint, std::string address, CoordinatorOptions options,
@@ -133,6 +155,20 @@ class Coordinator {
   void SendTo(const std::string& control_id, Message message);
   NodeState* Find(const std::string& control_id);
   void OnCheckpointed(const NodeState& node, const wire::Header::Reader& header);
+  struct RestartRequest {
+    std::string control_id;
+    std::string reason;
+    int64_t clock = 0;
+    std::string dir;
+  };
+  // Takes the launcher's restart requests (BeginRollback for each).
+  void HandleRestarts();
+  // Starts (or, during a recovery, extends) a rollback for a failed node.
+  void BeginRollback(NodeState& node, const RestartRequest& request);
+  // A replacement's registration, during a recovery.
+  void RegisterReplacement(NodeState& node, Message& message);
+  // Ends the recovery once every node has restored; fails it past its deadline.
+  absl::Status AdvanceRecovery();
 
   const std::unique_ptr<Endpoint> endpoint_;
   const std::string address_;
@@ -148,6 +184,20 @@ class Coordinator {
   // Checkpoint clocks requested, not yet sent.
   std::vector<int64_t> checkpoint_requests_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> abort_requested_{false};
+
+  // Restarts: requested by the launcher, not yet handled; and how many are left.
+  std::vector<RestartRequest> restarts_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int> restarts_left_{0};
+  // Whether a rollback is possible now: training, and no worker has left.
+  std::atomic<bool> can_roll_back_{false};
+  // The recovery under way (Run()'s thread only).
+  uint32_t generation_ = 0;
+  bool recovering_ = false;
+  int64_t rollback_clock_ = 0;
+  int64_t steps_undone_ = 0;
+  std::string rollback_dir_;
+  absl::Time recovery_start_;
+  absl::Time recovery_deadline_;
 };
 
 }  // namespace syncline

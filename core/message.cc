@@ -181,6 +181,7 @@ Message MakeErrorReply(const wire::Header::Reader& request, const absl::Status& 
   MessageBuilder b(wire::MsgType::ERROR);
   b.header().setRequestId(request.getRequestId());
   b.header().setTable(request.getTable());
+  b.header().setGeneration(request.getGeneration());
   b.header().setStatusCode(static_cast<int32_t>(status.code()));
   b.header().setMessage(std::string(status.message()));
   return b.Finish();

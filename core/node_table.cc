@@ -31,6 +31,8 @@ void NodeTable::ToWire(wire::NodeTable::Builder out) const {
   out.setHeartbeatIntervalMs(static_cast<int32_t>(absl::ToInt64Milliseconds(heartbeat_interval)));
   out.setHeartbeatTimeoutMs(static_cast<int32_t>(absl::ToInt64Milliseconds(heartbeat_timeout)));
   out.setVersion(version);
+  out.setGeneration(generation);
+  out.setRestore(restore);
   if (!job_spec.empty()) {
     kj::Array<capnp::word> words =
         kj::heapArray<capnp::word>(job_spec.size() / sizeof(capnp::word));
@@ -52,6 +54,8 @@ absl::StatusOr<NodeTable> NodeTable::FromWire(wire::NodeTable::Reader in) {
     return absl::InvalidArgumentError("node table has invalid job settings");
   }
   t.version = in.getVersion();
+  t.generation = in.getGeneration();
+  t.restore = in.getRestore();
   if (in.hasJob()) {
     try {
       capnp::MallocMessageBuilder copy;

@@ -31,6 +31,10 @@ struct NodeTable {
   std::string job_spec;
   // The coordinator's build (core/version.h).
   std::string version;
+  // Rollbacks the job has made so far; a node that replaces a failed one joins at the current
+  // one, and restores the checkpoint folder `restore` (empty: a node of the job's start).
+  uint32_t generation = 0;
+  std::string restore;
 
   // Data endpoint ids of the servers, by rank.
   std::vector<const NodeInfo*> Servers() const;

@@ -54,6 +54,14 @@ enum MsgType {
   # number, table = its phase, rangeBegin = step, rangeEnd = segment, codec = 0 for float32
   # values or 1 for float16, valueCount = values in the one values frame.
   collective @26;
+
+  # In-place recovery (docs/FAULT_TOLERANCE.md). coordinator -> every surviving node: a node
+  # failed and is being replaced; stop, and restore the checkpoint in folder `message` at clock
+  # `clock`, as generation `generation`. node -> coordinator: rolledBack, restored (generation
+  # echoed). coordinator -> every node: resume, every node has restored generation `generation`.
+  rollback @27;
+  rolledBack @28;
+  resume @29;
 }
 
 enum Role {
@@ -101,6 +109,9 @@ struct Header {
   heldCoding @27 :UInt8;   # sparse pushes: 0 = each row is one push's gradient; 1 = a third
                            # frame of held counts (varints, compression/sparse_rows.h): how
                            # many pushes each row's value sums, applied as that many steps
+  generation @28 :UInt32;  # data plane: the job's rollbacks so far when the request was made; a
+                           # server drops a request of an older generation (nothing answers it),
+                           # and its error replies carry its own
 }
 
 struct Register {
@@ -127,6 +138,8 @@ struct NodeTable {
   heartbeatTimeoutMs @5 :Int32;
   job @6 :JobSpec;         # the whole job, as the launcher parsed and validated it
   version @7 :Text;        # the coordinator's build
+  generation @8 :UInt32;   # rollbacks so far (a node that replaces a failed one joins at it)
+  restore @9 :Text;        # a replacement node: the checkpoint folder it restores from
 }
 
 struct Progress {
@@ -359,4 +372,5 @@ struct JobSpec {
   consensusStep @77 :Float64;      # --consensus-step (0: the codec's default)
   allreduceRows @78 :UInt8;        # --allreduce-rows (AllReduceRows: 0 auto, 1 dense, 2 pairs)
   minWorkers @79 :Int32;           # --min-workers (0: the sync mode's default)
+  maxRestarts @80 :Int32;          # --max-restarts
 }

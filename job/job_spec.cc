@@ -191,6 +191,7 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
                                : CheckAtLeast("servers", s.servers, 1),
            CheckAtLeast("workers", s.workers, 1),
            CheckInRange("min-workers", s.min_workers, 0, s.workers),
+           CheckInRange("max-restarts", s.max_restarts, 0, 1000),
            s.sync.kind == SyncKind::kSsp ? CheckAtLeast("sync", s.sync.staleness, 0)
            : s.sync.hybrid()             ? CheckAtLeast("embedding-sync", s.sync.staleness, -1)
                                          : absl::OkStatus(),
@@ -254,6 +255,16 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
     return InvalidFlag("min-workers", absl::StrCat(s.min_workers),
                        "is for --sync bsp, ssp and asp: in this mode every step needs every "
                        "worker, or a lost worker's data stays with it");
+  }
+  if (s.max_restarts > 0 && !HandsOverBatches(s.sync)) {
+    return InvalidFlag("max-restarts", absl::StrCat(s.max_restarts),
+                       "is for --sync bsp, ssp and asp: only parameter-server jobs roll back to "
+                       "a checkpoint in place");
+  }
+  if (s.max_restarts > 0 && !s.checkpoint.enabled()) {
+    return InvalidFlag("max-restarts", absl::StrCat(s.max_restarts),
+                       "needs checkpoints to roll back to: add --checkpoint-every N or "
+                       "--checkpoint-seconds S");
   }
   if (s.sync.allreduce_rows != AllReduceRows::kAuto &&
       (!s.sync.allreduce() || t.codec.kind == CodecKind::kTopK ||

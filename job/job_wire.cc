@@ -30,6 +30,7 @@ void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
   out.setServers(s.servers);
   out.setWorkers(s.workers);
   out.setMinWorkers(s.min_workers);
+  out.setMaxRestarts(s.max_restarts);
   out.setSyncKind(Cast<wire::SyncKind>(s.sync.kind));
   out.setStaleness(s.sync.staleness);
   out.setGossipTopology(Cast<wire::GossipTopology>(s.sync.topology));
@@ -127,6 +128,7 @@ absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
   s.servers = in.getServers();
   s.workers = in.getWorkers();
   s.min_workers = in.getMinWorkers();
+  s.max_restarts = in.getMaxRestarts();
   s.sync.kind = Cast<SyncKind>(in.getSyncKind());
   s.sync.staleness = in.getStaleness();
   s.sync.topology = Cast<GossipTopology>(in.getGossipTopology());

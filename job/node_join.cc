@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "core/log.h"
 #include "core/node_table.h"
 #include "job/job_spec.h"
@@ -78,6 +79,35 @@ absl::StatusOr<JoinedJob> JoinJob(Transport& transport, wire::Role role,
   // Peers connect as soon as they have the table: an authenticating transport now knows whom
   // to accept.
   transport.AllowPeers(JobEndpointIds(table.num_servers, table.num_workers));
+  // A replacement of a failed node: its peers know the node at the failed one's address, so
+  // it listens there instead (that process is gone, and its port with it).
+  for (const NodeInfo& n : table.nodes) {
+    if (table.generation == 0 || n.role != role || n.rank != options.rank || n.address.empty() ||
+        n.address == job.data_address) {
+      continue;
+    }
+    job.data.reset();
+    auto again = transport.CreateEndpoint(DataEndpointId(role, options.rank));
+    if (!again.ok()) return again.status();
+    absl::StatusOr<std::string> bound = absl::UnavailableError("");
+    // The failed process's socket may take a moment to be released.
+    for (int attempt = 0; attempt < 50; ++attempt) {
+      bound = (*again)->Bind(n.address);
+      if (bound.ok()) break;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    if (!bound.ok()) {
+      absl::Status s(bound.status().code(),
+                     absl::StrCat("cannot listen at ", n.address,
+                                  ", where the failed node listened: ", bound.status().message()));
+      job.control->ReportAbort(s);
+      return s;
+    }
+    job.data = std::move(*again);
+    job.data_address = *bound;
+    SYNCLINE_LOG(INFO) << job.data->id() << " replaces a failed node: listening at " << *bound
+                       << " as it did";
+  }
   absl::StatusOr<JobSpec> spec = table.job_spec.empty()
                                      ? absl::InvalidArgumentError(
                                            "the coordinator sent no job spec (is it a launcher "
@@ -93,7 +123,13 @@ absl::StatusOr<JoinedJob> JoinJob(Transport& transport, wire::Role role,
     return spec.status();
   }
   job.spec = std::move(*spec);
-  if (auto s = CheckPeersReachable(role, options.rank, job); !s.ok()) {
+  // A replacement restores the checkpoint every other node rolls back to.
+  if (!table.restore.empty()) job.spec.checkpoint.restore = table.restore;
+  // A replacement's peers were reachable at the start, and one of them may be a replacement
+  // itself, not listening yet: it is the coordinator's recovery deadline that names it.
+  if (auto s =
+          table.generation > 0 ? absl::OkStatus() : CheckPeersReachable(role, options.rank, job);
+      !s.ok()) {
     job.control->ReportAbort(s);
     return s;
   }
@@ -109,6 +145,7 @@ CoordinatorOptions CoordinatorOptionsFor(const JobSpec& spec) {
   o.staleness = spec.sync.collective() ? 0 : spec.sync.server_staleness();
   o.min_workers = MinWorkers(spec);
   o.hand_over = HandsOverBatches(spec.sync);
+  o.max_restarts = spec.max_restarts;
   o.heartbeat_interval = absl::Seconds(spec.timeouts.heartbeat_interval_s);
   o.heartbeat_timeout = absl::Seconds(spec.timeouts.heartbeat_timeout_s);
   o.evaluate = !spec.data.test.empty();

@@ -90,6 +90,13 @@ void CheckpointTracker::MaybeComplete(int64_t clock) {
   cv_.notify_all();
 }
 
+void CheckpointTracker::OnRollback(int64_t clock) {
+  std::lock_guard lock(mu_);
+  pending_.erase(pending_.upper_bound(clock), pending_.end());
+  failed_.erase(failed_.upper_bound(clock), failed_.end());
+  completed_.erase(completed_.upper_bound(clock), completed_.end());
+}
+
 bool CheckpointTracker::Resolved(int64_t clock) const {
   std::lock_guard lock(mu_);
   return completed_.contains(clock) || failed_.contains(clock);

@@ -50,6 +50,10 @@ class CheckpointTracker {
   // its last clock do not wait for it.
   void OnWorkerGone(int rank, int64_t steps);
 
+  // The job rolled back to checkpoint `clock` (in-place recovery): the parts of later ones
+  // came from the timeline undone, and they are written again on the new one.
+  void OnRollback(int64_t clock);
+
   // Whether checkpoint `clock` is decided: visible, or known to be incomplete.
   bool Resolved(int64_t clock) const;
   // Waits until every manifest decided so far is written.

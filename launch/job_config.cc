@@ -52,7 +52,7 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 62> kFields = {{
+const std::array<Field, 63> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes"},
     {"workers", &JobConfig::workers, "Number of worker processes"},
     {"min-workers", &JobConfig::min_workers,
@@ -61,6 +61,12 @@ const std::array<Field, 62> kFields = {{
      "training (docs/FAULT_TOLERANCE.md). 0: the mode's default, every worker under bsp and ssp:0 "
      "(a "
      "lost worker stops the job), 1 under ssp:S with S >= 1 and asp"},
+    {"max-restarts", &JobConfig::max_restarts,
+     "Restart up to this many failed nodes (workers or servers) in place, in all: the launcher "
+     "starts a replacement, which restores the newest complete checkpoint, and every other node "
+     "rolls back to it without restarting (bsp, ssp, asp; needs --checkpoint-every or "
+     "--checkpoint-seconds; launcher local or ssh). Under bsp the result is that of a run "
+     "without failures, bit for bit. 0: a failed node is handled as --min-workers says"},
     {"sync", &JobConfig::sync,
      "Consistency model: bsp, asp, ssp:S (workers at most S steps ahead of the slowest), or "
      "serverless gossip:ring|exp|random (D-PSGD; :async for push-sum), or serverless "
@@ -531,6 +537,7 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   s.servers = s.sync.serverless() ? 0 : c.servers;
   s.workers = c.workers;
   s.min_workers = c.min_workers;
+  s.max_restarts = c.max_restarts;
   s.model.classes = c.classes;
   s.model.embedding_dim = c.embedding_dim;
   s.model.hidden = c.hidden;

@@ -231,6 +231,12 @@ int Main(int argc, char** argv) {
     return Refuse(
         absl::StrCat("--hosts and --hostfile are for --launcher ssh or mpirun, not ", launcher));
   }
+  if (spec->max_restarts > 0 &&
+      (cluster.kind == LauncherKind::kMpirun || cluster.kind == LauncherKind::kSlurm)) {
+    return Refuse(absl::StrCat("--max-restarts needs --launcher local or ssh: ", launcher,
+                               " starts every node as one world, which cannot restart one of "
+                               "them"));
+  }
   if (!port_range.empty()) {
     auto ports = ParsePortRange(port_range);
     if (!ports.ok()) return Refuse(absl::StrCat("--port-range: ", ports.status().message()));

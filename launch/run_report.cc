@@ -261,6 +261,32 @@ void RunReport::OnCheckpointed(wire::Role role, int rank, int64_t clock,
   if (checkpoints_ != nullptr) checkpoints_->OnCheckpointed(role, rank, clock, status);
 }
 
+void RunReport::OnRollback(wire::Role role, int rank, int64_t clock, const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  down_.push_back(reason);
+  if (recovering_) return;  // a second failure joins the rollback under way
+  recovering_ = true;
+  ++rollbacks_;
+  rollback_clock_ = clock;
+  rollback_reason_ = DataEndpointId(role, rank);
+  for (auto& [w, state] : workers_) {
+    state.clock = clock;
+    state.done = false;
+  }
+}
+
+void RunReport::OnRecovered(int64_t clock, absl::Duration took, int64_t undone) {
+  absl::MutexLock lock(&mu_);
+  recovering_ = false;
+  steps_undone_ += undone;
+  recovery_seconds_.push_back(absl::ToDoubleSeconds(took));
+}
+
+void RunReport::OnRestart(const std::string& label) {
+  absl::MutexLock lock(&mu_);
+  restarted_.push_back(label);
+}
+
 RunReport::Clocks RunReport::WorkerClocks() {
   absl::MutexLock lock(&mu_);
   Clocks c;
@@ -332,6 +358,12 @@ std::string RunReport::ProgressText(absl::Duration elapsed) {
     if (rate > 0 && done < total) text += absl::StrFormat("  ETA %.0fs", (total - done) / rate);
   } else {
     text += "  starting...";
+  }
+  if (recovering_) {
+    text += absl::StrFormat("  recovering: %s restarted, rolling back to checkpoint %d",
+                            rollback_reason_, rollback_clock_);
+  } else if (rollbacks_ > 0) {
+    text += absl::StrFormat("  (%d rollback%s)", rollbacks_, rollbacks_ == 1 ? "" : "s");
   }
   if (workers_left_ > 0) {
     text += absl::StrFormat("  %d of %d workers (%d lost%s)",
@@ -416,7 +448,20 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
       redone += std::max<int64_t>(0, it->second - from);
     }
   }
-  j << "  \"steps_redone\": " << redone << ",\n";
+  // ...and the iterations rollbacks undid (the fastest worker's clock less the checkpoint's).
+  j << "  \"steps_redone\": " << redone + steps_undone_ << ",\n";
+  const int workers_joined = static_cast<int>(
+      std::count_if(restarted_.begin(), restarted_.end(),
+                    [](const std::string& label) { return label.starts_with("w"); }));
+  j << "  \"restarts\": " << restarted_.size() << ",\n";
+  j << "  \"rollbacks\": " << rollbacks_ << ",\n";
+  // Replacements of failed workers, which joined the running job.
+  j << "  \"workers_joined\": " << workers_joined << ",\n";
+  j << "  \"recovery_seconds\": [";
+  for (size_t i = 0; i < recovery_seconds_.size(); ++i) {
+    j << (i ? ", " : "") << JsonNumber(recovery_seconds_[i]);
+  }
+  j << "],\n";
   j << "  \"wall_seconds\": " << JsonNumber(absl::ToDoubleSeconds(wall)) << ",\n";
   j << "  \"train_loss\": " << (reporting ? JsonNumber(final_loss / reporting) : "null") << ",\n";
   j << "  \"test_examples\": " << test_examples_ << ",\n";

@@ -44,6 +44,10 @@ class RunReport : public CoordinatorObserver {
   void OnWorkerLeft(int worker, int64_t clock, const std::vector<int>& takers) override;
   void OnCheckpointed(wire::Role role, int rank, int64_t clock,
                       const absl::Status& status) override;
+  void OnRollback(wire::Role role, int rank, int64_t clock, const std::string& reason) override;
+  void OnRecovered(int64_t clock, absl::Duration took, int64_t undone) override;
+  // The launcher restarted the child `label` (a failed node) in place.
+  void OnRestart(const std::string& label);
 
   // Checkpoint reports go to `tracker` (not owned; may be null); `resumed_from` is the clock
   // the job restarted from (-1: a fresh start). Both appear in summary.json.
@@ -126,6 +130,16 @@ class RunReport : public CoordinatorObserver {
   // server had seen each finish (the difference is trained twice).
   std::map<int, int64_t> handed_from_ ABSL_GUARDED_BY(mu_);
   std::map<int, int64_t> finished_at_ ABSL_GUARDED_BY(mu_);
+  // In-place recovery: restarts (the failed nodes restarted, by label), rollbacks made, the
+  // iterations they undid (the fastest worker's clock, as it stopped, less the rollback's), and
+  // the time each took from the restart to training again.
+  std::vector<std::string> restarted_ ABSL_GUARDED_BY(mu_);
+  int rollbacks_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t steps_undone_ ABSL_GUARDED_BY(mu_) = 0;
+  bool recovering_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t rollback_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string rollback_reason_ ABSL_GUARDED_BY(mu_);
+  std::vector<double> recovery_seconds_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> staleness_ ABSL_GUARDED_BY(mu_);
   uint64_t server_requests_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t server_rejected_ ABSL_GUARDED_BY(mu_) = 0;

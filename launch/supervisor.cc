@@ -12,6 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "checkpoint/checkpoint.h"
+#include "core/log.h"
 #include "core/node_table.h"
 #include "job/job_spec.h"
 #include "job/node_join.h"
@@ -39,6 +41,9 @@ class CheckpointTimer {
         start_(start),
         restore_clock_(restore_clock),
         next_(start + absl::Seconds(spec.checkpoint.seconds)) {}
+
+  // The job rolled back: a request outstanding belonged to the timeline undone.
+  void OnRollback() { requested_ = -1; }
 
   void Poll(Coordinator& coordinator, RunReport& report, const CheckpointTracker& checkpoints) {
     if (spec_.checkpoint.seconds <= 0 || absl::Now() < next_ ||
@@ -71,13 +76,23 @@ class CheckpointTimer {
   int64_t requested_ = -1;
 };
 
+// The node a child's label names ("w3", "ps1"); nullopt for cluster launchers (mpirun, srun).
+std::optional<std::pair<wire::Role, int>> NodeOfLabel(const std::string& label) {
+  int rank = 0;
+  if (label.size() >= 2 && label[0] == 'w' && absl::SimpleAtoi(label.substr(1), &rank)) {
+    return std::make_pair(wire::Role::WORKER, rank);
+  }
+  if (label.size() >= 3 && label.starts_with("ps") && absl::SimpleAtoi(label.substr(2), &rank)) {
+    return std::make_pair(wire::Role::SERVER, rank);
+  }
+  return std::nullopt;
+}
+
 // The worker a child's label names ("w3": 3); nullopt for servers and cluster launchers.
 std::optional<int> WorkerOfLabel(const std::string& label) {
-  int rank = 0;
-  if (label.size() < 2 || label[0] != 'w' || !absl::SimpleAtoi(label.substr(1), &rank)) {
-    return std::nullopt;
-  }
-  return rank;
+  auto node = NodeOfLabel(label);
+  if (!node || node->first != wire::Role::WORKER) return std::nullopt;
+  return node->second;
 }
 
 // The node a line of output came from. A child that is one node says so by its label; the
@@ -118,9 +133,8 @@ ProcessSpec NodeProcess(wire::Role role, int rank, const std::string& coordinato
 }
 
 JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& processes,
-                     Coordinator& coordinator, RunReport& report,
-                     const CheckpointTracker& checkpoints, int64_t restore_clock,
-                     const std::atomic<int>& signal) {
+                     Coordinator& coordinator, RunReport& report, CheckpointTracker& checkpoints,
+                     int64_t restore_clock, const std::atomic<int>& signal) {
   JobOutcome out;
   ProcessGroup group([&report](std::string_view label, OutputStream, std::string_view line) {
     report.ChildLine(NodeOfLine(label, line), line);
@@ -143,6 +157,42 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
   }
 
   CheckpointTimer timer(spec, start, restore_clock);
+  // --max-restarts: a failed node's child is started again, and every other node rolls back to
+  // the newest complete checkpoint (this run's, or the one it resumed from). True when it was.
+  std::string not_restarted;  // why the last failed node was not restarted, when it could be
+  auto restart = [&](const ExitEvent& e) {
+    const auto node = NodeOfLabel(e.label);
+    if (!node || !coordinator.CanRestart()) return false;
+    checkpoints.Flush();  // a manifest decided is on disk before a replacement reads it
+    int64_t clock = checkpoints.last_clock();
+    std::string dir = clock >= 0 ? CheckpointDir(spec.checkpoint.dir, clock) : "";
+    if (clock < 0 && restore_clock >= 0) {
+      clock = restore_clock;
+      dir = spec.checkpoint.restore;
+    }
+    const std::string reason = DescribeExit(e);
+    if (clock < 0) {
+      not_restarted = "not restarted: no complete checkpoint to roll back to yet";
+      SYNCLINE_LOG(ERROR) << "cannot restart " << e.label << " (" << reason
+                          << "): " << not_restarted;
+      return false;
+    }
+    auto child = std::find_if(processes.begin(), processes.end(),
+                              [&](const ProcessSpec& p) { return p.label == e.label; });
+    if (child == processes.end() ||
+        !coordinator.Restart(node->first, node->second, reason, clock, dir)) {
+      return false;
+    }
+    checkpoints.OnRollback(clock);
+    timer.OnRollback();
+    ++out.restarts;
+    report.OnRestart(e.label);
+    if (auto pid = group.Start(*child); !pid.ok()) {
+      // The coordinator waits for a replacement that will not come: the job stops, named.
+      fail(absl::StrCat("cannot restart ", e.label, ": ", pid.status().message()), 1);
+    }
+    return true;
+  };
   std::vector<ExitEvent> exited;
   // A node that failed on its own has usually told the coordinator why (a bad line of its
   // data, say) just before it exited: give that reason a moment to arrive, so that the job's
@@ -159,6 +209,7 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
       if (e.success()) continue;
       const std::optional<int> worker = WorkerOfLabel(e.label);
       const bool job_stopper = e.exit_code == kExitBadInput || e.exit_code == kExitDiverged;
+      if (out.failure.empty() && !job_stopper && restart(e)) continue;
       if (out.failure.empty() && worker && MinWorkers(spec) < spec.workers && !job_stopper) {
         // ASP/SSP, gossip and --min-workers go on without a lost worker: the coordinator counts
         // those left, tells the servers and hands its batches over.
@@ -168,6 +219,7 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
       }
       if (exit_failure.empty()) {
         exit_failure = DescribeExit(e);
+        if (!not_restarted.empty()) absl::StrAppend(&exit_failure, " (", not_restarted, ")");
         exit_code = job_stopper ? e.exit_code : 1;  // bad input or divergence, as it reported
         // A node killed by a signal said nothing: no reason to wait for.
         exit_deadline = absl::Now() + (e.signal == 0 ? absl::Seconds(1) : absl::ZeroDuration());

@@ -33,17 +33,19 @@ struct JobOutcome {
   std::string failure;            // why the job failed; empty: it did not
   int failure_code = 1;           // the launcher's exit code when it failed (2: bad input)
   std::vector<std::string> lost;  // workers the job went on without
+  int restarts = 0;               // failed nodes restarted in place (--max-restarts)
   absl::Duration wall;
 };
 
 // Runs the job: `coordinator` (not yet running) on a thread of its own, and `processes`, the
 // children that start its nodes (launch/cluster.h's NodeProcesses: one per node, or one
 // mpirun or srun for all). `signal` is polled: a non-zero value is an interruption by that
-// signal. A child labelled with a worker's id ("w3") that fails is that worker lost.
+// signal. A child labelled with a worker's id ("w3") that fails is that worker lost. With
+// --max-restarts, a child labelled with a node's id that fails is first restarted in place,
+// and the job rolls back to the newest complete checkpoint (Coordinator::Restart).
 JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& processes,
-                     Coordinator& coordinator, RunReport& report,
-                     const CheckpointTracker& checkpoints, int64_t restore_clock,
-                     const std::atomic<int>& signal);
+                     Coordinator& coordinator, RunReport& report, CheckpointTracker& checkpoints,
+                     int64_t restore_clock, const std::atomic<int>& signal);
 
 }  // namespace syncline
 

@@ -278,6 +278,16 @@ absl::Status ParameterServer::HandleRequest(Message& message) {
     return absl::PermissionDeniedError(
         absl::StrFormat("sender id '%s' does not match worker rank %d", message.peer(), worker));
   }
+  if (h.getGeneration() != options_.generation) {
+    // Sent before a rollback this server has made (the sender has rolled back too, and sends
+    // again), or, newer, before this server has: either way not for the model it holds.
+    if (h.getGeneration() > options_.generation) {
+      SYNCLINE_LOG(WARNING) << "dropped a request of generation " << h.getGeneration() << " from "
+                            << message.peer() << ": this server is at " << options_.generation;
+    }
+    ++stats_.stale_dropped;
+    return absl::OkStatus();
+  }
   // Round 0's time starts with the job's first request: the clients have all started by then.
   if (options_.federated && !round_started_) OpenRound(clocks_.MinClock());
   switch (h.getType()) {

@@ -105,6 +105,9 @@ struct ServerOptions {
     int64_t rounds = std::numeric_limits<int64_t>::max();  // rounds after the last stay shut
   };
   std::optional<Federated> federated;
+  // The job's rollbacks so far (in-place recovery): a request of an older generation was sent
+  // on a timeline the job has rolled back from, and is dropped unanswered (counted).
+  uint32_t generation = 0;
 };
 
 inline constexpr size_t kMaxShortRounds = 1000;
@@ -134,6 +137,8 @@ struct ServerStats {
   // exactly the examples whose gradients reached the model (a lost worker's unfinished
   // iteration is dropped).
   double examples_trained = 0;
+  // Requests of an older generation, dropped after a rollback.
+  uint64_t stale_dropped = 0;
   // Workers dropped while the job went on, with the clock this server had from each.
   std::vector<std::pair<int, int64_t>> lost_workers;
 };

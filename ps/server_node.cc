@@ -113,14 +113,26 @@ NodeExit ServerNode::Run() {
     }
     control->ReportCheckpointed(clock, status);
   };
-  ParameterServer server(&endpoint, options);
-  if (!spec.checkpoint.restore.empty()) {
-    if (auto s = server.Restore(spec.checkpoint.restore); !s.ok()) {
-      absl::Status failed(s.code(), absl::StrCat("cannot restore from ", spec.checkpoint.restore,
-                                                 ": ", s.message()));
-      control->ReportAbort(failed);
-      return {failed};
+  // The shard: made afresh, with the checkpoint restored, at the start of a resumed job, by a
+  // replacement of a failed server, and on every rollback (in-place recovery). Workers the job
+  // went on without stay out of every one.
+  std::unique_ptr<ParameterServer> shard;
+  std::vector<int> removed;
+  auto make_shard = [&](uint32_t generation, const std::string& restore) -> absl::Status {
+    shard.reset();  // closes its embedding stores before the new one opens them
+    options.generation = generation;
+    shard = std::make_unique<ParameterServer>(&endpoint, options);
+    for (int w : removed) shard->RemoveWorker(w);
+    if (restore.empty()) return absl::OkStatus();
+    if (auto s = shard->Restore(restore); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("cannot restore from ", restore, ": ", s.message()));
     }
+    return absl::OkStatus();
+  };
+  if (auto s = make_shard(control->generation(), spec.checkpoint.restore); !s.ok()) {
+    control->ReportAbort(s);
+    return {s};
   }
   control->ReportReady();
   SYNCLINE_LOG(INFO) << "serving shard " << rank << " of " << spec.servers << " at "
@@ -128,10 +140,27 @@ NodeExit ServerNode::Run() {
 
   absl::Time next_progress = absl::Now() + absl::Seconds(1);
   while (true) {
+    if (std::optional<ControlClient::Rollback> back = control->PendingRollback()) {
+      // What the undone timeline's checkpoints wrote is reported first (the coordinator
+      // ignores it); requests still queued from it carry the old generation and are dropped.
+      const absl::Time begin = absl::Now();
+      shard->WaitForCheckpoints();
+      if (auto s = make_shard(back->generation, back->dir); !s.ok()) {
+        control->ReportAbort(s);
+        return {s};
+      }
+      control->ReportRolledBack(back->generation);
+      SYNCLINE_LOG(INFO) << "rolled back to checkpoint " << back->clock << " in "
+                         << absl::FormatDuration(absl::Now() - begin);
+    }
+    ParameterServer& server = *shard;
     if (auto s = server.ServeUntil(absl::Now() + absl::Milliseconds(50)); !s.ok()) {
       return {absl::Status(s.code(), absl::StrCat("endpoint failed: ", s.message()))};
     }
-    for (int w : control->TakeDownWorkers()) server.RemoveWorker(w);
+    for (int w : control->TakeDownWorkers()) {
+      server.RemoveWorker(w);
+      removed.push_back(w);
+    }
     for (int64_t clock : control->TakeCheckpointRequests()) server.RequestCheckpoint(clock);
     if (absl::Now() >= next_progress) {
       // Embedding tables' figures while training (OUT/embedding.csv); nothing else needs them.
@@ -145,6 +174,7 @@ NodeExit ServerNode::Run() {
     if (!command.ok() && !absl::IsDeadlineExceeded(command.status())) return {command.status()};
   }
 
+  ParameterServer& server = *shard;
   server.WaitForCheckpoints();
   const auto totals = server.embedding_totals();
   if (totals.tables > 0) {

@@ -33,7 +33,9 @@ absl::StatusOr<KVClientOptions> ConnectToServers(Endpoint& endpoint, ControlClie
 }
 
 KVClient::KVClient(Endpoint* endpoint, KVClientOptions options)
-    : endpoint_(endpoint), options_(std::move(options)) {}
+    : endpoint_(endpoint),
+      options_(std::move(options)),
+      next_request_id_((uint64_t{options_.generation} << 40) + 1) {}
 
 Ticket KVClient::NewTicket() {
   const Ticket t = next_ticket_++;
@@ -85,6 +87,7 @@ MessageBuilder KVClient::NewMessage(wire::MsgType type, uint32_t table, int64_t 
   b.header().setTable(table);
   b.header().setClock(clock);
   b.header().setWeight(weight);
+  b.header().setGeneration(options_.generation);
   return b;
 }
 
@@ -570,6 +573,10 @@ absl::Status KVClient::ReceiveOne(absl::Time deadline) {
     return absl::OkStatus();
   }
   const uint64_t id = message->header().getRequestId();
+  if (message->header().getType() == wire::MsgType::ERROR &&
+      message->header().getGeneration() != options_.generation) {
+    return absl::OkStatus();  // about a request of a timeline rolled back since
+  }
   if (id == 0 && message->header().getType() == wire::MsgType::ERROR) {
     // An error about a message that has no reply (a clock): the job cannot be trusted.
     return absl::Status(

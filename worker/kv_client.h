@@ -49,6 +49,10 @@ struct KVClientOptions {
   // copy of the pulled rows the servers' replies are relative to. Ungated reads (clock < 0:
   // evaluation, the final parameters) are always exact.
   CodecSpec pull_codec;
+  // The job's rollbacks so far (in-place recovery): every request carries it, so that a server
+  // that has rolled back drops what was sent before, and this client's request ids start at
+  // generation << 40, so that a late reply to a request of the undone timeline matches none.
+  uint32_t generation = 0;
 };
 
 using Ticket = uint64_t;
@@ -204,7 +208,7 @@ class KVClient {
   absl::flat_hash_map<uint32_t, TableConfig> tables_;
   absl::flat_hash_map<uint64_t, Request> requests_;
   absl::flat_hash_map<Ticket, TicketState> tickets_;
-  uint64_t next_request_id_ = 1;
+  uint64_t next_request_id_;
   Ticket next_ticket_ = 1;
   uint64_t bytes_pushed_ = 0;
   uint64_t bytes_pulled_ = 0;

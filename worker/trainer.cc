@@ -223,6 +223,9 @@ absl::StatusOr<TrainResult> Trainer::Run(
   int64_t step = start;
   while (true) {
     for (; step < total; ++step) {
+      if (options_.interrupted) {
+        if (auto s = options_.interrupted(); !s.ok()) return s;
+      }
       if (auto s = hear(prepared ? step + 1 : step); !s.ok()) return s;
       Buffers& b = buffers[step % 2];
       absl::Time t0 = absl::Now();

@@ -57,6 +57,9 @@ struct TrainerOptions {
   // Resume: the departures this worker's checkpoint saved, and the longest list any worker's
   // did (WorkPlan::Restore); empty in a job where nobody had left.
   std::vector<SavedDeparture> restored_departures, all_departures;
+  // Asked before every iteration (may be empty): a non-OK status stops training with it (the
+  // job is rolling back to a checkpoint, say).
+  std::function<absl::Status()> interrupted;
 };
 
 // A diverged model: OutOfRange "diverged at step N: ...". The trainer stops with it when a

@@ -256,6 +256,12 @@ absl::Status RestoreWorker(const std::string& restore, int rank, int workers, Sy
   return absl::OkStatus();
 }
 
+// What stops a trainer (or a wait for the servers) when the job rolls back.
+absl::Status RollingBack(const ControlClient::Rollback& back) {
+  return absl::AbortedError(absl::StrFormat(
+      "the job is rolling back to checkpoint %d (a node is being replaced)", back.clock));
+}
+
 }  // namespace
 
 NodeExit WorkerNode::Run() {
@@ -296,62 +302,76 @@ NodeExit WorkerNode::Run() {
   absl::StatusOr<KVClientOptions> kv_options = ConnectToServers(endpoint, *control, rank);
   if (!kv_options.ok()) return fail(kv_options.status());
   kv_options->pull_codec = spec.training.pull_codec;
-  // A hybrid worker hears the servers (its KVClient) and the other workers (its all-reduce)
-  // on one endpoint: each hears only its own.
-  std::unique_ptr<EndpointSplit> split;
-  if (spec.sync.hybrid()) {
-    split = std::make_unique<EndpointSplit>(&endpoint, [](const std::string& peer) {
-      return peer.starts_with("ps") ? 0 : 1;  // DataEndpointId's: "ps<rank>", "w<rank>"
-    });
-  }
-  KVClient client(split ? &split->side(0) : &endpoint, *kv_options);
-  std::unique_ptr<SyncBackend> backend;
-  if (spec.sync.hybrid()) {
-    if (!hybrid_backend_) {
-      return fail(absl::FailedPreconditionError(
-          "this worker was built without the hybrid backend (--sync hybrid)"));
-    }
-    auto rows = std::make_unique<PsBackend>(&client, absl::Seconds(spec.timeouts.request_s),
-                                            spec.training.codec, spec.training.residual_rows);
-    rows->KeepBiasElsewhere();
-    auto made = hybrid_backend_(spec, table, rank, split->side(1), std::move(rows));
-    if (!made.ok()) return fail(made.status());
-    backend = std::move(*made);
-  } else if (spec.sync.serverless()) {
-    if (!gossip_backend_) {
-      return fail(absl::FailedPreconditionError(
-          "this worker was built without serverless backends (gossip, all-reduce)"));
-    }
-    auto made = gossip_backend_(spec, table, rank, endpoint);
-    if (!made.ok()) return fail(made.status());
-    backend = std::move(*made);
-  } else {
-    // A federated client's pull waits for every round before its own (each up to
-    // --round-timeout): a dead server is the heartbeats' to find, not this deadline's.
-    const double request_s =
-        spec.sync.fedavg()
-            ? std::min(86400.0 * 7, spec.timeouts.request_s +
-                                        spec.federated.round_timeout_s * spec.federated.rounds)
-            : spec.timeouts.request_s;
-    backend = std::make_unique<PsBackend>(&client, absl::Seconds(request_s), spec.training.codec,
-                                          spec.training.residual_rows);
-  }
-  // A federated client corrupts its round's delta itself; other workers' gradients are
-  // corrupted on their way to the backend.
+  // A wait for the servers also ends when the job rolls back (in-place recovery).
+  kv_options->health = [control]() -> absl::Status {
+    if (auto back = control->PendingRollback()) return RollingBack(*back);
+    return control->health();
+  };
+  // A federated client's pull waits for every round before its own (each up to
+  // --round-timeout): a dead server is the heartbeats' to find, not this deadline's.
+  const double request_s =
+      spec.sync.fedavg()
+          ? std::min(86400.0 * 7, spec.timeouts.request_s +
+                                      spec.federated.round_timeout_s * spec.federated.rounds)
+          : spec.timeouts.request_s;
   const bool attacker = IsByzantine(spec.byzantine, rank);
   if (attacker) {
     SYNCLINE_LOG(WARNING) << "byzantine worker: sends crafted updates (--byzantine "
                           << ByzantineName(spec.byzantine) << ", seed " << spec.seed << ")";
   }
-  if (attacker && !spec.sync.fedavg() && spec.byzantine.attack.kind != AttackKind::kLabelFlip) {
-    backend = std::make_unique<AttackingBackend>(std::move(backend), spec.byzantine.attack,
-                                                 spec.seed, rank);
-  }
 
-  control->ReportReady();
-  if (auto s = control->WaitForStart(absl::Now() + options_.startup_timeout); !s.ok()) {
-    return fail(s);
-  }
+  // What talks to the servers or peers: made afresh at the start and after every rollback, so
+  // that nothing of the undone timeline (requests in flight, residuals, copies) survives it.
+  struct Link {
+    std::unique_ptr<EndpointSplit> split;
+    std::unique_ptr<KVClient> client;
+    std::unique_ptr<SyncBackend> backend;
+  };
+  auto connect = [&](uint32_t generation) -> absl::StatusOr<Link> {
+    Link link;
+    KVClientOptions kv = *kv_options;
+    kv.generation = generation;
+    // A hybrid worker hears the servers (its KVClient) and the other workers (its all-reduce)
+    // on one endpoint: each hears only its own.
+    if (spec.sync.hybrid()) {
+      link.split = std::make_unique<EndpointSplit>(&endpoint, [](const std::string& peer) {
+        return peer.starts_with("ps") ? 0 : 1;  // DataEndpointId's: "ps<rank>", "w<rank>"
+      });
+    }
+    link.client =
+        std::make_unique<KVClient>(link.split ? &link.split->side(0) : &endpoint, std::move(kv));
+    if (spec.sync.hybrid()) {
+      if (!hybrid_backend_) {
+        return absl::FailedPreconditionError(
+            "this worker was built without the hybrid backend (--sync hybrid)");
+      }
+      auto rows =
+          std::make_unique<PsBackend>(link.client.get(), absl::Seconds(spec.timeouts.request_s),
+                                      spec.training.codec, spec.training.residual_rows);
+      rows->KeepBiasElsewhere();
+      auto made = hybrid_backend_(spec, table, rank, link.split->side(1), std::move(rows));
+      if (!made.ok()) return made.status();
+      link.backend = std::move(*made);
+    } else if (spec.sync.serverless()) {
+      if (!gossip_backend_) {
+        return absl::FailedPreconditionError(
+            "this worker was built without serverless backends (gossip, all-reduce)");
+      }
+      auto made = gossip_backend_(spec, table, rank, endpoint);
+      if (!made.ok()) return made.status();
+      link.backend = std::move(*made);
+    } else {
+      link.backend = std::make_unique<PsBackend>(link.client.get(), absl::Seconds(request_s),
+                                                 spec.training.codec, spec.training.residual_rows);
+    }
+    // A federated client corrupts its round's delta itself; other workers' gradients are
+    // corrupted on their way to the backend.
+    if (attacker && !spec.sync.fedavg() && spec.byzantine.attack.kind != AttackKind::kLabelFlip) {
+      link.backend = std::make_unique<AttackingBackend>(std::move(link.backend),
+                                                        spec.byzantine.attack, spec.seed, rank);
+    }
+    return link;
+  };
 
   ParameterLayout layout;
   layout.row_dim = (*model)->row_dim();
@@ -383,78 +403,7 @@ NodeExit WorkerNode::Run() {
     layout.optimizer.learning_rate = static_cast<float>(spec.federated.server_lr);
     layout.optimizer.l2 = 0;
   }
-  if (auto s = backend->Init(layout); !s.ok()) return fail(s);
-
-  TrainerOptions trainer_options;
-  trainer_options.epochs = spec.training.epochs;
-  trainer_options.batch_size = spec.training.batch_size;
-  trainer_options.log_every = spec.training.log_every;
-  trainer_options.slowness = slowness;
-  // A read may miss this worker's last push under ASP and SSP (S >= 1): pull a batch ahead.
-  trainer_options.read_ahead =
-      spec.training.read_ahead && !spec.sync.serverless() && spec.sync.server_staleness() != 0;
-  if (!spec.checkpoint.restore.empty()) {
-    if (auto s =
-            RestoreWorker(spec.checkpoint.restore, rank, spec.workers, *backend, trainer_options);
-        !s.ok()) {
-      return fail(s);
-    }
-  }
-  // Periodic checkpoints, and the clocks the coordinator asks for (time-based ones).
   const bool checkpoints = spec.checkpoint.enabled();
-  trainer_options.checkpoint_every = checkpoints ? spec.checkpoint.every : 0;
-  CheckpointRequests requests;
-  const Trainer* running = nullptr;  // the trainer whose plan a checkpoint saves
-  auto report_missed = [&](int64_t before) {
-    for (int64_t c : control->TakeCheckpointRequests()) requests.Request(c);
-    for (int64_t missed : requests.TakeMissedBefore(before)) {
-      control->ReportCheckpointed(
-          missed,
-          absl::FailedPreconditionError(absl::StrFormat(
-              "w%d had finished clock %d before the request for it arrived", rank, missed)));
-    }
-  };
-  trainer_options.checkpoint_requested = [&](int64_t clock) {
-    if (!checkpoints) return false;
-    report_missed(clock);
-    return requests.Consume(clock);
-  };
-  trainer_options.on_checkpoint = [&](int64_t clock) -> absl::Status {
-    auto state = backend->SaveState();
-    absl::Status status = state.status();
-    if (status.ok()) {
-      status = WriteWorkerCheckpoint(spec.checkpoint.dir, rank,
-                                     {clock, *state, running ? running->SavePlan() : ""});
-    }
-    // A checkpoint that cannot be written is reported (the launcher never completes it);
-    // training goes on.
-    if (!status.ok()) SYNCLINE_LOG(ERROR) << "checkpoint " << clock << " failed: " << status;
-    control->ReportCheckpointed(clock, status);
-    requests.Taken(clock);
-    return absl::OkStatus();
-  };
-  trainer_options.on_step = [control](int64_t clock) { control->SetClock(clock); };
-  // Workers that leave a job that goes on hand their batches to those still training: a
-  // leaver's partition is read here when it leaves (the same file, its part).
-  std::map<int, std::unique_ptr<WorkerData>> leavers;
-  trainer_options.rank = rank;
-  if (HandsOverBatches(spec.sync)) {
-    trainer_options.take_departures = [control] {
-      std::vector<Departure> departures;
-      for (ControlClient::WorkerLeft& l : control->TakeWorkersLeft()) {
-        departures.push_back(Departure{l.worker, l.clock, std::move(l.takers)});
-      }
-      return departures;
-    };
-    trainer_options.partition_source = [&](int partition) -> absl::StatusOr<ExampleSource*> {
-      auto read = ReadWorkerData(spec, partition, /*hand_over=*/true);
-      if (!read.ok()) return read.status();
-      ExampleSource* source = (*read)->source.get();
-      leavers[partition] = std::move(*read);
-      return source;
-    };
-  }
-  control->SetClock(trainer_options.start_step);
   auto report = [control](const TrainProgress& p) {
     control->ReportProgress(ProgressReport{.clock = p.clock,
                                            .epoch = p.epoch,
@@ -464,59 +413,191 @@ NodeExit WorkerNode::Run() {
                                            .staleness = p.staleness,
                                            .consensus = p.consensus});
   };
-  absl::StatusOr<TrainResult> result;
-  if (spec.sync.fedavg()) {
-    FederatedClientOptions f;
-    f.federated = spec.federated;
-    f.rank = rank;
-    f.workers = spec.workers;
-    f.seed = spec.seed;
-    f.batch_size = spec.training.batch_size;
-    f.local_optimizer = local_optimizer;
-    if (attacker) f.attack = spec.byzantine.attack;
-    f.slowness = slowness;
-    FederatedClient client_loop(**model, *backend, layout, f);
-    auto rounds = client_loop.Run(*(*data)->source, [&](const TrainProgress& p) {
-      control->SetClock(p.clock);
-      report(p);
-    });
-    if (!rounds.ok()) return fail(rounds.status());
-    SYNCLINE_LOG(INFO) << absl::StrFormat(
-        "federated: trained in %d rounds, not picked for %d, dropped out of %d", rounds->rounds,
-        rounds->skipped, rounds->dropped);
-    result = TrainResult{.steps = rounds->steps,
-                         .examples = rounds->examples,
-                         .last_loss = rounds->last_loss,
-                         .times = rounds->times};
-  } else {
-    Trainer trainer(**model, *backend, trainer_options);
-    running = &trainer;
-    result = trainer.Run(*(*data)->source, report);
-    running = nullptr;
-  }
-  if (!result.ok()) return fail(result.status());
-  // Requests that came after the last step can no longer be served.
-  if (checkpoints) report_missed(std::numeric_limits<int64_t>::max());
 
-  control->ReportWorkerDone(WorkerDoneReport{.steps = result->steps,
-                                             .examples = result->examples,
-                                             .bytes_pushed = backend->bytes_pushed(),
-                                             .bytes_pulled = backend->bytes_pulled()});
-  SYNCLINE_LOG(INFO) << absl::StrFormat(
-      "trained %d iterations (%d of them other workers' batches), last loss %.5f; step time: %s",
-      result->steps, result->batches_taken_over, result->last_loss, result->times.ToString());
-
+  // One timeline: from the start (or a resumed checkpoint), and again from the checkpoint of
+  // every rollback, until the coordinator shuts the job down.
+  uint32_t generation = control->generation();
+  std::string restore = spec.checkpoint.restore;
+  bool started = false;
   while (true) {
-    // The job may evaluate for a long time; the coordinator's heartbeats keep this honest.
-    auto command = control->WaitForCommand(absl::InfiniteFuture());
-    if (!command.ok()) return {command.status()};
-    if (*command == Command::kShutdown) break;
-    auto eval = EvaluateModel(spec, **model, layout, *backend, **data);
-    if (!eval.ok()) return fail(eval.status());
-    control->ReportResult(*eval);
+    absl::StatusOr<Link> link = connect(generation);
+    if (!link.ok()) return fail(link.status());
+    SyncBackend* backend = link->backend.get();
+    if (!started) {
+      control->ReportReady();
+      if (auto s = control->WaitForStart(absl::Now() + options_.startup_timeout); !s.ok()) {
+        return fail(s);
+      }
+      started = true;
+    }
+    // A rollback ordered while this timeline starts ends it there too (below).
+    absl::Status setup = backend->Init(layout);
+
+    TrainerOptions trainer_options;
+    trainer_options.epochs = spec.training.epochs;
+    trainer_options.batch_size = spec.training.batch_size;
+    trainer_options.log_every = spec.training.log_every;
+    trainer_options.slowness = slowness;
+    // A read may miss this worker's last push under ASP and SSP (S >= 1): pull a batch ahead.
+    trainer_options.read_ahead =
+        spec.training.read_ahead && !spec.sync.serverless() && spec.sync.server_staleness() != 0;
+    if (setup.ok() && !restore.empty()) {
+      setup = RestoreWorker(restore, rank, spec.workers, *backend, trainer_options);
+    }
+    trainer_options.interrupted = [control]() -> absl::Status {
+      if (auto back = control->PendingRollback()) return RollingBack(*back);
+      return absl::OkStatus();
+    };
+    // Periodic checkpoints, and the clocks the coordinator asks for (time-based ones).
+    trainer_options.checkpoint_every = checkpoints ? spec.checkpoint.every : 0;
+    CheckpointRequests requests;
+    const Trainer* running = nullptr;  // the trainer whose plan a checkpoint saves
+    auto report_missed = [&](int64_t before) {
+      for (int64_t c : control->TakeCheckpointRequests()) requests.Request(c);
+      for (int64_t missed : requests.TakeMissedBefore(before)) {
+        control->ReportCheckpointed(
+            missed,
+            absl::FailedPreconditionError(absl::StrFormat(
+                "w%d had finished clock %d before the request for it arrived", rank, missed)));
+      }
+    };
+    trainer_options.checkpoint_requested = [&](int64_t clock) {
+      if (!checkpoints) return false;
+      report_missed(clock);
+      return requests.Consume(clock);
+    };
+    trainer_options.on_checkpoint = [&](int64_t clock) -> absl::Status {
+      auto state = backend->SaveState();
+      absl::Status status = state.status();
+      if (status.ok()) {
+        status = WriteWorkerCheckpoint(spec.checkpoint.dir, rank,
+                                       {clock, *state, running ? running->SavePlan() : ""});
+      }
+      // A checkpoint that cannot be written is reported (the launcher never completes it);
+      // training goes on.
+      if (!status.ok()) SYNCLINE_LOG(ERROR) << "checkpoint " << clock << " failed: " << status;
+      control->ReportCheckpointed(clock, status);
+      requests.Taken(clock);
+      return absl::OkStatus();
+    };
+    trainer_options.on_step = [control](int64_t clock) { control->SetClock(clock); };
+    // Workers that leave a job that goes on hand their batches to those still training: a
+    // leaver's partition is read here when it leaves (the same file, its part).
+    std::map<int, std::unique_ptr<WorkerData>> leavers;
+    trainer_options.rank = rank;
+    if (HandsOverBatches(spec.sync)) {
+      trainer_options.take_departures = [control] {
+        std::vector<Departure> departures;
+        for (ControlClient::WorkerLeft& l : control->TakeWorkersLeft()) {
+          departures.push_back(Departure{l.worker, l.clock, std::move(l.takers)});
+        }
+        return departures;
+      };
+      trainer_options.partition_source = [&](int partition) -> absl::StatusOr<ExampleSource*> {
+        auto read = ReadWorkerData(spec, partition, /*hand_over=*/true);
+        if (!read.ok()) return read.status();
+        ExampleSource* source = (*read)->source.get();
+        leavers[partition] = std::move(*read);
+        return source;
+      };
+    }
+    control->SetClock(trainer_options.start_step);
+    // A trainer reads its partition from the start (and skips to its first batch).
+    if (auto s = (*data)->source->Rewind(); !s.ok()) return fail(s, true);
+    absl::StatusOr<TrainResult> result;
+    if (!setup.ok()) {
+      result = setup;
+    } else if (spec.sync.fedavg()) {
+      FederatedClientOptions f;
+      f.federated = spec.federated;
+      f.rank = rank;
+      f.workers = spec.workers;
+      f.seed = spec.seed;
+      f.batch_size = spec.training.batch_size;
+      f.local_optimizer = local_optimizer;
+      if (attacker) f.attack = spec.byzantine.attack;
+      f.slowness = slowness;
+      FederatedClient client_loop(**model, *backend, layout, f);
+      auto rounds = client_loop.Run(*(*data)->source, [&](const TrainProgress& p) {
+        control->SetClock(p.clock);
+        report(p);
+      });
+      if (rounds.ok()) {
+        SYNCLINE_LOG(INFO) << absl::StrFormat(
+            "federated: trained in %d rounds, not picked for %d, dropped out of %d", rounds->rounds,
+            rounds->skipped, rounds->dropped);
+        result = TrainResult{.steps = rounds->steps,
+                             .examples = rounds->examples,
+                             .last_loss = rounds->last_loss,
+                             .times = rounds->times};
+      } else {
+        result = rounds.status();
+      }
+    } else {
+      Trainer trainer(**model, *backend, trainer_options);
+      running = &trainer;
+      result = trainer.Run(*(*data)->source, report);
+      running = nullptr;
+    }
+
+    // Where this timeline ends: a rollback (ordered, or about to be: a server that vanished is
+    // being replaced), or the job's end.
+    std::optional<ControlClient::Rollback> back;
+    if (!result.ok()) {
+      back = control->PendingRollback();
+      if (!back && spec.max_restarts > 0 && !IsDiverged(result.status()) &&
+          !absl::IsInvalidArgument(result.status())) {
+        SYNCLINE_LOG(WARNING) << "training stopped (" << result.status()
+                              << "); waiting for the coordinator to roll the job back";
+        back = control->WaitForRollback(absl::Now() + table.heartbeat_timeout + absl::Seconds(2));
+      }
+      if (!back) return fail(result.status());
+    } else {
+      // Requests that came after the last step can no longer be served.
+      if (checkpoints) report_missed(std::numeric_limits<int64_t>::max());
+      control->ReportWorkerDone(WorkerDoneReport{.steps = result->steps,
+                                                 .examples = result->examples,
+                                                 .bytes_pushed = backend->bytes_pushed(),
+                                                 .bytes_pulled = backend->bytes_pulled()});
+      SYNCLINE_LOG(INFO) << absl::StrFormat(
+          "trained %d iterations (%d of them other workers' batches), last loss %.5f; step "
+          "time: %s",
+          result->steps, result->batches_taken_over, result->last_loss, result->times.ToString());
+      while (!back) {
+        // The job may evaluate for a long time; the coordinator's heartbeats keep this honest.
+        auto command = control->WaitForCommand(absl::Now() + absl::Milliseconds(100));
+        if (!command.ok()) {
+          if (!absl::IsDeadlineExceeded(command.status())) return {command.status()};
+          back = control->PendingRollback();
+          continue;
+        }
+        if (*command == Command::kShutdown) {
+          (void)control->Flush(absl::Now() + absl::Seconds(2));
+          return {};
+        }
+        auto eval = EvaluateModel(spec, **model, layout, *backend, **data);
+        if (!eval.ok()) return fail(eval.status());
+        control->ReportResult(*eval);
+      }
+    }
+    // Roll back: drop this timeline's connections and state, tell the coordinator, and wait
+    // until every node has (a newer rollback may come first: that one is taken instead).
+    backend->Settle(absl::ZeroDuration());
+    link = absl::CancelledError("rolled back");
+    while (true) {
+      control->ReportRolledBack(back->generation);
+      if (auto s = control->WaitForResume(back->generation, absl::Now() + options_.startup_timeout);
+          !s.ok()) {
+        return fail(s);
+      }
+      std::optional<ControlClient::Rollback> newer = control->PendingRollback();
+      if (!newer) break;
+      back = std::move(newer);
+    }
+    SYNCLINE_LOG(INFO) << "rolled back to checkpoint " << back->clock << "; training again";
+    generation = back->generation;
+    restore = back->dir;
   }
-  (void)control->Flush(absl::Now() + absl::Seconds(2));
-  return {};
 }
 
 }  // namespace syncline

@@ -26,6 +26,10 @@ struct JobSpec {
   // remaining batches go to the others (--sync bsp, ssp, asp). 0: the mode's default, every
   // worker under BSP (a lost worker stops the job), 1 under SSP and ASP.
   int min_workers = 0;
+  // [--max-restarts] Failed nodes the launcher restarts in place, in all, each time rolling
+  // the job back to its newest complete checkpoint (--sync bsp, ssp, asp; needs checkpoints).
+  // 0: a failed node is handled as --min-workers says.
+  int max_restarts = 0;
   SyncMode sync;  // [--sync]
 
   struct Model {

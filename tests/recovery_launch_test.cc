@@ -1,0 +1,262 @@
+// In-place recovery end to end (--max-restarts): real syncline-launch, syncline-ps and
+// syncline-worker processes on loopback; nodes are SIGKILLed while the job trains, the launcher
+// restarts them, and every other node rolls back to the newest complete checkpoint without
+// restarting. Under BSP the final model is bit for bit that of a run without failures.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "testing/test_util.h"
+
+namespace syncline {
+namespace {
+
+using testing_util::JsonNumber;
+using testing_util::ReadFile;
+using testing_util::RunProcess;
+using testing_util::TempDir;
+
+const std::string kLaunch = SYNCLINE_LAUNCH_BIN;
+const std::string kGen = SYNCLINE_GEN_BIN;
+
+// A node to kill: its binary, rank, and how long after the previous kill.
+struct Kill {
+  std::string binary;
+  int rank = 0;
+  int after_ms = 0;
+};
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;  // the launcher's
+  std::string summary;
+  std::string params;
+};
+
+// Shared synthetic data: 20k training and 4k test examples over 10k Zipf features, and the
+// runs without failures that the others are compared with.
+class RecoveryLaunchTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(TempDir("recovery_data"));
+    auto r = RunProcess({kGen, "--out", *dir_ + "/train.libsvm", "--test-out",
+                         *dir_ + "/test.libsvm", "--rows", "20000", "--test-rows", "4000",
+                         "--features", "10000", "--nnz", "20", "--seed", "11"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  // 2 servers, 4 workers, 3 epochs of 20k examples in batches of 64 (237 iterations each, at
+  // least 10 ms apiece), a checkpoint every 20 clocks, up to `restarts` restarts.
+  static std::vector<std::string> Job(const std::string& sync, const std::string& out,
+                                      int every = 20, int restarts = 3) {
+    return {kLaunch,
+            "--servers",
+            "2",
+            "--workers",
+            "4",
+            "--sync",
+            sync,
+            "--train",
+            Train(),
+            "--test",
+            *dir_ + "/test.libsvm",
+            "--epochs",
+            "3",
+            "--batch-size",
+            "64",
+            "--min-step-ms",
+            "10",
+            "--heartbeat-interval",
+            "0.1",
+            "--heartbeat-timeout",
+            "2",
+            "--checkpoint-every",
+            absl::StrCat(every),
+            "--checkpoint-dir",
+            out + "/checkpoints",
+            "--max-restarts",
+            absl::StrCat(restarts),
+            "--out",
+            out};
+  }
+
+  // Runs `job`, and once it has trained 30 clocks (checkpoint 20 is complete by then), kills
+  // `kills` one after the other. Every process the launcher started is gone at the end.
+  static Outcome RunWithKills(const std::vector<std::string>& job, const std::string& out,
+                              const std::vector<Kill>& kills) {
+    Outcome o;
+    ProcessGroup group([&](std::string_view, OutputStream, std::string_view line) {
+      o.output.append(line.data(), line.size());
+      o.output += '\n';
+    });
+    auto launcher = group.Start(ProcessSpec{"launch", job});
+    EXPECT_TRUE(launcher.ok());
+    if (!launcher.ok()) return o;
+    std::vector<ExitEvent> exited;
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (absl::Now() < deadline && exited.empty() && !kills.empty()) {
+      (void)group.Poll(absl::Milliseconds(20), &exited);
+      if (LastClock(out) >= 30) break;
+    }
+    std::set<int> started;
+    for (const Kill& k : kills) {
+      // Poll returns at every line of output: wait out the pause whole.
+      const absl::Time until = absl::Now() + absl::Milliseconds(k.after_ms);
+      while (absl::Now() < until && exited.empty()) (void)group.Poll(until - absl::Now(), &exited);
+      EXPECT_TRUE(exited.empty()) << "the job ended before the kills:\n" << o.output;
+      for (const auto& [pid, cmd] : testing_util::Children(*launcher)) started.insert(pid);
+      EXPECT_NE(testing_util::KillChildOfRank(*launcher, k.binary, k.rank), 0)
+          << k.binary << " " << k.rank << " not found\n"
+          << o.output;
+    }
+    testing_util::AwaitAnExit(group, absl::Seconds(90), &exited);
+    for (const auto& [pid, cmd] : testing_util::Children(*launcher)) started.insert(pid);
+    EXPECT_EQ(exited.size(), 1u) << "the launcher did not exit:\n" << o.output;
+    if (exited.size() != 1) return o;
+    for (int pid : started) EXPECT_FALSE(testing_util::Alive(pid)) << pid;
+    o.exit_code = exited[0].exit_code;
+    o.summary = ReadFile(out + "/summary.json");
+    std::cerr << "restarts " << JsonNumber(o.summary, "restarts").value_or(-1) << ", rollbacks "
+              << JsonNumber(o.summary, "rollbacks").value_or(-1) << ", steps_redone "
+              << JsonNumber(o.summary, "steps_redone").value_or(-1) << ", test_auc "
+              << JsonNumber(o.summary, "test_auc").value_or(-1) << "\n";
+    o.params = ReadFile(out + "/params.tsv");
+    return o;
+  }
+
+  // The largest clock in OUT/metrics.csv (0 before the first row).
+  static int64_t LastClock(const std::string& out) {
+    int64_t last = 0;
+    std::vector<std::string> lines =
+        absl::StrSplit(ReadFile(out + "/metrics.csv"), '\n', absl::SkipEmpty());
+    for (size_t i = 1; i < lines.size(); ++i) {
+      std::vector<std::string> f = absl::StrSplit(lines[i], ',');
+      if (f.size() > 2) last = std::max<int64_t>(last, std::atoll(f[2].c_str()));
+    }
+    return last;
+  }
+
+  // The run of `sync` without failures (made once per mode).
+  static const Outcome& Clean(const std::string& sync) {
+    static auto* runs = new std::map<std::string, Outcome>();
+    auto it = runs->find(sync);
+    if (it != runs->end()) return it->second;
+    const std::string out = TempDir("recovery_clean_" + sync);
+    Outcome o = RunWithKills(Job(sync, out), out, {});
+    EXPECT_EQ(o.exit_code, 0) << o.output;
+    return runs->emplace(sync, std::move(o)).first->second;
+  }
+
+  // The chaos schedule of `seed`: two workers and one server, in a random order, 100-400 ms
+  // apart. SYNCLINE_CHAOS_SEED replays one.
+  static std::vector<Kill> Schedule(uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<int> workers = {0, 1, 2, 3};
+    std::shuffle(workers.begin(), workers.end(), rng);
+    std::uniform_int_distribution<int> server(0, 1), pause_ms(100, 400);
+    std::vector<Kill> kills = {{"syncline-worker", workers[0], 0},
+                               {"syncline-worker", workers[1], 0},
+                               {"syncline-ps", server(rng), 0}};
+    std::shuffle(kills.begin(), kills.end(), rng);
+    std::string said = absl::StrCat("chaos seed ", seed, ":");
+    for (Kill& k : kills) {
+      k.after_ms = pause_ms(rng);
+      absl::StrAppend(&said, " ", k.after_ms, " ms, kill ", k.binary, " ", k.rank, ";");
+    }
+    std::cerr << said << "\n";
+    return kills;
+  }
+
+  static uint64_t ChaosSeed() {
+    const char* s = std::getenv("SYNCLINE_CHAOS_SEED");
+    return s != nullptr ? std::strtoull(s, nullptr, 10) : 20261202;
+  }
+
+  static std::string Train() { return *dir_ + "/train.libsvm"; }
+  static std::string* dir_;
+};
+std::string* RecoveryLaunchTest::dir_ = nullptr;
+
+// The chaos test: under BSP, three nodes killed at seeded moments (two workers, one
+// server) are restarted in place, and the final model is byte for byte that of a clean run.
+TEST_F(RecoveryLaunchTest, UnderBspTwoWorkersAndAServerKilledLeaveTheModelBitwiseUnchanged) {
+  const Outcome& clean = Clean("bsp");
+  ASSERT_FALSE(clean.params.empty());
+  const std::string out = TempDir("recovery_chaos_bsp");
+  const Outcome o = RunWithKills(Job("bsp", out), out, Schedule(ChaosSeed()));
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_TRUE(o.params == clean.params) << "params.tsv differs from the clean run's";
+  EXPECT_EQ(JsonNumber(o.summary, "restarts"), 3) << o.summary;
+  EXPECT_EQ(JsonNumber(o.summary, "workers_joined"), 2) << o.summary;
+  const auto rollbacks = JsonNumber(o.summary, "rollbacks");
+  ASSERT_TRUE(rollbacks.has_value()) << o.summary;
+  // A node killed while the job rolls back is replaced in the same rollback.
+  EXPECT_GE(*rollbacks, 1);
+  EXPECT_LE(*rollbacks, 3);
+  // Each rollback goes back to the newest complete checkpoint: at most the 20 clocks since,
+  // and the few a checkpoint takes to complete after its clock.
+  const auto redone = JsonNumber(o.summary, "steps_redone");
+  ASSERT_TRUE(redone.has_value()) << o.summary;
+  EXPECT_LE(*redone, *rollbacks * 25) << o.summary;
+  EXPECT_EQ(JsonNumber(o.summary, "test_auc"), JsonNumber(clean.summary, "test_auc"));
+}
+
+// The same schedule under ASP: not bitwise (the order of updates is the network's), but the
+// test AUC is within 0.01 of a clean run's.
+TEST_F(RecoveryLaunchTest, UnderAspTheSameKillsEndWithinAPointOfTheCleanAuc) {
+  const Outcome& clean = Clean("asp");
+  const std::string out = TempDir("recovery_chaos_asp");
+  const Outcome o = RunWithKills(Job("asp", out), out, Schedule(ChaosSeed()));
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_EQ(JsonNumber(o.summary, "restarts"), 3) << o.summary;
+  const auto auc = JsonNumber(o.summary, "test_auc");
+  const auto clean_auc = JsonNumber(clean.summary, "test_auc");
+  ASSERT_TRUE(auc.has_value() && clean_auc.has_value()) << o.summary;
+  EXPECT_NEAR(*auc, *clean_auc, 0.01);
+}
+
+// A server killed and then, before the rollback has finished, a worker: both are replaced in
+// one recovery (or, if the second kill came after it, in a second), and the model is exact.
+TEST_F(RecoveryLaunchTest, ANodeKilledWhileTheJobRollsBackIsReplacedToo) {
+  const Outcome& clean = Clean("bsp");
+  const std::string out = TempDir("recovery_second_failure");
+  const Outcome o =
+      RunWithKills(Job("bsp", out), out, {{"syncline-ps", 1, 0}, {"syncline-worker", 0, 15}});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_TRUE(o.params == clean.params) << "params.tsv differs from the clean run's";
+  EXPECT_EQ(JsonNumber(o.summary, "restarts"), 2) << o.summary;
+}
+
+// Without a complete checkpoint there is nothing to roll back to: the job stops, saying so.
+// And once the restarts are spent, the next failure stops the job as it would without them.
+TEST_F(RecoveryLaunchTest, WithoutACheckpointOrARestartLeftTheJobStopsSayingWhy) {
+  {
+    const std::string out = TempDir("recovery_no_checkpoint");
+    const Outcome o = RunWithKills(Job("bsp", out, /*every=*/100000), out, {{"syncline-ps", 1, 0}});
+    EXPECT_EQ(o.exit_code, 1) << o.output;
+    EXPECT_NE(o.output.find("ps1 killed by signal 9"), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find("no complete checkpoint to roll back to"), std::string::npos)
+        << o.output;
+  }
+  {
+    const std::string out = TempDir("recovery_spent");
+    const Outcome o = RunWithKills(Job("bsp", out, 20, /*restarts=*/1), out,
+                                   {{"syncline-worker", 1, 0}, {"syncline-ps", 0, 400}});
+    EXPECT_EQ(o.exit_code, 1) << o.output;
+    EXPECT_NE(o.output.find("ps0 killed by signal 9"), std::string::npos) << o.output;
+    EXPECT_EQ(JsonNumber(o.summary, "restarts"), 1) << o.summary;
+  }
+}
+
+}  // namespace
+}  // namespace syncline
