@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -20,11 +21,17 @@ class RecordingObserver : public CoordinatorObserver {
   void OnNodeDown(wire::Role role, int rank, const std::string& reason) override {
     down_reason = reason;
   }
+  void OnRecovered(int64_t clock, absl::Duration took, int64_t undone) override {
+    recovered_clock = clock;
+    steps_undone = undone;
+  }
   int64_t last_clock = -1;
   int done = 0;
   double auc = -1;
   int server_stats = 0;
   std::string down_reason;
+  std::atomic<int64_t> recovered_clock{-1};
+  std::atomic<int64_t> steps_undone{-1};
 };
 
 absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
@@ -336,6 +343,112 @@ TEST(CoordinatorTest, TheRightWorldSizeIsAccepted) {
   run.join();
   abort_later.join();
   EXPECT_EQ(result.message(), "test over");
+}
+
+}  // namespace
+}  // namespace syncline
+
+namespace syncline {
+namespace {
+
+// Waits (bounded) until `c` has a rollback order.
+std::optional<ControlClient::Rollback> AwaitRollback(ControlClient& c) {
+  return c.WaitForRollback(Soon());
+}
+
+// In-place recovery: a failed worker's replacement registers under its id and restores the
+// checkpoint every other node rolls back to; the job resumes once all of them have.
+TEST(CoordinatorTest, ARestartRollsEveryNodeBackAndResumesOnceAllHaveRestored) {
+  InprocTransport transport;
+  RecordingObserver observer;
+  CoordinatorOptions options = SmallJob();
+  options.num_servers = 0;
+  options.num_workers = 3;
+  options.max_restarts = 1;
+  options.evaluate = false;
+  auto coordinator = Coordinator::Create(transport, "inproc://c", options, &observer);
+  ASSERT_TRUE(coordinator.ok());
+  absl::Status result;
+  std::thread run([&] { result = (*coordinator)->Run(); });
+  std::vector<std::unique_ptr<ControlClient>> w =
+      StartWorkers(transport, (*coordinator)->address(), 3);
+  ASSERT_EQ(w.size(), 3u);
+  // Restarts are taken once the job trains.
+  const absl::Time deadline = Soon();
+  while (!(*coordinator)->CanRestart() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE((*coordinator)->CanRestart());
+  w[2]->SetClock(31);
+  w[1].reset();  // its process died
+  ASSERT_TRUE((*coordinator)->Restart(wire::Role::WORKER, 1, "w1 killed", 20, "ckpt/20"));
+  EXPECT_FALSE((*coordinator)->CanRestart());  // --max-restarts 1, spent
+  EXPECT_FALSE((*coordinator)->Restart(wire::Role::WORKER, 0, "w0 killed", 20, "ckpt/20"));
+  for (int r : {0, 2}) {
+    std::optional<ControlClient::Rollback> back = AwaitRollback(*w[r]);
+    ASSERT_TRUE(back.has_value()) << "w" << r;
+    EXPECT_EQ(back->generation, 1u);
+    EXPECT_EQ(back->clock, 20);
+    EXPECT_EQ(back->dir, "ckpt/20");
+  }
+  // The replacement joins at the rollback's generation, told what to restore.
+  auto replacement =
+      ControlClient::Connect(transport, {(*coordinator)->address(), wire::Role::WORKER, 1, ""});
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  EXPECT_EQ((*replacement)->table().generation, 1u);
+  EXPECT_EQ((*replacement)->table().restore, "ckpt/20");
+  EXPECT_FALSE((*replacement)->PendingRollback().has_value());
+  // Nobody resumes before every node has restored.
+  w[0]->ReportRolledBack(1);
+  (*replacement)->ReportReady();
+  EXPECT_FALSE(w[0]->WaitForResume(1, absl::Now() + absl::Milliseconds(200)).ok());
+  w[2]->ReportRolledBack(1);
+  EXPECT_TRUE(w[0]->WaitForResume(1, Soon()).ok());
+  EXPECT_TRUE(w[2]->WaitForResume(1, Soon()).ok());
+  EXPECT_TRUE((*replacement)->WaitForStart(Soon()).ok());
+  EXPECT_FALSE(w[0]->PendingRollback().has_value());
+  EXPECT_EQ(w[0]->generation(), 1u);
+  EXPECT_EQ(observer.recovered_clock.load(), 20);
+  EXPECT_EQ(observer.steps_undone.load(), 11);  // w2 had reached clock 31
+  for (ControlClient* c : {w[0].get(), replacement->get(), w[2].get()}) {
+    c->ReportWorkerDone({.steps = 40});
+  }
+  run.join();
+  EXPECT_TRUE(result.ok()) << result;
+}
+
+// A replacement that never comes: the rollback fails within the startup timeout, naming whom
+// it waited for, and every node hears why.
+TEST(CoordinatorTest, ARollbackThatCannotFinishIsNamedAndNeverHangs) {
+  InprocTransport transport;
+  RecordingObserver observer;
+  CoordinatorOptions options = SmallJob();
+  options.num_servers = 0;
+  options.num_workers = 2;
+  options.max_restarts = 3;
+  options.evaluate = false;
+  options.startup_timeout = absl::Milliseconds(600);
+  auto coordinator = Coordinator::Create(transport, "inproc://c", options, &observer);
+  ASSERT_TRUE(coordinator.ok());
+  absl::Status result;
+  std::thread run([&] { result = (*coordinator)->Run(); });
+  std::vector<std::unique_ptr<ControlClient>> w =
+      StartWorkers(transport, (*coordinator)->address(), 2);
+  ASSERT_EQ(w.size(), 2u);
+  const absl::Time deadline = Soon();
+  while (!(*coordinator)->CanRestart() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  w[1].reset();
+  ASSERT_TRUE((*coordinator)->Restart(wire::Role::WORKER, 1, "w1 killed", 10, "ckpt/10"));
+  ASSERT_TRUE(AwaitRollback(*w[0]).has_value());
+  w[0]->ReportRolledBack(1);
+  EXPECT_FALSE(w[0]->WaitForResume(1, Soon()).ok());  // the job was aborted
+  run.join();
+  EXPECT_EQ(result.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(result.message().find("waiting for w1 (its replacement has not registered)"),
+            std::string::npos)
+      << result;
 }
 
 }  // namespace

@@ -401,6 +401,18 @@ INSTANTIATE_TEST_SUITE_P(
                      },
                      "--min-workers=2: is for --sync bsp, ssp and asp: in this mode every step "
                      "needs every worker, or a lost worker's data stays with it"},
+        ValidateCase{"max_restarts_gossip",
+                     [](JobConfig& c) {
+                       c.sync = "gossip:ring";
+                       c.max_restarts = 2;
+                     },
+                     "--max-restarts=2: is for --sync bsp, ssp and asp: only parameter-server "
+                     "jobs roll back to a checkpoint in place"},
+        ValidateCase{"max_restarts_without_checkpoints", [](JobConfig& c) { c.max_restarts = 1; },
+                     "--max-restarts=1: needs checkpoints to roll back to: add "
+                     "--checkpoint-every N or --checkpoint-seconds S"},
+        ValidateCase{"max_restarts_negative", [](JobConfig& c) { c.max_restarts = -1; },
+                     "--max-restarts=-1: must be in [0, 1000]"},
         ValidateCase{"consensus_step", [](JobConfig& c) { c.consensus_step = 0.5; },
                      "--consensus-step=0.5: is for synchronous gossip with --compress topk:R or "
                      "sign1"},

@@ -116,6 +116,63 @@ std::vector<float> ValuesOf(Message& reply) {
   return std::vector<float>(v->begin(), v->end());
 }
 
+// After a rollback (in-place recovery) a server is made at the job's new generation: what a
+// worker sent on the timeline undone carries the old one and is dropped unanswered, so that it
+// never reaches the restored model; a request of the current generation is served, and an
+// error about it carries that generation (a worker ignores errors of another).
+TEST(ParameterServerTest, RequestsOfAnotherGenerationAreDroppedUnanswered) {
+  ServerHarness h(
+      {.rank = 0, .num_servers = 1, .num_workers = 1, .staleness = -1, .generation = 2});
+  auto declare = [](uint32_t generation) {
+    MessageBuilder b = Request(wire::MsgType::DECLARE_TABLE, 0, 1);
+    b.header().setGeneration(generation);
+    SparseTable().ToWire(b.header().getBody().initTable());
+    return b.Finish();
+  };
+  auto push = [](uint32_t generation) {
+    MessageBuilder b = Request(wire::MsgType::PUSH, 0, 2);
+    b.header().setGeneration(generation);
+    b.header().setKeyCount(1);
+    b.header().setValueCount(2);
+    b.header().setWeight(1);
+    b.AddFrame(Frame::Own(std::vector<uint64_t>{5}));
+    b.AddFrame(Frame::Own(std::vector<float>{100, 100}));
+    return b.Finish();
+  };
+  auto pull = [](uint32_t generation, uint64_t id, uint32_t table) {
+    MessageBuilder b = Request(wire::MsgType::PULL, 0, id, table);
+    b.header().setGeneration(generation);
+    b.header().setKeyCount(1);
+    b.AddFrame(Frame::Own(std::vector<uint64_t>{5}));
+    return b.Finish();
+  };
+  h.Send(0, declare(1));  // the undone timeline's
+  h.Serve();
+  EXPECT_FALSE(h.Reply(0).has_value());
+  EXPECT_EQ(h.server().stats().stale_dropped, 1u);
+  h.Send(0, declare(2));
+  h.Serve();
+  auto declared = h.Reply(0);
+  ASSERT_TRUE(declared.has_value());
+  EXPECT_EQ(declared->header().getType(), wire::MsgType::REPLY);
+  // The old timeline's push never lands: a pull of the current one sees the initial rows.
+  h.Send(0, push(1));
+  h.Send(0, pull(2, 3, 1));
+  h.Serve();
+  auto pulled = h.Reply(0);
+  ASSERT_TRUE(pulled.has_value());
+  EXPECT_EQ(pulled->header().getRequestId(), 3u);
+  for (float v : ValuesOf(*pulled)) EXPECT_LT(std::abs(v), 1.0f);
+  EXPECT_EQ(h.server().stats().stale_dropped, 2u);
+  // An error about a current request carries its generation (a worker ignores others').
+  h.Send(0, pull(2, 4, 99));
+  h.Serve();
+  auto error = h.Reply(0);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->header().getType(), wire::MsgType::ERROR);
+  EXPECT_EQ(error->header().getGeneration(), 2u);
+}
+
 TEST(ParameterServerTest, BspAppliesTheMeanOfAllWorkersOnceEveryWorkerFinishedTheClock) {
   ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 2, .staleness = 0});
   h.Send(0, Declare(0, SparseTable()));
