@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# node-recovery.sh: how long a BSP job takes to train again after a server (or a worker) is
+# SIGKILLed, restarted in place (--max-restarts: a replacement restores the newest checkpoint
+# and every other node rolls back to it without restarting) against the baseline of the job
+# stopping and being relaunched with --resume from the same checkpoints. Prints each run and
+# the medians.
+#
+#   bench/node-recovery.sh [--node ps1|w1] [--runs N] [--build DIR] [--out DIR]
+#
+# The job: logreg on 20k generated examples, 2 servers, 4 workers, batch 64, 10 ms a step
+# (--min-step-ms, so that the kill lands mid-run), heartbeats every 0.1 s, a checkpoint every
+# 10 clocks; the node is killed 1 s after the start.
+#   in place: from the kill until every worker has logged "resuming at clock" (it restored the
+#             checkpoint after the job resumed, and trains from the next line on).
+#   relaunch: from the kill until the launcher has exited (it stops the job), plus from the
+#             relaunch until every worker of the resumed job has logged the same line.
+# Both train the steps since the checkpoint again; that is not counted. Timings are this
+# machine's and its load's: a figure, never a test.
+set -euo pipefail
+runs=10
+node=ps1
+build=build
+out=/tmp/syncline-node-recovery
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --node) node=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "node-recovery.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+case "$node" in
+  ps[01]) binary=syncline-ps; rank=${node#ps} ;;
+  w[0-3]) binary=syncline-worker; rank=${node#w} ;;
+  *) echo "node-recovery.sh: --node must be ps0, ps1 or w0..w3, not $node" >&2; exit 2 ;;
+esac
+cd "$(dirname "$0")/.."
+launch=$build/launch/syncline-launch
+gen=$build/tools/syncline-gen
+for b in "$launch" "$gen"; do
+  [ -x "$b" ] || { echo "node-recovery.sh: $b is not built (./syncline build)" >&2; exit 2; }
+done
+rm -rf "$out" && mkdir -p "$out"
+"$gen" --out "$out/train.libsvm" --test-out "$out/test.libsvm" --rows 20000 --test-rows 4000 \
+  --features 10000 --nnz 20 --seed 11 >/dev/null
+job=(--servers 2 --workers 4 --sync bsp --train "$out/train.libsvm" --test "$out/test.libsvm"
+  --epochs 3 --batch-size 64 --min-step-ms 10 --heartbeat-interval 0.1 --checkpoint-every 10)
+ms() { date +%s%3N; }
+median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+# Starts the job into run folder $1 with the flags after it and SIGKILLs the node a second
+# later; sets pid (the launcher's) and t0 (the time of the kill).
+start_and_kill() {
+  local folder=$1
+  shift
+  "$launch" "${job[@]}" "$@" --out "$folder" >"$folder.log" 2>&1 &
+  pid=$!
+  sleep 1
+  t0=$(ms)
+  pkill -9 -f "$binary.*--rank $rank$"
+}
+# Bounded waits: 600 polls of 50 ms.
+wait_for() {
+  for _ in $(seq 600); do
+    if eval "$1"; then return 0; fi
+    sleep 0.05
+  done
+  echo "node-recovery.sh: timed out waiting for: $1" >&2
+  return 1
+}
+resumed() { grep -l "resuming at clock" "$1"/logs/w{0,1,2,3}.log 2>/dev/null | wc -l; }
+
+inplace=()
+for i in $(seq "$runs"); do
+  run=$out/inplace$i
+  start_and_kill "$run" --max-restarts 1
+  wait_for '[ "$(resumed "$run")" -ge 4 ]'
+  t1=$(ms)
+  wait "$pid"
+  inplace+=($((t1 - t0)))
+  echo "in place, run $i: training again $((t1 - t0)) ms after the kill"
+done
+
+relaunch=()
+for i in $(seq "$runs"); do
+  run=$out/relaunch$i
+  start_and_kill "$run"
+  wait "$pid" || true
+  t1=$(ms)
+  rm -f "$run"/logs/w*.log
+  "$launch" "${job[@]}" --out "$run" --resume >"$run.resume.log" 2>&1 &
+  pid=$!
+  wait_for '[ "$(resumed "$run")" -ge 4 ]'
+  t2=$(ms)
+  wait "$pid"
+  relaunch+=($((t2 - t0)))
+  echo "relaunch, run $i: the job stopped $((t1 - t0)) ms after the kill, the resumed one trained" \
+    "again $((t2 - t1)) ms later: $((t2 - t0)) ms"
+done
+
+a=$(printf '%s\n' "${inplace[@]}" | median)
+b=$(printf '%s\n' "${relaunch[@]}" | median)
+echo "killed $node; median over $runs runs: in place $a ms, relaunch with --resume $b ms" \
+  "(in place / relaunch: $(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", a / b}'))"
