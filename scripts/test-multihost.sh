@@ -2,7 +2,8 @@
 # Multi-host jobs on real separate hosts: three network namespaces joined by a bridge, the
 # coordinator in the root namespace. Runs one BSP job locally, through the ssh launcher (a
 # netns stand-in for ssh) and through Open MPI's mpirun across the hosts, and requires the
-# trained parameters (params.tsv) to be byte-identical. Then, on CURVE (the default off
+# trained parameters (params.tsv) to be byte-identical; a server SIGKILLed on its host is
+# restarted there (--max-restarts) and the job ends with the same parameters. Then, on CURVE (the default off
 # loopback): strangers (plaintext, and another job's key) hammer a server under a worker's id
 # while a job runs, and the job must finish; a host's link is cut, and the node on it must be
 # named within the heartbeat timeout; a world of the wrong size (mpirun -np 3 for a job of 4)
@@ -75,6 +76,28 @@ for n in ps0 ps1 w0 w1; do
   [ -s "$tmp/mpi/logs/$n.log" ] || fail "mpirun's output for $n did not reach logs/$n.log"
 done
 cmp "$tmp/local/params.tsv" "$tmp/mpi/params.tsv" || fail "mpirun params.tsv differs from local"
+
+step "a server killed on its host is restarted there in place (ssh, CURVE): the model is exact"
+rjob=("${common[@]}" --epochs 4 --gen-rows 6000 --checkpoint-every 10)
+timeout 120 "$launch" "${rjob[@]}" --out "$tmp/restart-ref" >"$tmp/restart-ref.log" 2>&1 ||
+  fail "local job (the restart's reference) failed"
+"$launch" "${rjob[@]}" --min-step-ms 20 --max-restarts 1 --launcher ssh "${hosts[@]}" \
+  --out "$tmp/restart" >"$tmp/restart.log" 2>&1 &
+launcher=$!
+pids+=("$launcher")
+for _ in $(seq 300); do
+  grep -q "checkpoint 10 complete" "$tmp/restart.log" 2>/dev/null && break
+  sleep 0.05
+done
+grep -q "checkpoint 10 complete" "$tmp/restart.log" || fail "the job never completed checkpoint 10"
+pkill -9 -f "syncline-ps --coordinator .* --rank 1$" || fail "ps1 (host 2) was not running"
+wait "$launcher" || fail "the job did not survive a restarted server"
+grep -q "every node has restored checkpoint" "$tmp/restart.log" || fail "the job did not roll back"
+grep -q "ps1 (pid [0-9]* on [^)]*$(netns_host_ip "$P" 2).*registered as a replacement" \
+  "$tmp/restart.log" || fail "ps1's replacement did not register from host 2"
+cmp "$tmp/restart-ref/params.tsv" "$tmp/restart/params.tsv" ||
+  fail "params.tsv after the restart differs from the run without one"
+echo "   $(grep -o 'every node has restored .*' "$tmp/restart.log" | head -1)"
 
 step "all-reduce across hosts (hierarchical: w0 and w3 share host 1) trains the BSP model"
 ar=(--workers 4 --gen-test-rows 1000 --seed 11 --epochs 2 --gen-rows 6000)
