@@ -238,7 +238,7 @@ absl::StatusOr<std::optional<Message>> Coordinator::Step(absl::Time deadline) {
   if (node == nullptr || node->down) return std::optional<Message>();
   // A replacement can register before this thread has taken the launcher's restart request.
   if (!node->replacing && message->header().getType() == wire::MsgType::REGISTER) {
-    HandleRestarts();
+    if (auto s = HandleRestarts(); !s.ok()) return s;
   }
   if (node->replacing) {
     // The failed process's last words are dropped; its replacement starts with a registration.
@@ -299,8 +299,11 @@ absl::StatusOr<std::optional<Message>> Coordinator::Step(absl::Time deadline) {
         const auto code = static_cast<absl::StatusCode>(h.getStatusCode());
         if (CanRestart() && code != absl::StatusCode::kInvalidArgument &&
             code != absl::StatusCode::kOutOfRange) {
-          // Its process exits next, and the launcher restarts it (Restart).
+          // Its process exits next, and the launcher restarts it (Restart), or fails the job
+          // with these words (LastWords) when it does not.
           SYNCLINE_LOG(WARNING) << reason << " (to be restarted)";
+          absl::MutexLock lock(&mu_);
+          last_words_[node->control_id] = reason;
           return std::optional<Message>();
         }
         // Where the job goes on without a lost worker (ASP, SSP, gossip, --min-workers) it goes
@@ -329,7 +332,8 @@ absl::Status Coordinator::CheckHeartbeats() {
   {
     absl::MutexLock lock(&mu_);
     lost.swap(lost_);
-    checkpoints.swap(checkpoint_requests_);
+    // A replacement not yet registered would miss the request: it waits for the resume.
+    if (!recovering_) checkpoints.swap(checkpoint_requests_);
   }
   for (int64_t clock : checkpoints) {
     MessageBuilder b(wire::MsgType::CHECKPOINT);
@@ -337,7 +341,7 @@ absl::Status Coordinator::CheckHeartbeats() {
     b.header().setClock(clock);
     Broadcast(b.Finish());
   }
-  HandleRestarts();
+  if (auto s = HandleRestarts(); !s.ok()) return s;
   if (auto s = AdvanceRecovery(); !s.ok()) return s;
   for (const auto& [control_id, reason] : lost) {
     NodeState* n = Find(control_id);
@@ -395,6 +399,12 @@ absl::Status Coordinator::MarkDown(NodeState& n, const std::string& reason) {
   if (n.role == wire::Role::SERVER) {
     return absl::UnavailableError(absl::StrCat("lost server: ", reason));
   }
+  if (recovering_) {
+    // Its batches would go to plans being restored from a checkpoint that knows nothing of
+    // its departure (and to a replacement that may not have registered yet).
+    return absl::UnavailableError(absl::StrFormat(
+        "lost worker while the job rolled back to checkpoint %d: %s", rollback_clock_, reason));
+  }
   std::vector<int> takers;
   int left = 0;
   for (const auto& w : nodes_) {
@@ -414,11 +424,13 @@ absl::Status Coordinator::MarkDown(NodeState& n, const std::string& reason) {
   }
   // The heartbeat's clock is set once the iteration's clock messages are queued, not sent: a
   // worker killed just then may leave that iteration unfinished at the servers, which drop it.
-  // One iteration earlier is never past what every server has. During a recovery every node
-  // goes back to the rollback's clock, and so does the hand-over.
-  const int64_t clock = recovering_ ? rollback_clock_ : std::max<int64_t>(n.clock - 1, 0);
+  // One iteration earlier is never past what every server has.
+  const int64_t clock = std::max<int64_t>(n.clock - 1, 0);
   // The workers' plans now differ from any checkpoint's before this departure.
-  can_roll_back_.store(false);
+  {
+    absl::MutexLock lock(&mu_);
+    can_roll_back_.store(false);
+  }
   if (!options_.hand_over || n.done) takers.clear();
   if (takers.empty()) {
     SYNCLINE_LOG(WARNING) << "going on without " << DataEndpointId(n.role, n.rank)
@@ -450,6 +462,14 @@ void Coordinator::RequestCheckpoint(int64_t clock) {
   checkpoint_requests_.push_back(clock);
 }
 
+std::string Coordinator::LastWords(wire::Role role, int rank) {
+  absl::MutexLock lock(&mu_);
+  auto it = last_words_.find(ControlEndpointId(role, rank));
+  return it == last_words_.end() ? "" : it->second;
+}
+
+bool Coordinator::Recovering() const { return recovering_flag_.load(); }
+
 bool Coordinator::CanRestart() const { return restarts_left_.load() > 0 && can_roll_back_.load(); }
 
 bool Coordinator::Restart(wire::Role role, int rank, std::string reason, int64_t clock,
@@ -462,7 +482,7 @@ bool Coordinator::Restart(wire::Role role, int rank, std::string reason, int64_t
   return true;
 }
 
-void Coordinator::HandleRestarts() {
+absl::Status Coordinator::HandleRestarts() {
   std::vector<RestartRequest> restarts;
   {
     absl::MutexLock lock(&mu_);
@@ -470,9 +490,14 @@ void Coordinator::HandleRestarts() {
   }
   for (const RestartRequest& r : restarts) {
     NodeState* n = Find(r.control_id);
-    if (n == nullptr || n->down) continue;
+    if (n == nullptr || n->down || !can_roll_back_.load()) {
+      // A worker left (or the training ended) between the request and now.
+      return absl::UnavailableError(
+          absl::StrCat(r.reason, "; it cannot be restarted: the job can no longer roll back"));
+    }
     BeginRollback(*n, r);
   }
+  return absl::OkStatus();
 }
 
 void Coordinator::BeginRollback(NodeState& n, const RestartRequest& request) {
@@ -482,6 +507,10 @@ void Coordinator::BeginRollback(NodeState& n, const RestartRequest& request) {
   n.needs_start = true;
   n.ready = false;
   n.last_seen = now;
+  // A worker that had finished trains again from the checkpoint too.
+  n.done = false;
+  const int64_t reached = n.clock;
+  if (n.role == wire::Role::WORKER) n.clock = recovering_ ? rollback_clock_ : request.clock;
   recovery_deadline_ = now + options_.startup_timeout;
   if (recovering_) {
     // The others have restored the rollback's checkpoint, or are restoring it: the new
@@ -493,10 +522,13 @@ void Coordinator::BeginRollback(NodeState& n, const RestartRequest& request) {
   }
   ++generation_;
   recovering_ = true;
+  recovering_flag_.store(true);
   rollback_clock_ = request.clock;
   rollback_dir_ = request.dir;
   recovery_start_ = now;
-  steps_undone_ = 0;
+  // The failed worker's clock as its last heartbeat carried it; the others' come with their
+  // rolledBack.
+  steps_undone_ = n.role == wire::Role::WORKER ? std::max<int64_t>(0, reached - request.clock) : 0;
   SYNCLINE_LOG(ERROR) << request.reason << "; restarting " << DataEndpointId(n.role, n.rank)
                       << " and rolling every node back to checkpoint " << request.clock << " ("
                       << request.dir << ")";
@@ -570,6 +602,7 @@ absl::Status Coordinator::AdvanceRecovery() {
         absl::FormatDuration(options_.startup_timeout), absl::StrJoin(waiting, ", ")));
   }
   recovering_ = false;
+  recovering_flag_.store(false);
   for (auto& n : nodes_) {
     if (n->down || !n->needs_start) continue;
     n->needs_start = false;
@@ -637,6 +670,11 @@ absl::Status Coordinator::Supervise() {
         observer_->OnWorkerDone(node->rank, h.getBody().getWorkerStats());
       }
     }
+  }
+  // Evaluation reads the final model: a failure from here on stops the job.
+  {
+    absl::MutexLock lock(&mu_);
+    can_roll_back_.store(false);
   }
   if (!options_.evaluate) return absl::OkStatus();
 

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -132,6 +133,11 @@ class Coordinator {
   bool Restart(wire::Role role, int rank, std::string reason, int64_t clock, std::string dir);
   // Whether a failed node could be restarted now (Restart would take it, given a checkpoint).
   bool CanRestart() const;
+  // Whether a rollback is under way (no checkpoint should be asked for then).
+  bool Recovering() const;
+  // What node (role, rank) said when it failed, if it said so while it could have been
+  // restarted (the job then goes on until the launcher restarts it or gives up); else empty.
+  std::string LastWords(wire::Role role, int rank);
 
  private:
   struct NodeState;
@@ -161,8 +167,9 @@ class Coordinator {
     int64_t clock = 0;
     std::string dir;
   };
-  // Takes the launcher's restart requests (BeginRollback for each).
-  void HandleRestarts();
+  // Takes the launcher's restart requests (BeginRollback for each); an error when one can no
+  // longer be honoured (a worker left since).
+  absl::Status HandleRestarts();
   // Starts (or, during a recovery, extends) a rollback for a failed node.
   void BeginRollback(NodeState& node, const RestartRequest& request);
   // A replacement's registration, during a recovery.
@@ -190,6 +197,9 @@ class Coordinator {
   std::atomic<int> restarts_left_{0};
   // Whether a rollback is possible now: training, and no worker has left.
   std::atomic<bool> can_roll_back_{false};
+  std::atomic<bool> recovering_flag_{false};  // recovering_, for other threads
+  // Failures reported by nodes that could have been restarted, by control id.
+  absl::flat_hash_map<std::string, std::string> last_words_ ABSL_GUARDED_BY(mu_);
   // The recovery under way (Run()'s thread only).
   uint32_t generation_ = 0;
   bool recovering_ = false;

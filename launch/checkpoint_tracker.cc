@@ -1,6 +1,7 @@
 #include "launch/checkpoint_tracker.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -91,10 +92,26 @@ void CheckpointTracker::MaybeComplete(int64_t clock) {
 }
 
 void CheckpointTracker::OnRollback(int64_t clock) {
-  std::lock_guard lock(mu_);
-  pending_.erase(pending_.upper_bound(clock), pending_.end());
-  failed_.erase(failed_.upper_bound(clock), failed_.end());
-  completed_.erase(completed_.upper_bound(clock), completed_.end());
+  std::vector<int64_t> unpublish;
+  {
+    std::lock_guard lock(mu_);
+    pending_.erase(pending_.upper_bound(clock), pending_.end());
+    failed_.erase(failed_.upper_bound(clock), failed_.end());
+    unpublish.assign(completed_.upper_bound(clock), completed_.end());
+    completed_.erase(completed_.upper_bound(clock), completed_.end());
+    std::erase_if(to_write_, [&](const auto& w) { return w.first > clock; });
+    last_clock_ = std::min(last_clock_, clock);
+  }
+  // A checkpoint completed past the clock will have its parts written again on the new
+  // timeline: it must not be visible while they are (a manifest being written now is removed
+  // by WriteManifest itself).
+  for (int64_t c : unpublish) {
+    std::error_code ec;
+    std::filesystem::remove(std::filesystem::path(CheckpointDir(options_.root, c)) / "MANIFEST",
+                            ec);
+    SYNCLINE_LOG(WARNING) << "checkpoint " << c << " is past the rollback to " << clock
+                          << ": unpublished, to be written again";
+  }
 }
 
 bool CheckpointTracker::Resolved(int64_t clock) const {
@@ -138,6 +155,12 @@ void CheckpointTracker::WriteManifest(int64_t clock, std::vector<std::string> no
   }
   {
     std::lock_guard lock(mu_);
+    if (!completed_.contains(clock)) {
+      // Unpublished by a rollback while it was written.
+      std::error_code ec;
+      std::filesystem::remove(std::filesystem::path(dir) / "MANIFEST", ec);
+      return;
+    }
     ++written_;
     last_clock_ = std::max(last_clock_, clock);
   }

@@ -118,3 +118,45 @@ TEST_F(CheckpointTrackerTest, KeepsTheNewestK) {
 
 }  // namespace
 }  // namespace syncline
+
+namespace syncline {
+namespace {
+
+// A rollback to checkpoint 10: checkpoint 20, completed on the timeline undone, is unpublished
+// (its parts are written again on the new one), parts of 30 already in are forgotten, and both
+// complete anew from the new timeline's parts.
+TEST_F(CheckpointTrackerTest, ARollbackUnpublishesAndForgetsTheCheckpointsPastItsClock) {
+  CheckpointTracker t(Options());
+  for (int64_t clock : {10, 20}) {
+    for (int r = 0; r < 2; ++r) {
+      Part(t, kServer, r, clock);
+      Part(t, kWorker, r, clock);
+    }
+  }
+  Part(t, kServer, 0, 30);
+  Part(t, kWorker, 0, 30);
+  t.Flush();
+  ASSERT_TRUE(Visible(20));
+  EXPECT_EQ(t.last_clock(), 20);
+  t.OnRollback(10);
+  t.Flush();
+  EXPECT_TRUE(Visible(10));
+  EXPECT_FALSE(Visible(20));
+  EXPECT_FALSE(t.Resolved(20));
+  EXPECT_EQ(t.last_clock(), 10);
+  // The new timeline's parts: 30 needs every one of them again.
+  for (int r = 0; r < 2; ++r) Part(t, kServer, r, 20);
+  Part(t, kWorker, 0, 20);
+  Part(t, kServer, 1, 30);
+  Part(t, kWorker, 1, 30);
+  t.Flush();
+  EXPECT_FALSE(Visible(20));
+  EXPECT_FALSE(Visible(30));
+  Part(t, kWorker, 1, 20);
+  t.Flush();
+  EXPECT_TRUE(Visible(20));
+  EXPECT_EQ(t.last_clock(), 20);
+}
+
+}  // namespace
+}  // namespace syncline

@@ -262,6 +262,9 @@ void RunReport::OnCheckpointed(wire::Role role, int rank, int64_t clock,
 }
 
 void RunReport::OnRollback(wire::Role role, int rank, int64_t clock, const std::string& reason) {
+  // On the coordinator's thread, as it starts ignoring the undone timeline's reports: a
+  // checkpoint past the clock completed before then is unpublished and written again.
+  if (checkpoints_ != nullptr) checkpoints_->OnRollback(clock);
   absl::MutexLock lock(&mu_);
   down_.push_back(reason);
   if (recovering_) return;  // a second failure joins the rollback under way

@@ -46,7 +46,7 @@ class CheckpointTimer {
   void OnRollback() { requested_ = -1; }
 
   void Poll(Coordinator& coordinator, RunReport& report, const CheckpointTracker& checkpoints) {
-    if (spec_.checkpoint.seconds <= 0 || absl::Now() < next_ ||
+    if (spec_.checkpoint.seconds <= 0 || absl::Now() < next_ || coordinator.Recovering() ||
         (requested_ >= 0 && !checkpoints.Resolved(requested_))) {
       return;
     }
@@ -183,7 +183,6 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
         !coordinator.Restart(node->first, node->second, reason, clock, dir)) {
       return false;
     }
-    checkpoints.OnRollback(clock);
     timer.OnRollback();
     ++out.restarts;
     report.OnRestart(e.label);
@@ -198,6 +197,7 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
   // data, say) just before it exited: give that reason a moment to arrive, so that the job's
   // error is the node's own words rather than only its exit code.
   std::string exit_failure;
+  std::optional<std::pair<wire::Role, int>> exit_node;
   int exit_code = 1;
   absl::Time exit_deadline = absl::InfiniteFuture();
   while (!job_done.load()) {
@@ -219,13 +219,23 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
       }
       if (exit_failure.empty()) {
         exit_failure = DescribeExit(e);
+        if (const auto node = NodeOfLabel(e.label)) exit_node = *node;
         if (!not_restarted.empty()) absl::StrAppend(&exit_failure, " (", not_restarted, ")");
         exit_code = job_stopper ? e.exit_code : 1;  // bad input or divergence, as it reported
         // A node killed by a signal said nothing: no reason to wait for.
         exit_deadline = absl::Now() + (e.signal == 0 ? absl::Seconds(1) : absl::ZeroDuration());
       }
     }
-    if (!exit_failure.empty() && absl::Now() >= exit_deadline) fail(exit_failure, exit_code);
+    if (!exit_failure.empty() && absl::Now() >= exit_deadline) {
+      // A node that could have been restarted told the coordinator why it failed, which went
+      // on waiting for the restart: its words name the failure.
+      if (const std::string words =
+              exit_node ? coordinator.LastWords(exit_node->first, exit_node->second) : "";
+          !words.empty()) {
+        exit_failure = absl::StrCat(words, " (", exit_failure, ")");
+      }
+      fail(exit_failure, exit_code);
+    }
     if (const int sig = signal.load(); sig != 0) {
       fail(absl::StrFormat("interrupted by signal %d", sig), 128 + sig);
     }

@@ -197,7 +197,13 @@ NodeExit ServerNode::Run() {
                        << spec.training.pull_copy_rows;
   }
   SYNCLINE_LOG(INFO) << "shut down after " << server.stats().requests << " requests ("
-                     << server.stats().rejected << " rejected)";
+                     << server.stats().rejected << " rejected"
+                     << (control->generation() > 0
+                             ? absl::StrCat(", ", server.stats().stale_dropped,
+                                            " of timelines rolled back dropped; counted since the "
+                                            "last rollback")
+                             : "")
+                     << ")";
   return {};
 }
 

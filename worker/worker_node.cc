@@ -425,9 +425,11 @@ NodeExit WorkerNode::Run() {
     SyncBackend* backend = link->backend.get();
     if (!started) {
       control->ReportReady();
-      if (auto s = control->WaitForStart(absl::Now() + options_.startup_timeout); !s.ok()) {
-        return fail(s);
-      }
+      // A replacement waits for the other nodes' rollback, which the coordinator bounds (its
+      // deadline moves when another node fails meanwhile): the wait ends with the job's health.
+      const absl::Time until =
+          table.generation > 0 ? absl::InfiniteFuture() : absl::Now() + options_.startup_timeout;
+      if (auto s = control->WaitForStart(until); !s.ok()) return fail(s);
       started = true;
     }
     // A rollback ordered while this timeline starts ends it there too (below).
@@ -586,8 +588,8 @@ NodeExit WorkerNode::Run() {
     link = absl::CancelledError("rolled back");
     while (true) {
       control->ReportRolledBack(back->generation);
-      if (auto s = control->WaitForResume(back->generation, absl::Now() + options_.startup_timeout);
-          !s.ok()) {
+      // Bounded by the coordinator's recovery deadline (the job fails, and health says so).
+      if (auto s = control->WaitForResume(back->generation, absl::InfiniteFuture()); !s.ok()) {
         return fail(s);
       }
       std::optional<ControlClient::Rollback> newer = control->PendingRollback();
