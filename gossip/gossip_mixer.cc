@@ -132,7 +132,9 @@ Frame GossipMixer::Encode(std::span<const float> values) {
 }
 
 absl::Status GossipMixer::SendValues(int peer, int64_t step, int degree, double weight,
-                                     const Frame& payload, uint64_t exchanges) {
+                                     const Frame& payload, uint64_t exchanges,
+                                     std::optional<uint32_t> era) {
+  const uint32_t generation = era.value_or(era_);
   MessageBuilder b(wire::MsgType::GOSSIP);
   auto h = b.header();
   h.setRole(wire::Role::WORKER);
@@ -143,6 +145,8 @@ absl::Status GossipMixer::SendValues(int peer, int64_t step, int degree, double 
   h.setValueCount(size_);
   h.setCodec(static_cast<uint8_t>(options_.codec.kind));
   h.setRequestId(exchanges);
+  // Push-sum: the deaths the sender's weight accounts for (see the header comment).
+  h.setGeneration(generation);
   b.AddFrame(payload);
   Message m = b.Finish();
   const size_t bytes = m.ByteSize();
@@ -177,9 +181,20 @@ void GossipMixer::MarkGone(int rank, int64_t from_step, bool dead, const std::st
     dead_[rank] = true;
     SYNCLINE_LOG(WARNING) << "gossip peer " << Name(rank) << " is dead from step "
                           << gone_from_[rank] << ": " << why;
+    // Push-sum: the weight the dead peer held, and the shares on their way to it, are gone.
+    // Every survivor starts a new era with weight 1 (its model unchanged), unless a share of
+    // that era already made it start one.
+    if (options_.asynchronous && ++deaths_ > era_) EnterEra(deaths_);
   } else if (!dead) {
     SYNCLINE_LOG(INFO) << "gossip peer " << Name(rank) << " leaves from step " << from_step;
   }
+}
+
+void GossipMixer::EnterEra(uint32_t era) {
+  SYNCLINE_LOG(INFO) << "push-sum: weight " << weight_ << " reset to 1 after a peer's death (era "
+                     << era << ")";
+  era_ = era;
+  weight_ = 1.0;
 }
 
 void GossipMixer::DeclareDead(int rank, int64_t from_step, const std::string& why) {
@@ -243,7 +258,8 @@ void GossipMixer::Leave(int64_t next_step, std::span<const float> values) {
   while (absl::Now() < until) {
     if (!ReceiveOne(until).ok()) continue;
     for (const Incoming& in : arrived_) {
-      (void)SendValues(heir, std::max<int64_t>(current_step_, 0), 1, in.weight, Encode(in.values));
+      (void)SendValues(heir, std::max<int64_t>(current_step_, 0), 1, in.weight, Encode(in.values),
+                       0, in.era);
     }
     arrived_.clear();
   }
@@ -268,6 +284,7 @@ absl::Status GossipMixer::Decode(Message& message, Incoming* out) {
   out->degree = static_cast<int>(h.getRangeBegin());
   out->weight = weight;
   out->exchanges = h.getRequestId();
+  out->era = h.getGeneration();
   auto kind = CodecKindFromWire(h.getCodec());
   if (!kind.ok()) return kind.status();
   // A difference added as parameters, or parameters added to a copy, would wreck the model.
@@ -639,6 +656,16 @@ absl::Status GossipMixer::DrainIncoming(std::span<float> values) {
   for (const Incoming& in : arrived_) received.push_back(in.values);
   RecordProxy(values, received);
   for (const Incoming& in : arrived_) {
+    if (options_.asynchronous && in.era != era_) {
+      // A share of an era this node has left was part of a weight no survivor counts any
+      // more: dropped. One of a later era means the sender knows of a death this node will
+      // hear of next: it starts that era now.
+      if (in.era < era_) {
+        ++shares_dropped_;
+        continue;
+      }
+      EnterEra(in.era);
+    }
     const double total = weight_ + in.weight;
     if (total <= 0) continue;
     for (size_t k = 0; k < values.size(); ++k) {

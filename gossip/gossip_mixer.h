@@ -46,8 +46,14 @@
 // dropped from the graph from the next step on (from the current step for this node's wait), and
 // announced to every live peer (nodeDown, with the first step without it), so that every node
 // rebuilds the same graph. A leaving node (Leave) announces the first step it takes no part in.
-// Push-sum mass held by a dead peer is lost: the survivors still reach consensus, on a weighted
-// rather than the plain average.
+// Push-sum weight held by a dead peer (and shares on their way to it) is lost; so that the
+// survivors' weights still sum to their number, each death starts an era: a node that learns
+// of the k-th death (or receives a share of era k first) resets its weight to 1, keeping its
+// model, and drops the shares of earlier eras that arrive later (their senders' weights were
+// reset too). Every message carries its era (header generation). The survivors then reach the
+// plain average of their models at the death, as far as it can be kept: what the dead peer
+// held is gone. A finishing node's weight, handed to its heir (Leave), counts until the next
+// death, which resets the heir's weight to 1 as every other's.
 //
 // Thread-safety: thread-compatible; the endpoint must be used by nobody else meanwhile.
 #ifndef SYNCLINE_GOSSIP_GOSSIP_MIXER_H_
@@ -56,6 +62,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -93,8 +100,10 @@ class GossipMixer {
   // node's `values` (Init's size) first hands its weight and mass to the next live peer.
   void Leave(int64_t next_step, std::span<const float> values = {});
 
-  // Push-sum weight of this node (1 at the start).
+  // Push-sum weight of this node (1 at the start, and after each peer's death).
   double weight() const { return weight_; }
+  // Push-sum: shares of an era this node had left when they arrived, dropped.
+  uint64_t shares_dropped() const { return shares_dropped_; }
   // Mean, over the rounds since the last call that received anything, of the L2 distance
   // between this node's vector and the mean of the vectors it received in that round (CHOCO:
   // of the public copies of the neighbours it mixed with): a local proxy of the consensus
@@ -131,6 +140,7 @@ class GossipMixer {
     int degree = 0;
     double weight = 0;
     uint64_t exchanges = 0;     // CHOCO: the edge's exchanges at the sender
+    uint32_t era = 0;           // push-sum: the deaths the sender's weight accounted for
     std::vector<float> values;  // parameters, or CHOCO: the decoded difference
   };
   // CHOCO: the public copies of one edge (see the header comment).
@@ -153,8 +163,11 @@ class GossipMixer {
   void Handle(Message message);
   absl::Status Decode(Message& message, Incoming* out);
   Frame Encode(std::span<const float> values);
+  // `era`: push-sum, the era the share belongs to (default: this node's).
   absl::Status SendValues(int peer, int64_t step, int degree, double weight, const Frame& payload,
-                          uint64_t exchanges = 0);
+                          uint64_t exchanges = 0, std::optional<uint32_t> era = std::nullopt);
+  // Push-sum: starts era `era` (weight 1, model kept).
+  void EnterEra(uint32_t era);
   void SendSkip(int peer, int64_t step);
   // Tells every live peer this node is alive (while it waits for a slow or dead neighbour).
   void SendHeartbeats();
@@ -188,7 +201,10 @@ class GossipMixer {
   std::vector<std::pair<int, int64_t>> skipped_;    // (rank, step) skips received
   std::map<int64_t, std::vector<Incoming>> early_;  // synchronous: messages for later steps
 
-  double weight_ = 1.0;  // push-sum
+  double weight_ = 1.0;          // push-sum
+  uint32_t era_ = 0;             // push-sum: the era this node's weight belongs to
+  uint32_t deaths_ = 0;          // peers this node knows dead
+  uint64_t shares_dropped_ = 0;  // push-sum: shares of a past era
   double proxy_sum_ = 0;
   int64_t proxy_rounds_ = 0;
   uint64_t bytes_sent_ = 0;

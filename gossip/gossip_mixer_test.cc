@@ -365,6 +365,46 @@ TEST(PushSumLeaveTest, ALeavingNodeHandsItsWeightToTheOthers) {
   }
 }
 
+// Push-sum with a peer that dies: its weight is gone, so every survivor starts a new era with
+// weight 1 (its model kept), and shares of the old era that arrive later are dropped. The
+// survivors' weights then sum to their count (one of them finishes early and hands its
+// weight on), and they agree on one model.
+TEST(PushSumDeathTest, TheSurvivorsWeightsSumToTheirCount) {
+  SCOPED_TRACE(testing::Message() << "seed " << kSeed);
+  constexpr int n = 4, victim = 2, leaver = 0;
+  auto x = RandomVectors(n, 16, kSeed + 11);
+  GossipOptions o = Options(GossipTopology::kRing, /*async=*/true);
+  o.peer_timeout = absl::Milliseconds(300);
+  Cluster cluster(n, o);
+  std::barrier done(n);
+  std::vector<double> weights(n);
+  std::vector<uint64_t> dropped(n);
+  cluster.Run([&](int r, GossipMixer& m) {
+    ASSERT_TRUE(m.Init(16).ok());
+    const int rounds = r == victim ? 5 : r == leaver ? 150 : 400;
+    for (int t = 0; t < rounds; ++t) {
+      if (t >= 5) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      ASSERT_TRUE(m.MixOnce(t, x[r]).ok());
+    }
+    if (r == victim) cluster.Kill(victim);
+    if (r == leaver) {
+      ASSERT_TRUE(m.DrainIncoming(x[r]).ok());
+      m.Leave(rounds, x[r]);
+    }
+    done.arrive_and_wait();  // every send is done: what is not held is in a mailbox
+    if (r != victim && r != leaver) {
+      ASSERT_TRUE(m.DrainIncoming(x[r]).ok());
+    }
+    weights[r] = m.weight();
+    dropped[r] = m.shares_dropped();
+  });
+  EXPECT_NEAR(weights[leaver], 0, 1e-6);
+  const double total = weights[0] + weights[1] + weights[3];
+  EXPECT_NEAR(total, 3, 1e-5) << "weights " << weights[0] << " " << weights[1] << " " << weights[3]
+                              << " (shares dropped " << dropped[1] << ", " << dropped[3] << ")";
+  EXPECT_LT(MaxError(x[1], std::vector<double>(x[3].begin(), x[3].end())), 1e-4);
+}
+
 // Node `victim` takes part in `victim_rounds` rounds, then dies: with its endpoint closed
 // (sends to it fail) or silent with its endpoint open (only the timeout finds it). CHOCO codecs
 // converge more slowly, so they run more rounds to a looser bound.
