@@ -91,6 +91,8 @@ absl::Status ParameterServer::Restore(const std::string& checkpoint_dir) {
   }
   stepped_clock_ = shard->clock;
   last_checkpoint_clock_ = shard->clock;
+  // What the job had trained by the checkpoint: resumed and rolled-back runs count on from it.
+  stats_.examples_trained = shard->examples_trained;
   SYNCLINE_LOG(INFO) << "restored " << tables_.size() << " tables at clock " << shard->clock
                      << " from " << checkpoint_dir;
   return absl::OkStatus();
@@ -110,6 +112,7 @@ void ParameterServer::StartCheckpoint(int64_t clock) {
   }
   ShardCapture capture;
   capture.clock = clock;
+  capture.examples_trained = stats_.examples_trained;
   std::vector<uint32_t> ids;
   for (const auto& [id, table] : tables_) ids.push_back(id);
   std::sort(ids.begin(), ids.end());

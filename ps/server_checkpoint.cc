@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -22,10 +23,12 @@
 namespace syncline {
 namespace {
 
-// Keys of shard.sst, ascending in this order: 'c' table specs, 'd' dense tables, 'k' the clock.
+// Keys of shard.sst, ascending in this order: 'c' table specs, 'd' dense tables, 'k' the clock,
+// 'x' the examples trained before it (a float64; absent in older checkpoints).
 constexpr char kSpecKey = 'c';
 constexpr char kDenseKey = 'd';
 constexpr char kClockKey = 'k';
+constexpr char kExamplesKey = 'x';
 // Dense tables are stored in pieces of this many floats, so no value is huge.
 constexpr size_t kChunkFloats = size_t{1} << 18;
 
@@ -133,6 +136,12 @@ absl::StatusOr<NodeReceipt> WriteShardCheckpoint(const std::string& checkpoint_d
         !s.ok()) {
       return s;
     }
+    const double examples = capture.examples_trained;
+    if (auto s = (*writer)->Put(std::string(1, kExamplesKey),
+                                std::string_view(reinterpret_cast<const char*>(&examples), 8));
+        !s.ok()) {
+      return s;
+    }
     auto entry = (*writer)->Finish();
     if (!entry.ok()) return entry.status();
     entry->path = ShardFolder(rank) + "/shard.sst";
@@ -224,6 +233,13 @@ absl::StatusOr<RestoredShard> ReadShardCheckpoint(const std::string& checkpoint_
     if (key[0] == kClockKey && value.size() == 8) {
       std::memcpy(&shard.clock, value.data(), 8);
       have_clock = true;
+      return absl::OkStatus();
+    }
+    if (key[0] == kExamplesKey && key.size() == 1 && value.size() == 8) {
+      std::memcpy(&shard.examples_trained, value.data(), 8);
+      if (!std::isfinite(shard.examples_trained) || shard.examples_trained < 0) {
+        return absl::DataLossError(absl::StrCat(file, ": a malformed count of examples"));
+      }
       return absl::OkStatus();
     }
     return absl::DataLossError(absl::StrCat(file, ": an unknown entry"));

@@ -35,6 +35,7 @@ namespace syncline {
 // A shard at one clock.
 struct ShardCapture {
   int64_t clock = 0;
+  double examples_trained = 0;  // ServerStats::examples_trained at the capture
   std::vector<std::unique_ptr<TableSnapshot>> tables;  // ascending by table id
 };
 
@@ -50,6 +51,7 @@ using TableMaker = std::function<absl::StatusOr<std::unique_ptr<ShardTable>>(
 
 struct RestoredShard {
   int64_t clock = 0;
+  double examples_trained = 0;  // 0 in checkpoints written before it was saved
   std::vector<std::unique_ptr<ShardTable>> tables;
 };
 

@@ -112,6 +112,7 @@ TEST(ServerCheckpointTest, RestoreGivesIdenticalParametersAndOptimizerState) {
 
   ShardCapture capture;
   capture.clock = 20;
+  capture.examples_trained = 1280;  // a resumed or rolled-back run counts on from it
   for (auto& [id, t] : live.tables) capture.tables.push_back(t->Capture());
   const std::vector<float> at_capture = live.Values();
   // The live shard goes on while the capture is written.
@@ -129,6 +130,7 @@ TEST(ServerCheckpointTest, RestoreGivesIdenticalParametersAndOptimizerState) {
   });
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ(restored->clock, 20);
+  EXPECT_EQ(restored->examples_trained, 1280);
   Shard back;
   for (auto& t : restored->tables) {
     const uint32_t id = t->config().id;

@@ -200,8 +200,8 @@ NodeExit ServerNode::Run() {
                      << server.stats().rejected << " rejected"
                      << (control->generation() > 0
                              ? absl::StrCat(", ", server.stats().stale_dropped,
-                                            " of timelines rolled back dropped; counted since the "
-                                            "last rollback")
+                                            " of timelines rolled back dropped; requests counted "
+                                            "since the last rollback")
                              : "")
                      << ")";
   return {};

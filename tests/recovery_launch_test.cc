@@ -209,6 +209,8 @@ TEST_F(RecoveryLaunchTest, UnderBspTwoWorkersAndAServerKilledLeaveTheModelBitwis
   ASSERT_TRUE(redone.has_value()) << o.summary;
   EXPECT_LE(*redone, *rollbacks * 25) << o.summary;
   EXPECT_EQ(JsonNumber(o.summary, "test_auc"), JsonNumber(clean.summary, "test_auc"));
+  // Checkpoints carry the servers' count: the iterations undone are not counted twice.
+  EXPECT_EQ(JsonNumber(o.summary, "examples_trained"), 3 * 20000) << o.summary;
 }
 
 // The same schedule under ASP: not bitwise (the order of updates is the network's), but the
