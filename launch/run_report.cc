@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "job/job_spec.h"
 #include "job/options.h"
@@ -566,6 +567,15 @@ std::string RunReport::SummaryText(absl::Duration wall) {
     if (test_auc_ >= 0) s += absl::StrFormat(", AUC %.4f", test_auc_);
     if (test_accuracy_ >= 0) s += absl::StrFormat(", accuracy %.4f", test_accuracy_);
     s += "\n";
+  }
+  if (!restarted_.empty()) {
+    std::vector<std::string> took;
+    for (double t : recovery_seconds_) took.push_back(absl::StrFormat("%.2f s", t));
+    s += absl::StrFormat(
+        "  recovered in place: %d restart%s (%s), %d rollback%s (%s), %d iterations trained "
+        "again\n",
+        restarted_.size(), restarted_.size() == 1 ? "" : "s", absl::StrJoin(restarted_, ", "),
+        rollbacks_, rollbacks_ == 1 ? "" : "s", absl::StrJoin(took, ", "), steps_undone_);
   }
   s += absl::StrFormat("  results: %s/summary.json, %s/metrics.csv\n", out_, out_);
   return s;
