@@ -327,6 +327,9 @@ absl::StatusOr<std::optional<Message>> Coordinator::Step(absl::Time deadline) {
 }
 
 absl::Status Coordinator::CheckHeartbeats() {
+  // Restarts first: a checkpoint request queued meanwhile must wait for the recovery's end.
+  if (auto s = HandleRestarts(); !s.ok()) return s;
+  if (auto s = AdvanceRecovery(); !s.ok()) return s;
   std::vector<std::pair<std::string, std::string>> lost;
   std::vector<int64_t> checkpoints;
   {
@@ -341,8 +344,6 @@ absl::Status Coordinator::CheckHeartbeats() {
     b.header().setClock(clock);
     Broadcast(b.Finish());
   }
-  if (auto s = HandleRestarts(); !s.ok()) return s;
-  if (auto s = AdvanceRecovery(); !s.ok()) return s;
   for (const auto& [control_id, reason] : lost) {
     NodeState* n = Find(control_id);
     if (n == nullptr || n->down) continue;
@@ -477,6 +478,8 @@ bool Coordinator::Restart(wire::Role role, int rank, std::string reason, int64_t
   absl::MutexLock lock(&mu_);
   if (!CanRestart()) return false;
   restarts_left_.fetch_sub(1);
+  // From now on no checkpoint is asked for until the recovery ends (Recovering).
+  recovering_flag_.store(true);
   restarts_.push_back(
       RestartRequest{ControlEndpointId(role, rank), std::move(reason), clock, std::move(dir)});
   return true;
@@ -502,6 +505,10 @@ absl::Status Coordinator::HandleRestarts() {
 
 void Coordinator::BeginRollback(NodeState& n, const RestartRequest& request) {
   const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    last_words_.erase(n.control_id);  // the replacement's failures are its own
+  }
   n.replacing = true;
   n.restored = false;
   n.needs_start = true;
@@ -602,6 +609,13 @@ absl::Status Coordinator::AdvanceRecovery() {
         absl::FormatDuration(options_.startup_timeout), absl::StrJoin(waiting, ", ")));
   }
   recovering_ = false;
+  const absl::Duration took = now - recovery_start_;
+  SYNCLINE_LOG(INFO) << "every node has restored checkpoint " << rollback_clock_
+                     << "; training goes on (" << absl::FormatDuration(took)
+                     << " after the restart; " << steps_undone_
+                     << " iterations of the fastest worker undone)";
+  // Reported before any node goes on, so that no report of the new timeline precedes it.
+  if (observer_) observer_->OnRecovered(rollback_clock_, took, steps_undone_);
   recovering_flag_.store(false);
   for (auto& n : nodes_) {
     if (n->down || !n->needs_start) continue;
@@ -614,12 +628,6 @@ absl::Status Coordinator::AdvanceRecovery() {
   b.header().setClock(rollback_clock_);
   b.header().setGeneration(generation_);
   Broadcast(b.Finish());
-  const absl::Duration took = now - recovery_start_;
-  SYNCLINE_LOG(INFO) << "every node has restored checkpoint " << rollback_clock_
-                     << "; training goes on (" << absl::FormatDuration(took)
-                     << " after the restart; " << steps_undone_
-                     << " iterations of the fastest worker undone)";
-  if (observer_) observer_->OnRecovered(rollback_clock_, took, steps_undone_);
   return absl::OkStatus();
 }
 
@@ -675,6 +683,10 @@ absl::Status Coordinator::Supervise() {
   {
     absl::MutexLock lock(&mu_);
     can_roll_back_.store(false);
+    if (!restarts_.empty()) {
+      return absl::UnavailableError(absl::StrCat(
+          restarts_.front().reason, " as the training ended; it cannot be restarted then"));
+    }
   }
   if (!options_.evaluate) return absl::OkStatus();
 

@@ -145,8 +145,10 @@ absl::Status GossipMixer::SendValues(int peer, int64_t step, int degree, double 
   h.setValueCount(size_);
   h.setCodec(static_cast<uint8_t>(options_.codec.kind));
   h.setRequestId(exchanges);
-  // Push-sum: the deaths the sender's weight accounts for (see the header comment).
+  // Push-sum: the deaths the sender's weight accounts for, and who died (ranks below 64), so
+  // that a receiver that enters the era knows whom not to push to (see the header comment).
   h.setGeneration(generation);
+  if (options_.asynchronous) h.setKeysOf(DeadMask());
   b.AddFrame(payload);
   Message m = b.Finish();
   const size_t bytes = m.ByteSize();
@@ -184,7 +186,7 @@ void GossipMixer::MarkGone(int rank, int64_t from_step, bool dead, const std::st
     // Push-sum: the weight the dead peer held, and the shares on their way to it, are gone.
     // Every survivor starts a new era with weight 1 (its model unchanged), unless a share of
     // that era already made it start one.
-    if (options_.asynchronous && ++deaths_ > era_) EnterEra(deaths_);
+    if (options_.asynchronous && ++deaths_ > era_ && !left_) EnterEra(deaths_);
   } else if (!dead) {
     SYNCLINE_LOG(INFO) << "gossip peer " << Name(rank) << " leaves from step " << from_step;
   }
@@ -224,8 +226,17 @@ void GossipMixer::SendHeartbeats() {
   }
 }
 
+uint64_t GossipMixer::DeadMask() const {
+  uint64_t mask = 0;
+  for (int r = 0; r < std::min(options_.num_peers, 64); ++r) {
+    if (dead_[r]) mask |= uint64_t{1} << r;
+  }
+  return mask;
+}
+
 void GossipMixer::Leave(int64_t next_step, std::span<const float> values) {
   if (!initialized_) return;
+  left_ = true;  // a death heard from now on resets no weight: this node holds none
   // Push-sum: hand this node's weight and mass to the next live peer, so that the nodes still
   // mixing hold all of it and reach the average of everyone's vectors, not of theirs only.
   int heir = -1;
@@ -285,6 +296,10 @@ absl::Status GossipMixer::Decode(Message& message, Incoming* out) {
   out->weight = weight;
   out->exchanges = h.getRequestId();
   out->era = h.getGeneration();
+  out->dead_mask = h.getKeysOf();
+  if (out->era > static_cast<uint32_t>(options_.num_peers)) {
+    return absl::InvalidArgumentError(absl::StrCat("push-sum era ", out->era));
+  }
   auto kind = CodecKindFromWire(h.getCodec());
   if (!kind.ok()) return kind.status();
   // A difference added as parameters, or parameters added to a copy, would wreck the model.
@@ -324,6 +339,12 @@ void GossipMixer::Handle(Message message) {
     return;
   }
   last_heard_[rank] = absl::Now();
+  // Push-sum: a peer declared dead that is alive after all (a timeout too short) is in an era
+  // of its own; its shares and reports would add weight, or deaths, that nobody else counts.
+  if (options_.asynchronous && dead_[rank] &&
+      (h.getType() == wire::MsgType::GOSSIP || h.getType() == wire::MsgType::NODE_DOWN)) {
+    return;
+  }
   switch (h.getType()) {
     case wire::MsgType::GOSSIP: {
       Incoming in;
@@ -331,6 +352,13 @@ void GossipMixer::Handle(Message message) {
       if (auto s = Decode(message, &in); !s.ok()) {
         SYNCLINE_LOG(WARNING) << "gossip: dropped a bad message from " << Name(rank) << ": " << s;
         return;
+      }
+      // The sender's dead, before its share counts: the share may be of an era this node
+      // has not entered, and entering it means no longer pushing to them.
+      for (int r = 0; r < std::min(options_.num_peers, 64); ++r) {
+        if ((in.dead_mask >> r & 1) != 0 && !dead_[r] && r != options_.rank) {
+          MarkGone(r, current_step_ + 1, true, absl::StrCat("reported by ", Name(rank)));
+        }
       }
       arrived_.push_back(std::move(in));
       return;
@@ -656,7 +684,7 @@ absl::Status GossipMixer::DrainIncoming(std::span<float> values) {
   for (const Incoming& in : arrived_) received.push_back(in.values);
   RecordProxy(values, received);
   for (const Incoming& in : arrived_) {
-    if (options_.asynchronous && in.era != era_) {
+    if (options_.asynchronous && in.era != era_ && !left_) {
       // A share of an era this node has left was part of a weight no survivor counts any
       // more: dropped. One of a later era means the sender knows of a death this node will
       // hear of next: it starts that era now.

@@ -50,7 +50,10 @@
 // survivors' weights still sum to their number, each death starts an era: a node that learns
 // of the k-th death (or receives a share of era k first) resets its weight to 1, keeping its
 // model, and drops the shares of earlier eras that arrive later (their senders' weights were
-// reset too). Every message carries its era (header generation). The survivors then reach the
+// reset too). Every message carries its era (header generation) and the ranks its sender knows
+// dead (header keysOf, a mask of ranks below 64), which a receiver marks dead before it enters
+// the era, so that it pushes no weight to them; shares and reports from a peer declared dead
+// are ignored. With more than 64 peers only the count is carried. The survivors then reach the
 // plain average of their models at the death, as far as it can be kept: what the dead peer
 // held is gone. A finishing node's weight, handed to its heir (Leave), counts until the next
 // death, which resets the heir's weight to 1 as every other's.
@@ -141,6 +144,7 @@ class GossipMixer {
     double weight = 0;
     uint64_t exchanges = 0;     // CHOCO: the edge's exchanges at the sender
     uint32_t era = 0;           // push-sum: the deaths the sender's weight accounted for
+    uint64_t dead_mask = 0;     // push-sum: the ranks (below 64) the sender knew dead
     std::vector<float> values;  // parameters, or CHOCO: the decoded difference
   };
   // CHOCO: the public copies of one edge (see the header comment).
@@ -168,6 +172,8 @@ class GossipMixer {
                           uint64_t exchanges = 0, std::optional<uint32_t> era = std::nullopt);
   // Push-sum: starts era `era` (weight 1, model kept).
   void EnterEra(uint32_t era);
+  // Bit r set: rank r (< 64) is known dead here.
+  uint64_t DeadMask() const;
   void SendSkip(int peer, int64_t step);
   // Tells every live peer this node is alive (while it waits for a slow or dead neighbour).
   void SendHeartbeats();
@@ -204,6 +210,7 @@ class GossipMixer {
   double weight_ = 1.0;          // push-sum
   uint32_t era_ = 0;             // push-sum: the era this node's weight belongs to
   uint32_t deaths_ = 0;          // peers this node knows dead
+  bool left_ = false;            // Leave was called
   uint64_t shares_dropped_ = 0;  // push-sum: shares of a past era
   double proxy_sum_ = 0;
   int64_t proxy_rounds_ = 0;

@@ -102,6 +102,7 @@ void CheckpointTracker::OnRollback(int64_t clock) {
     std::erase_if(to_write_, [&](const auto& w) { return w.first > clock; });
     last_clock_ = std::min(last_clock_, clock);
   }
+  cv_.notify_all();  // a Flush waiting for a manifest taken off the queue
   // A checkpoint completed past the clock will have its parts written again on the new
   // timeline: it must not be visible while they are (a manifest being written now is removed
   // by WriteManifest itself).
