@@ -31,6 +31,8 @@ struct Coordinator::NodeState {
   // registered and ready), and whether it is a replacement still to be started.
   bool restored = true;
   bool needs_start = false;
+  // Reported to the launcher as hung (TakeHungNodes), to be killed and restarted.
+  bool hang_reported = false;
   bool stats = false;      // servers: statistics received at shutdown
   int64_t clock = -1;      // workers: the clock their last heartbeat carried
   absl::Time clock_since;  // when that clock was first seen
@@ -356,6 +358,7 @@ absl::Status Coordinator::CheckHeartbeats() {
     const std::string reason = absl::StrFormat(
         "%s sent no heartbeat for %s", n->Name(),
         absl::FormatDuration(absl::Trunc(now - n->last_seen, absl::Milliseconds(100))));
+    if (ReportHung(*n, reason)) continue;
     if (auto s = MarkDown(*n, reason); !s.ok()) return s;
   }
   return absl::OkStatus();
@@ -380,12 +383,17 @@ absl::Status Coordinator::CheckStuckWorkers(absl::Time now) {
     }
   }
   if (waiting == 0) return {};
-  return absl::DeadlineExceededError(absl::StrFormat(
+  const std::string reason = absl::StrFormat(
       "%s stuck at clock %d for %s while %d worker%s wait%s for it (its heartbeats arrive, so it "
       "is alive but not training: a hang?)",
       slowest->Name(), slowest->clock,
       absl::FormatDuration(absl::Trunc(now - slowest->clock_since, absl::Seconds(1))), waiting,
-      waiting == 1 ? "" : "s", waiting == 1 ? "s" : ""));
+      waiting == 1 ? "" : "s", waiting == 1 ? "s" : "");
+  if (ReportHung(*slowest, reason)) {
+    slowest->clock_since = now;  // a stuck timeout more for the launcher to act
+    return {};
+  }
+  return absl::DeadlineExceededError(reason);
 }
 
 int Coordinator::MinWorkers() const {
@@ -471,6 +479,21 @@ std::string Coordinator::LastWords(wire::Role role, int rank) {
 
 bool Coordinator::Recovering() const { return recovering_flag_.load(); }
 
+bool Coordinator::ReportHung(NodeState& n, const std::string& reason) {
+  if (n.hang_reported || !CanRestart()) return false;
+  n.hang_reported = true;
+  n.last_seen = absl::Now();  // one more heartbeat timeout for the launcher to act
+  SYNCLINE_LOG(ERROR) << reason << "; asking the launcher to stop it, for a restart";
+  absl::MutexLock lock(&mu_);
+  hung_.emplace_back(DataEndpointId(n.role, n.rank), reason);
+  return true;
+}
+
+std::vector<std::pair<std::string, std::string>> Coordinator::TakeHungNodes() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(hung_, {});
+}
+
 bool Coordinator::CanRestart() const { return restarts_left_.load() > 0 && can_roll_back_.load(); }
 
 bool Coordinator::Restart(wire::Role role, int rank, std::string reason, int64_t clock,
@@ -510,6 +533,7 @@ void Coordinator::BeginRollback(NodeState& n, const RestartRequest& request) {
     last_words_.erase(n.control_id);  // the replacement's failures are its own
   }
   n.replacing = true;
+  n.hang_reported = false;
   n.restored = false;
   n.needs_start = true;
   n.ready = false;

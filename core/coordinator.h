@@ -135,6 +135,11 @@ class Coordinator {
   bool CanRestart() const;
   // Whether a rollback is under way (no checkpoint should be asked for then).
   bool Recovering() const;
+  // Nodes (data endpoint ids, "ps1") that hang, with why, since the last call: while a restart
+  // is possible a node whose heartbeats stop, or a worker stuck while others wait, is not
+  // declared down at once but handed to the launcher to kill (its exit is then restarted). One
+  // that is still there a heartbeat timeout later is declared down as usual.
+  std::vector<std::pair<std::string, std::string>> TakeHungNodes();
   // What node (role, rank) said when it failed, if it said so while it could have been
   // restarted (the job then goes on until the launcher restarts it or gives up); else empty.
   std::string LastWords(wire::Role role, int rank);
@@ -200,6 +205,10 @@ class Coordinator {
   std::atomic<bool> recovering_flag_{false};  // recovering_, for other threads
   // Failures reported by nodes that could have been restarted, by control id.
   absl::flat_hash_map<std::string, std::string> last_words_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<std::string, std::string>> hung_ ABSL_GUARDED_BY(mu_);
+  // Reports a hung node to the launcher (TakeHungNodes) when a restart is possible and it has
+  // not been reported yet; false: handle it as without restarts.
+  bool ReportHung(NodeState& node, const std::string& reason);
   // The recovery under way (Run()'s thread only).
   uint32_t generation_ = 0;
   bool recovering_ = false;

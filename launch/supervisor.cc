@@ -1,9 +1,12 @@
 #include "launch/supervisor.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string_view>
 #include <thread>
@@ -151,10 +154,22 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
     out.failure_code = code;
     coordinator.Abort(out.failure);
   };
+  std::map<std::string, int> pids;  // by label, the latest child started
   for (const ProcessSpec& p : processes) {
     if (!out.failure.empty()) break;
-    if (auto pid = group.Start(p); !pid.ok()) fail(std::string(pid.status().message()), 1);
+    if (auto pid = group.Start(p); !pid.ok()) {
+      fail(std::string(pid.status().message()), 1);
+    } else {
+      pids[p.label] = *pid;
+    }
   }
+  // Hung nodes the launcher was asked to stop for a restart, and why (their exit's reason).
+  std::map<std::string, std::string> hung;
+  auto describe = [&hung](const ExitEvent& e) {
+    auto h = hung.find(e.label);
+    return h == hung.end() ? DescribeExit(e)
+                           : absl::StrCat(h->second, "; stopped (", DescribeExit(e), ")");
+  };
 
   CheckpointTimer timer(spec, start, restore_clock);
   // --max-restarts: a failed node's child is started again, and every other node rolls back to
@@ -170,7 +185,7 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
       clock = restore_clock;
       dir = spec.checkpoint.restore;
     }
-    const std::string reason = DescribeExit(e);
+    const std::string reason = describe(e);
     if (clock < 0) {
       not_restarted = "not restarted: no complete checkpoint to roll back to yet";
       SYNCLINE_LOG(ERROR) << "cannot restart " << e.label << " (" << reason
@@ -185,10 +200,13 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
     }
     timer.OnRollback();
     ++out.restarts;
+    hung.erase(e.label);
     report.OnRestart(e.label);
     if (auto pid = group.Start(*child); !pid.ok()) {
       // The coordinator waits for a replacement that will not come: the job stops, named.
       fail(absl::StrCat("cannot restart ", e.label, ": ", pid.status().message()), 1);
+    } else {
+      pids[e.label] = *pid;
     }
     return true;
   };
@@ -202,6 +220,15 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
   absl::Time exit_deadline = absl::InfiniteFuture();
   while (!job_done.load()) {
     timer.Poll(coordinator, report, checkpoints);
+    for (auto& [id, why] : coordinator.TakeHungNodes()) {
+      // Only a child of its own (local, or the ssh client of a remote node) can be stopped; the
+      // coordinator declares a node down that is still there after another timeout.
+      auto pid = pids.find(id);
+      if (pid == pids.end()) continue;
+      SYNCLINE_LOG(WARNING) << "stopping " << id << " (pid " << pid->second << ") to restart it";
+      hung[id] = why;
+      ::kill(pid->second, SIGKILL);
+    }
     exited.clear();
     (void)group.Poll(absl::Milliseconds(200), &exited);
     for (const ExitEvent& e : exited) {
@@ -218,7 +245,7 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
         continue;
       }
       if (exit_failure.empty()) {
-        exit_failure = DescribeExit(e);
+        exit_failure = describe(e);
         if (const auto node = NodeOfLabel(e.label)) exit_node = *node;
         if (!not_restarted.empty()) absl::StrAppend(&exit_failure, " (", not_restarted, ")");
         exit_code = job_stopper ? e.exit_code : 1;  // bad input or divergence, as it reported

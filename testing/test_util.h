@@ -103,13 +103,13 @@ inline std::vector<std::pair<int, std::string>> Children(int parent) {
   return out;
 }
 
-// SIGKILLs the child of `parent` running `binary` with `--rank <rank>`; returns its pid, or 0
-// when there is no such child.
-inline int KillChildOfRank(int parent, const std::string& binary, int rank) {
+// Sends `signal` (SIGKILL) to the child of `parent` running `binary` with `--rank <rank>`;
+// returns its pid, or 0 when there is no such child.
+inline int KillChildOfRank(int parent, const std::string& binary, int rank, int signal = SIGKILL) {
   const std::string rank_flag = "--rank " + std::to_string(rank) + " ";
   for (const auto& [pid, cmd] : Children(parent)) {
     if (cmd.find(binary) != std::string::npos && cmd.find(rank_flag) != std::string::npos) {
-      return kill(pid, SIGKILL) == 0 ? pid : 0;
+      return kill(pid, signal) == 0 ? pid : 0;
     }
   }
   return 0;

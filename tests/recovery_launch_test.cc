@@ -3,6 +3,7 @@
 // restarts them, and every other node rolls back to the newest complete checkpoint without
 // restarting. Under BSP the final model is bit for bit that of a run without failures.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -25,11 +26,13 @@ using testing_util::TempDir;
 const std::string kLaunch = SYNCLINE_LAUNCH_BIN;
 const std::string kGen = SYNCLINE_GEN_BIN;
 
-// A node to kill: its binary, rank, and how long after the previous kill.
+// A node to kill: its binary, rank, how long after the previous kill, and the signal (SIGSTOP:
+// a hang).
 struct Kill {
   std::string binary;
   int rank = 0;
   int after_ms = 0;
+  int signal = SIGKILL;
 };
 
 struct Outcome {
@@ -115,7 +118,7 @@ class RecoveryLaunchTest : public testing::Test {
       while (absl::Now() < until && exited.empty()) (void)group.Poll(until - absl::Now(), &exited);
       EXPECT_TRUE(exited.empty()) << "the job ended before the kills:\n" << o.output;
       for (const auto& [pid, cmd] : testing_util::Children(*launcher)) started.insert(pid);
-      EXPECT_NE(testing_util::KillChildOfRank(*launcher, k.binary, k.rank), 0)
+      EXPECT_NE(testing_util::KillChildOfRank(*launcher, k.binary, k.rank, k.signal), 0)
           << k.binary << " " << k.rank << " not found\n"
           << o.output;
     }
@@ -237,6 +240,18 @@ TEST_F(RecoveryLaunchTest, ANodeKilledWhileTheJobRollsBackIsReplacedToo) {
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_TRUE(o.params == clean.params) << "params.tsv differs from the clean run's";
   EXPECT_EQ(JsonNumber(o.summary, "restarts"), 2) << o.summary;
+}
+
+// A server that hangs (SIGSTOP: its heartbeats stop, its process lives) is stopped by the
+// launcher once the coordinator misses its heartbeats, and restarted like a failed one.
+TEST_F(RecoveryLaunchTest, AHungServerIsStoppedAndRestarted) {
+  const Outcome& clean = Clean("bsp");
+  const std::string out = TempDir("recovery_hung");
+  const Outcome o = RunWithKills(Job("bsp", out), out, {{"syncline-ps", 1, 0, SIGSTOP}});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_TRUE(o.params == clean.params) << "params.tsv differs from the clean run's";
+  EXPECT_EQ(JsonNumber(o.summary, "restarts"), 1) << o.summary;
+  EXPECT_NE(o.output.find("sent no heartbeat"), std::string::npos) << o.output;
 }
 
 // Without a complete checkpoint there is nothing to roll back to: the job stops, saying so.
