@@ -504,7 +504,9 @@ TEST_F(LaunchTest, UnderBspTwoWorkersKilledAtSeededMomentsLeaveNoExampleUntraine
   ASSERT_TRUE(exited.empty()) << output;
   const auto children = testing_util::Children(*launcher);
   for (int kill = 0; kill < 2; ++kill) {
-    (void)group.Poll(absl::Milliseconds(kill == 0 ? first_ms : second_ms), &exited);
+    // Poll returns at every line of output: wait out the seeded pause whole.
+    const absl::Time until = absl::Now() + absl::Milliseconds(kill == 0 ? first_ms : second_ms);
+    while (absl::Now() < until && exited.empty()) (void)group.Poll(until - absl::Now(), &exited);
     ASSERT_TRUE(exited.empty()) << "the job ended before the kills: " << output;
     EXPECT_NE(testing_util::KillChildOfRank(*launcher, "syncline-worker", ranks[kill]), 0);
   }
