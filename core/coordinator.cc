@@ -33,6 +33,8 @@ struct Coordinator::NodeState {
   bool needs_start = false;
   // Reported to the launcher as hung (TakeHungNodes), to be killed and restarted.
   bool hang_reported = false;
+  // A replacement that has registered and waits for its table (SendReplacementTables).
+  bool awaiting_table = false;
   bool stats = false;      // servers: statistics received at shutdown
   int64_t clock = -1;      // workers: the clock their last heartbeat carried
   absl::Time clock_since;  // when that clock was first seen
@@ -354,7 +356,11 @@ absl::Status Coordinator::CheckHeartbeats() {
   const absl::Time now = absl::Now();
   if (auto s = CheckStuckWorkers(now); !s.ok()) return s;
   for (auto& n : nodes_) {
-    if (n->down || n->replacing || now - n->last_seen <= options_.heartbeat_timeout) continue;
+    // A replacement heartbeats once it has its table (SendReplacementTables).
+    if (n->down || n->replacing || n->awaiting_table ||
+        now - n->last_seen <= options_.heartbeat_timeout) {
+      continue;
+    }
     const std::string reason = absl::StrFormat(
         "%s sent no heartbeat for %s", n->Name(),
         absl::FormatDuration(absl::Trunc(now - n->last_seen, absl::Milliseconds(100))));
@@ -533,6 +539,7 @@ void Coordinator::BeginRollback(NodeState& n, const RestartRequest& request) {
     last_words_.erase(n.control_id);  // the replacement's failures are its own
   }
   n.replacing = true;
+  n.awaiting_table = false;
   n.hang_reported = false;
   n.restored = false;
   n.needs_start = true;
@@ -600,30 +607,48 @@ void Coordinator::RegisterReplacement(NodeState& n, Message& message) {
     return;
   }
   n.replacing = false;
+  n.awaiting_table = true;
   n.host = reg.getHost();
   n.pid = reg.getPid();
   n.last_seen = absl::Now();
-  // Peers know the node at its old address: the replacement listens there (job/node_join.h).
-  NodeTable table = table_;
-  table.generation = generation_;
-  table.restore = rollback_dir_;
-  MessageBuilder b(wire::MsgType::REGISTERED);
-  b.header().setRole(wire::Role::COORDINATOR);
-  table.ToWire(b.header().getBody().initNodeTable());
-  SendTo(n.control_id, b.Finish());
   SYNCLINE_LOG(INFO) << n.Name() << " registered as a replacement; it restores checkpoint "
                      << rollback_clock_;
+  SendReplacementTables();
+}
+
+void Coordinator::SendReplacementTables() {
+  // Only once every surviving node has rolled back: a server busy restoring (or finishing a
+  // checkpoint of the undone timeline) may not yet have let go of the failed node's
+  // connection, and a plaintext socket refuses a second one under a live id for good.
+  for (const auto& n : nodes_) {
+    if (!n->down && !n->needs_start && !n->restored) return;
+  }
+  for (auto& n : nodes_) {
+    if (n->down || !n->awaiting_table) continue;
+    n->awaiting_table = false;
+    n->last_seen = absl::Now();
+    // Peers know the node at its old address: the replacement listens there (job/node_join.h).
+    NodeTable table = table_;
+    table.generation = generation_;
+    table.restore = rollback_dir_;
+    MessageBuilder b(wire::MsgType::REGISTERED);
+    b.header().setRole(wire::Role::COORDINATOR);
+    table.ToWire(b.header().getBody().initNodeTable());
+    SendTo(n->control_id, b.Finish());
+  }
 }
 
 absl::Status Coordinator::AdvanceRecovery() {
   if (!recovering_) return absl::OkStatus();
+  SendReplacementTables();
   std::vector<std::string> waiting;
   for (const auto& n : nodes_) {
     if (n->down || n->restored) continue;
     waiting.push_back(absl::StrCat(DataEndpointId(n->role, n->rank),
-                                   n->replacing     ? " (its replacement has not registered)"
-                                   : n->needs_start ? " (its replacement is restoring)"
-                                                    : " (rolling back)"));
+                                   n->replacing        ? " (its replacement has not registered)"
+                                   : n->awaiting_table ? " (its replacement waits for the others)"
+                                   : n->needs_start    ? " (its replacement is restoring)"
+                                                       : " (rolling back)"));
   }
   const absl::Time now = absl::Now();
   if (!waiting.empty()) {

@@ -179,6 +179,8 @@ class Coordinator {
   void BeginRollback(NodeState& node, const RestartRequest& request);
   // A replacement's registration, during a recovery.
   void RegisterReplacement(NodeState& node, Message& message);
+  // Sends the registered replacements their node table once every other node has rolled back.
+  void SendReplacementTables();
   // Ends the recovery once every node has restored; fails it past its deadline.
   absl::Status AdvanceRecovery();
 

@@ -391,18 +391,20 @@ TEST(CoordinatorTest, ARestartRollsEveryNodeBackAndResumesOnceAllHaveRestored) {
     EXPECT_EQ(back->clock, 20);
     EXPECT_EQ(back->dir, "ckpt/20");
   }
-  // The replacement joins at the rollback's generation, told what to restore.
+  // The replacement gets its table once every other node has rolled back (a server busy
+  // restoring may not have let go of the failed node's connection yet): it joins at the
+  // rollback's generation, told what to restore.
+  w[0]->ReportRolledBack(1);
+  w[2]->ReportRolledBack(1);
   auto replacement =
       ControlClient::Connect(transport, {(*coordinator)->address(), wire::Role::WORKER, 1, ""});
   ASSERT_TRUE(replacement.ok()) << replacement.status();
   EXPECT_EQ((*replacement)->table().generation, 1u);
   EXPECT_EQ((*replacement)->table().restore, "ckpt/20");
   EXPECT_FALSE((*replacement)->PendingRollback().has_value());
-  // Nobody resumes before every node has restored.
-  w[0]->ReportRolledBack(1);
-  (*replacement)->ReportReady();
+  // Nobody resumes before every node has restored: the replacement too.
   EXPECT_FALSE(w[0]->WaitForResume(1, absl::Now() + absl::Milliseconds(200)).ok());
-  w[2]->ReportRolledBack(1);
+  (*replacement)->ReportReady();
   EXPECT_TRUE(w[0]->WaitForResume(1, Soon()).ok());
   EXPECT_TRUE(w[2]->WaitForResume(1, Soon()).ok());
   EXPECT_TRUE((*replacement)->WaitForStart(Soon()).ok());
