@@ -617,14 +617,18 @@ void Coordinator::RegisterReplacement(NodeState& n, Message& message) {
 }
 
 void Coordinator::SendReplacementTables() {
-  // Only once every surviving node has rolled back: a server busy restoring (or finishing a
-  // checkpoint of the undone timeline) may not yet have let go of the failed node's
-  // connection, and a plaintext socket refuses a second one under a live id for good.
+  // A replacement worker connects to the servers: only once every surviving node has rolled
+  // back, since a server busy restoring (or finishing a checkpoint of the undone timeline)
+  // may not yet have let go of the failed worker's connection, and a plaintext socket
+  // refuses a second one under a live id for good. A replacement server only accepts
+  // connections (fresh ones, from the workers): it restores meanwhile.
+  bool survivors_restored = true;
   for (const auto& n : nodes_) {
-    if (!n->down && !n->needs_start && !n->restored) return;
+    if (!n->down && !n->needs_start && !n->restored) survivors_restored = false;
   }
   for (auto& n : nodes_) {
     if (n->down || !n->awaiting_table) continue;
+    if (n->role == wire::Role::WORKER && !survivors_restored) continue;
     n->awaiting_table = false;
     n->last_seen = absl::Now();
     // Peers know the node at its old address: the replacement listens there (job/node_join.h).
