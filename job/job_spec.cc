@@ -172,6 +172,10 @@ bool UsesCriteoData(const JobSpec& s) {
 }
 
 bool HandsOverBatches(const SyncMode& sync) {
+  return RollsBackInPlace(sync) || sync.kind == SyncKind::kGossip;
+}
+
+bool RollsBackInPlace(const SyncMode& sync) {
   return sync.kind == SyncKind::kBsp || sync.kind == SyncKind::kSsp || sync.kind == SyncKind::kAsp;
 }
 
@@ -252,11 +256,12 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
     if (!why.empty()) return InvalidFlag("compress-pull", CodecName(t.pull_codec), why);
   }
   if (s.min_workers > 0 && s.min_workers < s.workers && !HandsOverBatches(s.sync)) {
-    return InvalidFlag("min-workers", absl::StrCat(s.min_workers),
-                       "is for --sync bsp, ssp and asp: in this mode every step needs every "
-                       "worker, or a lost worker's data stays with it");
+    return InvalidFlag(
+        "min-workers", absl::StrCat(s.min_workers),
+        "is for --sync bsp, ssp, asp and gossip: in this mode every step needs every "
+        "worker");
   }
-  if (s.max_restarts > 0 && !HandsOverBatches(s.sync)) {
+  if (s.max_restarts > 0 && !RollsBackInPlace(s.sync)) {
     return InvalidFlag("max-restarts", absl::StrCat(s.max_restarts),
                        "is for --sync bsp, ssp and asp: only parameter-server jobs roll back to "
                        "a checkpoint in place");

@@ -399,8 +399,8 @@ INSTANTIATE_TEST_SUITE_P(
                        c.workers = 3;
                        c.min_workers = 2;
                      },
-                     "--min-workers=2: is for --sync bsp, ssp and asp: in this mode every step "
-                     "needs every worker, or a lost worker's data stays with it"},
+                     "--min-workers=2: is for --sync bsp, ssp, asp and gossip: in this mode every "
+                     "step needs every worker"},
         ValidateCase{"max_restarts_gossip",
                      [](JobConfig& c) {
                        c.sync = "gossip:ring";

@@ -135,6 +135,7 @@ void RunReport::OnProgress(int worker, wire::Progress::Reader p) {
   if (!w.left) w.total_steps = p.getTotalSteps();
   w.epoch = p.getEpoch();
   w.loss = p.getTrainLoss();
+  w.reported_examples += p.getExamples();
   // The workers in the job as this row is written: all of them less those lost on the way.
   const int world = static_cast<int>(workers_.size()) - workers_left_;
   metrics_ << absl::StrFormat("%.3f,%d,%d,%d,%.6g,%d,%.3g,%.4g,%d\n",
@@ -442,7 +443,15 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
   j << "  \"steps_per_worker\": " << max_steps << ",\n";
   j << "  \"examples\": " << examples << ",\n";
   // Examples of the iterations finished, as the servers counted them (the lost workers' too).
-  j << "  \"examples_trained\": " << JsonNumber(examples_trained_) << ",\n";
+  // Without servers the workers count them: a lost worker's up to its last progress report.
+  double trained = examples_trained_;
+  if (job_.servers == 0) {
+    trained = 0;
+    for (const auto& [rank, w] : workers_) {
+      trained += static_cast<double>(w.done ? w.examples : w.reported_examples);
+    }
+  }
+  j << "  \"examples_trained\": " << JsonNumber(trained) << ",\n";
   j << "  \"workers_left\": " << workers_left_ << ",\n";
   // Iterations trained twice: those a lost worker finished after the clock its batches were
   // handed over from (its last heartbeat).

@@ -86,6 +86,7 @@ class RunReport : public CoordinatorObserver {
     bool done = false;
     bool left = false;  // lost while the job went on
     uint64_t examples = 0;
+    uint64_t reported_examples = 0;  // by its progress reports
     uint64_t bytes_pushed = 0;
     uint64_t bytes_pulled = 0;
     int64_t steps = 0;

@@ -375,7 +375,8 @@ KillResult KillWorkerMidRun(const std::string& sync, const std::string& train,
   }
   EXPECT_TRUE(k.exited.empty()) << k.output;
   k.children = testing_util::Children(*launcher);
-  EXPECT_EQ(k.children.size(), workers + (sync.starts_with("allreduce") ? 0u : 2u)) << k.output;
+  const bool serverless = sync.starts_with("allreduce") || sync.starts_with("gossip");
+  EXPECT_EQ(k.children.size(), workers + (serverless ? 0u : 2u)) << k.output;
   k.second = RunProcess({kLaunch, "--train", train, "--test", test, "--out", k.out});
   EXPECT_NE(testing_util::KillChildOfRank(*launcher, "syncline-worker", 1), 0) << k.output;
   testing_util::AwaitAnExit(group, absl::Seconds(60), &k.exited);
@@ -418,6 +419,34 @@ TEST_F(LaunchTest, UnderAspTheJobGoesOnWithoutACrashedWorker) {
   EXPECT_EQ(JsonNumber(summary, "workers_left"), 1) << summary;
   EXPECT_GE(JsonNumber(summary, "examples_trained").value_or(0), 3 * 20000) << summary;
   for (const auto& [pid, cmd] : k.children) EXPECT_FALSE(testing_util::Alive(pid)) << cmd;
+}
+
+// A gossip peer killed mid-run: the survivors drop it from their graphs and take over its
+// remaining batches, so every example of both epochs is trained at least once (the workers
+// count them; the killed one's up to its last report, here every step).
+TEST_F(LaunchTest, UnderGossipAKilledPeersBatchesGoToTheSurvivors) {
+  for (const char* sync : {"gossip:ring", "gossip:ring:async"}) {
+    SCOPED_TRACE(sync);
+    KillResult k = KillWorkerMidRun(
+        sync, Train(), Test(), "2",
+        {"--optimizer", "sgd", "--lr", "1", "--batch-size", "64", "--min-step-ms", "10",
+         "--heartbeat-interval", "0.1", "--peer-timeout", "2", "--log-every", "1"});
+    ASSERT_EQ(k.exited.size(), 1u) << "the launcher did not exit:\n" << k.output;
+    EXPECT_EQ(k.exited[0].exit_code, 0) << k.output;
+    const std::string summary = ReadFile(k.out + "/summary.json");
+    EXPECT_NE(summary.find("\"status\": \"ok\""), std::string::npos) << summary;
+    EXPECT_NE(summary.find("w1 killed by signal 9"), std::string::npos) << summary;
+    EXPECT_EQ(JsonNumber(summary, "workers_left"), 1) << summary;
+    const auto trained = JsonNumber(summary, "examples_trained");
+    ASSERT_TRUE(trained.has_value()) << summary;
+    EXPECT_GE(*trained, 2 * 20000) << summary;
+    // At 10 ms a step and a heartbeat every 0.1 s, at most about 12 batches twice.
+    EXPECT_LE(*trained, 2 * 20000 + 20 * 64) << summary;
+    EXPECT_NE(k.output.find("takes"), std::string::npos) << k.output;
+    ASSERT_TRUE(JsonNumber(summary, "test_auc").has_value()) << summary;
+    EXPECT_GT(*JsonNumber(summary, "test_auc"), 0.75) << summary;
+    for (const auto& [pid, cmd] : k.children) EXPECT_FALSE(testing_util::Alive(pid)) << cmd;
+  }
 }
 
 // BSP with --min-workers: a killed worker leaves the clock set, its batches go to the three
