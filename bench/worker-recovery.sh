@@ -28,43 +28,14 @@ while [ $# -gt 0 ]; do
   esac
 done
 cd "$(dirname "$0")/.."
-launch=$build/launch/syncline-launch
-gen=$build/tools/syncline-gen
-for b in "$launch" "$gen"; do
-  [ -x "$b" ] || { echo "worker-recovery.sh: $b is not built (./syncline build)" >&2; exit 2; }
-done
-rm -rf "$out" && mkdir -p "$out"
-"$gen" --out "$out/train.libsvm" --test-out "$out/test.libsvm" --rows 20000 --test-rows 4000 \
-  --features 10000 --nnz 20 --seed 11 >/dev/null
-job=(--servers 2 --workers 4 --sync bsp --train "$out/train.libsvm" --test "$out/test.libsvm"
-  --epochs 3 --batch-size 64 --min-step-ms 10 --heartbeat-interval 0.1)
-ms() { date +%s%3N; }
-median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-# Starts the job into run folder $1 with the flags after it, SIGKILLs w1 a second later; sets
-# pid (the launcher's) and t0 (the time of the kill).
-start_and_kill_w1() {
-  local folder=$1
-  shift
-  "$launch" "${job[@]}" "$@" --out "$folder" >"$folder.log" 2>&1 &
-  pid=$!
-  sleep 1
-  t0=$(ms)
-  pkill -9 -f "syncline-worker.*--rank 1$"
-}
-# Bounded waits: 600 polls of 50 ms.
-wait_for() {
-  for _ in $(seq 600); do
-    if eval "$1"; then return 0; fi
-    sleep 0.05
-  done
-  echo "worker-recovery.sh: timed out waiting for: $1" >&2
-  return 1
-}
+# shellcheck source=bench/lib-recovery.sh
+. bench/lib-recovery.sh
+recovery_setup "$build" "$out"
 
 inplace=()
 for i in $(seq "$runs"); do
   run=$out/inplace$i
-  start_and_kill_w1 "$run" --min-workers 3
+  start_and_kill "syncline-worker.*--rank 1$" "$run" --min-workers 3
   takers() { grep -l "takes" "$run"/logs/w{0,2,3}.log 2>/dev/null | wc -l; }
   wait_for '[ "$(takers)" -ge 3 ]'
   t1=$(ms)
@@ -76,7 +47,7 @@ done
 relaunch=()
 for i in $(seq "$runs"); do
   run=$out/relaunch$i
-  start_and_kill_w1 "$run" --checkpoint-every 10
+  start_and_kill "syncline-worker.*--rank 1$" "$run" --checkpoint-every 10
   wait "$pid" || true
   t1=$(ms)
   "$launch" "${job[@]}" --checkpoint-every 10 --out "$run" --resume >"$run.resume.log" 2>&1 &
@@ -91,7 +62,4 @@ for i in $(seq "$runs"); do
     "again $((t2 - t1)) ms later: $((t2 - t0)) ms"
 done
 
-a=$(printf '%s\n' "${inplace[@]}" | median)
-b=$(printf '%s\n' "${relaunch[@]}" | median)
-echo "median over $runs runs: in place $a ms, relaunch with --resume $b ms" \
-  "(in place / relaunch: $(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", a / b}'))"
+print_medians ""

@@ -1,0 +1,64 @@
+# lib-recovery.sh: what the recovery benchmarks (worker-recovery.sh, node-recovery.sh) share.
+# Sourced from the repository root, not run; messages name the script that sourced it.
+#   recovery_setup BUILD OUT   checks that syncline-launch and syncline-gen are built under BUILD,
+#                              empties OUT, generates the data into it and sets launch (the
+#                              launcher) and job (the flags of the job both benchmarks run)
+#   ms                         the time now in milliseconds
+#   median                     the median of the numbers on stdin, one a line
+#   start_and_kill PATTERN FOLDER [FLAG...]
+#                              starts the job into run folder FOLDER with the flags after it and
+#                              SIGKILLs the process whose command line matches PATTERN (pkill -f)
+#                              a second later; sets pid (the launcher's) and t0 (the time of the
+#                              kill)
+#   wait_for CONDITION         evaluates CONDITION every 50 ms until it holds, at most 600 times;
+#                              fails with a message when it never does
+#   print_medians PREFIX       prints the medians of the arrays inplace and relaunch over runs
+#                              runs, after PREFIX
+# The variables it sets (launch, job, pid, t0) and reads (inplace, relaunch, runs) are the
+# caller's.
+# shellcheck shell=bash disable=SC2034,SC2154
+
+recovery_setup() {
+  local build=$1 out=$2 gen b
+  launch=$build/launch/syncline-launch
+  gen=$build/tools/syncline-gen
+  for b in "$launch" "$gen"; do
+    [ -x "$b" ] || { echo "${0##*/}: $b is not built (./syncline build)" >&2; exit 2; }
+  done
+  rm -rf "$out" && mkdir -p "$out"
+  "$gen" --out "$out/train.libsvm" --test-out "$out/test.libsvm" --rows 20000 --test-rows 4000 \
+    --features 10000 --nnz 20 --seed 11 >/dev/null
+  job=(--servers 2 --workers 4 --sync bsp --train "$out/train.libsvm" --test "$out/test.libsvm"
+    --epochs 3 --batch-size 64 --min-step-ms 10 --heartbeat-interval 0.1)
+}
+
+ms() { date +%s%3N; }
+
+median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+
+start_and_kill() {
+  local pattern=$1 folder=$2
+  shift 2
+  "$launch" "${job[@]}" "$@" --out "$folder" >"$folder.log" 2>&1 &
+  pid=$!
+  sleep 1
+  t0=$(ms)
+  pkill -9 -f "$pattern"
+}
+
+wait_for() {
+  for _ in $(seq 600); do
+    if eval "$1"; then return 0; fi
+    sleep 0.05
+  done
+  echo "${0##*/}: timed out waiting for: $1" >&2
+  return 1
+}
+
+print_medians() {
+  local a b
+  a=$(printf '%s\n' "${inplace[@]}" | median)
+  b=$(printf '%s\n' "${relaunch[@]}" | median)
+  echo "$1median over $runs runs: in place $a ms, relaunch with --resume $b ms" \
+    "(in place / relaunch: $(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", a / b}'))"
+}
