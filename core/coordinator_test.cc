@@ -46,44 +46,95 @@ CoordinatorOptions SmallJob() {
   return o;
 }
 
-// Connects workers 0..n-1 at once (registration waits for all of them), reports them ready and
-// waits for the start. Empty when one could not join (the failure is recorded).
-std::vector<std::unique_ptr<ControlClient>> StartWorkers(Transport& transport,
-                                                         const std::string& address, int n) {
-  std::vector<std::unique_ptr<ControlClient>> w(n);
-  std::vector<std::thread> joins;
-  for (int r = 0; r < n; ++r) {
-    joins.emplace_back([&, r] {
-      auto c = ControlClient::Connect(transport, {address, wire::Role::WORKER, r, ""});
-      EXPECT_TRUE(c.ok()) << c.status();
-      if (c.ok()) w[r] = std::move(*c);
-    });
-  }
-  for (std::thread& t : joins) t.join();
-  for (const auto& c : w) {
-    if (!c) return {};
-  }
-  for (auto& c : w) c->ReportReady();
-  for (auto& c : w) {
-    if (auto s = c->WaitForStart(Soon()); !s.ok()) {
-      ADD_FAILURE() << s;
-      return {};
-    }
-  }
-  return w;
+// Waits (bounded) until `c` has a rollback order.
+std::optional<ControlClient::Rollback> AwaitRollback(ControlClient& c) {
+  return c.WaitForRollback(Soon());
 }
 
-TEST(CoordinatorTest, RunsTheWholeProtocol) {
-  InprocTransport transport;
-  RecordingObserver observer;
-  auto coordinator = Coordinator::Create(transport, "inproc://c", SmallJob(), &observer);
-  ASSERT_TRUE(coordinator.ok());
-  absl::Status result;
-  std::thread run([&] { result = (*coordinator)->Run(); });
+// A coordinator at inproc://c running Run() on a thread over an in-process transport; the test
+// plays the nodes. Each Start() is a new job: a new transport, observer and coordinator. The
+// fixture aborts and joins a job the test left running (an assertion that failed early).
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  ~CoordinatorTest() override { Stop(); }
+
+  // Starts a job with `options` whose events observer_ records (none when `observe` is false);
+  // the status of creating its coordinator.
+  absl::Status Start(const CoordinatorOptions& options, bool observe = true) {
+    Stop();
+    coordinator_.reset();
+    observer_ = std::make_unique<RecordingObserver>();
+    transport_ = std::make_unique<InprocTransport>();
+    auto coordinator = Coordinator::Create(*transport_, "inproc://c", options,
+                                           observe ? observer_.get() : nullptr);
+    if (!coordinator.ok()) return coordinator.status();
+    coordinator_ = std::move(*coordinator);
+    run_ = std::thread([this] { result_ = coordinator_->Run(); });
+    return absl::OkStatus();
+  }
+
+  // Waits for Run() to return; what it returned.
+  absl::Status Join() {
+    run_.join();
+    return result_;
+  }
+
+  // Connects workers 0..n-1 at once (registration waits for all of them), reports them ready
+  // and waits for the start. Empty when one could not join (the failure is recorded).
+  std::vector<std::unique_ptr<ControlClient>> StartWorkers(int n) {
+    std::vector<std::unique_ptr<ControlClient>> w(n);
+    std::vector<std::thread> joins;
+    for (int r = 0; r < n; ++r) {
+      joins.emplace_back([&, r] {
+        auto c = ControlClient::Connect(*transport_,
+                                        {coordinator_->address(), wire::Role::WORKER, r, ""});
+        EXPECT_TRUE(c.ok()) << c.status();
+        if (c.ok()) w[r] = std::move(*c);
+      });
+    }
+    for (std::thread& t : joins) t.join();
+    for (const auto& c : w) {
+      if (!c) return {};
+    }
+    for (auto& c : w) c->ReportReady();
+    for (auto& c : w) {
+      if (auto s = c->WaitForStart(Soon()); !s.ok()) {
+        ADD_FAILURE() << s;
+        return {};
+      }
+    }
+    return w;
+  }
+
+  // Waits (bounded) until the job trains, when the coordinator takes restarts.
+  void WaitForTraining() {
+    const absl::Time deadline = Soon();
+    while (!coordinator_->CanRestart() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+
+  std::unique_ptr<InprocTransport> transport_;
+  std::unique_ptr<RecordingObserver> observer_;
+  std::unique_ptr<Coordinator> coordinator_;
+
+ private:
+  void Stop() {
+    if (!run_.joinable()) return;
+    coordinator_->Abort("test over");
+    run_.join();
+  }
+
+  std::thread run_;
+  absl::Status result_;
+};
+
+TEST_F(CoordinatorTest, RunsTheWholeProtocol) {
+  ASSERT_TRUE(Start(SmallJob()).ok());
 
   std::thread server([&] {
-    ControlOptions o{(*coordinator)->address(), wire::Role::SERVER, 0, "inproc://ps0"};
-    auto c = ControlClient::Connect(transport, o);
+    ControlOptions o{coordinator_->address(), wire::Role::SERVER, 0, "inproc://ps0"};
+    auto c = ControlClient::Connect(*transport_, o);
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_EQ((*c)->table().num_workers, 1);
     ASSERT_EQ((*c)->table().Servers().size(), 1u);
@@ -98,8 +149,8 @@ TEST(CoordinatorTest, RunsTheWholeProtocol) {
     ASSERT_TRUE((*c)->Flush(Soon()).ok());
   });
 
-  ControlOptions o{(*coordinator)->address(), wire::Role::WORKER, 0, ""};
-  auto worker = ControlClient::Connect(transport, o);
+  ControlOptions o{coordinator_->address(), wire::Role::WORKER, 0, ""};
+  auto worker = ControlClient::Connect(*transport_, o);
   ASSERT_TRUE(worker.ok()) << worker.status();
   (*worker)->ReportReady();
   ASSERT_TRUE((*worker)->WaitForStart(Soon()).ok());
@@ -120,33 +171,27 @@ TEST(CoordinatorTest, RunsTheWholeProtocol) {
   EXPECT_EQ(*cmd, Command::kShutdown);
 
   server.join();
-  run.join();
+  const absl::Status result = Join();
   EXPECT_TRUE(result.ok()) << result;
-  EXPECT_EQ(observer.last_clock, 17);
-  EXPECT_EQ(observer.done, 1);
-  EXPECT_DOUBLE_EQ(observer.auc, 0.75);
-  EXPECT_EQ(observer.server_stats, 1);
+  EXPECT_EQ(observer_->last_clock, 17);
+  EXPECT_EQ(observer_->done, 1);
+  EXPECT_DOUBLE_EQ(observer_->auc, 0.75);
+  EXPECT_EQ(observer_->server_stats, 1);
 }
 
-TEST(CoordinatorTest, SilentNodeIsReportedByNameAndBspJobAborts) {
-  InprocTransport transport;
-  RecordingObserver observer;
+TEST_F(CoordinatorTest, SilentNodeIsReportedByNameAndBspJobAborts) {
   CoordinatorOptions options = SmallJob();
   options.num_servers = 0;
   options.num_workers = 2;
-  auto coordinator = Coordinator::Create(transport, "inproc://c", options, &observer);
-  ASSERT_TRUE(coordinator.ok());
-  absl::Status result;
-  std::thread run([&] { result = (*coordinator)->Run(); });
+  ASSERT_TRUE(Start(options).ok());
 
-  std::vector<std::unique_ptr<ControlClient>> w =
-      StartWorkers(transport, (*coordinator)->address(), 2);
+  std::vector<std::unique_ptr<ControlClient>> w = StartWorkers(2);
   ASSERT_EQ(w.size(), 2u);
   std::unique_ptr<ControlClient>& w0 = w[0];
   w[1].reset();  // w1 goes silent: its heartbeats stop
-  run.join();
+  const absl::Status result = Join();
   EXPECT_EQ(result.code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(observer.down_reason.find("w1"), std::string::npos) << observer.down_reason;
+  EXPECT_NE(observer_->down_reason.find("w1"), std::string::npos) << observer_->down_reason;
   // The surviving worker learns that the job is over.
   const absl::Time deadline = Soon();
   while (w0->health().ok() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
@@ -155,28 +200,22 @@ TEST(CoordinatorTest, SilentNodeIsReportedByNameAndBspJobAborts) {
 
 // Under ASP a worker that fails on its own (and says so) is dropped, as a killed one is; one
 // that rejects its input stops the job.
-TEST(CoordinatorTest, UnderAspAWorkerThatFailsIsDroppedButBadInputStopsTheJob) {
+TEST_F(CoordinatorTest, UnderAspAWorkerThatFailsIsDroppedButBadInputStopsTheJob) {
   for (const absl::StatusCode code :
        {absl::StatusCode::kUnavailable, absl::StatusCode::kInvalidArgument}) {
     SCOPED_TRACE(absl::StatusCodeToString(code));
-    InprocTransport transport;
-    RecordingObserver observer;
     CoordinatorOptions options = SmallJob();
     options.num_servers = 0;
     options.num_workers = 2;
     options.staleness = -1;
     options.evaluate = false;
-    auto coordinator = Coordinator::Create(transport, "inproc://c", options, &observer);
-    ASSERT_TRUE(coordinator.ok());
-    absl::Status result;
-    std::thread run([&] { result = (*coordinator)->Run(); });
-    std::vector<std::unique_ptr<ControlClient>> w =
-        StartWorkers(transport, (*coordinator)->address(), 2);
+    ASSERT_TRUE(Start(options).ok());
+    std::vector<std::unique_ptr<ControlClient>> w = StartWorkers(2);
     ASSERT_EQ(w.size(), 2u);
     w[1]->ReportAbort(absl::Status(code, "w1 gave up"));
     w[1].reset();
     if (code == absl::StatusCode::kInvalidArgument) {
-      run.join();
+      const absl::Status result = Join();
       EXPECT_FALSE(result.ok());
       EXPECT_NE(result.message().find("w1 gave up"), std::string::npos) << result;
       continue;
@@ -186,18 +225,17 @@ TEST(CoordinatorTest, UnderAspAWorkerThatFailsIsDroppedButBadInputStopsTheJob) {
     auto command = w[0]->WaitForCommand(Soon());
     ASSERT_TRUE(command.ok()) << command.status();
     EXPECT_EQ(*command, Command::kShutdown);
-    run.join();
+    const absl::Status result = Join();
     EXPECT_TRUE(result.ok()) << result;
-    EXPECT_NE(observer.down_reason.find("w1 gave up"), std::string::npos) << observer.down_reason;
+    EXPECT_NE(observer_->down_reason.find("w1 gave up"), std::string::npos)
+        << observer_->down_reason;
   }
 }
 
 // With --min-workers a BSP job goes on without a lost worker: the others hear the clock it had
 // reached and who takes its batches (the workers still training, not those done); below the
 // minimum the job stops, naming it.
-TEST(CoordinatorTest, UnderBspWithMinWorkersALostWorkersBatchesGoToThoseStillTraining) {
-  InprocTransport transport;
-  RecordingObserver observer;
+TEST_F(CoordinatorTest, UnderBspWithMinWorkersALostWorkersBatchesGoToThoseStillTraining) {
   CoordinatorOptions options = SmallJob();
   options.num_servers = 0;
   options.num_workers = 4;
@@ -205,12 +243,8 @@ TEST(CoordinatorTest, UnderBspWithMinWorkersALostWorkersBatchesGoToThoseStillTra
   options.min_workers = 3;
   options.hand_over = true;
   options.evaluate = false;
-  auto coordinator = Coordinator::Create(transport, "inproc://c", options, &observer);
-  ASSERT_TRUE(coordinator.ok());
-  absl::Status result;
-  std::thread run([&] { result = (*coordinator)->Run(); });
-  std::vector<std::unique_ptr<ControlClient>> w =
-      StartWorkers(transport, (*coordinator)->address(), 4);
+  ASSERT_TRUE(Start(options).ok());
+  std::vector<std::unique_ptr<ControlClient>> w = StartWorkers(4);
   ASSERT_EQ(w.size(), 4u);
   w[0]->ReportWorkerDone({.steps = 5});
   w[3]->SetClock(7);
@@ -229,7 +263,7 @@ TEST(CoordinatorTest, UnderBspWithMinWorkersALostWorkersBatchesGoToThoseStillTra
   EXPECT_TRUE(w[1]->health().ok());
   // A second loss leaves 2 workers (w0 done, w1): fewer than 3.
   w[2].reset();
-  run.join();
+  const absl::Status result = Join();
   EXPECT_EQ(result.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(result.message().find("2 workers left, fewer than --min-workers 3"), std::string::npos)
       << result;
@@ -238,25 +272,19 @@ TEST(CoordinatorTest, UnderBspWithMinWorkersALostWorkersBatchesGoToThoseStillTra
 
 // A worker that heartbeats but trains no more (a hang in its compute) is named by the clock
 // its heartbeats carry, before the workers that wait for it time out blaming a server.
-TEST(CoordinatorTest, AWorkerStuckWhileOthersWaitIsNamedWithItsClock) {
-  InprocTransport transport;
-  RecordingObserver observer;
+TEST_F(CoordinatorTest, AWorkerStuckWhileOthersWaitIsNamedWithItsClock) {
   CoordinatorOptions options = SmallJob();
   options.num_servers = 0;
   options.num_workers = 2;
   options.staleness = 0;
   options.stuck_timeout = absl::Milliseconds(300);
-  auto coordinator = Coordinator::Create(transport, "inproc://c", options, &observer);
-  ASSERT_TRUE(coordinator.ok());
-  absl::Status result;
-  std::thread run([&] { result = (*coordinator)->Run(); });
-  std::vector<std::unique_ptr<ControlClient>> w =
-      StartWorkers(transport, (*coordinator)->address(), 2);
+  ASSERT_TRUE(Start(options).ok());
+  std::vector<std::unique_ptr<ControlClient>> w = StartWorkers(2);
   ASSERT_EQ(w.size(), 2u);
   const absl::Time start = absl::Now();
   w[0]->SetClock(5);  // waits at clock 5 for w1
   w[1]->SetClock(4);  // alive, but never gets further
-  run.join();
+  const absl::Status result = Join();
   EXPECT_EQ(result.code(), absl::StatusCode::kDeadlineExceeded) << result;
   EXPECT_NE(result.message().find("w1 (pid"), std::string::npos) << result;
   EXPECT_NE(result.message().find("stuck at clock 4"), std::string::npos) << result;
@@ -264,53 +292,41 @@ TEST(CoordinatorTest, AWorkerStuckWhileOthersWaitIsNamedWithItsClock) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
-TEST(CoordinatorTest, RejectsRanksOutsideTheJob) {
-  InprocTransport transport;
-  auto coordinator = Coordinator::Create(transport, "inproc://c", SmallJob(), nullptr);
-  ASSERT_TRUE(coordinator.ok());
-  std::thread run([&] { (void)(*coordinator)->Run(); });
+TEST_F(CoordinatorTest, RejectsRanksOutsideTheJob) {
+  ASSERT_TRUE(Start(SmallJob(), /*observe=*/false).ok());
   auto bad =
-      ControlClient::Connect(transport, {(*coordinator)->address(), wire::Role::WORKER, 5, ""});
+      ControlClient::Connect(*transport_, {coordinator_->address(), wire::Role::WORKER, 5, ""});
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("outside this job"), std::string::npos);
-  (*coordinator)->Abort("test over");
-  run.join();
+  // The fixture aborts the job.
 }
 
-TEST(CoordinatorTest, RefusesANodeOfAnotherBuildNamingBothVersions) {
-  InprocTransport transport;
-  auto coordinator = Coordinator::Create(transport, "inproc://c", SmallJob(), nullptr);
-  ASSERT_TRUE(coordinator.ok());
-  std::thread run([&] { (void)(*coordinator)->Run(); });
-  ControlOptions other{(*coordinator)->address(), wire::Role::WORKER, 0, ""};
+TEST_F(CoordinatorTest, RefusesANodeOfAnotherBuildNamingBothVersions) {
+  ASSERT_TRUE(Start(SmallJob(), /*observe=*/false).ok());
+  ControlOptions other{coordinator_->address(), wire::Role::WORKER, 0, ""};
   other.version = "0.0.1+wire.000000000000";
-  auto refused = ControlClient::Connect(transport, other);
+  auto refused = ControlClient::Connect(*transport_, other);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   const std::string message(refused.status().message());
   EXPECT_NE(message.find("0.0.1+wire.000000000000"), std::string::npos) << message;
   EXPECT_NE(message.find(kBuildVersion), std::string::npos) << message;
-  (*coordinator)->Abort("test over");
-  run.join();
+  // The fixture aborts the job.
 }
 
 // mpirun -np 3 for a job of 4 nodes: the first rank to register says so, and the job stops
 // then, naming both sizes, instead of waiting out the startup timeout for a rank that will
 // never come.
-TEST(CoordinatorTest, AWorldOfTheWrongSizeFailsAtOnceNamingBothSizes) {
-  InprocTransport transport;
+TEST_F(CoordinatorTest, AWorldOfTheWrongSizeFailsAtOnceNamingBothSizes) {
   CoordinatorOptions o = SmallJob();
   o.num_servers = 2;
   o.num_workers = 2;
   o.startup_timeout = absl::Seconds(60);
-  auto coordinator = Coordinator::Create(transport, "inproc://c", o, nullptr);
-  ASSERT_TRUE(coordinator.ok());
-  absl::Status result;
   const absl::Time start = absl::Now();
-  std::thread run([&] { result = (*coordinator)->Run(); });
-  ControlOptions c{(*coordinator)->address(), wire::Role::SERVER, 0, "inproc://ps0"};
+  ASSERT_TRUE(Start(o, /*observe=*/false).ok());
+  ControlOptions c{coordinator_->address(), wire::Role::SERVER, 0, "inproc://ps0"};
   c.world_size = 3;
-  auto client = ControlClient::Connect(transport, c);
-  run.join();
+  auto client = ControlClient::Connect(*transport_, c);
+  const absl::Status result = Join();
   EXPECT_EQ(result.code(), absl::StatusCode::kFailedPrecondition) << result;
   EXPECT_NE(result.message().find("started as one of 3 ranks, but this job has 4 nodes"),
             std::string::npos)
@@ -323,67 +339,43 @@ TEST(CoordinatorTest, AWorldOfTheWrongSizeFailsAtOnceNamingBothSizes) {
 
 // The same node with the right world size is let in (a world size of 0 means "not started as
 // a world", as for nodes the launcher starts one by one).
-TEST(CoordinatorTest, TheRightWorldSizeIsAccepted) {
-  InprocTransport transport;
-  auto coordinator = Coordinator::Create(transport, "inproc://c", SmallJob(), nullptr);
-  ASSERT_TRUE(coordinator.ok());
+TEST_F(CoordinatorTest, TheRightWorldSizeIsAccepted) {
+  ASSERT_TRUE(Start(SmallJob(), /*observe=*/false).ok());
   std::thread abort_later([&] {
     absl::SleepFor(absl::Milliseconds(300));
-    (*coordinator)->Abort("test over");
+    coordinator_->Abort("test over");
   });
-  absl::Status result;
-  std::thread run([&] { result = (*coordinator)->Run(); });
-  ControlOptions server{(*coordinator)->address(), wire::Role::SERVER, 0, "inproc://ps0"};
+  ControlOptions server{coordinator_->address(), wire::Role::SERVER, 0, "inproc://ps0"};
   server.world_size = 2;
-  std::thread s([&] { EXPECT_TRUE(ControlClient::Connect(transport, server).ok()); });
-  ControlOptions worker{(*coordinator)->address(), wire::Role::WORKER, 0, ""};
+  std::thread s([&] { EXPECT_TRUE(ControlClient::Connect(*transport_, server).ok()); });
+  ControlOptions worker{coordinator_->address(), wire::Role::WORKER, 0, ""};
   worker.world_size = 2;
-  EXPECT_TRUE(ControlClient::Connect(transport, worker).ok());
+  EXPECT_TRUE(ControlClient::Connect(*transport_, worker).ok());
   s.join();
-  run.join();
+  const absl::Status result = Join();
   abort_later.join();
   EXPECT_EQ(result.message(), "test over");
 }
 
-}  // namespace
-}  // namespace syncline
-
-namespace syncline {
-namespace {
-
-// Waits (bounded) until `c` has a rollback order.
-std::optional<ControlClient::Rollback> AwaitRollback(ControlClient& c) {
-  return c.WaitForRollback(Soon());
-}
-
 // In-place recovery: a failed worker's replacement registers under its id and restores the
 // checkpoint every other node rolls back to; the job resumes once all of them have.
-TEST(CoordinatorTest, ARestartRollsEveryNodeBackAndResumesOnceAllHaveRestored) {
-  InprocTransport transport;
-  RecordingObserver observer;
+TEST_F(CoordinatorTest, ARestartRollsEveryNodeBackAndResumesOnceAllHaveRestored) {
   CoordinatorOptions options = SmallJob();
   options.num_servers = 0;
   options.num_workers = 3;
   options.max_restarts = 1;
   options.evaluate = false;
-  auto coordinator = Coordinator::Create(transport, "inproc://c", options, &observer);
-  ASSERT_TRUE(coordinator.ok());
-  absl::Status result;
-  std::thread run([&] { result = (*coordinator)->Run(); });
-  std::vector<std::unique_ptr<ControlClient>> w =
-      StartWorkers(transport, (*coordinator)->address(), 3);
+  ASSERT_TRUE(Start(options).ok());
+  std::vector<std::unique_ptr<ControlClient>> w = StartWorkers(3);
   ASSERT_EQ(w.size(), 3u);
   // Restarts are taken once the job trains.
-  const absl::Time deadline = Soon();
-  while (!(*coordinator)->CanRestart() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  ASSERT_TRUE((*coordinator)->CanRestart());
+  WaitForTraining();
+  ASSERT_TRUE(coordinator_->CanRestart());
   w[2]->SetClock(31);
   w[1].reset();  // its process died
-  ASSERT_TRUE((*coordinator)->Restart(wire::Role::WORKER, 1, "w1 killed", 20, "ckpt/20"));
-  EXPECT_FALSE((*coordinator)->CanRestart());  // --max-restarts 1, spent
-  EXPECT_FALSE((*coordinator)->Restart(wire::Role::WORKER, 0, "w0 killed", 20, "ckpt/20"));
+  ASSERT_TRUE(coordinator_->Restart(wire::Role::WORKER, 1, "w1 killed", 20, "ckpt/20"));
+  EXPECT_FALSE(coordinator_->CanRestart());  // --max-restarts 1, spent
+  EXPECT_FALSE(coordinator_->Restart(wire::Role::WORKER, 0, "w0 killed", 20, "ckpt/20"));
   for (int r : {0, 2}) {
     std::optional<ControlClient::Rollback> back = AwaitRollback(*w[r]);
     ASSERT_TRUE(back.has_value()) << "w" << r;
@@ -397,7 +389,7 @@ TEST(CoordinatorTest, ARestartRollsEveryNodeBackAndResumesOnceAllHaveRestored) {
   w[0]->ReportRolledBack(1);
   w[2]->ReportRolledBack(1);
   auto replacement =
-      ControlClient::Connect(transport, {(*coordinator)->address(), wire::Role::WORKER, 1, ""});
+      ControlClient::Connect(*transport_, {coordinator_->address(), wire::Role::WORKER, 1, ""});
   ASSERT_TRUE(replacement.ok()) << replacement.status();
   EXPECT_EQ((*replacement)->table().generation, 1u);
   EXPECT_EQ((*replacement)->table().restore, "ckpt/20");
@@ -410,43 +402,34 @@ TEST(CoordinatorTest, ARestartRollsEveryNodeBackAndResumesOnceAllHaveRestored) {
   EXPECT_TRUE((*replacement)->WaitForStart(Soon()).ok());
   EXPECT_FALSE(w[0]->PendingRollback().has_value());
   EXPECT_EQ(w[0]->generation(), 1u);
-  EXPECT_EQ(observer.recovered_clock.load(), 20);
-  EXPECT_EQ(observer.steps_undone.load(), 11);  // w2 had reached clock 31
+  EXPECT_EQ(observer_->recovered_clock.load(), 20);
+  EXPECT_EQ(observer_->steps_undone.load(), 11);  // w2 had reached clock 31
   for (ControlClient* c : {w[0].get(), replacement->get(), w[2].get()}) {
     c->ReportWorkerDone({.steps = 40});
   }
-  run.join();
+  const absl::Status result = Join();
   EXPECT_TRUE(result.ok()) << result;
 }
 
 // A replacement that never comes: the rollback fails within the startup timeout, naming whom
 // it waited for, and every node hears why.
-TEST(CoordinatorTest, ARollbackThatCannotFinishIsNamedAndNeverHangs) {
-  InprocTransport transport;
-  RecordingObserver observer;
+TEST_F(CoordinatorTest, ARollbackThatCannotFinishIsNamedAndNeverHangs) {
   CoordinatorOptions options = SmallJob();
   options.num_servers = 0;
   options.num_workers = 2;
   options.max_restarts = 3;
   options.evaluate = false;
   options.startup_timeout = absl::Milliseconds(600);
-  auto coordinator = Coordinator::Create(transport, "inproc://c", options, &observer);
-  ASSERT_TRUE(coordinator.ok());
-  absl::Status result;
-  std::thread run([&] { result = (*coordinator)->Run(); });
-  std::vector<std::unique_ptr<ControlClient>> w =
-      StartWorkers(transport, (*coordinator)->address(), 2);
+  ASSERT_TRUE(Start(options).ok());
+  std::vector<std::unique_ptr<ControlClient>> w = StartWorkers(2);
   ASSERT_EQ(w.size(), 2u);
-  const absl::Time deadline = Soon();
-  while (!(*coordinator)->CanRestart() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  WaitForTraining();
   w[1].reset();
-  ASSERT_TRUE((*coordinator)->Restart(wire::Role::WORKER, 1, "w1 killed", 10, "ckpt/10"));
+  ASSERT_TRUE(coordinator_->Restart(wire::Role::WORKER, 1, "w1 killed", 10, "ckpt/10"));
   ASSERT_TRUE(AwaitRollback(*w[0]).has_value());
   w[0]->ReportRolledBack(1);
   EXPECT_FALSE(w[0]->WaitForResume(1, Soon()).ok());  // the job was aborted
-  run.join();
+  const absl::Status result = Join();
   EXPECT_EQ(result.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(result.message().find("waiting for w1 (its replacement has not registered)"),
             std::string::npos)
