@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "testing/launch_fixture.h"
 #include "testing/test_util.h"
 
 namespace syncline {
@@ -24,21 +25,12 @@ using testing_util::TempDir;
 const std::string kLaunch = SYNCLINE_LAUNCH_BIN;
 const std::string kGen = SYNCLINE_GEN_BIN;
 
-// Shared synthetic data: 20k training and 4k test examples over 10k Zipf features.
-class LaunchTest : public testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new std::string(TempDir("launch_data"));
-    auto r = RunProcess({kGen, "--out", *dir_ + "/train.libsvm", "--test-out",
-                         *dir_ + "/test.libsvm", "--rows", "20000", "--test-rows", "4000",
-                         "--features", "10000", "--nnz", "20", "--seed", "11"});
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-  }
-  static std::string Train() { return *dir_ + "/train.libsvm"; }
-  static std::string Test() { return *dir_ + "/test.libsvm"; }
-  static std::string* dir_;
+// Shared synthetic data (GeneratedDataTest): 20k training and 4k test examples over 10k Zipf
+// features.
+class LaunchTest : public testing_util::GeneratedDataTest<LaunchTest> {
+ public:
+  static constexpr char kDataFolder[] = "launch_data";
 };
-std::string* LaunchTest::dir_ = nullptr;
 
 TEST_F(LaunchTest, LogregConvergesAndTheRunIsDocumented) {
   const std::string out = TempDir("converge");

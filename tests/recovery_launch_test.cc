@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "testing/launch_fixture.h"
 #include "testing/test_util.h"
 
 namespace syncline {
@@ -25,7 +26,6 @@ using testing_util::RunProcess;
 using testing_util::TempDir;
 
 const std::string kLaunch = SYNCLINE_LAUNCH_BIN;
-const std::string kGen = SYNCLINE_GEN_BIN;
 
 // A node to kill: its binary, rank, how long after the previous kill, and the signal (SIGSTOP:
 // a hang).
@@ -43,22 +43,13 @@ struct Outcome {
   std::string params;
 };
 
-// Shared synthetic data: 20k training and 4k test examples over 10k Zipf features, and the
-// runs without failures that the others are compared with.
-class RecoveryLaunchTest : public testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new std::string(TempDir("recovery_data"));
-    auto r = RunProcess({kGen, "--out", *dir_ + "/train.libsvm", "--test-out",
-                         *dir_ + "/test.libsvm", "--rows", "20000", "--test-rows", "4000",
-                         "--features", "10000", "--nnz", "20", "--seed", "11"});
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
+// Shared synthetic data (GeneratedDataTest): 20k training and 4k test examples over 10k Zipf
+// features, and the runs without failures that the others are compared with.
+class RecoveryLaunchTest : public testing_util::GeneratedDataTest<RecoveryLaunchTest> {
+ public:
+  static constexpr char kDataFolder[] = "recovery_data";
 
+ protected:
   // 2 servers, 4 workers, 3 epochs of 20k examples in batches of 64 (237 iterations each, at
   // least 10 ms apiece), a checkpoint every 20 clocks, up to `restarts` restarts.
   static std::vector<std::string> Job(const std::string& sync, const std::string& out,
@@ -73,7 +64,7 @@ class RecoveryLaunchTest : public testing::Test {
             "--train",
             Train(),
             "--test",
-            *dir_ + "/test.libsvm",
+            Test(),
             "--epochs",
             "3",
             "--batch-size",
@@ -200,11 +191,7 @@ class RecoveryLaunchTest : public testing::Test {
     const char* s = std::getenv("SYNCLINE_CHAOS_SEED");
     return s != nullptr ? std::strtoull(s, nullptr, 10) : 20261202;
   }
-
-  static std::string Train() { return *dir_ + "/train.libsvm"; }
-  static std::string* dir_;
 };
-std::string* RecoveryLaunchTest::dir_ = nullptr;
 
 // The chaos test: under BSP, three nodes killed at seeded moments (two workers, one
 // server) are restarted in place, and the final model is byte for byte that of a clean run.
