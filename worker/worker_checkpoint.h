@@ -20,7 +20,7 @@ namespace syncline {
 struct WorkerCheckpoint {
   int64_t clock = 0;
   std::string state;  // SyncBackend::SaveState()
-  std::string plan;   // WorkPlan::Save(): the departures this worker had heard (may be empty)
+  std::string plan;   // WorkPlan::Save(): the departures and arrivals this worker had heard
 };
 
 // Writes CheckpointDir(root, clock)/w<rank>.state atomically, then the receipt "w<rank>".
