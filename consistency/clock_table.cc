@@ -6,8 +6,30 @@
 
 namespace syncline {
 
-ClockTable::ClockTable(int num_workers) : clocks_(num_workers, 0), active_(num_workers, true) {
+ClockTable::ClockTable(int num_workers) : ClockTable(num_workers, 0) {}
+
+ClockTable::ClockTable(int num_workers, int joinable)
+    : clocks_(num_workers + joinable, 0),
+      active_(num_workers + joinable, true),
+      joinable_(num_workers + joinable, false) {
+  for (int w = num_workers; w < num_workers + joinable; ++w) {
+    active_[w] = false;
+    joinable_[w] = true;
+  }
   Recompute();
+}
+
+absl::Status ClockTable::Join(int worker, int64_t clock) {
+  if (!joinable(worker)) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("worker %d is not a slot that may join the clock set", worker));
+  }
+  if (clock < 0) return absl::InvalidArgumentError(absl::StrFormat("join at clock %d", clock));
+  joinable_[worker] = false;
+  active_[worker] = true;
+  clocks_[worker] = clock;
+  Recompute();
+  return absl::OkStatus();
 }
 
 absl::Status ClockTable::Advance(int worker, int64_t clock) {

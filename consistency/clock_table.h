@@ -25,11 +25,19 @@ inline constexpr int64_t kAllFinished = std::numeric_limits<int64_t>::max();
 class ClockTable {
  public:
   explicit ClockTable(int num_workers);
+  // With `joinable` more slots, for workers that join later (Join): outside the set until then.
+  ClockTable(int num_workers, int joinable);
 
   // Worker `worker` has finished `clock` iterations. Clocks only move forward.
   absl::Status Advance(int worker, int64_t clock);
   // The worker leaves the clock set (it finished, or it is gone).
   absl::Status Finish(int worker);
+  // A joinable slot enters the clock set at `clock`, once: FailedPrecondition for any other.
+  absl::Status Join(int worker, int64_t clock);
+  // Whether `worker` is a slot that may still Join.
+  bool joinable(int worker) const {
+    return worker >= 0 && worker < num_workers() && joinable_[worker];
+  }
 
   int64_t clock(int worker) const { return clocks_[worker]; }
   bool active(int worker) const { return active_[worker]; }
@@ -41,6 +49,7 @@ class ClockTable {
   void Recompute();
   std::vector<int64_t> clocks_;
   std::vector<bool> active_;
+  std::vector<bool> joinable_;
   int64_t min_clock_ = 0;
 };
 

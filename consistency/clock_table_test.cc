@@ -38,6 +38,29 @@ TEST(StalenessGateTest, BspServesOnlyFreshReads) {
   EXPECT_TRUE(bsp.CanRead(100, kAllFinished));
 }
 
+// Slots past the first workers stay out of the set until they join, once, at their clock.
+TEST(ClockTableTest, AJoinableSlotEntersTheSetOnceAtItsClock) {
+  ClockTable t(2, 1);
+  EXPECT_EQ(t.num_workers(), 3);
+  ASSERT_TRUE(t.Advance(0, 7).ok());
+  ASSERT_TRUE(t.Advance(1, 9).ok());
+  EXPECT_EQ(t.MinClock(), 7);  // the joinable slot does not hold the others back
+  EXPECT_TRUE(t.joinable(2));
+  EXPECT_FALSE(t.joinable(1));
+  EXPECT_FALSE(t.Advance(2, 1).ok());  // not in the set yet
+  ASSERT_TRUE(t.Join(2, 5).ok());
+  EXPECT_EQ(t.MinClock(), 5);
+  EXPECT_FALSE(t.joinable(2));
+  EXPECT_FALSE(t.Join(2, 5).ok());  // once
+  EXPECT_FALSE(t.Join(0, 5).ok());  // a first worker never joins
+  ASSERT_TRUE(t.Advance(2, 8).ok());
+  EXPECT_EQ(t.MinClock(), 7);
+  ASSERT_TRUE(t.Finish(2).ok());
+  EXPECT_FALSE(t.Join(2, 9).ok());  // a joiner that left does not come back
+  EXPECT_EQ(t.MinClock(), 7);
+  EXPECT_FALSE(ClockTable(1, 1).Join(1, -1).ok());
+}
+
 TEST(StalenessGateTest, SspAllowsBoundedLag) {
   StalenessGate ssp(3);
   EXPECT_TRUE(ssp.CanRead(5, 2));

@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "core/log.h"
 
 namespace syncline {
@@ -181,9 +183,20 @@ std::vector<int> ControlClient::TakeDownWorkers() {
   return std::exchange(down_workers_, {});
 }
 
-std::vector<ControlClient::WorkerLeft> ControlClient::TakeWorkersLeft() {
+std::vector<ControlClient::PlanEvent> ControlClient::TakePlanEvents() {
   absl::MutexLock lock(&mu_);
-  return std::exchange(workers_left_, {});
+  return std::exchange(plan_events_, {});
+}
+
+std::optional<int> ControlClient::TakeCutRequest() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(cut_request_, std::nullopt);
+}
+
+void ControlClient::ReportCut(int64_t clock) {
+  MessageBuilder b = FromThisNode(wire::MsgType::CUT);
+  b.header().setClock(clock);
+  Send(b.Finish());
 }
 
 std::vector<int64_t> ControlClient::TakeCheckpointRequests() {
@@ -279,19 +292,49 @@ void ControlClient::Handle(Message& message) {
                               << " is down: " << d.getReason().cStr();
         if (d.getRole() != wire::Role::WORKER) break;
         down_workers_.push_back(d.getRank());
-        // The coordinator names only workers of the table; anything else is dropped whole.
+        // The coordinator names only workers of the job; anything else is dropped whole.
+        const int workers = table_.MaxWorkers();
         WorkerLeft left{d.getRank(), d.getClock(), {}};
-        bool valid = left.worker >= 0 && left.worker < table_.num_workers && left.clock >= 0 &&
-                     d.getTakers().size() <= static_cast<unsigned>(table_.num_workers);
+        bool valid = left.worker >= 0 && left.worker < workers && left.clock >= 0 &&
+                     d.getTakers().size() <= static_cast<unsigned>(workers);
         for (int32_t t : d.getTakers()) {
-          valid = valid && t >= 0 && t < table_.num_workers && t != left.worker &&
+          valid = valid && t >= 0 && t < workers && t != left.worker &&
                   (left.takers.empty() || t > left.takers.back());
           left.takers.push_back(t);
         }
         if (valid) {
-          workers_left_.push_back(std::move(left));
+          plan_events_.push_back(std::move(left));
         } else {
           SYNCLINE_LOG(WARNING) << "ignoring the hand-over of a malformed nodeDown message";
+        }
+      }
+      break;
+    case wire::MsgType::CUT:
+      if (h.getRank() >= table_.num_workers && h.getRank() < table_.MaxWorkers()) {
+        cut_request_ = h.getRank();
+      }
+      break;
+    case wire::MsgType::ARRIVAL:
+      if (h.getBody().isArrival()) {
+        auto a = h.getBody().getArrival();
+        const int workers = table_.MaxWorkers();
+        WorkerArrived arrived{a.getWorker(), a.getFirstClock(), {}};
+        bool valid = arrived.worker >= table_.num_workers && arrived.worker < workers &&
+                     arrived.first_clock >= 0 && a.getDonors().size() == a.getCuts().size() &&
+                     a.getDonors().size() <= static_cast<unsigned>(workers);
+        for (unsigned i = 0; valid && i < a.getDonors().size(); ++i) {
+          const int donor = a.getDonors()[i];
+          const int64_t cut = a.getCuts()[i];
+          valid = donor >= 0 && donor < workers && donor != arrived.worker && cut >= 0 &&
+                  (arrived.cuts.empty() || donor > arrived.cuts.back().first);
+          arrived.cuts.emplace_back(donor, cut);
+        }
+        if (valid) {
+          SYNCLINE_LOG(INFO) << "w" << arrived.worker << " joins at clock " << arrived.first_clock
+                             << " (" << arrived.cuts.size() << " donors)";
+          plan_events_.push_back(std::move(arrived));
+        } else {
+          SYNCLINE_LOG(WARNING) << "ignoring a malformed arrival message";
         }
       }
       break;
@@ -352,6 +395,60 @@ void ControlClient::Loop() {
       }
     }
   }
+}
+
+absl::StatusOr<int> RequestJoin(Transport& transport, const std::string& coordinator,
+                                absl::Duration timeout, const std::string& version) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Status last = absl::DeadlineExceededError("no attempt made");
+  for (int attempt = 0; absl::Now() < deadline; ++attempt) {
+    if (attempt > 0) absl::SleepFor(absl::Milliseconds(500));
+    // A fresh endpoint each time: a coordinator that still holds a previous joiner's
+    // connection under the same id would not hear this one.
+    auto endpoint = transport.CreateEndpoint(kJoinerControlId);
+    if (!endpoint.ok()) return endpoint.status();
+    Endpoint& ep = **endpoint;
+    if (auto s = ep.Connect(kCoordinatorId, coordinator); !s.ok()) return s;
+    MessageBuilder b(wire::MsgType::JOIN);
+    b.header().setRole(wire::Role::WORKER);
+    b.header().setRank(-1);
+    b.header().setRequestId(static_cast<uint64_t>(attempt) + 1);
+    auto reg = b.header().getBody().initRegister();
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    reg.setHost(host);
+    reg.setPid(static_cast<int32_t>(getpid()));
+    reg.setVersion(version);
+    const absl::Time until = std::min(deadline, absl::Now() + absl::Seconds(5));
+    if (auto s = ep.Send(kCoordinatorId, b.Finish(), until); !s.ok()) {
+      last = s;
+      continue;
+    }
+    while (true) {
+      auto reply = ep.Receive(until);
+      if (!reply.ok()) {
+        last = absl::DeadlineExceededError(absl::StrFormat(
+            "no answer from the coordinator at %s to the join request: is the job running?",
+            coordinator));
+        break;
+      }
+      if (!reply->Parse().ok()) continue;
+      auto h = reply->header();
+      if (h.getType() == wire::MsgType::JOIN && h.getRank() >= 0) return h.getRank();
+      if (h.getType() != wire::MsgType::ERROR) continue;
+      last = StatusFromHeader(h);
+      if (!absl::IsUnavailable(last)) {
+        return absl::Status(
+            last.code(), absl::StrCat("the job refused to let this worker join: ", last.message()));
+      }
+      SYNCLINE_LOG(INFO) << "the job cannot take this worker yet (" << last.message()
+                         << "); asking again";
+      break;
+    }
+  }
+  return absl::Status(last.code(),
+                      absl::StrCat("could not join the job within ", absl::FormatDuration(timeout),
+                                   ": ", last.message()));
 }
 
 }  // namespace syncline

@@ -17,6 +17,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -75,6 +77,13 @@ struct EvaluationReport {
 
 enum class Command { kEvaluate, kShutdown };
 
+// A worker started with --join asks the coordinator at `coordinator` for a rank, from a
+// control endpoint of its own ("joiner.ctl"), and returns it. Transient refusals (the job has
+// not started, another worker is joining, a rollback) are asked again until `timeout`; a
+// final one (the job takes no joins, no rank left, another build) is returned as it is.
+absl::StatusOr<int> RequestJoin(Transport& transport, const std::string& coordinator,
+                                absl::Duration timeout, const std::string& version = kBuildVersion);
+
 class ControlClient {
  public:
   // Registers and blocks until the coordinator hands out the node table (or the startup
@@ -120,7 +129,22 @@ class ControlClient {
     int64_t clock = 0;        // the iterations it had finished, as the coordinator last heard
     std::vector<int> takers;  // the workers still training that take its batches (rank order)
   };
-  std::vector<WorkerLeft> TakeWorkersLeft();
+  // A worker joined: the donors (rank order) give it a share of their batches from their cuts
+  // (worker/work_plan.h); its clocks count from first_clock.
+  struct WorkerArrived {
+    int worker = -1;
+    int64_t first_clock = 0;
+    std::vector<std::pair<int, int64_t>> cuts;  // (donor, cut)
+  };
+  using PlanEvent = std::variant<WorkerLeft, WorkerArrived>;
+  // Departures and arrivals since the last call, in the coordinator's order (a joiner hears
+  // every earlier one right after its table).
+  std::vector<PlanEvent> TakePlanEvents();
+  // The joiner whose arrival the coordinator gathers cuts for, when it asked this worker and
+  // the request has not been taken yet. The worker answers with ReportCut.
+  std::optional<int> TakeCutRequest();
+  // The first iteration this worker will not prepare until it hears the arrival.
+  void ReportCut(int64_t clock);
   // Checkpoint clocks the coordinator asked for since the last call.
   std::vector<int64_t> TakeCheckpointRequests();
 
@@ -164,7 +188,8 @@ class ControlClient {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Command> commands_ ABSL_GUARDED_BY(mu_);
   std::vector<int> down_workers_ ABSL_GUARDED_BY(mu_);
-  std::vector<WorkerLeft> workers_left_ ABSL_GUARDED_BY(mu_);
+  std::vector<PlanEvent> plan_events_ ABSL_GUARDED_BY(mu_);
+  std::optional<int> cut_request_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> checkpoint_requests_ ABSL_GUARDED_BY(mu_);
   std::optional<Rollback> rollback_ ABSL_GUARDED_BY(mu_);
   uint32_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // restored (reported), or the table's

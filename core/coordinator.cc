@@ -35,9 +35,12 @@ struct Coordinator::NodeState {
   bool hang_reported = false;
   // A replacement that has registered and waits for its table (SendReplacementTables).
   bool awaiting_table = false;
-  bool stats = false;      // servers: statistics received at shutdown
-  int64_t clock = -1;      // workers: the clock their last heartbeat carried
-  absl::Time clock_since;  // when that clock was first seen
+  // A worker that asked to join: given its rank, not yet its table (CompleteArrival).
+  bool joining = false;
+  int64_t first_clock = 0;  // workers: the clock their plan starts at (joiners: their entry)
+  bool stats = false;       // servers: statistics received at shutdown
+  int64_t clock = -1;       // workers: the clock their last heartbeat carried
+  absl::Time clock_since;   // when that clock was first seen
 
   // "w2 (pid 812 on gpu3)", and the data address when it is off loopback: hosts that share a
   // name (containers, network namespaces) are still told apart.
@@ -69,7 +72,9 @@ Coordinator::Coordinator(std::unique_ptr<Endpoint> endpoint, std::string address
       address_(std::move(address)),
       options_(options),
       observer_(observer),
-      restarts_left_(options.max_restarts) {}
+      restarts_left_(options.max_restarts) {
+  next_rank_ = options.num_workers;
+}
 
 Coordinator::~Coordinator() = default;
 
@@ -105,7 +110,7 @@ void Coordinator::SendTo(const std::string& control_id, Message message) {
 
 void Coordinator::Broadcast(const Message& message) {
   for (const auto& node : nodes_) {
-    if (node->down || node->replacing) continue;
+    if (node->down || node->replacing || node->joining) continue;
     Message copy;
     copy.frames() = message.frames();  // frames share their bytes
     SendTo(node->control_id, std::move(copy));
@@ -204,6 +209,7 @@ absl::Status Coordinator::Register() {
 
   table_.num_servers = options_.num_servers;
   table_.num_workers = options_.num_workers;
+  table_.max_workers = std::max(options_.max_workers, options_.num_workers);
   table_.staleness = options_.staleness;
   table_.heartbeat_interval = options_.heartbeat_interval;
   table_.heartbeat_timeout = options_.heartbeat_timeout;
@@ -236,6 +242,10 @@ absl::StatusOr<std::optional<Message>> Coordinator::Step(absl::Time deadline) {
   }
   if (auto s = message->Parse(); !s.ok()) {
     SYNCLINE_LOG(WARNING) << "malformed message from " << message->peer() << ": " << s;
+    return std::optional<Message>();
+  }
+  if (message->header().getType() == wire::MsgType::JOIN) {
+    HandleJoinRequest(*message);
     return std::optional<Message>();
   }
   NodeState* node = Find(message->peer());
@@ -354,10 +364,22 @@ absl::Status Coordinator::CheckHeartbeats() {
     if (auto s = MarkDown(*n, reason); !s.ok()) return s;
   }
   const absl::Time now = absl::Now();
+  // Workers that have not answered the cut request in a heartbeat timeout (alive, but busy
+  // for that long) are left out of the arrival: they prepare nothing past a cut they did not
+  // give, and hear the arrival all the same.
+  if (arrival_ && now - arrival_start_ > options_.heartbeat_timeout) {
+    SYNCLINE_LOG(WARNING) << absl::StrFormat(
+        "%d worker%s did not answer the cut request for %s in %s: left out of its arrival",
+        arrival_->waiting.size(), arrival_->waiting.size() == 1 ? "" : "s",
+        DataEndpointId(wire::Role::WORKER, arrival_->joiner->rank),
+        absl::FormatDuration(options_.heartbeat_timeout));
+    arrival_->waiting.clear();
+    CompleteArrival();
+  }
   if (auto s = CheckStuckWorkers(now); !s.ok()) return s;
   for (auto& n : nodes_) {
     // A replacement heartbeats once it has its table (SendReplacementTables).
-    if (n->down || n->replacing || n->awaiting_table ||
+    if (n->down || n->replacing || n->awaiting_table || (arrival_ && arrival_->joiner == n.get()) ||
         now - n->last_seen <= options_.heartbeat_timeout) {
       continue;
     }
@@ -408,6 +430,15 @@ int Coordinator::MinWorkers() const {
 }
 
 absl::Status Coordinator::MarkDown(NodeState& n, const std::string& reason) {
+  if (n.joining && !(arrival_ && arrival_->joiner == &n)) {
+    // Given a rank, never registered under it: nobody's plan knows of it.
+    n.down = true;
+    SYNCLINE_LOG(WARNING) << reason << " (it had asked to join, and never registered)";
+    return absl::OkStatus();
+  }
+  // A joiner lost while its arrival is gathered: the arrival goes out first (the donors wait
+  // for it), then its departure hands its share back.
+  if (n.joining) CompleteArrival();
   n.down = true;
   SYNCLINE_LOG(ERROR) << reason;
   if (observer_) observer_->OnNodeDown(n.role, n.rank, reason);
@@ -423,7 +454,7 @@ absl::Status Coordinator::MarkDown(NodeState& n, const std::string& reason) {
   std::vector<int> takers;
   int left = 0;
   for (const auto& w : nodes_) {
-    if (w->role != wire::Role::WORKER || w->down) continue;
+    if (w->role != wire::Role::WORKER || w->down || w->joining) continue;
     ++left;
     if (!w->done) takers.push_back(w->rank);
   }
@@ -440,7 +471,7 @@ absl::Status Coordinator::MarkDown(NodeState& n, const std::string& reason) {
   // The heartbeat's clock is set once the iteration's clock messages are queued, not sent: a
   // worker killed just then may leave that iteration unfinished at the servers, which drop it.
   // One iteration earlier is never past what every server has.
-  const int64_t clock = std::max<int64_t>(n.clock - 1, 0);
+  const int64_t clock = std::max<int64_t>(n.clock - 1, n.first_clock);
   // The workers' plans now differ from any checkpoint's before this departure.
   {
     absl::MutexLock lock(&mu_);
@@ -468,7 +499,12 @@ absl::Status Coordinator::MarkDown(NodeState& n, const std::string& reason) {
   d.setClock(clock);
   auto list = d.initTakers(static_cast<unsigned>(takers.size()));
   for (size_t i = 0; i < takers.size(); ++i) list.set(static_cast<unsigned>(i), takers[i]);
-  Broadcast(b.Finish());
+  Message down = b.Finish();
+  Broadcast(down);
+  // A joiner hears it too, in the same order as every other worker.
+  plan_events_.push_back(std::move(down));
+  // A worker asked for its cut that is gone gives nothing (its departure came first).
+  OnCut(n, std::nullopt);
   return absl::OkStatus();
 }
 
@@ -684,6 +720,157 @@ absl::Status Coordinator::AdvanceRecovery() {
   return absl::OkStatus();
 }
 
+void Coordinator::HandleJoinRequest(Message& message) {
+  auto h = message.header();
+  const int max_workers = std::max(options_.max_workers, options_.num_workers);
+  bool pending = false;
+  for (const auto& n : nodes_) pending = pending || (n->joining && !n->down);
+  absl::Status problem;
+  if (!h.getBody().isRegister()) {
+    problem = absl::InvalidArgumentError("a join request carries the joiner's registration");
+  } else if (h.getBody().getRegister().getVersion() != kBuildVersion) {
+    problem = absl::FailedPreconditionError(absl::StrFormat(
+        "the joiner runs syncline %s, but this job's coordinator runs %s: start it from the "
+        "same build",
+        h.getBody().getRegister().getVersion().cStr(), kBuildVersion));
+  } else if (max_workers <= options_.num_workers) {
+    problem = absl::FailedPreconditionError(
+        "this job takes no joins: start it with --max-workers N (more than --workers)");
+  } else if (next_rank_ >= max_workers) {
+    problem = absl::ResourceExhaustedError(absl::StrFormat(
+        "this job has had its --max-workers %d workers: no rank is left to join at", max_workers));
+  } else if (!training_ || recovering_) {
+    // Transient: before the start (or during a rollback) the joiner asks again.
+    problem = absl::UnavailableError(recovering_ ? "the job is rolling back to a checkpoint"
+                                                 : "the job is not training (not yet started, or "
+                                                   "its workers have finished)");
+  } else if (pending) {
+    problem = absl::UnavailableError("another worker is joining");
+  }
+  if (!problem.ok()) {
+    SYNCLINE_LOG(WARNING) << "refused a join request from " << message.peer() << ": " << problem;
+    SendTo(message.peer(), MakeErrorReply(h, problem));
+    return;
+  }
+  auto reg = h.getBody().getRegister();
+  auto node = std::make_unique<NodeState>();
+  node->role = wire::Role::WORKER;
+  node->rank = next_rank_++;
+  node->control_id = ControlEndpointId(wire::Role::WORKER, node->rank);
+  node->host = reg.getHost();
+  node->pid = reg.getPid();
+  node->last_seen = absl::Now();
+  node->joining = true;
+  SYNCLINE_LOG(INFO) << absl::StrFormat("a worker (pid %d on %s) asks to join: it is %s", node->pid,
+                                        node->host, DataEndpointId(wire::Role::WORKER, node->rank));
+  {
+    // The plans now differ from any checkpoint's (joins are refused with checkpoints anyway).
+    absl::MutexLock lock(&mu_);
+    can_roll_back_.store(false);
+  }
+  MessageBuilder b(wire::MsgType::JOIN);
+  b.header().setRole(wire::Role::COORDINATOR);
+  b.header().setRequestId(h.getRequestId());
+  b.header().setRank(node->rank);
+  SendTo(message.peer(), b.Finish());
+  nodes_.push_back(std::move(node));
+}
+
+void Coordinator::BeginArrival(NodeState& joiner, Message& message) {
+  auto h = message.header();
+  if (!h.getBody().isRegister()) return;
+  auto reg = h.getBody().getRegister();
+  joiner.address = reg.getDataAddress();
+  joiner.host = reg.getHost();
+  joiner.pid = reg.getPid();
+  joiner.last_seen = absl::Now();
+  arrival_ = PendingArrival{&joiner, {}, {}};
+  arrival_start_ = absl::Now();
+  for (const auto& n : nodes_) {
+    if (n->role != wire::Role::WORKER || n->down || n->done || n->joining) continue;
+    arrival_->waiting.push_back(n->rank);
+    MessageBuilder b(wire::MsgType::CUT);
+    b.header().setRole(wire::Role::COORDINATOR);
+    b.header().setRank(joiner.rank);
+    SendTo(n->control_id, b.Finish());
+  }
+  SYNCLINE_LOG(INFO) << joiner.Name() << " registered; asking " << arrival_->waiting.size()
+                     << " training workers where its share of their batches starts";
+  if (arrival_->waiting.empty()) CompleteArrival();
+}
+
+void Coordinator::OnCut(NodeState& worker, std::optional<int64_t> cut) {
+  if (!arrival_) return;
+  auto& waiting = arrival_->waiting;
+  auto it = std::find(waiting.begin(), waiting.end(), worker.rank);
+  if (it == waiting.end()) return;
+  waiting.erase(it);
+  if (cut && *cut >= 0 && !worker.down) arrival_->cuts.emplace_back(worker.rank, *cut);
+  if (waiting.empty()) CompleteArrival();
+}
+
+void Coordinator::CompleteArrival() {
+  if (!arrival_) return;
+  PendingArrival a = std::move(*arrival_);
+  arrival_.reset();
+  NodeState& joiner = *a.joiner;
+  // Donors in rank order; one that went down since it answered gave its batches to takers.
+  std::vector<std::pair<int, int64_t>> cuts;
+  for (const auto& [rank, cut] : a.cuts) {
+    NodeState* n = Find(ControlEndpointId(wire::Role::WORKER, rank));
+    if (n != nullptr && !n->down) cuts.emplace_back(rank, cut);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  int64_t first_clock = 0;
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    first_clock = i == 0 ? cuts[i].second : std::min(first_clock, cuts[i].second);
+  }
+  MessageBuilder b(wire::MsgType::ARRIVAL);
+  b.header().setRole(wire::Role::COORDINATOR);
+  auto body = b.header().getBody().initArrival();
+  body.setWorker(joiner.rank);
+  body.setFirstClock(first_clock);
+  auto donors = body.initDonors(static_cast<unsigned>(cuts.size()));
+  auto clocks = body.initCuts(static_cast<unsigned>(cuts.size()));
+  std::vector<int> donor_ranks;
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    donors.set(static_cast<unsigned>(i), cuts[i].first);
+    clocks.set(static_cast<unsigned>(i), cuts[i].second);
+    donor_ranks.push_back(cuts[i].first);
+  }
+  Message arrival = b.Finish();
+  Broadcast(arrival);  // the joiner (still joining) is skipped: it hears it after its table
+  plan_events_.push_back(std::move(arrival));
+  joiner.first_clock = first_clock;
+  joiner.clock = first_clock;
+  joiner.clock_since = absl::Now();
+  joiner.last_seen = absl::Now();
+  SYNCLINE_LOG(INFO) << absl::StrFormat(
+      "%s joins at clock %d: %s give%s it one in %d of their batches from their cuts (%s)",
+      joiner.Name(), first_clock,
+      cuts.empty() ? "no worker still training"
+                   : absl::StrJoin(donor_ranks, ", ",
+                                   [](std::string* out, int r) { absl::StrAppend(out, "w", r); }),
+      cuts.size() == 1 ? "s" : "", cuts.size() + 1,
+      absl::StrJoin(cuts, ", ", [](std::string* out, const std::pair<int, int64_t>& c) {
+        absl::StrAppend(out, "w", c.first, " at ", c.second);
+      }));
+  if (joiner.down) return;
+  joiner.joining = false;
+  table_.nodes.push_back(
+      NodeInfo{joiner.role, joiner.rank, DataEndpointId(joiner.role, joiner.rank), joiner.address});
+  MessageBuilder t(wire::MsgType::REGISTERED);
+  t.header().setRole(wire::Role::COORDINATOR);
+  table_.ToWire(t.header().getBody().initNodeTable());
+  SendTo(joiner.control_id, t.Finish());
+  for (const Message& event : plan_events_) {
+    Message copy;
+    copy.frames() = event.frames();
+    SendTo(joiner.control_id, std::move(copy));
+  }
+  if (observer_) observer_->OnWorkerJoined(joiner.rank, joiner.Name(), first_clock, donor_ranks);
+}
+
 void Coordinator::ReportLost(wire::Role role, int rank, std::string reason) {
   absl::MutexLock lock(&mu_);
   lost_.emplace_back(ControlEndpointId(role, rank), std::move(reason));
@@ -718,6 +905,8 @@ absl::Status Coordinator::Supervise() {
       return n->role != wire::Role::WORKER || n->done || n->down;
     });
   };
+  training_ = true;
+  absl::Cleanup no_more_joins = [this] { training_ = false; };
   while (!workers_finished()) {
     auto message = Step(absl::InfiniteFuture());
     if (!message.ok()) return message.status();
@@ -725,13 +914,33 @@ absl::Status Coordinator::Supervise() {
     Message& m = **message;
     NodeState* node = Find(m.peer());
     auto h = m.header();
-    if (h.getType() == wire::MsgType::WORKER_DONE && node->role == wire::Role::WORKER) {
-      node->done = true;
-      if (observer_ && h.getBody().isWorkerStats()) {
-        observer_->OnWorkerDone(node->rank, h.getBody().getWorkerStats());
-      }
+    if (node->role != wire::Role::WORKER) continue;
+    switch (h.getType()) {
+      case wire::MsgType::WORKER_DONE:
+        node->done = true;
+        if (observer_ && h.getBody().isWorkerStats()) {
+          observer_->OnWorkerDone(node->rank, h.getBody().getWorkerStats());
+        }
+        OnCut(*node, std::nullopt);
+        break;
+      case wire::MsgType::REGISTER:
+        if (node->joining && !arrival_) BeginArrival(*node, m);
+        break;
+      case wire::MsgType::CUT:
+        OnCut(*node, h.getClock());
+        break;
+      case wire::MsgType::READY:
+        // A joiner has its handlers in place: it starts at once.
+        if (!node->ready && !node->joining) {
+          node->ready = true;
+          SendTo(node->control_id, MakeSimple(wire::MsgType::START, wire::Role::COORDINATOR, 0));
+        }
+        break;
+      default:
+        break;
     }
   }
+  training_ = false;
   // Evaluation reads the final model: a failure from here on stops the job.
   {
     absl::MutexLock lock(&mu_);

@@ -23,6 +23,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,10 @@ struct CoordinatorOptions {
   bool hand_over = false;
   // Failed nodes that may be replaced in place (Restart), in all.
   int max_restarts = 0;
+  // Workers may join while the job trains (a `join` request, then registration under the rank
+  // it is given), up to this many workers in all; 0 or num_workers: none. Each donor still
+  // training gives the joiner a share of its batches from a cut it names (worker/work_plan.h).
+  int max_workers = 0;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   // A node silent for this long is declared down.
   absl::Duration heartbeat_timeout = absl::Seconds(5);
@@ -86,6 +91,10 @@ class CoordinatorObserver {
   // A lost worker left a job that goes on: the clock its batches are handed over from, and
   // the workers that take them (empty: none).
   virtual void OnWorkerLeft(int worker, int64_t clock, const std::vector<int>& takers) {}
+  // A worker joined the running job at `first_clock` (its clocks count from there); `donors`
+  // give it a share of their batches. `name` is as the coordinator logs it ("w3 (pid ...)").
+  virtual void OnWorkerJoined(int worker, const std::string& name, int64_t first_clock,
+                              const std::vector<int>& donors) {}
   // A failed node is being replaced and every other node rolls back to checkpoint `clock`.
   virtual void OnRollback(wire::Role role, int rank, int64_t clock, const std::string& reason) {}
   // Every node has restored checkpoint `clock` and training goes on, `took` after the restart;
@@ -183,6 +192,26 @@ class Coordinator {
   void SendReplacementTables();
   // Ends the recovery once every node has restored; fails it past its deadline.
   absl::Status AdvanceRecovery();
+
+  // Joins: a `join` request from the joiner's first endpoint, answered with a rank or why not.
+  void HandleJoinRequest(Message& message);
+  // The joiner registered under its rank: every training worker is asked for its cut.
+  void BeginArrival(NodeState& joiner, Message& message);
+  // A worker answered (cut), finished, or went down: the arrival completes once none is left.
+  void OnCut(NodeState& worker, std::optional<int64_t> cut);
+  // Broadcasts the arrival, then sends the joiner its table and every plan event so far.
+  void CompleteArrival();
+  bool training_ = false;  // Supervise() runs: joins are taken
+  int next_rank_ = 0;      // the rank the next joiner gets
+  struct PendingArrival {
+    NodeState* joiner = nullptr;
+    std::vector<int> waiting;                   // workers asked for a cut that have not answered
+    std::vector<std::pair<int, int64_t>> cuts;  // (donor, cut), as they came
+  };
+  std::optional<PendingArrival> arrival_;
+  absl::Time arrival_start_;
+  // Every worker departure (NODE_DOWN) and arrival sent, in order: a joiner hears them all.
+  std::vector<Message> plan_events_;
 
   const std::unique_ptr<Endpoint> endpoint_;
   const std::string address_;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "core/control_client.h"
@@ -253,7 +254,9 @@ TEST_F(CoordinatorTest, UnderBspWithMinWorkersALostWorkersBatchesGoToThoseStillT
   std::vector<ControlClient::WorkerLeft> left;
   const absl::Time deadline = Soon();
   while (left.empty() && absl::Now() < deadline) {
-    left = w[1]->TakeWorkersLeft();
+    for (auto& e : w[1]->TakePlanEvents()) {
+      left.push_back(std::get<ControlClient::WorkerLeft>(std::move(e)));
+    }
     absl::SleepFor(absl::Milliseconds(10));
   }
   ASSERT_EQ(left.size(), 1u);
@@ -434,6 +437,114 @@ TEST_F(CoordinatorTest, ARollbackThatCannotFinishIsNamedAndNeverHangs) {
   EXPECT_NE(result.message().find("waiting for w1 (its replacement has not registered)"),
             std::string::npos)
       << result;
+}
+
+// Polls `take` (bounded) until it gives something.
+template <typename Take>
+auto AwaitSome(Take take) {
+  const absl::Time deadline = Soon();
+  auto got = take();
+  while (got.empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(2));
+    got = take();
+  }
+  return got;
+}
+
+// A worker joins: it gets the next rank, every worker still training is asked for its cut,
+// and the arrival comes after the departures before it, in the same order for every worker;
+// the joiner hears them all right after its table. A second joiner finds no rank left.
+TEST_F(CoordinatorTest, AJoinerGetsARankAndEveryWorkerHearsItsArrivalAfterEarlierDepartures) {
+  CoordinatorOptions o = SmallJob();
+  o.num_servers = 0;
+  o.num_workers = 3;
+  o.max_workers = 4;
+  o.staleness = -1;
+  o.min_workers = 1;
+  o.hand_over = true;
+  o.evaluate = false;
+  ASSERT_TRUE(Start(o).ok());
+  auto w = StartWorkers(3);
+  ASSERT_EQ(w.size(), 3u);
+  // w1 leaves first: its departure names w0 and w2 as takers.
+  coordinator_->ReportLost(wire::Role::WORKER, 1, "w1 gone");
+  for (int r : {0, 2}) {
+    auto events = AwaitSome([&] { return w[r]->TakePlanEvents(); });
+    ASSERT_EQ(events.size(), 1u);
+    ASSERT_TRUE(std::holds_alternative<ControlClient::WorkerLeft>(events[0]));
+    EXPECT_EQ(std::get<ControlClient::WorkerLeft>(events[0]).takers, (std::vector<int>{0, 2}));
+  }
+  auto rank = RequestJoin(*transport_, coordinator_->address(), absl::Seconds(10));
+  ASSERT_TRUE(rank.ok()) << rank.status();
+  EXPECT_EQ(*rank, 3);
+  std::unique_ptr<ControlClient> joiner;
+  std::thread registering([&] {
+    auto c = ControlClient::Connect(*transport_,
+                                    {coordinator_->address(), wire::Role::WORKER, *rank, ""});
+    EXPECT_TRUE(c.ok()) << c.status();
+    if (c.ok()) joiner = std::move(*c);
+  });
+  // The two still training are asked for their cuts (w1 is gone); the arrival waits for both.
+  for (int r : {0, 2}) {
+    auto asked = AwaitSome([&] {
+      auto c = w[r]->TakeCutRequest();
+      return c ? std::vector<int>{*c} : std::vector<int>{};
+    });
+    ASSERT_EQ(asked, std::vector<int>{3});
+    w[r]->ReportCut(20 + r);
+  }
+  registering.join();
+  ASSERT_NE(joiner, nullptr);
+  bool in_table = false;
+  for (const NodeInfo& n : joiner->table().nodes)
+    in_table |= n.role == wire::Role::WORKER && n.rank == 3;
+  EXPECT_TRUE(in_table);
+  EXPECT_EQ(joiner->table().MaxWorkers(), 4);
+  // The joiner hears the departure, then its own arrival; the others the arrival.
+  auto heard = AwaitSome([&] { return joiner->TakePlanEvents(); });
+  if (heard.size() < 2) {
+    auto more = AwaitSome([&] { return joiner->TakePlanEvents(); });
+    heard.insert(heard.end(), more.begin(), more.end());
+  }
+  ASSERT_EQ(heard.size(), 2u);
+  ASSERT_TRUE(std::holds_alternative<ControlClient::WorkerLeft>(heard[0]));
+  EXPECT_EQ(std::get<ControlClient::WorkerLeft>(heard[0]).worker, 1);
+  ASSERT_TRUE(std::holds_alternative<ControlClient::WorkerArrived>(heard[1]));
+  const auto& arrived = std::get<ControlClient::WorkerArrived>(heard[1]);
+  EXPECT_EQ(arrived.worker, 3);
+  EXPECT_EQ(arrived.first_clock, 20);
+  EXPECT_EQ(arrived.cuts, (std::vector<std::pair<int, int64_t>>{{0, 20}, {2, 22}}));
+  for (int r : {0, 2}) {
+    auto events = AwaitSome([&] { return w[r]->TakePlanEvents(); });
+    ASSERT_EQ(events.size(), 1u);
+    ASSERT_TRUE(std::holds_alternative<ControlClient::WorkerArrived>(events[0]));
+    EXPECT_EQ(std::get<ControlClient::WorkerArrived>(events[0]).cuts, arrived.cuts);
+  }
+  // No rank is left for another.
+  auto late = RequestJoin(*transport_, coordinator_->address(), absl::Seconds(10));
+  EXPECT_TRUE(absl::IsResourceExhausted(late.status())) << late.status();
+  // The joiner starts once ready, and the job ends when it is done too.
+  joiner->ReportReady();
+  ASSERT_TRUE(joiner->WaitForStart(Soon()).ok());
+  for (int r : {0, 2}) w[r]->ReportWorkerDone({.steps = 30});
+  joiner->ReportWorkerDone({.steps = 5});
+  EXPECT_TRUE(Join().ok());
+}
+
+// A job without --max-workers refuses a joiner for good.
+TEST_F(CoordinatorTest, AJobWithoutMaxWorkersRefusesAJoiner) {
+  CoordinatorOptions o = SmallJob();
+  o.num_servers = 0;
+  o.staleness = -1;
+  o.evaluate = false;
+  ASSERT_TRUE(Start(o).ok());
+  auto w = StartWorkers(1);
+  ASSERT_EQ(w.size(), 1u);
+  auto rank = RequestJoin(*transport_, coordinator_->address(), absl::Seconds(10));
+  EXPECT_TRUE(absl::IsFailedPrecondition(rank.status())) << rank.status();
+  EXPECT_NE(rank.status().message().find("takes no joins"), std::string::npos) << rank.status();
+  w[0]->ReportWorkerDone({.steps = 1});
+  EXPECT_TRUE(Join().ok());
 }
 
 }  // namespace

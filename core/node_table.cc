@@ -27,6 +27,7 @@ void NodeTable::ToWire(wire::NodeTable::Builder out) const {
   }
   out.setNumServers(num_servers);
   out.setNumWorkers(num_workers);
+  out.setMaxWorkers(max_workers);
   out.setStaleness(staleness);
   out.setHeartbeatIntervalMs(static_cast<int32_t>(absl::ToInt64Milliseconds(heartbeat_interval)));
   out.setHeartbeatTimeoutMs(static_cast<int32_t>(absl::ToInt64Milliseconds(heartbeat_timeout)));
@@ -46,11 +47,13 @@ absl::StatusOr<NodeTable> NodeTable::FromWire(wire::NodeTable::Reader in) {
   NodeTable t;
   t.num_servers = in.getNumServers();
   t.num_workers = in.getNumWorkers();
+  t.max_workers = in.getMaxWorkers();
   t.staleness = in.getStaleness();
   t.heartbeat_interval = absl::Milliseconds(in.getHeartbeatIntervalMs());
   t.heartbeat_timeout = absl::Milliseconds(in.getHeartbeatTimeoutMs());
-  if (t.num_servers < 0 || t.num_workers < 1 || t.staleness < -1 ||
-      t.heartbeat_interval <= absl::ZeroDuration() || t.heartbeat_timeout <= absl::ZeroDuration()) {
+  if (t.num_servers < 0 || t.num_workers < 1 || t.max_workers < 0 || t.max_workers > 4096 ||
+      t.staleness < -1 || t.heartbeat_interval <= absl::ZeroDuration() ||
+      t.heartbeat_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("node table has invalid job settings");
   }
   t.version = in.getVersion();
@@ -97,8 +100,9 @@ std::string ControlEndpointId(wire::Role role, int rank) {
   return absl::StrCat(DataEndpointId(role, rank), ".ctl");
 }
 
-std::vector<std::string> JobEndpointIds(int servers, int workers) {
+std::vector<std::string> JobEndpointIds(int servers, int workers, bool joins) {
   std::vector<std::string> ids = {kCoordinatorId};
+  if (joins) ids.push_back(kJoinerControlId);
   for (wire::Role role : {wire::Role::SERVER, wire::Role::WORKER}) {
     const int n = role == wire::Role::SERVER ? servers : workers;
     for (int r = 0; r < n; ++r) {

@@ -24,6 +24,8 @@ struct NodeTable {
   std::vector<NodeInfo> nodes;
   int num_servers = 0;
   int num_workers = 0;
+  // Workers may join up to this many in all (ranks num_workers.. are joiners'); 0: none.
+  int max_workers = 0;
   int64_t staleness = 0;  // 0 = BSP, -1 = unbounded (ASP), s > 0 = SSP(s)
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
@@ -35,6 +37,9 @@ struct NodeTable {
   // one, and restores the checkpoint folder `restore` (empty: a node of the job's start).
   uint32_t generation = 0;
   std::string restore;
+
+  // The most workers the job may have: max_workers, or num_workers without joins.
+  int MaxWorkers() const { return max_workers > num_workers ? max_workers : num_workers; }
 
   // Data endpoint ids of the servers, by rank.
   std::vector<const NodeInfo*> Servers() const;
@@ -50,10 +55,13 @@ std::string RoleName(wire::Role role);
 
 // Every routing id of a job with these nodes: the coordinator's, and each node's data and
 // control endpoints (an authenticating transport's list, Transport::AllowPeers).
-std::vector<std::string> JobEndpointIds(int servers, int workers);
+// With `joins`, also the joiner's first control endpoint (kJoinerControlId).
+std::vector<std::string> JobEndpointIds(int servers, int workers, bool joins = false);
 
 // The coordinator's routing id: fixed, so that nodes need only its address.
 inline constexpr char kCoordinatorId[] = "coordinator";
+// The control endpoint a worker started with --join asks for its rank from.
+inline constexpr char kJoinerControlId[] = "joiner.ctl";
 
 }  // namespace syncline
 

@@ -62,6 +62,17 @@ enum MsgType {
   rollback @27;
   rolledBack @28;
   resume @29;
+
+  # Joins (docs/FAULT_TOLERANCE.md, "Joining a running job"). A worker started with --join asks
+  # for a rank: join, body.register, from control endpoint "joiner.ctl"; the coordinator
+  # answers join with `rank` set (or error), and the worker then registers under that rank.
+  # coordinator -> each training worker: cut (rank = the joiner); worker -> coordinator: cut,
+  # `clock` = the first iteration it will not prepare until it hears the arrival.
+  # coordinator -> every worker: arrival, body.arrival (the joiner hears every earlier
+  # departure and arrival, then its own, right after its node table).
+  join @30;
+  cut @31;
+  arrival @32;
 }
 
 enum Role {
@@ -96,6 +107,7 @@ struct Header {
     serverStats @20 :ServerStats;
     nodeDown @21 :NodeDown;
     table @22 :TableSpec;
+    arrival @29 :Arrival;
   }
 
   staleness @23 :Int64;    # pull replies: iterations of updates the served values may lack
@@ -140,6 +152,7 @@ struct NodeTable {
   version @7 :Text;        # the coordinator's build
   generation @8 :UInt32;   # rollbacks so far (a node that replaces a failed one joins at it)
   restore @9 :Text;        # a replacement node: the checkpoint folder it restores from
+  maxWorkers @10 :Int32;   # the most workers the job may have (joins); 0: numWorkers
 }
 
 struct Progress {
@@ -214,6 +227,15 @@ struct NodeDown {
   # that take them (empty: none, or the job's mode hands nothing over).
   clock @3 :Int64;
   takers @4 :List(Int32);
+}
+
+# A worker joined: the donors give it every (donors + 1)-th batch of their plans from their
+# cuts on (worker/work_plan.h); its clocks count from firstClock.
+struct Arrival {
+  worker @0 :Int32;
+  firstClock @1 :Int64;
+  donors @2 :List(Int32);
+  cuts @3 :List(Int64);
 }
 
 enum TableKind {
@@ -373,4 +395,5 @@ struct JobSpec {
   allreduceRows @78 :UInt8;        # --allreduce-rows (AllReduceRows: 0 auto, 1 dense, 2 pairs)
   minWorkers @79 :Int32;           # --min-workers (0: the sync mode's default)
   maxRestarts @80 :Int32;          # --max-restarts
+  maxWorkers @81 :Int32;           # --max-workers (0: --workers, no joins)
 }

@@ -1,5 +1,6 @@
 #include "job/job_spec.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/match.h"
@@ -187,6 +188,8 @@ int MinWorkers(const JobSpec& s) {
   return every ? s.workers : 1;
 }
 
+int MaxWorkers(const JobSpec& s) { return std::max(s.workers, s.max_workers); }
+
 absl::Status ValidateJobSpec(const JobSpec& s) {
   const auto& t = s.training;
   const auto& sl = s.slowness;
@@ -196,6 +199,8 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
            CheckAtLeast("workers", s.workers, 1),
            CheckInRange("min-workers", s.min_workers, 0, s.workers),
            CheckInRange("max-restarts", s.max_restarts, 0, 1000),
+           s.max_workers != 0 ? CheckInRange("max-workers", s.max_workers, s.workers, 4096)
+                              : absl::OkStatus(),
            s.sync.kind == SyncKind::kSsp ? CheckAtLeast("sync", s.sync.staleness, 0)
            : s.sync.hybrid()             ? CheckAtLeast("embedding-sync", s.sync.staleness, -1)
                                          : absl::OkStatus(),
@@ -270,6 +275,20 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
     return InvalidFlag("max-restarts", absl::StrCat(s.max_restarts),
                        "needs checkpoints to roll back to: add --checkpoint-every N or "
                        "--checkpoint-seconds S");
+  }
+  if (s.max_workers > s.workers) {
+    const std::string value = absl::StrCat(s.max_workers);
+    if (s.sync.kind != SyncKind::kAsp && s.sync.kind != SyncKind::kSsp) {
+      return InvalidFlag("max-workers", value,
+                         "is for --sync asp and ssp: a worker joins a parameter-server job whose "
+                         "clocks need not agree (joins under bsp, gossip and collectives are not "
+                         "built)");
+    }
+    if (s.checkpoint.enabled() || s.max_restarts > 0 || !s.checkpoint.restore.empty()) {
+      return InvalidFlag("max-workers", value,
+                         "cannot be combined with checkpoints, --resume or --max-restarts yet: "
+                         "a checkpoint does not hold a joined worker's part");
+    }
   }
   if (s.sync.allreduce_rows != AllReduceRows::kAuto &&
       (!s.sync.allreduce() || t.codec.kind == CodecKind::kTopK ||

@@ -30,6 +30,8 @@ bool RollsBackInPlace(const SyncMode& sync);
 // The fewest workers the job goes on with: --min-workers, or the mode's default (every worker
 // under bsp, ssp:0, fedavg, allreduce and hybrid; 1 under ssp:S with S >= 1, asp and gossip).
 int MinWorkers(const JobSpec& spec);
+// The most workers the job may have: --max-workers, or --workers when no worker may join.
+int MaxWorkers(const JobSpec& spec);
 
 // Whether the job reads Criteo data: format criteo, a .tsv training file with format auto, or
 // (no training file) the synthetic data the launcher generates for the ctr model.

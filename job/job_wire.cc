@@ -31,6 +31,7 @@ void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
   out.setWorkers(s.workers);
   out.setMinWorkers(s.min_workers);
   out.setMaxRestarts(s.max_restarts);
+  out.setMaxWorkers(s.max_workers);
   out.setSyncKind(Cast<wire::SyncKind>(s.sync.kind));
   out.setStaleness(s.sync.staleness);
   out.setGossipTopology(Cast<wire::GossipTopology>(s.sync.topology));
@@ -129,6 +130,7 @@ absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
   s.workers = in.getWorkers();
   s.min_workers = in.getMinWorkers();
   s.max_restarts = in.getMaxRestarts();
+  s.max_workers = in.getMaxWorkers();
   s.sync.kind = Cast<SyncKind>(in.getSyncKind());
   s.sync.staleness = in.getStaleness();
   s.sync.topology = Cast<GossipTopology>(in.getGossipTopology());

@@ -78,7 +78,7 @@ absl::StatusOr<JoinedJob> JoinJob(Transport& transport, wire::Role role,
   const NodeTable& table = job.control->table();
   // Peers connect as soon as they have the table: an authenticating transport now knows whom
   // to accept.
-  transport.AllowPeers(JobEndpointIds(table.num_servers, table.num_workers));
+  transport.AllowPeers(JobEndpointIds(table.num_servers, table.MaxWorkers()));
   // A replacement of a failed node: its peers know the node at the failed one's address, so
   // it listens there instead (that process is gone, and its port with it).
   for (const NodeInfo& n : table.nodes) {
@@ -146,6 +146,7 @@ CoordinatorOptions CoordinatorOptionsFor(const JobSpec& spec) {
   o.min_workers = MinWorkers(spec);
   o.hand_over = HandsOverBatches(spec.sync);
   o.max_restarts = spec.max_restarts;
+  o.max_workers = MaxWorkers(spec);
   o.heartbeat_interval = absl::Seconds(spec.timeouts.heartbeat_interval_s);
   o.heartbeat_timeout = absl::Seconds(spec.timeouts.heartbeat_timeout_s);
   o.evaluate = !spec.data.test.empty();

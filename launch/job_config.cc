@@ -52,7 +52,7 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 63> kFields = {{
+const std::array<Field, 64> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes"},
     {"workers", &JobConfig::workers, "Number of worker processes"},
     {"min-workers", &JobConfig::min_workers,
@@ -67,6 +67,12 @@ const std::array<Field, 63> kFields = {{
      "rolls back to it without restarting (bsp, ssp, asp; needs --checkpoint-every or "
      "--checkpoint-seconds; launcher local or ssh). Under bsp the result is that of a run "
      "without failures, bit for bit. 0: a failed node is handled as --min-workers says"},
+    {"max-workers", &JobConfig::max_workers,
+     "Let workers join the running job, up to this many workers in all: start one with "
+     "`syncline-worker --coordinator ADDR --join` (the launcher logs ADDR). It enters at the "
+     "others' clock with the current model, and the workers still training give it every "
+     "(n+1)-th of their remaining batches (asp and ssp; not with checkpoints or "
+     "--max-restarts). 0: --workers, no joins"},
     {"sync", &JobConfig::sync,
      "Consistency model: bsp, asp, ssp:S (workers at most S steps ahead of the slowest), or "
      "serverless gossip:ring|exp|random (D-PSGD; :async for push-sum), or serverless "
@@ -538,6 +544,7 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   s.workers = c.workers;
   s.min_workers = c.min_workers;
   s.max_restarts = c.max_restarts;
+  s.max_workers = c.max_workers;
   s.model.classes = c.classes;
   s.model.embedding_dim = c.embedding_dim;
   s.model.hidden = c.hidden;

@@ -27,6 +27,7 @@ struct JobConfig {
   int workers = 2;
   int min_workers = 0;
   int max_restarts = 0;
+  int max_workers = 0;
   // [--sync] Consistency model: "bsp" (bulk synchronous), "asp" (asynchronous) or "ssp:S" (stale
   // synchronous: a worker may run at most S steps ahead of the slowest; S >= 0), or a serverless
   // gossip mode "gossip:ring|exp|random" (D-PSGD; add ":async" for push-sum). Default "bsp".

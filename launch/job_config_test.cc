@@ -413,6 +413,20 @@ INSTANTIATE_TEST_SUITE_P(
                      "--checkpoint-every N or --checkpoint-seconds S"},
         ValidateCase{"max_restarts_negative", [](JobConfig& c) { c.max_restarts = -1; },
                      "--max-restarts=-1: must be in [0, 1000]"},
+        ValidateCase{"max_workers_bsp", [](JobConfig& c) { c.max_workers = 4; },
+                     "--max-workers=4: is for --sync asp and ssp: a worker joins a "
+                     "parameter-server job whose clocks need not agree (joins under bsp, gossip "
+                     "and collectives are not built)"},
+        ValidateCase{"max_workers_below_workers", [](JobConfig& c) { c.max_workers = 1; },
+                     "--max-workers=1: must be in [2, 4096]"},
+        ValidateCase{"max_workers_with_checkpoints",
+                     [](JobConfig& c) {
+                       c.sync = "asp";
+                       c.max_workers = 3;
+                       c.checkpoint_every = 10;
+                     },
+                     "--max-workers=3: cannot be combined with checkpoints, --resume or "
+                     "--max-restarts yet: a checkpoint does not hold a joined worker's part"},
         ValidateCase{"consensus_step", [](JobConfig& c) { c.consensus_step = 0.5; },
                      "--consensus-step=0.5: is for synchronous gossip with --compress topk:R or "
                      "sign1"},

@@ -290,7 +290,8 @@ int Main(int argc, char** argv) {
     transport_options.key = std::make_shared<const JobKey>(*std::move(key));
   }
   ZmqTransport transport(transport_options);
-  transport.AllowPeers(JobEndpointIds(spec->servers, spec->workers));
+  transport.AllowPeers(
+      JobEndpointIds(spec->servers, MaxWorkers(*spec), MaxWorkers(*spec) > spec->workers));
   auto coordinator = Coordinator::Create(transport, BindAddress(*bind_ip, cluster.ports),
                                          CoordinatorOptionsFor(*spec), &report);
   if (!coordinator.ok()) {
@@ -307,10 +308,20 @@ int Main(int argc, char** argv) {
                                         : std::string("plaintext (--insecure)"))
               << std::endl;
   }
-  if (external_workers) {
+  const bool joins = MaxWorkers(*spec) > spec->workers;
+  if (external_workers || joins) {
     // Scripts read the address from the file; people from the line.
     std::ofstream((fs::path(config.out) / "coordinator.address").string())
         << (*coordinator)->address() << "\n";
+  }
+  if (joins) {
+    std::cout << "up to " << MaxWorkers(*spec) - spec->workers
+              << " more workers may join: syncline-worker --coordinator "
+              << (*coordinator)->address() << " --join"
+              << (transport_options.key ? " --key-file " + cluster.key_file : std::string())
+              << std::endl;
+  }
+  if (external_workers) {
     std::cout << "coordinator " << (*coordinator)->address() << "  (waiting for " << spec->workers
               << " external workers, ranks 0.." << spec->workers - 1 << ")" << std::endl;
   }

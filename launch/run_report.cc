@@ -258,6 +258,24 @@ void RunReport::OnWorkerLeft(int worker, int64_t clock, const std::vector<int>& 
   if (!takers.empty()) handed_from_[worker] = clock;
 }
 
+void RunReport::OnWorkerJoined(int worker, const std::string& name, int64_t first_clock,
+                               const std::vector<int>& donors) {
+  absl::MutexLock lock(&mu_);
+  joined_[worker] = first_clock;
+  WorkerState& w = workers_[worker];
+  w.clock = first_clock;
+  ClearProgress();
+  std::cout << absl::StrFormat("%s joined at clock %d; %s", name, first_clock,
+                               donors.empty()
+                                   ? "no worker is still training to give it batches"
+                                   : absl::StrCat(absl::StrJoin(donors, ", ",
+                                                                [](std::string* out, int r) {
+                                                                  absl::StrAppend(out, "w", r);
+                                                                }),
+                                                  " give it a share of their batches"))
+            << std::endl;
+}
+
 void RunReport::OnCheckpointed(wire::Role role, int rank, int64_t clock,
                                const absl::Status& status) {
   if (checkpoints_ != nullptr) checkpoints_->OnCheckpointed(role, rank, clock, status);
@@ -463,12 +481,14 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
   }
   // ...and the iterations rollbacks undid (the fastest worker's clock less the checkpoint's).
   j << "  \"steps_redone\": " << redone + steps_undone_ << ",\n";
-  const int workers_joined = static_cast<int>(
-      std::count_if(restarted_.begin(), restarted_.end(),
-                    [](const std::string& label) { return label.starts_with("w"); }));
+  const int workers_joined = static_cast<int>(joined_.size()) +
+                             static_cast<int>(std::count_if(
+                                 restarted_.begin(), restarted_.end(),
+                                 [](const std::string& label) { return label.starts_with("w"); }));
   j << "  \"restarts\": " << restarted_.size() << ",\n";
   j << "  \"rollbacks\": " << rollbacks_ << ",\n";
-  // Replacements of failed workers, which joined the running job.
+  // Workers that joined the running job: by themselves (--join), and replacements of failed
+  // ones.
   j << "  \"workers_joined\": " << workers_joined << ",\n";
   j << "  \"recovery_seconds\": [";
   for (size_t i = 0; i < recovery_seconds_.size(); ++i) {

@@ -42,6 +42,8 @@ class RunReport : public CoordinatorObserver {
   void OnServerProgress(int server, wire::ServerStats::Reader stats) override;
   void OnNodeDown(wire::Role role, int rank, const std::string& reason) override;
   void OnWorkerLeft(int worker, int64_t clock, const std::vector<int>& takers) override;
+  void OnWorkerJoined(int worker, const std::string& name, int64_t first_clock,
+                      const std::vector<int>& donors) override;
   void OnCheckpointed(wire::Role role, int rank, int64_t clock,
                       const absl::Status& status) override;
   void OnRollback(wire::Role role, int rank, int64_t clock, const std::string& reason) override;
@@ -126,6 +128,9 @@ class RunReport : public CoordinatorObserver {
   double test_accuracy_ ABSL_GUARDED_BY(mu_) = -1;
   uint64_t test_examples_ ABSL_GUARDED_BY(mu_) = 0;
   int workers_left_ ABSL_GUARDED_BY(mu_) = 0;
+  // Workers that joined the running job (syncline-worker --join), by rank: the clock each
+  // entered at.
+  std::map<int, int64_t> joined_ ABSL_GUARDED_BY(mu_);
   double examples_trained_ ABSL_GUARDED_BY(mu_) = 0;  // the servers' largest count
   // Lost workers: the clock their batches were handed over from, and the most iterations a
   // server had seen each finish (the difference is trained twice).

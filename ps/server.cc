@@ -34,8 +34,8 @@ ParameterServer::ParameterServer(Endpoint* endpoint, ServerOptions options)
     : endpoint_(endpoint),
       options_(options),
       gate_(options.staleness),
-      clocks_(options.num_workers) {
-  for (int w = 0; w < options.num_workers; ++w) {
+      clocks_(options.num_workers, std::max(0, options.max_workers - options.num_workers)) {
+  for (int w = 0; w < clocks_.num_workers(); ++w) {
     worker_ids_.push_back(DataEndpointId(wire::Role::WORKER, w));
   }
   if (!options_.checkpoint_root.empty()) {
@@ -272,10 +272,10 @@ absl::StatusOr<ShardTable*> ParameterServer::FindTable(uint32_t id) {
 absl::Status ParameterServer::HandleRequest(Message& message) {
   auto h = message.header();
   const int worker = h.getRank();
-  if (h.getRole() != wire::Role::WORKER || worker < 0 || worker >= options_.num_workers) {
+  if (h.getRole() != wire::Role::WORKER || worker < 0 || worker >= clocks_.num_workers()) {
     return absl::PermissionDeniedError(
         absl::StrFormat("sender claims %s rank %d; only workers 0..%d may use a server",
-                        RoleName(h.getRole()), worker, options_.num_workers - 1));
+                        RoleName(h.getRole()), worker, clocks_.num_workers() - 1));
   }
   if (message.peer() != worker_ids_[worker]) {
     return absl::PermissionDeniedError(
@@ -290,6 +290,25 @@ absl::Status ParameterServer::HandleRequest(Message& message) {
     }
     ++stats_.stale_dropped;
     return absl::OkStatus();
+  }
+  // A worker that joined the running job enters the clock set with its first clocked request:
+  // a read or push of iteration c, or the CLOCK that ends iteration c - 1.
+  if (clocks_.joinable(worker) && h.getClock() >= 0) {
+    const wire::MsgType type = h.getType();
+    if (type == wire::MsgType::PULL || type == wire::MsgType::PUSH ||
+        type == wire::MsgType::PUSH_PULL || type == wire::MsgType::CLOCK) {
+      const int64_t at =
+          type == wire::MsgType::CLOCK ? std::max<int64_t>(0, h.getClock() - 1) : h.getClock();
+      if (auto s = clocks_.Join(worker, at); !s.ok()) return s;
+      SYNCLINE_LOG(INFO) << "w" << worker << " joined the clock set at clock " << at;
+      if (auto s = OnMinClockChanged(); !s.ok()) return s;
+    } else if (type == wire::MsgType::FINISH) {
+      // A joiner that trained nothing leaves a set it never entered.
+      MessageBuilder b(wire::MsgType::REPLY);
+      b.header().setRequestId(h.getRequestId());
+      Reply(message.peer(), b.Finish());
+      return absl::OkStatus();
+    }
   }
   // Round 0's time starts with the job's first request: the clients have all started by then.
   if (options_.federated && !round_started_) OpenRound(clocks_.MinClock());

@@ -44,9 +44,12 @@
 namespace syncline {
 
 struct ServerOptions {
-  int rank = 0;           // this shard
-  int num_servers = 1;    // shards in the job
-  int num_workers = 1;    // clients whose clocks are tracked
+  int rank = 0;         // this shard
+  int num_servers = 1;  // shards in the job
+  int num_workers = 1;  // clients whose clocks are tracked
+  // Workers that may join later take ranks num_workers..max_workers-1 (0: none). A joiner's
+  // clock enters the set with its first clocked request (at that clock).
+  int max_workers = 0;
   int64_t staleness = 0;  // 0 = BSP, -1 = ASP, s > 0 = SSP(s)
   // Pulls that may wait for slow workers at once; more are refused with ResourceExhausted.
   size_t max_parked_pulls = 1 << 16;

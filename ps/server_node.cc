@@ -63,6 +63,7 @@ ServerOptions ShardOptions(const JobSpec& spec, const NodeTable& table, int rank
   options.rank = rank;
   options.num_servers = table.num_servers;
   options.num_workers = table.num_workers;
+  options.max_workers = table.MaxWorkers();
   options.staleness = spec.sync.server_staleness();
   if (!spec.embedding.dir.empty()) {
     EmbeddingStoreOptions& e = options.embedding.emplace();

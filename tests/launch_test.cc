@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +26,7 @@ using testing_util::TempDir;
 
 const std::string kLaunch = SYNCLINE_LAUNCH_BIN;
 const std::string kGen = SYNCLINE_GEN_BIN;
+const std::string kWorker = SYNCLINE_WORKER_BIN;
 
 // Shared synthetic data (GeneratedDataTest): 20k training and 4k test examples over 10k Zipf
 // features.
@@ -454,6 +457,170 @@ TEST_F(LaunchTest, UnderGossipAKilledPeersBatchesGoToTheSurvivors) {
     EXPECT_GT(*JsonNumber(summary, "test_auc"), 0.75) << summary;
     for (const auto& [pid, cmd] : k.children) EXPECT_FALSE(testing_util::Alive(pid)) << cmd;
   }
+}
+
+// An ASP or SSP job of 2 servers and 2 workers that takes one more (--max-workers 3), at batch 64
+// and `step_ms` a step, over the shared data, and the joiners the test starts (syncline-worker
+// --join), all in one process group whose output is kept by label. Every wait is bounded by
+// one deadline.
+class JoinableJob {
+ public:
+  JoinableJob(const std::string& name, const std::string& sync, const std::string& train,
+              const std::string& test, const std::string& epochs, const std::string& step_ms)
+      : out_(TempDir(name)),
+        group_([this](std::string_view label, OutputStream, std::string_view line) {
+          lines_[std::string(label)].append(line.data(), line.size()).append("\n");
+          output_.append(label.data(), label.size()).append(": ");
+          output_.append(line.data(), line.size()).append("\n");
+        }) {
+    std::vector<std::string> argv = {kLaunch};
+    for (const auto& [flag, value] :
+         std::vector<std::pair<std::string, std::string>>{{"--servers", "2"},
+                                                          {"--workers", "2"},
+                                                          {"--max-workers", "3"},
+                                                          {"--sync", sync},
+                                                          {"--train", train},
+                                                          {"--test", test},
+                                                          {"--epochs", epochs},
+                                                          {"--batch-size", "64"},
+                                                          {"--min-step-ms", step_ms},
+                                                          {"--heartbeat-interval", "0.1"},
+                                                          {"--heartbeat-timeout", "1"},
+                                                          {"--log-every", "1"},
+                                                          {"--out", out_}}) {
+      argv.push_back(flag);
+      argv.push_back(value);
+    }
+    started_ = group_.Start(ProcessSpec{"launch", argv}).ok();
+  }
+
+  // Waits until metrics.csv has more than `rows` rows, the launcher still running; then the
+  // coordinator's address, empty (a failure recorded) when that did not happen.
+  std::string AddressOnceTraining(int rows) {
+    while (started_ && absl::Now() < deadline_ && ended_.empty()) {
+      Poll();
+      const std::string csv = ReadFile(out_ + "/metrics.csv");
+      if (std::count(csv.begin(), csv.end(), '\n') > rows) break;
+    }
+    std::string address = ReadFile(out_ + "/coordinator.address");
+    while (!address.empty() && address.back() == '\n') address.pop_back();
+    EXPECT_TRUE(ended_.empty() && !address.empty()) << output_;
+    return address;
+  }
+  // Starts syncline-worker --join as `label`; its pid (0 when it could not start).
+  int Join(const std::string& label, const std::string& address) {
+    auto pid = group_.Start(ProcessSpec{label, {kWorker, "--coordinator", address, "--join"}});
+    EXPECT_TRUE(pid.ok()) << pid.status();
+    return pid.ok() ? *pid : 0;
+  }
+  // Waits until the output holds `text`.
+  bool WaitFor(const std::string& text) {
+    while (absl::Now() < deadline_ && output_.find(text) == std::string::npos) Poll();
+    return output_.find(text) != std::string::npos;
+  }
+  // Waits until `n` processes have exited; their exits by label.
+  const std::map<std::string, ExitEvent>& WaitForExits(size_t n) {
+    while (absl::Now() < deadline_ && ended_.size() < n) Poll();
+    return ended_;
+  }
+  const std::string& out() const { return out_; }
+  const std::string& output() const { return output_; }
+  std::string lines(const std::string& label) { return lines_[label]; }
+
+ private:
+  void Poll() {
+    std::vector<ExitEvent> exited;
+    (void)group_.Poll(absl::Milliseconds(20), &exited);
+    for (const ExitEvent& e : exited) ended_[e.label] = e;
+  }
+
+  const std::string out_;
+  std::string output_;
+  std::map<std::string, std::string> lines_;
+  std::map<std::string, ExitEvent> ended_;
+  const absl::Time deadline_ = absl::Now() + absl::Seconds(120);
+  ProcessGroup group_;
+  bool started_ = false;
+};
+
+// w2's rows of metrics.csv: how many, and the clock of the first.
+std::pair<int, int64_t> RowsOfW2(const std::string& out) {
+  int rows = 0;
+  int64_t first_clock = -1;
+  for (absl::string_view row : absl::StrSplit(ReadFile(out + "/metrics.csv"), '\n')) {
+    const std::vector<std::string> f = absl::StrSplit(row, ',');
+    if (f.size() != 9u || f[1] != "2") continue;
+    if (rows++ == 0) first_clock = std::stoll(f[2]);
+    EXPECT_EQ(f[8], "3") << row;  // the world grew to 3
+  }
+  return {rows, first_clock};
+}
+
+// A worker joins a running ASP (and SSP) job by itself (syncline-worker --join): the
+// coordinator gives it rank 2, the two workers still training cut their plans and give it one in
+// three of their batches from there, it enters at their clock with the servers' current model, and
+// its clocks appear in metrics.csv. The cuts are exact, so the job trains every example of both
+// epochs exactly once. A second joiner finds no rank left and is refused, with exit code 2.
+TEST_F(LaunchTest, AWorkerJoinsARunningAspJobAndTrainsAShareOfTheRest) {
+  for (const std::string sync : {"asp", "ssp:2"}) {
+    SCOPED_TRACE(sync);
+    JoinableJob job("join_" + sync.substr(0, 3), sync, Train(), Test(), "2", "10");
+    const std::string address = job.AddressOnceTraining(20);
+    ASSERT_FALSE(address.empty());
+    EXPECT_NE(job.output().find("more workers may join: syncline-worker --coordinator " + address +
+                                " --join"),
+              std::string::npos)
+        << job.output();
+    ASSERT_NE(job.Join("joiner", address), 0);
+    ASSERT_TRUE(job.WaitFor("joined at clock")) << job.output();
+    ASSERT_NE(job.Join("late", address), 0);
+    auto ended = job.WaitForExits(3);
+    ASSERT_EQ(ended.size(), 3u) << job.output();
+    EXPECT_EQ(ended["launch"].exit_code, 0) << job.output();
+    EXPECT_EQ(ended["joiner"].exit_code, 0) << job.output();
+    EXPECT_EQ(ended["late"].exit_code, 2) << job.output();
+    EXPECT_NE(job.lines("late").find("had its --max-workers 3 workers"), std::string::npos)
+        << job.lines("late");
+    EXPECT_NE(job.lines("joiner").find("joining the running job as w2"), std::string::npos)
+        << job.lines("joiner");
+
+    const std::string summary = ReadFile(job.out() + "/summary.json");
+    EXPECT_NE(summary.find("\"status\": \"ok\""), std::string::npos) << summary;
+    EXPECT_EQ(JsonNumber(summary, "workers_joined"), 1) << summary;
+    EXPECT_EQ(JsonNumber(summary, "examples_trained"), 2 * 20000) << summary;
+    ASSERT_TRUE(JsonNumber(summary, "test_auc").has_value()) << summary;
+    EXPECT_GT(*JsonNumber(summary, "test_auc"), 0.75) << summary;
+    const auto [rows, first_clock] = RowsOfW2(job.out());
+    EXPECT_GT(rows, 5) << job.output();
+    EXPECT_GT(first_clock, 1) << job.output();  // it entered at the others' clock
+  }
+}
+
+// A joiner killed while it trains leaves like any worker (its heartbeats stop): the rest of
+// what it was given goes back to the two others, and every example of the three epochs is
+// still trained, at least once.
+TEST_F(LaunchTest, AJoinerThatDiesHandsItsShareBack) {
+  JoinableJob job("join_kill", "asp", Train(), Test(), "3", "25");
+  const std::string address = job.AddressOnceTraining(20);
+  ASSERT_FALSE(address.empty());
+  const int joiner = job.Join("joiner", address);
+  ASSERT_NE(joiner, 0);
+  ASSERT_TRUE(job.WaitFor("joined at clock")) << job.output();
+  // A few of its iterations first.
+  absl::SleepFor(absl::Milliseconds(500));
+  ASSERT_EQ(kill(joiner, SIGKILL), 0);
+  auto ended = job.WaitForExits(2);
+  ASSERT_EQ(ended.size(), 2u) << job.output();
+  EXPECT_EQ(ended["launch"].exit_code, 0) << job.output();
+  EXPECT_NE(job.output().find("w2 left at clock"), std::string::npos) << job.output();
+  const std::string summary = ReadFile(job.out() + "/summary.json");
+  EXPECT_NE(summary.find("\"status\": \"ok\""), std::string::npos) << summary;
+  EXPECT_EQ(JsonNumber(summary, "workers_joined"), 1) << summary;
+  EXPECT_EQ(JsonNumber(summary, "workers_left"), 1) << summary;
+  const auto trained = JsonNumber(summary, "examples_trained");
+  ASSERT_TRUE(trained.has_value()) << summary;
+  EXPECT_GE(*trained, 3 * 20000) << summary;
+  EXPECT_LE(*trained, 3 * 20000 + 20 * 64) << summary;
 }
 
 // BSP with --min-workers: a killed worker leaves the clock set, its batches go to the three

@@ -16,6 +16,10 @@ namespace {
 
 // How long a trainer that stops on an error waits for its pushes in flight.
 constexpr absl::Duration kSettleTimeout = absl::Seconds(5);
+// A cut is this many iterations past the first one not prepared: the read-ahead may prepare
+// one more before the next check, and the rest leaves the arrival time to come back without
+// holding the worker up.
+constexpr int64_t kCutAhead = 6;
 
 }  // namespace
 
@@ -99,11 +103,14 @@ absl::StatusOr<TrainResult> Trainer::Run(
     cursors[partition].source = *opened;
     return *opened;
   };
-  auto created = WorkPlan::Create(self, options_.epochs, [&](int p) -> absl::StatusOr<int64_t> {
+  auto batches_of = [&](int p) -> absl::StatusOr<int64_t> {
     auto s = source_of(p);
     if (!s.ok()) return s.status();
     return StepsPerEpoch((*s)->size(), batch);
-  });
+  };
+  auto created = options_.partitions > 0
+                     ? WorkPlan::Create(self, options_.epochs, batches_of, options_.partitions)
+                     : WorkPlan::Create(self, options_.epochs, batches_of);
   if (!created.ok()) return created.status();
   plan_ = std::move(*created);
   std::optional<WorkPlan>& plan = plan_;
@@ -150,8 +157,6 @@ absl::StatusOr<TrainResult> Trainer::Run(
   }
   // A worker whose run ended before the checkpoint's clock has nothing left to do; one that
   // resumes mid-epoch skips the batches the run already trained on (the cursor does).
-  const int64_t start = std::min(options_.start_step, total);
-  result.steps = start;
   // Batch `ref` of its partition, from the partition's source: sequential reads, rewinding
   // when the plan goes back (a new epoch) and skipping forward past batches of other workers.
   auto fetch = [&](const BatchRef& ref, int epoch) -> absl::StatusOr<DataSlice> {
@@ -198,28 +203,92 @@ absl::StatusOr<TrainResult> Trainer::Run(
   // With a read-ahead, iteration t+1's batch is prepared and its read sent before t computes.
   bool read_ahead = options_.read_ahead && source.KeepsPreviousSlice();
   bool prepared = false;  // buffers[step % 2] holds the step's batch already
-  // Departures heard since the last call; `next_step` is the first iteration not prepared.
-  auto hear = [&](int64_t next_step) -> absl::Status {
-    if (!options_.take_departures) return absl::OkStatus();
-    for (const Departure& d : options_.take_departures()) {
-      auto taken = plan->Leave(d, next_step);
-      if (!taken.ok()) return taken.status();
-      if (*taken == 0) continue;
-      result.batches_taken_over += *taken;
-      total = steps_in_plan();
-      progress.total_steps = total;
-      backend_.SetFinalClock(plan->total_steps() - 1);
-      // A leaver's batches come from other sources, skipping: a slice need not outlive the
-      // next Next() of its source, so every read from now on is made in its own iteration.
-      read_ahead = false;
-      SYNCLINE_LOG(INFO) << absl::StrFormat(
-          "w%d left at clock %d: this worker takes %d of its batches (%d iterations in all now)",
-          d.worker, d.clock, *taken, total);
+  // A cut given for a joiner whose arrival has not been heard yet: (joiner, cut).
+  std::optional<std::pair<int, int64_t>> pending_cut;
+  auto replan = [&] {
+    total = steps_in_plan();
+    progress.total_steps = total;
+    backend_.SetFinalClock(plan->total_steps() - 1);
+    // Batches now come from other sources, or skip in this one: a slice need not outlive the
+    // next Next() of its source, so every read from now on is made in its own iteration.
+    read_ahead = false;
+  };
+  auto apply = [&](int64_t next_step) -> absl::Status {
+    if (!options_.take_plan_events) return absl::OkStatus();
+    for (const PlanEvent& event : options_.take_plan_events()) {
+      if (const Departure* d = std::get_if<Departure>(&event)) {
+        auto taken = plan->Leave(*d, next_step);
+        if (!taken.ok()) return taken.status();
+        if (*taken == 0) continue;
+        result.batches_taken_over += *taken;
+        replan();
+        SYNCLINE_LOG(INFO) << absl::StrFormat(
+            "w%d left at clock %d: this worker takes %d of its batches (%d iterations in all "
+            "now)",
+            d->worker, d->clock, *taken, total);
+        continue;
+      }
+      const Arrival& a = std::get<Arrival>(event);
+      auto changed = plan->Arrive(a);
+      if (!changed.ok()) return changed.status();
+      if (pending_cut && pending_cut->first == a.worker) pending_cut.reset();
+      if (a.worker == self) {
+        result.joined_at = a.first_clock;
+        replan();
+        SYNCLINE_LOG(INFO) << absl::StrFormat(
+            "joined at clock %d: %d batches from %d workers still training (%d iterations to "
+            "the end)",
+            a.first_clock, *changed, a.cuts.size(), total - a.first_clock);
+      } else if (*changed != 0) {
+        result.batches_given -= *changed;
+        replan();
+        SYNCLINE_LOG(INFO) << absl::StrFormat(
+            "w%d joined: this worker gives it %d of its batches (%d iterations in all now)",
+            a.worker, -*changed, total);
+      }
     }
     return absl::OkStatus();
   };
+  // Plan events heard since the last call, and cut requests answered; `next_step` is the first
+  // iteration not prepared. Nothing at or past a cut is prepared before its arrival is heard.
+  auto hear = [&](int64_t next_step) -> absl::Status {
+    if (options_.take_cut_request) {
+      if (std::optional<int> joiner = options_.take_cut_request()) {
+        pending_cut.emplace(*joiner, next_step + kCutAhead);
+        options_.report_cut(pending_cut->second);
+        SYNCLINE_LOG(INFO) << absl::StrFormat("w%d is joining: this worker's cut is clock %d",
+                                              *joiner, pending_cut->second);
+      }
+    }
+    if (auto s = apply(next_step); !s.ok()) return s;
+    const absl::Time deadline = absl::Now() + options_.cut_timeout;
+    while (pending_cut && next_step + 1 >= pending_cut->second && next_step < total) {
+      if (options_.interrupted) {
+        if (auto s = options_.interrupted(); !s.ok()) return s;
+      }
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrFormat(
+            "gave clock %d as its cut for w%d's arrival and heard no arrival within %s",
+            pending_cut->second, pending_cut->first, absl::FormatDuration(options_.cut_timeout)));
+      }
+      absl::SleepFor(absl::Milliseconds(1));
+      if (auto s = apply(next_step); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  };
+  // A joiner hears every event before its own arrival, and that, before it starts: its clocks
+  // start where the arrival says.
+  if (options_.partitions > 0 && self >= options_.partitions) {
+    if (auto s = apply(0); !s.ok()) return s;
+    if (result.joined_at < 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "w%d is a joiner but heard no arrival of its own before its start", self));
+    }
+  }
   // A restored plan with departures reads other partitions too.
   if (plan->changed()) read_ahead = false;
+  const int64_t start = std::min(std::max(options_.start_step, result.joined_at), total);
+  result.steps = start;
   int64_t step = start;
   while (true) {
     for (; step < total; ++step) {

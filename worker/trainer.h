@@ -10,6 +10,8 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <variant>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -22,6 +24,9 @@
 #include "worker/work_plan.h"
 
 namespace syncline {
+
+// A change to the workers' plans, as every worker hears them in one order.
+using PlanEvent = std::variant<Departure, Arrival>;
 
 struct TrainerOptions {
   int epochs = 1;
@@ -48,12 +53,22 @@ struct TrainerOptions {
   bool read_ahead = false;
   // Called after every iteration with the clocks finished (may be empty).
   std::function<void(int64_t clock)> on_step;
-  // Elastic jobs (worker/work_plan.h): this worker's rank, the workers that left since the last
-  // call (asked before every iteration; may be empty: nobody ever leaves), and the source of a
-  // leaver's partition (it must stay valid for the run; asked once per leaver).
+  // Elastic jobs (worker/work_plan.h): this worker's rank, the workers that left or joined
+  // since the last call, in the coordinator's order (asked before every iteration; may be
+  // empty: nobody ever leaves), and the source of another worker's partition (it must stay
+  // valid for the run; asked once per partition). `partitions`: the data's partitions (the
+  // job's first workers); a rank at or above it is a joiner's, which has none of its own.
   int rank = 0;
-  std::function<std::vector<Departure>()> take_departures;
+  int partitions = 0;  // 0: every rank has a partition
+  std::function<std::vector<PlanEvent>()> take_plan_events;
   std::function<absl::StatusOr<ExampleSource*>(int partition)> partition_source;
+  // Joins: a cut the coordinator asks for (the joiner's rank), asked before every iteration
+  // (may be empty), and where the answer goes. The trainer answers with an iteration a few
+  // ahead, prepares none at or past it until it hears the arrival, and gives up after
+  // cut_timeout.
+  std::function<std::optional<int>()> take_cut_request;
+  std::function<void(int64_t cut)> report_cut;
+  absl::Duration cut_timeout = absl::Seconds(60);
   // Resume: the departures this worker's checkpoint saved, and the longest list any worker's
   // did (WorkPlan::Restore); empty in a job where nobody had left.
   std::vector<SavedDeparture> restored_departures, all_departures;
@@ -107,7 +122,9 @@ struct TrainResult {
   uint64_t examples = 0;
   double last_loss = 0;
   StepTimes times;
-  int64_t batches_taken_over = 0;  // of workers that left (take_departures)
+  int64_t batches_taken_over = 0;  // of workers that left (take_plan_events)
+  int64_t batches_given = 0;       // to workers that joined
+  int64_t joined_at = -1;          // a joiner: the clock it entered at
 };
 
 // Iterations of one epoch over a partition of `examples` examples.

@@ -6,7 +6,9 @@
 #include "collective/allreduce_backend.h"
 #include "collective/hybrid_backend.h"
 #include "core/command_line.h"
+#include "core/control_client.h"
 #include "core/log.h"
+#include "core/node_table.h"
 #include "core/zmq_transport.h"
 #include "job/node_flags.h"
 #include "worker/worker_node.h"
@@ -26,14 +28,38 @@ int Main(int argc, char** argv) {
                                "this worker's index, 0..workers-1 [SYNCLINE_RANK]")) {
     return *code;
   }
+  bool join = false;
+  app.add_flag("--join", join,
+               "join a job that is already training (started with --max-workers above "
+               "--workers; --sync asp or ssp): the coordinator gives this worker the next free "
+               "rank, it enters at the others' clock with the current model, and the workers "
+               "still training give it a share of their remaining batches. Not with --rank");
   if (auto exit_code = ParseCommandLine(app, argc, argv, "syncline-worker")) return *exit_code;
-  SetLogTag("w" + std::to_string(options.rank));
+  if (join && app.count("--rank") > 0) {
+    std::cerr << "syncline-worker: --join takes the rank the coordinator gives: drop --rank\n";
+    return kExitBadInput;
+  }
+  SetLogTag(join ? "join" : "w" + std::to_string(options.rank));
   absl::StatusOr<ZmqOptions> transport_options = NodeTransportOptions(options);
   if (!transport_options.ok()) {
     SYNCLINE_LOG(ERROR) << transport_options.status();
     return kExitBadInput;
   }
   ZmqTransport transport(*transport_options);
+  if (join) {
+    transport.AllowPeers({kCoordinatorId});
+    absl::StatusOr<int> rank = RequestJoin(transport, options.coordinator, options.startup_timeout);
+    if (!rank.ok()) {
+      SYNCLINE_LOG(ERROR) << rank.status();
+      // A job that takes no (more) joins is a wrong command line, not a failure of the job.
+      return absl::IsFailedPrecondition(rank.status()) || absl::IsResourceExhausted(rank.status())
+                 ? kExitBadInput
+                 : 1;
+    }
+    options.rank = *rank;
+    SetLogTag("w" + std::to_string(options.rank));
+    SYNCLINE_LOG(INFO) << "joining the running job as w" << options.rank;
+  }
   const NodeExit exit =
       WorkerNode(transport, options, MakeServerlessBackendFactory(), MakeHybridBackendFactory())
           .Run();

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <variant>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -291,12 +292,22 @@ NodeExit WorkerNode::Run() {
                                           .embedding_dim = spec.model.embedding_dim,
                                           .hidden = spec.model.hidden});
   if (!model.ok()) return fail(model.status(), true);
-  auto data = ReadWorkerData(spec, rank);
+  // A worker that joined has no partition of its own: it trains the donors' batches, read
+  // from their partitions, and reads partition 0 for what every worker shares (the features,
+  // the test set).
+  const bool joiner = rank >= spec.workers;
+  auto data = ReadWorkerData(spec, joiner ? 0 : rank);
   if (!data.ok()) return fail(data.status(), true);
-  SYNCLINE_LOG(INFO) << absl::StrFormat(
-      "%d training examples (partition %d of %d), %s", (*data)->source->size(), rank, spec.workers,
-      (*data)->criteo ? "Criteo layout, streamed"
-                      : absl::StrCat((*data)->train.num_features, " features"));
+  if (joiner) {
+    SYNCLINE_LOG(INFO) << "joined the running job: trains batches the workers still training give "
+                          "it, from their partitions";
+  } else {
+    SYNCLINE_LOG(INFO) << absl::StrFormat(
+        "%d training examples (partition %d of %d), %s", (*data)->source->size(), rank,
+        spec.workers,
+        (*data)->criteo ? "Criteo layout, streamed"
+                        : absl::StrCat((*data)->train.num_features, " features"));
+  }
 
   Endpoint& endpoint = *joined->data;
   absl::StatusOr<KVClientOptions> kv_options = ConnectToServers(endpoint, *control, rank);
@@ -487,14 +498,28 @@ NodeExit WorkerNode::Run() {
     // leaver's partition is read here when it leaves (the same file, its part).
     std::map<int, std::unique_ptr<WorkerData>> leavers;
     trainer_options.rank = rank;
+    trainer_options.partitions = spec.workers;
     if (HandsOverBatches(spec.sync)) {
-      trainer_options.take_departures = [control] {
-        std::vector<Departure> departures;
-        for (ControlClient::WorkerLeft& l : control->TakeWorkersLeft()) {
-          departures.push_back(Departure{l.worker, l.clock, std::move(l.takers)});
+      trainer_options.take_plan_events = [control] {
+        std::vector<PlanEvent> events;
+        for (ControlClient::PlanEvent& e : control->TakePlanEvents()) {
+          if (auto* l = std::get_if<ControlClient::WorkerLeft>(&e)) {
+            events.push_back(Departure{l->worker, l->clock, std::move(l->takers)});
+            continue;
+          }
+          auto& a = std::get<ControlClient::WorkerArrived>(e);
+          Arrival arrival{a.worker, a.first_clock, {}};
+          for (const auto& [donor, cut] : a.cuts) arrival.cuts.push_back(Cut{donor, cut});
+          events.push_back(std::move(arrival));
         }
-        return departures;
+        return events;
       };
+      if (MaxWorkers(spec) > spec.workers) {
+        trainer_options.take_cut_request = [control] { return control->TakeCutRequest(); };
+        trainer_options.report_cut = [control](int64_t cut) { control->ReportCut(cut); };
+        // Bounded by the coordinator, which completes an arrival within a heartbeat timeout.
+        trainer_options.cut_timeout = table.heartbeat_timeout * 4 + absl::Seconds(5);
+      }
       trainer_options.partition_source = [&](int partition) -> absl::StatusOr<ExampleSource*> {
         auto read = ReadWorkerData(spec, partition, /*hand_over=*/true);
         if (!read.ok()) return read.status();
@@ -562,9 +587,14 @@ NodeExit WorkerNode::Run() {
                                                  .bytes_pushed = backend->bytes_pushed(),
                                                  .bytes_pulled = backend->bytes_pulled()});
       SYNCLINE_LOG(INFO) << absl::StrFormat(
-          "trained %d iterations (%d of them other workers' batches), last loss %.5f; step "
-          "time: %s",
-          result->steps, result->batches_taken_over, result->last_loss, result->times.ToString());
+          "trained %d iterations (%s%s), last loss %.5f; step time: %s",
+          result->steps - std::max<int64_t>(0, result->joined_at),
+          joiner ? "every one a batch given by the workers it joined"
+                 : absl::StrFormat("%d of them other workers' batches", result->batches_taken_over),
+          result->batches_given > 0
+              ? absl::StrFormat(", %d of its own given to joiners", result->batches_given)
+              : "",
+          result->last_loss, result->times.ToString());
       while (!back) {
         // The job may evaluate for a long time; the coordinator's heartbeats keep this honest.
         auto command = control->WaitForCommand(absl::Now() + absl::Milliseconds(100));
