@@ -54,6 +54,7 @@ absl::Status ClockTable::Finish(int worker) {
     return absl::InvalidArgumentError(absl::StrFormat("no worker %d in the clock table", worker));
   }
   active_[worker] = false;
+  joinable_[worker] = false;  // a joiner that left does not come back
   Recompute();
   return absl::OkStatus();
 }

@@ -193,6 +193,12 @@ std::optional<int> ControlClient::TakeCutRequest() {
   return std::exchange(cut_request_, std::nullopt);
 }
 
+void ControlClient::ReportArrivalTaken(int worker) {
+  MessageBuilder b = FromThisNode(wire::MsgType::ARRIVAL);
+  b.header().setClock(worker);
+  Send(b.Finish());
+}
+
 void ControlClient::ReportCut(int64_t clock) {
   MessageBuilder b = FromThisNode(wire::MsgType::CUT);
   b.header().setClock(clock);

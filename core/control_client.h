@@ -145,6 +145,8 @@ class ControlClient {
   std::optional<int> TakeCutRequest();
   // The first iteration this worker will not prepare until it hears the arrival.
   void ReportCut(int64_t clock);
+  // A server has taken joiner `worker` into its clock set.
+  void ReportArrivalTaken(int worker);
   // Checkpoint clocks the coordinator asked for since the last call.
   std::vector<int64_t> TakeCheckpointRequests();
 

@@ -376,10 +376,18 @@ absl::Status Coordinator::CheckHeartbeats() {
     arrival_->waiting.clear();
     CompleteArrival();
   }
+  if (announcing_ && now - announcing_->since > options_.heartbeat_timeout) {
+    std::vector<std::string> late;
+    for (int r : announcing_->servers) late.push_back(absl::StrCat("ps", r));
+    return absl::DeadlineExceededError(absl::StrFormat(
+        "%s did not take %s into the clock set within %s", absl::StrJoin(late, ", "),
+        DataEndpointId(wire::Role::WORKER, announcing_->joiner->rank),
+        absl::FormatDuration(options_.heartbeat_timeout)));
+  }
   if (auto s = CheckStuckWorkers(now); !s.ok()) return s;
   for (auto& n : nodes_) {
     // A replacement heartbeats once it has its table (SendReplacementTables).
-    if (n->down || n->replacing || n->awaiting_table || (arrival_ && arrival_->joiner == n.get()) ||
+    if (n->down || n->replacing || n->awaiting_table || InArrival(*n) ||
         now - n->last_seen <= options_.heartbeat_timeout) {
       continue;
     }
@@ -430,7 +438,7 @@ int Coordinator::MinWorkers() const {
 }
 
 absl::Status Coordinator::MarkDown(NodeState& n, const std::string& reason) {
-  if (n.joining && !(arrival_ && arrival_->joiner == &n)) {
+  if (n.joining && !InArrival(n)) {
     // Given a rank, never registered under it: nobody's plan knows of it.
     n.down = true;
     SYNCLINE_LOG(WARNING) << reason << " (it had asked to join, and never registered)";
@@ -438,8 +446,11 @@ absl::Status Coordinator::MarkDown(NodeState& n, const std::string& reason) {
   }
   // A joiner lost while its arrival is gathered: the arrival goes out first (the donors wait
   // for it), then its departure hands its share back.
-  if (n.joining) CompleteArrival();
   n.down = true;
+  if (n.joining) {
+    CompleteArrival();
+    AnnounceArrival();
+  }
   SYNCLINE_LOG(ERROR) << reason;
   if (observer_) observer_->OnNodeDown(n.role, n.rank, reason);
   if (n.role == wire::Role::SERVER) {
@@ -799,6 +810,10 @@ void Coordinator::BeginArrival(NodeState& joiner, Message& message) {
   if (arrival_->waiting.empty()) CompleteArrival();
 }
 
+bool Coordinator::InArrival(const NodeState& n) const {
+  return (arrival_ && arrival_->joiner == &n) || (announcing_ && announcing_->joiner == &n);
+}
+
 void Coordinator::OnCut(NodeState& worker, std::optional<int64_t> cut) {
   if (!arrival_) return;
   auto& waiting = arrival_->waiting;
@@ -839,8 +854,6 @@ void Coordinator::CompleteArrival() {
     donor_ranks.push_back(cuts[i].first);
   }
   Message arrival = b.Finish();
-  Broadcast(arrival);  // the joiner (still joining) is skipped: it hears it after its table
-  plan_events_.push_back(std::move(arrival));
   joiner.first_clock = first_clock;
   joiner.clock = first_clock;
   joiner.clock_since = absl::Now();
@@ -855,8 +868,44 @@ void Coordinator::CompleteArrival() {
       absl::StrJoin(cuts, ", ", [](std::string* out, const std::pair<int, int64_t>& c) {
         absl::StrAppend(out, "w", c.first, " at ", c.second);
       }));
+  // The servers first: each takes the joiner into its clock set at its first clock before any
+  // donor, hearing the arrival, goes past its cut (under BSP the joiner's first iteration is
+  // then one of every server's clocks).
+  announcing_ = Announcement{&joiner, std::move(arrival), {}, std::move(donor_ranks), absl::Now()};
+  for (const auto& n : nodes_) {
+    if (n->role != wire::Role::SERVER || n->down) continue;
+    announcing_->servers.push_back(n->rank);
+    Message copy;
+    copy.frames() = announcing_->message.frames();
+    SendTo(n->control_id, std::move(copy));
+  }
+  if (announcing_->servers.empty()) AnnounceArrival();
+}
+
+void Coordinator::OnArrivalTaken(const NodeState& server, int64_t worker) {
+  if (!announcing_ || worker != announcing_->joiner->rank) return;
+  auto& servers = announcing_->servers;
+  servers.erase(std::remove(servers.begin(), servers.end(), server.rank), servers.end());
+  if (servers.empty()) AnnounceArrival();
+}
+
+void Coordinator::AnnounceArrival() {
+  if (!announcing_) return;
+  Announcement a = std::move(*announcing_);
+  announcing_.reset();
+  NodeState& joiner = *a.joiner;
+  // The workers (the joiner, still joining, hears it after its table).
+  for (const auto& n : nodes_) {
+    if (n->role != wire::Role::WORKER || n->down || n->joining) continue;
+    Message copy;
+    copy.frames() = a.message.frames();
+    SendTo(n->control_id, std::move(copy));
+  }
+  plan_events_.push_back(std::move(a.message));
   if (joiner.down) return;
   joiner.joining = false;
+  joiner.clock_since = absl::Now();
+  joiner.last_seen = absl::Now();
   table_.nodes.push_back(
       NodeInfo{joiner.role, joiner.rank, DataEndpointId(joiner.role, joiner.rank), joiner.address});
   MessageBuilder t(wire::MsgType::REGISTERED);
@@ -868,7 +917,9 @@ void Coordinator::CompleteArrival() {
     copy.frames() = event.frames();
     SendTo(joiner.control_id, std::move(copy));
   }
-  if (observer_) observer_->OnWorkerJoined(joiner.rank, joiner.Name(), first_clock, donor_ranks);
+  if (observer_) {
+    observer_->OnWorkerJoined(joiner.rank, joiner.Name(), joiner.first_clock, a.donors);
+  }
 }
 
 void Coordinator::ReportLost(wire::Role role, int rank, std::string reason) {
@@ -914,6 +965,10 @@ absl::Status Coordinator::Supervise() {
     Message& m = **message;
     NodeState* node = Find(m.peer());
     auto h = m.header();
+    if (node->role == wire::Role::SERVER && h.getType() == wire::MsgType::ARRIVAL) {
+      OnArrivalTaken(*node, h.getClock());
+      continue;
+    }
     if (node->role != wire::Role::WORKER) continue;
     switch (h.getType()) {
       case wire::MsgType::WORKER_DONE:
@@ -924,7 +979,7 @@ absl::Status Coordinator::Supervise() {
         OnCut(*node, std::nullopt);
         break;
       case wire::MsgType::REGISTER:
-        if (node->joining && !arrival_) BeginArrival(*node, m);
+        if (node->joining && !arrival_ && !announcing_) BeginArrival(*node, m);
         break;
       case wire::MsgType::CUT:
         OnCut(*node, h.getClock());

@@ -10,6 +10,11 @@
 // min_workers below the number of workers, a lost worker leaves the job in every mode that
 // allows it (BSP too), and with hand_over its NODE_DOWN tells the others who takes its batches.
 //
+// With max_workers above num_workers, workers may join while the job trains: a join request
+// gets the next rank, the workers still training give their cuts, every server takes the
+// joiner into its clock set, and then every worker hears the arrival in the same sequence as
+// departures (docs/FAULT_TOLERANCE.md, "Workers joining a running job").
+//
 // With max_restarts, a failed node can instead be replaced in place (Restart): every other node
 // rolls back to a checkpoint, the replacement restores the same one, and the job goes on once
 // all of them have (docs/FAULT_TOLERANCE.md, "Restarts and rollbacks").
@@ -32,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/message.h"
 #include "core/node_table.h"
 #include "core/transport.h"
 
@@ -199,8 +205,14 @@ class Coordinator {
   void BeginArrival(NodeState& joiner, Message& message);
   // A worker answered (cut), finished, or went down: the arrival completes once none is left.
   void OnCut(NodeState& worker, std::optional<int64_t> cut);
-  // Broadcasts the arrival, then sends the joiner its table and every plan event so far.
+  // The cuts are in: the arrival goes to every server, which takes the joiner into its clock
+  // set and says so (OnArrivalTaken); then AnnounceArrival.
   void CompleteArrival();
+  void OnArrivalTaken(const NodeState& server, int64_t worker);
+  // Sends the arrival to every worker, then the joiner its table and every plan event so far.
+  void AnnounceArrival();
+  // Whether `n` is the joiner whose arrival is being gathered or announced.
+  bool InArrival(const NodeState& n) const;
   bool training_ = false;  // Supervise() runs: joins are taken
   int next_rank_ = 0;      // the rank the next joiner gets
   struct PendingArrival {
@@ -210,6 +222,14 @@ class Coordinator {
   };
   std::optional<PendingArrival> arrival_;
   absl::Time arrival_start_;
+  struct Announcement {
+    NodeState* joiner = nullptr;
+    Message message;           // the arrival
+    std::vector<int> servers;  // servers that have not yet taken the joiner in
+    std::vector<int> donors;
+    absl::Time since;
+  };
+  std::optional<Announcement> announcing_;
   // Every worker departure (NODE_DOWN) and arrival sent, in order: a joiner hears them all.
   std::vector<Message> plan_events_;
 

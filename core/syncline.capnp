@@ -68,8 +68,10 @@ enum MsgType {
   # answers join with `rank` set (or error), and the worker then registers under that rank.
   # coordinator -> each training worker: cut (rank = the joiner); worker -> coordinator: cut,
   # `clock` = the first iteration it will not prepare until it hears the arrival.
-  # coordinator -> every worker: arrival, body.arrival (the joiner hears every earlier
-  # departure and arrival, then its own, right after its node table).
+  # coordinator -> every server: arrival, body.arrival; each takes the joiner into its clock
+  # set at firstClock and answers arrival with `clock` = the joiner. Then coordinator -> every
+  # worker: arrival (the joiner hears every earlier departure and arrival, then its own, right
+  # after its node table).
   join @30;
   cut @31;
   arrival @32;

@@ -278,11 +278,10 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
   }
   if (s.max_workers > s.workers) {
     const std::string value = absl::StrCat(s.max_workers);
-    if (s.sync.kind != SyncKind::kAsp && s.sync.kind != SyncKind::kSsp) {
+    if (!RollsBackInPlace(s.sync)) {
       return InvalidFlag("max-workers", value,
-                         "is for --sync asp and ssp: a worker joins a parameter-server job whose "
-                         "clocks need not agree (joins under bsp, gossip and collectives are not "
-                         "built)");
+                         "is for --sync bsp, ssp and asp: a worker joins a parameter-server job "
+                         "(joins of gossip peers and all-reduce ranks are not built)");
     }
     if (s.checkpoint.enabled() || s.max_restarts > 0 || !s.checkpoint.restore.empty()) {
       return InvalidFlag("max-workers", value,

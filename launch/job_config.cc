@@ -71,7 +71,7 @@ const std::array<Field, 64> kFields = {{
      "Let workers join the running job, up to this many workers in all: start one with "
      "`syncline-worker --coordinator ADDR --join` (the launcher logs ADDR). It enters at the "
      "others' clock with the current model, and the workers still training give it every "
-     "(n+1)-th of their remaining batches (asp and ssp; not with checkpoints or "
+     "(n+1)-th of their remaining batches (bsp, ssp, asp; not with checkpoints or "
      "--max-restarts). 0: --workers, no joins"},
     {"sync", &JobConfig::sync,
      "Consistency model: bsp, asp, ssp:S (workers at most S steps ahead of the slowest), or "

@@ -413,10 +413,14 @@ INSTANTIATE_TEST_SUITE_P(
                      "--checkpoint-every N or --checkpoint-seconds S"},
         ValidateCase{"max_restarts_negative", [](JobConfig& c) { c.max_restarts = -1; },
                      "--max-restarts=-1: must be in [0, 1000]"},
-        ValidateCase{"max_workers_bsp", [](JobConfig& c) { c.max_workers = 4; },
-                     "--max-workers=4: is for --sync asp and ssp: a worker joins a "
-                     "parameter-server job whose clocks need not agree (joins under bsp, gossip "
-                     "and collectives are not built)"},
+        ValidateCase{"max_workers_gossip",
+                     [](JobConfig& c) {
+                       c.sync = "gossip:ring";
+                       c.max_workers = 4;
+                     },
+                     "--max-workers=4: is for --sync bsp, ssp and asp: a worker joins a "
+                     "parameter-server job (joins of gossip peers and all-reduce ranks are not "
+                     "built)"},
         ValidateCase{"max_workers_below_workers", [](JobConfig& c) { c.max_workers = 1; },
                      "--max-workers=1: must be in [2, 4096]"},
         ValidateCase{"max_workers_with_checkpoints",

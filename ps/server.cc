@@ -291,25 +291,6 @@ absl::Status ParameterServer::HandleRequest(Message& message) {
     ++stats_.stale_dropped;
     return absl::OkStatus();
   }
-  // A worker that joined the running job enters the clock set with its first clocked request:
-  // a read or push of iteration c, or the CLOCK that ends iteration c - 1.
-  if (clocks_.joinable(worker) && h.getClock() >= 0) {
-    const wire::MsgType type = h.getType();
-    if (type == wire::MsgType::PULL || type == wire::MsgType::PUSH ||
-        type == wire::MsgType::PUSH_PULL || type == wire::MsgType::CLOCK) {
-      const int64_t at =
-          type == wire::MsgType::CLOCK ? std::max<int64_t>(0, h.getClock() - 1) : h.getClock();
-      if (auto s = clocks_.Join(worker, at); !s.ok()) return s;
-      SYNCLINE_LOG(INFO) << "w" << worker << " joined the clock set at clock " << at;
-      if (auto s = OnMinClockChanged(); !s.ok()) return s;
-    } else if (type == wire::MsgType::FINISH) {
-      // A joiner that trained nothing leaves a set it never entered.
-      MessageBuilder b(wire::MsgType::REPLY);
-      b.header().setRequestId(h.getRequestId());
-      Reply(message.peer(), b.Finish());
-      return absl::OkStatus();
-    }
-  }
   // Round 0's time starts with the job's first request: the clients have all started by then.
   if (options_.federated && !round_started_) OpenRound(clocks_.MinClock());
   switch (h.getType()) {
@@ -883,6 +864,12 @@ ParameterServer::EmbeddingTotals ParameterServer::embedding_totals() const {
     t.budget_bytes += store->options().max_memory_bytes;
   }
   return t;
+}
+
+absl::Status ParameterServer::AddWorker(int worker, int64_t clock) {
+  if (auto s = clocks_.Join(worker, clock); !s.ok()) return s;
+  SYNCLINE_LOG(INFO) << "w" << worker << " joined the clock set at clock " << clock;
+  return OnMinClockChanged();
 }
 
 void ParameterServer::RemoveWorker(int worker) {

@@ -47,8 +47,8 @@ struct ServerOptions {
   int rank = 0;         // this shard
   int num_servers = 1;  // shards in the job
   int num_workers = 1;  // clients whose clocks are tracked
-  // Workers that may join later take ranks num_workers..max_workers-1 (0: none). A joiner's
-  // clock enters the set with its first clocked request (at that clock).
+  // Workers that may join later take ranks num_workers..max_workers-1 (0: none); AddWorker
+  // brings one into the clock set.
   int max_workers = 0;
   int64_t staleness = 0;  // 0 = BSP, -1 = ASP, s > 0 = SSP(s)
   // Pulls that may wait for slow workers at once; more are refused with ResourceExhausted.
@@ -160,6 +160,10 @@ class ParameterServer {
 
   // A worker is gone: it leaves the clock set and stops holding others back.
   void RemoveWorker(int worker);
+  // A worker joined the running job (a slot of options.max_workers): it enters the clock set
+  // at `clock`, the first iteration it trains, before it sends anything (the coordinator gives
+  // it its table once every server has). FailedPrecondition for a slot that is not joinable.
+  absl::Status AddWorker(int worker, int64_t clock);
 
   // Restores this shard from a validated checkpoint folder before serving: its tables (which
   // workers then declare again with the same specs) and every worker's clock.

@@ -1,6 +1,7 @@
 #include "ps/server_node.h"
 
 #include <filesystem>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
@@ -157,6 +158,17 @@ NodeExit ServerNode::Run() {
     ParameterServer& server = *shard;
     if (auto s = server.ServeUntil(absl::Now() + absl::Milliseconds(50)); !s.ok()) {
       return {absl::Status(s.code(), absl::StrCat("endpoint failed: ", s.message()))};
+    }
+    // Arrivals first: a joiner's departure comes after its arrival, and may be in the same
+    // batch. The coordinator gives the joiner its table once every server has taken it in.
+    for (ControlClient::PlanEvent& event : control->TakePlanEvents()) {
+      const auto* arrived = std::get_if<ControlClient::WorkerArrived>(&event);
+      if (arrived == nullptr) continue;
+      if (auto s = server.AddWorker(arrived->worker, arrived->first_clock); !s.ok()) {
+        control->ReportAbort(s);
+        return {s};
+      }
+      control->ReportArrivalTaken(arrived->worker);
     }
     for (int w : control->TakeDownWorkers()) {
       server.RemoveWorker(w);

@@ -556,13 +556,13 @@ std::pair<int, int64_t> RowsOfW2(const std::string& out) {
   return {rows, first_clock};
 }
 
-// A worker joins a running ASP (and SSP) job by itself (syncline-worker --join): the
+// A worker joins a running ASP (SSP, BSP) job by itself (syncline-worker --join): the
 // coordinator gives it rank 2, the two workers still training cut their plans and give it one in
 // three of their batches from there, it enters at their clock with the servers' current model, and
 // its clocks appear in metrics.csv. The cuts are exact, so the job trains every example of both
 // epochs exactly once. A second joiner finds no rank left and is refused, with exit code 2.
 TEST_F(LaunchTest, AWorkerJoinsARunningAspJobAndTrainsAShareOfTheRest) {
-  for (const std::string sync : {"asp", "ssp:2"}) {
+  for (const std::string sync : {"asp", "ssp:2", "bsp"}) {
     SCOPED_TRACE(sync);
     JoinableJob job("join_" + sync.substr(0, 3), sync, Train(), Test(), "2", "10");
     const std::string address = job.AddressOnceTraining(20);

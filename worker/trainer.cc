@@ -261,8 +261,11 @@ absl::StatusOr<TrainResult> Trainer::Run(
       }
     }
     if (auto s = apply(next_step); !s.ok()) return s;
-    const absl::Time deadline = absl::Now() + options_.cut_timeout;
+    const absl::Time waiting_since = absl::Now();
+    const absl::Time deadline = waiting_since + options_.cut_timeout;
+    bool waited = false;
     while (pending_cut && next_step + 1 >= pending_cut->second && next_step < total) {
+      waited = true;
       if (options_.interrupted) {
         if (auto s = options_.interrupted(); !s.ok()) return s;
       }
@@ -273,6 +276,10 @@ absl::StatusOr<TrainResult> Trainer::Run(
       }
       absl::SleepFor(absl::Milliseconds(1));
       if (auto s = apply(next_step); !s.ok()) return s;
+    }
+    if (waited) {
+      SYNCLINE_LOG(INFO) << "waited " << absl::FormatDuration(absl::Now() - waiting_since)
+                         << " at its cut for the arrival";
     }
     return absl::OkStatus();
   };

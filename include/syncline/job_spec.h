@@ -31,7 +31,7 @@ struct JobSpec {
   // 0: a failed node is handled as --min-workers says.
   int max_restarts = 0;
   // [--max-workers] Workers may join the running job (`syncline-worker --join`) up to this
-  // many in all (--sync asp and ssp). 0: --workers, no joins.
+  // many in all (--sync bsp, ssp, asp; not with checkpoints). 0: --workers, no joins.
   int max_workers = 0;
   SyncMode sync;  // [--sync]
 
