@@ -108,13 +108,17 @@ void Coordinator::SendTo(const std::string& control_id, Message message) {
   }
 }
 
-void Coordinator::Broadcast(const Message& message) {
+void Coordinator::Broadcast(const Message& message, std::optional<wire::Role> only) {
   for (const auto& node : nodes_) {
     if (node->down || node->replacing || node->joining) continue;
-    Message copy;
-    copy.frames() = message.frames();  // frames share their bytes
-    SendTo(node->control_id, std::move(copy));
+    if (!only || node->role == *only) SendCopy(node->control_id, message);
   }
+}
+
+void Coordinator::SendCopy(const std::string& control_id, const Message& message) {
+  Message copy;
+  copy.frames() = message.frames();  // frames share their bytes
+  SendTo(control_id, std::move(copy));
 }
 
 Coordinator::NodeState* Coordinator::Find(const std::string& control_id) {
@@ -875,9 +879,7 @@ void Coordinator::CompleteArrival() {
   for (const auto& n : nodes_) {
     if (n->role != wire::Role::SERVER || n->down) continue;
     announcing_->servers.push_back(n->rank);
-    Message copy;
-    copy.frames() = announcing_->message.frames();
-    SendTo(n->control_id, std::move(copy));
+    SendCopy(n->control_id, announcing_->message);
   }
   if (announcing_->servers.empty()) AnnounceArrival();
 }
@@ -895,12 +897,7 @@ void Coordinator::AnnounceArrival() {
   announcing_.reset();
   NodeState& joiner = *a.joiner;
   // The workers (the joiner, still joining, hears it after its table).
-  for (const auto& n : nodes_) {
-    if (n->role != wire::Role::WORKER || n->down || n->joining) continue;
-    Message copy;
-    copy.frames() = a.message.frames();
-    SendTo(n->control_id, std::move(copy));
-  }
+  Broadcast(a.message, wire::Role::WORKER);
   plan_events_.push_back(std::move(a.message));
   if (joiner.down) return;
   joiner.joining = false;
@@ -912,11 +909,7 @@ void Coordinator::AnnounceArrival() {
   t.header().setRole(wire::Role::COORDINATOR);
   table_.ToWire(t.header().getBody().initNodeTable());
   SendTo(joiner.control_id, t.Finish());
-  for (const Message& event : plan_events_) {
-    Message copy;
-    copy.frames() = event.frames();
-    SendTo(joiner.control_id, std::move(copy));
-  }
+  for (const Message& event : plan_events_) SendCopy(joiner.control_id, event);
   if (observer_) {
     observer_->OnWorkerJoined(joiner.rank, joiner.Name(), joiner.first_clock, a.donors);
   }

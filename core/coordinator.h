@@ -177,7 +177,9 @@ class Coordinator {
   // The fewest workers the job goes on with.
   int MinWorkers() const;
   absl::Status Fail(absl::Status status);
-  void Broadcast(const Message& message);
+  // To every node that is up (with `only`, of that role), except joiners not yet announced.
+  void Broadcast(const Message& message, std::optional<wire::Role> only = std::nullopt);
+  void SendCopy(const std::string& control_id, const Message& message);
   void SendTo(const std::string& control_id, Message message);
   NodeState* Find(const std::string& control_id);
   void OnCheckpointed(const NodeState& node, const wire::Header::Reader& header);
