@@ -30,7 +30,7 @@ class ServerHarness {
   explicit ServerHarness(ServerOptions options, size_t mailbox_capacity = 100000)
       : transport_(mailbox_capacity) {
     server_ep_ = *transport_.CreateEndpoint("ps0");
-    for (int w = 0; w < options.num_workers; ++w) {
+    for (int w = 0; w < std::max(options.num_workers, options.max_workers); ++w) {
       workers_.push_back(*transport_.CreateEndpoint("w" + std::to_string(w)));
     }
     server_ = std::make_unique<ParameterServer>(server_ep_.get(), options);
@@ -716,6 +716,34 @@ TEST(ParameterServerTest, ConflictingDeclarationIsRefused) {
   auto conflict = h.Reply(0);
   EXPECT_EQ(conflict->header().getType(), wire::MsgType::ERROR);
   EXPECT_EQ(StatusFromHeader(conflict->header()).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Until it joins, a joiner's slot holds nobody back; once it has (at its first clock), a BSP
+// read past that clock waits for the joiner's CLOCK like for any worker's.
+TEST(ParameterServerTest, AJoinerEntersTheBspClockSetAtItsFirstClock) {
+  ServerHarness h(
+      {.rank = 0, .num_servers = 1, .num_workers = 1, .max_workers = 2, .staleness = 0});
+  auto replied = [&](uint64_t id) {
+    h.Serve();
+    while (auto r = h.Reply(0)) {
+      if (r->header().getRequestId() == id) return true;
+    }
+    return false;
+  };
+  h.Send(0, Declare(0, SparseTable()));
+  h.Send(0, Clock(0, 1, 1));
+  h.Send(0, Clock(0, 2, 1));
+  h.Send(0, SparsePull(0, 10, {1}, 2));
+  EXPECT_TRUE(replied(10));  // w1 has not joined: w0 alone is the clock set
+  ASSERT_TRUE(h.server().AddWorker(1, 2).ok());
+  EXPECT_FALSE(h.server().AddWorker(1, 2).ok());  // once
+  EXPECT_FALSE(h.server().AddWorker(0, 2).ok());  // a first worker never joins
+  h.Send(0, Clock(0, 3, 1));
+  h.Send(0, SparsePull(0, 11, {1}, 3));
+  EXPECT_FALSE(replied(11));  // waits for w1 to finish its first iteration
+  h.Send(1, Declare(1, SparseTable()));
+  h.Send(1, Clock(1, 3, 1));
+  EXPECT_TRUE(replied(11));
 }
 
 TEST(ParameterServerTest, FinishedWorkersDoNotHoldOthersBack) {
