@@ -25,7 +25,12 @@ worker=$build/worker/syncline-worker
 [ -x "$worker" ] || { echo "${0##*/}: $worker is not built (./syncline build)" >&2; exit 2; }
 job=(--servers 2 --workers 2 --max-workers 3 --train "$out/train.libsvm" --test "$out/test.libsvm"
   --epochs 3 --batch-size 64 --min-step-ms 10 --heartbeat-interval 0.1 --log-every 1)
-rows_of() { grep -c "^[^,]*,$2," "$1/metrics.csv" 2>/dev/null || true; }
+# Rows of worker $2 (a regular expression) in run folder $1's metrics.csv; 0 before it exists.
+rows_of() {
+  local n
+  n=$(grep -c "^[^,]*,$2," "$1/metrics.csv" 2>/dev/null || true)
+  echo "${n:-0}"
+}
 wall_of() { sed -n 's/.*"wall_seconds": \([0-9.]*\).*/\1/p' "$1/summary.json"; }
 trained_of() { sed -n 's/.*"examples_trained": \([0-9.]*\).*/\1/p' "$1/summary.json"; }
 
@@ -38,7 +43,7 @@ for sync in "${modes[@]}"; do
     t=$(ms)
     "$launch" "${job[@]}" --sync "$sync" --out "$f" >"$f.log" 2>&1 &
     pid=$!
-    wait_for "[ \"\$(grep -c '^[^,]*,[01],' '$f/metrics.csv' 2>/dev/null || true)\" -gt 0 ]"
+    wait_for "[ \"\$(rows_of '$f' '[01]')\" -gt 0 ]"
     start+=($(($(ms) - t)))
     sleep 1
     t=$(ms)
