@@ -66,6 +66,7 @@
 #include "collective/communicator.h"
 #include "core/command_line.h"
 #include "core/message.h"
+#include "core/tcp_transport.h"
 #include "core/zmq_transport.h"
 
 #if defined(SYNCLINE_BENCH_HAVE_GLOO)
@@ -238,12 +239,12 @@ struct Impl {
 
 class SynclineSide {
  public:
-  explicit SynclineSide(Group& group, const ZmqOptions& zmq, absl::Duration timeout)
-      : transport_(zmq) {
+  SynclineSide(Group& group, std::unique_ptr<Transport> transport, absl::Duration timeout)
+      : transport_(std::move(transport)) {
     const int rank = group.rank(), n = group.size();
     std::vector<std::string> ids;
     for (int r = 0; r < n; ++r) ids.push_back(absl::StrCat("r", r));
-    endpoint_ = *transport_.CreateEndpoint(ids[rank]);
+    endpoint_ = *transport_->CreateEndpoint(ids[rank]);
     absl::StatusOr<std::string> address = endpoint_->Bind("tcp://127.0.0.1:0");
     if (!address.ok()) Fail(address.status());
     const std::vector<std::string> addresses = group.AllGather(*address);
@@ -277,7 +278,7 @@ class SynclineSide {
     std::cerr << "syncline-bench-allreduce: syncline setup: " << s << "\n";
     std::_Exit(1);
   }
-  ZmqTransport transport_;
+  std::unique_ptr<Transport> transport_;
   std::unique_ptr<Endpoint> endpoint_;
   std::unique_ptr<Communicator> communicator_;
 };
@@ -325,6 +326,7 @@ struct Settings {
   size_t max_bytes = 256 * kMiB;
   int factor = 4;
   std::vector<std::string> impls;  // empty: every one available
+  double spin_us = 0;              // TcpOptions::spin
   double sample_ms = 50;           // a sample lasts at least this long (batching small ops)
   double budget_s = 4;             // per size and implementation: samples within this time
   int min_samples = 3;
@@ -423,14 +425,21 @@ int Run(Group& group, const Settings& settings, const std::string& gloo_dir,
   std::vector<Impl> impls;
   ZmqOptions zmq;
   zmq.io_threads = settings.io_threads;
-  SynclineSide syncline(group, zmq, absl::Seconds(settings.timeout_s));
-  for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
-    impls.push_back({absl::StrCat("syncline-", AlgorithmName(a)), "syncline",
-                     [&syncline, a](std::span<float> data) {
-                       return std::function<absl::Status()>([&syncline, a, data] {
-                         return syncline.communicator().AllReduce(data, a);
-                       });
-                     }});
+  SynclineSide syncline(group, std::make_unique<ZmqTransport>(zmq),
+                        absl::Seconds(settings.timeout_s));
+  TcpOptions tcp;
+  tcp.spin = absl::Microseconds(settings.spin_us);
+  SynclineSide syncline_tcp(group, std::make_unique<TcpTransport>(tcp),
+                            absl::Seconds(settings.timeout_s));
+  for (auto [side, prefix] :
+       {std::pair{&syncline, "syncline-"}, {&syncline_tcp, "syncline-tcp-"}}) {
+    for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+      impls.push_back(
+          {absl::StrCat(prefix, AlgorithmName(a)), "syncline", [side, a](std::span<float> data) {
+             return std::function<absl::Status()>(
+                 [side, a, data] { return side->communicator().AllReduce(data, a); });
+           }});
+    }
   }
   std::string gloo_note = "not built with Gloo";
 #if defined(SYNCLINE_BENCH_HAVE_GLOO)
@@ -508,9 +517,11 @@ int Run(Group& group, const Settings& settings, const std::string& gloo_dir,
     impls = chosen;
   }
   if (leader) {
-    std::printf("Syncline: Communicator over ZmqTransport (%d I/O thread%s), segment %zu KiB\n",
-                settings.io_threads, settings.io_threads == 1 ? "" : "s",
-                CommunicatorOptions{}.segment_bytes / kKiB);
+    std::printf(
+        "Syncline: Communicator over ZmqTransport (syncline-*, %d I/O thread%s) and over "
+        "TcpTransport (syncline-tcp-*, polled by the caller, spin %.0f us), segment %zu KiB\n",
+        settings.io_threads, settings.io_threads == 1 ? "" : "s", settings.spin_us,
+        CommunicatorOptions{}.segment_bytes / kKiB);
     std::printf("%s\n%s\n", gloo_note.c_str(), mpi_note.c_str());
     std::printf(
         "time = median over samples of the slowest rank; algbw = bytes/time; busbw = "
@@ -688,15 +699,18 @@ int Run(Group& group, const Settings& settings, const std::string& gloo_dir,
         "\nSummary, N=%d (ratio = time of the better of Gloo and MPI / Syncline's; "
         ">= 1 is at par or faster)\n",
         n);
-    std::printf("%8s  %-26s %-32s %-22s %9s %9s %9s\n", "bytes", "syncline ring / doubling",
-                "best Gloo", "MPI", "ring", "doubling", "best");
+    std::printf("%8s  %-26s %-26s %-32s %-22s %9s %9s %9s\n", "bytes", "zmq: ring / doubling",
+                "tcp: ring / doubling", "best Gloo", "MPI", "zmq best", "tcp ring", "tcp best");
     std::map<size_t, std::vector<const Row*>> by_size;
     for (const Row& r : rows) by_size[r.bytes].push_back(&r);
     for (const auto& [bytes, list] : by_size) {
       const Row *ring = nullptr, *doubling = nullptr, *gloo = nullptr, *mpi = nullptr;
+      const Row *tcp_ring = nullptr, *tcp_doubling = nullptr;
       for (const Row* r : list) {
         if (r->impl == "syncline-ring") ring = r;
         if (r->impl == "syncline-doubling") doubling = r;
+        if (r->impl == "syncline-tcp-ring") tcp_ring = r;
+        if (r->impl == "syncline-tcp-doubling") tcp_doubling = r;
         if (r->family == "gloo" && (gloo == nullptr || r->seconds < gloo->seconds)) gloo = r;
         if (r->family == "mpi") mpi = r;
       }
@@ -707,15 +721,16 @@ int Run(Group& group, const Settings& settings, const std::string& gloo_dir,
         if (r == nullptr || base == nullptr) return std::string("-");
         return absl::StrFormat("%.2f", base->seconds / r->seconds);
       };
-      const Row* best = ring;
-      if (doubling != nullptr && (best == nullptr || doubling->seconds < best->seconds)) {
-        best = doubling;
-      }
+      auto faster = [](const Row* a, const Row* b) {
+        return a == nullptr || (b != nullptr && b->seconds < a->seconds) ? b : a;
+      };
       std::printf(
-          "%8s  %-26s %-32s %-22s %9s %9s %9s\n", Bytes(bytes).c_str(),
+          "%8s  %-26s %-26s %-32s %-22s %9s %9s %9s\n", Bytes(bytes).c_str(),
           absl::StrCat(t(ring), " / ", t(doubling)).c_str(),
+          absl::StrCat(t(tcp_ring), " / ", t(tcp_doubling)).c_str(),
           gloo == nullptr ? "-" : absl::StrCat(t(gloo), " (", gloo->impl.substr(5), ")").c_str(),
-          t(mpi).c_str(), ratio(ring).c_str(), ratio(doubling).c_str(), ratio(best).c_str());
+          t(mpi).c_str(), ratio(faster(ring, doubling)).c_str(), ratio(tcp_ring).c_str(),
+          ratio(faster(tcp_ring, tcp_doubling)).c_str());
     }
     std::printf("(small-message latency vs MPI: see the 4K row, MPI time / Syncline's best)\n");
     if (syncline.dropped() != 0) {
@@ -765,6 +780,9 @@ int Main(int argc, char** argv) {
   app.add_option("--min-samples", settings.min_samples)->check(CLI::Range(1, 1000));
   app.add_option("--timeout-s", settings.timeout_s, "one op's timeout (Syncline, Gloo)")
       ->check(CLI::Range(1.0, 3600.0));
+  app.add_option("--spin-us", settings.spin_us,
+                 "TcpTransport: poll without sleeping this long before sleeping in a receive")
+      ->check(CLI::Range(0.0, 1e6));
   app.add_option("--io-threads", settings.io_threads, "ZeroMQ I/O threads per Syncline rank")
       ->check(CLI::Range(1, 16));
   app.add_option("--retries", settings.retries,

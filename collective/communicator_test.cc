@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "compression/half.h"
 #include "core/inproc_transport.h"
+#include "core/tcp_transport.h"
 #include "core/zmq_transport.h"
 
 namespace syncline {
@@ -24,7 +25,8 @@ class Group {
     for (int r = 0; r < n; ++r) {
       ids.push_back(absl::StrCat("w", r));
       endpoints_.push_back(*transport.CreateEndpoint(ids.back()));
-      const bool zmq = dynamic_cast<ZmqTransport*>(&transport) != nullptr;
+      const bool zmq = dynamic_cast<ZmqTransport*>(&transport) != nullptr ||
+                       dynamic_cast<TcpTransport*>(&transport) != nullptr;
       addresses.push_back(
           *endpoints_.back()->Bind(zmq ? "tcp://127.0.0.1:0" : "inproc://" + ids.back()));
     }
@@ -297,6 +299,51 @@ TEST(CollectiveTest, WorksOverZeroMq) {
   const std::vector<double> want = DirectSum(3, 100000);
   const std::vector<double> tol = Tolerance(3, 100000, 6e-8);
   for (size_t i = 0; i < want.size(); i += 997) EXPECT_NEAR(data[2][i], want[i], tol[i]);
+}
+
+// Over TcpTransport every algorithm gives the direct sum, with buffers that the ring splits
+// into many segments (the transport writes them from the caller's buffer), and a lost peer is
+// named, not waited for.
+TEST(CollectiveTest, WorksOverTcp) {
+  TcpTransport transport;
+  const int n = 5;
+  Group group(transport, n);
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kAuto}) {
+    for (size_t size : {size_t{3}, size_t{1000}, size_t{300000}}) {
+      std::vector<std::vector<float>> data(n);
+      for (int r = 0; r < n; ++r) data[r] = Input(r, size);
+      auto status = group.Run(
+          [&](Communicator& c) { return c.AllReduce(std::span<float>(data[c.rank()]), a); });
+      for (const auto& s : status) ASSERT_TRUE(s.ok()) << s;
+      const std::vector<double> want = DirectSum(n, size);
+      const std::vector<double> tol = Tolerance(n, size, 6e-8);
+      for (size_t i = 0; i < size; i += 97) {
+        ASSERT_NEAR(data[n - 1][i], want[i], tol[i]) << AlgorithmName(a) << " " << size;
+      }
+      for (int r = 1; r < n; ++r) ASSERT_EQ(data[r], data[0]) << AlgorithmName(a) << " " << size;
+    }
+  }
+}
+
+TEST(CollectiveTest, APeerLostOverTcpIsNamed) {
+  TcpTransport transport;
+  CommunicatorOptions options;
+  options.timeout = absl::Milliseconds(500);
+  Group group(transport, 3, options);
+  group.Drop(1);
+  std::vector<std::vector<float>> data(3, std::vector<float>(100000, 1.0f));
+  const absl::Time start = absl::Now();
+  auto status = group.Run([&](Communicator& c) {
+    if (c.rank() == 1) return absl::OkStatus();
+    return c.AllReduce(std::span<float>(data[c.rank()]), Algorithm::kRing);
+  });
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  int named = 0;
+  for (int r : {0, 2}) {
+    EXPECT_FALSE(status[r].ok()) << r;
+    if (status[r].message().find("w1") != std::string::npos) ++named;
+  }
+  EXPECT_GE(named, 1) << status[0] << " | " << status[2];
 }
 
 }  // namespace

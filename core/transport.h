@@ -61,6 +61,10 @@ class Endpoint {
   // returned message has peer() set and is not yet parsed.
   virtual absl::StatusOr<Message> Receive(absl::Time deadline) = 0;
 
+  // True when Send and TrySend never keep a pointer into borrowed frames past their return
+  // (they write them out or copy them), so a caller may lend a buffer it overwrites next.
+  virtual bool SendCopiesBorrowedFrames() const { return false; }
+
   const TrafficCounters& counters() const { return counters_; }
 
  protected:

@@ -5,12 +5,13 @@
 #include "core/inproc_transport.h"
 #include "core/job_key.h"
 #include "core/node_table.h"
+#include "core/tcp_transport.h"
 #include "core/zmq_transport.h"
 
 namespace syncline {
 namespace {
 
-enum class Kind { kZmq, kCurve, kInproc };
+enum class Kind { kZmq, kCurve, kInproc, kTcp };
 
 class TransportTest : public testing::TestWithParam<Kind> {
  protected:
@@ -22,6 +23,8 @@ class TransportTest : public testing::TestWithParam<Kind> {
       options.key = std::make_shared<const JobKey>(JobKey::Generate());
       transport_ = std::make_unique<ZmqTransport>(options);
       transport_->AllowPeers({"server", "client", "a", "c0", "c1", "c2", "c3"});
+    } else if (GetParam() == Kind::kTcp) {
+      transport_ = std::make_unique<TcpTransport>();
     } else {
       transport_ = std::make_unique<InprocTransport>();
     }
@@ -115,10 +118,11 @@ TEST_P(TransportTest, ManyClientsOneServer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportTest,
-                         testing::Values(Kind::kZmq, Kind::kCurve, Kind::kInproc),
+                         testing::Values(Kind::kZmq, Kind::kCurve, Kind::kInproc, Kind::kTcp),
                          [](const auto& info) {
                            return info.param == Kind::kZmq     ? std::string("Zmq")
                                   : info.param == Kind::kCurve ? std::string("Curve")
+                                  : info.param == Kind::kTcp   ? std::string("Tcp")
                                                                : std::string("Inproc");
                          });
 

@@ -1,0 +1,779 @@
+#include "core/tcp_transport.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/log.h"
+#include "core/net.h"
+
+namespace syncline {
+namespace {
+
+constexpr char kMagic[8] = {'S', 'Y', 'N', 'C', 'L', 'T', 'C', 'P'};
+constexpr uint16_t kVersion = 1;
+constexpr size_t kHelloFixed = sizeof(kMagic) + 2 + 2;
+// Reads land here first; a frame that still needs at least kDirectRead bytes is read straight
+// into its own buffer instead.
+constexpr size_t kStagingBytes = 32 * 1024;
+constexpr size_t kDirectRead = 8 * 1024;
+// Received frames of at least kPooledBytes come from, and go back to, a pool of buffers: a
+// fresh buffer of a collective's segment size costs page faults and zeroing on every message.
+constexpr size_t kPooledBytes = 64 * 1024;
+constexpr size_t kPoolBytes = size_t{128} << 20;
+constexpr size_t kPoolBuffersPerSize = 32;
+// One connection's reads per poll round, so that a fast sender cannot starve the others.
+constexpr int kReadsPerRound = 64;
+constexpr absl::Duration kFirstRetry = absl::Milliseconds(20);
+constexpr absl::Duration kMaxRetry = absl::Seconds(1);
+
+std::string Errno(const char* what) { return absl::StrCat(what, ": ", std::strerror(errno)); }
+
+void PutU16(std::byte* p, uint16_t v) { std::memcpy(p, &v, 2); }
+void PutU32(std::byte* p, uint32_t v) { std::memcpy(p, &v, 4); }
+void PutU64(std::byte* p, uint64_t v) { std::memcpy(p, &v, 8); }
+template <typename T>
+T Get(const std::byte* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+absl::StatusOr<std::pair<sockaddr_storage, socklen_t>> Resolve(const std::string& address,
+                                                               bool passive) {
+  absl::StatusOr<HostPort> hp = ParseTcpAddress(address);
+  if (!hp.ok()) return hp.status();
+  std::string host = hp->host;
+  if (host == "*") host = "0.0.0.0";
+  addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  addrinfo* list = nullptr;
+  const std::string port = std::to_string(hp->port);
+  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &list); rc != 0 || !list) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resolve '", address, "': ", gai_strerror(rc)));
+  }
+  std::pair<sockaddr_storage, socklen_t> out{};
+  std::memcpy(&out.first, list->ai_addr, list->ai_addrlen);
+  out.second = list->ai_addrlen;
+  freeaddrinfo(list);
+  return out;
+}
+
+std::string Format(const sockaddr_storage& a) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (a.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&a);
+    inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
+    return absl::StrCat("tcp://[", text, "]:", ntohs(in6->sin6_port));
+  }
+  const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
+  inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
+  return absl::StrCat("tcp://", text, ":", ntohs(in->sin_port));
+}
+
+void NoDelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+// Buffers of received frames, kept by size for reuse. Frames may outlive the endpoint and be
+// released on other threads, so the pool is shared and locked.
+class BufferPool : public std::enable_shared_from_this<BufferPool> {
+ public:
+  std::shared_ptr<std::byte[]> Get(size_t size) {
+    if (size < kPooledBytes)
+      return std::shared_ptr<std::byte[]>(new std::byte[std::max<size_t>(size, 1)]);
+    std::byte* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(size);
+      if (it != free_.end() && !it->second.empty()) {
+        p = it->second.back();
+        it->second.pop_back();
+        held_ -= size;
+      }
+    }
+    if (p == nullptr) p = new std::byte[size];  // not value-initialised: about to be written
+    std::weak_ptr<BufferPool> pool = weak_from_this();
+    return std::shared_ptr<std::byte[]>(p, [pool, size](std::byte* b) {
+      if (auto alive = pool.lock(); alive && alive->Put(b, size)) return;
+      delete[] b;
+    });
+  }
+  ~BufferPool() {
+    for (auto& [size, list] : free_) {
+      for (std::byte* b : list) delete[] b;
+    }
+  }
+
+ private:
+  bool Put(std::byte* b, size_t size) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& list = free_[size];
+    if (held_ + size > kPoolBytes || list.size() >= kPoolBuffersPerSize) return false;
+    list.push_back(b);
+    held_ += size;
+    return true;
+  }
+  std::mutex mu_;
+  absl::flat_hash_map<size_t, std::vector<std::byte*>> free_;
+  size_t held_ = 0;
+};
+
+}  // namespace
+
+class TcpEndpoint : public Endpoint {
+ public:
+  TcpEndpoint(TcpTransport* transport, std::string id)
+      : transport_(transport), id_(std::move(id)) {}
+  ~TcpEndpoint() override {
+    if (listen_fd_ >= 0) close(listen_fd_);
+    for (auto& c : conns_) {
+      if (c->fd >= 0) close(c->fd);
+    }
+  }
+
+  bool SendCopiesBorrowedFrames() const override { return true; }
+  const std::string& id() const override { return id_; }
+
+  absl::StatusOr<std::string> Bind(const std::string& address) override {
+    if (listen_fd_ >= 0) return absl::FailedPreconditionError(absl::StrCat(id_, ": bound already"));
+    auto where = Resolve(address, /*passive=*/true);
+    if (!where.ok()) return where.status();
+    int fd = socket(where->first.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return absl::InternalError(Errno("socket"));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, reinterpret_cast<sockaddr*>(&where->first), where->second) != 0 ||
+        listen(fd, 128) != 0) {
+      const std::string why = Errno("bind");
+      close(fd);
+      return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", why));
+    }
+    sockaddr_storage bound = {};
+    socklen_t len = sizeof(bound);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+    listen_fd_ = fd;
+    return Format(bound);
+  }
+
+  absl::Status Connect(const std::string& peer_id, const std::string& address) override {
+    if (peer_id.empty() || peer_id.size() > TcpTransport::kMaxIdBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("peer id of ", peer_id.size(), " bytes"));
+    }
+    auto where = Resolve(address, /*passive=*/false);
+    if (!where.ok()) return where.status();
+    if (auto it = out_.find(peer_id); it != out_.end()) {
+      if (it->second->address == address) return absl::OkStatus();
+      Drop(it->second);
+      out_.erase(it);
+    }
+    auto conn = std::make_unique<Conn>();
+    conn->outgoing = true;
+    conn->peer = peer_id;
+    conn->address = address;
+    conn->sockaddr = where->first;
+    conn->sockaddr_len = where->second;
+    Conn* c = conn.get();
+    conns_.push_back(std::move(conn));
+    out_[peer_id] = c;
+    StartConnect(c);
+    return absl::OkStatus();
+  }
+
+  absl::Status Send(const std::string& peer_id, Message message, absl::Time deadline) override {
+    Conn* c = nullptr;
+    if (absl::Status s = Route(peer_id, &c); !s.ok()) return s;
+    while (c->queued_bytes > transport_->options_.max_queued_bytes) {
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            id_, ": ", c->queued_bytes, " bytes still queued for ", peer_id, " (not reading?)"));
+      }
+      Progress(deadline);
+      if (c->state == State::kBroken) return Route(peer_id, &c);
+    }
+    return Write(c, message, deadline);
+  }
+
+  absl::Status TrySend(const std::string& peer_id, Message* message) override {
+    Conn* c = nullptr;
+    if (absl::Status s = Route(peer_id, &c); !s.ok()) return s;
+    if (c->queued_bytes > transport_->options_.max_queued_bytes) {
+      Flush(c);
+      if (c->queued_bytes > transport_->options_.max_queued_bytes) {
+        return absl::ResourceExhaustedError(absl::StrCat(peer_id, "'s queue is full"));
+      }
+    }
+    absl::Status s = Write(c, *message, absl::InfinitePast());
+    if (s.ok()) *message = Message();
+    return s;
+  }
+
+  absl::StatusOr<Message> Receive(absl::Time deadline) override {
+    const absl::Duration spin = transport_->options_.spin;
+    const absl::Time spin_until = spin > absl::ZeroDuration() ? absl::Now() + spin : absl::Time();
+    while (inbox_.empty()) {
+      const absl::Time now = absl::Now();
+      if (now >= deadline) {
+        if (!Progress(now) || inbox_.empty()) {
+          return absl::DeadlineExceededError(absl::StrCat(id_, ": no message"));
+        }
+        break;
+      }
+      Progress(now < spin_until ? now : deadline);
+    }
+    Message m = std::move(inbox_.front());
+    inbox_.pop_front();
+    return m;
+  }
+
+ private:
+  enum class State { kConnecting, kRetrying, kHello, kOpen, kBroken };
+
+  struct Conn {
+    int fd = -1;
+    State state = State::kConnecting;
+    bool outgoing = false;
+    bool dead = false;  // to be removed (an incoming connection that is done)
+    std::string peer;
+    // Outgoing: where, and when to try again after a refusal.
+    std::string address;
+    sockaddr_storage sockaddr = {};
+    socklen_t sockaddr_len = 0;
+    absl::Time retry_at;
+    absl::Duration backoff = kFirstRetry;
+    std::string error;  // why it broke
+    // Bytes the kernel has not taken yet, in order; the front is written from out_offset.
+    std::deque<std::vector<std::byte>> out;
+    size_t out_offset = 0;
+    size_t queued_bytes = 0;
+    // Input: staging[in_begin, in_end) not yet parsed.
+    std::vector<std::byte> staging;
+    size_t in_begin = 0, in_end = 0;
+    // The message being received.
+    bool have_preamble = false;
+    std::vector<uint64_t> lengths;
+    std::vector<std::shared_ptr<std::byte[]>> buffers;
+    size_t frame = 0, offset = 0;
+  };
+
+  // The connection a message to `peer_id` takes: ours if we connected, else the peer's own.
+  absl::Status Route(const std::string& peer_id, Conn** out) {
+    Conn* c = nullptr;
+    if (auto it = out_.find(peer_id); it != out_.end()) {
+      c = it->second;
+    } else if (auto in = in_.find(peer_id); in != in_.end()) {
+      c = in->second;
+    }
+    if (c == nullptr) {
+      // It may have connected to us already, its hello still unread.
+      const absl::Time until = absl::Now() + transport_->options_.unreachable_grace;
+      for (;;) {
+        Progress(std::min(until, absl::Now() + absl::Milliseconds(10)));
+        if (auto in = in_.find(peer_id); in != in_.end()) {
+          c = in->second;
+          break;
+        }
+        if (absl::Now() >= until) {
+          return absl::UnavailableError(absl::StrCat(id_, ": no connection to ", peer_id));
+        }
+      }
+    }
+    if (c->state == State::kBroken) {
+      const absl::Status lost = absl::UnavailableError(
+          absl::StrCat(id_, ": the connection to ", peer_id, " broke: ", c->error));
+      if (c->outgoing) {
+        c->error.clear();
+        StartConnect(c);  // the next message goes to whoever listens there now
+      } else {
+        in_.erase(peer_id);
+        c->dead = true;
+      }
+      return lost;
+    }
+    // A connection being opened is usually up within microseconds (the peer's kernel accepts
+    // it); waiting for it lets this message go straight out instead of into the queue.
+    if (c->state == State::kConnecting) {
+      const absl::Time until = absl::Now() + transport_->options_.unreachable_grace;
+      while (c->state == State::kConnecting && absl::Now() < until) Progress(until);
+    }
+    *out = c;
+    return absl::OkStatus();
+  }
+
+  void StartConnect(Conn* c) {
+    c->out.clear();
+    c->out_offset = 0;
+    c->queued_bytes = 0;
+    ResetInput(c);
+    std::vector<std::byte> hello(kHelloFixed + id_.size());
+    std::memcpy(hello.data(), kMagic, sizeof(kMagic));
+    PutU16(hello.data() + sizeof(kMagic), kVersion);
+    PutU16(hello.data() + sizeof(kMagic) + 2, static_cast<uint16_t>(id_.size()));
+    std::memcpy(hello.data() + kHelloFixed, id_.data(), id_.size());
+    c->queued_bytes = hello.size();
+    c->out.push_back(std::move(hello));
+    TryConnect(c);
+  }
+
+  void TryConnect(Conn* c) {
+    if (c->fd >= 0) close(c->fd);
+    c->fd = socket(c->sockaddr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (c->fd < 0) {
+      Retry(c);
+      return;
+    }
+    NoDelay(c->fd);
+    if (connect(c->fd, reinterpret_cast<sockaddr*>(&c->sockaddr), c->sockaddr_len) == 0) {
+      Opened(c);
+    } else if (errno == EINPROGRESS) {
+      c->state = State::kConnecting;
+    } else {
+      Retry(c);
+    }
+  }
+
+  void Retry(Conn* c) {
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+    c->state = State::kRetrying;
+    c->retry_at = absl::Now() + c->backoff;
+    c->backoff = std::min(c->backoff * 2, kMaxRetry);
+  }
+
+  void Opened(Conn* c) {
+    c->state = State::kOpen;
+    c->backoff = kFirstRetry;
+    Flush(c);
+  }
+
+  void Break(Conn* c, std::string why) {
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+    c->state = State::kBroken;
+    c->error = std::move(why);
+    c->out.clear();
+    c->out_offset = 0;
+    c->queued_bytes = 0;
+    ResetInput(c);
+    // An incoming connection that never said who it is, or that another one of the same peer
+    // has replaced, is of no further use.
+    if (!c->outgoing && (c->peer.empty() || !in_.contains(c->peer) || in_[c->peer] != c)) {
+      c->dead = true;
+    }
+  }
+
+  // Closes a connection for breaking the protocol.
+  void Reject(Conn* c, const std::string& why) {
+    transport_->rejected_.fetch_add(1);
+    if (rejected_logged_++ < 10) {
+      SYNCLINE_LOG(WARNING) << id_ << ": closed a connection"
+                            << (c->peer.empty() ? "" : absl::StrCat(" from ", c->peer)) << ": "
+                            << why;
+    }
+    if (!c->outgoing && !c->peer.empty() && in_.contains(c->peer) && in_[c->peer] == c) {
+      in_.erase(c->peer);
+    }
+    Break(c, why);
+    if (!c->outgoing) c->dead = true;
+  }
+
+  void Drop(Conn* c) {
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+    c->dead = true;
+    c->outgoing = false;
+  }
+
+  static void ResetInput(Conn* c) {
+    c->in_begin = c->in_end = 0;
+    c->have_preamble = false;
+    c->lengths.clear();
+    c->buffers.clear();
+    c->frame = c->offset = 0;
+  }
+
+  // Writes `message` to c's socket. Until `wait_until` it waits for the kernel to take every
+  // byte, reading every connection meanwhile (so that two peers sending each other large
+  // messages both progress); what is left then (or at once, for TrySend) is copied into c's
+  // queue: the caller may reuse its buffers as soon as Send returns.
+  absl::Status Write(Conn* c, const Message& message, absl::Time wait_until) {
+    const std::vector<Frame>& frames = message.frames();
+    std::vector<std::byte> preamble(4 + 8 * frames.size());
+    PutU32(preamble.data(), static_cast<uint32_t>(frames.size()));
+    size_t total = preamble.size();
+    for (size_t i = 0; i < frames.size(); ++i) {
+      PutU64(preamble.data() + 4 + 8 * i, frames[i].size());
+      total += frames[i].size();
+    }
+    auto broke = [&] {
+      return absl::UnavailableError(
+          absl::StrCat(id_, ": the connection to ", c->peer, " broke: ", c->error));
+    };
+    auto wait = [&] {
+      writing_ = c;
+      Progress(wait_until);
+      writing_ = nullptr;
+    };
+    if (c->state == State::kOpen) Flush(c);
+    while (c->state == State::kOpen && !c->out.empty() && absl::Now() < wait_until) {
+      wait();
+      if (c->state == State::kOpen) Flush(c);
+    }
+    if (c->state == State::kBroken) return broke();
+    size_t written = 0;
+    if (c->state == State::kOpen && c->out.empty()) {
+      std::vector<iovec> iov;
+      iov.reserve(frames.size() + 1);
+      for (;;) {
+        iov.clear();
+        size_t skip = written;
+        auto add = [&](const std::byte* data, size_t size) {
+          if (skip >= size) {
+            skip -= size;
+            return;
+          }
+          iov.push_back({const_cast<std::byte*>(data) + skip, size - skip});
+          skip = 0;
+        };
+        add(preamble.data(), preamble.size());
+        for (const Frame& f : frames) add(f.data(), f.size());
+        msghdr msg = {};
+        msg.msg_iov = iov.data();
+        msg.msg_iovlen = iov.size();
+        const ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) written += static_cast<size_t>(n);
+        if (written == total) break;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+          Break(c, Errno("send"));
+          return broke();
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (absl::Now() >= wait_until) break;
+        wait();
+        if (c->state == State::kBroken) return broke();
+      }
+      if (written == 0 && wait_until != absl::InfinitePast()) {
+        return absl::DeadlineExceededError(absl::StrCat(id_, ": ", c->peer, " takes no bytes"));
+      }
+    }
+    counters_.bytes_sent += total - preamble.size();
+    counters_.messages_sent += 1;
+    if (written == total) return absl::OkStatus();
+    std::vector<std::byte> rest(total - written);
+    size_t at = 0;
+    auto append = [&](const std::byte* data, size_t size) {
+      if (written >= size) {
+        written -= size;
+        return;
+      }
+      const size_t n = size - written;
+      std::memcpy(rest.data() + at, data + written, n);
+      at += n;
+      written = 0;
+    };
+    append(preamble.data(), preamble.size());
+    for (const Frame& f : frames) append(f.data(), f.size());
+    c->queued_bytes += rest.size();
+    c->out.push_back(std::move(rest));
+    return absl::OkStatus();
+  }
+
+  // Writes queued bytes until the kernel takes no more.
+  void Flush(Conn* c) {
+    while (c->state == State::kOpen && !c->out.empty()) {
+      std::vector<iovec> iov;
+      size_t first = c->out_offset;
+      for (auto& chunk : c->out) {
+        iov.push_back({chunk.data() + first, chunk.size() - first});
+        first = 0;
+        if (iov.size() == 64) break;
+      }
+      msghdr msg = {};
+      msg.msg_iov = iov.data();
+      msg.msg_iovlen = iov.size();
+      ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+        Break(c, Errno("send"));
+        return;
+      }
+      c->queued_bytes -= static_cast<size_t>(n);
+      while (n > 0) {
+        const size_t left = c->out.front().size() - c->out_offset;
+        if (static_cast<size_t>(n) >= left) {
+          n -= static_cast<ssize_t>(left);
+          c->out.pop_front();
+          c->out_offset = 0;
+        } else {
+          c->out_offset += static_cast<size_t>(n);
+          n = 0;
+        }
+      }
+    }
+  }
+
+  // Reads what the kernel has for c and parses whole messages into the inbox.
+  void ReadAll(Conn* c) {
+    if (c->staging.empty()) c->staging.resize(kStagingBytes);
+    for (int round = 0; round < kReadsPerRound && c->fd >= 0; ++round) {
+      ssize_t n;
+      const bool direct = c->have_preamble && c->in_begin == c->in_end &&
+                          c->frame < c->lengths.size() &&
+                          c->lengths[c->frame] - c->offset >= kDirectRead;
+      if (direct) {
+        n = recv(c->fd, c->buffers[c->frame].get() + c->offset, c->lengths[c->frame] - c->offset,
+                 MSG_DONTWAIT);
+        if (n > 0) {
+          c->offset += static_cast<size_t>(n);
+          if (c->offset == c->lengths[c->frame]) {
+            ++c->frame;
+            c->offset = 0;
+          }
+        }
+      } else {
+        if (c->in_begin == c->in_end) c->in_begin = c->in_end = 0;
+        if (c->in_end == c->staging.size()) {  // compact
+          std::memmove(c->staging.data(), c->staging.data() + c->in_begin, c->in_end - c->in_begin);
+          c->in_end -= c->in_begin;
+          c->in_begin = 0;
+        }
+        n = recv(c->fd, c->staging.data() + c->in_end, c->staging.size() - c->in_end, MSG_DONTWAIT);
+        if (n > 0) c->in_end += static_cast<size_t>(n);
+      }
+      if (n == 0) {
+        Break(c, "the peer closed the connection");
+        return;
+      }
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        if (errno == EINTR) continue;
+        Break(c, Errno("recv"));
+        return;
+      }
+      if (!Parse(c)) return;
+    }
+  }
+
+  // Consumes staged bytes: the hello, preambles and frames. False when c was rejected.
+  bool Parse(Conn* c) {
+    for (;;) {
+      const std::byte* p = c->staging.data() + c->in_begin;
+      size_t avail = c->in_end - c->in_begin;
+      if (c->state == State::kHello) {
+        if (avail < kHelloFixed) return true;
+        if (std::memcmp(p, kMagic, sizeof(kMagic)) != 0) {
+          Reject(c, "not a Syncline TCP hello");
+          return false;
+        }
+        if (const uint16_t v = Get<uint16_t>(p + sizeof(kMagic)); v != kVersion) {
+          Reject(c,
+                 absl::StrCat("hello of protocol version ", v, ", this build speaks ", kVersion));
+          return false;
+        }
+        const size_t id_bytes = Get<uint16_t>(p + sizeof(kMagic) + 2);
+        if (id_bytes == 0 || id_bytes > TcpTransport::kMaxIdBytes) {
+          Reject(c, absl::StrCat("hello with an id of ", id_bytes, " bytes"));
+          return false;
+        }
+        if (avail < kHelloFixed + id_bytes) return true;
+        std::string peer(reinterpret_cast<const char*>(p + kHelloFixed), id_bytes);
+        c->in_begin += kHelloFixed + id_bytes;
+        if (!transport_->Allowed(peer)) {
+          Reject(c, absl::StrCat("'", peer, "' is not a node of this job"));
+          return false;
+        }
+        c->peer = std::move(peer);
+        if (auto old = in_.find(c->peer); old != in_.end() && old->second != c) {
+          // A peer that reconnected: answers take the new connection; the old one is read
+          // until it closes.
+          if (old->second->state == State::kBroken) old->second->dead = true;
+        }
+        in_[c->peer] = c;
+        c->state = State::kOpen;
+        continue;
+      }
+      if (!c->have_preamble) {
+        if (avail < 4) return true;
+        const uint32_t frames = Get<uint32_t>(p);
+        if (frames == 0 || frames > TcpTransport::kMaxFrames) {
+          Reject(c, absl::StrCat("a message of ", frames, " frames (at most ",
+                                 TcpTransport::kMaxFrames, ")"));
+          return false;
+        }
+        if (avail < 4 + 8 * size_t{frames}) return true;
+        uint64_t total = 0;
+        c->lengths.resize(frames);
+        for (uint32_t i = 0; i < frames; ++i) {
+          c->lengths[i] = Get<uint64_t>(p + 4 + 8 * i);
+          total += std::min(c->lengths[i], transport_->options_.max_message_bytes + 1);
+        }
+        if (total > transport_->options_.max_message_bytes) {
+          Reject(c, absl::StrCat("a message over the limit of ",
+                                 transport_->options_.max_message_bytes, " bytes"));
+          return false;
+        }
+        c->buffers.resize(frames);
+        for (uint32_t i = 0; i < frames; ++i) {
+          c->buffers[i] = pool_->Get(c->lengths[i]);
+        }
+        c->in_begin += 4 + 8 * size_t{frames};
+        c->have_preamble = true;
+        c->frame = c->offset = 0;
+        p = c->staging.data() + c->in_begin;
+        avail = c->in_end - c->in_begin;
+      }
+      while (c->frame < c->lengths.size()) {
+        const size_t want = c->lengths[c->frame] - c->offset;
+        const size_t take = std::min(want, avail);
+        if (take > 0) {
+          std::memcpy(c->buffers[c->frame].get() + c->offset, p, take);
+          p += take;
+          avail -= take;
+          c->in_begin += take;
+          c->offset += take;
+        }
+        if (c->offset < c->lengths[c->frame]) return true;
+        ++c->frame;
+        c->offset = 0;
+      }
+      Message m;
+      m.set_peer(c->peer);
+      size_t bytes = 0;
+      for (size_t i = 0; i < c->lengths.size(); ++i) {
+        std::byte* data = c->buffers[i].get();
+        m.frames().push_back(Frame::Shared(std::move(c->buffers[i]), data, c->lengths[i]));
+        bytes += c->lengths[i];
+      }
+      counters_.bytes_received += bytes;
+      counters_.messages_received += 1;
+      inbox_.push_back(std::move(m));
+      c->have_preamble = false;
+      c->lengths.clear();
+      c->buffers.clear();
+    }
+  }
+
+  void Accept() {
+    for (;;) {
+      const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) return;
+      NoDelay(fd);
+      auto conn = std::make_unique<Conn>();
+      conn->fd = fd;
+      conn->state = State::kHello;
+      conns_.push_back(std::move(conn));
+    }
+  }
+
+  // One round: waits for readiness until `deadline` (not at all when it has passed), then
+  // accepts, connects, reads and writes what is ready. True when something happened.
+  bool Progress(absl::Time deadline) {
+    absl::Time now = absl::Now();
+    std::vector<pollfd> fds;
+    std::vector<Conn*> of;
+    fds.reserve(conns_.size() + 1);
+    if (listen_fd_ >= 0) {
+      fds.push_back({listen_fd_, POLLIN, 0});
+      of.push_back(nullptr);
+    }
+    for (auto& owned : conns_) {
+      Conn* c = owned.get();
+      if (c->state == State::kRetrying) {
+        if (now >= c->retry_at) {
+          TryConnect(c);
+        } else {
+          deadline = std::min(deadline, c->retry_at);
+        }
+      }
+      if (c->fd < 0 || c->state == State::kBroken || c->state == State::kRetrying) continue;
+      short events = POLLIN;
+      if (c->state == State::kConnecting) events = POLLOUT;
+      if (c->state == State::kOpen && (!c->out.empty() || c == writing_)) events |= POLLOUT;
+      fds.push_back({c->fd, events, 0});
+      of.push_back(c);
+    }
+    const absl::Duration wait = std::max(deadline - now, absl::ZeroDuration());
+    timespec ts = absl::ToTimespec(wait);
+    const int ready = ppoll(fds.data(), fds.size(), &ts, nullptr);
+    if (ready <= 0) return false;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      Conn* c = of[i];
+      if (c == nullptr) {
+        Accept();
+        continue;
+      }
+      if (c->state == State::kConnecting) {
+        int error = 0;
+        socklen_t len = sizeof(error);
+        getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &error, &len);
+        if (error == 0) {
+          Opened(c);
+        } else {
+          Retry(c);
+        }
+        continue;
+      }
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) ReadAll(c);
+      if ((fds[i].revents & POLLOUT) && c->state == State::kOpen) Flush(c);
+    }
+    std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) {
+      if (!c->dead) return false;
+      if (c->fd >= 0) close(c->fd);
+      return true;
+    });
+    return true;
+  }
+
+  TcpTransport* const transport_;
+  const std::string id_;
+  int listen_fd_ = -1;
+  std::vector<std::unique_ptr<Conn>> conns_;
+  absl::flat_hash_map<std::string, Conn*> out_;  // peers we connected to
+  absl::flat_hash_map<std::string, Conn*> in_;   // peers that connected to us, latest first
+  std::deque<Message> inbox_;
+  Conn* writing_ = nullptr;  // a Send waits for it to take bytes
+  std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>();
+  int rejected_logged_ = 0;
+};
+
+TcpTransport::TcpTransport(TcpOptions options) : options_(options) {}
+TcpTransport::~TcpTransport() = default;
+
+absl::StatusOr<std::unique_ptr<Endpoint>> TcpTransport::CreateEndpoint(std::string id) {
+  if (id.empty() || id.size() > kMaxIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("endpoint id of ", id.size(), " bytes"));
+  }
+  return std::make_unique<TcpEndpoint>(this, std::move(id));
+}
+
+void TcpTransport::AllowPeers(const std::vector<std::string>& ids) {
+  std::lock_guard<std::mutex> lock(mu_);
+  restricted_ = true;
+  allowed_.insert(ids.begin(), ids.end());
+}
+
+bool TcpTransport::Allowed(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !restricted_ || allowed_.contains(id);
+}
+
+}  // namespace syncline
