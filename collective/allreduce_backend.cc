@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <tuple>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "compression/half.h"
@@ -11,6 +13,7 @@
 #include "core/log.h"
 #include "core/net.h"
 #include "core/node_table.h"
+#include "core/tcp_transport.h"
 #include "gossip/gossip_peer.h"
 
 namespace syncline {
@@ -336,36 +339,144 @@ Algorithm AlgorithmOf(AllReduceAlgorithm algorithm) {
   return Algorithm::kAuto;
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkers(const JobSpec& spec,
-                                                             const NodeTable& table, int rank,
-                                                             Endpoint& endpoint) {
-  std::vector<std::string> peers;
+namespace {
+
+// Labels each worker rank by the host of the address it registered (for the hierarchical
+// algorithm): ranks that share an IP share a host.
+std::vector<int> HostsOfWorkers(const NodeTable& table) {
   std::vector<int> host_of_rank(table.num_workers, 0);
   std::map<std::string, int> hosts;
-  for (int w = 0; w < table.num_workers; ++w) {
-    peers.push_back(DataEndpointId(wire::Role::WORKER, w));
-  }
   for (const NodeInfo& n : table.nodes) {
     if (n.role != wire::Role::WORKER || n.rank < 0 || n.rank >= table.num_workers) continue;
     auto hp = ParseTcpAddress(n.address);
     const std::string host = hp.ok() ? hp->host : n.address;
     host_of_rank[n.rank] = hosts.try_emplace(host, static_cast<int>(hosts.size())).first->second;
+  }
+  return host_of_rank;
+}
+
+CommunicatorOptions CollectiveOptions(const JobSpec& spec, const NodeTable& table) {
+  CommunicatorOptions c;
+  c.timeout = absl::Seconds(std::min(spec.timeouts.request_s, spec.timeouts.peer_s));
+  c.host_of_rank = HostsOfWorkers(table);
+  return c;
+}
+
+std::vector<std::string> WorkerIds(const NodeTable& table) {
+  std::vector<std::string> peers;
+  for (int w = 0; w < table.num_workers; ++w) {
+    peers.push_back(DataEndpointId(wire::Role::WORKER, w));
+  }
+  return peers;
+}
+
+// A TcpTransport and this worker's endpoint on it; the endpoint goes first.
+struct TcpPlane {
+  TcpTransport transport;
+  std::unique_ptr<Endpoint> endpoint;
+};
+
+// This worker's TCP plane, listening on the host of its registered address at a port in
+// `ports`, and the address it listens at.
+absl::StatusOr<std::pair<std::shared_ptr<TcpPlane>, std::string>> ListenOnTcpPlane(
+    const NodeTable& table, int rank, const std::vector<std::string>& peers, PortRange ports) {
+  std::string host = "127.0.0.1";
+  for (const NodeInfo& node : table.nodes) {
+    if (node.role != wire::Role::WORKER || node.rank != rank) continue;
+    if (auto hp = ParseTcpAddress(node.address); hp.ok()) host = hp->host;
+  }
+  auto plane = std::make_shared<TcpPlane>();
+  plane->transport.AllowPeers(peers);
+  auto made = plane->transport.CreateEndpoint(peers[rank]);
+  if (!made.ok()) return made.status();
+  plane->endpoint = *std::move(made);
+  absl::StatusOr<std::string> address = BindInRange(
+      *plane->endpoint, host.find(':') == std::string::npos ? host : "[" + host + "]", ports);
+  if (!address.ok()) return address.status();
+  return std::make_pair(std::move(plane), *std::move(address));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkers(const JobSpec& spec,
+                                                             const NodeTable& table, int rank,
+                                                             Endpoint& endpoint) {
+  for (const NodeInfo& n : table.nodes) {
+    if (n.role != wire::Role::WORKER || n.rank < 0 || n.rank >= table.num_workers) continue;
     // One connection per pair, opened by the lower rank (two ROUTERs connected both ways
     // under the same ids trip ZeroMQ); the higher rank answers over the one it accepted.
     if (n.rank > rank) {
       if (auto s = endpoint.Connect(n.id, n.address); !s.ok()) return s;
     }
   }
-  CommunicatorOptions c;
-  c.timeout = absl::Seconds(std::min(spec.timeouts.request_s, spec.timeouts.peer_s));
-  c.host_of_rank = host_of_rank;
-  return std::make_unique<Communicator>(&endpoint, rank, peers, c);
+  return std::make_unique<Communicator>(&endpoint, rank, WorkerIds(table),
+                                        CollectiveOptions(spec, table));
 }
 
-GossipBackendFactory MakeAllReduceBackendFactory() {
-  return [](const JobSpec& spec, const NodeTable& table, int rank,
-            Endpoint& endpoint) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
-    auto communicator = ConnectWorkers(spec, table, rank, endpoint);
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOverTcp(const JobSpec& spec,
+                                                                    const NodeTable& table,
+                                                                    int rank, Endpoint& endpoint,
+                                                                    CollectivePlane plane) {
+  auto rendezvous = ConnectWorkers(spec, table, rank, endpoint);
+  if (!rendezvous.ok() || table.num_workers == 1) return rendezvous;
+  const std::vector<std::string> peers = WorkerIds(table);
+  // Every rank offers the address of its TCP plane, or nothing (a job with a key, or no free
+  // port); the plane is used only when every rank offers one, so that all ranks agree.
+  std::shared_ptr<TcpPlane> tcp;
+  std::string offer;
+  if (plane.tcp) {
+    auto listening = ListenOnTcpPlane(table, rank, peers, plane.ports);
+    if (listening.ok()) {
+      std::tie(tcp, offer) = *std::move(listening);
+    } else {
+      SYNCLINE_LOG(WARNING) << "collectives stay on the data endpoint: their TCP plane "
+                            << listening.status();
+    }
+  }
+  constexpr size_t kBlock = 256;  // every rank's offer, in blocks of one size
+  if (offer.size() >= kBlock) {
+    SYNCLINE_LOG(WARNING) << "collectives stay on the data endpoint: address too long: " << offer;
+    offer.clear();
+  }
+  std::vector<std::byte> mine(kBlock, std::byte{0}), all;
+  std::memcpy(mine.data(), offer.data(), offer.size());
+  if (auto s = (*rendezvous)->AllGatherBytes(mine, &all); !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("trading the collectives' TCP addresses: ", s.message()));
+  }
+  std::vector<std::string> addresses;
+  for (int w = 0; w < table.num_workers; ++w) {
+    const char* block = reinterpret_cast<const char*>(all.data() + w * kBlock);
+    addresses.emplace_back(block, strnlen(block, kBlock));
+  }
+  for (int w = 0; w < table.num_workers; ++w) {
+    if (addresses[w].empty()) {
+      if (tcp != nullptr) {
+        SYNCLINE_LOG(INFO) << "collectives stay on the data endpoint: " << peers[w]
+                           << " offers no TCP plane";
+      }
+      return rendezvous;
+    }
+    if (w != rank && !ParseTcpAddress(addresses[w]).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          peers[w], " sent '", absl::CEscape(addresses[w]), "' as its collectives' TCP address"));
+    }
+  }
+  for (int w = 0; w < table.num_workers; ++w) {
+    if (w == rank) continue;
+    if (auto s = tcp->endpoint->Connect(peers[w], addresses[w]); !s.ok()) return s;
+  }
+  SYNCLINE_LOG(INFO) << "collectives over direct TCP at " << offer;
+  auto communicator = std::make_unique<Communicator>(tcp->endpoint.get(), rank, peers,
+                                                     CollectiveOptions(spec, table));
+  communicator->Own(std::move(tcp));
+  return communicator;
+}
+
+GossipBackendFactory MakeAllReduceBackendFactory(CollectivePlane plane) {
+  return [plane](const JobSpec& spec, const NodeTable& table, int rank,
+                 Endpoint& endpoint) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
+    auto communicator = ConnectWorkersOverTcp(spec, table, rank, endpoint, plane);
     if (!communicator.ok()) return communicator.status();
     AllReduceOptions o;
     o.algorithm = AlgorithmOf(spec.sync.algorithm);
@@ -390,8 +501,8 @@ GossipBackendFactory MakeAllReduceBackendFactory() {
   };
 }
 
-GossipBackendFactory MakeServerlessBackendFactory() {
-  return [gossip = MakeGossipBackendFactory(), allreduce = MakeAllReduceBackendFactory()](
+GossipBackendFactory MakeServerlessBackendFactory(CollectivePlane plane) {
+  return [gossip = MakeGossipBackendFactory(), allreduce = MakeAllReduceBackendFactory(plane)](
              const JobSpec& spec, const NodeTable& table, int rank,
              Endpoint& endpoint) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
     return spec.sync.allreduce() ? allreduce(spec, table, rank, endpoint)

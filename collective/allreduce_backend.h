@@ -33,6 +33,7 @@
 
 #include "collective/communicator.h"
 #include "compression/codec.h"
+#include "core/net.h"
 #include "optim/optimizer.h"
 #include "worker/replicated_model.h"
 #include "worker/sync_backend.h"
@@ -125,12 +126,34 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkers(const JobSpec& spec
                                                              Endpoint& endpoint);
 Algorithm AlgorithmOf(AllReduceAlgorithm algorithm);
 
+// Where `--sync allreduce` workers' collectives travel.
+struct CollectivePlane {
+  // Offer a TcpTransport of their own (core/tcp_transport.h: no I/O thread between the socket
+  // and the collective, docs/COLLECTIVES.md measures it against ZeroMQ). It neither encrypts
+  // nor authenticates, so a job with a key keeps its collectives on the CURVE-encrypted data
+  // endpoint (false).
+  bool tcp = false;
+  // The plane's listening port comes from these (the node's --ports); any: a free one.
+  PortRange ports;
+};
+
+// As ConnectWorkers; then, with more than one worker, the workers trade the addresses of
+// their TCP planes (each listening on the host of the address it registered) with an
+// all-gather over `endpoint`. When every worker offers one, every pair connects both ways and
+// the communicator runs over the plane and owns it; when any worker offers none (a key, no
+// free port), all stay on `endpoint`, so the ranks always agree.
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOverTcp(const JobSpec& spec,
+                                                                    const NodeTable& table,
+                                                                    int rank, Endpoint& endpoint,
+                                                                    CollectivePlane plane);
+
 // Builds an AllReduceBackend from the job spec: a communicator over every worker's data
-// endpoint, hosts told apart by the address each listens on (for the hierarchical algorithm).
-GossipBackendFactory MakeAllReduceBackendFactory();
+// endpoint (or over `plane`), hosts told apart by the address each listens on (for the
+// hierarchical algorithm).
+GossipBackendFactory MakeAllReduceBackendFactory(CollectivePlane plane = {});
 
 // The backend factory of every serverless mode: gossip or all-reduce, as the spec says.
-GossipBackendFactory MakeServerlessBackendFactory();
+GossipBackendFactory MakeServerlessBackendFactory(CollectivePlane plane = {});
 
 }  // namespace syncline
 

@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <tuple>
@@ -100,6 +101,9 @@ class Communicator {
 
   const CollectiveCounters& counters() const { return counters_; }
 
+  // Keeps `resources` (the transport of an endpoint of its own, say) as long as this lives.
+  void Own(std::shared_ptr<void> resources) { owned_ = std::move(resources); }
+
  private:
   // Identifies one message of a collective: operation sequence number, phase, step, segment.
   struct Tag {
@@ -135,6 +139,7 @@ class Communicator {
   absl::Status Pump(int from, const Tag& tag, absl::Time deadline);
   std::string Describe(int from, const Tag& tag) const;
 
+  std::shared_ptr<void> owned_;  // destroyed last
   Endpoint* const endpoint_;
   const int rank_;
   const std::vector<std::string> peers_;
