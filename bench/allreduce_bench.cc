@@ -325,10 +325,10 @@ struct Settings {
   size_t min_bytes = 4 * kKiB;
   size_t max_bytes = 256 * kMiB;
   int factor = 4;
-  std::vector<std::string> impls;  // empty: every one available
-  double spin_us = 0;              // TcpOptions::spin
-  double sample_ms = 50;           // a sample lasts at least this long (batching small ops)
-  double budget_s = 4;             // per size and implementation: samples within this time
+  std::vector<std::string> impls;                                  // empty: every one available
+  double spin_us = absl::ToDoubleMicroseconds(TcpOptions{}.spin);  // TcpOptions::spin
+  double sample_ms = 50;  // a sample lasts at least this long (batching small ops)
+  double budget_s = 4;    // per size and implementation: samples within this time
   int min_samples = 3;
   int max_samples = 15;
   double timeout_s = 300;
@@ -780,8 +780,10 @@ int Main(int argc, char** argv) {
   app.add_option("--min-samples", settings.min_samples)->check(CLI::Range(1, 1000));
   app.add_option("--timeout-s", settings.timeout_s, "one op's timeout (Syncline, Gloo)")
       ->check(CLI::Range(1.0, 3600.0));
-  app.add_option("--spin-us", settings.spin_us,
-                 "TcpTransport: poll without sleeping this long before sleeping in a receive")
+  app.add_option(
+         "--spin-us", settings.spin_us,
+         "TcpTransport: poll without sleeping (yielding the core) this long before sleeping in a "
+         "receive; the default is the product's")
       ->check(CLI::Range(0.0, 1e6));
   app.add_option("--io-threads", settings.io_threads, "ZeroMQ I/O threads per Syncline rank")
       ->check(CLI::Range(1, 16));

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/inproc_transport.h"
+#include "core/node_table.h"
 
 namespace syncline {
 namespace {
@@ -129,6 +130,55 @@ TEST(AllReduceBackendTest, DenseBatchesAreAllReducedAndHalvesTravelAsHalves) {
     worst = std::max(worst, std::abs(double{half_dense[0][i]} - half_sparse[0][i]));
   }
   EXPECT_LT(worst, 0.02);
+}
+
+// Workers meet over their data endpoints and move to the TCP plane only when every one of them
+// offers it: each all-reduce then gives the sum, and the megabyte it moves travels over the
+// plane, not the data endpoint; when one worker offers none (a keyed job), all of them stay.
+TEST(AllReduceBackendTest, TheTcpPlaneIsTakenOnlyWhenEveryWorkerOffersOne) {
+  constexpr int kN = 3;
+  constexpr size_t kFloats = 256 * 1024;  // 1 MiB
+  for (int refuser : {-1, 1}) {
+    SCOPED_TRACE(refuser < 0 ? "every worker offers a plane" : "w1 offers none");
+    InprocTransport transport;
+    NodeTable table;
+    table.num_workers = kN;
+    std::vector<std::unique_ptr<Endpoint>> endpoints;
+    for (int r = 0; r < kN; ++r) {
+      const std::string id = DataEndpointId(wire::Role::WORKER, r);
+      endpoints.push_back(*transport.CreateEndpoint(id));
+      table.nodes.push_back({wire::Role::WORKER, r, id, *endpoints.back()->Bind("inproc://" + id)});
+    }
+    JobSpec spec;
+    spec.timeouts.request_s = spec.timeouts.peer_s = 10;
+    std::vector<std::vector<float>> results(kN);
+    std::vector<absl::Status> statuses(kN);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kN; ++r) {
+      threads.emplace_back([&, r] {
+        CollectivePlane plane;
+        plane.tcp = r != refuser;
+        auto communicator = ConnectWorkersOverTcp(spec, table, r, *endpoints[r], plane);
+        if (!communicator.ok()) {
+          statuses[r] = communicator.status();
+          return;
+        }
+        results[r].assign(kFloats, static_cast<float>(r + 1));
+        statuses[r] = (*communicator)->AllReduce(results[r], Algorithm::kRing);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < kN; ++r) {
+      ASSERT_TRUE(statuses[r].ok()) << statuses[r];
+      ASSERT_EQ(results[r], std::vector<float>(kFloats, 6.0f)) << "rank " << r;
+      const uint64_t on_data_endpoint = endpoints[r]->counters().bytes_sent;
+      if (refuser < 0) {
+        EXPECT_LT(on_data_endpoint, 16 * 1024u) << "rank " << r << ": only the address trade";
+      } else {
+        EXPECT_GT(on_data_endpoint, kFloats * sizeof(float)) << "rank " << r;
+      }
+    }
+  }
 }
 
 }  // namespace

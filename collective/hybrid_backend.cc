@@ -164,14 +164,15 @@ absl::Status HybridBackend::RestoreState(std::string_view state) {
   return absl::OkStatus();
 }
 
-HybridBackendFactory MakeHybridBackendFactory() {
-  return [](const JobSpec& spec, const NodeTable& table, int rank, Endpoint& peers,
-            std::unique_ptr<SyncBackend> rows) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
-    auto communicator = ConnectWorkers(spec, table, rank, peers);
-    if (!communicator.ok()) return communicator.status();
-    return std::unique_ptr<SyncBackend>(std::make_unique<HybridBackend>(
-        std::move(rows), std::move(*communicator), AlgorithmOf(spec.sync.algorithm)));
-  };
+HybridBackendFactory MakeHybridBackendFactory(CollectivePlane plane) {
+  return
+      [plane](const JobSpec& spec, const NodeTable& table, int rank, Endpoint& peers,
+              std::unique_ptr<SyncBackend> rows) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
+        auto communicator = ConnectWorkersOverTcp(spec, table, rank, peers, plane);
+        if (!communicator.ok()) return communicator.status();
+        return std::unique_ptr<SyncBackend>(std::make_unique<HybridBackend>(
+            std::move(rows), std::move(*communicator), AlgorithmOf(spec.sync.algorithm)));
+      };
 }
 
 }  // namespace syncline

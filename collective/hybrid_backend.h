@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "collective/allreduce_backend.h"
 #include "collective/communicator.h"
 #include "optim/optimizer.h"
 #include "worker/sync_backend.h"
@@ -84,8 +85,9 @@ class HybridBackend : public SyncBackend {
   bool finished_ = false;
 };
 
-// The HybridBackend of a --sync hybrid worker (worker/worker_node.h).
-HybridBackendFactory MakeHybridBackendFactory();
+// The HybridBackend of a --sync hybrid worker (worker/worker_node.h); its dense all-reduce
+// takes the workers' TCP plane when every worker offers one (ConnectWorkersOverTcp).
+HybridBackendFactory MakeHybridBackendFactory(CollectivePlane plane = {});
 
 }  // namespace syncline
 

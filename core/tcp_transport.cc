@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -237,7 +238,12 @@ class TcpEndpoint : public Endpoint {
         }
         break;
       }
-      Progress(now < spin_until ? now : deadline);
+      if (now >= spin_until) {
+        Progress(deadline);
+      } else if (!Progress(now)) {
+        // Spinning: give the core to another runnable thread, if any (ranks may share cores).
+        sched_yield();
+      }
     }
     Message m = std::move(inbox_.front());
     inbox_.pop_front();

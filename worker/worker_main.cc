@@ -61,12 +61,13 @@ int Main(int argc, char** argv) {
     SetLogTag("w" + std::to_string(options.rank));
     SYNCLINE_LOG(INFO) << "joining the running job as w" << options.rank;
   }
-  // All-reduce collectives take a direct TCP plane unless the job encrypts its traffic.
+  // All-reduce and hybrid collectives take a direct TCP plane unless the job encrypts its
+  // traffic.
   CollectivePlane plane;
   plane.tcp = transport_options->key == nullptr;
   plane.ports = options.ports;
   const NodeExit exit = WorkerNode(transport, options, MakeServerlessBackendFactory(plane),
-                                   MakeHybridBackendFactory())
+                                   MakeHybridBackendFactory(plane))
                             .Run();
   if (!exit.status.ok()) SYNCLINE_LOG(ERROR) << exit.status;
   return exit.exit_code();
