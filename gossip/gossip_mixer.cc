@@ -53,6 +53,11 @@ absl::Status GossipMixer::Init(size_t size) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "gossip needs the ids of all %d peers, got %d", n, options_.peer_ids.size()));
   }
+  const int initial = options_.initial_peers == 0 ? n : options_.initial_peers;
+  if (initial < 1 || initial > n) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("gossip initial_peers %d is not in [1, %d]", options_.initial_peers, n));
+  }
   if (options_.peer_timeout <= absl::ZeroDuration() || options_.max_steps_ahead < 1) {
     return absl::InvalidArgumentError("gossip peer_timeout and max_steps_ahead must be positive");
   }
@@ -75,6 +80,16 @@ absl::Status GossipMixer::Init(size_t size) {
   edges_.clear();
   size_ = size;
   gone_from_.assign(n, kAlive);
+  joined_from_.assign(n, kAlive);
+  std::fill(joined_from_.begin(), joined_from_.begin() + initial, 0);
+  // A joiner opens the connections to every rank below it (gossip_peer.cc): it may send to
+  // them at once. Others hear from a joiner before they send to it.
+  heard_.assign(n, false);
+  for (int r = 0; r < n; ++r)
+    heard_[r] = r < initial || (options_.rank >= initial && r < options_.rank);
+  entry_step_ = -1;
+  welcome_requests_.clear();
+  holds_mass_ = true;
   dead_.assign(n, false);
   start_time_ = absl::Now();
   last_heard_.assign(n, start_time_);
@@ -97,9 +112,160 @@ std::string GossipMixer::Name(int rank) const {
 std::vector<int> GossipMixer::Members(int64_t step) const {
   std::vector<int> members;
   for (int r = 0; r < options_.num_peers; ++r) {
-    if (r == options_.rank || gone_from_[r] > step) members.push_back(r);
+    if (r == options_.rank || (joined_from_[r] <= step && gone_from_[r] > step)) {
+      members.push_back(r);
+    }
   }
   return members;
+}
+
+bool GossipMixer::Reachable(int rank) const {
+  return rank != options_.rank && !dead_[rank] && gone_from_[rank] == kAlive &&
+         joined_from_[rank] != kAlive && heard_[rank];
+}
+
+absl::Status GossipMixer::Admit(int rank, int64_t first_step, std::span<const int> members) {
+  if (!initialized_) return absl::FailedPreconditionError("GossipMixer::Init was not called");
+  const int n = options_.num_peers;
+  const int initial = options_.initial_peers == 0 ? n : options_.initial_peers;
+  if (rank < initial || rank >= n || first_step < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "gossip arrival of rank %d at step %d: joiners are ranks in [%d, %d) at steps >= 0", rank,
+        first_step, initial, n));
+  }
+  for (int m : members) {
+    if (m < 0 || m >= n) {
+      return absl::InvalidArgumentError(absl::StrFormat("gossip arrival names member %d", m));
+    }
+  }
+  if (choco_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gossip with compressed differences (codec ", CodecName(options_.codec),
+                     ") takes no joins: a joiner has no public copies to start from"));
+  }
+  if (joined_from_[rank] != kAlive) return absl::OkStatus();  // heard before
+  joined_from_[rank] = first_step;
+  if (rank != options_.rank) {
+    // Its silence counts from now: it may still be starting.
+    last_heard_[rank] = std::max(last_heard_[rank], absl::Now());
+    SYNCLINE_LOG(INFO) << "gossip peer " << Name(rank) << " joins at step " << first_step;
+    return absl::OkStatus();
+  }
+  // This node joins: the ranks still training are its graph; every other rank below it has
+  // finished or died (ranks above it join later, if ever).
+  std::vector<bool> member(n, false);
+  for (int m : members) member[m] = true;
+  for (int r = 0; r < rank; ++r) {
+    if (member[r]) {
+      joined_from_[r] = std::min(joined_from_[r], first_step);
+    } else {
+      gone_from_[r] = std::min(gone_from_[r], first_step);
+    }
+  }
+  entry_step_ = first_step;
+  current_step_ = first_step - 1;
+  if (options_.asynchronous) {
+    weight_ = 0;  // it brings no mass: its first shares give it the others' estimate
+    holds_mass_ = false;
+  }
+  SYNCLINE_LOG(INFO) << "gossip: this node joins at step " << first_step << " with "
+                     << members.size() << " peers still training";
+  return absl::OkStatus();
+}
+
+absl::Status GossipMixer::Enter(std::span<float> values) {
+  if (!initialized_ || entry_step_ < 0) {
+    return absl::FailedPreconditionError("gossip Enter: not a joiner that has yet to enter");
+  }
+  if (values.size() != size_) return absl::InvalidArgumentError("gossip vector size");
+  const int64_t step = entry_step_;
+  entry_step_ = -1;
+  const int self = options_.rank;
+  const std::vector<int> members = Members(step);
+  std::vector<int> asked =
+      options_.asynchronous ? PushSumInPeers(options_.topology, members, self)
+                            : SyncNeighbours(options_.topology, members, self, step, options_.seed);
+  if (options_.asynchronous && asked.empty() && members.size() > 1) {
+    // Random push-sum's in-peers are not predictable: the previous member is asked.
+    const size_t at = std::find(members.begin(), members.end(), self) - members.begin();
+    asked.push_back(members[(at + members.size() - 1) % members.size()]);
+  }
+  std::set<int> waiting;
+  for (int r : members) {
+    if (r == self) continue;
+    const bool ask = std::find(asked.begin(), asked.end(), r) != asked.end();
+    MessageBuilder b(wire::MsgType::JOIN);
+    auto h = b.header();
+    h.setRole(wire::Role::WORKER);
+    h.setRank(self);
+    h.setClock(step);
+    h.setRangeBegin(ask ? 1 : 0);
+    if (auto s =
+            endpoint_->Send(options_.peer_ids[r], b.Finish(), absl::Now() + options_.peer_timeout);
+        !s.ok()) {
+      // The first round finds out whether it is dead.
+      SYNCLINE_LOG(WARNING) << "gossip: could not greet " << Name(r) << ": " << s;
+      continue;
+    }
+    if (ask) waiting.insert(r);
+  }
+  // Within half a timeout: the peers that got the hello count this node's silence from then.
+  const absl::Time deadline = absl::Now() + options_.peer_timeout / 2;
+  std::vector<std::vector<float>> models;
+  while (!waiting.empty()) {
+    auto s = ReceiveOne(deadline);
+    if (absl::IsDeadlineExceeded(s)) break;
+    if (!s.ok()) return s;
+    for (const Incoming& in : arrived_) {
+      if (in.step < step) waiting.erase(in.rank);
+    }
+    if (options_.asynchronous) continue;  // shares, merged below
+    for (Incoming& in : arrived_) {
+      if (in.step < step) {
+        models.push_back(std::move(in.values));
+      } else if (in.step <= step + options_.max_steps_ahead) {
+        early_[in.step].push_back(std::move(in));
+      }
+    }
+    arrived_.clear();
+  }
+  for (int r : waiting) {
+    SYNCLINE_LOG(WARNING) << "gossip: no model from " << Name(r) << " within "
+                          << absl::FormatDuration(options_.peer_timeout / 2) << " of the hello";
+  }
+  if (options_.asynchronous) {
+    MergeArrived(values);
+    SYNCLINE_LOG(INFO) << "push-sum: entered at step " << step << " with weight " << weight_
+                       << " from " << asked.size() - waiting.size() << " peers' shares";
+    return absl::OkStatus();
+  }
+  if (models.empty()) {
+    SYNCLINE_LOG(WARNING) << "gossip: entered at step " << step
+                          << " with no neighbour's model: its own zeros mix in";
+    return absl::OkStatus();
+  }
+  for (size_t k = 0; k < size_; ++k) {
+    double sum = 0;
+    for (const std::vector<float>& m : models) sum += m[k];
+    values[k] = static_cast<float>(sum / models.size());
+  }
+  SYNCLINE_LOG(INFO) << "gossip: entered at step " << step << " with the mean of " << models.size()
+                     << " neighbours' models";
+  return absl::OkStatus();
+}
+
+void GossipMixer::AnswerWelcomes(std::span<const float> values) {
+  for (const auto& [rank, first_step] : welcome_requests_) {
+    if (dead_[rank]) continue;
+    // Push-sum: half of this node's weight goes with its model, so that no mass is made.
+    const double share = options_.asynchronous ? static_cast<float>(weight_ / 2) : 0.0;
+    if (SendValues(rank, first_step - 1, 1, share, Encode(values)).ok()) {
+      weight_ -= share;
+      SYNCLINE_LOG(INFO) << "gossip: sent this node's model to joiner " << Name(rank)
+                         << (options_.asynchronous ? absl::StrCat(" with weight ", share) : "");
+    }
+  }
+  welcome_requests_.clear();
 }
 
 std::vector<int> GossipMixer::dead_peers() const {
@@ -193,17 +359,19 @@ void GossipMixer::MarkGone(int rank, int64_t from_step, bool dead, const std::st
 }
 
 void GossipMixer::EnterEra(uint32_t era) {
-  SYNCLINE_LOG(INFO) << "push-sum: weight " << weight_ << " reset to 1 after a peer's death (era "
-                     << era << ")";
+  // A joiner that has held no weight yet brought none that the era's count could include.
+  const double weight = holds_mass_ ? 1.0 : 0.0;
+  SYNCLINE_LOG(INFO) << "push-sum: weight " << weight_ << " reset to " << weight
+                     << " after a peer's death (era " << era << ")";
   era_ = era;
-  weight_ = 1.0;
+  weight_ = weight;
 }
 
 void GossipMixer::DeclareDead(int rank, int64_t from_step, const std::string& why) {
   if (dead_[rank]) return;
   MarkGone(rank, from_step, true, why);
   for (int r = 0; r < options_.num_peers; ++r) {
-    if (r == options_.rank || r == rank || dead_[r] || gone_from_[r] != kAlive) continue;
+    if (r == rank || !Reachable(r)) continue;
     MessageBuilder b(wire::MsgType::NODE_DOWN);
     auto h = b.header();
     h.setRole(wire::Role::WORKER);
@@ -219,7 +387,7 @@ void GossipMixer::DeclareDead(int rank, int64_t from_step, const std::string& wh
 
 void GossipMixer::SendHeartbeats() {
   for (int r = 0; r < options_.num_peers; ++r) {
-    if (r == options_.rank || dead_[r] || gone_from_[r] != kAlive) continue;
+    if (!Reachable(r)) continue;
     (void)endpoint_->Send(options_.peer_ids[r],
                           MakeSimple(wire::MsgType::HEARTBEAT, wire::Role::WORKER, options_.rank),
                           absl::Now() + options_.peer_timeout);
@@ -243,7 +411,7 @@ void GossipMixer::Leave(int64_t next_step, std::span<const float> values) {
   if (options_.asynchronous && values.size() == size_ && weight_ > 0) {
     for (int k = 1; k < options_.num_peers; ++k) {
       const int r = (options_.rank + k) % options_.num_peers;
-      if (dead_[r] || gone_from_[r] != kAlive) continue;
+      if (!Reachable(r)) continue;
       // Rounded to what the header carries, as every push-sum share.
       const double share = static_cast<float>(weight_);
       if (SendValues(r, std::max<int64_t>(current_step_, 0), 1, share, Encode(values)).ok()) {
@@ -254,7 +422,7 @@ void GossipMixer::Leave(int64_t next_step, std::span<const float> values) {
     }
   }
   for (int r = 0; r < options_.num_peers; ++r) {
-    if (r == options_.rank || dead_[r] || gone_from_[r] != kAlive) continue;
+    if (!Reachable(r)) continue;
     MessageBuilder b(wire::MsgType::FINISH);
     auto h = b.header();
     h.setRole(wire::Role::WORKER);
@@ -339,6 +507,7 @@ void GossipMixer::Handle(Message message) {
     return;
   }
   last_heard_[rank] = absl::Now();
+  heard_[rank] = true;  // its connection is up: this node may send to it
   // Push-sum: a peer declared dead that is alive after all (a timeout too short) is in an era
   // of its own; its shares and reports would add weight, or deaths, that nobody else counts.
   if (options_.asynchronous && dead_[rank] &&
@@ -384,6 +553,13 @@ void GossipMixer::Handle(Message message) {
       return;
     case wire::MsgType::HEARTBEAT:
       return;  // last_heard_ is all it is for
+    case wire::MsgType::JOIN:
+      // A joiner's hello (heard_ is set); rangeBegin 1: it asks for this node's model, which
+      // goes as soon as this node holds its vector (a round, or a push-sum drain).
+      if (h.getRangeBegin() == 1 && h.getClock() >= 0 && !dead_[rank]) {
+        welcome_requests_.emplace_back(rank, h.getClock());
+      }
+      return;
     default:
       SYNCLINE_LOG(WARNING) << "gossip: ignored a " << MsgTypeName(h.getType()) << " from "
                             << Name(rank);
@@ -462,6 +638,7 @@ absl::Status GossipMixer::MixSynchronous(int64_t step, std::span<float> values) 
       if (s == step) skipped.insert(rank);
     }
     skipped_.clear();
+    if (!welcome_requests_.empty()) AnswerWelcomes(values);
   };
   while (true) {
     // Who this step waits for: the graph's neighbours in the current view, and anyone who sent
@@ -477,7 +654,8 @@ absl::Status GossipMixer::MixSynchronous(int64_t step, std::span<float> values) 
     }
     bool changed = false;
     for (int r : expected) {
-      if (sent.count(r) > 0) continue;
+      // A joiner not heard from yet is waited for: its hello comes first.
+      if (sent.count(r) > 0 || !heard_[r]) continue;
       sent.insert(r);
       std::vector<float> block_value;
       const Frame frame = choco_ ? EncodeDifference(r, values, &block_value) : payload;
@@ -679,7 +857,13 @@ absl::Status GossipMixer::DrainIncoming(std::span<float> values) {
     if (!s.ok()) return s;
   }
   skipped_.clear();
-  if (arrived_.empty()) return absl::OkStatus();
+  MergeArrived(values);
+  if (!welcome_requests_.empty()) AnswerWelcomes(values);
+  return absl::OkStatus();
+}
+
+void GossipMixer::MergeArrived(std::span<float> values) {
+  if (arrived_.empty()) return;
   std::vector<std::span<const float>> received;
   for (const Incoming& in : arrived_) received.push_back(in.values);
   RecordProxy(values, received);
@@ -700,9 +884,9 @@ absl::Status GossipMixer::DrainIncoming(std::span<float> values) {
       values[k] = static_cast<float>((weight_ * values[k] + in.weight * in.values[k]) / total);
     }
     weight_ = total;
+    if (in.weight > 0) holds_mass_ = true;
   }
   arrived_.clear();
-  return absl::OkStatus();
 }
 
 absl::Status GossipMixer::MixPushSum(int64_t step, std::span<float> values) {
@@ -718,9 +902,10 @@ absl::Status GossipMixer::MixPushSum(int64_t step, std::span<float> values) {
   std::vector<int> out;
   for (int r :
        PushSumOutPeers(options_.topology, Members(step), options_.rank, step, options_.seed)) {
-    if (!dead_[r]) out.push_back(r);
+    if (!dead_[r] && heard_[r]) out.push_back(r);
   }
-  if (out.empty()) return absl::OkStatus();
+  // A joiner without weight yet has no mass to give.
+  if (out.empty() || weight_ <= 0) return absl::OkStatus();
   // Rounded to what the header carries, so that what leaves here is exactly what arrives.
   const double share = static_cast<float>(weight_ / (out.size() + 1));
   const Frame payload = Encode(values);

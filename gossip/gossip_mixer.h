@@ -58,6 +58,23 @@
 // held is gone. A finishing node's weight, handed to its heir (Leave), counts until the next
 // death, which resets the heir's weight to 1 as every other's.
 //
+// Joins (a worker started with --join; docs/FAULT_TOLERANCE.md): ranks from initial_peers on
+// take no part until every node has admitted them (Admit, from the arrival that every worker
+// hears in the order of departures, before it prepares the joiner's first step): from that step
+// on every node's graph holds the joiner, so all switch graphs at the same step. The joiner
+// connects to the others; a node sends a joiner nothing until it has heard from it (before, its
+// endpoint may not know the joiner's address). Before its first step the joiner says hello to
+// every member (Enter) and asks its neighbours of that step (push-sum: its in-peers) for their
+// models. Synchronous: its vector becomes their mean, with no weight of its own; its first
+// round then mixes as any other. Push-sum: each asked node answers with a share of half its
+// weight, so the joiner, which starts with weight 0 and brings no mass, holds their estimate and
+// weight taken from theirs; the weights of all nodes and messages still sum to the number of
+// peers that held weight when the era began (3 peers and a joiner: 3). A death resets every
+// node that holds weight to 1, the joiner included once it has received a share; a joiner that
+// holds none yet enters the era with weight 0. A rank is never reused, so a dead rank is never
+// admitted again, and a rank not admitted is never counted dead. CHOCO refuses joins (a joiner
+// has no public copies to start from).
+//
 // Thread-safety: thread-compatible; the endpoint must be used by nobody else meanwhile.
 #ifndef SYNCLINE_GOSSIP_GOSSIP_MIXER_H_
 #define SYNCLINE_GOSSIP_GOSSIP_MIXER_H_
@@ -103,7 +120,23 @@ class GossipMixer {
   // node's `values` (Init's size) first hands its weight and mass to the next live peer.
   void Leave(int64_t next_step, std::span<const float> values = {});
 
-  // Push-sum weight of this node (1 at the start, and after each peer's death).
+  // Rank `rank` (a joiner, from initial_peers on) takes part in steps >= first_step. `members`
+  // are the ranks still training when it joined (the arrival's donors): for this node itself
+  // they are its view of the graph at first_step, every other rank being taken as gone.
+  // Idempotent; a rank declared dead stays dead. InvalidArgument for an initial rank, a rank
+  // out of range, a negative step or a compressed (CHOCO) mixer.
+  absl::Status Admit(int rank, int64_t first_step, std::span<const int> members);
+  // A joiner (Admit of its own rank), before its first step: says hello to every member and
+  // asks its neighbours of that step (push-sum: its in-peers) for their models, waiting at most
+  // peer_timeout / 2. Synchronous: `values` become the mean of those that came (none: kept,
+  // with a warning); push-sum: they come as shares of the senders' weight. Once only;
+  // FailedPrecondition for a node that is not a joiner or has entered.
+  absl::Status Enter(std::span<float> values);
+  // Whether this node is a joiner that has not entered yet.
+  bool must_enter() const { return entry_step_ >= 0; }
+
+  // Push-sum weight of this node (1 at the start, and after each peer's death; a joiner's starts
+  // at 0).
   double weight() const { return weight_; }
   // Push-sum: shares of an era this node had left when they arrived, dropped.
   uint64_t shares_dropped() const { return shares_dropped_; }
@@ -170,8 +203,15 @@ class GossipMixer {
   // `era`: push-sum, the era the share belongs to (default: this node's).
   absl::Status SendValues(int peer, int64_t step, int degree, double weight, const Frame& payload,
                           uint64_t exchanges = 0, std::optional<uint32_t> era = std::nullopt);
-  // Push-sum: starts era `era` (weight 1, model kept).
+  // Push-sum: starts era `era` (weight 1, model kept; 0 for a joiner that never held weight).
   void EnterEra(uint32_t era);
+  // Push-sum: adds the shares in arrived_ to (values, weight_), dropping those of past eras.
+  void MergeArrived(std::span<float> values);
+  // Sends the models that joiners asked for (welcome_requests_): push-sum, as shares of half
+  // this node's weight.
+  void AnswerWelcomes(std::span<const float> values);
+  // Whether this node sends to `rank` now: alive, admitted, not gone and heard from.
+  bool Reachable(int rank) const;
   // Bit r set: rank r (< 64) is known dead here.
   uint64_t DeadMask() const;
   void SendSkip(int peer, int64_t step);
@@ -197,7 +237,11 @@ class GossipMixer {
   std::vector<float> difference_;
 
   static constexpr int64_t kAlive = INT64_MAX;
-  std::vector<int64_t> gone_from_;  // per rank: first step without it
+  std::vector<int64_t> gone_from_;    // per rank: first step without it
+  std::vector<int64_t> joined_from_;  // per rank: first step with it (kAlive: not admitted)
+  std::vector<bool> heard_;           // per rank: its connection is known to be up
+  int64_t entry_step_ = -1;           // a joiner that has not entered: its first step
+  std::vector<std::pair<int, int64_t>> welcome_requests_;  // (joiner, its first step)
   std::vector<bool> dead_;
   std::vector<absl::Time> last_heard_;
   absl::Time start_time_;
@@ -210,6 +254,7 @@ class GossipMixer {
   double weight_ = 1.0;          // push-sum
   uint32_t era_ = 0;             // push-sum: the era this node's weight belongs to
   uint32_t deaths_ = 0;          // peers this node knows dead
+  bool holds_mass_ = true;       // push-sum: false for a joiner until its first share
   bool left_ = false;            // Leave was called
   uint64_t shares_dropped_ = 0;  // push-sum: shares of a past era
   double proxy_sum_ = 0;

@@ -405,6 +405,211 @@ TEST(PushSumDeathTest, TheSurvivorsWeightsSumToTheirCount) {
   EXPECT_LT(MaxError(x[1], std::vector<double>(x[3].begin(), x[3].end())), 1e-4);
 }
 
+// Three peers mix; a fourth (rank 3, initial_peers 3) joins at round kJoinRound, as a worker
+// started with --join: every peer admits it before that round (the arrival), the joiner says
+// hello and takes its neighbours' models (Enter). Its own starting vector is far off (1e6), so
+// that any weight it kept would show.
+constexpr int kJoiner = 3;
+constexpr int64_t kJoinRound = 10;
+
+GossipOptions JoinOptions(GossipTopology topology, bool async) {
+  GossipOptions o = Options(topology, async);
+  o.initial_peers = 3;
+  return o;
+}
+
+// Per coordinate, whether v lies within the range of the first `n` vectors of x (to `slack`).
+bool WithinRange(const std::vector<float>& v, const std::vector<std::vector<float>>& x, int n,
+                 double slack) {
+  for (size_t k = 0; k < v.size(); ++k) {
+    double lo = x[0][k], hi = x[0][k];
+    for (int r = 1; r < n; ++r) {
+      lo = std::min<double>(lo, x[r][k]);
+      hi = std::max<double>(hi, x[r][k]);
+    }
+    if (v[k] < lo - slack || v[k] > hi + slack) return false;
+  }
+  return true;
+}
+
+class GossipJoinTest : public testing::TestWithParam<GossipTopology> {};
+
+TEST_P(GossipJoinTest, EveryPeerSwitchesGraphAtTheJoinersFirstRoundAndAllAgree) {
+  SCOPED_TRACE(testing::Message() << "seed " << kSeed);
+  constexpr int n = 4, rounds = 120;
+  auto x = RandomVectors(n, 16, kSeed + 21);
+  const auto start = x;
+  std::fill(x[kJoiner].begin(), x[kJoiner].end(), 1e6f);
+  Cluster cluster(n, JoinOptions(GetParam(), /*async=*/false));
+  const std::vector<int> donors = {0, 1, 2};
+  std::vector<std::vector<int>> before(n), after(n);
+  cluster.Run([&](int r, GossipMixer& m) {
+    ASSERT_TRUE(m.Init(16).ok());
+    if (r == kJoiner) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // it starts late
+      ASSERT_TRUE(m.Admit(kJoiner, kJoinRound, donors).ok());
+      ASSERT_TRUE(m.must_enter());
+      ASSERT_TRUE(m.Enter(x[r]).ok());
+      EXPECT_TRUE(WithinRange(x[r], start, 3, 1e-6)) << "the joiner kept some of its own vector";
+    }
+    for (int64_t t = r == kJoiner ? kJoinRound : 0; t < rounds; ++t) {
+      if (t == kJoinRound && r != kJoiner) {
+        before[r] = m.Members(kJoinRound);
+        ASSERT_TRUE(m.Admit(kJoiner, kJoinRound, donors).ok());
+        ASSERT_TRUE(m.Admit(kJoiner, kJoinRound, donors).ok());  // heard twice: once
+      }
+      if (t == kJoinRound) after[r] = m.Members(kJoinRound);
+      ASSERT_TRUE(m.MixOnce(t, x[r]).ok());
+    }
+    m.Leave(rounds);
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(after[r], (std::vector<int>{0, 1, 2, 3})) << "node " << r;
+    if (r != kJoiner) {
+      EXPECT_EQ(before[r], (std::vector<int>{0, 1, 2})) << "node " << r;
+    }
+    EXPECT_TRUE(cluster.mixer(r).dead_peers().empty()) << "node " << r;
+  }
+  // The peers agree, on a model made of the first three's alone.
+  for (int r = 1; r < n; ++r) {
+    EXPECT_LT(MaxError(x[r], std::vector<double>(x[0].begin(), x[0].end())), 1e-4) << "node " << r;
+  }
+  EXPECT_TRUE(WithinRange(x[0], start, 3, 1e-5));
+}
+
+INSTANTIATE_TEST_SUITE_P(Topologies, GossipJoinTest,
+                         testing::Values(GossipTopology::kRing, GossipTopology::kExponential),
+                         [](const testing::TestParamInfo<GossipTopology>& info) {
+                           return std::string(GossipTopologyName(info.param));
+                         });
+
+// Push-sum: the joiner starts with weight 0 and brings no mass; its in-peers answer its hello
+// with half their weight each. So the weights still sum to 3, the number of peers that held
+// weight, and every peer, the joiner included, reaches the average of the first three's
+// vectors.
+class PushSumJoinTest : public testing::TestWithParam<GossipTopology> {};
+
+TEST_P(PushSumJoinTest, TheJoinerBringsNoMassAndTheWeightsStillSumToThree) {
+  SCOPED_TRACE(testing::Message() << "seed " << kSeed);
+  constexpr int n = 4, rounds = 400;
+  auto x = RandomVectors(n, 16, kSeed + 23);
+  std::fill(x[kJoiner].begin(), x[kJoiner].end(), 1e6f);
+  const auto mean = Mean(std::vector<std::vector<float>>(x.begin(), x.begin() + 3));
+  Cluster cluster(n, JoinOptions(GetParam(), /*async=*/true));
+  const std::vector<int> donors = {0, 1, 2};
+  std::barrier done(n);
+  std::vector<double> entered(n, -1), weights(n);
+  cluster.Run([&](int r, GossipMixer& m) {
+    ASSERT_TRUE(m.Init(16).ok());
+    if (r == kJoiner) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      ASSERT_TRUE(m.Admit(kJoiner, kJoinRound, donors).ok());
+      EXPECT_EQ(m.weight(), 0);
+      ASSERT_TRUE(m.Enter(x[r]).ok());
+      entered[r] = m.weight();
+    }
+    const int64_t first = r == kJoiner ? kJoinRound : 0;
+    for (int64_t t = first; t < first + rounds; ++t) {
+      if (t == kJoinRound && r != kJoiner) {
+        ASSERT_TRUE(m.Admit(kJoiner, kJoinRound, donors).ok());
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      ASSERT_TRUE(m.MixOnce(t, x[r]).ok());
+    }
+    done.arrive_and_wait();  // every send is done: what is not held is in a mailbox
+    ASSERT_TRUE(m.DrainIncoming(x[r]).ok());
+    weights[r] = m.weight();
+  });
+  EXPECT_GT(entered[kJoiner], 0) << "no share reached the joiner before its first round";
+  double total = 0;
+  for (double w : weights) total += w;
+  EXPECT_NEAR(total, 3, 1e-5) << "weights " << weights[0] << " " << weights[1] << " " << weights[2]
+                              << " " << weights[3];
+  for (int r = 0; r < n; ++r) EXPECT_LT(MaxError(x[r], mean), 1e-4) << "node " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Topologies, PushSumJoinTest,
+                         testing::Values(GossipTopology::kRing, GossipTopology::kExponential,
+                                         GossipTopology::kRandom),
+                         [](const testing::TestParamInfo<GossipTopology>& info) {
+                           return std::string(GossipTopologyName(info.param));
+                         });
+
+// A joiner learns of a death from the era its first share carries: it enters that era with the
+// weight it has (0), not 1, so the survivors' weights still sum to their count.
+TEST(PushSumJoinAfterDeathTest, TheJoinerEntersTheEraWithoutWeight) {
+  SCOPED_TRACE(testing::Message() << "seed " << kSeed);
+  constexpr int n = 5, victim = 1, joiner = 4;
+  auto x = RandomVectors(n, 16, kSeed + 25);
+  GossipOptions o = Options(GossipTopology::kRing, /*async=*/true);
+  o.initial_peers = 4;
+  o.peer_timeout = absl::Milliseconds(300);
+  Cluster cluster(n, o);
+  const std::vector<int> donors = {0, 2, 3};
+  std::barrier died(n - 1), done(n - 1);
+  std::vector<double> weights(n);
+  cluster.Run([&](int r, GossipMixer& m) {
+    ASSERT_TRUE(m.Init(16).ok());
+    if (r == victim) {
+      for (int t = 0; t < 5; ++t) ASSERT_TRUE(m.MixOnce(t, x[r]).ok());
+      cluster.Kill(victim);
+      return;
+    }
+    int64_t t = 0;
+    if (r != joiner) {
+      // Until every survivor has started the era of the death.
+      for (; m.dead_peers().empty(); ++t) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        ASSERT_TRUE(m.MixOnce(t, x[r]).ok());
+      }
+    }
+    died.arrive_and_wait();
+    constexpr int64_t kFirst = 100000;  // past every survivor's step
+    if (r == joiner) {
+      ASSERT_TRUE(m.Admit(joiner, kFirst, donors).ok());
+      ASSERT_TRUE(m.Enter(x[r]).ok());
+    } else {
+      ASSERT_TRUE(m.Admit(joiner, kFirst, donors).ok());
+    }
+    for (t = kFirst; t < kFirst + 300; ++t) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      ASSERT_TRUE(m.MixOnce(t, x[r]).ok());
+    }
+    done.arrive_and_wait();
+    ASSERT_TRUE(m.DrainIncoming(x[r]).ok());
+    weights[r] = m.weight();
+  });
+  EXPECT_EQ(cluster.mixer(joiner).dead_peers(), std::vector<int>{victim});
+  const double total = weights[0] + weights[2] + weights[3] + weights[4];
+  EXPECT_NEAR(total, 3, 1e-5) << "weights " << weights[0] << " " << weights[2] << " " << weights[3]
+                              << " " << weights[4];
+  for (int r : {2, 3, 4}) {
+    EXPECT_LT(MaxError(x[r], std::vector<double>(x[0].begin(), x[0].end())), 1e-4) << "node " << r;
+  }
+}
+
+TEST(GossipAdmitTest, RefusesBadArrivalsAndCompressedMixers) {
+  InprocTransport transport;
+  auto endpoint = *transport.CreateEndpoint("w0");
+  GossipOptions o = JoinOptions(GossipTopology::kRing, false);
+  o.num_peers = 4;
+  o.peer_ids = {"w0", "w1", "w2", "w3"};
+  GossipMixer mixer(endpoint.get(), o);
+  ASSERT_TRUE(mixer.Init(4).ok());
+  const std::vector<int> donors = {0, 1, 2};
+  EXPECT_TRUE(absl::IsInvalidArgument(mixer.Admit(2, 5, donors)));   // an initial rank
+  EXPECT_TRUE(absl::IsInvalidArgument(mixer.Admit(4, 5, donors)));   // out of range
+  EXPECT_TRUE(absl::IsInvalidArgument(mixer.Admit(3, -1, donors)));  // a negative step
+  std::vector<float> values(4);
+  EXPECT_TRUE(absl::IsFailedPrecondition(mixer.Enter(values)));
+  o.codec = *ParseCodec("topk:0.5");
+  GossipMixer choco(endpoint.get(), o);
+  ASSERT_TRUE(choco.Init(4).ok());
+  const absl::Status s = choco.Admit(3, 5, donors);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_NE(s.message().find("takes no joins"), std::string::npos) << s;
+}
+
 // Node `victim` takes part in `victim_rounds` rounds, then dies: with its endpoint closed
 // (sends to it fail) or silent with its endpoint open (only the timeout finds it). CHOCO codecs
 // converge more slowly, so they run more rounds to a looser bound.

@@ -25,6 +25,10 @@ struct GossipOptions {
   // Data endpoint ids of all workers by rank ("w0", "w1", ...); the endpoint given to the
   // backend is already connected to each. peer_ids[rank] is this worker's own id.
   std::vector<std::string> peer_ids;
+  // Ranks below this take part from step 0; the others, up to num_peers (the job's
+  // --max-workers), are joiners: each takes part only from the first step of its arrival
+  // (GossipMixer::Admit). 0: every rank takes part from the start.
+  int initial_peers = 0;
   // Seeds the random topology: every node computes the same graph without talking.
   uint64_t seed = 1;
   // A peer that sends nothing for this long while it is awaited is declared dead (also one
