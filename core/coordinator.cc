@@ -842,7 +842,9 @@ void Coordinator::CompleteArrival() {
   std::sort(cuts.begin(), cuts.end());
   int64_t first_clock = 0;
   for (size_t i = 0; i < cuts.size(); ++i) {
-    first_clock = i == 0 ? cuts[i].second : std::min(first_clock, cuts[i].second);
+    first_clock = i == 0                         ? cuts[i].second
+                  : options_.enter_at_latest_cut ? std::max(first_clock, cuts[i].second)
+                                                 : std::min(first_clock, cuts[i].second);
   }
   MessageBuilder b(wire::MsgType::ARRIVAL);
   b.header().setRole(wire::Role::COORDINATOR);

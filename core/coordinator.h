@@ -61,6 +61,10 @@ struct CoordinatorOptions {
   // it is given), up to this many workers in all; 0 or num_workers: none. Each donor still
   // training gives the joiner a share of its batches from a cut it names (worker/work_plan.h).
   int max_workers = 0;
+  // A joiner's first clock is the latest of the donors' cuts instead of the earliest. Gossip
+  // peers switch graphs at the joiner's first step, which no donor may have mixed before it
+  // hears the arrival (a donor prepares nothing at or past its own cut until then).
+  bool enter_at_latest_cut = false;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   // A node silent for this long is declared down.
   absl::Duration heartbeat_timeout = absl::Seconds(5);

@@ -19,6 +19,10 @@ absl::Status GossipBackend::Init(const ParameterLayout& layout) {
 
 absl::Status GossipBackend::Read(int64_t clock, std::span<const uint64_t> keys,
                                  std::span<float> rows, std::span<float> bias) {
+  // A joiner's first step starts from its neighbours' models, not from zeros.
+  if (mixer_.must_enter()) {
+    if (auto s = mixer_.Enter(model_.parameters()); !s.ok()) return s;
+  }
   return model_.Read(keys, rows, bias);
 }
 

@@ -42,6 +42,11 @@ class GossipBackend : public SyncBackend {
   absl::Status Update(int64_t clock, std::span<const uint64_t> keys,
                       std::span<const float> row_grads, std::span<const float> bias_grad,
                       float examples) override;
+  // A joiner enters the graph at first_clock; this node, when it is the joiner, takes its
+  // neighbours' models at its first Read (GossipMixer::Admit, Enter).
+  absl::Status OnArrival(int worker, int64_t first_clock, std::span<const int> donors) override {
+    return mixer_.Admit(worker, first_clock, donors);
+  }
   // The gossip round of step `clock`.
   absl::Status EndIteration(int64_t clock, float examples) override;
   // Tells the peers this worker leaves, so that they stop waiting for it.

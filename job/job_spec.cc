@@ -278,10 +278,20 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
   }
   if (s.max_workers > s.workers) {
     const std::string value = absl::StrCat(s.max_workers);
-    if (!RollsBackInPlace(s.sync)) {
+    if (!HandsOverBatches(s.sync)) {
       return InvalidFlag("max-workers", value,
-                         "is for --sync bsp, ssp and asp: a worker joins a parameter-server job "
-                         "(joins of gossip peers and all-reduce ranks are not built)");
+                         "is for --sync bsp, ssp, asp and gossip: a worker joins a "
+                         "parameter-server or gossip job (joins of all-reduce ranks are not "
+                         "built)");
+    }
+    if (s.sync.gossip() &&
+        (t.codec.kind == CodecKind::kTopK || t.codec.kind == CodecKind::kSign1)) {
+      return InvalidFlag("max-workers", value,
+                         absl::StrCat("cannot be combined with gossip's compressed differences "
+                                      "(--compress ",
+                                      CodecName(t.codec),
+                                      ", CHOCO): a joiner has no public copies to start from; "
+                                      "use --compress none or fp16"));
     }
     if (s.checkpoint.enabled() || s.max_restarts > 0 || !s.checkpoint.restore.empty()) {
       return InvalidFlag("max-workers", value,

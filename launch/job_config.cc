@@ -70,9 +70,10 @@ const std::array<Field, 64> kFields = {{
     {"max-workers", &JobConfig::max_workers,
      "Let workers join the running job, up to this many workers in all: start one with "
      "`syncline-worker --coordinator ADDR --join` (the launcher logs ADDR). It enters at the "
-     "others' clock with the current model, and the workers still training give it every "
-     "(n+1)-th of their remaining batches (bsp, ssp, asp; not with checkpoints or "
-     "--max-restarts). 0: --workers, no joins"},
+     "others' clock with the current model (gossip: every peer takes it into its graph at one "
+     "step, and it starts from its neighbours' models), and the workers still training give it "
+     "every (n+1)-th of their remaining batches (bsp, ssp, asp, gossip; not with checkpoints, "
+     "--max-restarts or gossip's --compress topk/sign1). 0: --workers, no joins"},
     {"sync", &JobConfig::sync,
      "Consistency model: bsp, asp, ssp:S (workers at most S steps ahead of the slowest), or "
      "serverless gossip:ring|exp|random (D-PSGD; :async for push-sum), or serverless "

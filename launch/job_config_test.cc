@@ -413,14 +413,22 @@ INSTANTIATE_TEST_SUITE_P(
                      "--checkpoint-every N or --checkpoint-seconds S"},
         ValidateCase{"max_restarts_negative", [](JobConfig& c) { c.max_restarts = -1; },
                      "--max-restarts=-1: must be in [0, 1000]"},
-        ValidateCase{"max_workers_gossip",
+        ValidateCase{"max_workers_allreduce",
                      [](JobConfig& c) {
-                       c.sync = "gossip:ring";
+                       c.sync = "allreduce";
                        c.max_workers = 4;
                      },
-                     "--max-workers=4: is for --sync bsp, ssp and asp: a worker joins a "
-                     "parameter-server job (joins of gossip peers and all-reduce ranks are not "
-                     "built)"},
+                     "--max-workers=4: is for --sync bsp, ssp, asp and gossip: a worker joins a "
+                     "parameter-server or gossip job (joins of all-reduce ranks are not built)"},
+        ValidateCase{"max_workers_choco_gossip",
+                     [](JobConfig& c) {
+                       c.sync = "gossip:ring";
+                       c.compress = "topk:0.1";
+                       c.max_workers = 4;
+                     },
+                     "--max-workers=4: cannot be combined with gossip's compressed differences "
+                     "(--compress topk:0.1, CHOCO): a joiner has no public copies to start from; "
+                     "use --compress none or fp16"},
         ValidateCase{"max_workers_below_workers", [](JobConfig& c) { c.max_workers = 1; },
                      "--max-workers=1: must be in [2, 4096]"},
         ValidateCase{"max_workers_with_checkpoints",

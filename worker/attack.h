@@ -42,6 +42,9 @@ class AttackingBackend : public SyncBackend {
                       std::span<const float> row_grads, std::span<const float> bias_grad,
                       float examples) override;
   void SetFinalClock(int64_t clock) override { honest_->SetFinalClock(clock); }
+  absl::Status OnArrival(int worker, int64_t first_clock, std::span<const int> donors) override {
+    return honest_->OnArrival(worker, first_clock, donors);
+  }
   absl::Status EndIteration(int64_t clock, float examples) override {
     return honest_->EndIteration(clock, examples);
   }

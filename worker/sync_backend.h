@@ -74,6 +74,15 @@ class SyncBackend {
   // holds with that iteration's Update, so that the final model lacks none of them.
   virtual void SetFinalClock(int64_t clock) {}
 
+  // Worker `worker` joined the running job: its iterations count from `first_clock`, and
+  // `donors` (rank order) are the workers still training that gave it batches. Every worker
+  // hears every arrival, in the order of departures, before it prepares an iteration at or past
+  // the cut it gave; a joiner hears its own before its first iteration. Backends whose replicas
+  // do not know each other (parameter servers) ignore it.
+  virtual absl::Status OnArrival(int worker, int64_t first_clock, std::span<const int> donors) {
+    return absl::OkStatus();
+  }
+
   // Iteration `clock` (covering `examples` examples) is over.
   virtual absl::Status EndIteration(int64_t clock, float examples) = 0;
 

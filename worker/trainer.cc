@@ -231,6 +231,9 @@ absl::StatusOr<TrainResult> Trainer::Run(
       const Arrival& a = std::get<Arrival>(event);
       auto changed = plan->Arrive(a);
       if (!changed.ok()) return changed.status();
+      std::vector<int> donors;
+      for (const Cut& c : a.cuts) donors.push_back(c.donor);
+      if (auto s = backend_.OnArrival(a.worker, a.first_clock, donors); !s.ok()) return s;
       if (pending_cut && pending_cut->first == a.worker) pending_cut.reset();
       if (a.worker == self) {
         result.joined_at = a.first_clock;

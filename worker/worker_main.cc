@@ -32,9 +32,10 @@ int Main(int argc, char** argv) {
   app.add_flag(
       "--join", join,
       "join a job that is already training (started with --max-workers above "
-      "--workers; --sync bsp, ssp or asp): the coordinator gives this worker the next free "
-      "rank, it enters at the others' clock with the current model, and the workers "
-      "still training give it a share of their remaining batches. Not with --rank");
+      "--workers; --sync bsp, ssp, asp or gossip): the coordinator gives this worker the next "
+      "free rank, it enters at the others' clock with the current model (a gossip peer: its "
+      "neighbours' models), and the workers still training give it a share of their remaining "
+      "batches. Not with --rank");
   if (auto exit_code = ParseCommandLine(app, argc, argv, "syncline-worker")) return *exit_code;
   if (join && app.count("--rank") > 0) {
     std::cerr << "syncline-worker: --join takes the rank the coordinator gives: drop --rank\n";
