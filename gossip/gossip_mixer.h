@@ -36,8 +36,8 @@
 // x / w. A round first adds every (z_j, w_j) that has arrived (z <- (w z + w_j z_j) / (w + w_j),
 // w <- w + w_j), then keeps 1/(d+1) of its weight and sends 1/(d+1) with z to each of its d
 // out-peers. Nothing waits. The weights of all nodes and of messages in flight sum to
-// num_peers (shares are rounded to float32 before they leave, so the sum is exact to double
-// rounding).
+// num_peers (initial_peers: a joiner brings none; shares are rounded to float32 before they leave,
+// so the sum is exact to double rounding).
 //
 // Failures: a node that waits longer than peer_timeout / 4 sends every live peer a heartbeat, so
 // that a neighbour waiting for it does not take it for dead. An awaited peer (synchronous: a
