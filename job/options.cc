@@ -230,12 +230,15 @@ const char* ModelName(ModelKind kind) {
       return "softmax";
     case ModelKind::kCtr:
       return "ctr";
+    case ModelKind::kMlp:
+      return "mlp";
   }
   return "unknown";
 }
 
 absl::StatusOr<ModelKind> ParseModel(const std::string& name) {
-  static constexpr ModelKind kAll[] = {ModelKind::kLogreg, ModelKind::kSoftmax, ModelKind::kCtr};
+  static constexpr ModelKind kAll[] = {ModelKind::kLogreg, ModelKind::kSoftmax, ModelKind::kCtr,
+                                       ModelKind::kMlp};
   return ByName("model", name, kAll, &ModelName);
 }
 

@@ -8,6 +8,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "syncline/options.h"
 #include "worker/criteo.h"
 #include "worker/gemm.h"
 #include "worker/model_internal.h"
@@ -15,9 +17,16 @@
 namespace syncline {
 namespace {
 
+using model_internal::AddGradients;
+using model_internal::AffineBackward;
+using model_internal::AffineForward;
 using model_internal::CheckOrDie;
+using model_internal::GradientsAs;
 using model_internal::KeyIndex;
 using model_internal::kMissing;
+using model_internal::ParamsAs;
+using model_internal::Precision;
+using model_internal::Relu;
 using model_internal::Sigmoid;
 using model_internal::Softplus;
 
@@ -61,6 +70,7 @@ class CtrModel final : public Model {
   std::string_view name() const override { return "ctr"; }
   int row_dim() const override { return l_.dim + 1; }
   int bias_dim() const override { return static_cast<int>(l_.size); }
+  int num_classes() const override { return 2; }
   bool binary() const override { return true; }
   float row_init_scale() const override { return kEmbeddingInitScale; }
   float bias_init_scale() const override { return kDenseInitScale; }
@@ -89,10 +99,10 @@ class CtrModel final : public Model {
     CheckOrDie(row_grads.size() == rows.size(), "row_grads.size() != rows.size()");
     CheckOrDie(bias_grad.size() == bias.size(), "bias_grad.size() != bias_dim()");
     std::vector<T> w_copy, r_copy, gw_copy, gr_copy;
-    const T* w = InT(bias, &w_copy);
-    const T* r = InT(rows, &r_copy);
-    T* gw = OutT(bias_grad, &gw_copy);
-    T* gr = OutT(row_grads, &gr_copy);
+    const T* w = ParamsAs(bias, &w_copy);
+    const T* r = ParamsAs(rows, &r_copy);
+    T* gw = GradientsAs(bias_grad, &gw_copy);
+    T* gr = GradientsAs(row_grads, &gr_copy);
     Block s(l_, std::min(examples.size(), kBlock));
     const KeyIndex key_index(keys, examples.size() * kFields);
     double loss = 0;
@@ -107,10 +117,8 @@ class CtrModel final : public Model {
       }
       Backward(block.size(), w, &s, gr, gw);
     }
-    if constexpr (!std::is_same_v<T, float>) {
-      for (size_t i = 0; i < gw_copy.size(); ++i) bias_grad[i] += static_cast<float>(gw_copy[i]);
-      for (size_t i = 0; i < gr_copy.size(); ++i) row_grads[i] += static_cast<float>(gr_copy[i]);
-    }
+    AddGradients(gw_copy, bias_grad);
+    AddGradients(gr_copy, row_grads);
     return loss;
   }
 
@@ -119,8 +127,8 @@ class CtrModel final : public Model {
                absl::Span<const float> bias, std::vector<float>* scores) const override {
     CheckShapes(keys, rows, bias);
     std::vector<T> w_copy, r_copy;
-    const T* w = InT(bias, &w_copy);
-    const T* r = InT(rows, &r_copy);
+    const T* w = ParamsAs(bias, &w_copy);
+    const T* r = ParamsAs(rows, &r_copy);
     Block s(l_, std::min(examples.size(), kBlock));
     const KeyIndex key_index(keys, examples.size() * kFields);
     scores->clear();
@@ -170,25 +178,6 @@ class CtrModel final : public Model {
     std::vector<T> dh;       // [n][H]
   };
 
-  // The parameters as T: the caller's floats themselves, or a converted copy in *storage.
-  static const T* InT(absl::Span<const float> in, std::vector<T>* storage) {
-    if constexpr (std::is_same_v<T, float>) {
-      return in.data();
-    } else {
-      storage->assign(in.begin(), in.end());
-      return storage->data();
-    }
-  }
-  // Where gradients accumulate: the caller's floats, or zeros in *storage to be added after.
-  static T* OutT(absl::Span<float> out, std::vector<T>* storage) {
-    if constexpr (std::is_same_v<T, float>) {
-      return out.data();
-    } else {
-      storage->assign(out.size(), T{0});
-      return storage->data();
-    }
-  }
-
   static uint64_t CheckExample(const Dataset& data, uint32_t example) {
     CheckOrDie(example < data.size(), "example index out of range");
     const uint64_t begin = data.row_offsets[example];
@@ -231,7 +220,6 @@ class CtrModel final : public Model {
         first_order += row[dim];
       }
       s->first_order[b] = first_order;
-      std::copy(w + l_.top_b, w + l_.top_b + hidden, &s->pre[static_cast<size_t>(b) * hidden]);
     }
     // The bottom layer, x^T [D][n] = bottom_w [D][13] * dense^T, plus its bias.
     Gemm(Transpose::kNo, Transpose::kYes, dim, n, kDense, T{1}, w + l_.bottom_w, kDense,
@@ -258,13 +246,12 @@ class CtrModel final : public Model {
         }
       }
     }
-    // pre [n][H] += z [n][inputs] * top_w [inputs][H].
-    Gemm(Transpose::kYes, Transpose::kNo, n, hidden, inputs, T{1}, zt, static_cast<int>(cap),
-         w + l_.top_w, hidden, T{1}, s->pre.data(), hidden);
+    // pre [n][H] = top_b + z [n][inputs] * top_w [inputs][H].
+    AffineForward(Transpose::kYes, n, inputs, hidden, zt, static_cast<int>(cap), w + l_.top_w,
+                  w + l_.top_b, s->pre.data());
+    Relu(s->pre.data(), static_cast<size_t>(n) * hidden, s->h.data());
     for (int b = 0; b < n; ++b) {
-      const T* pre = &s->pre[static_cast<size_t>(b) * hidden];
-      T* h = &s->h[static_cast<size_t>(b) * hidden];
-      for (int k = 0; k < hidden; ++k) h[k] = std::max(pre[k], T{0});
+      const T* h = &s->h[static_cast<size_t>(b) * hidden];
       s->logit[b] = w[l_.out_b] + Dot(w + l_.out_w, h, hidden) + s->first_order[b];
     }
   }
@@ -285,15 +272,11 @@ class CtrModel final : public Model {
       gw[l_.out_b] += g;
       Axpy(g, &s->h[static_cast<size_t>(b) * hidden], gw + l_.out_w, hidden);
       for (int k = 0; k < hidden; ++k) dh[k] = pre[k] > 0 ? g * w[l_.out_w + k] : T{0};
-      Axpy(T{1}, dh, gw + l_.top_b, hidden);
     }
-    T* zt = s->zt.data();
     T* dzt = s->dzt.data();
-    // top_w gradient [inputs][H] += z^T [inputs][n] * dh [n][H]; dz^T = top_w * dh^T.
-    Gemm(Transpose::kNo, Transpose::kNo, inputs, hidden, n, T{1}, zt, ld, s->dh.data(), hidden,
-         T{1}, gw + l_.top_w, hidden);
-    Gemm(Transpose::kNo, Transpose::kYes, inputs, n, hidden, T{1}, w + l_.top_w, hidden,
-         s->dh.data(), hidden, T{0}, dzt, ld);
+    // top_w's and top_b's gradients, and dz^T [inputs][n].
+    AffineBackward(Transpose::kYes, n, inputs, hidden, s->zt.data(), ld, w + l_.top_w, s->dh.data(),
+                   gw + l_.top_w, gw + l_.top_b, dzt, ld);
     // Through the interaction: d v_a += dz_ac v_c and d v_c += dz_ac v_a for every pair.
     const T* vt = s->vt.data();
     T* dvt = s->dvt.data();
@@ -358,7 +341,7 @@ CtrLayout::CtrLayout(int embedding_dim, int hidden_units)
 }
 
 absl::StatusOr<std::unique_ptr<Model>> CreateCtrModel(const ModelOptions& options,
-                                                      CtrPrecision precision) {
+                                                      Precision precision) {
   if (options.num_classes != 2) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "model ctr is binary and needs num_classes 2, got %d", options.num_classes));
@@ -367,14 +350,17 @@ absl::StatusOr<std::unique_ptr<Model>> CreateCtrModel(const ModelOptions& option
     return absl::InvalidArgumentError(absl::StrFormat(
         "model ctr: embedding dimension must be in [1, 256], got %d", options.embedding_dim));
   }
-  if (options.hidden < 1 || options.hidden > 4096) {
+  const std::vector<int> hidden =
+      options.hidden.empty() ? DefaultHidden(ModelKind::kCtr) : options.hidden;
+  if (hidden.size() != 1 || hidden[0] < 1 || hidden[0] > kMaxHiddenWidth) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("model ctr: hidden units must be in [1, 4096], got %d", options.hidden));
+        absl::StrFormat("model ctr: one hidden layer of 1 to %d units, got %s", kMaxHiddenWidth,
+                        absl::StrJoin(hidden, ",")));
   }
-  if (precision == CtrPrecision::kDouble) {
-    return std::make_unique<CtrModel<double>>(options.embedding_dim, options.hidden);
+  if (precision == Precision::kDouble) {
+    return std::make_unique<CtrModel<double>>(options.embedding_dim, hidden[0]);
   }
-  return std::make_unique<CtrModel<float>>(options.embedding_dim, options.hidden);
+  return std::make_unique<CtrModel<float>>(options.embedding_dim, hidden[0]);
 }
 
 }  // namespace syncline

@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/model.h"
+#include "worker/model_internal.h"
 
 namespace syncline {
 
@@ -39,15 +40,11 @@ struct CtrLayout {
   size_t size;  // bias_dim
 };
 
-enum class CtrPrecision {
-  kFloat,   // training
-  kDouble,  // the same arithmetic in double, for gradient checks
-};
-
-// embedding_dim in [1, 256], hidden in [1, 4096] (options.num_classes must be 2), else
-// InvalidArgument.
+// embedding_dim in [1, 256], hidden one width in [1, kMaxHiddenWidth] (empty: 64), and
+// options.num_classes must be 2; else InvalidArgument.
 absl::StatusOr<std::unique_ptr<Model>> CreateCtrModel(
-    const ModelOptions& options, CtrPrecision precision = CtrPrecision::kFloat);
+    const ModelOptions& options,
+    model_internal::Precision precision = model_internal::Precision::kFloat);
 
 }  // namespace syncline
 

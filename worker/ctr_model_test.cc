@@ -42,7 +42,7 @@ std::vector<uint32_t> All(const Dataset& d) {
 }
 
 TEST(CtrModelTest, ShapesFollowTheOptions) {
-  auto model = Model::Create("ctr", ModelOptions{.embedding_dim = 4, .hidden = 16});
+  auto model = Model::Create("ctr", ModelOptions{.embedding_dim = 4, .hidden = {16}});
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ((*model)->row_dim(), 5);
   // bottom 4x13 + 4, top (4 + 351) x 16 + 16, output 16 + 1.
@@ -51,7 +51,7 @@ TEST(CtrModelTest, ShapesFollowTheOptions) {
   EXPECT_GT((*model)->row_init_scale(), 0);
   EXPECT_GT((*model)->bias_init_scale(), 0);
   EXPECT_FALSE(Model::Create("ctr", ModelOptions{.embedding_dim = 0}).ok());
-  EXPECT_FALSE(Model::Create("ctr", ModelOptions{.hidden = 0}).ok());
+  EXPECT_FALSE(Model::Create("ctr", ModelOptions{.hidden = {0}}).ok());
   EXPECT_FALSE(Model::Create("ctr", ModelOptions{.num_classes = 3}).ok());
 }
 
@@ -115,8 +115,8 @@ double Loss(const Model& model, const GradientProblem& p) {
 
 // Compares every analytic partial derivative with a central finite difference.
 TEST(CtrModelTest, GradientsMatchFiniteDifferences) {
-  const ModelOptions options{.embedding_dim = 3, .hidden = 5};
-  auto model = *CreateCtrModel(options, CtrPrecision::kDouble);
+  const ModelOptions options{.embedding_dim = 3, .hidden = {5}};
+  auto model = *CreateCtrModel(options, model_internal::Precision::kDouble);
   GradientProblem p = MakeGradientProblem(*model, 11);
   std::vector<float> gr(p.rows.size()), gb(p.bias.size());
   model->LossAndGradient(p.data, All(p.data), p.keys, p.rows, p.bias, absl::MakeSpan(gr),
@@ -146,7 +146,7 @@ TEST(CtrModelTest, GradientsMatchFiniteDifferences) {
   EXPECT_GT(nonzero, checked / 2) << "most parameters must matter";
 
   // The float model used for training agrees with the double one.
-  auto fast = *CreateCtrModel(options, CtrPrecision::kFloat);
+  auto fast = *CreateCtrModel(options, model_internal::Precision::kFloat);
   std::vector<float> fgr(p.rows.size()), fgb(p.bias.size());
   const double fast_loss = fast->LossAndGradient(p.data, All(p.data), p.keys, p.rows, p.bias,
                                                  absl::MakeSpan(fgr), absl::MakeSpan(fgb));
@@ -158,8 +158,8 @@ TEST(CtrModelTest, GradientsMatchFiniteDifferences) {
 // The model works through a call's examples in blocks (of 256); a call over several blocks,
 // the last one short, equals the sum of calls over its parts, and so do its scores.
 TEST(CtrModelTest, ACallOverSeveralBlocksIsTheSumOfItsParts) {
-  const ModelOptions options{.embedding_dim = 4, .hidden = 6};
-  auto model = *CreateCtrModel(options, CtrPrecision::kDouble);
+  const ModelOptions options{.embedding_dim = 4, .hidden = {6}};
+  auto model = *CreateCtrModel(options, model_internal::Precision::kDouble);
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<float> uniform(-0.5f, 0.5f);
   const Dataset data = RandomCriteo(rng, 600, 40, 1.0f);
@@ -194,7 +194,7 @@ TEST(CtrModelTest, ACallOverSeveralBlocksIsTheSumOfItsParts) {
 }
 
 TEST(CtrModelTest, PredictIsTheSigmoidOfTheLossesLogit) {
-  auto model = *Model::Create("ctr", ModelOptions{.embedding_dim = 3, .hidden = 5});
+  auto model = *Model::Create("ctr", ModelOptions{.embedding_dim = 3, .hidden = {5}});
   GradientProblem p = MakeGradientProblem(*model, 5);
   std::vector<float> scores;
   model->Predict(p.data, All(p.data), p.keys, p.rows, p.bias, &scores);
@@ -289,7 +289,7 @@ double TrainAndTest(const Model& model, const Dataset& train, const Dataset& tes
 TEST(CtrModelTest, LearnsAnInteractionThatLogisticRegressionCannot) {
   const Dataset train = MakeInteractionData(1, 4000);
   const Dataset test = MakeInteractionData(2, 2000);
-  auto ctr = *Model::Create("ctr", ModelOptions{.embedding_dim = 4, .hidden = 16});
+  auto ctr = *Model::Create("ctr", ModelOptions{.embedding_dim = 4, .hidden = {16}});
   auto logreg = *Model::Create("logreg", 2);
   const double ctr_auc = TrainAndTest(*ctr, train, test);
   const double logreg_auc = TrainAndTest(*logreg, train, test);

@@ -80,7 +80,7 @@ Evaluation Evaluate(const Model& model, const Dataset& data, absl::Span<const ui
   if (model.binary()) return EvaluateBinary(scores, data.labels);
   double loss = 0;
   size_t correct = 0;
-  const size_t k = static_cast<size_t>(model.row_dim());
+  const size_t k = static_cast<size_t>(model.num_classes());
   for (size_t i = 0; i < data.size(); ++i) {
     const float* p = &scores[i * k];
     // Labels outside [0, k) cannot come from ReadDataset; score them as predicted wrong.

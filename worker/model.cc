@@ -8,27 +8,21 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "worker/ctr_model.h"
+#include "worker/mlp_model.h"
 #include "worker/model_internal.h"
 
 namespace syncline {
 namespace {
 
+using model_internal::AppendSoftmax;
 using model_internal::CheckOrDie;
+using model_internal::ClassLabel;
+using model_internal::CountFeatures;
 using model_internal::KeyIndex;
 using model_internal::kMissing;
 using model_internal::Sigmoid;
+using model_internal::SoftmaxCrossEntropy;
 using model_internal::Softplus;
-
-// Number of feature occurrences in `examples`, i.e. the lookups a pass over them makes. Checks
-// the example indices on the way, before anything reads the examples.
-size_t CountFeatures(const Dataset& data, absl::Span<const uint32_t> examples) {
-  size_t count = 0;
-  for (const uint32_t example : examples) {
-    CheckOrDie(example < data.size(), "example index out of range");
-    count += data.row_offsets[example + 1] - data.row_offsets[example];
-  }
-  return count;
-}
 
 // A linear model z = W·x + b followed by a sigmoid (kBinary, one output) or a softmax over
 // num_outputs classes. Both share the sparse forward pass and gradient scatter, which is where the
@@ -41,6 +35,7 @@ class LinearModel final : public Model {
   std::string_view name() const override { return kBinary ? "logreg" : "softmax"; }
   int row_dim() const override { return dim_; }
   int bias_dim() const override { return dim_; }
+  int num_classes() const override { return kBinary ? 2 : dim_; }
   bool binary() const override { return kBinary; }
 
   double LossAndGradient(const Dataset& data, absl::Span<const uint32_t> examples,
@@ -62,12 +57,7 @@ class LinearModel final : public Model {
         loss += Softplus(z) - (label == 1 ? z : 0.0);
         dz[0] = Sigmoid(z) - static_cast<double>(label);
       } else {
-        const double max_z = *std::max_element(dz, dz + dim_);
-        double sum = 0;
-        for (int k = 0; k < dim_; ++k) sum += std::exp(dz[k] - max_z);
-        loss += max_z + std::log(sum) - dz[label];
-        for (int k = 0; k < dim_; ++k) dz[k] = std::exp(dz[k] - max_z) / sum;
-        dz[label] -= 1.0;
+        loss += SoftmaxCrossEntropy(dz, dim_, label, dz);
       }
       const uint64_t begin = data.row_offsets[example];
       for (size_t j = 0; j < scratch.slots.size(); ++j) {
@@ -96,12 +86,7 @@ class LinearModel final : public Model {
       if constexpr (kBinary) {
         scores->push_back(static_cast<float>(Sigmoid(z[0])));
       } else {
-        const double max_z = *std::max_element(z, z + dim_);
-        double sum = 0;
-        for (int k = 0; k < dim_; ++k) sum += std::exp(z[k] - max_z);
-        for (int k = 0; k < dim_; ++k) {
-          scores->push_back(static_cast<float>(std::exp(z[k] - max_z) / sum));
-        }
+        AppendSoftmax(z, dim_, scores);
       }
     }
   }
@@ -120,13 +105,11 @@ class LinearModel final : public Model {
     CheckOrDie(bias.size() == static_cast<size_t>(dim_), "bias.size() != bias_dim()");
   }
 
-  // Class index of an example; out-of-range labels are a caller's bug (ReadDataset validates
-  // them against num_classes), clamped so they cannot index out of bounds.
+  // Class index of an example.
   size_t Label(const Dataset& data, uint32_t example) const {
     const float label = data.labels[example];
     if constexpr (kBinary) return label > 0.5f ? 1 : 0;
-    if (!(label >= 0)) return 0;
-    return std::min(static_cast<size_t>(label), static_cast<size_t>(dim_ - 1));
+    return ClassLabel(label, dim_);
   }
 
   // Fills scratch->z with the example's logits and scratch->slots with its features' rows.
@@ -156,6 +139,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string_view name,
                                                      const ModelOptions& options) {
   const int num_classes = options.num_classes;
   if (name == "ctr") return CreateCtrModel(options);
+  if (name == "mlp") return CreateMlpModel(options);
   if (name == "logreg") {
     if (num_classes != 2) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -171,7 +155,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string_view name,
     return std::make_unique<LinearModel<false>>(num_classes);
   }
   return absl::InvalidArgumentError(
-      absl::StrFormat("unknown model '%s' (known: logreg, softmax, ctr)", std::string(name)));
+      absl::StrFormat("unknown model '%s' (known: logreg, softmax, ctr, mlp)", std::string(name)));
 }
 
 std::vector<uint64_t> Model::BatchKeys(const Dataset& data,

@@ -23,11 +23,13 @@
 namespace syncline {
 
 struct ModelOptions {
-  // 2 for binary models; softmax: K >= 2 classes.
+  // 2 for binary models; softmax and mlp: K >= 2 classes.
   int num_classes = 2;
-  // ctr: floats per categorical embedding (D), and units of the top MLP's hidden layer.
+  // ctr: floats per categorical embedding (D).
   int embedding_dim = 8;
-  int hidden = 64;
+  // Widths of the hidden layers, input side first. ctr: one, the top MLP's (default 64); mlp:
+  // one or more (default 256, 128). Empty: the model's default.
+  std::vector<int> hidden;
 };
 
 class Model {
@@ -35,8 +37,9 @@ class Model {
   virtual ~Model() = default;
 
   // name: "logreg" (binary logistic regression, row_dim 1, bias_dim 1; num_classes must be 2),
-  // "softmax" (multiclass, row_dim K, bias_dim K, K = num_classes >= 2) or "ctr" (the
-  // DLRM-style click model of worker/ctr_model.h over Criteo-layout data).
+  // "softmax" (multiclass, row_dim K, bias_dim K, K = num_classes >= 2), "ctr" (the
+  // DLRM-style click model of worker/ctr_model.h over Criteo-layout data) or "mlp" (the
+  // multilayer perceptron of worker/mlp_model.h, K = num_classes >= 2).
   // Unknown names and bad options are InvalidArgument.
   static absl::StatusOr<std::unique_ptr<Model>> Create(std::string_view name,
                                                        const ModelOptions& options);
@@ -47,8 +50,10 @@ class Model {
   virtual std::string_view name() const = 0;
   virtual int row_dim() const = 0;
   virtual int bias_dim() const = 0;
-  // True when Predict returns one score, P(y=1), per example (logreg); false when it returns
-  // row_dim() class probabilities per example (softmax, even with 2 classes).
+  // Classes the model tells apart: 2 for binary models, K for softmax and mlp.
+  virtual int num_classes() const = 0;
+  // True when Predict returns one score, P(y=1), per example (logreg, ctr); false when it
+  // returns num_classes() class probabilities per example (softmax and mlp, even with 2).
   virtual bool binary() const = 0;
 
   // The sorted unique keys whose rows the model reads for `examples`: UniqueKeys, unless the

@@ -406,7 +406,7 @@ auto TrainOnSources(const Model& model, int workers,
 
 TEST(TrainerTest, AStreamedCriteoFileTrainsExactlyLikeTheSameDataInMemory) {
   const std::string path = WriteCriteoFile(300);
-  auto model = *Model::Create("ctr", ModelOptions{.embedding_dim = 2, .hidden = 4});
+  auto model = *Model::Create("ctr", ModelOptions{.embedding_dim = 2, .hidden = {4}});
   auto test_everything = [&](SyncBackend& backend) {
     auto test = *CriteoReader::Open(path, {});
     auto eval = EvaluateSource(*model, backend, *test, 64);

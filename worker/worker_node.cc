@@ -290,7 +290,7 @@ NodeExit WorkerNode::Run() {
   auto model = Model::Create(ModelName(spec.model.kind),
                              ModelOptions{.num_classes = spec.model.classes,
                                           .embedding_dim = spec.model.embedding_dim,
-                                          .hidden = spec.model.hidden});
+                                          .hidden = {spec.model.hidden}});
   if (!model.ok()) return fail(model.status(), true);
   // A worker that joined has no partition of its own: it trains the donors' batches, read
   // from their partitions, and reads partition 0 for what every worker shares (the features,

@@ -8,6 +8,7 @@
 #define SYNCLINE_OPTIONS_H_
 
 #include <cstdint>
+#include <vector>
 
 namespace syncline {
 
@@ -87,6 +88,43 @@ enum class ModelKind {
   kLogreg,   // binary logistic regression on sparse features
   kSoftmax,  // multiclass logistic regression
   kCtr,      // DLRM-style click-through-rate model (Criteo data)
+  kMlp,      // multilayer perceptron over sparse features, softmax over the classes
+};
+
+// Limits on a model's hidden layers [--hidden]: ctr has one, mlp 1 to kMaxHiddenLayers, each of
+// 1 to kMaxHiddenWidth units; an mlp's dense layers (its bias table) hold at most
+// kMaxMlpDenseParams floats (256 MiB).
+inline constexpr int kMaxHiddenLayers = 8;
+inline constexpr int kMaxHiddenWidth = 4096;
+inline constexpr uint64_t kMaxMlpDenseParams = uint64_t{1} << 26;
+
+// The hidden layer widths a model has when none are given: ctr {64}, mlp {256, 128}; the
+// linear models have none.
+inline std::vector<int> DefaultHidden(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::kCtr:
+      return {64};
+    case ModelKind::kMlp:
+      return {256, 128};
+    case ModelKind::kLogreg:
+    case ModelKind::kSoftmax:
+      break;
+  }
+  return {};
+}
+
+// Where workers compute [--device]. No model has GPU kernels yet: every worker computes on the
+// CPU, and a job that asks for CUDA is refused (docs/ARCHITECTURE.md, "Device").
+enum class DeviceKind : uint8_t {
+  kAuto,  // a GPU when the build, the machine and the model allow it, else the CPU
+  kCpu,
+  kCuda,  // the GPU `index`; the worker stops with an error when it cannot use it
+};
+
+struct DeviceSpec {
+  DeviceKind kind = DeviceKind::kAuto;
+  int index = 0;  // kCuda: the CUDA device ordinal, 0 .. visible devices - 1
+  bool operator==(const DeviceSpec&) const = default;
 };
 
 enum class DataFormat {
