@@ -296,6 +296,7 @@ enum ModelKind {
   logreg @0;
   softmax @1;
   ctr @2;
+  mlp @3;
 }
 
 enum DataFormat {
@@ -321,7 +322,7 @@ struct JobSpec {
   model @6 :ModelKind;
   classes @7 :Int32;
   embeddingDim @8 :Int32;
-  hidden @9 :Int32;
+  obsoleteHidden @9 :Int32;        # replaced by hiddenLayers
   train @10 :Text;
   test @11 :Text;
   format @12 :DataFormat;
@@ -398,4 +399,7 @@ struct JobSpec {
   minWorkers @79 :Int32;           # --min-workers (0: the sync mode's default)
   maxRestarts @80 :Int32;          # --max-restarts
   maxWorkers @81 :Int32;           # --max-workers (0: --workers, no joins)
+  hiddenLayers @82 :List(Int32);   # --hidden, input side first (empty: the model's default)
+  deviceKind @83 :UInt8;           # --device (DeviceKind: 0 auto, 1 cpu, 2 cuda)
+  deviceIndex @84 :Int32;          # --device cuda:N
 }

@@ -63,6 +63,50 @@ absl::Status CheckCriteo(const JobSpec& s) {
   return absl::OkStatus();
 }
 
+// --hidden per model: ctr one width, mlp 1 to kMaxHiddenLayers, every width in
+// [1, kMaxHiddenWidth], and an mlp's dense layers no more than kMaxMlpDenseParams floats. The
+// linear models have no hidden layers and ignore the flag (as they do --embedding-dim).
+absl::Status CheckHidden(const JobSpec::Model& m) {
+  if (m.kind != ModelKind::kCtr && m.kind != ModelKind::kMlp) return absl::OkStatus();
+  const std::string text = HiddenName(m.hidden);
+  const size_t most = m.kind == ModelKind::kCtr ? 1 : kMaxHiddenLayers;
+  if (m.hidden.size() > most) {
+    return InvalidFlag("hidden", text,
+                       m.kind == ModelKind::kCtr
+                           ? "the ctr model has one hidden layer: give one width"
+                           : absl::StrCat("at most ", kMaxHiddenLayers, " hidden layers"));
+  }
+  for (const int width : m.hidden) {
+    if (width < 1 || width > kMaxHiddenWidth) {
+      return InvalidFlag("hidden", text,
+                         absl::StrCat("every width must be in [1, ", kMaxHiddenWidth, "]"));
+    }
+  }
+  if (m.kind == ModelKind::kMlp && m.classes >= 2) {
+    const std::vector<int> hidden = m.hidden.empty() ? DefaultHidden(m.kind) : m.hidden;
+    uint64_t params = static_cast<uint64_t>(hidden[0]);
+    int in = hidden[0];
+    for (size_t i = 1; i <= hidden.size(); ++i) {
+      const int out = i < hidden.size() ? hidden[i] : m.classes;
+      params += static_cast<uint64_t>(in) * out + out;
+      in = out;
+    }
+    if (params > kMaxMlpDenseParams) {
+      return InvalidFlag("hidden", text,
+                         absl::StrCat("the dense layers would hold ", params,
+                                      " parameters, more than ", kMaxMlpDenseParams));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDevice(const DeviceSpec& d) {
+  if (d.kind == DeviceKind::kCuda && (d.index < 0 || d.index > 1023)) {
+    return InvalidFlag("device", DeviceName(d), "the device number must be in [0, 1023]");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckFederated(const JobSpec& s) {
   const JobSpec::Federated& f = s.federated;
   for (const absl::Status& status : {
@@ -206,7 +250,8 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
                                          : absl::OkStatus(),
            CheckAtLeast("classes", s.model.classes, 2),
            CheckInRange("embedding-dim", s.model.embedding_dim, 1, 256),
-           CheckInRange("hidden", s.model.hidden, 1, 4096),
+           CheckHidden(s.model),
+           CheckDevice(s.device),
            CheckAtLeast("epochs", t.epochs, 1),
            CheckAtLeast("batch-size", t.batch_size, 1),
            CheckPositive("lr", t.learning_rate),
@@ -361,22 +406,28 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
 }
 
 std::vector<std::pair<std::string, std::string>> ManifestEntries(const JobSpec& s) {
-  return {{"sync", SyncModeName(s.sync)},
-          {"model", ModelName(s.model.kind)},
-          {"classes", absl::StrCat(s.model.classes)},
-          {"embedding-dim", absl::StrCat(s.model.embedding_dim)},
-          {"hidden", absl::StrCat(s.model.hidden)},
-          {"train", s.data.train},
-          {"format", DataFormatName(s.data.format)},
-          {"batch-size", absl::StrCat(s.training.batch_size)},
-          {"seed", absl::StrCat(s.seed)},
-          {"optimizer", OptimizerName(s.training.optimizer)},
-          {"lr", absl::StrFormat("%.9g", s.training.learning_rate)},
-          {"l2", absl::StrFormat("%.9g", s.training.l2)},
-          {"compress", CodecName(s.training.codec)},
-          {"partition", PartitionName(s.data.partition)},
-          {"aggregate", AggregateRuleName(s.aggregate)},
-          {"byzantine", ByzantineName(s.byzantine)}};
+  std::vector<std::pair<std::string, std::string>> entries = {
+      {"sync", SyncModeName(s.sync)},
+      {"model", ModelName(s.model.kind)},
+      {"classes", absl::StrCat(s.model.classes)},
+      {"embedding-dim", absl::StrCat(s.model.embedding_dim)},
+      {"train", s.data.train},
+      {"format", DataFormatName(s.data.format)},
+      {"batch-size", absl::StrCat(s.training.batch_size)},
+      {"seed", absl::StrCat(s.seed)},
+      {"optimizer", OptimizerName(s.training.optimizer)},
+      {"lr", absl::StrFormat("%.9g", s.training.learning_rate)},
+      {"l2", absl::StrFormat("%.9g", s.training.l2)},
+      {"compress", CodecName(s.training.codec)},
+      {"partition", PartitionName(s.data.partition)},
+      {"aggregate", AggregateRuleName(s.aggregate)},
+      {"byzantine", ByzantineName(s.byzantine)}};
+  // Only models with hidden layers have them to compare (the linear models ignore --hidden).
+  if (!DefaultHidden(s.model.kind).empty()) {
+    entries.emplace_back("hidden", HiddenName(s.model.hidden.empty() ? DefaultHidden(s.model.kind)
+                                                                     : s.model.hidden));
+  }
+  return entries;
 }
 
 }  // namespace syncline

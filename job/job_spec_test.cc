@@ -25,7 +25,8 @@ JobSpec Unusual() {
   s.servers = 3;
   s.workers = 5;
   s.sync = SyncMode{.kind = SyncKind::kSsp, .staleness = 4};
-  s.model = {.kind = ModelKind::kSoftmax, .classes = 7, .embedding_dim = 16, .hidden = 32};
+  s.model = {.kind = ModelKind::kMlp, .classes = 7, .embedding_dim = 16, .hidden = {32, 24, 8}};
+  s.device = DeviceSpec{.kind = DeviceKind::kCuda, .index = 3};
   s.data = {.train = "/data/a.svm",
             .test = "/data/b.svm",
             .format = DataFormat::kLibsvm,
@@ -263,6 +264,73 @@ TEST(FederatedTest, ByzantineTextRoundTripsAndBadOnesAreRefused) {
   EXPECT_FALSE(IsByzantine(b, 2));
 }
 
+TEST(JobSpecTest, ChecksTheHiddenLayersPerModel) {
+  JobSpec s;
+  s.model.kind = ModelKind::kMlp;
+  s.model.classes = 10;
+  for (const std::vector<int>& ok :
+       {std::vector<int>{}, {1}, {4096}, {256, 128}, {8, 8, 8, 8, 8, 8, 8, 8}}) {
+    s.model.hidden = ok;
+    EXPECT_TRUE(ValidateJobSpec(s).ok()) << HiddenName(ok) << ": " << ValidateJobSpec(s);
+  }
+  s.model.hidden = {256, 0};
+  EXPECT_THAT(Message(ValidateJobSpec(s)),
+              HasSubstr("--hidden=256,0: every width must be in [1, 4096]"));
+  s.model.hidden = {4097};
+  EXPECT_THAT(Message(ValidateJobSpec(s)), HasSubstr("--hidden=4097: every width"));
+  s.model.hidden = std::vector<int>(9, 8);
+  EXPECT_THAT(Message(ValidateJobSpec(s)), HasSubstr("at most 8 hidden layers"));
+  s.model.hidden = {4096, 4096, 4096, 4096, 4096};
+  EXPECT_THAT(Message(ValidateJobSpec(s)), HasSubstr("parameters, more than 67108864"));
+  // The spec from the wire is checked the same way.
+  EXPECT_THAT(Message(JobSpecFromBytes(JobSpecToBytes(s)).status()), HasSubstr("--hidden="));
+
+  // ctr has one hidden layer; the linear models have none and ignore the flag.
+  s.model.kind = ModelKind::kCtr;
+  s.model.classes = 2;
+  s.data.format = DataFormat::kCriteo;
+  s.model.hidden = {64, 32};
+  EXPECT_THAT(Message(ValidateJobSpec(s)), HasSubstr("the ctr model has one hidden layer"));
+  s.model.hidden = {32};
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  s.model.kind = ModelKind::kLogreg;
+  s.model.hidden = {64, 32};
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+
+  // The manifest (which --resume compares) holds the widths the model has, defaults included.
+  auto hidden_entry = [](const JobSpec& spec) -> std::string {
+    for (const auto& [key, value] : ManifestEntries(spec)) {
+      if (key == "hidden") return value;
+    }
+    return "(none)";
+  };
+  EXPECT_EQ(hidden_entry(s), "(none)");
+  s.model = {.kind = ModelKind::kMlp, .classes = 10};
+  EXPECT_EQ(hidden_entry(s), "256,128");
+  s.model.hidden = {64};
+  EXPECT_EQ(hidden_entry(s), "64");
+}
+
+TEST(JobSpecTest, ChecksTheDevice) {
+  JobSpec s;
+  s.device = DeviceSpec{.kind = DeviceKind::kCuda, .index = 1024};
+  EXPECT_THAT(Message(ValidateJobSpec(s)), HasSubstr("--device=cuda:1024"));
+  s.device.index = -1;
+  EXPECT_THAT(Message(ValidateJobSpec(s)), HasSubstr("must be in [0, 1023]"));
+  s.device.index = 0;
+  EXPECT_TRUE(ValidateJobSpec(s).ok());
+
+  capnp::MallocMessageBuilder message;
+  auto root = message.initRoot<wire::JobSpec>();
+  JobSpecToWire(JobSpec{}, root);
+  root.setDeviceKind(3);
+  EXPECT_THAT(Message(JobSpecFromWire(root.asReader()).status()), HasSubstr("does not know"));
+  root.setDeviceKind(0);
+  root.initHiddenLayers(1000);
+  EXPECT_THAT(Message(JobSpecFromWire(root.asReader()).status()),
+              HasSubstr("too many hidden layers"));
+}
+
 TEST(JobSpecTest, HeartbeatsThatWouldOverflowTheNodeTableAreRefused) {
   JobSpec s;
   s.timeouts.heartbeat_timeout_s = 3e6;  // 3e9 ms does not fit the table's 32 bits
@@ -297,8 +365,27 @@ TEST(OptionsTest, TextFormsRoundTrip) {
   }
   EXPECT_THAT(Message(ParseOptimizer("rmsprop").status()),
               HasSubstr("expected sgd, adagrad, adam, ftrl"));
-  for (ModelKind k : {ModelKind::kLogreg, ModelKind::kSoftmax, ModelKind::kCtr}) {
+  for (ModelKind k : {ModelKind::kLogreg, ModelKind::kSoftmax, ModelKind::kCtr, ModelKind::kMlp}) {
     EXPECT_EQ(*ParseModel(ModelName(k)), k);
+  }
+  for (const char* text : {"", "64", "256,128", "4096,1,7"}) {
+    absl::StatusOr<std::vector<int>> hidden = ParseHidden(text);
+    ASSERT_TRUE(hidden.ok()) << text << ": " << hidden.status();
+    EXPECT_EQ(HiddenName(*hidden), text);
+  }
+  for (const char* bad :
+       {",", "256,", ",128", "256,,128", "a", "1.5", "-3", "+3", "256 128", "99999999999999"}) {
+    EXPECT_THAT(Message(ParseHidden(bad).status()), HasSubstr("integers separated by commas"))
+        << bad;
+  }
+  for (const char* text : {"auto", "cpu", "cuda:0", "cuda:3"}) {
+    absl::StatusOr<DeviceSpec> device = ParseDevice(text);
+    ASSERT_TRUE(device.ok()) << text << ": " << device.status();
+    EXPECT_EQ(DeviceName(*device), text);
+  }
+  EXPECT_EQ(*ParseDevice("cuda"), (DeviceSpec{.kind = DeviceKind::kCuda, .index = 0}));
+  for (const char* bad : {"", "gpu", "CUDA", "cuda:", "cuda:-1", "cuda:x", "cuda:1:2", "cpu:0"}) {
+    EXPECT_THAT(Message(ParseDevice(bad).status()), HasSubstr("auto, cpu, cuda or cuda:N")) << bad;
   }
   for (DataFormat f :
        {DataFormat::kAuto, DataFormat::kLibsvm, DataFormat::kCsv, DataFormat::kCriteo}) {

@@ -42,7 +42,10 @@ void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
   out.setModel(Cast<wire::ModelKind>(s.model.kind));
   out.setClasses(s.model.classes);
   out.setEmbeddingDim(s.model.embedding_dim);
-  out.setHidden(s.model.hidden);
+  auto hidden = out.initHiddenLayers(s.model.hidden.size());
+  for (size_t i = 0; i < s.model.hidden.size(); ++i) hidden.set(i, s.model.hidden[i]);
+  out.setDeviceKind(static_cast<uint8_t>(s.device.kind));
+  out.setDeviceIndex(s.device.index);
   out.setTrain(s.data.train);
   out.setTest(s.data.test);
   out.setFormat(Cast<wire::DataFormat>(s.data.format));
@@ -114,14 +117,15 @@ void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
 
 absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
   if (!Known(in.getSyncKind(), 7) || !Known(in.getGossipTopology(), 3) ||
-      !Known(in.getAllreduceAlgorithm(), 4) || !Known(in.getModel(), 3) ||
+      !Known(in.getAllreduceAlgorithm(), 4) || !Known(in.getModel(), 4) ||
       !Known(in.getFormat(), 4) || !Known(in.getIndexBase(), 3) || !Known(in.getOptimizer(), 4) ||
       in.getCodec() > static_cast<uint8_t>(CodecKind::kFp16) ||
       in.getPullCodec() > static_cast<uint8_t>(CodecKind::kFp16) ||
       in.getPartitionKind() > static_cast<uint8_t>(PartitionKind::kShards) ||
       in.getAggregateKind() > static_cast<uint8_t>(AggregateKind::kBulyan) ||
       in.getAttackKind() > static_cast<uint8_t>(AttackKind::kLabelFlip) ||
-      in.getAllreduceRows() > static_cast<uint8_t>(AllReduceRows::kPairs)) {
+      in.getAllreduceRows() > static_cast<uint8_t>(AllReduceRows::kPairs) ||
+      in.getDeviceKind() > static_cast<uint8_t>(DeviceKind::kCuda)) {
     return absl::InvalidArgumentError(
         "job spec: an enum value this build does not know (a node of another version?)");
   }
@@ -141,7 +145,13 @@ absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
   s.model.kind = Cast<ModelKind>(in.getModel());
   s.model.classes = in.getClasses();
   s.model.embedding_dim = in.getEmbeddingDim();
-  s.model.hidden = in.getHidden();
+  // A list from the network: longer than any model takes is refused before it is copied.
+  if (in.getHiddenLayers().size() > static_cast<unsigned>(kMaxHiddenLayers)) {
+    return absl::InvalidArgumentError("job spec: too many hidden layers");
+  }
+  for (int32_t width : in.getHiddenLayers()) s.model.hidden.push_back(width);
+  s.device.kind = static_cast<DeviceKind>(in.getDeviceKind());
+  s.device.index = in.getDeviceIndex();
   s.data.train = in.getTrain();
   s.data.test = in.getTest();
   s.data.format = Cast<DataFormat>(in.getFormat());

@@ -1,6 +1,7 @@
 #include "job/options.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <string_view>
@@ -9,7 +10,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 
 namespace syncline {
 namespace {
@@ -240,6 +245,49 @@ absl::StatusOr<ModelKind> ParseModel(const std::string& name) {
   static constexpr ModelKind kAll[] = {ModelKind::kLogreg, ModelKind::kSoftmax, ModelKind::kCtr,
                                        ModelKind::kMlp};
   return ByName("model", name, kAll, &ModelName);
+}
+
+absl::StatusOr<std::vector<int>> ParseHidden(std::string_view text) {
+  std::vector<int> hidden;
+  if (text.empty()) return hidden;
+  for (const absl::string_view part :
+       absl::StrSplit(absl::string_view(text.data(), text.size()), ',')) {
+    int width;
+    if (part.empty() || !std::isdigit(static_cast<unsigned char>(part[0])) ||
+        !absl::SimpleAtoi(part, &width)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "hidden layer widths '%s': must be integers separated by commas, e.g. 256,128", text));
+    }
+    hidden.push_back(width);
+  }
+  return hidden;
+}
+
+std::string HiddenName(const std::vector<int>& hidden) { return absl::StrJoin(hidden, ","); }
+
+absl::StatusOr<DeviceSpec> ParseDevice(std::string_view whole) {
+  absl::string_view text(whole.data(), whole.size());
+  if (text == "auto") return DeviceSpec{.kind = DeviceKind::kAuto};
+  if (text == "cpu") return DeviceSpec{.kind = DeviceKind::kCpu};
+  if (text == "cuda") return DeviceSpec{.kind = DeviceKind::kCuda};
+  int index;
+  if (absl::ConsumePrefix(&text, "cuda:") && !text.empty() &&
+      std::isdigit(static_cast<unsigned char>(text[0])) && absl::SimpleAtoi(text, &index)) {
+    return DeviceSpec{.kind = DeviceKind::kCuda, .index = index};
+  }
+  return absl::InvalidArgumentError("must be auto, cpu, cuda or cuda:N (N a device number >= 0)");
+}
+
+std::string DeviceName(const DeviceSpec& device) {
+  switch (device.kind) {
+    case DeviceKind::kAuto:
+      return "auto";
+    case DeviceKind::kCpu:
+      return "cpu";
+    case DeviceKind::kCuda:
+      return absl::StrCat("cuda:", device.index);
+  }
+  return "unknown";
 }
 
 const char* DataFormatName(DataFormat format) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "syncline/options.h"
@@ -35,6 +36,16 @@ const char* OptimizerName(OptimizerKind kind);
 
 absl::StatusOr<ModelKind> ParseModel(const std::string& name);
 const char* ModelName(ModelKind kind);
+
+// --hidden: comma-separated layer widths, input side first, e.g. "256,128" (each a plain
+// integer; the count and ranges are ValidateJobSpec's to check, per model). "" is the empty
+// list: the model's default.
+absl::StatusOr<std::vector<int>> ParseHidden(std::string_view text);
+std::string HiddenName(const std::vector<int>& hidden);
+
+// --device: "auto" | "cpu" | "cuda" | "cuda:N" (N a plain integer >= 0; "cuda" is "cuda:0").
+absl::StatusOr<DeviceSpec> ParseDevice(std::string_view text);
+std::string DeviceName(const DeviceSpec& device);
 
 absl::StatusOr<DataFormat> ParseDataFormat(const std::string& name);
 const char* DataFormatName(DataFormat format);

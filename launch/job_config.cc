@@ -52,7 +52,7 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 64> kFields = {{
+const std::array<Field, 65> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes"},
     {"workers", &JobConfig::workers, "Number of worker processes"},
     {"min-workers", &JobConfig::min_workers,
@@ -104,10 +104,18 @@ const std::array<Field, 64> kFields = {{
     {"pull-copy-rows", &JobConfig::pull_copy_rows,
      "Rows a server keeps per worker of what that worker holds (--compress-pull); beyond it "
      "the least recently pulled are dropped and sent whole again"},
-    {"model", &JobConfig::model, "Model: logreg, softmax or ctr (DLRM-style; Criteo data)"},
-    {"classes", &JobConfig::classes, "Number of classes (more than 2 needs --model softmax)"},
+    {"model", &JobConfig::model,
+     "Model: logreg, softmax, ctr (DLRM-style; Criteo data) or mlp (multilayer perceptron, "
+     "softmax output; --hidden)"},
+    {"classes", &JobConfig::classes,
+     "Number of classes (more than 2 needs --model softmax or mlp)"},
     {"embedding-dim", &JobConfig::embedding_dim, "ctr: floats per categorical embedding"},
-    {"hidden", &JobConfig::hidden, "ctr: hidden units of the top MLP"},
+    {"hidden", &JobConfig::hidden,
+     "Hidden layer widths, comma-separated, input side first: ctr one (the top MLP's, default "
+     "64), mlp 1 to 8 (default 256,128); each in [1, 4096]"},
+    {"device", &JobConfig::device,
+     "Where workers compute: auto, cpu, cuda or cuda:N. No model has GPU kernels yet: auto "
+     "computes on the CPU (and logs why), cuda is refused"},
     {"train", &JobConfig::train, "Training data file; empty: synthetic data generated into --out"},
     {"test", &JobConfig::test, "Test data file (needs --train)"},
     {"format", &JobConfig::format,
@@ -256,12 +264,25 @@ class FieldAssigner {
       config_->*member = *value;
       return "";
     }
-    // `index-base = 1` reads more naturally than `index-base = "1"`.
-    if (member == &JobConfig::index_base && node_.is_integer()) {
+    // `index-base = 1` reads more naturally than `index-base = "1"`, and `hidden = 64` or
+    // `hidden = [256, 128]` than `hidden = "256,128"`.
+    const bool integer_text = member == &JobConfig::index_base || member == &JobConfig::hidden;
+    if (integer_text && node_.is_integer()) {
       config_->*member = absl::StrCat(*node_.value_exact<int64_t>());
       return "";
     }
-    return Expected("a string");
+    if (member == &JobConfig::hidden && node_.is_array()) {
+      std::vector<int64_t> widths;
+      for (const toml::node& width : *node_.as_array()) {
+        const std::optional<int64_t> value = width.value_exact<int64_t>();
+        if (!value) return "expected an array of integers, e.g. [256, 128]";
+        widths.push_back(*value);
+      }
+      config_->*member = absl::StrJoin(widths, ",");
+      return "";
+    }
+    return Expected(member == &JobConfig::hidden ? "a string, an integer or an array of integers"
+                                                 : "a string");
   }
 
  private:
@@ -426,7 +447,7 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   // The texts first: each is parsed once, here.
   for (const absl::Status& status : {
            CheckAtLeast("servers", c.servers, 1),
-           ParseOneOf("model", c.model, ParseModel, "logreg, softmax, ctr", &s.model.kind),
+           ParseOneOf("model", c.model, ParseModel, "logreg, softmax, ctr, mlp", &s.model.kind),
            ParseOneOf("format", c.format, ParseDataFormat, "auto, libsvm, csv, criteo",
                       &s.data.format),
            ParseOneOf("index-base", c.index_base, ParseIndexBase, "auto, 0, 1", &s.data.index_base),
@@ -450,6 +471,13 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
     return InvalidFlag("sync", absl::StrCat("'", c.sync, "'"), rule);
   }
   s.sync = *sync;
+  absl::StatusOr<std::vector<int>> hidden = ParseHidden(c.hidden);
+  if (!hidden.ok()) return InvalidFlag("hidden", c.hidden, hidden.status().message());
+  // Given here or not, the spec says the widths (the workers and the manifest read them).
+  s.model.hidden = hidden->empty() ? DefaultHidden(s.model.kind) : *hidden;
+  absl::StatusOr<DeviceSpec> device = ParseDevice(c.device);
+  if (!device.ok()) return InvalidFlag("device", c.device, device.status().message());
+  s.device = *device;
   if (auto rows = ParseOneOf("allreduce-rows", c.allreduce_rows, ParseAllReduceRows,
                              "auto, dense, pairs", &s.sync.allreduce_rows);
       !rows.ok()) {
@@ -548,7 +576,6 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   s.max_workers = c.max_workers;
   s.model.classes = c.classes;
   s.model.embedding_dim = c.embedding_dim;
-  s.model.hidden = c.hidden;
   s.data.train = c.train;
   s.data.test = c.test;
   s.training.epochs = c.epochs;

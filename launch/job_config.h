@@ -47,15 +47,20 @@ struct JobConfig {
   uint64_t residual_rows = 1000000;   // [--residual-rows]
   uint64_t pull_copy_rows = 1000000;  // [--pull-copy-rows]
   double consensus_step = 0;          // [--consensus-step] CHOCO gossip's gamma; 0: default
-  // [--model] "logreg" (binary logistic regression), "softmax" or "ctr" (DLRM-style click model;
-  // Criteo data only). Default "logreg".
+  // [--model] "logreg" (binary logistic regression), "softmax", "ctr" (DLRM-style click model;
+  // Criteo data only) or "mlp" (multilayer perceptron, softmax over --classes). Default "logreg".
   std::string model = "logreg";
-  // [--classes] Number of classes; only softmax may have more than 2. Default 2.
+  // [--classes] Number of classes; only softmax and mlp may have more than 2. Default 2.
   int classes = 2;
   // [--embedding-dim] ctr: floats per categorical embedding, in [1, 256]. Default 8.
   int embedding_dim = 8;
-  // [--hidden] ctr: hidden units of the top MLP, in [1, 4096]. Default 64.
-  int hidden = 64;
+  // [--hidden] Hidden layer widths, input side first, comma-separated: ctr one width (default
+  // 64), mlp 1 to 8 (default "256,128"); each in [1, 4096]. A job file may give an integer, a
+  // string or an array of integers. Empty: the model's default.
+  std::string hidden;
+  // [--device] Where workers compute: "auto", "cpu", "cuda" or "cuda:N". No model has GPU
+  // kernels yet: auto means the CPU, and cuda is refused. Default "auto".
+  std::string device = "auto";
   // [--train] Training data file. Empty: the launcher generates synthetic data into `out`.
   std::string train;
   // [--test] Test data file, evaluated once training is done. Empty: none (synthetic data brings

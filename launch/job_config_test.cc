@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -360,8 +361,8 @@ INSTANTIATE_TEST_SUITE_P(
                      "--max-parked=4096: must be >= 1048576"},
         ValidateCase{"read_ahead", [](JobConfig& c) { c.read_ahead = "auto"; },
                      "--read-ahead='auto': must be on or off"},
-        ValidateCase{"model", [](JobConfig& c) { c.model = "mlp"; },
-                     "--model='mlp': must be one of logreg, softmax, ctr"},
+        ValidateCase{"model", [](JobConfig& c) { c.model = "cnn"; },
+                     "--model='cnn': must be one of logreg, softmax, ctr, mlp"},
         ValidateCase{"ctr_needs_criteo",
                      [](JobConfig& c) {
                        c.model = "ctr";
@@ -370,8 +371,30 @@ INSTANTIATE_TEST_SUITE_P(
                      "--model=ctr: needs Criteo data: --format criteo, or a .tsv --train file"},
         ValidateCase{"embedding_dim", [](JobConfig& c) { c.embedding_dim = 0; },
                      "--embedding-dim=0: must be in [1, 256]"},
-        ValidateCase{"hidden", [](JobConfig& c) { c.hidden = 5000; },
-                     "--hidden=5000: must be in [1, 4096]"},
+        ValidateCase{"hidden",
+                     [](JobConfig& c) {
+                       c.model = "mlp";
+                       c.hidden = "256,5000";
+                     },
+                     "--hidden=256,5000: every width must be in [1, 4096]"},
+        ValidateCase{"hidden_text", [](JobConfig& c) { c.hidden = "256;128"; },
+                     "--hidden=256;128: hidden layer widths '256;128': must be integers "
+                     "separated by commas"},
+        ValidateCase{"hidden_layers",
+                     [](JobConfig& c) {
+                       c.model = "mlp";
+                       c.hidden = "8,8,8,8,8,8,8,8,8";
+                     },
+                     "at most 8 hidden layers"},
+        ValidateCase{"hidden_ctr",
+                     [](JobConfig& c) {
+                       c.model = "ctr";
+                       c.format = "criteo";
+                       c.hidden = "64,32";
+                     },
+                     "--hidden=64,32: the ctr model has one hidden layer: give one width"},
+        ValidateCase{"device", [](JobConfig& c) { c.device = "gpu"; },
+                     "--device=gpu: must be auto, cpu, cuda or cuda:N"},
         ValidateCase{"criteo_fedavg_compress",
                      [](JobConfig& c) {
                        c.format = "criteo";
@@ -675,8 +698,43 @@ embedding-dim = 16
   ASSERT_TRUE(action.ok()) << action.status();
   EXPECT_EQ(config.model, "ctr");
   EXPECT_EQ(config.embedding_dim, 16);
-  EXPECT_EQ(config.hidden, 32);
+  EXPECT_EQ(config.hidden, "32");
   EXPECT_TRUE(Validate(config).ok()) << Validate(config);
+}
+
+TEST(JobConfigTest, MlpWidthsAndTheDeviceComeFromTheJobFileInAnyForm) {
+  for (const auto& [line, widths] : {std::pair{"hidden = [512, 64, 32]", std::vector{512, 64, 32}},
+                                     std::pair{"hidden = \"100,10\"", std::vector{100, 10}},
+                                     std::pair{"hidden = 48", std::vector{48}}}) {
+    const std::string path = WriteFile(
+        "mlp.toml", absl::StrCat("model = \"mlp\"\nclasses = 10\ndevice = \"cpu\"\n", line, "\n"));
+    JobConfig config;
+    absl::StatusOr<CommandLineAction> action = Parse({path}, &config);
+    ASSERT_TRUE(action.ok()) << line << ": " << action.status();
+    absl::StatusOr<JobSpec> spec = BuildJobSpec(config);
+    ASSERT_TRUE(spec.ok()) << line << ": " << spec.status();
+    EXPECT_EQ(spec->model.kind, ModelKind::kMlp);
+    EXPECT_EQ(spec->model.hidden, widths) << line;
+    EXPECT_EQ(spec->device, DeviceSpec{.kind = DeviceKind::kCpu});
+  }
+  const std::string bad = WriteFile("bad_mlp.toml", "hidden = [256, \"128\"]\n");
+  JobConfig config;
+  EXPECT_THAT(std::string(Parse({bad}, &config).status().message()),
+              HasSubstr("hidden: expected an array of integers"));
+
+  // Without --hidden the spec carries the model's default widths; --device defaults to auto.
+  JobConfig defaults;
+  defaults.model = "mlp";
+  defaults.classes = 10;
+  absl::StatusOr<JobSpec> spec = BuildJobSpec(defaults);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model.hidden, (std::vector<int>{256, 128}));
+  EXPECT_EQ(spec->device, DeviceSpec{});
+  JobConfig cuda;
+  cuda.device = "cuda:1";
+  spec = BuildJobSpec(cuda);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->device, (DeviceSpec{.kind = DeviceKind::kCuda, .index = 1}));
 }
 
 TEST(JobConfigTest, CriteoDataIsTheFormatFlagOrATsvFileOrWhatCtrGenerates) {

@@ -52,7 +52,9 @@ constexpr char kAbout[] =
     "  syncline-launch --servers 2 --workers 2 --sync bsp --model logreg \\\n"
     "      --train a.libsvm --test b.libsvm --epochs 3 --out runs/x\n"
     "  syncline-launch --model ctr --format criteo --train a.tsv --test b.tsv \\\n"
-    "      --embedding-dim 8 --hidden 64    # DLRM-style CTR model on Criteo data\n";
+    "      --embedding-dim 8 --hidden 64    # DLRM-style CTR model on Criteo data\n"
+    "  syncline-launch --model mlp --hidden 256,128 --classes 10 \\\n"
+    "      --train a.libsvm --test b.libsvm  # multilayer perceptron, softmax output\n";
 
 // Exit code 2 with the message: the job cannot start as given.
 int Refuse(absl::string_view message) {

@@ -450,6 +450,13 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
   j << "  \"servers\": " << job_.servers << ",\n";
   j << "  \"workers\": " << job_.workers << ",\n";
   j << "  \"model\": " << JsonString(ModelName(job_.model.kind)) << ",\n";
+  if (!job_.model.hidden.empty()) {
+    j << "  \"hidden\": " << JsonString(HiddenName(job_.model.hidden)) << ",\n";
+  }
+  j << "  \"device_requested\": " << JsonString(DeviceName(job_.device)) << ",\n";
+  // No model has GPU kernels (worker/device.h): a worker computes on the CPU or refuses to start,
+  // so a job that trained, trained on the CPU.
+  if (failure.empty()) j << "  \"device\": \"cpu\",\n";
   j << "  \"optimizer\": " << JsonString(OptimizerName(job_.training.optimizer)) << ",\n";
   j << "  \"learning_rate\": " << JsonNumber(job_.training.learning_rate) << ",\n";
   j << "  \"batch_size\": " << job_.training.batch_size << ",\n";
@@ -499,7 +506,8 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
   j << "  \"train_loss\": " << (reporting ? JsonNumber(final_loss / reporting) : "null") << ",\n";
   j << "  \"test_examples\": " << test_examples_ << ",\n";
   j << "  \"test_loss\": " << (have_evaluation_ ? JsonNumber(test_loss_) : "null") << ",\n";
-  if (job_.model.kind != ModelKind::kSoftmax) {
+  // AUC is the binary models' (softmax and mlp give class probabilities, even for 2).
+  if (job_.model.kind == ModelKind::kLogreg || job_.model.kind == ModelKind::kCtr) {
     j << "  \"test_auc\": " << (have_evaluation_ ? JsonNumber(test_auc_) : "null") << ",\n";
   }
   j << "  \"test_accuracy\": " << (have_evaluation_ ? JsonNumber(test_accuracy_) : "null") << ",\n";

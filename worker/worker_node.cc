@@ -19,6 +19,7 @@
 #include "worker/attack.h"
 #include "worker/criteo.h"
 #include "worker/dataset.h"
+#include "worker/device.h"
 #include "worker/federated_client.h"
 #include "worker/kv_client.h"
 #include "worker/metrics.h"
@@ -290,8 +291,14 @@ NodeExit WorkerNode::Run() {
   auto model = Model::Create(ModelName(spec.model.kind),
                              ModelOptions{.num_classes = spec.model.classes,
                                           .embedding_dim = spec.model.embedding_dim,
-                                          .hidden = {spec.model.hidden}});
+                                          .hidden = spec.model.hidden});
   if (!model.ok()) return fail(model.status(), true);
+  // Refused before any data is read: a job that insists on a GPU it cannot have is a wrong
+  // command line (exit code 2).
+  absl::StatusOr<DeviceChoice> device = ChooseDevice(spec.device, (*model)->name(), ProbeDevices());
+  if (!device.ok()) return fail(device.status(), true);
+  SYNCLINE_LOG(INFO) << "device: " << device->device << " (--device " << DeviceName(spec.device)
+                     << ": " << device->reason << ")";
   // A worker that joined has no partition of its own: it trains the donors' batches, read
   // from their partitions, and reads partition 0 for what every worker shares (the features,
   // the test set).

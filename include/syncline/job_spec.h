@@ -39,9 +39,12 @@ struct JobSpec {
     ModelKind kind = ModelKind::kLogreg;  // [--model]
     int classes = 2;                      // [--classes]
     int embedding_dim = 8;                // [--embedding-dim] ctr
-    int hidden = 64;                      // [--hidden] ctr
+    // [--hidden] ctr: one width; mlp: 1 to kMaxHiddenLayers, input side first. Empty: the
+    // model's DefaultHidden.
+    std::vector<int> hidden;
     bool operator==(const Model&) const = default;
   } model;
+  DeviceSpec device;  // [--device] where workers compute
 
   struct Data {
     std::string train;                        // [--train]

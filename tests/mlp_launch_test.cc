@@ -1,0 +1,89 @@
+// End-to-end tests of the mlp model and of --device: real syncline-launch, syncline-ps and
+// syncline-worker processes on loopback.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "testing/test_util.h"
+
+namespace syncline {
+namespace {
+
+using testing_util::JsonNumber;
+using testing_util::ReadFile;
+using testing_util::RunProcess;
+using testing_util::TempDir;
+
+const std::string kLaunch = SYNCLINE_LAUNCH_BIN;
+const std::string kGen = SYNCLINE_GEN_BIN;
+
+// 4000 training and 800 test examples of 4 classes over 60 features, 12 per example.
+std::string MakeData() {
+  const std::string dir = TempDir("mlp_data");
+  auto g = RunProcess({kGen, "--out", dir + "/train.libsvm", "--test-out", dir + "/test.libsvm",
+                       "--rows", "4000", "--test-rows", "800", "--features", "60", "--nnz", "12",
+                       "--classes", "4", "--seed", "5"});
+  EXPECT_EQ(g.exit_code, 0) << g.output;
+  return dir;
+}
+
+TEST(MlpLaunchTest, MlpTrainsUnderBspAndReportsAccuracyOnTheCpu) {
+  const std::string data = MakeData();
+  const std::string out = TempDir("mlp_bsp");
+  auto r = RunProcess({kLaunch,
+                       "--servers",
+                       "2",
+                       "--workers",
+                       "2",
+                       "--sync",
+                       "bsp",
+                       "--model",
+                       "mlp",
+                       "--hidden",
+                       "32,16",
+                       "--classes",
+                       "4",
+                       "--train",
+                       data + "/train.libsvm",
+                       "--test",
+                       data + "/test.libsvm",
+                       "--epochs",
+                       "4",
+                       "--batch-size",
+                       "64",
+                       "--out",
+                       out});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string summary = ReadFile(out + "/summary.json");
+  EXPECT_NE(summary.find("\"model\": \"mlp\""), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"hidden\": \"32,16\""), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"device\": \"cpu\""), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"device_requested\": \"auto\""), std::string::npos) << summary;
+  // Class probabilities, not one score: no AUC.
+  EXPECT_EQ(summary.find("test_auc"), std::string::npos) << summary;
+  EXPECT_EQ(JsonNumber(summary, "test_examples").value_or(0), 800) << summary;
+  ASSERT_TRUE(JsonNumber(summary, "test_accuracy").has_value()) << summary;
+  // Chance is 0.25. Measured: MEASURED_BSP.
+  EXPECT_GT(*JsonNumber(summary, "test_accuracy"), FLOOR_BSP) << summary;
+  // The worker says where it computed, and why not on a GPU.
+  EXPECT_NE(r.output.find("device: cpu (--device auto: "), std::string::npos) << r.output;
+}
+
+TEST(MlpLaunchTest, CudaWithoutAGpuOrKernelsExitsTwoSayingWhy) {
+  const std::string data = MakeData();
+  auto r = RunProcess({kLaunch, "--servers", "1", "--workers", "1", "--model", "mlp", "--classes",
+                       "4", "--train", data + "/train.libsvm", "--device", "cuda", "--out",
+                       TempDir("mlp_cuda")});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  // Whichever is missing here (CUDA in the build, a visible GPU, the model's kernels) is named.
+  EXPECT_NE(r.output.find("--device=cuda:0: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("use --device cpu or auto"), std::string::npos) << r.output;
+
+  auto bad = RunProcess({kLaunch, "--device", "gpu:0", "--out", TempDir("mlp_gpu")});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--device=gpu:0: must be auto, cpu, cuda or cuda:N"), std::string::npos)
+      << bad.output;
+}
+
+}  // namespace
+}  // namespace syncline

@@ -1,0 +1,45 @@
+// Where a worker computes (--device): the job's DeviceSpec against what this build and this
+// machine offer and what the model has kernels for. No model has GPU kernels yet, so every
+// worker that trains computes on the CPU; the choice and its reason are logged, and a job that
+// insists on CUDA is refused with the reason.
+//
+// The GPU probe loads the CUDA driver (libcuda.so.1) at run time, only in a build with CUDA, so
+// the worker links no CUDA library and starts on machines without one.
+//
+// Thread-safety: ChooseDevice is pure; ProbeDevices may be called from any thread.
+#ifndef SYNCLINE_WORKER_DEVICE_H_
+#define SYNCLINE_WORKER_DEVICE_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "syncline/options.h"
+
+namespace syncline {
+
+// What this process can compute on.
+struct DeviceProbe {
+  bool cuda_built = false;  // the build has CUDA (SYNCLINE_CUDA found nvcc)
+  int gpus = 0;             // CUDA devices the driver reports; 0 without a driver
+};
+
+DeviceProbe ProbeDevices();
+
+// Whether `model` has GPU kernels: none does yet.
+bool HasGpuKernels(std::string_view model);
+
+struct DeviceChoice {
+  std::string device;  // "cpu" (or, once kernels exist, "cuda:N")
+  std::string reason;  // for --device auto: why this device, for the log
+};
+
+// Resolves --device. auto: the CPU, with the reason a GPU is not used; cpu: the CPU; cuda[:N]:
+// FailedPrecondition saying why it cannot be used (no CUDA in this build, no visible GPU N, no
+// GPU kernels for the model).
+absl::StatusOr<DeviceChoice> ChooseDevice(const DeviceSpec& spec, std::string_view model,
+                                          const DeviceProbe& probe);
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_WORKER_DEVICE_H_
