@@ -1,5 +1,7 @@
 #include "worker/device.h"
 
+#include <string>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -46,7 +48,9 @@ TEST(DeviceTest, TheProbeAgreesWithTheBuild) {
   const DeviceProbe probe = ProbeDevices();
   EXPECT_EQ(probe.cuda_built, SYNCLINE_WORKER_CUDA_BUILD != 0);
   EXPECT_GE(probe.gpus, 0);
-  if (!probe.cuda_built) EXPECT_EQ(probe.gpus, 0);
+  if (!probe.cuda_built) {
+    EXPECT_EQ(probe.gpus, 0);
+  }
 }
 
 }  // namespace
