@@ -379,13 +379,13 @@ INSTANTIATE_TEST_SUITE_P(
                      "--hidden=256,5000: every width must be in [1, 4096]"},
         ValidateCase{"hidden_text", [](JobConfig& c) { c.hidden = "256;128"; },
                      "--hidden=256;128: hidden layer widths '256;128': must be integers "
-                     "separated by commas"},
+                     "separated by commas, e.g. 256,128"},
         ValidateCase{"hidden_layers",
                      [](JobConfig& c) {
                        c.model = "mlp";
                        c.hidden = "8,8,8,8,8,8,8,8,8";
                      },
-                     "at most 8 hidden layers"},
+                     "--hidden=8,8,8,8,8,8,8,8,8: at most 8 hidden layers"},
         ValidateCase{"hidden_ctr",
                      [](JobConfig& c) {
                        c.model = "ctr";
@@ -394,7 +394,7 @@ INSTANTIATE_TEST_SUITE_P(
                      },
                      "--hidden=64,32: the ctr model has one hidden layer: give one width"},
         ValidateCase{"device", [](JobConfig& c) { c.device = "gpu"; },
-                     "--device=gpu: must be auto, cpu, cuda or cuda:N"},
+                     "--device=gpu: must be auto, cpu, cuda or cuda:N (N a device number >= 0)"},
         ValidateCase{"criteo_fedavg_compress",
                      [](JobConfig& c) {
                        c.format = "criteo";

@@ -63,8 +63,8 @@ TEST(MlpLaunchTest, MlpTrainsUnderBspAndReportsAccuracyOnTheCpu) {
   EXPECT_EQ(summary.find("test_auc"), std::string::npos) << summary;
   EXPECT_EQ(JsonNumber(summary, "test_examples").value_or(0), 800) << summary;
   ASSERT_TRUE(JsonNumber(summary, "test_accuracy").has_value()) << summary;
-  // Chance is 0.25.
-  EXPECT_GT(*JsonNumber(summary, "test_accuracy"), 0.5) << summary;
+  // Chance is 0.25, the largest class 0.51; measured 0.769.
+  EXPECT_GT(*JsonNumber(summary, "test_accuracy"), 0.65) << summary;
   // The worker says where it computed, and why not on a GPU.
   EXPECT_NE(r.output.find("device: cpu (--device auto: "), std::string::npos) << r.output;
 }
