@@ -27,32 +27,38 @@ std::string MakeData() {
   return dir;
 }
 
+// Runs the 2-server, 2-worker mlp job of the tests under `sync` into `out`.
+testing_util::RunResult RunMlp(const std::string& data, const std::string& sync,
+                               const std::string& out) {
+  return RunProcess({kLaunch,
+                     "--servers",
+                     "2",
+                     "--workers",
+                     "2",
+                     "--sync",
+                     sync,
+                     "--model",
+                     "mlp",
+                     "--hidden",
+                     "32,16",
+                     "--classes",
+                     "4",
+                     "--train",
+                     data + "/train.libsvm",
+                     "--test",
+                     data + "/test.libsvm",
+                     "--epochs",
+                     "4",
+                     "--batch-size",
+                     "64",
+                     "--out",
+                     out});
+}
+
 TEST(MlpLaunchTest, MlpTrainsUnderBspAndReportsAccuracyOnTheCpu) {
   const std::string data = MakeData();
   const std::string out = TempDir("mlp_bsp");
-  auto r = RunProcess({kLaunch,
-                       "--servers",
-                       "2",
-                       "--workers",
-                       "2",
-                       "--sync",
-                       "bsp",
-                       "--model",
-                       "mlp",
-                       "--hidden",
-                       "32,16",
-                       "--classes",
-                       "4",
-                       "--train",
-                       data + "/train.libsvm",
-                       "--test",
-                       data + "/test.libsvm",
-                       "--epochs",
-                       "4",
-                       "--batch-size",
-                       "64",
-                       "--out",
-                       out});
+  auto r = RunMlp(data, "bsp", out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string summary = ReadFile(out + "/summary.json");
   EXPECT_NE(summary.find("\"model\": \"mlp\""), std::string::npos) << summary;
@@ -67,6 +73,22 @@ TEST(MlpLaunchTest, MlpTrainsUnderBspAndReportsAccuracyOnTheCpu) {
   EXPECT_GT(*JsonNumber(summary, "test_accuracy"), 0.65) << summary;
   // The worker says where it computed, and why not on a GPU.
   EXPECT_NE(r.output.find("device: cpu (--device auto: "), std::string::npos) << r.output;
+}
+
+// All-reduce workers start their replicas where the servers start the tables (the mlp's
+// hidden units need random starts), so they train BSP's model: the same test loss.
+TEST(MlpLaunchTest, AllReduceTrainsTheMlpOfBsp) {
+  const std::string data = MakeData();
+  const std::string bsp_out = TempDir("mlp_bsp_ref"), allreduce_out = TempDir("mlp_allreduce");
+  auto bsp = RunMlp(data, "bsp", bsp_out);
+  ASSERT_EQ(bsp.exit_code, 0) << bsp.output;
+  auto allreduce = RunMlp(data, "allreduce", allreduce_out);
+  ASSERT_EQ(allreduce.exit_code, 0) << allreduce.output;
+  const auto a = JsonNumber(ReadFile(bsp_out + "/summary.json"), "test_loss");
+  const auto b = JsonNumber(ReadFile(allreduce_out + "/summary.json"), "test_loss");
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  EXPECT_NEAR(*b, *a, 1e-5 * *a);
+  EXPECT_LT(*a, 1.0) << "trained (chance is log 4 = 1.39)";
 }
 
 TEST(MlpLaunchTest, CudaWithoutAGpuOrKernelsExitsTwoSayingWhy) {

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/table_config.h"
+#include "worker/ps_backend.h"
 
 namespace syncline {
 
@@ -24,7 +26,28 @@ absl::Status ReplicatedModel::Init(const ParameterLayout& layout,
   bias_optimizer_ = optimizer;
   bias_optimizer_.l2 = 0;  // the bias is not regularised, as on the servers
   state_floats_ = StateFloatsPerWeight(optimizer.kind);
+  // The values the parameter servers would start these tables from (PsBackend declares
+  // them so), so that a replicated model trains the model of --sync bsp from its first step,
+  // and every replica starts equal.
   params_.assign(row_floats() + layout.bias_dim, 0.0f);
+  TableConfig rows;
+  rows.id = PsBackend::kRowsTable;
+  rows.dim = layout.row_dim;
+  rows.seed = layout.seed;
+  rows.init_scale = layout.row_init_scale;
+  if (rows.init_scale > 0) {
+    for (uint64_t key = 0; key < layout.num_features; ++key) {
+      InitialRow(rows, key, &params_[key * layout.row_dim]);
+    }
+  }
+  TableConfig bias;
+  bias.id = PsBackend::kBiasTable;
+  bias.dim = 1;
+  bias.seed = layout.seed;
+  bias.init_scale = layout.bias_init_scale;
+  if (bias.init_scale > 0) {
+    for (uint32_t k = 0; k < layout.bias_dim; ++k) InitialRow(bias, k, &params_[row_floats() + k]);
+  }
   row_state_.assign(row_floats() * state_floats_, 0.0f);
   row_steps_.assign(layout.num_features, 0);
   bias_state_.assign(static_cast<size_t>(layout.bias_dim) * state_floats_, 0.0f);
