@@ -36,7 +36,7 @@ constexpr size_t kDirectRead = 8 * 1024;
 // fresh buffer of a collective's segment size costs page faults and zeroing on every message.
 constexpr size_t kPooledBytes = 64 * 1024;
 constexpr size_t kPoolBytes = size_t{128} << 20;
-constexpr size_t kPoolBuffersPerSize = 32;
+constexpr size_t kPoolBuffersPerSize = 1024;
 // One connection's reads per poll round, so that a fast sender cannot starve the others.
 constexpr int kReadsPerRound = 64;
 constexpr absl::Duration kFirstRetry = absl::Milliseconds(20);
@@ -228,8 +228,7 @@ class TcpEndpoint : public Endpoint {
   }
 
   absl::StatusOr<Message> Receive(absl::Time deadline) override {
-    const absl::Duration spin = transport_->options_.spin;
-    const absl::Time spin_until = spin > absl::ZeroDuration() ? absl::Now() + spin : absl::Time();
+    const absl::Time spin_until = SpinUntil();
     while (inbox_.empty()) {
       const absl::Time now = absl::Now();
       if (now >= deadline) {
@@ -238,12 +237,7 @@ class TcpEndpoint : public Endpoint {
         }
         break;
       }
-      if (now >= spin_until) {
-        Progress(deadline);
-      } else if (!Progress(now)) {
-        // Spinning: give the core to another runnable thread, if any (ranks may share cores).
-        sched_yield();
-      }
+      Await(deadline, spin_until);
     }
     Message m = std::move(inbox_.front());
     inbox_.pop_front();
@@ -433,9 +427,10 @@ class TcpEndpoint : public Endpoint {
       return absl::UnavailableError(
           absl::StrCat(id_, ": the connection to ", c->peer, " broke: ", c->error));
     };
+    const absl::Time spin_until = SpinUntil();
     auto wait = [&] {
       writing_ = c;
-      Progress(wait_until);
+      Await(wait_until, spin_until);
       writing_ = nullptr;
     };
     if (c->state == State::kOpen) Flush(c);
@@ -686,6 +681,22 @@ class TcpEndpoint : public Endpoint {
       conn->fd = fd;
       conn->state = State::kHello;
       conns_.push_back(std::move(conn));
+    }
+  }
+
+  // Until this, a wait polls without sleeping (TcpOptions::spin).
+  absl::Time SpinUntil() const {
+    const absl::Duration spin = transport_->options_.spin;
+    return spin > absl::ZeroDuration() ? absl::Now() + spin : absl::InfinitePast();
+  }
+
+  // One round of progress: until `spin_until` without sleeping, yielding the core when nothing
+  // was ready (ranks may share cores); after it, sleeping until something is or `deadline`.
+  void Await(absl::Time deadline, absl::Time spin_until) {
+    if (absl::Now() >= spin_until) {
+      Progress(deadline);
+    } else if (!Progress(absl::Now())) {
+      sched_yield();
     }
   }
 
