@@ -15,21 +15,20 @@
 namespace syncline {
 namespace {
 
-using model_internal::AddGradients;
 using model_internal::AffineBackward;
 using model_internal::AffineForward;
 using model_internal::AppendSoftmax;
 using model_internal::CheckOrDie;
 using model_internal::ClassLabel;
 using model_internal::CountFeatures;
-using model_internal::GradientsAs;
+using model_internal::GradientsOf;
 using model_internal::KeyIndex;
 using model_internal::kMissing;
-using model_internal::ParamsAs;
 using model_internal::Precision;
 using model_internal::Relu;
 using model_internal::ReluBackward;
 using model_internal::SoftmaxCrossEntropy;
+using model_internal::WeightsAs;
 
 // Initial ranges, uniform in [-scale, scale] (the servers draw them from the seed); a uniform
 // [-s, s] weight has variance s^2 / 3.
@@ -75,11 +74,10 @@ class MlpModel final : public Model {
     CheckShapes(keys, rows, bias);
     CheckOrDie(row_grads.size() == rows.size(), "row_grads.size() != rows.size()");
     CheckOrDie(bias_grad.size() == bias.size(), "bias_grad.size() != bias_dim()");
-    std::vector<T> w_copy, r_copy, gw_copy, gr_copy;
-    const T* w = ParamsAs(bias, &w_copy);
-    const T* r = ParamsAs(rows, &r_copy);
-    T* gw = GradientsAs(bias_grad, &gw_copy);
-    T* gr = GradientsAs(row_grads, &gr_copy);
+    const WeightsAs<T> weights(rows, bias);
+    const T *r = weights.r, *w = weights.w;
+    const GradientsOf<T> grads(row_grads, bias_grad);
+    T *gr = grads.gr, *gw = grads.gw;
     Block s(l_, std::min(examples.size(), kBlock));
     const KeyIndex key_index(keys, CountFeatures(data, examples));
     double loss = 0;
@@ -93,8 +91,7 @@ class MlpModel final : public Model {
       }
       Backward(data, block, w, &s, gr, gw);
     }
-    AddGradients(gw_copy, bias_grad);
-    AddGradients(gr_copy, row_grads);
+    grads.Finish(row_grads, bias_grad);
     return loss;
   }
 
@@ -102,9 +99,8 @@ class MlpModel final : public Model {
                absl::Span<const uint64_t> keys, absl::Span<const float> rows,
                absl::Span<const float> bias, std::vector<float>* scores) const override {
     CheckShapes(keys, rows, bias);
-    std::vector<T> w_copy, r_copy;
-    const T* w = ParamsAs(bias, &w_copy);
-    const T* r = ParamsAs(rows, &r_copy);
+    const WeightsAs<T> weights(rows, bias);
+    const T *r = weights.r, *w = weights.w;
     Block s(l_, std::min(examples.size(), kBlock));
     const KeyIndex key_index(keys, CountFeatures(data, examples));
     scores->clear();

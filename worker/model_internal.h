@@ -118,6 +118,34 @@ void AddGradients(const std::vector<T>& storage, absl::Span<float> out) {
   }
 }
 
+// A model's two tables as T, for reading (Predict and the forward pass).
+template <typename T>
+struct WeightsAs {
+  WeightsAs(absl::Span<const float> rows, absl::Span<const float> bias)
+      : r(ParamsAs(rows, &r_copy)), w(ParamsAs(bias, &w_copy)) {}
+  WeightsAs(const WeightsAs&) = delete;
+  WeightsAs& operator=(const WeightsAs&) = delete;
+  std::vector<T> r_copy, w_copy;
+  const T* r;  // rows
+  const T* w;  // the dense ("bias") table
+};
+
+// ... and their gradients as T, which Finish adds to the caller's floats (a double check's).
+template <typename T>
+struct GradientsOf {
+  GradientsOf(absl::Span<float> row_grads, absl::Span<float> bias_grad)
+      : gr(GradientsAs(row_grads, &gr_copy)), gw(GradientsAs(bias_grad, &gw_copy)) {}
+  GradientsOf(const GradientsOf&) = delete;
+  GradientsOf& operator=(const GradientsOf&) = delete;
+  void Finish(absl::Span<float> row_grads, absl::Span<float> bias_grad) const {
+    AddGradients(gw_copy, bias_grad);
+    AddGradients(gr_copy, row_grads);
+  }
+  std::vector<T> gr_copy, gw_copy;
+  T* gr;
+  T* gw;
+};
+
 // A fully connected layer over a block of n examples, y = x W + b, with W stored input-major
 // ([in][out]) so that both passes are matrix products over the block (gemm.h). x is op(X):
 // stored example-major ([n][ldx], Transpose::kNo) or feature-major ([in][ldx], kYes, as the ctr
