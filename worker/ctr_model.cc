@@ -94,9 +94,7 @@ class CtrModel final : public Model {
                          absl::Span<const uint64_t> keys, absl::Span<const float> rows,
                          absl::Span<const float> bias, absl::Span<float> row_grads,
                          absl::Span<float> bias_grad) const override {
-    CheckShapes(keys, rows, bias);
-    CheckOrDie(row_grads.size() == rows.size(), "row_grads.size() != rows.size()");
-    CheckOrDie(bias_grad.size() == bias.size(), "bias_grad.size() != bias_dim()");
+    CheckShapes(keys, rows, bias, row_grads, bias_grad);
     const WeightsAs<T> weights(rows, bias);
     const T *r = weights.r, *w = weights.w;
     const GradientsOf<T> grads(row_grads, bias_grad);
@@ -182,10 +180,10 @@ class CtrModel final : public Model {
     return begin;
   }
 
-  void CheckShapes(absl::Span<const uint64_t> keys, absl::Span<const float> rows,
-                   absl::Span<const float> bias) const {
-    CheckOrDie(rows.size() == keys.size() * row_dim(), "rows.size() != keys.size() * row_dim()");
-    CheckOrDie(bias.size() == l_.size, "bias.size() != bias_dim()");
+  // The buffers of a call fit this model (model_internal::CheckShapes).
+  template <typename... Spans>
+  void CheckShapes(absl::Span<const uint64_t> keys, Spans... spans) const {
+    model_internal::CheckShapes(row_dim(), bias_dim(), keys, spans...);
   }
 
   // Fills *s with the block's activations and logits.

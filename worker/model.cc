@@ -42,9 +42,7 @@ class LinearModel final : public Model {
                          absl::Span<const uint64_t> keys, absl::Span<const float> rows,
                          absl::Span<const float> bias, absl::Span<float> row_grads,
                          absl::Span<float> bias_grad) const override {
-    CheckShapes(keys, rows, bias);
-    CheckOrDie(row_grads.size() == rows.size(), "row_grads.size() != rows.size()");
-    CheckOrDie(bias_grad.size() == bias.size(), "bias_grad.size() != bias_dim()");
+    CheckShapes(keys, rows, bias, row_grads, bias_grad);
     Scratch scratch(dim_);
     const KeyIndex key_index(keys, CountFeatures(data, examples));
     double loss = 0;
@@ -99,10 +97,10 @@ class LinearModel final : public Model {
     std::vector<size_t> slots;  // Row index in keys of each feature of the current example.
   };
 
-  void CheckShapes(absl::Span<const uint64_t> keys, absl::Span<const float> rows,
-                   absl::Span<const float> bias) const {
-    CheckOrDie(rows.size() == keys.size() * dim_, "rows.size() != keys.size() * row_dim()");
-    CheckOrDie(bias.size() == static_cast<size_t>(dim_), "bias.size() != bias_dim()");
+  // The buffers of a call fit this model (model_internal::CheckShapes).
+  template <typename... Spans>
+  void CheckShapes(absl::Span<const uint64_t> keys, Spans... spans) const {
+    model_internal::CheckShapes(row_dim(), bias_dim(), keys, spans...);
   }
 
   // Class index of an example.

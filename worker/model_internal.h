@@ -33,6 +33,22 @@ inline void CheckOrDie(bool ok, const char* what) {
   }
 }
 
+// The weights a model reads (rows aligned with keys, row_dim floats each; bias_dim dense
+// floats) have its layout.
+inline void CheckShapes(size_t row_dim, size_t bias_dim, absl::Span<const uint64_t> keys,
+                        absl::Span<const float> rows, absl::Span<const float> bias) {
+  CheckOrDie(rows.size() == keys.size() * row_dim, "rows.size() != keys.size() * row_dim()");
+  CheckOrDie(bias.size() == bias_dim, "bias.size() != bias_dim()");
+}
+// ... and the gradients it adds into are aligned with them.
+inline void CheckShapes(size_t row_dim, size_t bias_dim, absl::Span<const uint64_t> keys,
+                        absl::Span<const float> rows, absl::Span<const float> bias,
+                        absl::Span<const float> row_grads, absl::Span<const float> bias_grad) {
+  CheckShapes(row_dim, bias_dim, keys, rows, bias);
+  CheckOrDie(row_grads.size() == rows.size(), "row_grads.size() != rows.size()");
+  CheckOrDie(bias_grad.size() == bias.size(), "bias_grad.size() != bias_dim()");
+}
+
 // Number of feature occurrences in `examples`, i.e. the lookups a pass over them makes. Checks
 // the example indices on the way, before anything reads the examples.
 inline size_t CountFeatures(const Dataset& data, absl::Span<const uint32_t> examples) {
