@@ -1,0 +1,202 @@
+// DeviceModel: a Model whose steps run through a device_step executor E (worker/device_step.h):
+// the CUDA executor for GPU workers (worker/gpu_model.h), the host executor in tests.
+//
+// A call packs the batch into pinned host memory, uploads it with the keys, the pulled rows and
+// the dense table, runs the step there, downloads the gradients (ADDED into the caller's spans,
+// as Model says) and the per-example losses (summed on the host in example order). BatchKeys
+// finds the unique ids on the device (a radix sort and a unique pass), since the keys go to the
+// servers before the rows come back.
+//
+// The shapes, initial scales and errors are the CPU reference model's, which it keeps: a device
+// model trains the same model as the CPU one, to float rounding.
+//
+// Thread-safety: as Model; calls are serialised (one set of device buffers).
+#ifndef SYNCLINE_WORKER_DEVICE_MODEL_H_
+#define SYNCLINE_WORKER_DEVICE_MODEL_H_
+
+#include <algorithm>
+#include <memory>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "worker/device_step.h"
+#include "worker/mlp_model.h"
+#include "worker/model.h"
+#include "worker/model_internal.h"
+
+namespace syncline {
+
+// The device layout of a model made by Model::Create: logreg and softmax are one sparse layer,
+// mlp its MlpLayout. False for models without device steps (ctr).
+inline bool DeviceShapeOf(const Model& model, const ModelOptions& options,
+                          device_step::Shape* shape) {
+  if (model.name() == "logreg" || model.name() == "softmax") {
+    *shape = device_step::Shape{.widths = {model.row_dim()},
+                                .w = {0},
+                                .b = {0},
+                                .dense = static_cast<size_t>(model.bias_dim()),
+                                .binary = model.binary()};
+    return true;
+  }
+  if (model.name() == "mlp") {
+    MlpLayout layout(options.hidden.empty() ? MlpDefaultHidden() : options.hidden,
+                     model.num_classes());
+    *shape = device_step::Shape{.widths = layout.widths,
+                                .w = layout.w,
+                                .b = layout.b,
+                                .dense = layout.size,
+                                .binary = false};
+    return true;
+  }
+  return false;
+}
+
+template <class E>
+class DeviceModel final : public Model {
+ public:
+  DeviceModel(std::unique_ptr<Model> reference, device_step::Shape shape, E executor)
+      : reference_(std::move(reference)), shape_(std::move(shape)), e_(std::move(executor)) {}
+
+  std::string_view name() const override { return reference_->name(); }
+  int row_dim() const override { return reference_->row_dim(); }
+  int bias_dim() const override { return reference_->bias_dim(); }
+  int num_classes() const override { return reference_->num_classes(); }
+  bool binary() const override { return reference_->binary(); }
+  float row_init_scale() const override { return reference_->row_init_scale(); }
+  float bias_init_scale() const override { return reference_->bias_init_scale(); }
+
+  std::vector<uint64_t> BatchKeys(const Dataset& data,
+                                  absl::Span<const uint32_t> examples) const override {
+    absl::MutexLock lock(&mu_);
+    const size_t nnz = model_internal::CountFeatures(data, examples);
+    host_ids_.Reserve(nnz);
+    uint64_t* ids = host_ids_.data();
+    for (const uint32_t example : examples) {
+      ids = std::copy(data.ids.begin() + data.row_offsets[example],
+                      data.ids.begin() + data.row_offsets[example + 1], ids);
+    }
+    ids_.Reserve(nnz);
+    unique_.Reserve(nnz);
+    e_.Upload(ids_.data(), host_ids_.data(), nnz);
+    const size_t count = e_.SortUnique(ids_.data(), nnz, unique_.data());
+    std::vector<uint64_t> keys(count);
+    e_.Download(keys.data(), unique_.data(), count);
+    e_.Finish();
+    return keys;
+  }
+
+  double LossAndGradient(const Dataset& data, absl::Span<const uint32_t> examples,
+                         absl::Span<const uint64_t> keys, absl::Span<const float> rows,
+                         absl::Span<const float> bias, absl::Span<float> row_grads,
+                         absl::Span<float> bias_grad) const override {
+    model_internal::CheckShapes(row_dim(), bias_dim(), keys, rows, bias, row_grads, bias_grad);
+    absl::MutexLock lock(&mu_);
+    Pack(data, examples);
+    UploadStep(keys, rows, bias);
+    e_.Mark(1);
+    batch_.Index(e_);
+    row_grads_.Reserve(rows.size());
+    dense_grads_.Reserve(bias.size());
+    device_step::LossAndGradient(e_, shape_, batch_, rows_.data(), dense_.data(), &act_,
+                                 row_grads_.data(), dense_grads_.data());
+    e_.Mark(2);
+    host_grads_.Reserve(rows.size() + bias.size());
+    host_loss_.Reserve(examples.size());
+    e_.Download(host_grads_.data(), row_grads_.data(), rows.size());
+    e_.Download(host_grads_.data() + rows.size(), dense_grads_.data(), bias.size());
+    e_.Download(host_loss_.data(), act_.loss.data(), examples.size());
+    e_.Mark(3);
+    e_.Finish();
+    upload_ += e_.Elapsed(0, 1);
+    download_ += e_.Elapsed(2, 3);
+    const float* grads = host_grads_.data();
+    for (size_t i = 0; i < rows.size(); ++i) row_grads[i] += grads[i];
+    for (size_t i = 0; i < bias.size(); ++i) bias_grad[i] += grads[rows.size() + i];
+    double loss = 0;
+    for (size_t i = 0; i < examples.size(); ++i) loss += host_loss_.data()[i];
+    return loss;
+  }
+
+  void Predict(const Dataset& data, absl::Span<const uint32_t> examples,
+               absl::Span<const uint64_t> keys, absl::Span<const float> rows,
+               absl::Span<const float> bias, std::vector<float>* scores) const override {
+    model_internal::CheckShapes(row_dim(), bias_dim(), keys, rows, bias);
+    absl::MutexLock lock(&mu_);
+    Pack(data, examples);
+    UploadStep(keys, rows, bias);
+    batch_.Index(e_);
+    device_step::Forward(e_, shape_, batch_, rows_.data(), dense_.data(), &act_);
+    const size_t count = examples.size() * (binary() ? 1 : shape_.outputs());
+    act_.dh.Reserve(count);
+    e_.ForEach(examples.size(), device_step::Probabilities{act_.pre.back().data(), shape_.outputs(),
+                                                           binary(), act_.dh.data()});
+    scores->resize(count);
+    e_.Download(scores->data(), act_.dh.data(), count);
+    e_.Finish();
+  }
+
+  // Time spent copying to and from the device since the last call (zero on the host executor).
+  std::pair<absl::Duration, absl::Duration> TakeCopyTimes() const {
+    absl::MutexLock lock(&mu_);
+    return {std::exchange(upload_, absl::ZeroDuration()),
+            std::exchange(download_, absl::ZeroDuration())};
+  }
+
+ private:
+  // The batch's CSR and labels into pinned memory.
+  void Pack(const Dataset& data, absl::Span<const uint32_t> examples) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    host_.Reserve(examples.size(), model_internal::CountFeatures(data, examples));
+    uint32_t* offsets = host_.offsets.data();
+    uint64_t* ids = host_.ids.data();
+    float* values = host_.values.data();
+    int32_t* labels = host_.labels.data();
+    uint32_t at = 0;
+    for (size_t e = 0; e < examples.size(); ++e) {
+      const uint32_t example = examples[e];
+      offsets[e] = at;
+      for (uint64_t j = data.row_offsets[example]; j < data.row_offsets[example + 1]; ++j, ++at) {
+        ids[at] = data.ids[j];
+        values[at] = data.values[j];
+      }
+      const float label = data.labels[example];
+      labels[e] = binary() ? (label > 0.5f ? 1 : 0)
+                           : static_cast<int32_t>(model_internal::ClassLabel(label, num_classes()));
+    }
+    offsets[examples.size()] = at;
+  }
+
+  void UploadStep(absl::Span<const uint64_t> keys, absl::Span<const float> rows,
+                  absl::Span<const float> bias) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    e_.Mark(0);
+    batch_.Upload(e_, host_, keys.data(), keys.size());
+    rows_.Reserve(rows.size());
+    dense_.Reserve(bias.size());
+    e_.Upload(rows_.data(), rows.data(), rows.size());
+    e_.Upload(dense_.data(), bias.data(), bias.size());
+  }
+
+  const std::unique_ptr<Model> reference_;
+  const device_step::Shape shape_;
+  mutable absl::Mutex mu_;
+  mutable E e_ ABSL_GUARDED_BY(mu_);
+  mutable device_step::HostBatch<E> host_ ABSL_GUARDED_BY(mu_);
+  mutable device_step::SparseBatch<E> batch_ ABSL_GUARDED_BY(mu_);
+  mutable device_step::Activations<E> act_ ABSL_GUARDED_BY(mu_);
+  mutable typename E::template Array<float> rows_ ABSL_GUARDED_BY(mu_), dense_ ABSL_GUARDED_BY(mu_),
+      row_grads_ ABSL_GUARDED_BY(mu_), dense_grads_ ABSL_GUARDED_BY(mu_);
+  mutable typename E::template Array<uint64_t> ids_ ABSL_GUARDED_BY(mu_), unique_
+      ABSL_GUARDED_BY(mu_);
+  mutable typename E::template PinnedArray<uint64_t> host_ids_ ABSL_GUARDED_BY(mu_);
+  mutable typename E::template PinnedArray<float> host_grads_ ABSL_GUARDED_BY(mu_);
+  mutable typename E::template PinnedArray<double> host_loss_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Duration upload_ ABSL_GUARDED_BY(mu_), download_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_WORKER_DEVICE_MODEL_H_

@@ -1,0 +1,437 @@
+// The models' training step and evaluation written once for a data-parallel executor: a CUDA
+// GPU (worker/model_cuda.cu) or, for tests, the host (worker/device_step_host.h).
+//
+// Every kernel is a functor over an index, `void operator()(size_t i) const`, marked
+// SYNCLINE_HD so that nvcc compiles it for the device and g++ for the host. The steps
+// (SparseStep, LinearStep, MlpStep, ...) call an executor E for what a GPU library does better
+// than a hand-written kernel:
+//
+//   E::Array<T>          grow-only storage where the kernels run: data(), Reserve(n)
+//   E::PinnedArray<T>    grow-only host storage that uploads and downloads read and write
+//   e.ForEach(n, f)      f(i) for every i in [0, n), in any order and concurrently
+//   e.Upload(dst, src, n), e.Download(dst, src, n), e.Zero(p, n)
+//   e.Gemm(...)          row-major C = alpha op(A) op(B) + beta C, as worker/gemm.h (cuBLAS)
+//   e.SortBySlot(slots, sorted, order, n, bits)
+//                        stable sort of occurrence indices by slot (a radix sort: CUB)
+//   e.SortUnique(ids, n, out) -> count
+//                        the sorted unique values of ids[0, n) into out (CUB)
+//   e.Finish()           waits for the work issued (the host's is done already)
+//
+// The host executor runs the same steps serially, so the index arithmetic of every kernel and
+// the order of every step is checked against the CPU models (device_step_test.cc) on machines
+// without a GPU; the GPU tests (model_cuda_test.cc) check the device executor against both.
+//
+// Determinism: no kernel uses atomics. Row gradients are summed per row in the order the
+// features occur in the batch (a stable sort groups them), dense gradients per column in fixed
+// chunks, and the loss per example (summed on the host in example order), so a step's result is
+// a pure function of its inputs, as BSP's reproducibility needs.
+//
+// Thread-safety: the functors are immutable; a step uses its executor and buffers alone.
+#ifndef SYNCLINE_WORKER_DEVICE_STEP_H_
+#define SYNCLINE_WORKER_DEVICE_STEP_H_
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "worker/gemm.h"
+
+#if defined(__CUDACC__)
+#define SYNCLINE_HD __host__ __device__
+#else
+#define SYNCLINE_HD
+#endif
+
+namespace syncline::device_step {
+
+// A feature whose id is not among the batch's keys (a zero row, no gradient).
+inline constexpr uint32_t kNoSlot = 0xFFFFFFFFu;
+// Examples per partial sum of a column sum: the chunks' partials are then summed in order.
+inline constexpr size_t kColumnChunk = 256;
+
+// ---------------------------------------------------------------------------------------------
+// Kernels.
+
+// slots[j]: the position of ids[j] in the sorted keys[0, num_keys), or kNoSlot.
+struct FindSlots {
+  const uint64_t* keys;
+  size_t num_keys;
+  const uint64_t* ids;
+  uint32_t* slots;
+  SYNCLINE_HD void operator()(size_t j) const {
+    const uint64_t id = ids[j];
+    size_t lo = 0, hi = num_keys;
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo) / 2;
+      if (keys[mid] < id) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    slots[j] = lo < num_keys && keys[lo] == id ? static_cast<uint32_t>(lo) : kNoSlot;
+  }
+};
+
+// example_of[j] = e for every feature j of example e.
+struct ExampleOfFeature {
+  const uint32_t* offsets;  // n + 1
+  uint32_t* example_of;
+  SYNCLINE_HD void operator()(size_t e) const {
+    for (uint32_t j = offsets[e]; j < offsets[e + 1]; ++j) example_of[j] = static_cast<uint32_t>(e);
+  }
+};
+
+// begins[u] = the first position in the slot-sorted features whose slot is >= u, for u in
+// [0, num_keys]: row u's features are sorted[begins[u], begins[u + 1]) (missing ones, kNoSlot,
+// sort last and belong to no row).
+struct SegmentBegins {
+  const uint32_t* sorted_slots;
+  size_t nnz;
+  uint32_t* begins;
+  SYNCLINE_HD void operator()(size_t u) const {
+    size_t lo = 0, hi = nnz;
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo) / 2;
+      if (sorted_slots[mid] < u) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    begins[u] = static_cast<uint32_t>(lo);
+  }
+};
+
+// The gather-sum of a sparse layer: out[e][k] = bias[k] + sum over e's features j of
+// values[j] * rows[slots[j]][k], for i = e * dim + k (consecutive threads read consecutive
+// floats of a row). Summed in double, in feature order.
+struct SparseForward {
+  const uint32_t* offsets;
+  const uint32_t* slots;
+  const float* values;
+  const float* rows;
+  const float* bias;
+  int dim;
+  float* out;
+  SYNCLINE_HD void operator()(size_t i) const {
+    const size_t e = i / dim;
+    const size_t k = i % dim;
+    double z = bias[k];
+    for (uint32_t j = offsets[e]; j < offsets[e + 1]; ++j) {
+      const uint32_t slot = slots[j];
+      if (slot == kNoSlot) continue;
+      z += static_cast<double>(values[j]) * rows[static_cast<size_t>(slot) * dim + k];
+    }
+    out[i] = static_cast<float>(z);
+  }
+};
+
+// The scatter of a sparse layer's gradient: grads[u][k] = sum over the features j of row u, in
+// the order they occur, of values[j] * dout[example_of[j]][k] (SETS grads; i = u * dim + k).
+struct ScatterRows {
+  const uint32_t* begins;  // SegmentBegins
+  const uint32_t* order;   // feature indices sorted by slot
+  const uint32_t* example_of;
+  const float* values;
+  const float* dout;
+  int dim;
+  float* grads;
+  SYNCLINE_HD void operator()(size_t i) const {
+    const size_t u = i / dim;
+    const size_t k = i % dim;
+    float sum = 0;
+    for (uint32_t p = begins[u]; p < begins[u + 1]; ++p) {
+      const uint32_t j = order[p];
+      sum += values[j] * dout[static_cast<size_t>(example_of[j]) * dim + k];
+    }
+    grads[i] = sum;
+  }
+};
+
+// Log loss (binary: one logit per example) or softmax cross-entropy (dim logits) of example e
+// against labels[e] (the class index; 0/1 when binary), in log space so it never overflows.
+// Writes the loss to loss[e] and dLoss/dz over the logits, in place.
+struct LossAndDelta {
+  const int32_t* labels;
+  int dim;
+  bool binary;
+  float* z;  // [n][dim] logits in, their gradients out
+  double* loss;
+  SYNCLINE_HD void operator()(size_t e) const {
+    float* ze = z + e * dim;
+    const int label = labels[e];
+    if (binary) {
+      const double x = ze[0];
+      const double softplus = (x > 0 ? x : 0.0) + log1p(exp(-fabs(x)));
+      loss[e] = softplus - (label == 1 ? x : 0.0);
+      const double sigmoid = x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
+      ze[0] = static_cast<float>(sigmoid - label);
+      return;
+    }
+    double max_z = ze[0];
+    for (int c = 1; c < dim; ++c) max_z = ze[c] > max_z ? ze[c] : max_z;
+    double sum = 0;
+    for (int c = 0; c < dim; ++c) sum += exp(static_cast<double>(ze[c]) - max_z);
+    loss[e] = max_z + log(sum) - static_cast<double>(ze[label]);
+    for (int c = 0; c < dim; ++c) {
+      ze[c] = static_cast<float>(exp(static_cast<double>(ze[c]) - max_z) / sum);
+    }
+    ze[label] -= 1.0f;
+  }
+};
+
+// Scores of example e: P(y=1) (binary) or the softmax of its dim logits.
+struct Probabilities {
+  const float* z;
+  int dim;
+  bool binary;
+  float* out;  // [n] (binary) or [n][dim]
+  SYNCLINE_HD void operator()(size_t e) const {
+    const float* ze = z + e * dim;
+    if (binary) {
+      const double x = ze[0];
+      out[e] = static_cast<float>(x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x)));
+      return;
+    }
+    double max_z = ze[0];
+    for (int c = 1; c < dim; ++c) max_z = ze[c] > max_z ? ze[c] : max_z;
+    double sum = 0;
+    for (int c = 0; c < dim; ++c) sum += exp(static_cast<double>(ze[c]) - max_z);
+    for (int c = 0; c < dim; ++c) {
+      out[e * dim + c] = static_cast<float>(exp(static_cast<double>(ze[c]) - max_z) / sum);
+    }
+  }
+};
+
+// Column sums of src [n][cols], in two passes that fix the order of the additions: partial[c][k]
+// sums rows [c * kColumnChunk, (c + 1) * kColumnChunk) (i = c * cols + k) ...
+struct ColumnPartials {
+  const float* src;
+  size_t n;
+  int cols;
+  float* partial;
+  SYNCLINE_HD void operator()(size_t i) const {
+    const size_t c = i / cols;
+    const size_t k = i % cols;
+    const size_t end = (c + 1) * kColumnChunk < n ? (c + 1) * kColumnChunk : n;
+    float sum = 0;
+    for (size_t r = c * kColumnChunk; r < end; ++r) sum += src[r * cols + k];
+    partial[i] = sum;
+  }
+};
+// ... then out[k] = the chunks' partials in order (SETS out).
+struct ColumnTotals {
+  const float* partial;
+  size_t chunks;
+  int cols;
+  float* out;
+  SYNCLINE_HD void operator()(size_t k) const {
+    float sum = 0;
+    for (size_t c = 0; c < chunks; ++c) sum += partial[c * cols + k];
+    out[k] = sum;
+  }
+};
+
+// y[i] = b[i % width]: an affine layer's output before the product is added.
+struct BroadcastRows {
+  const float* b;
+  int width;
+  float* y;
+  SYNCLINE_HD void operator()(size_t i) const { y[i] = b[i % width]; }
+};
+
+struct Relu {
+  const float* pre;
+  float* h;
+  SYNCLINE_HD void operator()(size_t i) const { h[i] = pre[i] > 0 ? pre[i] : 0.0f; }
+};
+
+// dpre = dh where pre > 0, else 0 (dpre may be dh).
+struct ReluBackward {
+  const float* pre;
+  const float* dh;
+  float* dpre;
+  SYNCLINE_HD void operator()(size_t i) const { dpre[i] = pre[i] > 0 ? dh[i] : 0.0f; }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Steps.
+
+// Bits a radix sort needs for values in [0, limit].
+inline int BitsFor(uint64_t limit) {
+  int bits = 1;
+  while (bits < 32 && (uint64_t{1} << bits) <= limit) ++bits;
+  return bits;
+}
+
+// A batch as the host packs it for the device, in pinned memory: examples' features (CSR,
+// offsets relative to the batch) and labels as class indices (0/1 when binary).
+template <class E>
+struct HostBatch {
+  typename E::template PinnedArray<uint32_t> offsets;  // n + 1
+  typename E::template PinnedArray<uint64_t> ids;      // nnz
+  typename E::template PinnedArray<float> values;      // nnz
+  typename E::template PinnedArray<int32_t> labels;    // n
+  size_t n = 0, nnz = 0;
+
+  void Reserve(size_t examples, size_t features) {
+    n = examples;
+    nnz = features;
+    offsets.Reserve(n + 1);
+    ids.Reserve(nnz);
+    values.Reserve(nnz);
+    labels.Reserve(n);
+  }
+};
+
+// A batch's features on the device, indexed by the rows of its keys.
+template <class E>
+class SparseBatch {
+ public:
+  // Uploads `batch` and `keys` (sorted unique: the rows the model reads, in this order).
+  void Upload(E& e, const HostBatch<E>& batch, const uint64_t* keys, size_t num_keys) {
+    n_ = batch.n;
+    nnz_ = batch.nnz;
+    num_keys_ = num_keys;
+    offsets_.Reserve(n_ + 1);
+    ids_.Reserve(nnz_);
+    values_.Reserve(nnz_);
+    labels_.Reserve(n_);
+    keys_.Reserve(num_keys_);
+    e.Upload(offsets_.data(), batch.offsets.data(), n_ + 1);
+    e.Upload(ids_.data(), batch.ids.data(), nnz_);
+    e.Upload(values_.data(), batch.values.data(), nnz_);
+    e.Upload(labels_.data(), batch.labels.data(), n_);
+    e.Upload(keys_.data(), keys, num_keys_);
+  }
+
+  // Finds each feature's row, and the features of each row in order.
+  void Index(E& e) {
+    slots_.Reserve(nnz_);
+    sorted_slots_.Reserve(nnz_);
+    order_.Reserve(nnz_);
+    example_of_.Reserve(nnz_);
+    begins_.Reserve(num_keys_ + 1);
+    e.ForEach(nnz_, FindSlots{keys_.data(), num_keys_, ids_.data(), slots_.data()});
+    e.ForEach(n_, ExampleOfFeature{offsets_.data(), example_of_.data()});
+    // The sort looks at the low BitsFor(num_keys) bits only: kNoSlot's are all ones, at least
+    // num_keys, so missing features still sort after every row's.
+    e.SortBySlot(slots_.data(), sorted_slots_.data(), order_.data(), nnz_, BitsFor(num_keys_));
+    e.ForEach(num_keys_ + 1, SegmentBegins{sorted_slots_.data(), nnz_, begins_.data()});
+  }
+
+  // out [n][dim] = bias + the gather-sum of rows [num_keys][dim].
+  void Gather(E& e, const float* rows, const float* bias, int dim, float* out) const {
+    e.ForEach(n_ * dim,
+              SparseForward{offsets_.data(), slots_.data(), values_.data(), rows, bias, dim, out});
+  }
+  // grads [num_keys][dim] = the scatter of dout [n][dim].
+  void Scatter(E& e, const float* dout, int dim, float* grads) const {
+    e.ForEach(num_keys_ * dim, ScatterRows{begins_.data(), order_.data(), example_of_.data(),
+                                           values_.data(), dout, dim, grads});
+  }
+
+  size_t n() const { return n_; }
+  size_t num_keys() const { return num_keys_; }
+  const int32_t* labels() const { return labels_.data(); }
+
+ private:
+  size_t n_ = 0, nnz_ = 0, num_keys_ = 0;
+  typename E::template Array<uint32_t> offsets_, slots_, sorted_slots_, order_, example_of_,
+      begins_;
+  typename E::template Array<uint64_t> ids_, keys_;
+  typename E::template Array<float> values_;
+  typename E::template Array<int32_t> labels_;
+};
+
+// out [cols] = the column sums of src [n][cols], deterministically.
+template <class E>
+void ColumnSums(E& e, const float* src, size_t n, int cols, typename E::template Array<float>& tmp,
+                float* out) {
+  const size_t chunks = (n + kColumnChunk - 1) / kColumnChunk;
+  if (chunks == 0) {
+    e.Zero(out, cols);
+    return;
+  }
+  tmp.Reserve(chunks * cols);
+  e.ForEach(chunks * cols, ColumnPartials{src, n, cols, tmp.data()});
+  e.ForEach(cols, ColumnTotals{tmp.data(), chunks, cols, out});
+}
+
+// The layout of a model's parameters as the steps use it: row_dim floats per key; the dense
+// ("bias") table holds the first layer's bias at b[0] and, for the layers i >= 1 of an mlp,
+// input-major weights at w[i] and the bias at b[i]. widths: every layer's outputs, the logits'
+// last (one layer: a linear model).
+struct Shape {
+  std::vector<int> widths;
+  std::vector<size_t> w, b;
+  size_t dense = 0;  // floats in the dense table
+  bool binary = false;
+  int row_dim() const { return widths[0]; }
+  int outputs() const { return widths.back(); }
+};
+
+// Activations of a forward pass, kept for the backward pass.
+template <class E>
+struct Activations {
+  std::vector<typename E::template Array<float>> pre, h;  // per layer, [n][width]
+  typename E::template Array<float> dh, dpre, column_tmp;
+  typename E::template Array<double> loss;  // per example
+};
+
+// Forward pass over a loaded batch: act->pre.back() holds the logits.
+template <class E>
+void Forward(E& e, const Shape& s, const SparseBatch<E>& batch, const float* rows,
+             const float* dense, Activations<E>* act) {
+  const size_t n = batch.n();
+  const int layers = static_cast<int>(s.widths.size());
+  act->pre.resize(layers);
+  act->h.resize(layers);
+  for (int i = 0; i < layers; ++i) act->pre[i].Reserve(n * s.widths[i]);
+  batch.Gather(e, rows, dense + s.b[0], s.widths[0], act->pre[0].data());
+  for (int i = 1; i < layers; ++i) {
+    const int in = s.widths[i - 1], out = s.widths[i];
+    act->h[i - 1].Reserve(n * in);
+    e.ForEach(n * in, Relu{act->pre[i - 1].data(), act->h[i - 1].data()});
+    e.ForEach(n * out, BroadcastRows{dense + s.b[i], out, act->pre[i].data()});
+    e.Gemm(Transpose::kNo, Transpose::kNo, static_cast<int>(n), out, in, 1.0f, act->h[i - 1].data(),
+           in, dense + s.w[i], out, 1.0f, act->pre[i].data(), out);
+  }
+}
+
+// One training step's loss and gradients over a loaded batch: per-example losses in
+// act->loss, and SETS row_grads [num_keys][row_dim] and dense_grads [dense].
+template <class E>
+void LossAndGradient(E& e, const Shape& s, const SparseBatch<E>& batch, const float* rows,
+                     const float* dense, Activations<E>* act, float* row_grads,
+                     float* dense_grads) {
+  const size_t n = batch.n();
+  Forward(e, s, batch, rows, dense, act);
+  const int layers = static_cast<int>(s.widths.size());
+  act->loss.Reserve(n);
+  float* dy = act->pre.back().data();  // the logits, then their gradient
+  e.ForEach(n, LossAndDelta{batch.labels(), s.outputs(), s.binary, dy, act->loss.data()});
+  e.Zero(dense_grads, s.dense);
+  int widest = 0;
+  for (const int w : s.widths) widest = w > widest ? w : widest;
+  act->dh.Reserve(n * widest);
+  act->dpre.Reserve(n * widest);
+  for (int i = layers - 1; i >= 1; --i) {
+    const int in = s.widths[i - 1], out = s.widths[i];
+    ColumnSums(e, dy, n, out, act->column_tmp, dense_grads + s.b[i]);
+    e.Gemm(Transpose::kYes, Transpose::kNo, in, out, static_cast<int>(n), 1.0f,
+           act->h[i - 1].data(), in, dy, out, 0.0f, dense_grads + s.w[i], out);
+    e.Gemm(Transpose::kNo, Transpose::kYes, static_cast<int>(n), in, out, 1.0f, dy, out,
+           dense + s.w[i], out, 0.0f, act->dh.data(), in);
+    e.ForEach(n * in, ReluBackward{act->pre[i - 1].data(), act->dh.data(), act->dpre.data()});
+    dy = act->dpre.data();
+  }
+  ColumnSums(e, dy, n, s.widths[0], act->column_tmp, dense_grads + s.b[0]);
+  batch.Scatter(e, dy, s.widths[0], row_grads);
+}
+
+}  // namespace syncline::device_step
+
+#endif  // SYNCLINE_WORKER_DEVICE_STEP_H_

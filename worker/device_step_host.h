@@ -1,0 +1,93 @@
+// The host executor of worker/device_step.h: the device steps run serially on the CPU, with the
+// same kernels, so that their index arithmetic and order are tested where there is no GPU. It
+// sorts as the device's radix sort does (stable, on the low bits only). For tests.
+//
+// Thread-safety: thread-compatible.
+#ifndef SYNCLINE_WORKER_DEVICE_STEP_HOST_H_
+#define SYNCLINE_WORKER_DEVICE_STEP_HOST_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <type_traits>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "worker/device_step.h"
+#include "worker/gemm.h"
+
+namespace syncline::device_step {
+
+class HostExecutor {
+ public:
+  template <class T>
+  class Array {
+   public:
+    T* data() { return v_.data(); }
+    const T* data() const { return v_.data(); }
+    // Grows to at least n; what it held is not kept (a device array's is not either), so the
+    // new elements are poisoned to catch a step that reads what it never wrote.
+    void Reserve(size_t n) {
+      if (v_.size() < n) v_.assign(n, Poison());
+    }
+
+   private:
+    static T Poison() {
+      if constexpr (std::is_floating_point_v<T>) return static_cast<T>(NAN);
+      return static_cast<T>(0xA5A5A5A5u);
+    }
+    std::vector<T> v_;
+  };
+  template <class T>
+  using PinnedArray = Array<T>;
+
+  template <class F>
+  void ForEach(size_t n, const F& f) {
+    ++launches_;
+    for (size_t i = 0; i < n; ++i) f(i);
+  }
+  template <class T>
+  void Upload(T* dst, const T* src, size_t n) {
+    if (n > 0) std::memcpy(dst, src, n * sizeof(T));
+  }
+  template <class T>
+  void Download(T* dst, const T* src, size_t n) {
+    if (n > 0) std::memcpy(dst, src, n * sizeof(T));
+  }
+  template <class T>
+  void Zero(T* p, size_t n) {
+    std::fill(p, p + n, T{0});
+  }
+  void Gemm(Transpose ta, Transpose tb, int m, int n, int k, float alpha, const float* a, int lda,
+            const float* b, int ldb, float beta, float* c, int ldc) {
+    syncline::Gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  void SortBySlot(const uint32_t* slots, uint32_t* sorted, uint32_t* order, size_t n, int bits) {
+    const uint32_t mask = bits >= 32 ? 0xFFFFFFFFu : (1u << bits) - 1;
+    std::iota(order, order + n, 0u);
+    std::stable_sort(order, order + n,
+                     [&](uint32_t x, uint32_t y) { return (slots[x] & mask) < (slots[y] & mask); });
+    for (size_t i = 0; i < n; ++i) sorted[i] = slots[order[i]];
+  }
+  size_t SortUnique(const uint64_t* ids, size_t n, uint64_t* out) {
+    std::copy(ids, ids + n, out);
+    std::sort(out, out + n);
+    return static_cast<size_t>(std::unique(out, out + n) - out);
+  }
+  void Finish() {}
+  // Phase marks, for the device's copy times: the host copies nothing.
+  void Mark(int phase) {}
+  absl::Duration Elapsed(int from, int to) const { return absl::ZeroDuration(); }
+
+  int launches() const { return launches_; }
+
+ private:
+  int launches_ = 0;
+};
+
+}  // namespace syncline::device_step
+
+#endif  // SYNCLINE_WORKER_DEVICE_STEP_HOST_H_

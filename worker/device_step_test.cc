@@ -1,0 +1,230 @@
+// The device steps (device_step.h, through DeviceModel) on the host executor against the CPU
+// models: the GPU kernels' index arithmetic and step order, checked without a GPU.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "worker/device_model.h"
+#include "worker/device_step_host.h"
+#include "worker/model.h"
+
+namespace syncline {
+namespace {
+
+using device_step::HostExecutor;
+
+// n examples of 1..max_features features among `features` ids, values in (0, 1], labels in
+// [0, classes).
+Dataset RandomData(uint64_t seed, int n, int features, int max_features, int classes) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> id(0, features - 1), count(1, max_features),
+      label(0, classes - 1);
+  std::uniform_real_distribution<float> value(0.05f, 1.0f);
+  Dataset d;
+  d.num_features = features;
+  d.row_offsets.push_back(0);
+  for (int i = 0; i < n; ++i) {
+    std::vector<uint64_t> ids;
+    for (int k = count(rng); k > 0; --k) ids.push_back(id(rng));
+    // Repeats within an example are allowed: each adds its own term.
+    for (const uint64_t x : ids) {
+      d.ids.push_back(x);
+      d.values.push_back(value(rng));
+    }
+    d.row_offsets.push_back(d.ids.size());
+    d.labels.push_back(static_cast<float>(label(rng)));
+  }
+  return d;
+}
+
+std::vector<float> Uniform(uint64_t seed, size_t n, float scale) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+struct Pair {
+  std::unique_ptr<Model> cpu;
+  std::unique_ptr<DeviceModel<HostExecutor>> device;
+};
+
+Pair Make(const std::string& name, const ModelOptions& options) {
+  auto cpu = Model::Create(name, options);
+  auto reference = Model::Create(name, options);
+  EXPECT_TRUE(cpu.ok() && reference.ok());
+  device_step::Shape shape;
+  EXPECT_TRUE(DeviceShapeOf(**reference, options, &shape));
+  return Pair{std::move(*cpu), std::make_unique<DeviceModel<HostExecutor>>(
+                                   std::move(*reference), std::move(shape), HostExecutor{})};
+}
+
+void ExpectNear(const std::vector<float>& want, const std::vector<float>& got, double rel,
+                const std::string& what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  double scale = 0;
+  for (const float x : want) scale = std::max(scale, std::fabs(static_cast<double>(x)));
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(want[i], got[i], rel * std::max(scale, 1e-3)) << what << " [" << i << "]";
+  }
+}
+
+struct Case {
+  std::string name;
+  ModelOptions options;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class DeviceStepTest : public testing::TestWithParam<Case> {};
+
+TEST_P(DeviceStepTest, LossGradientsAndScoresMatchTheCpuModel) {
+  const Case& c = GetParam();
+  Pair m = Make(c.name, c.options);
+  const Dataset data = RandomData(7, 600, 300, 12, m.cpu->num_classes());
+  std::vector<uint32_t> examples(data.size());
+  std::iota(examples.begin(), examples.end(), 0u);
+  // Keys: the batch's unique ids less every fifth (a feature the servers never saw: a zero row,
+  // no gradient), plus ids no example has.
+  std::vector<uint64_t> keys;
+  const std::vector<uint64_t> all = UniqueKeys(data, examples);
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i % 5 != 3) keys.push_back(all[i]);
+  }
+  keys.push_back(1000);
+  keys.push_back(1001);
+  const std::vector<float> rows = Uniform(11, keys.size() * m.cpu->row_dim(), 0.3f);
+  const std::vector<float> bias = Uniform(13, m.cpu->bias_dim(), 0.3f);
+
+  // Gradients are ADDED: start both from the same non-zero values.
+  std::vector<float> cpu_rows_grad(rows.size(), 0.5f), cpu_bias_grad(bias.size(), 0.5f);
+  std::vector<float> dev_rows_grad = cpu_rows_grad, dev_bias_grad = cpu_bias_grad;
+  const double cpu_loss =
+      m.cpu->LossAndGradient(data, examples, keys, rows, bias, absl::MakeSpan(cpu_rows_grad),
+                             absl::MakeSpan(cpu_bias_grad));
+  const double dev_loss =
+      m.device->LossAndGradient(data, examples, keys, rows, bias, absl::MakeSpan(dev_rows_grad),
+                                absl::MakeSpan(dev_bias_grad));
+  EXPECT_NEAR(dev_loss, cpu_loss, 1e-5 * std::fabs(cpu_loss));
+  ExpectNear(cpu_rows_grad, dev_rows_grad, 1e-4, "row gradients");
+  ExpectNear(cpu_bias_grad, dev_bias_grad, 1e-4, "dense gradients");
+  // The rows of absent and unused keys get exactly what they had.
+  for (size_t k = keys.size() - 2; k < keys.size(); ++k) {
+    for (int j = 0; j < m.cpu->row_dim(); ++j) {
+      EXPECT_EQ(dev_rows_grad[k * m.cpu->row_dim() + j], 0.5f);
+    }
+  }
+
+  std::vector<float> cpu_scores, dev_scores;
+  m.cpu->Predict(data, examples, keys, rows, bias, &cpu_scores);
+  m.device->Predict(data, examples, keys, rows, bias, &dev_scores);
+  ExpectNear(cpu_scores, dev_scores, 1e-5, "scores");
+
+  // A batch of a few examples after a large one (buffers are reused, not shrunk) and an empty
+  // batch.
+  const std::vector<uint32_t> few = {3, 1, 4};
+  std::vector<float> a(rows.size()), b(bias.size()), c2(rows.size()), d(bias.size());
+  EXPECT_NEAR(
+      m.device->LossAndGradient(data, few, keys, rows, bias, absl::MakeSpan(a), absl::MakeSpan(b)),
+      m.cpu->LossAndGradient(data, few, keys, rows, bias, absl::MakeSpan(c2), absl::MakeSpan(d)),
+      1e-5);
+  ExpectNear(c2, a, 1e-4, "few: row gradients");
+  ExpectNear(d, b, 1e-4, "few: dense gradients");
+  std::vector<float> zr(rows.size()), zb(bias.size());
+  EXPECT_EQ(
+      m.device->LossAndGradient(data, {}, keys, rows, bias, absl::MakeSpan(zr), absl::MakeSpan(zb)),
+      0.0);
+  EXPECT_EQ(zr, std::vector<float>(rows.size()));
+  EXPECT_EQ(zb, std::vector<float>(bias.size()));
+}
+
+TEST_P(DeviceStepTest, BatchKeysAreTheUniqueIds) {
+  const Case& c = GetParam();
+  Pair m = Make(c.name, c.options);
+  const Dataset data = RandomData(3, 200, 5000, 20, m.cpu->num_classes());
+  const std::vector<uint32_t> some = {0, 17, 5, 199, 42, 42};
+  EXPECT_EQ(m.device->BatchKeys(data, some), UniqueKeys(data, some));
+  EXPECT_TRUE(m.device->BatchKeys(data, {}).empty());
+}
+
+// The acceptance in miniature: 100 steps of SGD from the same start with the CPU and
+// the device steps stay within 1e-4 relative in every step's loss and in the final parameters.
+TEST_P(DeviceStepTest, OneHundredStepsOfSgdAgreeWithTheCpuModel) {
+  const Case& c = GetParam();
+  Pair m = Make(c.name, c.options);
+  const Dataset data = RandomData(21, 1000, 200, 10, m.cpu->num_classes());
+  std::vector<uint64_t> keys(200);
+  std::iota(keys.begin(), keys.end(), 0u);
+  struct Params {
+    std::vector<float> rows, bias;
+  };
+  Params cpu{Uniform(5, keys.size() * m.cpu->row_dim(), 0.05f),
+             Uniform(6, m.cpu->bias_dim(), 0.1f)};
+  Params dev = cpu;
+  auto step = [&](const Model& model, const std::vector<uint32_t>& batch, Params* p) {
+    std::vector<float> gr(p->rows.size()), gb(p->bias.size());
+    const double loss = model.LossAndGradient(data, batch, keys, p->rows, p->bias,
+                                              absl::MakeSpan(gr), absl::MakeSpan(gb));
+    const float lr = 0.05f / batch.size();
+    for (size_t i = 0; i < gr.size(); ++i) p->rows[i] -= lr * gr[i];
+    for (size_t i = 0; i < gb.size(); ++i) p->bias[i] -= lr * gb[i];
+    return loss;
+  };
+  for (int s = 0; s < 100; ++s) {
+    std::vector<uint32_t> batch(50);
+    std::iota(batch.begin(), batch.end(), static_cast<uint32_t>((s * 50) % 1000));
+    const double a = step(*m.cpu, batch, &cpu);
+    const double b = step(*m.device, batch, &dev);
+    ASSERT_NEAR(b, a, 1e-4 * std::fabs(a)) << "step " << s;
+  }
+  ExpectNear(cpu.rows, dev.rows, 1e-4, "final rows");
+  ExpectNear(cpu.bias, dev.bias, 1e-4, "final dense table");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, DeviceStepTest,
+    testing::Values(Case{"logreg", ModelOptions{.num_classes = 2}},
+                    Case{"softmax", ModelOptions{.num_classes = 5}},
+                    Case{"mlp", ModelOptions{.num_classes = 4, .hidden = {16}}},
+                    Case{"mlp", ModelOptions{.num_classes = 3, .hidden = {24, 8, 5}}}),
+    [](const testing::TestParamInfo<Case>& info) {
+      return absl::StrCat(info.param.name, "_", info.index);
+    });
+
+TEST(DeviceStepKernelTest, ColumnSumsSpanSeveralChunksInOrder) {
+  HostExecutor e;
+  const size_t n = 3 * device_step::kColumnChunk + 7;
+  const int cols = 3;
+  std::vector<float> src(n * cols);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i % 11) - 5;
+  HostExecutor::Array<float> tmp;
+  std::vector<float> out(cols, -1.0f);
+  device_step::ColumnSums(e, src.data(), n, cols, tmp, out.data());
+  for (int k = 0; k < cols; ++k) {
+    double want = 0;
+    for (size_t r = 0; r < n; ++r) want += src[r * cols + k];
+    EXPECT_FLOAT_EQ(out[k], static_cast<float>(want)) << k;
+  }
+  device_step::ColumnSums(e, src.data(), 0, cols, tmp, out.data());
+  EXPECT_EQ(out, std::vector<float>(cols, 0.0f));
+}
+
+TEST(DeviceStepKernelTest, BitsForCoversTheLimit) {
+  EXPECT_EQ(device_step::BitsFor(0), 1);
+  EXPECT_EQ(device_step::BitsFor(1), 1);
+  EXPECT_EQ(device_step::BitsFor(2), 2);
+  EXPECT_EQ(device_step::BitsFor(255), 8);
+  EXPECT_EQ(device_step::BitsFor(256), 9);
+  EXPECT_EQ(device_step::BitsFor(uint64_t{1} << 40), 32);
+}
+
+}  // namespace
+}  // namespace syncline
