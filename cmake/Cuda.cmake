@@ -31,3 +31,20 @@ if(NOT SYNCLINE_CUDA STREQUAL "OFF")
   endif()
 endif()
 message(STATUS "Syncline: CUDA ${SYNCLINE_HAVE_CUDA}, NCCL ${SYNCLINE_HAVE_NCCL}")
+
+# The directory's warning flags are g++'s, which nvcc refuses: keep them for a target's C++
+# sources and hand nvcc's host compiler its own through -Xcompiler (less the warning on
+# designated initializers, which nvcc's front end rewrites as positional ones). Warnings are
+# errors for CUDA sources too with SYNCLINE_WERROR.
+function(syncline_cuda_warnings target)
+  get_target_property(_options ${target} COMPILE_OPTIONS)
+  if(_options)
+    list(TRANSFORM _options REPLACE "^(.+)$" "$<$<COMPILE_LANGUAGE:CXX>:\\1>")
+    set_target_properties(${target} PROPERTIES COMPILE_OPTIONS "${_options}")
+  endif()
+  target_compile_options(${target} PRIVATE
+    "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter,-Wno-missing-field-initializers>")
+  if(SYNCLINE_WERROR)
+    target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings>")
+  endif()
+endfunction()

@@ -7,8 +7,9 @@ include(CMakePackageConfigHelpers)
 
 install(TARGETS syncline-launch syncline-node syncline-ps syncline-worker syncline-gen
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(TARGETS syncline_client syncline_worker syncline_worker_data syncline_device syncline_job syncline_core
-                syncline_optim syncline_compression syncline_checkpoint syncline_robust_aggregate
+install(TARGETS syncline_client syncline_worker syncline_worker_data syncline_device
+                syncline_gpu_model syncline_job syncline_core syncline_optim syncline_compression
+                syncline_checkpoint syncline_robust_aggregate
         EXPORT synclineTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

@@ -9,6 +9,7 @@
 #define SYNCLINE_JOB_NODE_JOIN_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -47,6 +48,9 @@ struct NodeOptions {
   absl::Duration startup_timeout = absl::Seconds(120);
   // The build this node claims; the coordinator refuses one other than its own (tests).
   std::string version = kBuildVersion;
+  // A worker's own --device: where this process computes, in place of the job's (a machine's
+  // GPU for one worker, the CPU for another). Unset: the job's.
+  std::optional<DeviceSpec> device;
 };
 
 struct JoinedJob {

@@ -91,7 +91,7 @@ TEST(MlpLaunchTest, AllReduceTrainsTheMlpOfBsp) {
   EXPECT_LT(*a, 1.0) << "trained (chance is log 4 = 1.39)";
 }
 
-TEST(MlpLaunchTest, CudaWithoutAGpuOrKernelsExitsTwoSayingWhy) {
+TEST(MlpLaunchTest, CudaWithoutAGpuExitsTwoSayingWhy) {
   const std::string data = MakeData();
   auto r = RunProcess({kLaunch, "--servers", "1", "--workers", "1", "--model", "mlp", "--classes",
                        "4", "--train", data + "/train.libsvm", "--device", "cuda", "--out",

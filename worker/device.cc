@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -28,12 +30,11 @@ DeviceProbe ProbeDevices() {
 }
 
 bool HasGpuKernels(std::string_view model) {
-  (void)model;
-  return false;
+  return model == "logreg" || model == "softmax" || model == "mlp";
 }
 
 absl::StatusOr<DeviceChoice> ChooseDevice(const DeviceSpec& spec, std::string_view model,
-                                          const DeviceProbe& probe) {
+                                          const DeviceProbe& probe, int rank) {
   const std::string name(model);
   // Why a GPU cannot be used, from the most basic reason on; empty: it can.
   std::string why;
@@ -60,8 +61,14 @@ absl::StatusOr<DeviceChoice> ChooseDevice(const DeviceSpec& spec, std::string_vi
       }
       break;
   }
-  // Unreachable while no model has GPU kernels.
-  return absl::UnimplementedError(absl::StrCat("GPU training of ", name, " is not built"));
+  const int gpu = spec.kind == DeviceKind::kCuda ? spec.index : std::max(rank, 0) % probe.gpus;
+  return DeviceChoice{
+      .device = absl::StrCat("cuda:", gpu),
+      .gpu = gpu,
+      .reason = spec.kind == DeviceKind::kCuda
+                    ? absl::StrCat("--device cuda:", gpu)
+                    : absl::StrFormat("%d CUDA device%s visible; rank %d takes cuda:%d", probe.gpus,
+                                      probe.gpus == 1 ? "" : "s", rank, gpu)};
 }
 
 }  // namespace syncline

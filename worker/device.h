@@ -1,7 +1,7 @@
 // Where a worker computes (--device): the job's DeviceSpec against what this build and this
-// machine offer and what the model has kernels for. No model has GPU kernels yet, so every
-// worker that trains computes on the CPU; the choice and its reason are logged, and a job that
-// insists on CUDA is refused with the reason.
+// machine offer and what the model has kernels for (worker/gpu_model.h: logreg, softmax and
+// mlp). The choice and its reason are logged, and a job that insists on CUDA where it cannot
+// have it is refused with the reason.
 //
 // The GPU probe loads the CUDA driver (libcuda.so.1) at run time, only in a build with CUDA, so
 // the worker links no CUDA library and starts on machines without one.
@@ -26,19 +26,21 @@ struct DeviceProbe {
 
 DeviceProbe ProbeDevices();
 
-// Whether `model` has GPU kernels: none does yet.
+// Whether `model` (a Model name) has GPU kernels: logreg, softmax and mlp (not ctr yet).
 bool HasGpuKernels(std::string_view model);
 
 struct DeviceChoice {
-  std::string device;  // "cpu" (or, once kernels exist, "cuda:N")
-  std::string reason;  // for --device auto: why this device, for the log
+  std::string device;  // "cpu" or "cuda:N"
+  int gpu = -1;        // N, or -1 for the CPU
+  std::string reason;  // why this device, for the log
 };
 
-// Resolves --device. auto: the CPU, with the reason a GPU is not used; cpu: the CPU; cuda[:N]:
-// FailedPrecondition saying why it cannot be used (no CUDA in this build, no visible GPU N, no
-// GPU kernels for the model).
+// Resolves --device for the worker of rank `rank`. auto: GPU rank % (visible GPUs), so that
+// the workers of a machine spread over its GPUs, or the CPU with the reason a GPU cannot be
+// used; cpu: the CPU; cuda[:N]: GPU N, or FailedPrecondition saying why it cannot be used (no
+// CUDA in this build, no visible GPU N, no GPU kernels for the model).
 absl::StatusOr<DeviceChoice> ChooseDevice(const DeviceSpec& spec, std::string_view model,
-                                          const DeviceProbe& probe);
+                                          const DeviceProbe& probe, int rank = 0);
 
 }  // namespace syncline
 

@@ -18,8 +18,8 @@
 //   e.Finish()           waits for the work issued (the host's is done already)
 //
 // The host executor runs the same steps serially, so the index arithmetic of every kernel and
-// the order of every step is checked against the CPU models (device_step_test.cc) on machines
-// without a GPU; the GPU tests (model_cuda_test.cc) check the device executor against both.
+// the order of every step is checked against the CPU models (device_model_test.cc) on machines
+// without a GPU; the same tests run the CUDA executor where there is one.
 //
 // Determinism: no kernel uses atomics. Row gradients are summed per row in the order the
 // features occur in the batch (a stable sort groups them), dense gradients per column in fixed

@@ -23,13 +23,34 @@ TEST(DeviceTest, CpuAndAutoComputeOnTheCpuAndSayWhy) {
   for (const DeviceProbe probe : {DeviceProbe{}, DeviceProbe{.cuda_built = true},
                                   DeviceProbe{.cuda_built = true, .gpus = 1}}) {
     EXPECT_EQ(ChooseDevice(kCpu, "mlp", probe)->device, "cpu");
-    EXPECT_EQ(ChooseDevice(kAuto, "mlp", probe)->device, "cpu");
+    EXPECT_EQ(ChooseDevice(kCpu, "mlp", probe)->gpu, -1);
+    EXPECT_EQ(ChooseDevice(kAuto, "ctr", probe)->device, "cpu");
   }
+  EXPECT_EQ(ChooseDevice(kAuto, "mlp", DeviceProbe{.cuda_built = true})->device, "cpu");
   EXPECT_THAT(ChooseDevice(kAuto, "mlp", DeviceProbe{})->reason, HasSubstr("no CUDA"));
   EXPECT_THAT(ChooseDevice(kAuto, "mlp", DeviceProbe{.cuda_built = true})->reason,
               HasSubstr("no CUDA device is visible"));
-  EXPECT_THAT(ChooseDevice(kAuto, "mlp", DeviceProbe{.cuda_built = true, .gpus = 1})->reason,
-              HasSubstr("the mlp model has no GPU kernels yet"));
+  EXPECT_THAT(ChooseDevice(kAuto, "ctr", DeviceProbe{.cuda_built = true, .gpus = 1})->reason,
+              HasSubstr("the ctr model has no GPU kernels yet"));
+}
+
+TEST(DeviceTest, AutoSpreadsTheRanksOverTheVisibleGpus) {
+  const DeviceProbe two{.cuda_built = true, .gpus = 2};
+  for (const char* model : {"logreg", "softmax", "mlp"}) {
+    EXPECT_TRUE(HasGpuKernels(model)) << model;
+    auto r0 = ChooseDevice(kAuto, model, two, 0);
+    auto r3 = ChooseDevice(kAuto, model, two, 3);
+    ASSERT_TRUE(r0.ok() && r3.ok());
+    EXPECT_EQ(r0->device, "cuda:0");
+    EXPECT_EQ(r0->gpu, 0);
+    EXPECT_EQ(r3->device, "cuda:1");
+    EXPECT_THAT(r3->reason, HasSubstr("2 CUDA devices visible; rank 3 takes cuda:1"));
+  }
+  EXPECT_FALSE(HasGpuKernels("ctr"));
+  auto pinned = ChooseDevice(kCuda2, "mlp", DeviceProbe{.cuda_built = true, .gpus = 3}, 0);
+  ASSERT_TRUE(pinned.ok());
+  EXPECT_EQ(pinned->device, "cuda:2");
+  EXPECT_EQ(pinned->gpu, 2);
 }
 
 TEST(DeviceTest, CudaIsRefusedNamingWhatIsMissing) {

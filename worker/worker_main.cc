@@ -11,6 +11,7 @@
 #include "core/node_table.h"
 #include "core/zmq_transport.h"
 #include "job/node_flags.h"
+#include "job/options.h"
 #include "worker/worker_node.h"
 
 namespace syncline {
@@ -36,7 +37,22 @@ int Main(int argc, char** argv) {
       "free rank, it enters at the others' clock with the current model (a gossip peer: its "
       "neighbours' models), and the workers still training give it a share of their remaining "
       "batches. Not with --rank");
+  std::string device;
+  app.add_option("--device", device,
+                 "where this worker computes, in place of the job's --device: auto (a GPU when "
+                 "the build, the machine and the model allow it, else the CPU), cpu, cuda or "
+                 "cuda:N (that GPU, or exit 2 saying why not)")
+      ->envname("SYNCLINE_DEVICE");
   if (auto exit_code = ParseCommandLine(app, argc, argv, "syncline-worker")) return *exit_code;
+  if (!device.empty()) {
+    absl::StatusOr<DeviceSpec> spec = ParseDevice(device);
+    if (!spec.ok()) {
+      std::cerr << "syncline-worker: --device=" << device << ": " << spec.status().message()
+                << "\n";
+      return kExitBadInput;
+    }
+    options.device = *spec;
+  }
   if (join && app.count("--rank") > 0) {
     std::cerr << "syncline-worker: --join takes the rank the coordinator gives: drop --rank\n";
     return kExitBadInput;

@@ -21,6 +21,7 @@
 #include "worker/dataset.h"
 #include "worker/device.h"
 #include "worker/federated_client.h"
+#include "worker/gpu_model.h"
 #include "worker/kv_client.h"
 #include "worker/metrics.h"
 #include "worker/model.h"
@@ -288,16 +289,30 @@ NodeExit WorkerNode::Run() {
         absl::FormatDuration(slowness.delay), absl::FormatDuration(slowness.min_step),
         slowness.seed);
   }
-  auto model = Model::Create(ModelName(spec.model.kind),
-                             ModelOptions{.num_classes = spec.model.classes,
-                                          .embedding_dim = spec.model.embedding_dim,
-                                          .hidden = spec.model.hidden});
+  const ModelOptions model_options{.num_classes = spec.model.classes,
+                                   .embedding_dim = spec.model.embedding_dim,
+                                   .hidden = spec.model.hidden};
+  auto model = Model::Create(ModelName(spec.model.kind), model_options);
   if (!model.ok()) return fail(model.status(), true);
   // Refused before any data is read: a job that insists on a GPU it cannot have is a wrong
   // command line (exit code 2).
-  absl::StatusOr<DeviceChoice> device = ChooseDevice(spec.device, (*model)->name(), ProbeDevices());
+  const DeviceSpec device_spec = options_.device.value_or(spec.device);
+  absl::StatusOr<DeviceChoice> device =
+      ChooseDevice(device_spec, (*model)->name(), ProbeDevices(), rank);
   if (!device.ok()) return fail(device.status(), true);
-  SYNCLINE_LOG(INFO) << "device: " << device->device << " (--device " << DeviceName(spec.device)
+  if (device->gpu >= 0) {
+    auto gpu_model = CreateGpuModel((*model)->name(), model_options, device->gpu);
+    if (gpu_model.ok()) {
+      model = std::move(gpu_model);
+    } else if (device_spec.kind == DeviceKind::kCuda) {
+      return fail(absl::FailedPreconditionError(absl::StrCat("--device=", device->device, ": ",
+                                                             gpu_model.status().message())),
+                  true);
+    } else {
+      device = DeviceChoice{.device = "cpu", .reason = std::string(gpu_model.status().message())};
+    }
+  }
+  SYNCLINE_LOG(INFO) << "device: " << device->device << " (--device " << DeviceName(device_spec)
                      << ": " << device->reason << ")";
   // A worker that joined has no partition of its own: it trains the donors' batches, read
   // from their partitions, and reads partition 0 for what every worker shares (the features,

@@ -1,5 +1,9 @@
-// The device steps (device_step.h, through DeviceModel) on the host executor against the CPU
-// models: the GPU kernels' index arithmetic and step order, checked without a GPU.
+// The device models against the CPU models, on two executors: the host's (device_step_host.h),
+// which checks the GPU kernels' index arithmetic and step order on any machine, and CUDA's
+// (gpu_model.h), whose tests skip, saying why, where the build has no CUDA or the machine no
+// GPU. scripts/gpu-check.sh runs them under compute-sanitizer.
+#include "worker/device_model.h"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -7,12 +11,14 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "worker/device_model.h"
+#include "worker/device.h"
 #include "worker/device_step_host.h"
+#include "worker/gpu_model.h"
 #include "worker/model.h"
 
 namespace syncline {
@@ -52,19 +58,38 @@ std::vector<float> Uniform(uint64_t seed, size_t n, float scale) {
   return v;
 }
 
+enum class Where { kHost, kCuda };
+
 struct Pair {
   std::unique_ptr<Model> cpu;
-  std::unique_ptr<DeviceModel<HostExecutor>> device;
+  std::unique_ptr<Model> device;
+  std::string skip;  // why there is no device model here
 };
 
-Pair Make(const std::string& name, const ModelOptions& options) {
+Pair Make(Where where, const std::string& name, const ModelOptions& options) {
+  Pair p;
   auto cpu = Model::Create(name, options);
-  auto reference = Model::Create(name, options);
-  EXPECT_TRUE(cpu.ok() && reference.ok());
-  device_step::Shape shape;
-  EXPECT_TRUE(DeviceShapeOf(**reference, options, &shape));
-  return Pair{std::move(*cpu), std::make_unique<DeviceModel<HostExecutor>>(
-                                   std::move(*reference), std::move(shape), HostExecutor{})};
+  EXPECT_TRUE(cpu.ok()) << cpu.status();
+  p.cpu = std::move(*cpu);
+  if (where == Where::kHost) {
+    auto reference = Model::Create(name, options);
+    device_step::Shape shape;
+    EXPECT_TRUE(DeviceShapeOf(**reference, options, &shape));
+    p.device = std::make_unique<DeviceModel<HostExecutor>>(std::move(*reference), std::move(shape),
+                                                           HostExecutor{});
+    return p;
+  }
+  if (!GpuModelsBuilt()) {
+    p.skip = "this build has no CUDA";
+  } else if (ProbeDevices().gpus == 0) {
+    p.skip = "no CUDA device is visible";
+  } else if (auto gpu = CreateGpuModel(name, options, 0); !gpu.ok()) {
+    ADD_FAILURE() << gpu.status();
+    p.skip = std::string(gpu.status().message());
+  } else {
+    p.device = std::move(*gpu);
+  }
+  return p;
 }
 
 void ExpectNear(const std::vector<float>& want, const std::vector<float>& got, double rel,
@@ -84,11 +109,19 @@ struct Case {
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
-class DeviceStepTest : public testing::TestWithParam<Case> {};
+class DeviceModelTest : public testing::TestWithParam<std::tuple<Case, Where>> {
+ protected:
+  const Case& c() const { return std::get<0>(GetParam()); }
+  // The case's CPU model and its device model (none where Pair::skip says why).
+  Pair MakeModels() const { return Make(std::get<1>(GetParam()), c().name, c().options); }
+};
 
-TEST_P(DeviceStepTest, LossGradientsAndScoresMatchTheCpuModel) {
-  const Case& c = GetParam();
-  Pair m = Make(c.name, c.options);
+#define SKIP_WITHOUT_DEVICE(m) \
+  if ((m).device == nullptr) GTEST_SKIP() << (m).skip
+
+TEST_P(DeviceModelTest, LossGradientsAndScoresMatchTheCpuModel) {
+  Pair m = MakeModels();
+  SKIP_WITHOUT_DEVICE(m);
   const Dataset data = RandomData(7, 600, 300, 12, m.cpu->num_classes());
   std::vector<uint32_t> examples(data.size());
   std::iota(examples.begin(), examples.end(), 0u);
@@ -146,9 +179,9 @@ TEST_P(DeviceStepTest, LossGradientsAndScoresMatchTheCpuModel) {
   EXPECT_EQ(zb, std::vector<float>(bias.size()));
 }
 
-TEST_P(DeviceStepTest, BatchKeysAreTheUniqueIds) {
-  const Case& c = GetParam();
-  Pair m = Make(c.name, c.options);
+TEST_P(DeviceModelTest, BatchKeysAreTheUniqueIds) {
+  Pair m = MakeModels();
+  SKIP_WITHOUT_DEVICE(m);
   const Dataset data = RandomData(3, 200, 5000, 20, m.cpu->num_classes());
   const std::vector<uint32_t> some = {0, 17, 5, 199, 42, 42};
   EXPECT_EQ(m.device->BatchKeys(data, some), UniqueKeys(data, some));
@@ -157,9 +190,9 @@ TEST_P(DeviceStepTest, BatchKeysAreTheUniqueIds) {
 
 // The acceptance in miniature: 100 steps of SGD from the same start with the CPU and
 // the device steps stay within 1e-4 relative in every step's loss and in the final parameters.
-TEST_P(DeviceStepTest, OneHundredStepsOfSgdAgreeWithTheCpuModel) {
-  const Case& c = GetParam();
-  Pair m = Make(c.name, c.options);
+TEST_P(DeviceModelTest, OneHundredStepsOfSgdAgreeWithTheCpuModel) {
+  Pair m = MakeModels();
+  SKIP_WITHOUT_DEVICE(m);
   const Dataset data = RandomData(21, 1000, 200, 10, m.cpu->num_classes());
   std::vector<uint64_t> keys(200);
   std::iota(keys.begin(), keys.end(), 0u);
@@ -189,14 +222,44 @@ TEST_P(DeviceStepTest, OneHundredStepsOfSgdAgreeWithTheCpuModel) {
   ExpectNear(cpu.bias, dev.bias, 1e-4, "final dense table");
 }
 
+// BSP with two device workers takes the sum of their gradients: it must be the gradient of one
+// worker with the union batch, to 1e-5.
+TEST_P(DeviceModelTest, TwoHalvesOfABatchSumToTheWholeBatch) {
+  Pair m = MakeModels();
+  SKIP_WITHOUT_DEVICE(m);
+  const Dataset data = RandomData(9, 512, 400, 15, m.cpu->num_classes());
+  std::vector<uint32_t> all(data.size()), first(all.begin(), all.begin()), second;
+  std::iota(all.begin(), all.end(), 0u);
+  first.assign(all.begin(), all.begin() + 256);
+  second.assign(all.begin() + 256, all.end());
+  const std::vector<uint64_t> keys = UniqueKeys(data, all);
+  const std::vector<float> rows = Uniform(1, keys.size() * m.cpu->row_dim(), 0.2f);
+  const std::vector<float> bias = Uniform(2, m.cpu->bias_dim(), 0.2f);
+  std::vector<float> whole_rows(rows.size()), whole_bias(bias.size());
+  std::vector<float> halves_rows(rows.size()), halves_bias(bias.size());
+  const double whole = m.device->LossAndGradient(
+      data, all, keys, rows, bias, absl::MakeSpan(whole_rows), absl::MakeSpan(whole_bias));
+  double halves = 0;
+  for (const auto& half : {first, second}) {
+    halves += m.device->LossAndGradient(data, half, keys, rows, bias, absl::MakeSpan(halves_rows),
+                                        absl::MakeSpan(halves_bias));
+  }
+  EXPECT_NEAR(halves, whole, 1e-5 * std::fabs(whole));
+  ExpectNear(whole_rows, halves_rows, 1e-5, "row gradients");
+  ExpectNear(whole_bias, halves_bias, 1e-5, "dense gradients");
+}
+
 INSTANTIATE_TEST_SUITE_P(
-    Models, DeviceStepTest,
-    testing::Values(Case{"logreg", ModelOptions{.num_classes = 2}},
-                    Case{"softmax", ModelOptions{.num_classes = 5}},
-                    Case{"mlp", ModelOptions{.num_classes = 4, .hidden = {16}}},
-                    Case{"mlp", ModelOptions{.num_classes = 3, .hidden = {24, 8, 5}}}),
-    [](const testing::TestParamInfo<Case>& info) {
-      return absl::StrCat(info.param.name, "_", info.index);
+    Models, DeviceModelTest,
+    testing::Combine(testing::Values(Case{"logreg", ModelOptions{.num_classes = 2}},
+                                     Case{"softmax", ModelOptions{.num_classes = 5}},
+                                     Case{"mlp", ModelOptions{.num_classes = 4, .hidden = {16}}},
+                                     Case{"mlp",
+                                          ModelOptions{.num_classes = 3, .hidden = {24, 8, 5}}}),
+                     testing::Values(Where::kHost, Where::kCuda)),
+    [](const testing::TestParamInfo<std::tuple<Case, Where>>& info) {
+      return absl::StrCat(std::get<1>(info.param) == Where::kHost ? "Host_" : "Cuda_",
+                          std::get<0>(info.param).name, "_", info.index);
     });
 
 TEST(DeviceStepKernelTest, ColumnSumsSpanSeveralChunksInOrder) {

@@ -1,0 +1,31 @@
+// GPU models: the device steps of worker/device_step.h on a CUDA device (worker/model_cuda.cu),
+// behind the Model interface, so that the trainer, the sync backends and evaluation treat a GPU
+// worker like any other. logreg, softmax and mlp have device steps; ctr does not yet.
+//
+// A build without CUDA has none: CreateGpuModel then fails naming why.
+//
+// Thread-safety: CreateGpuModel may be called from any thread; the models are as Model.
+#ifndef SYNCLINE_WORKER_GPU_MODEL_H_
+#define SYNCLINE_WORKER_GPU_MODEL_H_
+
+#include <memory>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "worker/model.h"
+
+namespace syncline {
+
+// Whether this build compiled the models' device steps for CUDA.
+bool GpuModelsBuilt();
+
+// The model `name` with `options` (as Model::Create) computing on CUDA device `device`.
+// Errors: Model::Create's; FailedPrecondition when the build has no CUDA, the model has no
+// device steps (HasGpuKernels in worker/device.h), or the device cannot be used (the CUDA
+// error named).
+absl::StatusOr<std::unique_ptr<Model>> CreateGpuModel(std::string_view name,
+                                                      const ModelOptions& options, int device);
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_WORKER_GPU_MODEL_H_
