@@ -3,8 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "launch/process_group.h"
 #include "testing/test_util.h"
+#include "worker/device.h"
+#include "worker/gpu_model.h"
 
 namespace syncline {
 namespace {
@@ -16,6 +23,7 @@ using testing_util::TempDir;
 
 const std::string kLaunch = SYNCLINE_LAUNCH_BIN;
 const std::string kGen = SYNCLINE_GEN_BIN;
+const std::string kWorker = SYNCLINE_WORKER_BIN;
 
 // 4000 training and 800 test examples of 4 classes over 60 features, 12 per example.
 std::string MakeData() {
@@ -105,6 +113,83 @@ TEST(MlpLaunchTest, CudaWithoutAGpuExitsTwoSayingWhy) {
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("--device=gpu:0: must be auto, cpu, cuda or cuda:N"), std::string::npos)
       << bad.output;
+}
+
+// One job, two kinds of worker: w0 computes on the CPU (its own --device cpu) and w1 wherever
+// --device auto puts it: the GPU of a machine with one and a CUDA build, else the CPU too. The
+// job trains the same model either way (servers hold it; the workers only differ in where the
+// step runs). Workers of one's own, joined to a launcher with --external-workers.
+TEST(MlpLaunchTest, ACpuWorkerAndAnAutoWorkerTrainOneJob) {
+  const std::string data = MakeData();
+  const std::string out = TempDir("mlp_mixed");
+  std::string output;
+  ProcessGroup group([&](std::string_view, OutputStream, std::string_view line) {
+    output.append(line.data(), line.size());
+    output += '\n';
+  });
+  ASSERT_TRUE(group
+                  .Start(ProcessSpec{"launch",
+                                     {kLaunch,
+                                      "--servers",
+                                      "1",
+                                      "--workers",
+                                      "2",
+                                      "--external-workers",
+                                      "--model",
+                                      "mlp",
+                                      "--hidden",
+                                      "32,16",
+                                      "--classes",
+                                      "4",
+                                      "--train",
+                                      data + "/train.libsvm",
+                                      "--test",
+                                      data + "/test.libsvm",
+                                      "--epochs",
+                                      "4",
+                                      "--batch-size",
+                                      "64",
+                                      "--out",
+                                      out}})
+                  .ok());
+  std::vector<ExitEvent> exited;
+  std::string address;
+  for (int i = 0; i < 300 && address.empty() && exited.empty(); ++i) {
+    (void)group.Poll(absl::Milliseconds(100), &exited);
+    address = std::string(absl::StripAsciiWhitespace(ReadFile(out + "/coordinator.address")));
+  }
+  ASSERT_FALSE(address.empty()) << output;
+  for (const auto& [rank, device] : {std::pair{"0", "cpu"}, std::pair{"1", "auto"}}) {
+    ASSERT_TRUE(group
+                    .Start(ProcessSpec{
+                        absl::StrCat("w", rank),
+                        {kWorker, "--coordinator", address, "--rank", rank, "--device", device}})
+                    .ok());
+  }
+  // The launcher ends the job when both workers are done.
+  const absl::Time deadline = absl::Now() + absl::Seconds(180);
+  bool launcher_done = false;
+  int launcher_code = -1;
+  while (!launcher_done && absl::Now() < deadline) {
+    (void)group.Poll(absl::Milliseconds(100), &exited);
+    for (const ExitEvent& e : exited) {
+      if (e.label == "launch") {
+        launcher_done = true;
+        launcher_code = e.exit_code;
+      }
+    }
+  }
+  group.TerminateAll(absl::Seconds(2));
+  ASSERT_TRUE(launcher_done) << output;
+  ASSERT_EQ(launcher_code, 0) << output;
+  EXPECT_NE(output.find("device: cpu (--device cpu"), std::string::npos) << output;
+  const bool gpu = GpuModelsBuilt() && ProbeDevices().gpus > 0;
+  EXPECT_NE(output.find(gpu ? "device: cuda:0 (--device auto" : "device: cpu (--device auto"),
+            std::string::npos)
+      << output;
+  const std::string summary = ReadFile(out + "/summary.json");
+  ASSERT_TRUE(JsonNumber(summary, "test_accuracy").has_value()) << summary;
+  EXPECT_GT(*JsonNumber(summary, "test_accuracy"), 0.65) << summary;
 }
 
 }  // namespace
