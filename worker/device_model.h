@@ -139,11 +139,10 @@ class DeviceModel final : public Model {
     e_.Finish();
   }
 
-  // Time spent copying to and from the device since the last call (zero on the host executor).
-  std::pair<absl::Duration, absl::Duration> TakeCopyTimes() const {
+  TransferTimes TakeTransferTimes() const override {
     absl::MutexLock lock(&mu_);
-    return {std::exchange(upload_, absl::ZeroDuration()),
-            std::exchange(download_, absl::ZeroDuration())};
+    return TransferTimes{.upload = std::exchange(upload_, absl::ZeroDuration()),
+                         .download = std::exchange(download_, absl::ZeroDuration())};
   }
 
  private:

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "worker/dataset.h"
 
@@ -30,6 +31,11 @@ struct ModelOptions {
   // Widths of the hidden layers, input side first. ctr: one, the top MLP's (default 64); mlp:
   // one or more (default 256, 128). Empty: the model's default.
   std::vector<int> hidden;
+};
+
+// Time spent copying to and from a model's device (Model::TakeTransferTimes).
+struct TransferTimes {
+  absl::Duration upload, download;
 };
 
 class Model {
@@ -81,6 +87,10 @@ class Model {
   virtual void Predict(const Dataset& data, absl::Span<const uint32_t> examples,
                        absl::Span<const uint64_t> keys, absl::Span<const float> rows,
                        absl::Span<const float> bias, std::vector<float>* scores) const = 0;
+
+  // Time the calls since the last Take spent copying to and from a device (GPU models; zero on
+  // the CPU).
+  virtual TransferTimes TakeTransferTimes() const { return {}; }
 };
 
 // Sorted unique feature ids of the given examples.

@@ -1,0 +1,294 @@
+// The CUDA executor of worker/device_step.h (see there for what an executor provides).
+//
+// One stream carries an executor's copies and kernels in order, so a step needs no other
+// synchronisation than the stream's; events mark the ends of the upload and download phases
+// for the per-step time split. Kernels are grid-stride loops over the device_step functors;
+// matrix products go to cuBLAS in plain FP32 (TF32 would break the 1e-4 agreement with the CPU
+// models), sorts and unique passes to CUB.
+//
+// A CUDA error in the middle of a step (a lost device, memory exhausted) leaves nothing to
+// train with: the process stops at once with the error named, and the job's recovery
+// (restarts, checkpoints) takes over as for any worker that dies.
+//
+// Only for .cu files (worker/model_cuda.cu, bench/gpu_kernels_bench.cu).
+//
+// Thread-safety: thread-compatible; copies of an executor share its stream.
+#ifndef SYNCLINE_WORKER_CUDA_EXECUTOR_CUH_
+#define SYNCLINE_WORKER_CUDA_EXECUTOR_CUH_
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_select.cuh>
+#include <limits>
+#include <memory>
+#include <utility>
+
+#include "absl/time/time.h"
+#include "worker/device_step.h"
+#include "worker/gemm.h"
+
+namespace syncline::cuda_executor {
+
+[[noreturn]] inline void Die(const char* what, const char* why) {
+  std::fprintf(stderr, "syncline GPU model: %s failed: %s\n", what, why);
+  std::fflush(stderr);
+  std::abort();
+}
+
+inline void Check(cudaError_t error, const char* what) {
+  if (error != cudaSuccess) Die(what, cudaGetErrorString(error));
+}
+
+inline void Check(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) Die(what, cublasGetStatusString(status));
+}
+
+template <class F>
+__global__ void ForEachKernel(F f, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    f(i);
+  }
+}
+
+// out[i] = i.
+struct Iota {
+  uint32_t* out;
+  __device__ void operator()(size_t i) const { out[i] = static_cast<uint32_t>(i); }
+};
+
+inline constexpr int kThreads = 256;
+// Enough blocks to fill an H200 (132 SMs) several times over; the loops stride past it.
+inline constexpr size_t kMaxBlocks = 132 * 32;
+
+inline size_t Blocks(size_t n) { return std::min(kMaxBlocks, (n + kThreads - 1) / kThreads); }
+
+// What the executor's copies share: a device, a stream, cuBLAS, CUB's scratch, phase events.
+struct CudaState {
+  explicit CudaState(int device_ordinal) : device(device_ordinal) {
+    Check(cudaSetDevice(device), "cudaSetDevice");
+    Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    Check(cublasCreate(&blas), "cublasCreate");
+    Check(cublasSetStream(blas, stream), "cublasSetStream");
+    Check(cublasSetMathMode(blas, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+    for (cudaEvent_t& e : marks) Check(cudaEventCreate(&e), "cudaEventCreate");
+    Check(cudaMalloc(&selected, sizeof(int64_t)), "cudaMalloc");
+  }
+  ~CudaState() {
+    // Errors at teardown have no one left to tell.
+    cudaStreamSynchronize(stream);
+    cudaFree(scratch);
+    cudaFree(selected);
+    cudaFree(iota);
+    for (cudaEvent_t e : marks) cudaEventDestroy(e);
+    cublasDestroy(blas);
+    cudaStreamDestroy(stream);
+  }
+  CudaState(const CudaState&) = delete;
+  CudaState& operator=(const CudaState&) = delete;
+
+  void* Scratch(size_t bytes) {
+    if (bytes > scratch_bytes) {
+      Check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      cudaFree(scratch);
+      scratch = nullptr;
+      Check(cudaMalloc(&scratch, bytes), "cudaMalloc (CUB scratch)");
+      scratch_bytes = bytes;
+    }
+    return scratch;
+  }
+
+  const int device;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  cudaEvent_t marks[4] = {};
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+  int64_t* selected = nullptr;  // DeviceSelect's count
+  uint32_t* iota = nullptr;     // 0, 1, 2, ...: the values SortBySlot sorts
+  size_t iota_size = 0;
+};
+
+class CudaExecutor {
+ public:
+  explicit CudaExecutor(int device) : s_(std::make_shared<CudaState>(device)) {}
+
+  template <class T>
+  class Array {
+   public:
+    Array() = default;
+    Array(const Array&) = delete;
+    Array& operator=(const Array&) = delete;
+    Array(Array&& other) noexcept
+        : p_(std::exchange(other.p_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+    Array& operator=(Array&& other) noexcept {
+      std::swap(p_, other.p_);
+      std::swap(size_, other.size_);
+      return *this;
+    }
+    ~Array() { cudaFree(p_); }
+    T* data() { return p_; }
+    const T* data() const { return p_; }
+    // Grows to at least n, dropping the contents. Kernels still queued may read the old
+    // memory: the device finishes them first (growing is rare: buffers are kept across steps).
+    void Reserve(size_t n) {
+      if (n <= size_) return;
+      if (p_ != nullptr) {
+        Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+        cudaFree(p_);
+      }
+      p_ = nullptr;
+      Check(cudaMalloc(&p_, n * sizeof(T)), "cudaMalloc");
+      size_ = n;
+    }
+
+   private:
+    T* p_ = nullptr;
+    size_t size_ = 0;
+  };
+
+  template <class T>
+  class PinnedArray {
+   public:
+    PinnedArray() = default;
+    PinnedArray(const PinnedArray&) = delete;
+    PinnedArray& operator=(const PinnedArray&) = delete;
+    ~PinnedArray() { cudaFreeHost(p_); }
+    T* data() { return p_; }
+    const T* data() const { return p_; }
+    // Grows to at least n, dropping the contents, once copies still queued are done with it.
+    void Reserve(size_t n) {
+      if (n <= size_) return;
+      if (p_ != nullptr) {
+        Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+        cudaFreeHost(p_);
+      }
+      p_ = nullptr;
+      Check(cudaMallocHost(&p_, n * sizeof(T)), "cudaMallocHost");
+      size_ = n;
+    }
+
+   private:
+    T* p_ = nullptr;
+    size_t size_ = 0;
+  };
+
+  template <class F>
+  void ForEach(size_t n, const F& f) {
+    if (n == 0) return;
+    ForEachKernel<<<Blocks(n), kThreads, 0, s_->stream>>>(f, n);
+    Check(cudaGetLastError(), "kernel launch");
+  }
+
+  template <class T>
+  void Upload(T* dst, const T* src, size_t n) {
+    if (n == 0) return;
+    Check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, s_->stream),
+          "cudaMemcpyAsync (upload)");
+  }
+  template <class T>
+  void Download(T* dst, const T* src, size_t n) {
+    if (n == 0) return;
+    Check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, s_->stream),
+          "cudaMemcpyAsync (download)");
+  }
+  template <class T>
+  void Zero(T* p, size_t n) {
+    if (n == 0) return;
+    Check(cudaMemsetAsync(p, 0, n * sizeof(T), s_->stream), "cudaMemsetAsync");
+  }
+
+  // Row-major C = alpha op(A) op(B) + beta C is column-major C^T = alpha op(B)^T op(A)^T +
+  // beta C^T: cuBLAS gets the operands swapped, each with its own transpose flag.
+  void Gemm(Transpose ta, Transpose tb, int m, int n, int k, float alpha, const float* a, int lda,
+            const float* b, int ldb, float beta, float* c, int ldc) {
+    if (m == 0 || n == 0) return;
+    if (k == 0 && beta == 0 && ldc == n) {
+      Zero(c, static_cast<size_t>(m) * n);
+      return;
+    }
+    const cublasOperation_t op_a = ta == Transpose::kYes ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = tb == Transpose::kYes ? CUBLAS_OP_T : CUBLAS_OP_N;
+    Check(cublasSgemm(s_->blas, op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc),
+          "cublasSgemm");
+  }
+
+  void SortBySlot(const uint32_t* slots, uint32_t* sorted, uint32_t* order, size_t n, int bits) {
+    if (n == 0) return;
+    CheckCount(n);
+    if (s_->iota_size < n) {
+      Check(cudaStreamSynchronize(s_->stream), "cudaStreamSynchronize");
+      cudaFree(s_->iota);
+      s_->iota = nullptr;
+      Check(cudaMalloc(&s_->iota, n * sizeof(uint32_t)), "cudaMalloc");
+      s_->iota_size = n;
+      ForEach(n, Iota{s_->iota});
+    }
+    size_t bytes = 0;
+    const int count = static_cast<int>(n);
+    Check(cub::DeviceRadixSort::SortPairs(nullptr, bytes, slots, sorted, s_->iota, order, count, 0,
+                                          bits, s_->stream),
+          "cub::DeviceRadixSort::SortPairs (size)");
+    Check(cub::DeviceRadixSort::SortPairs(s_->Scratch(bytes), bytes, slots, sorted, s_->iota, order,
+                                          count, 0, bits, s_->stream),
+          "cub::DeviceRadixSort::SortPairs");
+  }
+
+  // Sorts ids into out, then moves the unique ones to the front of `out`... CUB's unique pass
+  // cannot run in place, so the sorted ids go to scratch first.
+  size_t SortUnique(const uint64_t* ids, size_t n, uint64_t* out) {
+    if (n == 0) return 0;
+    CheckCount(n);
+    const int count = static_cast<int>(n);
+    size_t sort_bytes = 0, unique_bytes = 0;
+    Check(cub::DeviceRadixSort::SortKeys(nullptr, sort_bytes, ids, out, count, 0, 64, s_->stream),
+          "cub::DeviceRadixSort::SortKeys (size)");
+    Check(
+        cub::DeviceSelect::Unique(nullptr, unique_bytes, out, out, s_->selected, count, s_->stream),
+        "cub::DeviceSelect::Unique (size)");
+    // Scratch: the sorted ids, then CUB's temporary storage (aligned).
+    const size_t sorted_bytes = (n * sizeof(uint64_t) + 255) / 256 * 256;
+    char* scratch =
+        static_cast<char*>(s_->Scratch(sorted_bytes + std::max(sort_bytes, unique_bytes)));
+    uint64_t* sorted = reinterpret_cast<uint64_t*>(scratch);
+    void* temp = scratch + sorted_bytes;
+    Check(cub::DeviceRadixSort::SortKeys(temp, sort_bytes, ids, sorted, count, 0, 64, s_->stream),
+          "cub::DeviceRadixSort::SortKeys");
+    Check(
+        cub::DeviceSelect::Unique(temp, unique_bytes, sorted, out, s_->selected, count, s_->stream),
+        "cub::DeviceSelect::Unique");
+    int64_t selected = 0;
+    Download(&selected, s_->selected, 1);
+    Finish();
+    return static_cast<size_t>(selected);
+  }
+
+  void Finish() { Check(cudaStreamSynchronize(s_->stream), "cudaStreamSynchronize"); }
+
+  void Mark(int phase) { Check(cudaEventRecord(s_->marks[phase], s_->stream), "cudaEventRecord"); }
+  // The time between two marks recorded in the last step (after its Finish).
+  absl::Duration Elapsed(int from, int to) const {
+    float ms = 0;
+    Check(cudaEventElapsedTime(&ms, s_->marks[from], s_->marks[to]), "cudaEventElapsedTime");
+    return absl::Microseconds(static_cast<int64_t>(ms * 1000.0f));
+  }
+
+ private:
+  static void CheckCount(size_t n) {
+    if (n > static_cast<size_t>(std::numeric_limits<int>::max())) {
+      Die("a sort", "more than 2^31 features in one batch");
+    }
+  }
+
+  std::shared_ptr<CudaState> s_;
+};
+
+}  // namespace syncline::cuda_executor
+
+#endif  // SYNCLINE_WORKER_CUDA_EXECUTOR_CUH_
