@@ -40,15 +40,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "collective/dense_collective.h"
 #include "core/message.h"
 #include "core/transport.h"
 
 namespace syncline {
-
-enum class Algorithm { kAuto, kRing, kRecursiveDoubling, kHierarchical };
-const char* AlgorithmName(Algorithm a);
-
-enum class WireType { kFloat32, kFloat16 };
 
 struct CommunicatorOptions {
   // How long to wait for any one message from a peer before the collective fails naming it.
@@ -61,14 +57,9 @@ struct CommunicatorOptions {
   std::vector<int> host_of_rank;
 };
 
-// Bytes and messages this rank sent for collectives.
-struct CollectiveCounters {
-  uint64_t bytes_sent = 0;
-  uint64_t bytes_received = 0;
-  uint64_t messages_dropped = 0;  // not part of a collective in progress
-};
-
-class Communicator {
+// The CPU implementation of DenseCollective (collective/dense_collective.h), and the only one
+// of the other collectives.
+class Communicator : public DenseCollective {
  public:
   // `endpoint` is rank `rank`'s own (peers[rank] is its id) and can reach every other rank by
   // the id in `peers` (connected already). It must outlive the communicator and carry no other
@@ -76,12 +67,12 @@ class Communicator {
   Communicator(Endpoint* endpoint, int rank, std::vector<std::string> peers,
                CommunicatorOptions options = {});
 
-  int rank() const { return rank_; }
-  int size() const { return static_cast<int>(peers_.size()); }
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(peers_.size()); }
 
   // Sums `data` over all ranks, in place.
   absl::Status AllReduce(std::span<float> data, Algorithm algorithm = Algorithm::kAuto,
-                         WireType wire = WireType::kFloat32);
+                         WireType wire = WireType::kFloat32) override;
   // Sums `data` over all ranks; afterwards this rank's chunk, data[ChunkBegin(rank) ..
   // ChunkBegin(rank + 1)), holds the sum (the rest of `data` is scratch).
   absl::Status ReduceScatter(std::span<float> data, WireType wire = WireType::kFloat32);
@@ -99,7 +90,8 @@ class Communicator {
   // What kAuto picks for a buffer of `bytes`.
   Algorithm Choose(size_t bytes) const;
 
-  const CollectiveCounters& counters() const { return counters_; }
+  const CollectiveCounters& counters() const override { return counters_; }
+  const char* name() const override { return "cpu"; }
 
   // Keeps `resources` (the transport of an endpoint of its own, say) as long as this lives.
   void Own(std::shared_ptr<void> resources) { owned_ = std::move(resources); }
