@@ -1,11 +1,14 @@
 #include "collective/allreduce_backend.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
 #include <tuple>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "compression/half.h"
@@ -15,11 +18,18 @@
 #include "core/node_table.h"
 #include "core/tcp_transport.h"
 #include "gossip/gossip_peer.h"
+#ifdef SYNCLINE_HAVE_NCCL
+#include "collective/nccl_communicator.h"
+#endif
 
 namespace syncline {
 AllReduceBackend::AllReduceBackend(std::unique_ptr<Communicator> communicator,
-                                   AllReduceOptions options)
-    : communicator_(std::move(communicator)), options_(options) {
+                                   AllReduceOptions options, std::unique_ptr<DenseCollective> dense)
+    : communicator_(std::move(communicator)),
+      owned_dense_collective_(std::move(dense)),
+      dense_collective_(owned_dense_collective_ != nullptr ? owned_dense_collective_.get()
+                                                           : communicator_.get()),
+      options_(options) {
   if (options_.codec.kind == CodecKind::kTopK || options_.codec.kind == CodecKind::kSign1) {
     codec_ = Codec::Create(options_.codec);
   }
@@ -33,6 +43,17 @@ absl::Status AllReduceBackend::Init(const ParameterLayout& layout) {
   training_at_ = touched_at_ + layout.num_features;
   buffer_.assign(training_at_ + 1, 0.0f);
   return absl::OkStatus();
+}
+
+uint64_t AllReduceBackend::bytes_pushed() const {
+  return communicator_->counters().bytes_sent +
+         (owned_dense_collective_ != nullptr ? owned_dense_collective_->counters().bytes_sent : 0);
+}
+
+uint64_t AllReduceBackend::bytes_pulled() const {
+  return communicator_->counters().bytes_received +
+         (owned_dense_collective_ != nullptr ? owned_dense_collective_->counters().bytes_received
+                                             : 0);
 }
 
 absl::Status AllReduceBackend::Read(int64_t clock, std::span<const uint64_t> keys,
@@ -86,7 +107,7 @@ absl::Status AllReduceBackend::Round(bool training, float examples) {
   }
   if (options_.rows == AllReduceOptions::Rows::kDense) {
     absl::Status s =
-        communicator_->AllReduce(std::span<float>(buffer_), options_.algorithm, options_.wire);
+        dense_collective_->AllReduce(std::span<float>(buffer_), options_.algorithm, options_.wire);
     if (!s.ok()) return s;
     return Apply(/*by_union=*/false);
   }
@@ -145,7 +166,7 @@ absl::Status AllReduceBackend::ExchangeRows(bool sparse, std::span<const float> 
     std::fill(buffer_.begin() + bias_at_, buffer_.begin() + touched_at_, 0.0f);
     buffer_[training_at_] = 0.0f;
     absl::Status s =
-        communicator_->AllReduce(std::span<float>(buffer_), options_.algorithm, options_.wire);
+        dense_collective_->AllReduce(std::span<float>(buffer_), options_.algorithm, options_.wire);
     if (!s.ok()) return s;
     std::copy(summed.begin(), summed.end(), buffer_.begin() + bias_at_);
     buffer_[training_at_] = training;
@@ -473,11 +494,132 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOverTcp(const JobSpe
   return communicator;
 }
 
+RankDevice ProbeRankDevice(std::string_view device, std::string host, int* ordinal) {
+  *ordinal = -1;
+  RankDevice mine{.host = std::move(host)};
+  if (!device.starts_with("cuda")) return mine;  // "cpu"
+  int n = 0;
+  if (device != "cuda" && (!device.starts_with("cuda:") ||
+                           !absl::SimpleAtoi(std::string(device.substr(5)), &n) || n < 0)) {
+    mine.note = absl::StrCat("device '", std::string(device), "' is not cpu or cuda:N");
+    return mine;
+  }
+#ifdef SYNCLINE_HAVE_NCCL
+  absl::StatusOr<RankDevice> gpu = ProbeCudaDevice(n, mine.host);
+  if (!gpu.ok()) {
+    mine.note = absl::StrCat(std::string(device), " could not be probed: ", gpu.status().message());
+    return mine;
+  }
+  *ordinal = n;
+  return *std::move(gpu);
+#else
+  mine.note = absl::StrCat(std::string(device), ", but this build has no NCCL");
+  return mine;
+#endif
+}
+
+namespace {
+
+// Every rank's flag (one byte in a word), traded over `cpu`: true when all are set.
+absl::StatusOr<bool> AllAgree(Communicator& cpu, bool mine) {
+  std::vector<std::byte> block(4, std::byte{0}), all;
+  block[0] = std::byte{mine ? uint8_t{1} : uint8_t{0}};
+  if (auto s = cpu.AllGatherBytes(block, &all); !s.ok()) return s;
+  for (int r = 0; r < cpu.size(); ++r) {
+    if (all[r * 4] != std::byte{1}) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<DensePlane> ConnectDenseCollective(Communicator& cpu, const RankDevice& mine,
+                                                  int ordinal, absl::Duration timeout) {
+  absl::StatusOr<std::vector<RankDevice>> devices = ExchangeRankDevices(cpu, mine);
+  if (!devices.ok()) return devices.status();
+  DensePlane plane;
+  plane.choice = ChooseDenseCollective(*devices);
+  const bool some_gpu = std::any_of(devices->begin(), devices->end(),
+                                    [](const RankDevice& d) { return d.gpu() || !d.note.empty(); });
+  if (!plane.choice.nccl) {
+    if (some_gpu) SYNCLINE_LOG(WARNING) << plane.choice.reason;
+    return plane;
+  }
+  auto fall_back = [&plane](const std::string& why) {
+    plane.nccl.reset();
+    plane.choice = {false, absl::StrCat(why,
+                                        ", so the dense collectives run on the CPU with "
+                                        "host staging")};
+    SYNCLINE_LOG(WARNING) << plane.choice.reason;
+  };
+#ifdef SYNCLINE_HAVE_NCCL
+  // Rank 0's NCCL id, or why it has none, to every rank: [1 if made][id][its error's text].
+  constexpr size_t kBlock = 1 + kNcclIdBytes + 255;
+  std::vector<std::byte> block(kBlock, std::byte{0}), all;
+  if (cpu.rank() == 0) {
+    absl::StatusOr<NcclId> id = NewNcclId();
+    if (id.ok()) {
+      block[0] = std::byte{1};
+      std::memcpy(block.data() + 1, id->data(), kNcclIdBytes);
+    } else {
+      const std::string why(id.status().message().substr(0, kBlock - 1 - kNcclIdBytes - 1));
+      std::memcpy(block.data() + 1 + kNcclIdBytes, why.data(), why.size());
+    }
+  }
+  if (auto s = cpu.AllGatherBytes(block, &all); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("handing out the NCCL id: ", s.message()));
+  }
+  if (all[0] != std::byte{1}) {
+    const char* text = reinterpret_cast<const char*>(all.data() + 1 + kNcclIdBytes);
+    fall_back(absl::StrCat("w0 could not make an NCCL id (",
+                           absl::CEscape(std::string(text, strnlen(text, 254))), ")"));
+    return plane;
+  }
+  NcclId id;
+  std::memcpy(id.data(), all.data() + 1, kNcclIdBytes);
+  absl::StatusOr<std::unique_ptr<NcclCommunicator>> nccl = NcclCommunicator::Create(
+      cpu.rank(), cpu.size(), ordinal, id, NcclOptions{.timeout = timeout});
+  if (!nccl.ok()) SYNCLINE_LOG(WARNING) << "joining the NCCL communicator: " << nccl.status();
+  // Every rank learns whether all joined, so that all use NCCL or none does.
+  absl::StatusOr<bool> joined = AllAgree(cpu, nccl.ok());
+  if (!joined.ok()) return joined.status();
+  if (!*joined) {
+    fall_back("a rank could not join the NCCL communicator");
+    return plane;
+  }
+  plane.nccl = *std::move(nccl);
+  SYNCLINE_LOG(INFO) << "dense all-reduces over NCCL: " << plane.choice.reason;
+  return plane;
+#else
+  (void)ordinal;
+  (void)timeout;
+  fall_back("this build has no NCCL");
+  return plane;
+#endif
+}
+
+absl::StatusOr<DensePlane> ConnectDenseForWorker(const JobSpec& spec, Communicator& cpu,
+                                                 std::string_view device) {
+  // Every rank decides from the spec alone whether to trade devices at all: a job on the CPU
+  // (--device cpu) keeps today's collectives without a word more on the wire.
+  if (spec.device.kind == DeviceKind::kCpu) {
+    return DensePlane{.nccl = nullptr, .choice = {false, "--device cpu"}};
+  }
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  int ordinal = -1;
+  const RankDevice mine = ProbeRankDevice(device, host, &ordinal);
+  return ConnectDenseCollective(
+      cpu, mine, ordinal, absl::Seconds(std::min(spec.timeouts.request_s, spec.timeouts.peer_s)));
+}
+
 GossipBackendFactory MakeAllReduceBackendFactory(CollectivePlane plane) {
-  return [plane](const JobSpec& spec, const NodeTable& table, int rank,
-                 Endpoint& endpoint) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
+  return [plane](const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
+                 const std::string& device) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
     auto communicator = ConnectWorkersOverTcp(spec, table, rank, endpoint, plane);
     if (!communicator.ok()) return communicator.status();
+    auto dense = ConnectDenseForWorker(spec, **communicator, device);
+    if (!dense.ok()) return dense.status();
     AllReduceOptions o;
     o.algorithm = AlgorithmOf(spec.sync.algorithm);
     o.wire = spec.training.codec.kind == CodecKind::kFp16 ? WireType::kFloat16 : WireType::kFloat32;
@@ -497,16 +639,16 @@ GossipBackendFactory MakeAllReduceBackendFactory(CollectivePlane plane) {
     o.optimizer.learning_rate = static_cast<float>(spec.training.learning_rate);
     o.optimizer.l2 = static_cast<float>(spec.training.l2);
     return std::unique_ptr<SyncBackend>(
-        std::make_unique<AllReduceBackend>(std::move(*communicator), o));
+        std::make_unique<AllReduceBackend>(std::move(*communicator), o, std::move(dense->nccl)));
   };
 }
 
 GossipBackendFactory MakeServerlessBackendFactory(CollectivePlane plane) {
   return [gossip = MakeGossipBackendFactory(), allreduce = MakeAllReduceBackendFactory(plane)](
-             const JobSpec& spec, const NodeTable& table, int rank,
-             Endpoint& endpoint) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
-    return spec.sync.allreduce() ? allreduce(spec, table, rank, endpoint)
-                                 : gossip(spec, table, rank, endpoint);
+             const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
+             const std::string& device) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
+    return spec.sync.allreduce() ? allreduce(spec, table, rank, endpoint, device)
+                                 : gossip(spec, table, rank, endpoint, device);
   };
 }
 

@@ -27,11 +27,14 @@
 #define SYNCLINE_COLLECTIVE_ALLREDUCE_BACKEND_H_
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "collective/communicator.h"
+#include "collective/dense_collective.h"
 #include "compression/codec.h"
 #include "core/net.h"
 #include "optim/optimizer.h"
@@ -59,8 +62,11 @@ struct AllReduceOptions {
 
 class AllReduceBackend : public SyncBackend {
  public:
-  // `communicator` (over this worker's data endpoint) must outlive the backend.
-  AllReduceBackend(std::unique_ptr<Communicator> communicator, AllReduceOptions options);
+  // `communicator` reaches every worker (over this worker's data endpoint or the TCP plane);
+  // `dense`, when given (NCCL: ConnectDenseCollective), takes the all-reduces of the whole
+  // buffer, and `communicator` keeps the small sums and every all-gather.
+  AllReduceBackend(std::unique_ptr<Communicator> communicator, AllReduceOptions options,
+                   std::unique_ptr<DenseCollective> dense = nullptr);
 
   absl::Status Init(const ParameterLayout& layout) override;
   absl::Status Read(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
@@ -78,8 +84,8 @@ class AllReduceBackend : public SyncBackend {
   // exactly.
   absl::StatusOr<std::string> SaveState() const override;
   absl::Status RestoreState(std::string_view state) override;
-  uint64_t bytes_pushed() const override { return communicator_->counters().bytes_sent; }
-  uint64_t bytes_pulled() const override { return communicator_->counters().bytes_received; }
+  uint64_t bytes_pushed() const override;
+  uint64_t bytes_pulled() const override;
 
   std::span<const float> parameters() const { return model_.parameters(); }
   // Uncompressed rounds that all-gathered (key, gradient) pairs, and that all-reduced every row.
@@ -102,6 +108,8 @@ class AllReduceBackend : public SyncBackend {
   absl::Status Apply(bool by_union);
 
   std::unique_ptr<Communicator> communicator_;
+  std::unique_ptr<DenseCollective> owned_dense_collective_;
+  DenseCollective* dense_collective_;  // owned_dense_collective_, or communicator_
   const AllReduceOptions options_;
   ReplicatedModel model_{"all-reduce"};
   std::vector<float> buffer_;
@@ -146,6 +154,31 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOverTcp(const JobSpe
                                                                     const NodeTable& table,
                                                                     int rank, Endpoint& endpoint,
                                                                     CollectivePlane plane);
+
+// This rank's RankDevice from its resolved device (worker/device.h: "cpu" or "cuda:N") on
+// `host`, and in *ordinal the CUDA ordinal (-1 for the CPU). A CUDA device that cannot be
+// probed, or a build without NCCL, gives a CPU rank whose note says why.
+RankDevice ProbeRankDevice(std::string_view device, std::string host, int* ordinal);
+
+// How a rank's dense all-reduces travel: `nccl`, or the CPU communicator when it is null.
+struct DensePlane {
+  std::unique_ptr<DenseCollective> nccl;
+  DenseChoice choice;
+};
+
+// Every rank calls it with its own RankDevice (`mine`) and CUDA ordinal: the ranks trade their
+// devices over `cpu`, choose alike (ChooseDenseCollective), log a fallback, and when NCCL is
+// chosen rank 0's NCCL id travels to every rank over `cpu` and each joins the NCCL
+// communicator (waiting up to `timeout`). When any rank fails to make or join it, every rank
+// falls back to the CPU collective, saying why; an error only when `cpu` itself fails.
+absl::StatusOr<DensePlane> ConnectDenseCollective(Communicator& cpu, const RankDevice& mine,
+                                                  int ordinal, absl::Duration timeout);
+
+// ConnectDenseCollective for a worker computing on `device` (worker/device.h's resolved
+// "cpu" or "cuda:N"), on this machine's host name, with the job's peer timeout. A job whose
+// --device is cpu trades nothing and keeps the CPU communicator.
+absl::StatusOr<DensePlane> ConnectDenseForWorker(const JobSpec& spec, Communicator& cpu,
+                                                 std::string_view device);
 
 // Builds an AllReduceBackend from the job spec: a communicator over every worker's data
 // endpoint (or over `plane`), hosts told apart by the address each listens on (for the

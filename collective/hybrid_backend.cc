@@ -13,8 +13,14 @@
 namespace syncline {
 
 HybridBackend::HybridBackend(std::unique_ptr<SyncBackend> rows,
-                             std::unique_ptr<Communicator> communicator, Algorithm algorithm)
-    : rows_(std::move(rows)), communicator_(std::move(communicator)), algorithm_(algorithm) {}
+                             std::unique_ptr<Communicator> communicator, Algorithm algorithm,
+                             std::unique_ptr<DenseCollective> dense)
+    : rows_(std::move(rows)),
+      communicator_(std::move(communicator)),
+      owned_dense_collective_(std::move(dense)),
+      dense_collective_(owned_dense_collective_ != nullptr ? owned_dense_collective_.get()
+                                                           : communicator_.get()),
+      algorithm_(algorithm) {}
 
 absl::Status HybridBackend::Init(const ParameterLayout& layout) {
   if (layout.bias_dim == 0) {
@@ -68,7 +74,9 @@ absl::Status HybridBackend::Round(bool training, float examples) {
   const size_t n = dense_.size();
   buffer_[n] = training ? examples : 0.0f;
   buffer_[n + 1] = training ? 1.0f : 0.0f;
-  if (auto s = communicator_->AllReduce(std::span<float>(buffer_), algorithm_); !s.ok()) {
+  if (auto s =
+          dense_collective_->AllReduce(std::span<float>(buffer_), algorithm_, WireType::kFloat32);
+      !s.ok()) {
     return s;
   }
   const float total = buffer_[n];
@@ -165,14 +173,18 @@ absl::Status HybridBackend::RestoreState(std::string_view state) {
 }
 
 HybridBackendFactory MakeHybridBackendFactory(CollectivePlane plane) {
-  return
-      [plane](const JobSpec& spec, const NodeTable& table, int rank, Endpoint& peers,
-              std::unique_ptr<SyncBackend> rows) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
-        auto communicator = ConnectWorkersOverTcp(spec, table, rank, peers, plane);
-        if (!communicator.ok()) return communicator.status();
-        return std::unique_ptr<SyncBackend>(std::make_unique<HybridBackend>(
-            std::move(rows), std::move(*communicator), AlgorithmOf(spec.sync.algorithm)));
-      };
+  return [plane](const JobSpec& spec, const NodeTable& table, int rank, Endpoint& peers,
+                 std::unique_ptr<SyncBackend> rows,
+                 const std::string& device) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
+    auto communicator = ConnectWorkersOverTcp(spec, table, rank, peers, plane);
+    if (!communicator.ok()) return communicator.status();
+    // The dense layers' all-reduce may take NCCL; the rows stay with the servers.
+    auto dense = ConnectDenseForWorker(spec, **communicator, device);
+    if (!dense.ok()) return dense.status();
+    return std::unique_ptr<SyncBackend>(
+        std::make_unique<HybridBackend>(std::move(rows), std::move(*communicator),
+                                        AlgorithmOf(spec.sync.algorithm), std::move(dense->nccl)));
+  };
 }
 
 }  // namespace syncline

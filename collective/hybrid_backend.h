@@ -43,10 +43,11 @@ namespace syncline {
 class HybridBackend : public SyncBackend {
  public:
   // `rows` keeps the rows on the servers and leaves the bias alone (PsBackend after
-  // KeepBiasElsewhere); `communicator` reaches every worker. The dense layers take the
+  // KeepBiasElsewhere); `communicator` reaches every worker and all-reduces the dense layers'
+  // buffer unless `dense` (NCCL: ConnectDenseCollective) is given. The dense layers take the
   // layout's optimizer without l2, as the servers' bias table does.
   HybridBackend(std::unique_ptr<SyncBackend> rows, std::unique_ptr<Communicator> communicator,
-                Algorithm algorithm);
+                Algorithm algorithm, std::unique_ptr<DenseCollective> dense = nullptr);
 
   absl::Status Init(const ParameterLayout& layout) override;
   absl::Status Read(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
@@ -62,10 +63,14 @@ class HybridBackend : public SyncBackend {
   absl::StatusOr<std::string> SaveState() const override;
   absl::Status RestoreState(std::string_view state) override;
   uint64_t bytes_pushed() const override {
-    return rows_->bytes_pushed() + communicator_->counters().bytes_sent;
+    return rows_->bytes_pushed() + communicator_->counters().bytes_sent +
+           (owned_dense_collective_ != nullptr ? owned_dense_collective_->counters().bytes_sent
+                                               : 0);
   }
   uint64_t bytes_pulled() const override {
-    return rows_->bytes_pulled() + communicator_->counters().bytes_received;
+    return rows_->bytes_pulled() + communicator_->counters().bytes_received +
+           (owned_dense_collective_ != nullptr ? owned_dense_collective_->counters().bytes_received
+                                               : 0);
   }
 
   std::span<const float> dense_layers() const { return dense_; }
@@ -76,6 +81,8 @@ class HybridBackend : public SyncBackend {
 
   std::unique_ptr<SyncBackend> rows_;
   std::unique_ptr<Communicator> communicator_;
+  std::unique_ptr<DenseCollective> owned_dense_collective_;
+  DenseCollective* dense_collective_;  // owned_dense_collective_, or communicator_
   const Algorithm algorithm_;
   OptimizerConfig optimizer_;
   std::vector<float> dense_;

@@ -7,8 +7,9 @@
 namespace syncline {
 
 GossipBackendFactory MakeGossipBackendFactory() {
-  return [](const JobSpec& spec, const NodeTable& table, int rank,
-            Endpoint& endpoint) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
+  // Gossip averages on the CPU wherever the worker computes: `device` is not used.
+  return [](const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
+            const std::string& /*device*/) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
     GossipOptions g;
     g.topology = spec.sync.topology;
     g.asynchronous = spec.sync.asynchronous;

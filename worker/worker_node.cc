@@ -382,7 +382,8 @@ NodeExit WorkerNode::Run() {
           std::make_unique<PsBackend>(link.client.get(), absl::Seconds(spec.timeouts.request_s),
                                       spec.training.codec, spec.training.residual_rows);
       rows->KeepBiasElsewhere();
-      auto made = hybrid_backend_(spec, table, rank, link.split->side(1), std::move(rows));
+      auto made =
+          hybrid_backend_(spec, table, rank, link.split->side(1), std::move(rows), device->device);
       if (!made.ok()) return made.status();
       link.backend = std::move(*made);
     } else if (spec.sync.serverless()) {
@@ -390,7 +391,7 @@ NodeExit WorkerNode::Run() {
         return absl::FailedPreconditionError(
             "this worker was built without serverless backends (gossip, all-reduce)");
       }
-      auto made = gossip_backend_(spec, table, rank, endpoint);
+      auto made = gossip_backend_(spec, table, rank, endpoint, device->device);
       if (!made.ok()) return made.status();
       link.backend = std::move(*made);
     } else {

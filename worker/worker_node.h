@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "core/node_table.h"
@@ -21,15 +22,19 @@ namespace syncline {
 
 // Makes the backend of a serverless (gossip) job for worker `rank`, whose data endpoint
 // `endpoint` is bound and listed in `table`; the factory connects it to the peers it needs.
+// `device` is where the worker computes, as worker/device.h resolved it ("cpu", "cuda:N"):
+// the collectives take NCCL from it (collective/dense_collective.h).
 using GossipBackendFactory = std::function<absl::StatusOr<std::unique_ptr<SyncBackend>>(
-    const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint)>;
+    const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
+    const std::string& device)>;
 
 // Makes the backend of a --sync hybrid worker from `rows` (a PsBackend that keeps the bias
 // elsewhere) and `peers`, the side of its data endpoint that hears the other workers (the
-// other side is its KVClient's); the factory connects it to the peers it needs.
+// other side is its KVClient's); the factory connects it to the peers it needs. `device` as
+// above.
 using HybridBackendFactory = std::function<absl::StatusOr<std::unique_ptr<SyncBackend>>(
     const JobSpec& spec, const NodeTable& table, int rank, Endpoint& peers,
-    std::unique_ptr<SyncBackend> rows)>;
+    std::unique_ptr<SyncBackend> rows, const std::string& device)>;
 
 class WorkerNode {
  public:
