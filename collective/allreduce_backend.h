@@ -1,10 +1,10 @@
 // AllReduceBackend: the SyncBackend of --sync allreduce, data-parallel SGD without servers.
 // Every worker holds the whole model (num_features x row_dim dense rows, then the bias). Each
 // iteration it adds its gradient sums into one buffer, all-reduces it (collective/
-// communicator.h), and applies the summed gradient with the servers' update rules
-// (optim/optimizer.h) and their weighting: scale 1 / (examples of every worker), applied to the
-// rows any worker touched. So it trains the model of --sync bsp (synchronous SGD on the union
-// batch), which the tests check to 1e-5.
+// communicator.h, or NCCL when every worker has a GPU of its own: dense_collective.h), and applies
+// the summed gradient with the servers' update rules (optim/optimizer.h) and their weighting: scale
+// 1 / (examples of every worker), applied to the rows any worker touched. So it trains the model of
+// --sync bsp (synchronous SGD on the union batch), which the tests check to 1e-5.
 //
 // With --compress topk:R or sign1 the row gradients are compressed with error feedback and
 // all-gathered instead (AllReduceOptions::codec): each rank sends (N-1) blocks.

@@ -105,11 +105,16 @@ absl::StatusOr<RankDevice> ProbeCudaDevice(int ordinal, std::string host) {
   if (cudaError_t e = cudaGetDeviceProperties(&props, ordinal); e != cudaSuccess) {
     return CudaError(e, "cudaGetDeviceProperties");
   }
+  // nvidia-smi's form, GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx; none when the driver reports
+  // zeros (then the bus id and host alone tell GPUs apart).
   std::string uuid = "GPU-";
+  bool zero = true;
   for (int i = 0; i < 16; ++i) {
     if (i == 4 || i == 6 || i == 8 || i == 10) uuid += '-';
     absl::StrAppendFormat(&uuid, "%02x", static_cast<unsigned char>(props.uuid.bytes[i]));
+    zero = zero && props.uuid.bytes[i] == 0;
   }
+  if (zero) uuid.clear();
   return RankDevice{.host = std::move(host), .pci_bus_id = bus, .uuid = uuid};
 }
 
