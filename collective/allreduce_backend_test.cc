@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/inproc_transport.h"
 #include "core/node_table.h"
+#include "testing/inproc_ranks.h"
 
 namespace syncline {
 namespace {
@@ -20,17 +21,10 @@ namespace {
 std::vector<std::vector<float>> Train(int n, AllReduceOptions::Rows rows, WireType wire,
                                       uint32_t dim, uint64_t features, int keys_per_step,
                                       uint64_t* sparse_rounds = nullptr) {
-  InprocTransport transport;
-  std::vector<std::unique_ptr<Endpoint>> endpoints;
-  std::vector<std::string> ids, addresses;
-  for (int r = 0; r < n; ++r) {
-    ids.push_back(absl::StrCat("w", r));
-    endpoints.push_back(*transport.CreateEndpoint(ids.back()));
-    addresses.push_back(*endpoints.back()->Bind("inproc://" + ids.back()));
-  }
+  InprocRanks ranks(n);
+  EXPECT_TRUE(ranks.connected);
   std::vector<std::unique_ptr<AllReduceBackend>> backends;
   for (int r = 0; r < n; ++r) {
-    for (int q = r + 1; q < n; ++q) EXPECT_TRUE(endpoints[r]->Connect(ids[q], addresses[q]).ok());
     AllReduceOptions o;
     o.rows = rows;
     o.wire = wire;
@@ -38,7 +32,7 @@ std::vector<std::vector<float>> Train(int n, AllReduceOptions::Rows rows, WireTy
     o.optimizer.learning_rate = 0.1f;
     o.optimizer.l2 = 1e-3f;
     backends.push_back(std::make_unique<AllReduceBackend>(
-        std::make_unique<Communicator>(endpoints[r].get(), r, ids), o));
+        std::make_unique<Communicator>(ranks.endpoints[r].get(), r, ranks.ids), o));
   }
   std::vector<std::vector<float>> out(n);
   std::vector<std::thread> threads;

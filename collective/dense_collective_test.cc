@@ -9,10 +9,9 @@
 #include <random>
 #include <thread>
 
-#include "absl/strings/str_cat.h"
 #include "collective/allreduce_backend.h"
 #include "collective/communicator.h"
-#include "core/inproc_transport.h"
+#include "testing/inproc_ranks.h"
 
 namespace syncline {
 namespace {
@@ -130,19 +129,12 @@ struct RankResult {
 
 std::vector<RankResult> ConnectAndSum(const std::vector<RankDevice>& devices) {
   const int n = static_cast<int>(devices.size());
-  InprocTransport transport;
-  std::vector<std::unique_ptr<Endpoint>> endpoints;
-  std::vector<std::string> ids, addresses;
-  for (int r = 0; r < n; ++r) {
-    ids.push_back(absl::StrCat("w", r));
-    endpoints.push_back(*transport.CreateEndpoint(ids.back()));
-    addresses.push_back(*endpoints.back()->Bind("inproc://" + ids.back()));
-  }
+  InprocRanks ranks(n);
+  EXPECT_TRUE(ranks.connected);
   std::vector<std::unique_ptr<Communicator>> cpus;
   for (int r = 0; r < n; ++r) {
-    for (int q = r + 1; q < n; ++q) EXPECT_TRUE(endpoints[r]->Connect(ids[q], addresses[q]).ok());
     cpus.push_back(std::make_unique<Communicator>(
-        endpoints[r].get(), r, ids, CommunicatorOptions{.timeout = absl::Seconds(20)}));
+        ranks.endpoints[r].get(), r, ranks.ids, CommunicatorOptions{.timeout = absl::Seconds(20)}));
   }
   std::vector<RankResult> out(n);
   std::vector<std::thread> threads;
@@ -246,23 +238,12 @@ TEST(AllReduceBackendDenseTest, TheWholeBufferGoesToTheDenseCollective) {
   constexpr uint32_t kDim = 4;
   constexpr uint64_t kFeatures = 50;
   auto train = [&](bool with_dense, std::vector<uint64_t>* calls, std::vector<uint64_t>* floats) {
-    InprocTransport transport;
-    std::vector<std::unique_ptr<Endpoint>> endpoints;
-    std::vector<std::string> ids, addresses;
-    for (int r = 0; r < 2 * kRanks; ++r) {  // two planes: the backend's and the dense one's
-      ids.push_back(absl::StrCat("w", r));
-      endpoints.push_back(*transport.CreateEndpoint(ids.back()));
-      addresses.push_back(*endpoints.back()->Bind("inproc://" + ids.back()));
-    }
-    const std::vector<std::string> plane_a(ids.begin(), ids.begin() + kRanks);
-    const std::vector<std::string> plane_b(ids.begin() + kRanks, ids.end());
+    // Two planes: the backend's communicator's, and the dense collective's.
+    InprocRanks plane(kRanks, "w"), dense_plane(kRanks, "d");
+    EXPECT_TRUE(plane.connected && dense_plane.connected);
     std::vector<std::unique_ptr<AllReduceBackend>> backends;
     std::vector<CountingCollective*> counting;
     for (int r = 0; r < kRanks; ++r) {
-      for (int q = r + 1; q < kRanks; ++q) {
-        EXPECT_TRUE(endpoints[r]->Connect(ids[q], addresses[q]).ok());
-        EXPECT_TRUE(endpoints[kRanks + r]->Connect(ids[kRanks + q], addresses[kRanks + q]).ok());
-      }
       AllReduceOptions o;
       o.rows = AllReduceOptions::Rows::kDense;
       o.optimizer.kind = OptimizerKind::kSgd;
@@ -270,11 +251,12 @@ TEST(AllReduceBackendDenseTest, TheWholeBufferGoesToTheDenseCollective) {
       std::unique_ptr<CountingCollective> dense;
       if (with_dense) {
         dense = std::make_unique<CountingCollective>(
-            std::make_unique<Communicator>(endpoints[kRanks + r].get(), r, plane_b));
+            std::make_unique<Communicator>(dense_plane.endpoints[r].get(), r, dense_plane.ids));
         counting.push_back(dense.get());
       }
       backends.push_back(std::make_unique<AllReduceBackend>(
-          std::make_unique<Communicator>(endpoints[r].get(), r, plane_a), o, std::move(dense)));
+          std::make_unique<Communicator>(plane.endpoints[r].get(), r, plane.ids), o,
+          std::move(dense)));
     }
     std::vector<std::vector<float>> params(kRanks);
     std::vector<std::thread> threads;
