@@ -518,6 +518,7 @@ RankDevice ProbeRankDevice(std::string_view device, std::string host, int* ordin
 #endif
 }
 
+#ifdef SYNCLINE_HAVE_NCCL
 namespace {
 
 // Every rank's flag (one byte in a word), traded over `cpu`: true when all are set.
@@ -532,6 +533,7 @@ absl::StatusOr<bool> AllAgree(Communicator& cpu, bool mine) {
 }
 
 }  // namespace
+#endif  // SYNCLINE_HAVE_NCCL
 
 absl::StatusOr<DensePlane> ConnectDenseCollective(Communicator& cpu, const RankDevice& mine,
                                                   int ordinal, absl::Duration timeout) {

@@ -1,5 +1,6 @@
 #include "collective/dense_collective.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string_view>
 
@@ -43,11 +44,14 @@ DenseChoice ChooseDenseCollective(std::span<const RankDevice> ranks) {
   if (ranks.empty()) return {false, "no ranks"};
   std::vector<std::string> cpu;
   for (size_t r = 0; r < ranks.size(); ++r) {
-    if (!ranks[r].gpu())
+    if (!ranks[r].gpu()) {
       cpu.push_back(RankName(static_cast<int>(r), ranks[r]) + " " + ranks[r].Describe());
+    }
   }
   if (!cpu.empty()) {
-    if (cpu.size() == ranks.size()) return {false, "every rank computes on the CPU"};
+    const bool plain = std::all_of(ranks.begin(), ranks.end(),
+                                   [](const RankDevice& d) { return !d.gpu() && d.note.empty(); });
+    if (plain) return {false, "every rank computes on the CPU"};
     return {false,
             absl::StrCat("not every rank is on a GPU (", absl::StrJoin(cpu, ", "), ")", kFallback)};
   }

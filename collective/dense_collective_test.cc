@@ -29,6 +29,12 @@ TEST(ChooseDenseCollectiveTest, AllCpuRanksStayOnTheCpu) {
   EXPECT_FALSE(c.nccl);
   EXPECT_THAT(c.reason, HasSubstr("every rank computes on the CPU"));
   EXPECT_FALSE(ChooseDenseCollective({}).nccl);
+  // Ranks that asked for a GPU and could not have one: said, not folded into "the CPU".
+  RankDevice asked = Cpu("a");
+  asked.note = "cuda:0 could not be probed: no CUDA device 0";
+  c = ChooseDenseCollective(std::vector<RankDevice>{asked, Cpu("b")});
+  EXPECT_FALSE(c.nccl);
+  EXPECT_THAT(c.reason, HasSubstr("w0 (host a) cpu: cuda:0 could not be probed"));
 }
 
 TEST(ChooseDenseCollectiveTest, DistinctGpusTakeNccl) {
