@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# The GPU checks, prepared here and run once on a machine with a GPU (the device tool's H200,
+# whose image has CUDA but none of the project's Debian libraries, and nothing to install
+# them from).
+#
+#   scripts/gpu-check.sh bundle        here: builds the GPU tests, the binaries the launch tests
+#                                      start and the benchmarks (sm_90), and packs them with
+#                                      every library the other machine lacks into
+#                                      .gpu-bundle/bundle.tar.xz (about 15 MB; ignored by git;
+#                                      carry .gpu-bundle)
+#   scripts/gpu-check.sh run [OUT]     there, from the repository root: puts the binaries where
+#                                      the tests expect them, then runs
+#                                        1. the GPU tests (device models against the CPU models,
+#                                           the CUDA codecs, one-rank NCCL, the launch tests of
+#                                           the mlp with a GPU worker),
+#                                        2. the CUDA tests again under compute-sanitizer
+#                                           memcheck and racecheck,
+#                                        3. syncline-bench-gpu and the codec benchmark,
+#                                      logging each to OUT (default $OUT, else ./gpu-check-out)
+#                                      and printing a summary line per step. It never stops at
+#                                      the first failure: one run must say everything.
+#
+# Example with the device tool: `scripts/gpu-check.sh bundle` here, then
+#   run(command="scripts/gpu-check.sh run", carry=[".gpu-bundle"], timeout_s=540)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUNDLE=.gpu-bundle
+mode=${1:-}
+
+bundle() {
+  set -e
+  local build=${BUILD_DIR:-build}
+  cmake -S . -B "$build" -G Ninja -DSYNCLINE_CUDA=ON >/dev/null
+  local tests=(worker/worker_device_model_test compression/compression_cuda_test
+               collective/nccl_communicator_test tests/integration_test)
+  local tools=(launch/syncline-launch ps/syncline-ps worker/syncline-worker tools/syncline-gen
+               bench/syncline-bench-gpu bench/syncline-bench-codec)
+  local targets=()
+  for t in "${tests[@]}" "${tools[@]}"; do targets+=("$(basename "$t")"); done
+  cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
+  local stage
+  stage=$(mktemp -d)
+  mkdir -p "$stage/bin" "$stage/lib"
+  : >"$stage/paths"
+  for t in "${tests[@]}" "${tools[@]}"; do
+    local path
+    path=$(find "$build" -type f -name "$(basename "$t")" -perm -u+x | head -1)
+    [ -n "$path" ] || { echo "gpu-check: $t was not built" >&2; exit 1; }
+    strip --strip-debug -o "$stage/bin/$(basename "$t")" "$path"
+    # The launch tests start the node binaries by the absolute paths they were built at.
+    echo "$(basename "$t") $(realpath "$path")" >>"$stage/paths"
+    # Every library but the C library's and CUDA's (the other machine has its own of those).
+    ldd "$path" | awk '/=> \// {print $3}' | while read -r lib; do
+      case "$(basename "$lib")" in
+        libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libcuda.so*|libcudart.so*|\
+        libcublas*|libnccl.so*) ;;
+        *) cp -Ln "$lib" "$stage/lib/" 2>/dev/null || true ;;
+      esac
+    done
+  done
+  rm -rf "$BUNDLE"
+  mkdir -p "$BUNDLE"
+  tar -C "$stage" -cJf "$BUNDLE/bundle.tar.xz" .
+  rm -rf "$stage"
+  grep -qx "/$BUNDLE/" .git/info/exclude 2>/dev/null || echo "/$BUNDLE/" >>.git/info/exclude
+  echo "gpu-check: $(du -sh "$BUNDLE" | cut -f1) in $BUNDLE (the device tool carries at most 64 MiB)"
+}
+
+# Finds a directory holding `lib` among CUDA's and the Python packages' (NVIDIA's wheels).
+find_lib() {
+  local lib=$1 d
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
+           /usr/lib/x86_64-linux-gnu; do
+    [ -e "$d/$lib" ] && { echo "$d"; return; }
+  done
+  python3 - "$lib" <<'EOF' 2>/dev/null
+import glob, os, site, sys
+for root in site.getsitepackages():
+    for hit in glob.glob(os.path.join(root, "nvidia", "**", sys.argv[1]), recursive=True):
+        print(os.path.dirname(hit)); sys.exit(0)
+EOF
+}
+
+run() {
+  local out=${1:-${OUT:-gpu-check-out}}
+  mkdir -p "$out"
+  local summary="$out/summary.txt"
+  : >"$summary"
+  [ -f "$BUNDLE/bundle.tar.xz" ] || { echo "gpu-check: no $BUNDLE/bundle.tar.xz: run 'scripts/gpu-check.sh bundle' first and carry $BUNDLE" | tee -a "$summary"; return 1; }
+  local unpacked=/tmp/syncline-gpu-bundle
+  rm -rf "$unpacked" && mkdir -p "$unpacked" && tar -C "$unpacked" -xJf "$BUNDLE/bundle.tar.xz"
+  local libs="$unpacked/lib"
+  for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+    local d
+    d=$(find_lib "$lib")
+    if [ -n "$d" ]; then libs="$libs:$d"; else echo "missing $lib" | tee -a "$summary"; fi
+  done
+  export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  while read -r name path; do
+    mkdir -p "$(dirname "$path")" && cp "$unpacked/bin/$name" "$path"
+  done <"$unpacked/paths"
+  bin() { awk -v n="$1" '$1 == n {print $2}' "$unpacked/paths"; }
+  { nvidia-smi -L; nvidia-smi --query-gpu=driver_version,clocks.sm,clocks.mem --format=csv; } \
+    >"$out/gpu.txt" 2>&1
+  local failed=0
+  step() {  # step NAME TIMEOUT COMMAND...: runs it, logs to OUT/NAME.log, one line of summary
+    local name=$1 limit=$2
+    shift 2
+    local start=$SECONDS
+    timeout "$limit" "$@" >"$out/$name.log" 2>&1
+    local rc=$?
+    [ $rc -eq 0 ] || failed=1
+    printf '%-28s rc=%-3d %4ds  %s\n' "$name" "$rc" $((SECONDS - start)) \
+      "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test|ERROR SUMMARY|RACECHECK SUMMARY' \
+           "$out/$name.log" | tr '\n' ' ' | cut -c1-160)" | tee -a "$summary"
+  }
+  step device_model_test 120 "$(bin worker_device_model_test)"
+  step codec_cuda_test 120 "$(bin compression_cuda_test)"
+  step nccl_test 120 "$(bin nccl_communicator_test)"
+  step mlp_launch_tests 240 "$(bin integration_test)" --gtest_filter='MlpLaunchTest.*'
+  local cuda_only='*Cuda*' sanitizer
+  sanitizer=$(command -v compute-sanitizer ||
+              ls /usr/local/cuda*/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null |
+              head -1)
+  [ -n "$sanitizer" ] || { echo "compute-sanitizer not found: the sanitizer steps fail" | tee -a "$summary"; sanitizer=compute-sanitizer; }
+  step memcheck_models 240 "$sanitizer" --tool memcheck --error-exitcode 9 \
+    "$(bin worker_device_model_test)" --gtest_filter="$cuda_only"
+  step racecheck_models 300 "$sanitizer" --tool racecheck --error-exitcode 9 \
+    "$(bin worker_device_model_test)" --gtest_filter="$cuda_only"
+  step memcheck_nccl 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
+    "$(bin nccl_communicator_test)"
+  step bench_gpu 300 "$(bin syncline-bench-gpu)"
+  step bench_codec 180 "$(bin syncline-bench-codec)" --size-mib 4 64 256
+  echo "gpu-check: logs in $out" | tee -a "$summary"
+  return $failed
+}
+
+case "$mode" in
+  bundle) bundle ;;
+  run) shift; run "$@" ;;
+  *) sed -n '2,25p' "$0"; exit 2 ;;
+esac
