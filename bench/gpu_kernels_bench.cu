@@ -64,7 +64,7 @@ void SparseKernels(CudaExecutor& e, bool quick) {
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   device_step::HostBatch<CudaExecutor> host;
-  host.Reserve(n, n * per_example);
+  host.Reserve(n, n * per_example, /*ctr=*/false);
   std::vector<uint64_t> ids;
   for (size_t i = 0; i < n; ++i) {
     host.offsets.data()[i] = static_cast<uint32_t>(i * per_example);

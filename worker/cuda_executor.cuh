@@ -271,6 +271,10 @@ class CudaExecutor {
 
   void Finish() { Check(cudaStreamSynchronize(s_->stream), "cudaStreamSynchronize"); }
 
+  // The stream the executor's work goes to (benchmarks time it with events).
+  cudaStream_t stream() const { return s_->stream; }
+  cublasHandle_t blas() const { return s_->blas; }
+
   void Mark(int phase) { Check(cudaEventRecord(s_->marks[phase], s_->stream), "cudaEventRecord"); }
   // The time between two marks recorded in the last step (after its Finish).
   absl::Duration Elapsed(int from, int to) const {

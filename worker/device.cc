@@ -30,7 +30,7 @@ DeviceProbe ProbeDevices() {
 }
 
 bool HasGpuKernels(std::string_view model) {
-  return model == "logreg" || model == "softmax" || model == "mlp";
+  return model == "logreg" || model == "softmax" || model == "mlp" || model == "ctr";
 }
 
 absl::StatusOr<DeviceChoice> ChooseDevice(const DeviceSpec& spec, std::string_view model,

@@ -1,7 +1,7 @@
 // Where a worker computes (--device): the job's DeviceSpec against what this build and this
-// machine offer and what the model has kernels for (worker/gpu_model.h: logreg, softmax and
-// mlp). The choice and its reason are logged, and a job that insists on CUDA where it cannot
-// have it is refused with the reason.
+// machine offer and what the model has kernels for (worker/gpu_model.h: every model). The choice
+// and its reason are logged, and a job that insists on CUDA where it cannot have it is refused with
+// the reason.
 //
 // The GPU probe loads the CUDA driver (libcuda.so.1) at run time, only in a build with CUDA, so
 // the worker links no CUDA library and starts on machines without one.
@@ -26,7 +26,7 @@ struct DeviceProbe {
 
 DeviceProbe ProbeDevices();
 
-// Whether `model` (a Model name) has GPU kernels: logreg, softmax and mlp (not ctr yet).
+// Whether `model` (a Model name) has GPU kernels: logreg, softmax, mlp and ctr.
 bool HasGpuKernels(std::string_view model);
 
 struct DeviceChoice {

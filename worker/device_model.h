@@ -23,6 +23,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "syncline/options.h"
+#include "worker/criteo.h"
+#include "worker/ctr_model.h"
 #include "worker/device_step.h"
 #include "worker/mlp_model.h"
 #include "worker/model.h"
@@ -31,7 +34,7 @@
 namespace syncline {
 
 // The device layout of a model made by Model::Create: logreg and softmax are one sparse layer,
-// mlp its MlpLayout. False for models without device steps (ctr).
+// mlp its MlpLayout, ctr its CtrLayout. False for other models.
 inline bool DeviceShapeOf(const Model& model, const ModelOptions& options,
                           device_step::Shape* shape) {
   if (model.name() == "logreg" || model.name() == "softmax") {
@@ -50,6 +53,26 @@ inline bool DeviceShapeOf(const Model& model, const ModelOptions& options,
                                 .b = layout.b,
                                 .dense = layout.size,
                                 .binary = false};
+    return true;
+  }
+  if (model.name() == "ctr") {
+    const CtrLayout layout(options.embedding_dim, options.hidden.empty()
+                                                      ? DefaultHidden(ModelKind::kCtr)[0]
+                                                      : options.hidden[0]);
+    *shape = device_step::Shape{.widths = {model.row_dim()},
+                                .w = {0},
+                                .b = {0},
+                                .dense = layout.size,
+                                .binary = true,
+                                .ctr_dim = layout.dim,
+                                .ctr_hidden = layout.hidden,
+                                .ctr_inputs = layout.inputs,
+                                .bottom_w = layout.bottom_w,
+                                .bottom_b = layout.bottom_b,
+                                .top_w = layout.top_w,
+                                .top_b = layout.top_b,
+                                .out_w = layout.out_w,
+                                .out_b = layout.out_b};
     return true;
   }
   return false;
@@ -72,11 +95,14 @@ class DeviceModel final : public Model {
   std::vector<uint64_t> BatchKeys(const Dataset& data,
                                   absl::Span<const uint32_t> examples) const override {
     absl::MutexLock lock(&mu_);
-    const size_t nnz = model_internal::CountFeatures(data, examples);
+    // ctr: the categorical ids (the dense entries' are values, not keys).
+    const size_t skip = ctr() ? kCriteoDenseFields : 0;
+    const size_t nnz = ctr() ? CheckCtrExamples(data, examples) * device_step::kCtrFields
+                             : model_internal::CountFeatures(data, examples);
     host_ids_.Reserve(nnz);
     uint64_t* ids = host_ids_.data();
     for (const uint32_t example : examples) {
-      ids = std::copy(data.ids.begin() + data.row_offsets[example],
+      ids = std::copy(data.ids.begin() + data.row_offsets[example] + skip,
                       data.ids.begin() + data.row_offsets[example + 1], ids);
     }
     ids_.Reserve(nnz);
@@ -101,14 +127,19 @@ class DeviceModel final : public Model {
     batch_.Index(e_);
     row_grads_.Reserve(rows.size());
     dense_grads_.Reserve(bias.size());
-    device_step::LossAndGradient(e_, shape_, batch_, rows_.data(), dense_.data(), &act_,
-                                 row_grads_.data(), dense_grads_.data());
+    if (ctr()) {
+      device_step::CtrLossAndGradient(e_, shape_, batch_, rows_.data(), dense_.data(), &ctr_,
+                                      row_grads_.data(), dense_grads_.data());
+    } else {
+      device_step::LossAndGradient(e_, shape_, batch_, rows_.data(), dense_.data(), &act_,
+                                   row_grads_.data(), dense_grads_.data());
+    }
     e_.Mark(2);
     host_grads_.Reserve(rows.size() + bias.size());
     host_loss_.Reserve(examples.size());
     e_.Download(host_grads_.data(), row_grads_.data(), rows.size());
     e_.Download(host_grads_.data() + rows.size(), dense_grads_.data(), bias.size());
-    e_.Download(host_loss_.data(), act_.loss.data(), examples.size());
+    e_.Download(host_loss_.data(), ctr() ? ctr_.loss.data() : act_.loss.data(), examples.size());
     e_.Mark(3);
     e_.Finish();
     upload_ += e_.Elapsed(0, 1);
@@ -129,10 +160,17 @@ class DeviceModel final : public Model {
     Pack(data, examples);
     UploadStep(keys, rows, bias);
     batch_.Index(e_);
-    device_step::Forward(e_, shape_, batch_, rows_.data(), dense_.data(), &act_);
+    const float* logits;
+    if (ctr()) {
+      device_step::CtrForward(e_, shape_, batch_, rows_.data(), dense_.data(), &ctr_);
+      logits = ctr_.logit.data();
+    } else {
+      device_step::Forward(e_, shape_, batch_, rows_.data(), dense_.data(), &act_);
+      logits = act_.pre.back().data();
+    }
     const size_t count = examples.size() * (binary() ? 1 : shape_.outputs());
     act_.dh.Reserve(count);
-    e_.ForEach(examples.size(), device_step::Probabilities{act_.pre.back().data(), shape_.outputs(),
+    e_.ForEach(examples.size(), device_step::Probabilities{logits, binary() ? 1 : shape_.outputs(),
                                                            binary(), act_.dh.data()});
     scores->resize(count);
     e_.Download(scores->data(), act_.dh.data(), count);
@@ -146,10 +184,26 @@ class DeviceModel final : public Model {
   }
 
  private:
-  // The batch's CSR and labels into pinned memory.
+  bool ctr() const { return shape_.ctr_dim > 0; }
+
+  // ctr: every example has the Criteo layout (as the CPU model checks); returns their number.
+  static size_t CheckCtrExamples(const Dataset& data, absl::Span<const uint32_t> examples) {
+    for (const uint32_t example : examples) {
+      model_internal::CheckOrDie(example < data.size(), "example index out of range");
+      model_internal::CheckOrDie(
+          data.row_offsets[example + 1] - data.row_offsets[example] == kCriteoEntries,
+          "the ctr model needs Criteo-layout examples (39 entries each)");
+    }
+    return examples.size();
+  }
+
+  // The batch's CSR and labels into pinned memory (ctr: its categorical ids as the features,
+  // and its dense values apart).
   void Pack(const Dataset& data, absl::Span<const uint32_t> examples) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    host_.Reserve(examples.size(), model_internal::CountFeatures(data, examples));
+    const size_t features = ctr() ? CheckCtrExamples(data, examples) * device_step::kCtrFields
+                                  : model_internal::CountFeatures(data, examples);
+    host_.Reserve(examples.size(), features, ctr());
     uint32_t* offsets = host_.offsets.data();
     uint64_t* ids = host_.ids.data();
     float* values = host_.values.data();
@@ -158,9 +212,15 @@ class DeviceModel final : public Model {
     for (size_t e = 0; e < examples.size(); ++e) {
       const uint32_t example = examples[e];
       offsets[e] = at;
-      for (uint64_t j = data.row_offsets[example]; j < data.row_offsets[example + 1]; ++j, ++at) {
+      uint64_t j = data.row_offsets[example];
+      if (ctr()) {
+        std::copy(data.values.begin() + j, data.values.begin() + j + kCriteoDenseFields,
+                  host_.dense.data() + e * kCriteoDenseFields);
+        j += kCriteoDenseFields;
+      }
+      for (; j < data.row_offsets[example + 1]; ++j, ++at) {
         ids[at] = data.ids[j];
-        values[at] = data.values[j];
+        values[at] = ctr() ? 1.0f : data.values[j];
       }
       const float label = data.labels[example];
       labels[e] = binary() ? (label > 0.5f ? 1 : 0)
@@ -173,6 +233,10 @@ class DeviceModel final : public Model {
                   absl::Span<const float> bias) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     e_.Mark(0);
     batch_.Upload(e_, host_, keys.data(), keys.size());
+    if (ctr()) {
+      ctr_.dense.Reserve(host_.n * kCriteoDenseFields);
+      e_.Upload(ctr_.dense.data(), host_.dense.data(), host_.n * kCriteoDenseFields);
+    }
     rows_.Reserve(rows.size());
     dense_.Reserve(bias.size());
     e_.Upload(rows_.data(), rows.data(), rows.size());
@@ -186,6 +250,7 @@ class DeviceModel final : public Model {
   mutable device_step::HostBatch<E> host_ ABSL_GUARDED_BY(mu_);
   mutable device_step::SparseBatch<E> batch_ ABSL_GUARDED_BY(mu_);
   mutable device_step::Activations<E> act_ ABSL_GUARDED_BY(mu_);
+  mutable device_step::CtrActivations<E> ctr_ ABSL_GUARDED_BY(mu_);
   mutable typename E::template Array<float> rows_ ABSL_GUARDED_BY(mu_), dense_ ABSL_GUARDED_BY(mu_),
       row_grads_ ABSL_GUARDED_BY(mu_), dense_grads_ ABSL_GUARDED_BY(mu_);
   mutable typename E::template Array<uint64_t> ids_ ABSL_GUARDED_BY(mu_), unique_

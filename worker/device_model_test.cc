@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "worker/criteo.h"
 #include "worker/device.h"
 #include "worker/device_step_host.h"
 #include "worker/gpu_model.h"
@@ -48,6 +49,36 @@ Dataset RandomData(uint64_t seed, int n, int features, int max_features, int cla
     d.labels.push_back(static_cast<float>(label(rng)));
   }
   return d;
+}
+
+// n Criteo-layout examples (13 dense values in [0, 2), then 26 categorical ids below
+// `features`), labels 0/1.
+Dataset RandomCriteo(uint64_t seed, int n, int features) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> id(0, features - 1), label(0, 1);
+  std::uniform_real_distribution<float> value(0.0f, 2.0f);
+  Dataset d;
+  d.num_features = features;
+  d.row_offsets.push_back(0);
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < kCriteoDenseFields; ++j) {
+      d.ids.push_back(j);
+      d.values.push_back(value(rng));
+    }
+    for (int f = 0; f < kCriteoCategoricalFields; ++f) {
+      d.ids.push_back(id(rng));
+      d.values.push_back(1.0f);
+    }
+    d.row_offsets.push_back(d.ids.size());
+    d.labels.push_back(static_cast<float>(label(rng)));
+  }
+  return d;
+}
+
+// Data for `model`: Criteo-layout for ctr, else RandomData.
+Dataset DataFor(const Model& model, uint64_t seed, int n, int features, int max_features) {
+  if (model.name() == "ctr") return RandomCriteo(seed, n, features);
+  return RandomData(seed, n, features, max_features, model.num_classes());
 }
 
 std::vector<float> Uniform(uint64_t seed, size_t n, float scale) {
@@ -108,6 +139,7 @@ struct Case {
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+void PrintTo(Where where, std::ostream* os) { *os << (where == Where::kHost ? "host" : "cuda"); }
 
 class DeviceModelTest : public testing::TestWithParam<std::tuple<Case, Where>> {
  protected:
@@ -122,13 +154,13 @@ class DeviceModelTest : public testing::TestWithParam<std::tuple<Case, Where>> {
 TEST_P(DeviceModelTest, LossGradientsAndScoresMatchTheCpuModel) {
   Pair m = MakeModels();
   SKIP_WITHOUT_DEVICE(m);
-  const Dataset data = RandomData(7, 600, 300, 12, m.cpu->num_classes());
+  const Dataset data = DataFor(*m.cpu, 7, 600, 300, 12);
   std::vector<uint32_t> examples(data.size());
   std::iota(examples.begin(), examples.end(), 0u);
   // Keys: the batch's unique ids less every fifth (a feature the servers never saw: a zero row,
   // no gradient), plus ids no example has.
   std::vector<uint64_t> keys;
-  const std::vector<uint64_t> all = UniqueKeys(data, examples);
+  const std::vector<uint64_t> all = m.cpu->BatchKeys(data, examples);
   for (size_t i = 0; i < all.size(); ++i) {
     if (i % 5 != 3) keys.push_back(all[i]);
   }
@@ -182,9 +214,9 @@ TEST_P(DeviceModelTest, LossGradientsAndScoresMatchTheCpuModel) {
 TEST_P(DeviceModelTest, BatchKeysAreTheUniqueIds) {
   Pair m = MakeModels();
   SKIP_WITHOUT_DEVICE(m);
-  const Dataset data = RandomData(3, 200, 5000, 20, m.cpu->num_classes());
+  const Dataset data = DataFor(*m.cpu, 3, 200, 5000, 20);
   const std::vector<uint32_t> some = {0, 17, 5, 199, 42, 42};
-  EXPECT_EQ(m.device->BatchKeys(data, some), UniqueKeys(data, some));
+  EXPECT_EQ(m.device->BatchKeys(data, some), m.cpu->BatchKeys(data, some));
   EXPECT_TRUE(m.device->BatchKeys(data, {}).empty());
 }
 
@@ -193,7 +225,7 @@ TEST_P(DeviceModelTest, BatchKeysAreTheUniqueIds) {
 TEST_P(DeviceModelTest, OneHundredStepsOfSgdAgreeWithTheCpuModel) {
   Pair m = MakeModels();
   SKIP_WITHOUT_DEVICE(m);
-  const Dataset data = RandomData(21, 1000, 200, 10, m.cpu->num_classes());
+  const Dataset data = DataFor(*m.cpu, 21, 1000, 200, 10);
   std::vector<uint64_t> keys(200);
   std::iota(keys.begin(), keys.end(), 0u);
   struct Params {
@@ -227,12 +259,12 @@ TEST_P(DeviceModelTest, OneHundredStepsOfSgdAgreeWithTheCpuModel) {
 TEST_P(DeviceModelTest, TwoHalvesOfABatchSumToTheWholeBatch) {
   Pair m = MakeModels();
   SKIP_WITHOUT_DEVICE(m);
-  const Dataset data = RandomData(9, 512, 400, 15, m.cpu->num_classes());
+  const Dataset data = DataFor(*m.cpu, 9, 512, 400, 15);
   std::vector<uint32_t> all(data.size()), first(all.begin(), all.begin()), second;
   std::iota(all.begin(), all.end(), 0u);
   first.assign(all.begin(), all.begin() + 256);
   second.assign(all.begin() + 256, all.end());
-  const std::vector<uint64_t> keys = UniqueKeys(data, all);
+  const std::vector<uint64_t> keys = m.cpu->BatchKeys(data, all);
   const std::vector<float> rows = Uniform(1, keys.size() * m.cpu->row_dim(), 0.2f);
   const std::vector<float> bias = Uniform(2, m.cpu->bias_dim(), 0.2f);
   std::vector<float> whole_rows(rows.size()), whole_bias(bias.size());
@@ -255,7 +287,9 @@ INSTANTIATE_TEST_SUITE_P(
                                      Case{"softmax", ModelOptions{.num_classes = 5}},
                                      Case{"mlp", ModelOptions{.num_classes = 4, .hidden = {16}}},
                                      Case{"mlp",
-                                          ModelOptions{.num_classes = 3, .hidden = {24, 8, 5}}}),
+                                          ModelOptions{.num_classes = 3, .hidden = {24, 8, 5}}},
+                                     Case{"ctr", ModelOptions{.embedding_dim = 4, .hidden = {8}}},
+                                     Case{"ctr", ModelOptions{.embedding_dim = 9}}),
                      testing::Values(Where::kHost, Where::kCuda)),
     [](const testing::TestParamInfo<std::tuple<Case, Where>>& info) {
       return absl::StrCat(std::get<1>(info.param) == Where::kHost ? "Host_" : "Cuda_",

@@ -205,19 +205,21 @@ struct Probabilities {
   }
 };
 
-// Column sums of src [n][cols], in two passes that fix the order of the additions: partial[c][k]
-// sums rows [c * kColumnChunk, (c + 1) * kColumnChunk) (i = c * cols + k) ...
+// Column sums of src [n][cols] (rows ld floats apart), in two passes that fix the order of the
+// additions: partial[c][k] sums rows [c * kColumnChunk, (c + 1) * kColumnChunk) (i = c * cols +
+// k) ...
 struct ColumnPartials {
   const float* src;
   size_t n;
   int cols;
+  size_t ld;
   float* partial;
   SYNCLINE_HD void operator()(size_t i) const {
     const size_t c = i / cols;
     const size_t k = i % cols;
     const size_t end = (c + 1) * kColumnChunk < n ? (c + 1) * kColumnChunk : n;
     float sum = 0;
-    for (size_t r = c * kColumnChunk; r < end; ++r) sum += src[r * cols + k];
+    for (size_t r = c * kColumnChunk; r < end; ++r) sum += src[r * ld + k];
     partial[i] = sum;
   }
 };
@@ -257,6 +259,159 @@ struct ReluBackward {
 };
 
 // ---------------------------------------------------------------------------------------------
+// The ctr model's kernels (worker/ctr_model.h has the model). An example has 13 dense values and
+// 26 categorical ids (kCtrFields), one feature each in the batch's CSR, so feature j is example
+// j / 26's field j % 26. Its 27 vectors (the bottom layer's output, then the embeddings) are
+// v [n][27][D].
+
+inline constexpr int kCtrDense = 13;
+inline constexpr int kCtrFields = 26;
+inline constexpr int kCtrVectors = 1 + kCtrFields;
+inline constexpr int kCtrPairs = kCtrVectors * (kCtrVectors - 1) / 2;
+
+// v[e][1 + f][d] = the embedding of example e's field f (zeros for a missing id);
+// i = (e * 26 + f) * D + d.
+struct CtrEmbeddings {
+  const uint32_t* slots;
+  const float* rows;  // [keys][D + 1]: the embedding, then the first-order weight
+  int dim;
+  float* v;
+  SYNCLINE_HD void operator()(size_t i) const {
+    const size_t j = i / dim;
+    const size_t d = i % dim;
+    const size_t e = j / kCtrFields;
+    const size_t f = j % kCtrFields;
+    const uint32_t slot = slots[j];
+    v[(e * kCtrVectors + 1 + f) * dim + d] =
+        slot == kNoSlot ? 0.0f : rows[static_cast<size_t>(slot) * (dim + 1) + d];
+  }
+};
+
+// fo[e] = the sum of example e's first-order weights, in field order.
+struct CtrFirstOrder {
+  const uint32_t* slots;
+  const float* rows;
+  int dim;
+  float* fo;
+  SYNCLINE_HD void operator()(size_t e) const {
+    float sum = 0;
+    for (int f = 0; f < kCtrFields; ++f) {
+      const uint32_t slot = slots[e * kCtrFields + f];
+      if (slot != kNoSlot) sum += rows[static_cast<size_t>(slot) * (dim + 1) + dim];
+    }
+    fo[e] = sum;
+  }
+};
+
+// v[e][0] = x[e] (the bottom layer's output); i = e * D + d.
+struct CtrPlaceBottom {
+  const float* x;
+  int dim;
+  float* v;
+  SYNCLINE_HD void operator()(size_t i) const { v[(i / dim) * kCtrVectors * dim + i % dim] = x[i]; }
+};
+
+// z [n][inputs]: x, then the dot product of every pair (a < c) of the 27 vectors, in the order
+// pair_a / pair_c list them; i = e * inputs + j.
+struct CtrInteract {
+  const float* v;
+  const uint8_t* pair_a;
+  const uint8_t* pair_c;
+  int dim;
+  int inputs;
+  float* z;
+  SYNCLINE_HD void operator()(size_t i) const {
+    const size_t e = i / inputs;
+    const int j = static_cast<int>(i % inputs);
+    const float* ve = v + e * kCtrVectors * dim;
+    if (j < dim) {
+      z[i] = ve[j];
+      return;
+    }
+    const float* a = ve + pair_a[j - dim] * dim;
+    const float* c = ve + pair_c[j - dim] * dim;
+    float sum = a[0] * c[0];
+    for (int d = 1; d < dim; ++d) sum += a[d] * c[d];
+    z[i] = sum;
+  }
+};
+
+// logit[e] = out_b + out_w . h[e] + fo[e].
+struct CtrLogit {
+  const float* h;  // [n][hidden]
+  const float* out_w;
+  const float* out_b;
+  const float* fo;
+  int hidden;
+  float* logit;
+  SYNCLINE_HD void operator()(size_t e) const {
+    float dot = 0;
+    for (int k = 0; k < hidden; ++k) dot += out_w[k] * h[e * hidden + k];
+    logit[e] = out_b[0] + dot + fo[e];
+  }
+};
+
+// dh[e][k] = g[e] * out_w[k] where pre > 0, else 0; i = e * hidden + k.
+struct CtrHiddenDelta {
+  const float* pre;
+  const float* g;
+  const float* out_w;
+  int hidden;
+  float* dh;
+  SYNCLINE_HD void operator()(size_t i) const {
+    dh[i] = pre[i] > 0 ? g[i / hidden] * out_w[i % hidden] : 0.0f;
+  }
+};
+
+// dv [n][27][D] through the interaction: dv[e][u] = (u == 0: dz's x part) + the sum over the
+// other vectors w of dz[e][pair(u, w)] * v[e][w]; i = (e * 27 + u) * D + d.
+struct CtrInteractBackward {
+  const float* dz;  // [n][inputs]
+  const float* v;
+  const int16_t* pair_of;  // [27][27]: the pair index of (a, c), a != c
+  int dim;
+  int inputs;
+  float* dv;
+  SYNCLINE_HD void operator()(size_t i) const {
+    const size_t d = i % dim;
+    const size_t eu = i / dim;
+    const size_t e = eu / kCtrVectors;
+    const int u = static_cast<int>(eu % kCtrVectors);
+    const float* dze = dz + e * inputs;
+    const float* ve = v + e * kCtrVectors * dim;
+    float sum = u == 0 ? dze[d] : 0.0f;
+    for (int w = 0; w < kCtrVectors; ++w) {
+      if (w == u) continue;
+      sum += dze[dim + pair_of[u * kCtrVectors + w]] * ve[w * dim + d];
+    }
+    dv[i] = sum;
+  }
+};
+
+// grads [keys][D + 1]: each row's embedding gradient (dv of the fields with its id) and
+// first-order gradient (g of their examples), summed in the order the features occur (SETS
+// grads; i = u * (D + 1) + d).
+struct CtrScatterRows {
+  const uint32_t* begins;
+  const uint32_t* order;
+  const float* dv;
+  const float* g;
+  int dim;
+  float* grads;
+  SYNCLINE_HD void operator()(size_t i) const {
+    const size_t u = i / (dim + 1);
+    const int d = static_cast<int>(i % (dim + 1));
+    float sum = 0;
+    for (uint32_t p = begins[u]; p < begins[u + 1]; ++p) {
+      const uint32_t j = order[p];
+      const size_t e = j / kCtrFields;
+      sum += d < dim ? dv[(e * kCtrVectors + 1 + j % kCtrFields) * dim + d] : g[e];
+    }
+    grads[i] = sum;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
 // Steps.
 
 // Bits a radix sort needs for values in [0, limit].
@@ -274,15 +429,17 @@ struct HostBatch {
   typename E::template PinnedArray<uint64_t> ids;      // nnz
   typename E::template PinnedArray<float> values;      // nnz
   typename E::template PinnedArray<int32_t> labels;    // n
+  typename E::template PinnedArray<float> dense;       // ctr: [n][13]
   size_t n = 0, nnz = 0;
 
-  void Reserve(size_t examples, size_t features) {
+  void Reserve(size_t examples, size_t features, bool ctr) {
     n = examples;
     nnz = features;
     offsets.Reserve(n + 1);
     ids.Reserve(nnz);
     values.Reserve(nnz);
     labels.Reserve(n);
+    if (ctr) dense.Reserve(n * kCtrDense);
   }
 };
 
@@ -336,6 +493,9 @@ class SparseBatch {
   size_t n() const { return n_; }
   size_t num_keys() const { return num_keys_; }
   const int32_t* labels() const { return labels_.data(); }
+  const uint32_t* slots() const { return slots_.data(); }
+  const uint32_t* order() const { return order_.data(); }
+  const uint32_t* begins() const { return begins_.data(); }
 
  private:
   size_t n_ = 0, nnz_ = 0, num_keys_ = 0;
@@ -346,17 +506,18 @@ class SparseBatch {
   typename E::template Array<int32_t> labels_;
 };
 
-// out [cols] = the column sums of src [n][cols], deterministically.
+// out [cols] = the column sums of src [n][cols] (rows ld floats apart; 0: cols),
+// deterministically.
 template <class E>
 void ColumnSums(E& e, const float* src, size_t n, int cols, typename E::template Array<float>& tmp,
-                float* out) {
+                float* out, size_t ld = 0) {
   const size_t chunks = (n + kColumnChunk - 1) / kColumnChunk;
   if (chunks == 0) {
     e.Zero(out, cols);
     return;
   }
   tmp.Reserve(chunks * cols);
-  e.ForEach(chunks * cols, ColumnPartials{src, n, cols, tmp.data()});
+  e.ForEach(chunks * cols, ColumnPartials{src, n, cols, ld == 0 ? cols : ld, tmp.data()});
   e.ForEach(cols, ColumnTotals{tmp.data(), chunks, cols, out});
 }
 
@@ -371,6 +532,11 @@ struct Shape {
   bool binary = false;
   int row_dim() const { return widths[0]; }
   int outputs() const { return widths.back(); }
+
+  // The ctr model (worker/ctr_model.h's CtrLayout): D, H, the top layer's inputs and where each
+  // dense parameter sits. ctr_dim 0: not a ctr model.
+  int ctr_dim = 0, ctr_hidden = 0, ctr_inputs = 0;
+  size_t bottom_w = 0, bottom_b = 0, top_w = 0, top_b = 0, out_w = 0, out_b = 0;
 };
 
 // Activations of a forward pass, kept for the backward pass.
@@ -430,6 +596,115 @@ void LossAndGradient(E& e, const Shape& s, const SparseBatch<E>& batch, const fl
   }
   ColumnSums(e, dy, n, s.widths[0], act->column_tmp, dense_grads + s.b[0]);
   batch.Scatter(e, dy, s.widths[0], row_grads);
+}
+
+// The ctr model's buffers: its pair tables (uploaded once), the batch's dense values, and the
+// activations a forward pass keeps for the backward pass.
+template <class E>
+struct CtrActivations {
+  bool tables = false;
+  typename E::template Array<uint8_t> pair_a, pair_c;
+  typename E::template Array<int16_t> pair_of;
+  typename E::template Array<float> dense;  // [n][13]
+  typename E::template Array<float> x, v, fo, z, pre, h, logit, dh, dz, dv, column_tmp;
+  typename E::template Array<double> loss;
+
+  void Tables(E& e) {
+    if (tables) return;
+    std::vector<uint8_t> a, c;
+    std::vector<int16_t> of(kCtrVectors * kCtrVectors, 0);
+    for (int i = 0; i < kCtrVectors; ++i) {
+      for (int j = i + 1; j < kCtrVectors; ++j) {
+        of[i * kCtrVectors + j] = of[j * kCtrVectors + i] = static_cast<int16_t>(a.size());
+        a.push_back(static_cast<uint8_t>(i));
+        c.push_back(static_cast<uint8_t>(j));
+      }
+    }
+    pair_a.Reserve(a.size());
+    pair_c.Reserve(c.size());
+    pair_of.Reserve(of.size());
+    e.Upload(pair_a.data(), a.data(), a.size());
+    e.Upload(pair_c.data(), c.data(), c.size());
+    e.Upload(pair_of.data(), of.data(), of.size());
+    e.Finish();  // the host vectors go now
+    tables = true;
+  }
+};
+
+// The ctr model's forward pass over a loaded batch (26 features per example) whose dense values
+// are in act->dense: act->logit holds the logits.
+template <class E>
+void CtrForward(E& e, const Shape& s, const SparseBatch<E>& batch, const float* rows,
+                const float* w, CtrActivations<E>* act) {
+  const size_t n = batch.n();
+  const int dim = s.ctr_dim, hidden = s.ctr_hidden, inputs = s.ctr_inputs;
+  act->Tables(e);
+  act->x.Reserve(n * dim);
+  act->v.Reserve(n * kCtrVectors * dim);
+  act->fo.Reserve(n);
+  act->z.Reserve(n * inputs);
+  act->pre.Reserve(n * hidden);
+  act->h.Reserve(n * hidden);
+  act->logit.Reserve(n);
+  e.ForEach(n * kCtrFields * dim, CtrEmbeddings{batch.slots(), rows, dim, act->v.data()});
+  e.ForEach(n, CtrFirstOrder{batch.slots(), rows, dim, act->fo.data()});
+  // x [n][D] = bottom_b + dense [n][13] bottom_w^T ([D][13]).
+  e.ForEach(n * dim, BroadcastRows{w + s.bottom_b, dim, act->x.data()});
+  e.Gemm(Transpose::kNo, Transpose::kYes, static_cast<int>(n), dim, kCtrDense, 1.0f,
+         act->dense.data(), kCtrDense, w + s.bottom_w, kCtrDense, 1.0f, act->x.data(), dim);
+  e.ForEach(n * dim, CtrPlaceBottom{act->x.data(), dim, act->v.data()});
+  e.ForEach(n * inputs, CtrInteract{act->v.data(), act->pair_a.data(), act->pair_c.data(), dim,
+                                    inputs, act->z.data()});
+  // pre [n][H] = top_b + z [n][inputs] top_w [inputs][H].
+  e.ForEach(n * hidden, BroadcastRows{w + s.top_b, hidden, act->pre.data()});
+  e.Gemm(Transpose::kNo, Transpose::kNo, static_cast<int>(n), hidden, inputs, 1.0f, act->z.data(),
+         inputs, w + s.top_w, hidden, 1.0f, act->pre.data(), hidden);
+  e.ForEach(n * hidden, Relu{act->pre.data(), act->h.data()});
+  e.ForEach(n, CtrLogit{act->h.data(), w + s.out_w, w + s.out_b, act->fo.data(), hidden,
+                        act->logit.data()});
+}
+
+// The ctr model's step: per-example losses in act->loss; SETS row_grads [keys][D + 1] and
+// dense_grads [dense].
+template <class E>
+void CtrLossAndGradient(E& e, const Shape& s, const SparseBatch<E>& batch, const float* rows,
+                        const float* w, CtrActivations<E>* act, float* row_grads,
+                        float* dense_grads) {
+  const size_t n = batch.n();
+  const int dim = s.ctr_dim, hidden = s.ctr_hidden, inputs = s.ctr_inputs;
+  const int rows_n = static_cast<int>(n);
+  CtrForward(e, s, batch, rows, w, act);
+  act->loss.Reserve(n);
+  float* g = act->logit.data();  // the logits, then the loss's derivatives by them
+  e.ForEach(n, LossAndDelta{batch.labels(), 1, true, g, act->loss.data()});
+  e.Zero(dense_grads, s.dense);
+  // The output layer: out_b's and out_w's gradients (g^T h), then dh.
+  ColumnSums(e, g, n, 1, act->column_tmp, dense_grads + s.out_b);
+  e.Gemm(Transpose::kYes, Transpose::kNo, 1, hidden, rows_n, 1.0f, g, 1, act->h.data(), hidden,
+         0.0f, dense_grads + s.out_w, hidden);
+  act->dh.Reserve(n * hidden);
+  e.ForEach(n * hidden, CtrHiddenDelta{act->pre.data(), g, w + s.out_w, hidden, act->dh.data()});
+  // The top layer: top_w's (z^T dh) and top_b's gradients, and dz = dh top_w^T.
+  ColumnSums(e, act->dh.data(), n, hidden, act->column_tmp, dense_grads + s.top_b);
+  e.Gemm(Transpose::kYes, Transpose::kNo, inputs, hidden, rows_n, 1.0f, act->z.data(), inputs,
+         act->dh.data(), hidden, 0.0f, dense_grads + s.top_w, hidden);
+  act->dz.Reserve(n * inputs);
+  e.Gemm(Transpose::kNo, Transpose::kYes, rows_n, inputs, hidden, 1.0f, act->dh.data(), hidden,
+         w + s.top_w, hidden, 0.0f, act->dz.data(), inputs);
+  // Through the interaction to every vector.
+  act->dv.Reserve(n * kCtrVectors * dim);
+  e.ForEach(n * kCtrVectors * dim,
+            CtrInteractBackward{act->dz.data(), act->v.data(), act->pair_of.data(), dim, inputs,
+                                act->dv.data()});
+  // The bottom layer: bottom_w's gradient dx^T [D][n] dense [n][13] (dx is dv[.][0], rows
+  // 27 * D apart) and bottom_b's.
+  const int ld = kCtrVectors * dim;
+  e.Gemm(Transpose::kYes, Transpose::kNo, dim, kCtrDense, rows_n, 1.0f, act->dv.data(), ld,
+         act->dense.data(), kCtrDense, 0.0f, dense_grads + s.bottom_w, kCtrDense);
+  ColumnSums(e, act->dv.data(), n, dim, act->column_tmp, dense_grads + s.bottom_b, ld);
+  // The rows: embeddings and first-order weights.
+  e.ForEach(batch.num_keys() * (dim + 1),
+            CtrScatterRows{batch.begins(), batch.order(), act->dv.data(), g, dim, row_grads});
 }
 
 }  // namespace syncline::device_step

@@ -1,6 +1,6 @@
 // GPU models: the device steps of worker/device_step.h on a CUDA device (worker/model_cuda.cu),
 // behind the Model interface, so that the trainer, the sync backends and evaluation treat a GPU
-// worker like any other. logreg, softmax and mlp have device steps; ctr does not yet.
+// worker like any other. Every model (logreg, softmax, mlp, ctr) has device steps.
 //
 // A build without CUDA has none: CreateGpuModel then fails naming why.
 //
