@@ -210,7 +210,11 @@ absl::StatusOr<FederatedResult> FederatedClient::Run(
     // The round's model: served once the previous round has closed.
     std::span<float> rows(params.data(), row_floats);
     std::span<float> bias(params.data() + row_floats, layout_.bias_dim);
+    // The round's exchanges with the servers count as its steps' network (and compress) time.
+    StepTimes exchange;
+    absl::Time sent = absl::Now();
     if (auto s = servers_.Read(round, keys, rows, bias); !s.ok()) return s;
+    AddBackendTime(servers_, sent, &exchange);
     local.Start(rows, bias);
 
     TrainerOptions t;
@@ -243,6 +247,7 @@ absl::StatusOr<FederatedResult> FederatedClient::Run(
     for (float& d : delta) d *= n;
     std::span<const float> delta_bias(delta.data() + row_floats, layout_.bias_dim);
     absl::Status pushed;
+    sent = absl::Now();
     if (layout_.dense_rows) {
       pushed = servers_.Update(round, keys, std::span<const float>(delta.data(), row_floats),
                                delta_bias, n);
@@ -262,12 +267,15 @@ absl::StatusOr<FederatedResult> FederatedClient::Run(
     }
     if (!pushed.ok()) return pushed;
     if (auto s = servers_.EndIteration(round, n); !s.ok()) return s;
+    AddBackendTime(servers_, sent, &exchange);
+    StepTimes times = trained->times;
+    times += exchange;
 
     ++result.rounds;
     result.steps += steps;
     result.examples += trained->examples;
     result.last_loss = trained->last_loss;
-    result.times += trained->times;
+    result.times += times;
     if (on_progress) {
       TrainProgress p;
       p.clock = round + 1;
@@ -276,6 +284,7 @@ absl::StatusOr<FederatedResult> FederatedClient::Run(
       p.train_loss = trained->last_loss;
       p.examples = trained->examples;
       p.staleness = servers_.TakeMeanStaleness();
+      p.times = times;
       on_progress(p);
     }
   }

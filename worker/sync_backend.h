@@ -99,6 +99,10 @@ class SyncBackend {
   // Decentralised backends: mean distance of this replica from its neighbours' since the last
   // call (0 where replicas are not kept apart).
   virtual double TakeConsensusProxy() { return 0; }
+  // Time spent in gradient or parameter codecs (encoding, decoding, error feedback) since the
+  // last call, on the caller's thread inside the backend's calls: the part of their time that
+  // is compression, not the network. Zero for backends without codecs.
+  virtual absl::Duration TakeCodecTime() { return absl::ZeroDuration(); }
 
   // Checkpoints: the state a backend keeps between iterations (error-feedback residuals, say),
   // as bytes, and its restore. Backends without such state save nothing.

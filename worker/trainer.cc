@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
@@ -21,6 +22,17 @@ constexpr absl::Duration kSettleTimeout = absl::Seconds(5);
 // holding the worker up.
 constexpr int64_t kCutAhead = 6;
 
+// Adds `took`, the time of a call of the model's, to *times: the copies the model reports
+// (at most the call's time) as upload and download, the rest as compute.
+void AddModelTime(const Model& model, absl::Duration took, StepTimes* times) {
+  const TransferTimes copies = model.TakeTransferTimes();
+  const absl::Duration upload = std::clamp(copies.upload, absl::ZeroDuration(), took);
+  const absl::Duration download = std::clamp(copies.download, absl::ZeroDuration(), took - upload);
+  times->upload += upload;
+  times->download += download;
+  times->compute += took - upload - download;
+}
+
 }  // namespace
 
 absl::Status DivergedError(int64_t step, double loss, double first_loss) {
@@ -36,14 +48,34 @@ bool IsDiverged(const absl::Status& status) {
   return absl::IsOutOfRange(status) && absl::StartsWith(status.message(), "diverged at step");
 }
 
+StepTimes& StepTimes::operator+=(const StepTimes& other) {
+  batch += other.batch;
+  upload += other.upload;
+  compute += other.compute;
+  compress += other.compress;
+  download += other.download;
+  network += other.network;
+  steps += other.steps;
+  return *this;
+}
+
 std::string StepTimes::ToString() const {
   const double all = absl::ToDoubleSeconds(total());
   auto share = [all](absl::Duration d) {
     return all > 0 ? 100.0 * absl::ToDoubleSeconds(d) / all : 0.0;
   };
   return absl::StrFormat(
-      "batch %.0f%% read %.0f%% compute %.0f%% update %.0f%% end %.0f%% (of %.2f s)", share(batch),
-      share(read), share(compute), share(update), share(end), all);
+      "batch %.0f%% upload %.0f%% compute %.0f%% compress %.0f%% download %.0f%% network %.0f%% "
+      "(of %.2f s)",
+      share(batch), share(upload), share(compute), share(compress), share(download), share(network),
+      all);
+}
+
+void AddBackendTime(SyncBackend& backend, absl::Time start, StepTimes* times) {
+  const absl::Duration took = absl::Now() - start;
+  const absl::Duration codec = std::clamp(backend.TakeCodecTime(), absl::ZeroDuration(), took);
+  times->compress += codec;
+  times->network += took - codec;
 }
 
 int64_t StepsPerEpoch(size_t examples, int batch_size) {
@@ -150,6 +182,7 @@ absl::StatusOr<TrainResult> Trainer::Run(
   double loss_since_report = 0;
   double first_loss = -1;  // the mean loss of this run's first batch, once there is one
   uint64_t examples_since_report = 0;
+  StepTimes times_since_report;
 
   if (options_.start_step < 0) {
     return absl::InvalidArgumentError(
@@ -298,6 +331,9 @@ absl::StatusOr<TrainResult> Trainer::Run(
   // A restored plan with departures reads other partitions too.
   if (plan->changed()) read_ahead = false;
   const int64_t start = std::min(std::max(options_.start_step, result.joined_at), total);
+  // Codec and copy times from before the first iteration (a restore, say) are no step's.
+  (void)backend_.TakeCodecTime();
+  (void)model_.TakeTransferTimes();
   result.steps = start;
   int64_t step = start;
   while (true) {
@@ -307,36 +343,38 @@ absl::StatusOr<TrainResult> Trainer::Run(
       }
       if (auto s = hear(prepared ? step + 1 : step); !s.ok()) return s;
       Buffers& b = buffers[step % 2];
+      StepTimes times{.steps = 1};  // this iteration's
       absl::Time t0 = absl::Now();
       if (!prepared) {
         if (auto s = prepare(step, &b); !s.ok()) return s;
         slowness.BeforeRequest();
       }
       absl::Time t1 = absl::Now();
-      result.times.batch += t1 - t0;
+      times.batch += t1 - t0;
       if (auto s = backend_.Read(step, b.keys, b.rows, b.bias); !s.ok()) return s;
-      absl::Time compute_start = absl::Now();
-      result.times.read += compute_start - t1;
+      AddBackendTime(backend_, t1, &times);
       prepared = false;
       if (read_ahead && step + 1 < total) {
         Buffers& next = buffers[(step + 1) % 2];
+        t0 = absl::Now();
         if (auto s = prepare(step + 1, &next); !s.ok()) return s;
         prepared = true;
         slowness.BeforeRequest();
+        t1 = absl::Now();
+        times.batch += t1 - t0;
         read_ahead = backend_.ReadAhead(step + 1, next.keys, next.rows, next.bias);
-        t0 = absl::Now();
-        result.times.batch += t0 - compute_start;
-        compute_start = t0;
+        AddBackendTime(backend_, t1, &times);
       }
       const Dataset& data = *b.data;
 
+      const absl::Time compute_start = absl::Now();
       b.grads.assign(b.rows.size(), 0.0f);
       b.bias_grad.assign(b.bias.size(), 0.0f);
       const double loss =
           model_.LossAndGradient(data, b.examples, b.keys, b.rows, b.bias, absl::MakeSpan(b.grads),
                                  absl::MakeSpan(b.bias_grad));
       t0 = absl::Now();
-      result.times.compute += t0 - compute_start;
+      AddModelTime(model_, t0 - compute_start, &times);
       if (slowness.active()) slowness.AfterCompute(t0 - compute_start);
       if (!std::isfinite(loss)) return DivergedError(step + 1, loss, first_loss);
       // The model this worker started from is the reference: its first batch's mean loss.
@@ -345,10 +383,10 @@ absl::StatusOr<TrainResult> Trainer::Run(
       slowness.BeforeRequest();
       t1 = absl::Now();
       if (auto s = backend_.Update(step, b.keys, b.grads, b.bias_grad, n); !s.ok()) return s;
-      t0 = absl::Now();
-      result.times.update += t0 - t1;
       if (auto s = backend_.EndIteration(step, n); !s.ok()) return s;
-      result.times.end += absl::Now() - t0;
+      AddBackendTime(backend_, t1, &times);
+      result.times += times;
+      times_since_report += times;
 
       result.steps = step + 1;
       result.examples += b.examples.size();
@@ -372,6 +410,7 @@ absl::StatusOr<TrainResult> Trainer::Run(
         progress.examples = examples_since_report;
         progress.staleness = backend_.TakeMeanStaleness();
         progress.consensus = backend_.TakeConsensusProxy();
+        progress.times = std::exchange(times_since_report, StepTimes{});
         result.last_loss = progress.train_loss;
         if (on_progress) on_progress(progress);
         if (first_loss >= 0 &&

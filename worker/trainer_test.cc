@@ -10,6 +10,7 @@
 #include <map>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint.h"
@@ -339,6 +340,134 @@ TEST(TrainerTest, AReadAheadLeavesBeforeTheUpdateAndKeepsEachBatchsKeys) {
     }
     EXPECT_EQ(backend.events, expected);
   }
+}
+
+// A backend whose calls take a known time: each call sleeps `call` and reports `codec` of it as
+// codec time.
+class TimedBackend final : public SyncBackend {
+ public:
+  TimedBackend(absl::Duration call, absl::Duration codec) : call_(call), codec_(codec) {}
+
+  absl::Status Init(const ParameterLayout&) override { return absl::OkStatus(); }
+  absl::Status Read(int64_t, std::span<const uint64_t>, std::span<float> rows,
+                    std::span<float> bias) override {
+    std::fill(rows.begin(), rows.end(), 0.0f);
+    std::fill(bias.begin(), bias.end(), 0.0f);
+    return Call();
+  }
+  absl::Status Update(int64_t, std::span<const uint64_t>, std::span<const float>,
+                      std::span<const float>, float) override {
+    return Call();
+  }
+  absl::Status EndIteration(int64_t, float) override { return Call(); }
+  absl::Status Finish() override { return absl::OkStatus(); }
+  absl::Duration TakeCodecTime() override {
+    return std::exchange(codec_time_, absl::ZeroDuration());
+  }
+  uint64_t bytes_pushed() const override { return 0; }
+  uint64_t bytes_pulled() const override { return 0; }
+
+ private:
+  absl::Status Call() {
+    absl::SleepFor(call_);
+    codec_time_ += codec_;
+    return absl::OkStatus();
+  }
+
+  const absl::Duration call_, codec_;
+  absl::Duration codec_time_;
+};
+
+// logreg whose every LossAndGradient takes at least `compute` and reports copies of `upload`
+// and `download`, as a GPU model would.
+class CopyingModel final : public Model {
+ public:
+  CopyingModel(absl::Duration compute, TransferTimes copies)
+      : logreg_(*Model::Create("logreg", 2)), compute_(compute), copies_(copies) {}
+
+  std::string_view name() const override { return "copying"; }
+  int row_dim() const override { return logreg_->row_dim(); }
+  int bias_dim() const override { return logreg_->bias_dim(); }
+  int num_classes() const override { return logreg_->num_classes(); }
+  bool binary() const override { return logreg_->binary(); }
+  double LossAndGradient(const Dataset& data, absl::Span<const uint32_t> examples,
+                         absl::Span<const uint64_t> keys, absl::Span<const float> rows,
+                         absl::Span<const float> bias, absl::Span<float> row_grads,
+                         absl::Span<float> bias_grad) const override {
+    absl::SleepFor(compute_);
+    taken_.upload += copies_.upload;
+    taken_.download += copies_.download;
+    return logreg_->LossAndGradient(data, examples, keys, rows, bias, row_grads, bias_grad);
+  }
+  void Predict(const Dataset& data, absl::Span<const uint32_t> examples,
+               absl::Span<const uint64_t> keys, absl::Span<const float> rows,
+               absl::Span<const float> bias, std::vector<float>* scores) const override {
+    logreg_->Predict(data, examples, keys, rows, bias, scores);
+  }
+  TransferTimes TakeTransferTimes() const override { return std::exchange(taken_, {}); }
+
+ private:
+  std::unique_ptr<Model> logreg_;
+  const absl::Duration compute_;
+  const TransferTimes copies_;
+  mutable TransferTimes taken_;
+};
+
+// The step split: the backend's codec time comes out of its calls' time (network) into
+// compress, the model's copies out of its time (compute) into upload and download; every part
+// is non-negative, the parts add up to no more than the run's time, and the progress reports
+// split the same iterations.
+TEST(TrainerTest, StepTimesSplitCodecTimeFromNetworkAndCopiesFromCompute) {
+  const Dataset data = MakeData(3, 50, 30, 0, 1);
+  const absl::Duration ms = absl::Milliseconds(1);
+  CopyingModel model(/*compute=*/4 * ms, TransferTimes{.upload = ms, .download = 2 * ms});
+  TimedBackend backend(/*call=*/3 * ms, /*codec=*/ms);
+  TrainerOptions options{.epochs = 2, .batch_size = 20, .log_every = 2};  // 6 steps
+  Trainer trainer(model, backend, options);
+  StepTimes reported;
+  const absl::Time start = absl::Now();
+  auto result = trainer.Run(data, [&](const TrainProgress& p) { reported += p.times; });
+  const absl::Duration wall = absl::Now() - start;
+  ASSERT_TRUE(result.ok()) << result.status();
+  const StepTimes& t = result->times;
+  ASSERT_EQ(t.steps, 6);
+  for (absl::Duration part : {t.batch, t.upload, t.compute, t.compress, t.download, t.network}) {
+    EXPECT_GE(part, absl::ZeroDuration());
+  }
+  // Three backend calls an iteration, each 1 ms of codec in at least 3 ms.
+  EXPECT_EQ(t.compress, 6 * 3 * ms);
+  EXPECT_GE(t.network, 6 * 3 * (3 * ms - ms));
+  // One model call an iteration: its copies, and the rest of its at least 4 ms.
+  EXPECT_EQ(t.upload, 6 * ms);
+  EXPECT_EQ(t.download, 6 * 2 * ms);
+  EXPECT_GE(t.compute, 6 * (4 * ms - 3 * ms));
+  EXPECT_EQ(t.total(), t.batch + t.upload + t.compute + t.compress + t.download + t.network);
+  EXPECT_LE(t.total(), wall);
+  // The reports covered every iteration, with the same split.
+  EXPECT_EQ(reported.steps, t.steps);
+  EXPECT_EQ(reported.total(), t.total());
+  EXPECT_EQ(reported.compress, t.compress);
+  EXPECT_EQ(reported.upload, t.upload);
+  EXPECT_NE(t.ToString().find("compress"), std::string::npos) << t.ToString();
+}
+
+// Codec time and copies reported beyond the calls' own time are cut to it: no part goes
+// negative, and the split never adds up to more than the time that passed.
+TEST(TrainerTest, StepTimesNeverExceedTheCallsTheyCameFrom) {
+  const Dataset data = MakeData(3, 50, 30, 0, 1);
+  CopyingModel model(absl::ZeroDuration(),
+                     TransferTimes{.upload = absl::Seconds(5), .download = absl::Seconds(5)});
+  TimedBackend backend(absl::ZeroDuration(), absl::Seconds(5));
+  Trainer trainer(model, backend, TrainerOptions{.epochs = 1, .batch_size = 20});
+  const absl::Time start = absl::Now();
+  auto result = trainer.Run(data, nullptr);
+  const absl::Duration wall = absl::Now() - start;
+  ASSERT_TRUE(result.ok()) << result.status();
+  const StepTimes& t = result->times;
+  for (absl::Duration part : {t.batch, t.upload, t.compute, t.compress, t.download, t.network}) {
+    EXPECT_GE(part, absl::ZeroDuration());
+  }
+  EXPECT_LE(t.total(), wall);
 }
 
 // A small Criteo file whose label follows C1's value.
