@@ -84,17 +84,23 @@ absl::Status AllReduceBackend::Round(bool training, float examples) {
   if (codec_ != nullptr) {
     // The row gradients as codec blocks, all-gathered; the rest summed as it is.
     std::span<float> rows(buffer_.data(), bias_at_);
-    feedback_.Compress(*codec_, rows, &block_);
+    {
+      ScopedTime timed(&codec_time_);
+      feedback_.Compress(*codec_, rows, &block_);
+    }
     PackSmallSums();
     absl::Status s = communicator_->AllReduce(std::span<float>(small_), Algorithm::kAuto);
     if (s.ok()) s = communicator_->AllGatherBytes(block_, &blocks_);
     if (!s.ok()) return s;
     std::fill(rows.begin(), rows.end(), 0.0f);
-    for (int r = 0; r < communicator_->size(); ++r) {
-      std::span<const std::byte> b(blocks_.data() + r * block_.size(), block_.size());
-      if (auto d = codec_->DecodeAdd(b, rows); !d.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("all-reduce: the block of w", r, " does not decode: ", d.message()));
+    {
+      ScopedTime timed(&codec_time_);
+      for (int r = 0; r < communicator_->size(); ++r) {
+        std::span<const std::byte> b(blocks_.data() + r * block_.size(), block_.size());
+        if (auto d = codec_->DecodeAdd(b, rows); !d.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("all-reduce: the block of w", r, " does not decode: ", d.message()));
+        }
       }
     }
     UnpackSmallSums();

@@ -31,6 +31,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "collective/communicator.h"
@@ -84,6 +85,10 @@ class AllReduceBackend : public SyncBackend {
   // exactly.
   absl::StatusOr<std::string> SaveState() const override;
   absl::Status RestoreState(std::string_view state) override;
+  // Compressed rounds: encoding with error feedback, and decoding the gathered blocks.
+  absl::Duration TakeCodecTime() override {
+    return std::exchange(codec_time_, absl::ZeroDuration());
+  }
   uint64_t bytes_pushed() const override;
   uint64_t bytes_pulled() const override;
 
@@ -118,6 +123,7 @@ class AllReduceBackend : public SyncBackend {
   // Compressed all-reduce (options_.codec top-K or sign1).
   std::unique_ptr<Codec> codec_;
   ErrorFeedback feedback_;
+  absl::Duration codec_time_;  // since the last TakeCodecTime
   std::vector<std::byte> block_, blocks_;
   std::vector<float> small_;  // bias, examples, still training (and the counts of touched rows)
   // Sparse rounds: the keys this rank touched in the step, and those some rank touched.

@@ -60,6 +60,8 @@ class HybridBackend : public SyncBackend {
   absl::Status Finish() override;
   void Settle(absl::Duration max_wait) override { rows_->Settle(max_wait); }
   double TakeMeanStaleness() override { return rows_->TakeMeanStaleness(); }
+  // The rows' (the dense layers are all-reduced uncompressed).
+  absl::Duration TakeCodecTime() override { return rows_->TakeCodecTime(); }
   absl::StatusOr<std::string> SaveState() const override;
   absl::Status RestoreState(std::string_view state) override;
   uint64_t bytes_pushed() const override {

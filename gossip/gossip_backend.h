@@ -68,6 +68,7 @@ class GossipBackend : public SyncBackend {
   // Mean local consensus proxy since the last call: the distance between this worker's model
   // and the mean of the neighbour models it received (GossipMixer::TakeConsensusProxy).
   double TakeConsensusProxy() override { return mixer_.TakeConsensusProxy(); }
+  absl::Duration TakeCodecTime() override { return mixer_.TakeCodecTime(); }
   // Mean bytes sent to one peer in one step since the last call.
   double TakeBytesPerPeerStep() { return mixer_.TakeBytesPerPeerStep(); }
   std::vector<int> dead_peers() const { return mixer_.dead_peers(); }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/log.h"
+#include "worker/sync_backend.h"
 
 namespace syncline {
 
@@ -293,6 +294,7 @@ double GossipMixer::TakeBytesPerPeerStep() {
 
 Frame GossipMixer::Encode(std::span<const float> values) {
   if (codec_ == nullptr) return Frame::Copy(values.data(), values.size_bytes());
+  ScopedTime timed(&codec_time_);
   codec_->Encode(values, &block_);
   return Frame::Copy(block_.data(), block_.size());
 }
@@ -488,6 +490,7 @@ absl::Status GossipMixer::Decode(Message& message, Incoming* out) {
   auto codec = Codec::Create(CodecSpec{.kind = *kind});
   if (codec == nullptr) return absl::InvalidArgumentError("gossip codec");
   out->values.assign(size_, 0.0f);
+  ScopedTime timed(&codec_time_);
   return codec->DecodeAdd(std::span<const std::byte>(frame.data(), frame.size()), out->values);
 }
 
@@ -724,6 +727,7 @@ absl::Status GossipMixer::MixSynchronous(int64_t step, std::span<float> values) 
 
 Frame GossipMixer::EncodeDifference(int peer, std::span<const float> values,
                                     std::vector<float>* sent) {
+  ScopedTime timed(&codec_time_);
   Edge& edge = edges_[peer];
   if (edge.own.empty()) {
     edge.own.assign(size_, 0.0f);

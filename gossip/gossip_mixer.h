@@ -86,6 +86,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -147,6 +148,8 @@ class GossipMixer {
   double TakeConsensusProxy();
   // Mean bytes of one message to one peer since the last call (0 when none was sent).
   double TakeBytesPerPeerStep();
+  // Time spent encoding and decoding compressed values since the last call.
+  absl::Duration TakeCodecTime() { return std::exchange(codec_time_, absl::ZeroDuration()); }
   // Ranks declared dead (by this node or reported by others), ascending.
   std::vector<int> dead_peers() const;
   // Live ranks (sorted, including this node) that take part in step `step` in this node's view.
@@ -263,6 +266,7 @@ class GossipMixer {
   uint64_t bytes_received_ = 0;
   uint64_t window_bytes_ = 0;
   uint64_t window_messages_ = 0;
+  absl::Duration codec_time_;
 };
 
 }  // namespace syncline

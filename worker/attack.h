@@ -52,6 +52,7 @@ class AttackingBackend : public SyncBackend {
   void Settle(absl::Duration max_wait) override { honest_->Settle(max_wait); }
   double TakeMeanStaleness() override { return honest_->TakeMeanStaleness(); }
   double TakeConsensusProxy() override { return honest_->TakeConsensusProxy(); }
+  absl::Duration TakeCodecTime() override { return honest_->TakeCodecTime(); }
   absl::StatusOr<std::string> SaveState() const override { return honest_->SaveState(); }
   absl::Status RestoreState(std::string_view state) override {
     return honest_->RestoreState(state);

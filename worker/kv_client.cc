@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "core/log.h"
 #include "core/sharding.h"
+#include "worker/sync_backend.h"
 
 namespace syncline {
 namespace {
@@ -169,6 +170,7 @@ absl::StatusOr<Ticket> KVClient::SparseOp(Op op, uint32_t table, std::span<const
       if (half &&
           std::all_of(v.begin(), v.end(), [](float x) { return std::abs(x) <= kMaxHalf; })) {
         std::vector<std::byte> block;
+        ScopedTime timed(&codec_time_);
         HalfCodec().Encode(v, &block);
         b.header().setCodec(static_cast<uint8_t>(CodecKind::kFp16));
         value_frame = Frame::Own(std::move(block));
@@ -481,12 +483,16 @@ absl::Status KVClient::CompletePull(const Request& r, Message& reply) {
   const Frame& fresh = reply.payload(0);
   const Frame& block = reply.payload(1);
   std::vector<float> rows(r.keys.size() * r.dim);
-  if (auto s = DecodePull(options_.pull_codec.kind, r.keys,
-                          std::span<const std::byte>(fresh.data(), fresh.size()),
-                          std::span<const std::byte>(block.data(), block.size()), evicted, &copy,
-                          std::span<float>(rows));
-      !s.ok()) {
-    return absl::Status(s.code(), absl::StrFormat("%s: %s", server, s.message()));
+  absl::Status decoded;
+  {
+    ScopedTime timed(&codec_time_);
+    decoded = DecodePull(options_.pull_codec.kind, r.keys,
+                         std::span<const std::byte>(fresh.data(), fresh.size()),
+                         std::span<const std::byte>(block.data(), block.size()), evicted, &copy,
+                         std::span<float>(rows));
+  }
+  if (!decoded.ok()) {
+    return absl::Status(decoded.code(), absl::StrFormat("%s: %s", server, decoded.message()));
   }
   if (r.positions.empty()) {
     std::memcpy(r.out, rows.data(), rows.size() * sizeof(float));

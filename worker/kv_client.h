@@ -22,6 +22,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -142,6 +143,8 @@ class KVClient {
 
   // Mean staleness of the pull replies received since the last call (0 when none).
   double TakeMeanStaleness();
+  // Time spent encoding fp16 pushes and decoding compressed pulls since the last call.
+  absl::Duration TakeCodecTime() { return std::exchange(codec_time_, absl::ZeroDuration()); }
 
   // Every byte of the messages this client sent and received: pushes, their acknowledgements
   // and clocks count as pushed; pull requests and their replies as pulled.
@@ -214,6 +217,7 @@ class KVClient {
   uint64_t bytes_pulled_ = 0;
   uint64_t staleness_sum_ = 0;
   uint64_t staleness_replies_ = 0;
+  absl::Duration codec_time_;
   std::unique_ptr<Codec> half_codec_;  // made at the first PushHalf
   // Compressed pulls: per table, the rows as the servers know this worker holds them.
   absl::flat_hash_map<uint32_t, RowTable> pull_copies_;

@@ -173,7 +173,10 @@ absl::Status PsBackend::PushDenseRows(int64_t clock, std::span<const uint64_t> k
     const KeyRange range = DenseShardRange(layout_.num_features, s, n);
     if (range.size() == 0) continue;
     std::span<const float> part(gradient_.data() + range.begin * dim, range.size() * dim);
-    feedback_[s].Compress(*codec_, part, &blocks_[s]);
+    {
+      ScopedTime timed(&codec_time_);
+      feedback_[s].Compress(*codec_, part, &blocks_[s]);
+    }
     auto t = client_->PushDenseEncoded(kRowsTable, range.begin, range.end,
                                        static_cast<uint8_t>(codec_spec_.kind), blocks_[s], clock,
                                        examples);
@@ -199,14 +202,16 @@ absl::Status PsBackend::PushSparseRows(int64_t clock, std::span<const uint64_t> 
   const bool last = clock == final_clock_;
   for (int s = 0; s < n; ++s) {
     SparsePush& push = sparse_pushes_[s];
-    if (!shard_keys[s].empty()) {
-      sparse_feedback_[s].Compress(*codec_, shard_keys[s], shard_grads[s], &push, examples);
-    } else if (last) {
-      push = SparsePush{};
-    } else {
-      continue;
+    if (shard_keys[s].empty() && !last) continue;
+    {
+      ScopedTime timed(&codec_time_);
+      if (!shard_keys[s].empty()) {
+        sparse_feedback_[s].Compress(*codec_, shard_keys[s], shard_grads[s], &push, examples);
+      } else {
+        push = SparsePush{};
+      }
+      if (last) sparse_feedback_[s].Drain(&push, examples);
     }
-    if (last) sparse_feedback_[s].Drain(&push, examples);
     if (!push.keys.empty()) {
       auto t = client_->PushRowsEncoded(kRowsTable, s, push.keys, push.kind, push.block, push.held,
                                         push.spread, clock, examples);
@@ -269,8 +274,11 @@ absl::Status PsBackend::Update(int64_t clock, std::span<const uint64_t> keys,
     for (int s = 0; s < n; ++s) {
       const KeyRange range = DenseShardRange(layout_.bias_dim, s, n);
       if (range.size() == 0) continue;
-      bias_feedback_[s].Compress(*codec_, bias_grad.subspan(range.begin, range.size()),
-                                 &bias_blocks_[s]);
+      {
+        ScopedTime timed(&codec_time_);
+        bias_feedback_[s].Compress(*codec_, bias_grad.subspan(range.begin, range.size()),
+                                   &bias_blocks_[s]);
+      }
       auto t = client_->PushDenseEncoded(kBiasTable, range.begin, range.end,
                                          static_cast<uint8_t>(codec_spec_.kind), bias_blocks_[s],
                                          clock, examples);

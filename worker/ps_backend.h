@@ -8,6 +8,7 @@
 #define SYNCLINE_WORKER_PS_BACKEND_H_
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -52,6 +53,10 @@ class PsBackend : public SyncBackend {
   // Waits for the acknowledgements of the pushes in flight (their requests borrow the spans).
   void Settle(absl::Duration max_wait) override;
   double TakeMeanStaleness() override { return client_->TakeMeanStaleness(); }
+  // Error feedback and its codec on pushes, and the client's fp16 pushes and compressed pulls.
+  absl::Duration TakeCodecTime() override {
+    return std::exchange(codec_time_, absl::ZeroDuration()) + client_->TakeCodecTime();
+  }
   // The error-feedback residuals: one per shard (dense rows) or per row (sparse rows), none
   // without compression.
   absl::StatusOr<std::string> SaveState() const override;
@@ -80,6 +85,7 @@ class PsBackend : public SyncBackend {
   const absl::Duration request_timeout_;
   bool bias_on_servers_ = true;
   std::vector<Ticket> pending_pushes_;
+  absl::Duration codec_time_;  // since the last TakeCodecTime
   // The read started by ReadAhead, until its Read.
   struct Ahead {
     bool active = false;

@@ -116,6 +116,20 @@ class SyncBackend {
   virtual uint64_t bytes_pulled() const = 0;
 };
 
+// Adds the time from its construction to the end of its scope to *total: how a backend counts
+// its codec time (TakeCodecTime). Thread-compatible.
+class ScopedTime {
+ public:
+  explicit ScopedTime(absl::Duration* total) : total_(total), start_(absl::Now()) {}
+  ~ScopedTime() { *total_ += absl::Now() - start_; }
+  ScopedTime(const ScopedTime&) = delete;
+  ScopedTime& operator=(const ScopedTime&) = delete;
+
+ private:
+  absl::Duration* const total_;
+  const absl::Time start_;
+};
+
 // Reads a SaveState() string back field by field (in this machine's byte order).
 class StateReader {
  public:

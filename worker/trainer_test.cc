@@ -470,6 +470,44 @@ TEST(TrainerTest, StepTimesNeverExceedTheCallsTheyCameFrom) {
   EXPECT_LE(t.total(), wall);
 }
 
+// Against parameter servers, a compressed push's error feedback and codec count as compress;
+// the rest of the backend's calls as network. Without a codec there is no compress time.
+TEST(TrainerTest, PsBackendReportsItsCodecTimeAsCompress) {
+  for (const CodecKind kind : {CodecKind::kNone, CodecKind::kTopK}) {
+    SCOPED_TRACE(CodecName(CodecSpec{.kind = kind}));
+    InprocTransport transport;
+    auto server_ep = *transport.CreateEndpoint("ps0");
+    ParameterServer server(
+        server_ep.get(),
+        ServerOptions{.rank = 0, .num_servers = 1, .num_workers = 1, .staleness = 0});
+    std::atomic<bool> stop{false};
+    std::thread serving([&] {
+      while (!stop.load()) (void)server.ServeUntil(absl::Now() + absl::Milliseconds(5));
+    });
+    auto model = *Model::Create("logreg", 2);
+    ParameterLayout layout;
+    layout.num_features = 200;
+    layout.dense_rows = kind != CodecKind::kNone;
+    auto ep = *transport.CreateEndpoint("w0");
+    KVClient client(ep.get(), KVClientOptions{.rank = 0, .server_ids = {"ps0"}});
+    PsBackend backend(&client, absl::Seconds(10), CodecSpec{.kind = kind, .ratio = 0.1});
+    ASSERT_TRUE(backend.Init(layout).ok());
+    Trainer trainer(*model, backend, TrainerOptions{.epochs = 1, .batch_size = 50});
+    auto result = trainer.Run(MakeData(7, 600, 200, 0, 1), nullptr);
+    stop.store(true);
+    serving.join();
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->times.steps, 12);
+    EXPECT_GT(result->times.network, absl::ZeroDuration());
+    if (kind == CodecKind::kNone) {
+      EXPECT_EQ(result->times.compress, absl::ZeroDuration());
+    } else {
+      EXPECT_GT(result->times.compress, absl::ZeroDuration());
+    }
+    EXPECT_EQ(result->times.upload + result->times.download, absl::ZeroDuration());
+  }
+}
+
 // A small Criteo file whose label follows C1's value.
 std::string WriteCriteoFile(int n) {
   const std::string path = testing::TempDir() + "trainer_test_criteo.tsv";
