@@ -117,6 +117,20 @@ MessageBuilder ControlClient::FromThisNode(wire::MsgType type) const {
   return b;
 }
 
+namespace {
+
+void SetStepSeconds(const StepSeconds& s, wire::StepSeconds::Builder out) {
+  out.setSteps(s.steps);
+  out.setBatch(s.batch);
+  out.setUpload(s.upload);
+  out.setCompute(s.compute);
+  out.setCompress(s.compress);
+  out.setDownload(s.download);
+  out.setNetwork(s.network);
+}
+
+}  // namespace
+
 void ControlClient::ReportProgress(const ProgressReport& p) {
   MessageBuilder b = FromThisNode(wire::MsgType::PROGRESS);
   auto progress = b.header().getBody().initProgress();
@@ -127,6 +141,7 @@ void ControlClient::ReportProgress(const ProgressReport& p) {
   progress.setTotalSteps(p.total_steps);
   progress.setStaleness(p.staleness);
   progress.setConsensus(p.consensus);
+  SetStepSeconds(p.step_seconds, progress.initStepSeconds());
   Send(b.Finish());
 }
 
@@ -137,6 +152,8 @@ void ControlClient::ReportWorkerDone(const WorkerDoneReport& r) {
   stats.setExamples(r.examples);
   stats.setBytesPushed(r.bytes_pushed);
   stats.setBytesPulled(r.bytes_pulled);
+  SetStepSeconds(r.step_seconds, stats.initStepSeconds());
+  stats.setDevice(r.device);
   Send(b.Finish());
 }
 

@@ -48,6 +48,13 @@ struct ControlOptions {
   int world_size = 0;
 };
 
+// Where a worker's training iterations spent their time, in seconds: the parts of
+// worker/trainer.h's StepTimes.
+struct StepSeconds {
+  int64_t steps = 0;  // the iterations these seconds cover
+  double batch = 0, upload = 0, compute = 0, compress = 0, download = 0, network = 0;
+};
+
 // A worker's progress since its last report (metrics.csv rows, the launcher's progress line).
 struct ProgressReport {
   int64_t clock = 0;        // iterations finished
@@ -57,6 +64,8 @@ struct ProgressReport {
   int64_t total_steps = 0;  // steps this worker will run
   double staleness = 0;     // mean staleness of the reads served since the last report
   double consensus = 0;     // gossip: mean distance from the neighbours' models
+  // The split of the iterations since the last report.
+  StepSeconds step_seconds;
 };
 
 // What a worker did, once it has trained its last step.
@@ -65,6 +74,8 @@ struct WorkerDoneReport {
   uint64_t examples = 0;
   uint64_t bytes_pushed = 0;
   uint64_t bytes_pulled = 0;
+  StepSeconds step_seconds;  // of its iterations since it (re)started training
+  std::string device;        // where it computed ("cpu")
 };
 
 // The final model on the test set.

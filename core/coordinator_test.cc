@@ -15,8 +15,23 @@ namespace {
 
 class RecordingObserver : public CoordinatorObserver {
  public:
-  void OnProgress(int worker, wire::Progress::Reader p) override { last_clock = p.getClock(); }
-  void OnWorkerDone(int worker, wire::WorkerStats::Reader s) override { ++done; }
+  void OnProgress(int worker, wire::Progress::Reader p) override {
+    last_clock = p.getClock();
+    auto t = p.getStepSeconds();
+    progress_split = {static_cast<double>(t.getSteps()),
+                      t.getBatch(),
+                      t.getUpload(),
+                      t.getCompute(),
+                      t.getCompress(),
+                      t.getDownload(),
+                      t.getNetwork()};
+  }
+  void OnWorkerDone(int worker, wire::WorkerStats::Reader s) override {
+    ++done;
+    done_steps_timed = s.getStepSeconds().getSteps();
+    done_network = s.getStepSeconds().getNetwork();
+    done_device = s.getDevice().cStr();
+  }
   void OnEvaluation(int worker, wire::Evaluation::Reader e) override { auc = e.getAuc(); }
   void OnServerStats(int server, wire::ServerStats::Reader s) override { ++server_stats; }
   void OnNodeDown(wire::Role role, int rank, const std::string& reason) override {
@@ -27,7 +42,13 @@ class RecordingObserver : public CoordinatorObserver {
     steps_undone = undone;
   }
   int64_t last_clock = -1;
+  // The last progress report's split: steps, then the seconds of batch, upload, compute,
+  // compress, download and network.
+  std::vector<double> progress_split;
   int done = 0;
+  int64_t done_steps_timed = -1;
+  double done_network = -1;
+  std::string done_device;
   double auc = -1;
   int server_stats = 0;
   std::string down_reason;
@@ -197,6 +218,37 @@ TEST_F(CoordinatorTest, SilentNodeIsReportedByNameAndBspJobAborts) {
   const absl::Time deadline = Soon();
   while (w0->health().ok() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
   EXPECT_EQ(w0->health().code(), absl::StatusCode::kAborted);
+}
+
+// A worker's step split reaches the coordinator's observer as sent: the seconds since its last
+// report with each progress report, its totals and its device with its statistics.
+TEST_F(CoordinatorTest, ReportsCarryTheWorkersStepSplit) {
+  CoordinatorOptions options = SmallJob();
+  options.num_servers = 0;
+  options.evaluate = false;
+  ASSERT_TRUE(Start(options).ok());
+  std::vector<std::unique_ptr<ControlClient>> w = StartWorkers(1);
+  ASSERT_EQ(w.size(), 1u);
+  w[0]->ReportProgress({.clock = 10,
+                        .step_seconds = {.steps = 10,
+                                         .batch = 0.5,
+                                         .upload = 0.25,
+                                         .compute = 2,
+                                         .compress = 0.75,
+                                         .download = 0.125,
+                                         .network = 1.5}});
+  w[0]->ReportWorkerDone(
+      {.steps = 10, .step_seconds = {.steps = 10, .network = 3}, .device = "cuda:1"});
+  auto command = w[0]->WaitForCommand(Soon());
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(*command, Command::kShutdown);
+  const absl::Status result = Join();
+  EXPECT_TRUE(result.ok()) << result;
+  EXPECT_EQ(observer_->last_clock, 10);
+  EXPECT_EQ(observer_->progress_split, (std::vector<double>{10, 0.5, 0.25, 2, 0.75, 0.125, 1.5}));
+  EXPECT_EQ(observer_->done_steps_timed, 10);
+  EXPECT_EQ(observer_->done_network, 3);
+  EXPECT_EQ(observer_->done_device, "cuda:1");
 }
 
 // Under ASP a worker that fails on its own (and says so) is dropped, as a killed one is; one

@@ -165,6 +165,19 @@ struct Progress {
   totalSteps @4 :Int64;    # steps this worker will run
   staleness @5 :Float64;   # mean staleness served to this worker since the last report
   consensus @6 :Float64;   # gossip: mean distance of this worker's model from its neighbours'
+  stepSeconds @7 :StepSeconds;  # the split of the iterations since the last report
+}
+
+# Where a worker's training iterations spent their time, in seconds (worker/trainer.h's
+# StepTimes): disjoint parts whose sum is the iterations' time.
+struct StepSeconds {
+  steps @0 :Int64;         # the iterations these seconds cover
+  batch @1 :Float64;       # the next batch and its unique keys
+  upload @2 :Float64;      # copies to the model's device (0 on the CPU)
+  compute @3 :Float64;     # the model's loss and gradients, less its copies
+  compress @4 :Float64;    # the sync backend's codecs
+  download @5 :Float64;    # copies back from the model's device (0 on the CPU)
+  network @6 :Float64;     # the rest of the backend's calls: the wire and waiting for others
 }
 
 struct WorkerStats {
@@ -172,6 +185,8 @@ struct WorkerStats {
   bytesPushed @1 :UInt64;
   bytesPulled @2 :UInt64;
   examples @3 :UInt64;
+  stepSeconds @4 :StepSeconds;  # the split of the iterations of its last run
+  device @5 :Text;              # where it computed: "cpu", "cuda:0"
 }
 
 struct Evaluation {

@@ -35,6 +35,16 @@
 namespace syncline {
 namespace {
 
+StepSeconds ToStepSeconds(const StepTimes& t) {
+  return StepSeconds{.steps = t.steps,
+                     .batch = absl::ToDoubleSeconds(t.batch),
+                     .upload = absl::ToDoubleSeconds(t.upload),
+                     .compute = absl::ToDoubleSeconds(t.compute),
+                     .compress = absl::ToDoubleSeconds(t.compress),
+                     .download = absl::ToDoubleSeconds(t.download),
+                     .network = absl::ToDoubleSeconds(t.network)};
+}
+
 // Writes the parameters of `keys` and the bias, one key per line, for comparing runs.
 absl::Status DumpParameters(const std::string& path, std::span<const uint64_t> keys,
                             std::span<const float> rows, std::span<const float> bias, int row_dim) {
@@ -445,7 +455,8 @@ NodeExit WorkerNode::Run() {
                                            .examples = p.examples,
                                            .total_steps = p.total_steps,
                                            .staleness = p.staleness,
-                                           .consensus = p.consensus});
+                                           .consensus = p.consensus,
+                                           .step_seconds = ToStepSeconds(p.times)});
   };
 
   // One timeline: from the start (or a resumed checkpoint), and again from the checkpoint of
@@ -608,7 +619,9 @@ NodeExit WorkerNode::Run() {
       control->ReportWorkerDone(WorkerDoneReport{.steps = result->steps,
                                                  .examples = result->examples,
                                                  .bytes_pushed = backend->bytes_pushed(),
-                                                 .bytes_pulled = backend->bytes_pulled()});
+                                                 .bytes_pulled = backend->bytes_pulled(),
+                                                 .step_seconds = ToStepSeconds(result->times),
+                                                 .device = device->device});
       SYNCLINE_LOG(INFO) << absl::StrFormat(
           "trained %d iterations (%s%s), last loss %.5f; step time: %s",
           result->steps - std::max<int64_t>(0, result->joined_at),
