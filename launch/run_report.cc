@@ -1,11 +1,14 @@
 #include "launch/run_report.h"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -46,6 +49,33 @@ std::string JsonNumber(double v) {
   return absl::StrFormat("%.6g", v);
 }
 
+// The parts of a step, as summary.json names them; metrics.csv's columns add "_s".
+constexpr std::array<const char*, 6> kStepParts = {"batch",    "upload",   "compute",
+                                                   "compress", "download", "network"};
+
+// A worker's split from the wire, which is not trusted: a part that is negative or not finite
+// counts as 0 seconds, and negative steps as none.
+RunReport::StepSplit ReadStepSplit(wire::StepSeconds::Reader s) {
+  RunReport::StepSplit split;
+  split.steps = std::max<int64_t>(0, s.getSteps());
+  const std::array<double, 6> parts = {s.getBatch(),    s.getUpload(),   s.getCompute(),
+                                       s.getCompress(), s.getDownload(), s.getNetwork()};
+  for (size_t i = 0; i < parts.size(); ++i) {
+    split.seconds[i] = std::isfinite(parts[i]) ? std::max(0.0, parts[i]) : 0.0;
+  }
+  return split;
+}
+
+// `split` as a JSON object's members: "batch": 0.1, "upload": 0, ... (each divided by `per`).
+std::string StepSplitJson(const RunReport::StepSplit& split, double per) {
+  std::string out;
+  for (size_t i = 0; i < kStepParts.size(); ++i) {
+    absl::StrAppend(&out, i ? ", " : "", JsonString(kStepParts[i]), ": ",
+                    JsonNumber(per > 0 ? split.seconds[i] / per : 0.0));
+  }
+  return out;
+}
+
 std::string HumanBytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -58,6 +88,12 @@ std::string HumanBytes(double b) {
 
 }  // namespace
 
+RunReport::StepSplit& RunReport::StepSplit::operator+=(const StepSplit& other) {
+  steps += other.steps;
+  for (size_t i = 0; i < seconds.size(); ++i) seconds[i] += other.seconds[i];
+  return *this;
+}
+
 RunReport::RunReport(const JobSpec& job, std::string out, bool interactive)
     : job_(job), out_(std::move(out)), interactive_(interactive), start_(absl::Now()) {}
 
@@ -68,15 +104,15 @@ absl::Status RunReport::Open() {
   std::error_code ec;
   fs::create_directories(fs::path(out_) / "logs", ec);
   const std::string path = (fs::path(out_) / "metrics.csv").string();
-  metrics_wall_offset_ = OpenCsv(
-      path, "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus,world_size",
-      metrics_,
-      /*clock_column=*/2);
+  std::string header =
+      "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus,world_size";
+  for (const char* part : kStepParts) absl::StrAppend(&header, ",", part, "_s");
+  metrics_wall_offset_ = OpenCsv(path, header, metrics_, /*clock_column=*/2);
   if (ec || !metrics_) return absl::PermissionDeniedError(absl::StrFormat("cannot write %s", path));
   return absl::OkStatus();
 }
 
-double RunReport::OpenCsv(const std::string& path, const char* header, std::ofstream& out,
+double RunReport::OpenCsv(const std::string& path, const std::string& header, std::ofstream& out,
                           int clock_column) {
   std::error_code ec;
   const bool append = resumed_from_ >= 0 && fs::file_size(path, ec) > 0 && !ec;
@@ -84,7 +120,14 @@ double RunReport::OpenCsv(const std::string& path, const char* header, std::ofst
   if (append) {
     std::ifstream in(path);
     std::string line, kept;
-    if (std::getline(in, line)) kept = line + "\n";  // the header
+    size_t missing = 0;  // columns that `header` adds to the file's
+    if (std::getline(in, line)) {
+      if (line != header && header.starts_with(line + ",")) {
+        missing = std::count(header.begin() + line.size(), header.end(), ',');
+        line = header;
+      }
+      kept = line + "\n";
+    }
     while (std::getline(in, line)) {
       const std::vector<absl::string_view> f = absl::StrSplit(line, ',');
       double wall = 0;
@@ -95,7 +138,9 @@ double RunReport::OpenCsv(const std::string& path, const char* header, std::ofst
         continue;  // unreadable, or the last line without its newline: cut short
       }
       last_wall = std::max(last_wall, wall);
-      if (clock_column < 0 || clock <= resumed_from_) kept += line + "\n";
+      if (clock_column < 0 || clock <= resumed_from_) {
+        kept += line + std::string(missing, ',') + "\n";
+      }
     }
     in.close();
     // Replaced whole (a crash leaves the old file or the new one), or, where that fails,
@@ -136,12 +181,15 @@ void RunReport::OnProgress(int worker, wire::Progress::Reader p) {
   w.epoch = p.getEpoch();
   w.loss = p.getTrainLoss();
   w.reported_examples += p.getExamples();
+  const StepSplit split = ReadStepSplit(p.getStepSeconds());
+  if (!w.done) w.split += split;
   // The workers in the job as this row is written: all of them less those lost on the way.
   const int world = static_cast<int>(workers_.size()) - workers_left_;
-  metrics_ << absl::StrFormat("%.3f,%d,%d,%d,%.6g,%d,%.3g,%.4g,%d\n",
-                              WallSeconds(metrics_wall_offset_), worker, p.getClock(), p.getEpoch(),
-                              p.getTrainLoss(), p.getExamples(), p.getStaleness(), p.getConsensus(),
-                              world);
+  metrics_ << absl::StrFormat(
+      "%.3f,%d,%d,%d,%.6g,%d,%.3g,%.4g,%d", WallSeconds(metrics_wall_offset_), worker, p.getClock(),
+      p.getEpoch(), p.getTrainLoss(), p.getExamples(), p.getStaleness(), p.getConsensus(), world);
+  for (double seconds : split.seconds) metrics_ << absl::StrFormat(",%.6g", seconds);
+  metrics_ << "\n";
   metrics_.flush();
 }
 
@@ -154,6 +202,9 @@ void RunReport::OnWorkerDone(int worker, wire::WorkerStats::Reader s) {
     w.examples = s.getExamples();
     w.bytes_pushed = s.getBytesPushed();
     w.bytes_pulled = s.getBytesPulled();
+    w.split = ReadStepSplit(s.getStepSeconds());
+    // Untrusted text: at most a short name (JsonString escapes it).
+    w.device = std::string(s.getDevice().cStr()).substr(0, 64);
   }
   if (checkpoints_ != nullptr) checkpoints_->OnWorkerGone(worker, s.getSteps());
 }
@@ -551,6 +602,22 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
       << ", \"memory_bytes\": " << e.memory_bytes << ", \"memory_budget_bytes\": " << e.budget_bytes
       << "},\n";
   }
+  // Where the workers' iterations went: seconds per iteration by part, over the iterations of
+  // every worker (a finished worker's last run, a lost one's reports), and each worker's
+  // totals with the device it computed on.
+  StepSplit all_split;
+  for (const auto& [rank, w] : workers_) all_split += w.split;
+  j << "  \"step_seconds\": {" << StepSplitJson(all_split, static_cast<double>(all_split.steps))
+    << "},\n";
+  j << "  \"worker_step_seconds\": {";
+  bool first_worker = true;
+  for (const auto& [rank, w] : workers_) {
+    j << (first_worker ? "" : ", ") << JsonString(absl::StrCat("w", rank)) << ": {";
+    if (!w.device.empty()) j << "\"device\": " << JsonString(w.device) << ", ";
+    j << "\"steps\": " << w.split.steps << ", " << StepSplitJson(w.split, 1) << "}";
+    first_worker = false;
+  }
+  j << "},\n";
   j << "  \"peak_rss_mib\": {";
   bool first_rss = true;
   for (const auto& [label, kib] : peak_rss_kib_) {

@@ -8,6 +8,7 @@
 #ifndef SYNCLINE_LAUNCH_RUN_REPORT_H_
 #define SYNCLINE_LAUNCH_RUN_REPORT_H_
 
+#include <array>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -26,6 +27,14 @@ namespace syncline {
 
 class RunReport : public CoordinatorObserver {
  public:
+  // Where a worker's iterations spent their time (wire::StepSeconds, checked): seconds per part,
+  // in the order batch, upload, compute, compress, download, network.
+  struct StepSplit {
+    int64_t steps = 0;
+    std::array<double, 6> seconds{};
+    StepSplit& operator+=(const StepSplit& other);
+  };
+
   // `job` is the job as the nodes get it; its files go into the run folder `out`.
   RunReport(const JobSpec& job, std::string out, bool interactive);
   ~RunReport() override;
@@ -92,6 +101,8 @@ class RunReport : public CoordinatorObserver {
     uint64_t bytes_pushed = 0;
     uint64_t bytes_pulled = 0;
     int64_t steps = 0;
+    StepSplit split;     // done: of its last run (WorkerStats); else its reports' sum
+    std::string device;  // where it computed, once done
   };
   std::string ProgressText(absl::Duration elapsed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClearProgress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -101,9 +112,11 @@ class RunReport : public CoordinatorObserver {
   // Opens a CSV output whose first column is wall_seconds. A new run writes `header`. A resumed
   // run goes on with the rows of the run it resumes: rows whose column `clock_column` (when
   // >= 0) is past the resumed clock are dropped, as the resumed run does those steps again,
-  // and so are unreadable ones (a line cut short by a crash). Returns the largest wall_seconds
-  // of the rows read, from which the resumed run's times continue; 0 for a new file.
-  double OpenCsv(const std::string& path, const char* header, std::ofstream& out,
+  // and so are unreadable ones (a line cut short by a crash). Rows of an older build, whose
+  // header lacks columns that `header` adds at its end, get those columns empty. Returns the
+  // largest wall_seconds of the rows read, from which the resumed run's times continue; 0 for
+  // a new file.
+  double OpenCsv(const std::string& path, const std::string& header, std::ofstream& out,
                  int clock_column = -1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Seconds since the start, continuing the run that this one resumes (see OpenCsv).
   double WallSeconds(double offset) const {

@@ -1,0 +1,153 @@
+#include "launch/run_report.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "core/message.h"
+#include "launch/experiment.h"
+#include "launch/summary_json.h"
+
+namespace syncline {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string TempOut(const std::string& name) {
+  const fs::path p = fs::path(testing::TempDir()) / ("run_report_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+// The split in a message's order: steps, batch, upload, compute, compress, download, network.
+void SetSplit(wire::StepSeconds::Builder s, const std::vector<double>& v) {
+  s.setSteps(static_cast<int64_t>(v[0]));
+  s.setBatch(v[1]);
+  s.setUpload(v[2]);
+  s.setCompute(v[3]);
+  s.setCompress(v[4]);
+  s.setDownload(v[5]);
+  s.setNetwork(v[6]);
+}
+
+void Progress(RunReport& report, int worker, int64_t clock, const std::vector<double>& split) {
+  MessageBuilder b(wire::MsgType::PROGRESS);
+  auto p = b.header().getBody().initProgress();
+  p.setClock(clock);
+  p.setEpoch(1);
+  p.setTrainLoss(0.5);
+  p.setTotalSteps(100);
+  SetSplit(p.initStepSeconds(), split);
+  Message m = b.Finish();
+  ASSERT_TRUE(m.Parse().ok());
+  report.OnProgress(worker, m.header().getBody().getProgress());
+}
+
+void Done(RunReport& report, int worker, const std::vector<double>& split,
+          const std::string& device) {
+  MessageBuilder b(wire::MsgType::WORKER_DONE);
+  auto s = b.header().getBody().initWorkerStats();
+  s.setSteps(static_cast<int64_t>(split[0]));
+  SetSplit(s.initStepSeconds(), split);
+  s.setDevice(device);
+  Message m = b.Finish();
+  ASSERT_TRUE(m.Parse().ok());
+  report.OnWorkerDone(worker, m.header().getBody().getWorkerStats());
+}
+
+constexpr char kSplitColumns[] = "batch_s,upload_s,compute_s,compress_s,download_s,network_s";
+
+// metrics.csv gets each report's split after the columns it had; summary.json the mean seconds
+// per step over the workers' steps and each worker's totals and device. Seconds from the wire
+// that are negative or not finite count as 0.
+TEST(RunReportTest, WritesTheStepSplitToMetricsAndSummary) {
+  const std::string out = TempOut("split");
+  JobSpec job;
+  RunReport report(job, out, /*interactive=*/false);
+  ASSERT_TRUE(report.Open().ok());
+  Progress(report, 0, 10, {10, 0.5, 0, 2, 0.25, 0, 1});
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  Progress(report, 1, 10, {-5, -1, 0, nan, 0.001, -inf, inf});
+  Done(report, 0, {20, 1, 0, 4, 0.5, 0, 2}, "cpu");
+  ASSERT_TRUE(report.WriteSummary(absl::Seconds(1), "").ok());
+
+  std::vector<std::string> rows =
+      absl::StrSplit(ReadAll(out + "/metrics.csv"), '\n', absl::SkipEmpty());
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_TRUE(rows[0].starts_with("wall_seconds,worker,clock,")) << rows[0];
+  EXPECT_TRUE(rows[0].ends_with(std::string(",world_size,") + kSplitColumns)) << rows[0];
+  std::vector<std::string> w0 = absl::StrSplit(rows[1], ',');
+  std::vector<std::string> w1 = absl::StrSplit(rows[2], ',');
+  ASSERT_EQ(w0.size(), 15u) << rows[1];
+  EXPECT_EQ(std::vector<std::string>(w0.begin() + 9, w0.end()),
+            (std::vector<std::string>{"0.5", "0", "2", "0.25", "0", "1"}));
+  ASSERT_EQ(w1.size(), 15u) << rows[2];
+  EXPECT_EQ(std::vector<std::string>(w1.begin() + 9, w1.end()),
+            (std::vector<std::string>{"0", "0", "0", "0.001", "0", "0"}));
+
+  const std::string summary = ReadAll(out + "/summary.json");
+  auto fields = ParseSummaryJson(summary);
+  ASSERT_TRUE(fields.ok()) << fields.status() << summary;
+  // w0's totals (it finished) and w1's reports (0 steps): 20 steps.
+  auto number = [&](const std::string& key) {
+    auto it = fields->find(key);
+    return it == fields->end() ? std::nullopt : it->second.number;
+  };
+  EXPECT_DOUBLE_EQ(number("step_seconds.batch").value_or(-1), 1.0 / 20) << summary;
+  EXPECT_DOUBLE_EQ(number("step_seconds.upload").value_or(-1), 0) << summary;
+  EXPECT_DOUBLE_EQ(number("step_seconds.compute").value_or(-1), 4.0 / 20) << summary;
+  EXPECT_DOUBLE_EQ(number("step_seconds.compress").value_or(-1), 0.501 / 20) << summary;
+  EXPECT_DOUBLE_EQ(number("step_seconds.download").value_or(-1), 0) << summary;
+  EXPECT_DOUBLE_EQ(number("step_seconds.network").value_or(-1), 2.0 / 20) << summary;
+  EXPECT_EQ(number("worker_step_seconds.w0.steps"), 20);
+  EXPECT_EQ(number("worker_step_seconds.w0.compute"), 4);
+  EXPECT_EQ(fields->at("worker_step_seconds.w0.device").text, "cpu");
+  EXPECT_EQ(number("worker_step_seconds.w1.steps"), 0);
+  EXPECT_EQ(number("worker_step_seconds.w1.network"), 0);
+}
+
+// A run resumed over the metrics.csv of an older build, without the split's columns, has them
+// added, empty in the old rows, and the file still reads as a loss curve.
+TEST(RunReportTest, AResumedRunAddsTheSplitColumnsToAnOlderMetricsFile) {
+  const std::string out = TempOut("resumed");
+  {
+    std::ofstream old(out + "/metrics.csv");
+    old << "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus,world_size\n"
+        << "1.000,0,5,1,0.6,100,0,0,1\n"
+        << "2.000,0,10,1,0.5,100,0,0,1\n";
+  }
+  JobSpec job;
+  RunReport report(job, out, /*interactive=*/false);
+  report.SetCheckpoints(nullptr, /*resumed_from=*/5);
+  ASSERT_TRUE(report.Open().ok());
+  Progress(report, 0, 10, {5, 0.1, 0, 0.2, 0, 0, 0.3});
+
+  std::vector<std::string> rows =
+      absl::StrSplit(ReadAll(out + "/metrics.csv"), '\n', absl::SkipEmpty());
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_TRUE(rows[0].ends_with(std::string(",world_size,") + kSplitColumns)) << rows[0];
+  EXPECT_EQ(rows[1], "1.000,0,5,1,0.6,100,0,0,1,,,,,,");
+  EXPECT_TRUE(rows[2].ends_with(",0.1,0,0.2,0,0,0.3")) << rows[2];
+  auto curve = ReadLossCurve(out + "/metrics.csv", 1);
+  ASSERT_TRUE(curve.ok()) << curve.status();
+  EXPECT_EQ(curve->size(), 2u);
+}
+
+}  // namespace
+}  // namespace syncline
