@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
@@ -505,9 +506,16 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
     j << "  \"hidden\": " << JsonString(HiddenName(job_.model.hidden)) << ",\n";
   }
   j << "  \"device_requested\": " << JsonString(DeviceName(job_.device)) << ",\n";
-  // No model has GPU kernels (worker/device.h): a worker computes on the CPU or refuses to start,
-  // so a job that trained, trained on the CPU.
-  if (failure.empty()) j << "  \"device\": \"cpu\",\n";
+  // Where the workers that finished computed, as they said: "cpu", "cuda:0", or the devices of
+  // a mixed job, sorted ("cpu,cuda:0"); "cpu" when none said (workers of an older build).
+  if (failure.empty()) {
+    std::set<std::string> devices;
+    for (const auto& [rank, w] : workers_) {
+      if (!w.device.empty()) devices.insert(w.device);
+    }
+    j << "  \"device\": " << JsonString(devices.empty() ? "cpu" : absl::StrJoin(devices, ","))
+      << ",\n";
+  }
   j << "  \"optimizer\": " << JsonString(OptimizerName(job_.training.optimizer)) << ",\n";
   j << "  \"learning_rate\": " << JsonNumber(job_.training.learning_rate) << ",\n";
   j << "  \"batch_size\": " << job_.training.batch_size << ",\n";

@@ -120,6 +120,23 @@ TEST(RunReportTest, WritesTheStepSplitToMetricsAndSummary) {
   EXPECT_EQ(fields->at("worker_step_seconds.w0.device").text, "cpu");
   EXPECT_EQ(number("worker_step_seconds.w1.steps"), 0);
   EXPECT_EQ(number("worker_step_seconds.w1.network"), 0);
+  // The job's device: where the workers that said computed.
+  EXPECT_EQ(fields->at("device").text, "cpu");
+}
+
+// summary.json's device is where the workers computed: every device a worker reported.
+TEST(RunReportTest, TheJobsDeviceIsTheWorkersDevices) {
+  const std::string out = TempOut("devices");
+  JobSpec job;
+  RunReport report(job, out, /*interactive=*/false);
+  ASSERT_TRUE(report.Open().ok());
+  Done(report, 0, {10, 0, 0, 1, 0, 0, 1}, "cuda:0");
+  Done(report, 1, {10, 0, 0, 1, 0, 0, 1}, "cpu");
+  ASSERT_TRUE(report.WriteSummary(absl::Seconds(1), "").ok());
+  auto fields = ParseSummaryJson(ReadAll(out + "/summary.json"));
+  ASSERT_TRUE(fields.ok()) << fields.status();
+  EXPECT_EQ(fields->at("device").text, "cpu,cuda:0");
+  EXPECT_EQ(fields->at("worker_step_seconds.w0.device").text, "cuda:0");
 }
 
 // A run resumed over the metrics.csv of an older build, without the split's columns, has them
