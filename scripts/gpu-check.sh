@@ -16,9 +16,14 @@
 #                                        2. the CUDA tests again under compute-sanitizer
 #                                           memcheck and racecheck,
 #                                        3. syncline-bench-gpu and the codec benchmark,
-#                                      logging each to OUT (default $OUT, else ./gpu-check-out)
-#                                      and printing a summary line per step. It never stops at
-#                                      the first failure: one run must say everything.
+#                                        4. a ctr job at batch 4096 with embeddings on CPU
+#                                           servers, on GPU workers and on CPU workers, for the
+#                                           step split (network, PCIe or compute?),
+#                                      printing a summary line per step, the benchmarks' tables
+#                                      and the jobs' step_seconds, and packing every log into
+#                                      OUT/logs.tar.gz (OUT: default $OUT, else
+#                                      ./gpu-check-out). It never stops at the first failure:
+#                                      one run must say everything.
 #
 # Example with the device tool: `scripts/gpu-check.sh bundle` here, then
 #   run(command="scripts/gpu-check.sh run", carry=[".gpu-bundle"], timeout_s=540)
@@ -82,8 +87,9 @@ EOF
 }
 
 run() {
-  local out=${1:-${OUT:-gpu-check-out}}
-  mkdir -p "$out"
+  local dest=${1:-${OUT:-gpu-check-out}}
+  local out=/tmp/syncline-gpu-check
+  rm -rf "$out" && mkdir -p "$out" "$dest"
   local summary="$out/summary.txt"
   : >"$summary"
   [ -f "$BUNDLE/bundle.tar.xz" ] || { echo "gpu-check: no $BUNDLE/bundle.tar.xz: run 'scripts/gpu-check.sh bundle' first and carry $BUNDLE" | tee -a "$summary"; return 1; }
@@ -131,7 +137,25 @@ run() {
     "$(bin nccl_communicator_test)"
   step bench_gpu 300 "$(bin syncline-bench-gpu)"
   step bench_codec 180 "$(bin syncline-bench-codec)" --size-mib 4 64 256
-  echo "gpu-check: logs in $out" | tee -a "$summary"
+  # ctr at batch 4096, 2 CPU servers, 2 workers, on GPUs (both on cuda:0 here) and on CPUs.
+  local data=/tmp/syncline-gpu-check-data
+  step ctr_data 120 "$(bin syncline-gen)" criteo --rows 400000 --test-rows 20000 --seed 7 \
+    --out "$data/train.tsv" --test-out "$data/test.tsv"
+  for device in cuda cpu; do
+    step "ctr_job_$device" 300 "$(bin syncline-launch)" --servers 2 --workers 2 --sync bsp \
+      --model ctr --train "$data/train.tsv" --test "$data/test.tsv" --batch-size 4096 \
+      --epochs 1 --device "$device" --out "$out/ctr-$device"
+  done
+  echo
+  cat "$out/bench_gpu.log"
+  for device in cuda cpu; do
+    echo "ctr job on $device:"
+    grep -E '"(device|step_seconds|steps_per_worker|test_auc|wall_seconds)"' \
+      "$out/ctr-$device/summary.json" 2>/dev/null
+  done
+  cp "$summary" "$dest/summary.txt"
+  tar -C "$out" -czf "$dest/logs.tar.gz" .
+  echo "gpu-check: logs in $dest/logs.tar.gz"
   return $failed
 }
 

@@ -35,32 +35,35 @@ std::string MakeData() {
   return dir;
 }
 
-// Runs the 2-server, 2-worker mlp job of the tests under `sync` into `out`.
+// Runs the 2-server, 2-worker mlp job of the tests under `sync` into `out` (with `extra`
+// flags).
 testing_util::RunResult RunMlp(const std::string& data, const std::string& sync,
-                               const std::string& out) {
-  return RunProcess({kLaunch,
-                     "--servers",
-                     "2",
-                     "--workers",
-                     "2",
-                     "--sync",
-                     sync,
-                     "--model",
-                     "mlp",
-                     "--hidden",
-                     "32,16",
-                     "--classes",
-                     "4",
-                     "--train",
-                     data + "/train.libsvm",
-                     "--test",
-                     data + "/test.libsvm",
-                     "--epochs",
-                     "4",
-                     "--batch-size",
-                     "64",
-                     "--out",
-                     out});
+                               const std::string& out, std::vector<std::string> extra = {}) {
+  std::vector<std::string> argv = {kLaunch,
+                                   "--servers",
+                                   "2",
+                                   "--workers",
+                                   "2",
+                                   "--sync",
+                                   sync,
+                                   "--model",
+                                   "mlp",
+                                   "--hidden",
+                                   "32,16",
+                                   "--classes",
+                                   "4",
+                                   "--train",
+                                   data + "/train.libsvm",
+                                   "--test",
+                                   data + "/test.libsvm",
+                                   "--epochs",
+                                   "4",
+                                   "--batch-size",
+                                   "64",
+                                   "--out",
+                                   out};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return RunProcess(argv);
 }
 
 TEST(MlpLaunchTest, MlpTrainsUnderBspAndReportsAccuracyOnTheCpu) {
@@ -190,6 +193,26 @@ TEST(MlpLaunchTest, ACpuWorkerAndAnAutoWorkerTrainOneJob) {
   const std::string summary = ReadFile(out + "/summary.json");
   ASSERT_TRUE(JsonNumber(summary, "test_accuracy").has_value()) << summary;
   EXPECT_GT(*JsonNumber(summary, "test_accuracy"), 0.65) << summary;
+}
+
+// The acceptance at the job level: the same job and seed on GPU workers and on CPU
+// workers (BSP, 2 workers, 4 epochs of 32 steps) end at the same test loss, to 1e-4.
+TEST(MlpLaunchTest, GpuWorkersTrainTheCpuWorkersModel) {
+  if (!GpuModelsBuilt() || ProbeDevices().gpus == 0) {
+    GTEST_SKIP() << (GpuModelsBuilt() ? "no CUDA device is visible" : "this build has no CUDA");
+  }
+  const std::string data = MakeData();
+  const std::string cpu_out = TempDir("mlp_on_cpu"), gpu_out = TempDir("mlp_on_gpu");
+  auto cpu = RunMlp(data, "bsp", cpu_out, {"--device", "cpu"});
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+  auto gpu = RunMlp(data, "bsp", gpu_out, {"--device", "cuda"});
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
+  const std::string summary = ReadFile(gpu_out + "/summary.json");
+  EXPECT_NE(summary.find("\"device\": \"cuda:0\""), std::string::npos) << summary;
+  const auto a = JsonNumber(ReadFile(cpu_out + "/summary.json"), "test_loss");
+  const auto b = JsonNumber(summary, "test_loss");
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  EXPECT_NEAR(*b, *a, 1e-4 * *a);
 }
 
 }  // namespace
