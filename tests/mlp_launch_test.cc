@@ -35,34 +35,27 @@ std::string MakeData() {
   return dir;
 }
 
+// The tests' mlp job on `data`, into `out`: 4 classes, hidden layers 32 and 16, 4 epochs of
+// batches of 64.
+std::vector<std::string> MlpJob(const std::string& data, const std::string& out) {
+  return {"--model",      "mlp",
+          "--hidden",     "32,16",
+          "--classes",    "4",
+          "--train",      data + "/train.libsvm",
+          "--test",       data + "/test.libsvm",
+          "--epochs",     "4",
+          "--batch-size", "64",
+          "--out",        out};
+}
+
 // Runs the 2-server, 2-worker mlp job of the tests under `sync` into `out` (with `extra`
 // flags).
 testing_util::RunResult RunMlp(const std::string& data, const std::string& sync,
                                const std::string& out, std::vector<std::string> extra = {}) {
-  std::vector<std::string> argv = {kLaunch,
-                                   "--servers",
-                                   "2",
-                                   "--workers",
-                                   "2",
-                                   "--sync",
-                                   sync,
-                                   "--model",
-                                   "mlp",
-                                   "--hidden",
-                                   "32,16",
-                                   "--classes",
-                                   "4",
-                                   "--train",
-                                   data + "/train.libsvm",
-                                   "--test",
-                                   data + "/test.libsvm",
-                                   "--epochs",
-                                   "4",
-                                   "--batch-size",
-                                   "64",
-                                   "--out",
-                                   out};
+  std::vector<std::string> argv = {kLaunch, "--servers", "2", "--workers", "2", "--sync", sync};
   argv.insert(argv.end(), extra.begin(), extra.end());
+  const std::vector<std::string> job = MlpJob(data, out);
+  argv.insert(argv.end(), job.begin(), job.end());
   return RunProcess(argv);
 }
 
@@ -130,31 +123,11 @@ TEST(MlpLaunchTest, ACpuWorkerAndAnAutoWorkerTrainOneJob) {
     output.append(line.data(), line.size());
     output += '\n';
   });
-  ASSERT_TRUE(group
-                  .Start(ProcessSpec{"launch",
-                                     {kLaunch,
-                                      "--servers",
-                                      "1",
-                                      "--workers",
-                                      "2",
-                                      "--external-workers",
-                                      "--model",
-                                      "mlp",
-                                      "--hidden",
-                                      "32,16",
-                                      "--classes",
-                                      "4",
-                                      "--train",
-                                      data + "/train.libsvm",
-                                      "--test",
-                                      data + "/test.libsvm",
-                                      "--epochs",
-                                      "4",
-                                      "--batch-size",
-                                      "64",
-                                      "--out",
-                                      out}})
-                  .ok());
+  std::vector<std::string> launch = {kLaunch,     "--servers", "1",
+                                     "--workers", "2",         "--external-workers"};
+  const std::vector<std::string> job = MlpJob(data, out);
+  launch.insert(launch.end(), job.begin(), job.end());
+  ASSERT_TRUE(group.Start(ProcessSpec{"launch", launch}).ok());
   std::vector<ExitEvent> exited;
   std::string address;
   for (int i = 0; i < 300 && address.empty() && exited.empty(); ++i) {

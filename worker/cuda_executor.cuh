@@ -119,65 +119,56 @@ class CudaExecutor {
  public:
   explicit CudaExecutor(int device) : s_(std::make_shared<CudaState>(device)) {}
 
-  template <class T>
-  class Array {
+  // Grow-only storage, on the device (Array) or in pinned host memory (PinnedArray). Growing
+  // drops the contents; work still queued may use the old memory, so the device finishes it
+  // first (growing is rare: buffers are kept across steps).
+  template <class T, bool kPinned>
+  class Buffer {
    public:
-    Array() = default;
-    Array(const Array&) = delete;
-    Array& operator=(const Array&) = delete;
-    Array(Array&& other) noexcept
+    Buffer() = default;
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+    Buffer(Buffer&& other) noexcept
         : p_(std::exchange(other.p_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-    Array& operator=(Array&& other) noexcept {
+    Buffer& operator=(Buffer&& other) noexcept {
       std::swap(p_, other.p_);
       std::swap(size_, other.size_);
       return *this;
     }
-    ~Array() { cudaFree(p_); }
+    ~Buffer() { Free(); }
     T* data() { return p_; }
     const T* data() const { return p_; }
-    // Grows to at least n, dropping the contents. Kernels still queued may read the old
-    // memory: the device finishes them first (growing is rare: buffers are kept across steps).
     void Reserve(size_t n) {
       if (n <= size_) return;
       if (p_ != nullptr) {
         Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+        Free();
+      }
+      p_ = nullptr;
+      size_ = 0;
+      if constexpr (kPinned) {
+        Check(cudaMallocHost(&p_, n * sizeof(T)), "cudaMallocHost");
+      } else {
+        Check(cudaMalloc(&p_, n * sizeof(T)), "cudaMalloc");
+      }
+      size_ = n;
+    }
+
+   private:
+    void Free() {
+      if constexpr (kPinned) {
+        cudaFreeHost(p_);
+      } else {
         cudaFree(p_);
       }
-      p_ = nullptr;
-      Check(cudaMalloc(&p_, n * sizeof(T)), "cudaMalloc");
-      size_ = n;
     }
-
-   private:
     T* p_ = nullptr;
     size_t size_ = 0;
   };
-
   template <class T>
-  class PinnedArray {
-   public:
-    PinnedArray() = default;
-    PinnedArray(const PinnedArray&) = delete;
-    PinnedArray& operator=(const PinnedArray&) = delete;
-    ~PinnedArray() { cudaFreeHost(p_); }
-    T* data() { return p_; }
-    const T* data() const { return p_; }
-    // Grows to at least n, dropping the contents, once copies still queued are done with it.
-    void Reserve(size_t n) {
-      if (n <= size_) return;
-      if (p_ != nullptr) {
-        Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-        cudaFreeHost(p_);
-      }
-      p_ = nullptr;
-      Check(cudaMallocHost(&p_, n * sizeof(T)), "cudaMallocHost");
-      size_ = n;
-    }
-
-   private:
-    T* p_ = nullptr;
-    size_t size_ = 0;
-  };
+  using Array = Buffer<T, false>;
+  template <class T>
+  using PinnedArray = Buffer<T, true>;
 
   template <class F>
   void ForEach(size_t n, const F& f) {
