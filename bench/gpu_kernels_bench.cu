@@ -56,65 +56,74 @@ void SparseKernels(CudaExecutor& e, bool quick) {
   absl::PrintF(
       "\n## Sparse gather and scatter against a device-to-device copy of the same bytes\n\n"
       "Bytes: the rows each example reads (or the row gradients each feature adds) and the "
-      "outputs written; the copy moves as many (half read, half written). Best of 7.\n\n"
-      "| kernel | examples | features/example | keys | dim | GB/s | copy GB/s | kernel/copy |\n"
-      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+      "outputs written; the copy moves as many (half read, half written). Best of 7. Ids: "
+      "\"skewed\" draws each field's from 2^22 with a skew; \"hot\" gives every field 4 "
+      "values (as some of Criteo's have), so a row's gradient sums thousands of features, one "
+      "thread per row and column.\n\n"
+      "| kernel | ids | examples | features/example | keys | dim | GB/s | copy GB/s | "
+      "kernel/copy |\n"
+      "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   const size_t n = quick ? 4096 : 65536;
   const int per_example = 39;
-  std::mt19937_64 rng(7);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  device_step::HostBatch<CudaExecutor> host;
-  host.Reserve(n, n * per_example, /*ctr=*/false);
-  std::vector<uint64_t> ids;
-  for (size_t i = 0; i < n; ++i) {
-    host.offsets.data()[i] = static_cast<uint32_t>(i * per_example);
-    host.labels.data()[i] = 0;
-    for (int f = 0; f < per_example; ++f) {
-      const uint64_t id = (static_cast<uint64_t>(f) << 22) |
-                          static_cast<uint64_t>(std::pow(u(rng), 3.0f) * (1 << 22));
-      host.ids.data()[i * per_example + f] = id;
-      host.values.data()[i * per_example + f] = 1.0f;
-      ids.push_back(id);
+  for (const bool hot : {false, true}) {
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    device_step::HostBatch<CudaExecutor> host;
+    host.Reserve(n, n * per_example, /*ctr=*/false);
+    std::vector<uint64_t> ids;
+    for (size_t i = 0; i < n; ++i) {
+      host.offsets.data()[i] = static_cast<uint32_t>(i * per_example);
+      host.labels.data()[i] = 0;
+      for (int f = 0; f < per_example; ++f) {
+        const uint64_t value = hot ? static_cast<uint64_t>(u(rng) * 4)
+                                   : static_cast<uint64_t>(std::pow(u(rng), 3.0f) * (1 << 22));
+        const uint64_t id = (static_cast<uint64_t>(f) << 22) | value;
+        host.ids.data()[i * per_example + f] = id;
+        host.values.data()[i * per_example + f] = 1.0f;
+        ids.push_back(id);
+      }
     }
-  }
-  host.offsets.data()[n] = static_cast<uint32_t>(n * per_example);
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  device_step::SparseBatch<CudaExecutor> batch;
-  batch.Upload(e, host, ids.data(), ids.size());
-  batch.Index(e);
-  for (const int dim : {16, 64, 256}) {
-    CudaExecutor::Array<float> rows, bias, out, grads;
-    rows.Reserve(ids.size() * dim);
-    bias.Reserve(dim);
-    out.Reserve(n * dim);
-    grads.Reserve(ids.size() * dim);
-    e.Zero(rows.data(), ids.size() * dim);
-    e.Zero(bias.data(), dim);
-    e.Zero(out.data(), n * dim);
-    const size_t moved = (n * per_example * dim + n * dim) * sizeof(float);
-    const double gather =
-        BestMs(e.stream(), 7, [&] { batch.Gather(e, rows.data(), bias.data(), dim, out.data()); });
-    const size_t scattered = (n * per_example * dim + ids.size() * dim) * sizeof(float);
-    const double scatter =
-        BestMs(e.stream(), 7, [&] { batch.Scatter(e, out.data(), dim, grads.data()); });
-    const double copy_gather = CopyMs(e, moved), copy_scatter = CopyMs(e, scattered);
-    auto gbs = [](size_t bytes, double ms) { return bytes / (ms * 1e6); };
-    absl::PrintF("| gather | %d | %d | %d | %d | %.0f | %.0f | %.2f |\n", n, per_example,
-                 ids.size(), dim, gbs(moved, gather), gbs(moved, copy_gather),
-                 copy_gather / gather);
-    absl::PrintF("| scatter | %d | %d | %d | %d | %.0f | %.0f | %.2f |\n", n, per_example,
-                 ids.size(), dim, gbs(scattered, scatter), gbs(scattered, copy_scatter),
-                 copy_scatter / scatter);
+    host.offsets.data()[n] = static_cast<uint32_t>(n * per_example);
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    device_step::SparseBatch<CudaExecutor> batch;
+    batch.Upload(e, host, ids.data(), ids.size());
+    batch.Index(e);
+    for (const int dim : {16, 64, 256}) {
+      CudaExecutor::Array<float> rows, bias, out, grads;
+      rows.Reserve(ids.size() * dim);
+      bias.Reserve(dim);
+      out.Reserve(n * dim);
+      grads.Reserve(ids.size() * dim);
+      e.Zero(rows.data(), ids.size() * dim);
+      e.Zero(bias.data(), dim);
+      e.Zero(out.data(), n * dim);
+      const size_t moved = (n * per_example * dim + n * dim) * sizeof(float);
+      const double gather = BestMs(
+          e.stream(), 7, [&] { batch.Gather(e, rows.data(), bias.data(), dim, out.data()); });
+      const size_t scattered = (n * per_example * dim + ids.size() * dim) * sizeof(float);
+      const double scatter =
+          BestMs(e.stream(), 7, [&] { batch.Scatter(e, out.data(), dim, grads.data()); });
+      const double copy_gather = CopyMs(e, moved), copy_scatter = CopyMs(e, scattered);
+      auto gbs = [](size_t bytes, double ms) { return bytes / (ms * 1e6); };
+      const char* kind = hot ? "hot" : "skewed";
+      absl::PrintF("| gather | %s | %d | %d | %d | %d | %.0f | %.0f | %.2f |\n", kind, n,
+                   per_example, ids.size(), dim, gbs(moved, gather), gbs(moved, copy_gather),
+                   copy_gather / gather);
+      absl::PrintF("| scatter | %s | %d | %d | %d | %d | %.0f | %.0f | %.2f |\n", kind, n,
+                   per_example, ids.size(), dim, gbs(scattered, scatter),
+                   gbs(scattered, copy_scatter), copy_scatter / scatter);
+    }
   }
 }
 
 void Gemms(CudaExecutor& e, bool quick) {
   absl::PrintF(
       "\n## The mlp's matrix products (256,128, K=10) against cuBLAS at the same shapes\n\n"
-      "The step's: row-major through the executor, cuBLAS in pedantic FP32. cuBLAS: the same "
-      "call in its default math, and in TF32 (which the step does not use: it would break the "
-      "1e-4 agreement with the CPU). TFLOP/s, best of 7.\n\n"
+      "The step's: row-major through the executor (cuBLAS, plain FP32, operands swapped for "
+      "the row-major layout). cuBLAS: a handle of its own, the same shapes in its default math "
+      "and in TF32 (which the step does not use: it would break the 1e-4 agreement with the "
+      "CPU). TFLOP/s, best of 7.\n\n"
       "| product | m x n x k | step | cuBLAS FP32 | step/cuBLAS | cuBLAS TF32 |\n"
       "| --- | --- | ---: | ---: | ---: | ---: |\n");
   const int batch = quick ? 4096 : 65536;

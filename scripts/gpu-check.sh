@@ -14,7 +14,7 @@
 #                                           the CUDA codecs, one-rank NCCL, the launch tests of
 #                                           the mlp with a GPU worker),
 #                                        2. the CUDA tests again under compute-sanitizer
-#                                           memcheck and racecheck,
+#                                           memcheck, initcheck and racecheck,
 #                                        3. syncline-bench-gpu and the codec benchmark,
 #                                        4. a ctr job at batch 4096 with embeddings on CPU
 #                                           servers, on GPU workers and on CPU workers, for the
@@ -130,6 +130,8 @@ run() {
               head -1)
   [ -n "$sanitizer" ] || { echo "compute-sanitizer not found: the sanitizer steps fail" | tee -a "$summary"; sanitizer=compute-sanitizer; }
   step memcheck_models 240 "$sanitizer" --tool memcheck --error-exitcode 9 \
+    "$(bin worker_device_model_test)" --gtest_filter="$cuda_only"
+  step initcheck_models 240 "$sanitizer" --tool initcheck --error-exitcode 9 \
     "$(bin worker_device_model_test)" --gtest_filter="$cuda_only"
   step racecheck_models 300 "$sanitizer" --tool racecheck --error-exitcode 9 \
     "$(bin worker_device_model_test)" --gtest_filter="$cuda_only"

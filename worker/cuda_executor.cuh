@@ -4,7 +4,9 @@
 // synchronisation than the stream's; events mark the ends of the upload and download phases
 // for the per-step time split. Kernels are grid-stride loops over the device_step functors;
 // matrix products go to cuBLAS in plain FP32 (TF32 would break the 1e-4 agreement with the CPU
-// models), sorts and unique passes to CUB.
+// models), sorts and unique passes to CUB. Every entry point of a model calls Activate() first,
+// so that a model made on one thread may be called from another (the current device is the
+// thread's).
 //
 // A CUDA error in the middle of a step (a lost device, memory exhausted) leaves nothing to
 // train with: the process stops at once with the error named, and the job's recovery
@@ -76,7 +78,9 @@ struct CudaState {
     Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     Check(cublasCreate(&blas), "cublasCreate");
     Check(cublasSetStream(blas, stream), "cublasSetStream");
-    Check(cublasSetMathMode(blas, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+    // Plain FP32 (the default keeps SGEMM off TF32, which would break the 1e-4 agreement with
+    // the CPU models; pedantic mode would also rule out faster FP32 algorithms).
+    Check(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     for (cudaEvent_t& e : marks) Check(cudaEventCreate(&e), "cudaEventCreate");
     Check(cudaMalloc(&selected, sizeof(int64_t)), "cudaMalloc");
   }
@@ -261,6 +265,8 @@ class CudaExecutor {
   }
 
   void Finish() { Check(cudaStreamSynchronize(s_->stream), "cudaStreamSynchronize"); }
+  // Makes the executor's device the calling thread's current one.
+  void Activate() { Check(cudaSetDevice(s_->device), "cudaSetDevice"); }
 
   // The stream the executor's work goes to (benchmarks time it with events).
   cudaStream_t stream() const { return s_->stream; }

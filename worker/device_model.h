@@ -95,6 +95,7 @@ class DeviceModel final : public Model {
   std::vector<uint64_t> BatchKeys(const Dataset& data,
                                   absl::Span<const uint32_t> examples) const override {
     absl::MutexLock lock(&mu_);
+    e_.Activate();
     // ctr: the categorical ids (the dense entries' are values, not keys).
     const size_t skip = ctr() ? kCriteoDenseFields : 0;
     const size_t nnz = ctr() ? CheckCtrExamples(data, examples) * device_step::kCtrFields
@@ -121,6 +122,7 @@ class DeviceModel final : public Model {
                          absl::Span<float> bias_grad) const override {
     model_internal::CheckShapes(row_dim(), bias_dim(), keys, rows, bias, row_grads, bias_grad);
     absl::MutexLock lock(&mu_);
+    e_.Activate();
     Pack(data, examples);
     UploadStep(keys, rows, bias);
     e_.Mark(1);
@@ -157,6 +159,7 @@ class DeviceModel final : public Model {
                absl::Span<const float> bias, std::vector<float>* scores) const override {
     model_internal::CheckShapes(row_dim(), bias_dim(), keys, rows, bias);
     absl::MutexLock lock(&mu_);
+    e_.Activate();
     Pack(data, examples);
     UploadStep(keys, rows, bias);
     batch_.Index(e_);

@@ -16,6 +16,8 @@
 //   e.SortUnique(ids, n, out) -> count
 //                        the sorted unique values of ids[0, n) into out (CUB)
 //   e.Finish()           waits for the work issued (the host's is done already)
+//   e.Activate()         makes the executor's device the calling thread's (a model's entry
+//                        points call it first)
 //
 // The host executor runs the same steps serially, so the index arithmetic of every kernel and
 // the order of every step is checked against the CPU models (device_model_test.cc) on machines

@@ -78,6 +78,7 @@ class HostExecutor {
     return static_cast<size_t>(std::unique(out, out + n) - out);
   }
   void Finish() {}
+  void Activate() {}
   // Phase marks, for the device's copy times: the host copies nothing.
   void Mark(int phase) {}
   absl::Duration Elapsed(int from, int to) const { return absl::ZeroDuration(); }
