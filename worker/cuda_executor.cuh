@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 #include <cub/device/device_select.cuh>
 #include <limits>
 #include <memory>
@@ -233,6 +234,17 @@ class CudaExecutor {
     Check(cub::DeviceRadixSort::SortPairs(s_->Scratch(bytes), bytes, slots, sorted, s_->iota, order,
                                           count, 0, bits, s_->stream),
           "cub::DeviceRadixSort::SortPairs");
+  }
+
+  void ExclusiveSum(const uint32_t* in, uint32_t* out, size_t n) {
+    if (n == 0) return;
+    CheckCount(n);
+    size_t bytes = 0;
+    const int count = static_cast<int>(n);
+    Check(cub::DeviceScan::ExclusiveSum(nullptr, bytes, in, out, count, s_->stream),
+          "cub::DeviceScan::ExclusiveSum (size)");
+    Check(cub::DeviceScan::ExclusiveSum(s_->Scratch(bytes), bytes, in, out, count, s_->stream),
+          "cub::DeviceScan::ExclusiveSum");
   }
 
   // Sorts ids into out, then moves the unique ones to the front of `out`... CUB's unique pass

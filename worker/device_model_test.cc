@@ -211,6 +211,28 @@ TEST_P(DeviceModelTest, LossGradientsAndScoresMatchTheCpuModel) {
   EXPECT_EQ(zb, std::vector<float>(bias.size()));
 }
 
+// Rows with many times kPiece features (a field of few values): their sums span several pieces.
+TEST_P(DeviceModelTest, HotRowsSumOverSeveralPieces) {
+  Pair m = MakeModels();
+  SKIP_WITHOUT_DEVICE(m);
+  const Dataset data = DataFor(*m.cpu, 5, 900, 3, 4);
+  std::vector<uint32_t> examples(data.size());
+  std::iota(examples.begin(), examples.end(), 0u);
+  const std::vector<uint64_t> keys = m.cpu->BatchKeys(data, examples);
+  ASSERT_LE(keys.size(), 16u);  // hundreds of features a row
+  const std::vector<float> rows = Uniform(3, keys.size() * m.cpu->row_dim(), 0.3f);
+  const std::vector<float> bias = Uniform(4, m.cpu->bias_dim(), 0.3f);
+  std::vector<float> cpu_rows(rows.size()), cpu_bias(bias.size());
+  std::vector<float> dev_rows(rows.size()), dev_bias(bias.size());
+  const double a = m.cpu->LossAndGradient(data, examples, keys, rows, bias,
+                                          absl::MakeSpan(cpu_rows), absl::MakeSpan(cpu_bias));
+  const double b = m.device->LossAndGradient(data, examples, keys, rows, bias,
+                                             absl::MakeSpan(dev_rows), absl::MakeSpan(dev_bias));
+  EXPECT_NEAR(b, a, 1e-5 * std::fabs(a));
+  ExpectNear(cpu_rows, dev_rows, 1e-4, "row gradients");
+  ExpectNear(cpu_bias, dev_bias, 1e-4, "dense gradients");
+}
+
 TEST_P(DeviceModelTest, BatchKeysAreTheUniqueIds) {
   Pair m = MakeModels();
   SKIP_WITHOUT_DEVICE(m);

@@ -13,6 +13,8 @@
 //   e.Gemm(...)          row-major C = alpha op(A) op(B) + beta C, as worker/gemm.h (cuBLAS)
 //   e.SortBySlot(slots, sorted, order, n, bits)
 //                        stable sort of occurrence indices by slot (a radix sort: CUB)
+//   e.ExclusiveSum(in, out, n)
+//                        out[i] = in[0] + ... + in[i - 1] (uint32; a scan: CUB)
 //   e.SortUnique(ids, n, out) -> count
 //                        the sorted unique values of ids[0, n) into out (CUB)
 //   e.Finish()           waits for the work issued (the host's is done already)
@@ -24,9 +26,10 @@
 // without a GPU; the same tests run the CUDA executor where there is one.
 //
 // Determinism: no kernel uses atomics. Row gradients are summed per row in the order the
-// features occur in the batch (a stable sort groups them), dense gradients per column in fixed
-// chunks, and the loss per example (summed on the host in example order), so a step's result is
-// a pure function of its inputs, as BSP's reproducibility needs.
+// features occur in the batch (a stable sort groups them), in pieces of kPiece features whose
+// partial sums are then added in order; dense gradients per column in fixed chunks; the loss
+// per example (summed on the host in example order). So a step's result is a pure function of
+// its inputs, as BSP's reproducibility needs.
 //
 // Thread-safety: the functors are immutable; a step uses its executor and buffers alone.
 #ifndef SYNCLINE_WORKER_DEVICE_STEP_H_
@@ -130,24 +133,84 @@ struct SparseForward {
   }
 };
 
-// The scatter of a sparse layer's gradient: grads[u][k] = sum over the features j of row u, in
-// the order they occur, of values[j] * dout[example_of[j]][k] (SETS grads; i = u * dim + k).
-struct ScatterRows {
-  const uint32_t* begins;  // SegmentBegins
-  const uint32_t* order;   // feature indices sorted by slot
+// The scatter of a gradient onto the batch's rows: grads[u][k] = the sum over row u's features
+// j, in the order they occur, of a term (j, k). A row may have thousands of features (a field
+// with a handful of values), so the sum is cut into pieces of kPiece features: each piece's
+// partial sum is one thread's (SumPieces), then each row adds its pieces' partials in order
+// (AddPieces). The order is fixed by the batch alone, so the result is deterministic, with no
+// atomics, and no thread's chain of loads is longer than kPiece + the row's pieces.
+inline constexpr uint32_t kPiece = 128;
+
+// The term of a sparse layer: values[j] * dout[example_of[j]][k].
+struct SparseTerm {
   const uint32_t* example_of;
   const float* values;
   const float* dout;
   int dim;
+  SYNCLINE_HD float operator()(uint32_t j, size_t k) const {
+    return values[j] * dout[static_cast<size_t>(example_of[j]) * dim + k];
+  }
+};
+
+// pieces[u] = the pieces of row u's features (0 for u = num_keys, so that an exclusive sum
+// over num_keys + 1 entries ends with the total).
+struct CountPieces {
+  const uint32_t* begins;
+  size_t num_keys;
+  uint32_t* pieces;
+  SYNCLINE_HD void operator()(size_t u) const {
+    pieces[u] = u < num_keys ? (begins[u + 1] - begins[u] + kPiece - 1) / kPiece : 0;
+  }
+};
+
+// partial[q][k] = the sum of term(j, k) over piece q's features (i = q * width + k); `first`
+// is CountPieces' exclusive sum: row u's pieces are [first[u], first[u + 1]). Launched over a
+// bound on the pieces: those past the total do nothing.
+template <class Term>
+struct SumPieces {
+  const uint32_t* begins;
+  const uint32_t* first;
+  const uint32_t* order;
+  size_t num_keys;
+  int width;
+  Term term;
+  float* partial;
+  SYNCLINE_HD void operator()(size_t i) const {
+    const size_t q = i / width;
+    const size_t k = i % width;
+    if (q >= first[num_keys]) return;
+    // The row: the last u with first[u] <= q (a row without pieces shares its first with the
+    // next row, which this skips).
+    size_t lo = 0, hi = num_keys + 1;
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo) / 2;
+      if (first[mid] <= q) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    const size_t u = lo - 1;
+    const uint32_t from = begins[u] + static_cast<uint32_t>(q - first[u]) * kPiece;
+    const uint32_t to = from + kPiece < begins[u + 1] ? from + kPiece : begins[u + 1];
+    float sum = 0;
+    for (uint32_t p = from; p < to; ++p) sum += term(order[p], k);
+    partial[i] = sum;
+  }
+};
+
+// grads[u][k] = the sum of row u's pieces' partials, in order (SETS grads; i = u * width + k).
+struct AddPieces {
+  const uint32_t* first;
+  const float* partial;
+  int width;
   float* grads;
   SYNCLINE_HD void operator()(size_t i) const {
-    const size_t u = i / dim;
-    const size_t k = i % dim;
+    const size_t u = i / width;
+    const size_t k = i % width;
     float sum = 0;
-    for (uint32_t p = begins[u]; p < begins[u + 1]; ++p) {
-      const uint32_t j = order[p];
-      sum += values[j] * dout[static_cast<size_t>(example_of[j]) * dim + k];
-    }
+    for (uint32_t q = first[u]; q < first[u + 1]; ++q)
+      sum += partial[static_cast<size_t>(q) * width + k];
     grads[i] = sum;
   }
 };
@@ -390,26 +453,16 @@ struct CtrInteractBackward {
   }
 };
 
-// grads [keys][D + 1]: each row's embedding gradient (dv of the fields with its id) and
-// first-order gradient (g of their examples), summed in the order the features occur (SETS
-// grads; i = u * (D + 1) + d).
-struct CtrScatterRows {
-  const uint32_t* begins;
-  const uint32_t* order;
+// The ctr model's term for a row's gradient [D + 1]: feature j's embedding gradient (dv of its
+// field) for k < D, and its example's g for the first-order weight.
+struct CtrTerm {
   const float* dv;
   const float* g;
   int dim;
-  float* grads;
-  SYNCLINE_HD void operator()(size_t i) const {
-    const size_t u = i / (dim + 1);
-    const int d = static_cast<int>(i % (dim + 1));
-    float sum = 0;
-    for (uint32_t p = begins[u]; p < begins[u + 1]; ++p) {
-      const uint32_t j = order[p];
-      const size_t e = j / kCtrFields;
-      sum += d < dim ? dv[(e * kCtrVectors + 1 + j % kCtrFields) * dim + d] : g[e];
-    }
-    grads[i] = sum;
+  SYNCLINE_HD float operator()(uint32_t j, size_t k) const {
+    const size_t e = j / kCtrFields;
+    return k < static_cast<size_t>(dim) ? dv[(e * kCtrVectors + 1 + j % kCtrFields) * dim + k]
+                                        : g[e];
   }
 };
 
@@ -479,6 +532,10 @@ class SparseBatch {
     // num_keys, so missing features still sort after every row's.
     e.SortBySlot(slots_.data(), sorted_slots_.data(), order_.data(), nnz_, BitsFor(num_keys_));
     e.ForEach(num_keys_ + 1, SegmentBegins{sorted_slots_.data(), nnz_, begins_.data()});
+    pieces_.Reserve(num_keys_ + 1);
+    first_.Reserve(num_keys_ + 1);
+    e.ForEach(num_keys_ + 1, CountPieces{begins_.data(), num_keys_, pieces_.data()});
+    e.ExclusiveSum(pieces_.data(), first_.data(), num_keys_ + 1);
   }
 
   // out [n][dim] = bias + the gather-sum of rows [num_keys][dim].
@@ -488,8 +545,16 @@ class SparseBatch {
   }
   // grads [num_keys][dim] = the scatter of dout [n][dim].
   void Scatter(E& e, const float* dout, int dim, float* grads) const {
-    e.ForEach(num_keys_ * dim, ScatterRows{begins_.data(), order_.data(), example_of_.data(),
-                                           values_.data(), dout, dim, grads});
+    ScatterTerms(e, SparseTerm{example_of_.data(), values_.data(), dout, dim}, dim, grads);
+  }
+  // grads [num_keys][width] = each row's sum of term(j, k) over its features (see SumPieces).
+  template <class Term>
+  void ScatterTerms(E& e, const Term& term, int width, float* grads) const {
+    const size_t bound = nnz_ / kPiece + num_keys_ + 1;  // pieces, at most
+    partial_.Reserve(bound * width);
+    e.ForEach(bound * width, SumPieces<Term>{begins_.data(), first_.data(), order_.data(),
+                                             num_keys_, width, term, partial_.data()});
+    e.ForEach(num_keys_ * width, AddPieces{first_.data(), partial_.data(), width, grads});
   }
 
   size_t n() const { return n_; }
@@ -502,7 +567,8 @@ class SparseBatch {
  private:
   size_t n_ = 0, nnz_ = 0, num_keys_ = 0;
   typename E::template Array<uint32_t> offsets_, slots_, sorted_slots_, order_, example_of_,
-      begins_;
+      begins_, pieces_, first_;
+  mutable typename E::template Array<float> partial_;  // SumPieces' partial sums
   typename E::template Array<uint64_t> ids_, keys_;
   typename E::template Array<float> values_;
   typename E::template Array<int32_t> labels_;
@@ -705,8 +771,7 @@ void CtrLossAndGradient(E& e, const Shape& s, const SparseBatch<E>& batch, const
          act->dense.data(), kCtrDense, 0.0f, dense_grads + s.bottom_w, kCtrDense);
   ColumnSums(e, act->dv.data(), n, dim, act->column_tmp, dense_grads + s.bottom_b, ld);
   // The rows: embeddings and first-order weights.
-  e.ForEach(batch.num_keys() * (dim + 1),
-            CtrScatterRows{batch.begins(), batch.order(), act->dv.data(), g, dim, row_grads});
+  batch.ScatterTerms(e, CtrTerm{act->dv.data(), g, dim}, dim + 1, row_grads);
 }
 
 }  // namespace syncline::device_step

@@ -72,6 +72,9 @@ class HostExecutor {
                      [&](uint32_t x, uint32_t y) { return (slots[x] & mask) < (slots[y] & mask); });
     for (size_t i = 0; i < n; ++i) sorted[i] = slots[order[i]];
   }
+  void ExclusiveSum(const uint32_t* in, uint32_t* out, size_t n) {
+    std::exclusive_scan(in, in + n, out, 0u);
+  }
   size_t SortUnique(const uint64_t* ids, size_t n, uint64_t* out) {
     std::copy(ids, ids + n, out);
     std::sort(out, out + n);
