@@ -55,10 +55,13 @@ bundle() {
     # The launch tests start the node binaries by the absolute paths they were built at.
     echo "$(basename "$t") $(realpath "$path")" >>"$stage/paths"
     # Every library but the C library's and CUDA's (the other machine has its own of those).
+    # The C++ runtime goes apart: the other machine's is likely newer, and an older one put
+    # first on LD_LIBRARY_PATH would break its own tools (compute-sanitizer).
     ldd "$path" | awk '/=> \// {print $3}' | while read -r lib; do
       case "$(basename "$lib")" in
         libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libcuda.so*|libcudart.so*|\
         libcublas*|libnccl.so*) ;;
+        libstdc++.so*|libgcc_s.so*) mkdir -p "$stage/compat" && cp -Ln "$lib" "$stage/compat/" ;;
         *) cp -Ln "$lib" "$stage/lib/" 2>/dev/null || true ;;
       esac
     done
@@ -96,6 +99,13 @@ run() {
   local unpacked=/tmp/syncline-gpu-bundle
   rm -rf "$unpacked" && mkdir -p "$unpacked" && tar -C "$unpacked" -xJf "$BUNDLE/bundle.tar.xz"
   local libs="$unpacked/lib"
+  # The machine's C++ runtime if it is as new as the build's (GCC 12: GLIBCXX_3.4.30), else ours.
+  local system_cxx
+  system_cxx=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 .*x86-64/ {print $NF; exit}')
+  if [ -z "$system_cxx" ] || ! grep -q GLIBCXX_3.4.30 "$system_cxx" 2>/dev/null; then
+    libs="$libs:$unpacked/compat"
+    echo "using the build's C++ runtime (the machine's is older or missing)" | tee -a "$summary"
+  fi
   for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
     local d
     d=$(find_lib "$lib")
@@ -141,6 +151,7 @@ run() {
   step bench_codec 180 "$(bin syncline-bench-codec)" --size-mib 4 64 256
   # ctr at batch 4096, 2 CPU servers, 2 workers, on GPUs (both on cuda:0 here) and on CPUs.
   local data=/tmp/syncline-gpu-check-data
+  mkdir -p "$data"
   step ctr_data 120 "$(bin syncline-gen)" criteo --rows 400000 --test-rows 20000 --seed 7 \
     --out "$data/train.tsv" --test-out "$data/test.tsv"
   for device in cuda cpu; do
