@@ -88,6 +88,7 @@ void SparseKernels(CudaExecutor& e, bool quick) {
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     device_step::SparseBatch<CudaExecutor> batch;
     batch.Upload(e, host, ids.data(), ids.size());
+    e.Fence();
     batch.Index(e);
     for (const int dim : {16, 64, 256}) {
       CudaExecutor::Array<float> rows, bias, out, grads;

@@ -1,8 +1,10 @@
 // The CUDA executor of worker/device_step.h (see there for what an executor provides).
 //
-// One stream carries an executor's copies and kernels in order, so a step needs no other
-// synchronisation than the stream's; events mark the ends of the upload and download phases
-// for the per-step time split. Kernels are grid-stride loops over the device_step functors;
+// Uploads go on a copy stream of their own, kernels and downloads on the compute stream, and
+// Fence() makes the compute stream wait for the uploads issued so far: a step uploads its batch,
+// fences, and indexes the batch while the pulled rows and the dense table are still on their way
+// up. Events on the copy stream time the uploads, on the compute stream the downloads (the
+// per-step time split). Kernels are grid-stride loops over the device_step functors;
 // matrix products go to cuBLAS in plain FP32 (TF32 would break the 1e-4 agreement with the CPU
 // models), sorts and unique passes to CUB. Every entry point of a model calls Activate() first,
 // so that a model made on one thread may be called from another (the current device is the
@@ -72,11 +74,14 @@ inline constexpr size_t kMaxBlocks = 132 * 32;
 
 inline size_t Blocks(size_t n) { return std::min(kMaxBlocks, (n + kThreads - 1) / kThreads); }
 
-// What the executor's copies share: a device, a stream, cuBLAS, CUB's scratch, phase events.
+// What the executor's copies share: a device, the compute and copy streams, cuBLAS, CUB's
+// scratch, the fence and phase events.
 struct CudaState {
   explicit CudaState(int device_ordinal) : device(device_ordinal) {
     Check(cudaSetDevice(device), "cudaSetDevice");
     Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    Check(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking), "cudaStreamCreate");
+    Check(cudaEventCreateWithFlags(&uploaded, cudaEventDisableTiming), "cudaEventCreate");
     Check(cublasCreate(&blas), "cublasCreate");
     Check(cublasSetStream(blas, stream), "cublasSetStream");
     // Plain FP32 (the default keeps SGEMM off TF32, which would break the 1e-4 agreement with
@@ -87,12 +92,15 @@ struct CudaState {
   }
   ~CudaState() {
     // Errors at teardown have no one left to tell.
+    cudaStreamSynchronize(copy);
     cudaStreamSynchronize(stream);
     cudaFree(scratch);
     cudaFree(selected);
     cudaFree(iota);
     for (cudaEvent_t e : marks) cudaEventDestroy(e);
+    cudaEventDestroy(uploaded);
     cublasDestroy(blas);
+    cudaStreamDestroy(copy);
     cudaStreamDestroy(stream);
   }
   CudaState(const CudaState&) = delete;
@@ -110,8 +118,11 @@ struct CudaState {
   }
 
   const int device;
-  cudaStream_t stream = nullptr;
+  cudaStream_t stream = nullptr;  // kernels, downloads
+  cudaStream_t copy = nullptr;    // uploads
   cublasHandle_t blas = nullptr;
+  cudaEvent_t uploaded = nullptr;  // Fence()'s
+  // Uploads begin, uploads end (copy stream); downloads begin, downloads end (compute stream).
   cudaEvent_t marks[4] = {};
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
@@ -182,11 +193,17 @@ class CudaExecutor {
     Check(cudaGetLastError(), "kernel launch");
   }
 
+  // On the copy stream: kernels see it after the next Fence() (or Finish()).
   template <class T>
   void Upload(T* dst, const T* src, size_t n) {
     if (n == 0) return;
-    Check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, s_->stream),
+    Check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, s_->copy),
           "cudaMemcpyAsync (upload)");
+  }
+  // Work issued after this waits for the uploads issued before it.
+  void Fence() {
+    Check(cudaEventRecord(s_->uploaded, s_->copy), "cudaEventRecord");
+    Check(cudaStreamWaitEvent(s_->stream, s_->uploaded, 0), "cudaStreamWaitEvent");
   }
   template <class T>
   void Download(T* dst, const T* src, size_t n) {
@@ -276,7 +293,10 @@ class CudaExecutor {
     return static_cast<size_t>(selected);
   }
 
-  void Finish() { Check(cudaStreamSynchronize(s_->stream), "cudaStreamSynchronize"); }
+  void Finish() {
+    Check(cudaStreamSynchronize(s_->copy), "cudaStreamSynchronize (copies)");
+    Check(cudaStreamSynchronize(s_->stream), "cudaStreamSynchronize");
+  }
   // Makes the executor's device the calling thread's current one.
   void Activate() { Check(cudaSetDevice(s_->device), "cudaSetDevice"); }
 
@@ -284,15 +304,23 @@ class CudaExecutor {
   cudaStream_t stream() const { return s_->stream; }
   cublasHandle_t blas() const { return s_->blas; }
 
-  void Mark(int phase) { Check(cudaEventRecord(s_->marks[phase], s_->stream), "cudaEventRecord"); }
-  // The time between two marks recorded in the last step (after its Finish).
+  void MarkUploadsBegin() { Record(0, s_->copy); }
+  void MarkUploadsEnd() { Record(1, s_->copy); }
+  void MarkDownloadsBegin() { Record(2, s_->stream); }
+  void MarkDownloadsEnd() { Record(3, s_->stream); }
+  // The marked phases of the last step (after its Finish).
+  absl::Duration UploadTime() const { return Elapsed(0, 1); }
+  absl::Duration DownloadTime() const { return Elapsed(2, 3); }
+
+ private:
+  void Record(int mark, cudaStream_t on) {
+    Check(cudaEventRecord(s_->marks[mark], on), "cudaEventRecord");
+  }
   absl::Duration Elapsed(int from, int to) const {
     float ms = 0;
     Check(cudaEventElapsedTime(&ms, s_->marks[from], s_->marks[to]), "cudaEventElapsedTime");
     return absl::Microseconds(static_cast<int64_t>(ms * 1000.0f));
   }
-
- private:
   static void CheckCount(size_t n) {
     if (n > static_cast<size_t>(std::numeric_limits<int>::max())) {
       Die("a sort", "more than 2^31 features in one batch");

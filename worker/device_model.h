@@ -109,6 +109,7 @@ class DeviceModel final : public Model {
     ids_.Reserve(nnz);
     unique_.Reserve(nnz);
     e_.Upload(ids_.data(), host_ids_.data(), nnz);
+    e_.Fence();
     const size_t count = e_.SortUnique(ids_.data(), nnz, unique_.data());
     std::vector<uint64_t> keys(count);
     e_.Download(keys.data(), unique_.data(), count);
@@ -124,11 +125,9 @@ class DeviceModel final : public Model {
     absl::MutexLock lock(&mu_);
     e_.Activate();
     Pack(data, examples);
-    UploadStep(keys, rows, bias);
-    e_.Mark(1);
-    batch_.Index(e_);
     row_grads_.Reserve(rows.size());
     dense_grads_.Reserve(bias.size());
+    UploadStep(keys, rows, bias);
     if (ctr()) {
       device_step::CtrLossAndGradient(e_, shape_, batch_, rows_.data(), dense_.data(), &ctr_,
                                       row_grads_.data(), dense_grads_.data());
@@ -136,16 +135,16 @@ class DeviceModel final : public Model {
       device_step::LossAndGradient(e_, shape_, batch_, rows_.data(), dense_.data(), &act_,
                                    row_grads_.data(), dense_grads_.data());
     }
-    e_.Mark(2);
     host_grads_.Reserve(rows.size() + bias.size());
     host_loss_.Reserve(examples.size());
+    e_.MarkDownloadsBegin();
     e_.Download(host_grads_.data(), row_grads_.data(), rows.size());
     e_.Download(host_grads_.data() + rows.size(), dense_grads_.data(), bias.size());
     e_.Download(host_loss_.data(), ctr() ? ctr_.loss.data() : act_.loss.data(), examples.size());
-    e_.Mark(3);
+    e_.MarkDownloadsEnd();
     e_.Finish();
-    upload_ += e_.Elapsed(0, 1);
-    download_ += e_.Elapsed(2, 3);
+    upload_ += e_.UploadTime();
+    download_ += e_.DownloadTime();
     const float* grads = host_grads_.data();
     for (size_t i = 0; i < rows.size(); ++i) row_grads[i] += grads[i];
     for (size_t i = 0; i < bias.size(); ++i) bias_grad[i] += grads[rows.size() + i];
@@ -162,7 +161,6 @@ class DeviceModel final : public Model {
     e_.Activate();
     Pack(data, examples);
     UploadStep(keys, rows, bias);
-    batch_.Index(e_);
     const float* logits;
     if (ctr()) {
       device_step::CtrForward(e_, shape_, batch_, rows_.data(), dense_.data(), &ctr_);
@@ -232,18 +230,22 @@ class DeviceModel final : public Model {
     offsets[examples.size()] = at;
   }
 
+  // Uploads the batch and indexes it, while the rows and the dense table are still on their
+  // way up; the step may start once this returns.
   void UploadStep(absl::Span<const uint64_t> keys, absl::Span<const float> rows,
                   absl::Span<const float> bias) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    e_.Mark(0);
-    batch_.Upload(e_, host_, keys.data(), keys.size());
-    if (ctr()) {
-      ctr_.dense.Reserve(host_.n * kCriteoDenseFields);
-      e_.Upload(ctr_.dense.data(), host_.dense.data(), host_.n * kCriteoDenseFields);
-    }
     rows_.Reserve(rows.size());
     dense_.Reserve(bias.size());
+    if (ctr()) ctr_.dense.Reserve(host_.n * kCriteoDenseFields);
+    e_.MarkUploadsBegin();
+    batch_.Upload(e_, host_, keys.data(), keys.size());
+    e_.Fence();
+    batch_.Index(e_);
+    if (ctr()) e_.Upload(ctr_.dense.data(), host_.dense.data(), host_.n * kCriteoDenseFields);
     e_.Upload(rows_.data(), rows.data(), rows.size());
     e_.Upload(dense_.data(), bias.data(), bias.size());
+    e_.MarkUploadsEnd();
+    e_.Fence();
   }
 
   const std::unique_ptr<Model> reference_;

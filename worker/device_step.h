@@ -9,7 +9,11 @@
 //   E::Array<T>          grow-only storage where the kernels run: data(), Reserve(n)
 //   E::PinnedArray<T>    grow-only host storage that uploads and downloads read and write
 //   e.ForEach(n, f)      f(i) for every i in [0, n), in any order and concurrently
-//   e.Upload(dst, src, n), e.Download(dst, src, n), e.Zero(p, n)
+//   e.Upload(dst, src, n)
+//                        host to device, on a copy stream: kernels see it after e.Fence()
+//   e.Fence()            work issued after it waits for the uploads issued before it
+//   e.Download(dst, src, n), e.Zero(p, n)
+//                        in order with the kernels
 //   e.Gemm(...)          row-major C = alpha op(A) op(B) + beta C, as worker/gemm.h (cuBLAS)
 //   e.SortBySlot(slots, sorted, order, n, bits)
 //                        stable sort of occurrence indices by slot (a radix sort: CUB)
@@ -17,7 +21,7 @@
 //                        out[i] = in[0] + ... + in[i - 1] (uint32; a scan: CUB)
 //   e.SortUnique(ids, n, out) -> count
 //                        the sorted unique values of ids[0, n) into out (CUB)
-//   e.Finish()           waits for the work issued (the host's is done already)
+//   e.Finish()           waits for the work and the uploads issued
 //   e.Activate()         makes the executor's device the calling thread's (a model's entry
 //                        points call it first)
 //
@@ -502,7 +506,8 @@ struct HostBatch {
 template <class E>
 class SparseBatch {
  public:
-  // Uploads `batch` and `keys` (sorted unique: the rows the model reads, in this order).
+  // Uploads `batch` and `keys` (sorted unique: the rows the model reads, in this order); Index
+  // needs a Fence() after it.
   void Upload(E& e, const HostBatch<E>& batch, const uint64_t* keys, size_t num_keys) {
     n_ = batch.n;
     nnz_ = batch.nnz;

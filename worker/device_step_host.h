@@ -1,6 +1,8 @@
 // The host executor of worker/device_step.h: the device steps run serially on the CPU, with the
 // same kernels, so that their index arithmetic and order are tested where there is no GPU. It
-// sorts as the device's radix sort does (stable, on the low bits only). For tests.
+// sorts as the device's radix sort does (stable, on the low bits only), and, as the device's
+// copy stream may, holds uploads back until the next Fence() or Finish(): a step that reads
+// what it uploaded without a fence reads stale (poisoned) memory and fails. For tests.
 //
 // Thread-safety: thread-compatible.
 #ifndef SYNCLINE_WORKER_DEVICE_STEP_HOST_H_
@@ -51,7 +53,14 @@ class HostExecutor {
   }
   template <class T>
   void Upload(T* dst, const T* src, size_t n) {
-    if (n > 0) std::memcpy(dst, src, n * sizeof(T));
+    if (n == 0) return;
+    const auto* bytes = reinterpret_cast<const char*>(src);
+    uploads_.push_back(
+        Pending{reinterpret_cast<char*>(dst), std::vector<char>(bytes, bytes + n * sizeof(T))});
+  }
+  void Fence() {
+    for (const Pending& p : uploads_) std::memcpy(p.dst, p.bytes.data(), p.bytes.size());
+    uploads_.clear();
   }
   template <class T>
   void Download(T* dst, const T* src, size_t n) {
@@ -80,16 +89,25 @@ class HostExecutor {
     std::sort(out, out + n);
     return static_cast<size_t>(std::unique(out, out + n) - out);
   }
-  void Finish() {}
+  void Finish() { Fence(); }
   void Activate() {}
   // Phase marks, for the device's copy times: the host copies nothing.
-  void Mark(int phase) {}
-  absl::Duration Elapsed(int from, int to) const { return absl::ZeroDuration(); }
+  void MarkUploadsBegin() {}
+  void MarkUploadsEnd() {}
+  void MarkDownloadsBegin() {}
+  void MarkDownloadsEnd() {}
+  absl::Duration UploadTime() const { return absl::ZeroDuration(); }
+  absl::Duration DownloadTime() const { return absl::ZeroDuration(); }
 
   int launches() const { return launches_; }
 
  private:
+  struct Pending {
+    char* dst;
+    std::vector<char> bytes;
+  };
   int launches_ = 0;
+  std::vector<Pending> uploads_;  // until the next Fence()
 };
 
 }  // namespace syncline::device_step
