@@ -6,27 +6,30 @@
 #   scripts/gpu-check.sh bundle        here: builds the GPU tests, the binaries the launch tests
 #                                      start and the benchmarks (sm_90), and packs them with
 #                                      every library the other machine lacks into
-#                                      .gpu-bundle/bundle.tar.xz (about 15 MB; ignored by git;
+#                                      .gpu-bundle/bundle.tar.xz (about 14 MB; ignored by git;
 #                                      carry .gpu-bundle)
 #   scripts/gpu-check.sh run [OUT]     there, from the repository root: puts the binaries where
-#                                      the tests expect them, then runs
+#                                      the tests expect them, then runs, in this order,
 #                                        1. the GPU tests (device models against the CPU models,
 #                                           the CUDA codecs, one-rank NCCL, the launch tests of
 #                                           the mlp with a GPU worker),
-#                                        2. the CUDA tests again under compute-sanitizer
-#                                           memcheck, initcheck and racecheck,
-#                                        3. syncline-bench-gpu and the codec benchmark,
-#                                        4. a ctr job at batch 4096 with embeddings on CPU
+#                                        2. syncline-bench-gpu,
+#                                        3. a ctr job at batch 4096 with embeddings on CPU
 #                                           servers, on GPU workers and on CPU workers, for the
 #                                           step split (network, PCIe or compute?),
+#                                        4. the CUDA tests again under compute-sanitizer
+#                                           memcheck, initcheck and racecheck,
+#                                        5. the codec benchmark,
 #                                      printing a summary line per step, the benchmarks' tables
 #                                      and the jobs' step_seconds, and packing every log into
 #                                      OUT/logs.tar.gz (OUT: default $OUT, else
 #                                      ./gpu-check-out). It never stops at the first failure:
-#                                      one run must say everything.
+#                                      one run must say everything, within GPU_CHECK_SECONDS
+#                                      (default 540): steps that would run past it are cut
+#                                      short or skipped, saying so.
 #
 # Example with the device tool: `scripts/gpu-check.sh bundle` here, then
-#   run(command="scripts/gpu-check.sh run", carry=[".gpu-bundle"], timeout_s=540)
+#   run(command="scripts/gpu-check.sh run", carry=[".gpu-bundle"], timeout_s=590)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=.gpu-bundle
@@ -118,10 +121,21 @@ run() {
   bin() { awk -v n="$1" '$1 == n {print $2}' "$unpacked/paths"; }
   { nvidia-smi -L; nvidia-smi --query-gpu=driver_version,clocks.sm,clocks.mem --format=csv; } \
     >"$out/gpu.txt" 2>&1
-  local failed=0
-  step() {  # step NAME TIMEOUT COMMAND...: runs it, logs to OUT/NAME.log, one line of summary
+  local failed=0 budget=${GPU_CHECK_SECONDS:-540}
+  # step NAME LIMIT COMMAND...: runs it (at most LIMIT seconds), logs to NAME.log, one line of
+  # summary; skipped when it could run past the budget. After each, the summary and the logs
+  # are copied to DEST, so that a run cut short still returns what it did.
+  step() {
     local name=$1 limit=$2
     shift 2
+    if [ $((SECONDS + limit)) -gt "$budget" ]; then
+      limit=$((budget - SECONDS))
+      if [ "$limit" -lt 20 ]; then
+        printf '%-28s skipped: the %ds budget is spent\n' "$name" "$budget" | tee -a "$summary"
+        failed=1
+        return
+      fi
+    fi
     local start=$SECONDS
     timeout "$limit" "$@" >"$out/$name.log" 2>&1
     local rc=$?
@@ -129,36 +143,41 @@ run() {
     printf '%-28s rc=%-3d %4ds  %s\n' "$name" "$rc" $((SECONDS - start)) \
       "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test|ERROR SUMMARY|RACECHECK SUMMARY' \
            "$out/$name.log" | tr '\n' ' ' | cut -c1-160)" | tee -a "$summary"
+    cp "$summary" "$dest/summary.txt"
+    tar -C "$out" -czf "$dest/logs.tar.gz" .
   }
+  # Most telling first: the tests, the benchmark, the ctr job's split, then the sanitizers
+  # (slowest), the codec benchmark last (measured on an H200 before).
   step device_model_test 120 "$(bin worker_device_model_test)"
-  step codec_cuda_test 120 "$(bin compression_cuda_test)"
-  step nccl_test 120 "$(bin nccl_communicator_test)"
-  step mlp_launch_tests 240 "$(bin integration_test)" --gtest_filter='MlpLaunchTest.*'
-  local cuda_only='*Cuda*' sanitizer
+  step codec_cuda_test 90 "$(bin compression_cuda_test)"
+  step nccl_test 90 "$(bin nccl_communicator_test)"
+  step mlp_launch_tests 180 "$(bin integration_test)" --gtest_filter='MlpLaunchTest.*'
+  step bench_gpu 150 "$(bin syncline-bench-gpu)" --seconds 0.5
+  # ctr at batch 4096, 2 CPU servers, 2 workers, on GPUs (both on cuda:0 here) and on CPUs.
+  local data=/tmp/syncline-gpu-check-data
+  mkdir -p "$data"
+  step ctr_data 60 "$(bin syncline-gen)" criteo --rows 200000 --test-rows 20000 --seed 7 \
+    --out "$data/train.tsv" --test-out "$data/test.tsv"
+  for device in cuda cpu; do
+    step "ctr_job_$device" 120 "$(bin syncline-launch)" --servers 2 --workers 2 --sync bsp \
+      --model ctr --train "$data/train.tsv" --test "$data/test.tsv" --batch-size 4096 \
+      --epochs 1 --device "$device" --out "$out/ctr-$device"
+  done
+  # Under the sanitizers, every CUDA case but the 100-step runs (the same kernels, 100 times).
+  local cuda_only='*Cuda*:-*OneHundredSteps*' sanitizer
   sanitizer=$(command -v compute-sanitizer ||
               ls /usr/local/cuda*/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null |
               head -1)
   [ -n "$sanitizer" ] || { echo "compute-sanitizer not found: the sanitizer steps fail" | tee -a "$summary"; sanitizer=compute-sanitizer; }
-  step memcheck_models 240 "$sanitizer" --tool memcheck --error-exitcode 9 \
+  step memcheck_models 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
     "$(bin worker_device_model_test)" --gtest_filter="$cuda_only"
-  step initcheck_models 240 "$sanitizer" --tool initcheck --error-exitcode 9 \
+  step initcheck_models 120 "$sanitizer" --tool initcheck --error-exitcode 9 \
     "$(bin worker_device_model_test)" --gtest_filter="$cuda_only"
-  step racecheck_models 300 "$sanitizer" --tool racecheck --error-exitcode 9 \
+  step racecheck_models 120 "$sanitizer" --tool racecheck --error-exitcode 9 \
     "$(bin worker_device_model_test)" --gtest_filter="$cuda_only"
-  step memcheck_nccl 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
+  step memcheck_nccl 60 "$sanitizer" --tool memcheck --error-exitcode 9 \
     "$(bin nccl_communicator_test)"
-  step bench_gpu 300 "$(bin syncline-bench-gpu)"
-  step bench_codec 180 "$(bin syncline-bench-codec)" --size-mib 4 64 256
-  # ctr at batch 4096, 2 CPU servers, 2 workers, on GPUs (both on cuda:0 here) and on CPUs.
-  local data=/tmp/syncline-gpu-check-data
-  mkdir -p "$data"
-  step ctr_data 120 "$(bin syncline-gen)" criteo --rows 400000 --test-rows 20000 --seed 7 \
-    --out "$data/train.tsv" --test-out "$data/test.tsv"
-  for device in cuda cpu; do
-    step "ctr_job_$device" 300 "$(bin syncline-launch)" --servers 2 --workers 2 --sync bsp \
-      --model ctr --train "$data/train.tsv" --test "$data/test.tsv" --batch-size 4096 \
-      --epochs 1 --device "$device" --out "$out/ctr-$device"
-  done
+  step bench_codec 60 "$(bin syncline-bench-codec)" --size-mib 4 64 256
   echo
   cat "$out/bench_gpu.log"
   for device in cuda cpu; do
