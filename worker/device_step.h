@@ -60,6 +60,56 @@ inline constexpr uint32_t kNoSlot = 0xFFFFFFFFu;
 inline constexpr size_t kColumnChunk = 256;
 
 // ---------------------------------------------------------------------------------------------
+// What the kernels share.
+
+// The first position in the sorted a[0, n) whose value is not below `value` (n if none).
+template <class T, class V>
+SYNCLINE_HD size_t LowerBound(const T* a, size_t n, V value) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (a[mid] < value) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+// ... and whose value is above it.
+template <class T, class V>
+SYNCLINE_HD size_t UpperBound(const T* a, size_t n, V value) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (!(value < a[mid])) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// 1 / (1 + e^-x), without overflow either way.
+SYNCLINE_HD inline double Sigmoid(double x) {
+  return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
+}
+
+// out[0, dim) = the softmax of z[0, dim) (out may be z); returns log(sum of e^z), computed
+// from the largest logit so that it never overflows.
+SYNCLINE_HD inline double Softmax(const float* z, int dim, float* out) {
+  double max_z = z[0];
+  for (int c = 1; c < dim; ++c) max_z = z[c] > max_z ? z[c] : max_z;
+  double sum = 0;
+  for (int c = 0; c < dim; ++c) sum += exp(static_cast<double>(z[c]) - max_z);
+  for (int c = 0; c < dim; ++c) {
+    out[c] = static_cast<float>(exp(static_cast<double>(z[c]) - max_z) / sum);
+  }
+  return max_z + log(sum);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Kernels.
 
 // slots[j]: the position of ids[j] in the sorted keys[0, num_keys), or kNoSlot.
@@ -70,16 +120,8 @@ struct FindSlots {
   uint32_t* slots;
   SYNCLINE_HD void operator()(size_t j) const {
     const uint64_t id = ids[j];
-    size_t lo = 0, hi = num_keys;
-    while (lo < hi) {
-      const size_t mid = lo + (hi - lo) / 2;
-      if (keys[mid] < id) {
-        lo = mid + 1;
-      } else {
-        hi = mid;
-      }
-    }
-    slots[j] = lo < num_keys && keys[lo] == id ? static_cast<uint32_t>(lo) : kNoSlot;
+    const size_t at = LowerBound(keys, num_keys, id);
+    slots[j] = at < num_keys && keys[at] == id ? static_cast<uint32_t>(at) : kNoSlot;
   }
 };
 
@@ -100,16 +142,7 @@ struct SegmentBegins {
   size_t nnz;
   uint32_t* begins;
   SYNCLINE_HD void operator()(size_t u) const {
-    size_t lo = 0, hi = nnz;
-    while (lo < hi) {
-      const size_t mid = lo + (hi - lo) / 2;
-      if (sorted_slots[mid] < u) {
-        lo = mid + 1;
-      } else {
-        hi = mid;
-      }
-    }
-    begins[u] = static_cast<uint32_t>(lo);
+    begins[u] = static_cast<uint32_t>(LowerBound(sorted_slots, nnz, u));
   }
 };
 
@@ -185,16 +218,7 @@ struct SumPieces {
     if (q >= first[num_keys]) return;
     // The row: the last u with first[u] <= q (a row without pieces shares its first with the
     // next row, which this skips).
-    size_t lo = 0, hi = num_keys + 1;
-    while (lo < hi) {
-      const size_t mid = lo + (hi - lo) / 2;
-      if (first[mid] <= q) {
-        lo = mid + 1;
-      } else {
-        hi = mid;
-      }
-    }
-    const size_t u = lo - 1;
+    const size_t u = UpperBound(first, num_keys + 1, q) - 1;
     const uint32_t from = begins[u] + static_cast<uint32_t>(q - first[u]) * kPiece;
     const uint32_t to = from + kPiece < begins[u + 1] ? from + kPiece : begins[u + 1];
     float sum = 0;
@@ -235,18 +259,11 @@ struct LossAndDelta {
       const double x = ze[0];
       const double softplus = (x > 0 ? x : 0.0) + log1p(exp(-fabs(x)));
       loss[e] = softplus - (label == 1 ? x : 0.0);
-      const double sigmoid = x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
-      ze[0] = static_cast<float>(sigmoid - label);
+      ze[0] = static_cast<float>(Sigmoid(x) - label);
       return;
     }
-    double max_z = ze[0];
-    for (int c = 1; c < dim; ++c) max_z = ze[c] > max_z ? ze[c] : max_z;
-    double sum = 0;
-    for (int c = 0; c < dim; ++c) sum += exp(static_cast<double>(ze[c]) - max_z);
-    loss[e] = max_z + log(sum) - static_cast<double>(ze[label]);
-    for (int c = 0; c < dim; ++c) {
-      ze[c] = static_cast<float>(exp(static_cast<double>(ze[c]) - max_z) / sum);
-    }
+    const double label_logit = ze[label];
+    loss[e] = Softmax(ze, dim, ze) - label_logit;
     ze[label] -= 1.0f;
   }
 };
@@ -260,17 +277,10 @@ struct Probabilities {
   SYNCLINE_HD void operator()(size_t e) const {
     const float* ze = z + e * dim;
     if (binary) {
-      const double x = ze[0];
-      out[e] = static_cast<float>(x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x)));
+      out[e] = static_cast<float>(Sigmoid(ze[0]));
       return;
     }
-    double max_z = ze[0];
-    for (int c = 1; c < dim; ++c) max_z = ze[c] > max_z ? ze[c] : max_z;
-    double sum = 0;
-    for (int c = 0; c < dim; ++c) sum += exp(static_cast<double>(ze[c]) - max_z);
-    for (int c = 0; c < dim; ++c) {
-      out[e * dim + c] = static_cast<float>(exp(static_cast<double>(ze[c]) - max_z) / sum);
-    }
+    Softmax(ze, dim, out + e * dim);
   }
 };
 
