@@ -98,8 +98,7 @@ class DeviceModel final : public Model {
     e_.Activate();
     // ctr: the categorical ids (the dense entries' are values, not keys).
     const size_t skip = ctr() ? kCriteoDenseFields : 0;
-    const size_t nnz = ctr() ? CheckCtrExamples(data, examples) * device_step::kCtrFields
-                             : model_internal::CountFeatures(data, examples);
+    const size_t nnz = BatchFeatures(data, examples);
     host_ids_.Reserve(nnz);
     uint64_t* ids = host_ids_.data();
     for (const uint32_t example : examples) {
@@ -187,24 +186,24 @@ class DeviceModel final : public Model {
  private:
   bool ctr() const { return shape_.ctr_dim > 0; }
 
-  // ctr: every example has the Criteo layout (as the CPU model checks); returns their number.
-  static size_t CheckCtrExamples(const Dataset& data, absl::Span<const uint32_t> examples) {
+  // The features of the examples that go to the device: every one, or ctr's categorical ids
+  // (its examples checked for the Criteo layout, as the CPU model checks them).
+  size_t BatchFeatures(const Dataset& data, absl::Span<const uint32_t> examples) const {
+    if (!ctr()) return model_internal::CountFeatures(data, examples);
     for (const uint32_t example : examples) {
       model_internal::CheckOrDie(example < data.size(), "example index out of range");
       model_internal::CheckOrDie(
           data.row_offsets[example + 1] - data.row_offsets[example] == kCriteoEntries,
           "the ctr model needs Criteo-layout examples (39 entries each)");
     }
-    return examples.size();
+    return examples.size() * device_step::kCtrFields;
   }
 
   // The batch's CSR and labels into pinned memory (ctr: its categorical ids as the features,
   // and its dense values apart).
   void Pack(const Dataset& data, absl::Span<const uint32_t> examples) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const size_t features = ctr() ? CheckCtrExamples(data, examples) * device_step::kCtrFields
-                                  : model_internal::CountFeatures(data, examples);
-    host_.Reserve(examples.size(), features, ctr());
+    host_.Reserve(examples.size(), BatchFeatures(data, examples), ctr());
     uint32_t* offsets = host_.offsets.data();
     uint64_t* ids = host_.ids.data();
     float* values = host_.values.data();

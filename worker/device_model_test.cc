@@ -133,6 +133,20 @@ void ExpectNear(const std::vector<float>& want, const std::vector<float>& got, d
   }
 }
 
+// One step's loss and gradients, ADDED to gradients that start at `start`.
+struct Step {
+  double loss;
+  std::vector<float> rows, dense;
+};
+Step RunStep(const Model& model, const Dataset& data, absl::Span<const uint32_t> examples,
+             const std::vector<uint64_t>& keys, const std::vector<float>& rows,
+             const std::vector<float>& bias, float start = 0) {
+  Step s{0, std::vector<float>(rows.size(), start), std::vector<float>(bias.size(), start)};
+  s.loss = model.LossAndGradient(data, examples, keys, rows, bias, absl::MakeSpan(s.rows),
+                                 absl::MakeSpan(s.dense));
+  return s;
+}
+
 struct Case {
   std::string name;
   ModelOptions options;
@@ -170,21 +184,15 @@ TEST_P(DeviceModelTest, LossGradientsAndScoresMatchTheCpuModel) {
   const std::vector<float> bias = Uniform(13, m.cpu->bias_dim(), 0.3f);
 
   // Gradients are ADDED: start both from the same non-zero values.
-  std::vector<float> cpu_rows_grad(rows.size(), 0.5f), cpu_bias_grad(bias.size(), 0.5f);
-  std::vector<float> dev_rows_grad = cpu_rows_grad, dev_bias_grad = cpu_bias_grad;
-  const double cpu_loss =
-      m.cpu->LossAndGradient(data, examples, keys, rows, bias, absl::MakeSpan(cpu_rows_grad),
-                             absl::MakeSpan(cpu_bias_grad));
-  const double dev_loss =
-      m.device->LossAndGradient(data, examples, keys, rows, bias, absl::MakeSpan(dev_rows_grad),
-                                absl::MakeSpan(dev_bias_grad));
-  EXPECT_NEAR(dev_loss, cpu_loss, 1e-5 * std::fabs(cpu_loss));
-  ExpectNear(cpu_rows_grad, dev_rows_grad, 1e-4, "row gradients");
-  ExpectNear(cpu_bias_grad, dev_bias_grad, 1e-4, "dense gradients");
+  const Step cpu = RunStep(*m.cpu, data, examples, keys, rows, bias, 0.5f);
+  const Step dev = RunStep(*m.device, data, examples, keys, rows, bias, 0.5f);
+  EXPECT_NEAR(dev.loss, cpu.loss, 1e-5 * std::fabs(cpu.loss));
+  ExpectNear(cpu.rows, dev.rows, 1e-4, "row gradients");
+  ExpectNear(cpu.dense, dev.dense, 1e-4, "dense gradients");
   // The rows of absent and unused keys get exactly what they had.
   for (size_t k = keys.size() - 2; k < keys.size(); ++k) {
     for (int j = 0; j < m.cpu->row_dim(); ++j) {
-      EXPECT_EQ(dev_rows_grad[k * m.cpu->row_dim() + j], 0.5f);
+      EXPECT_EQ(dev.rows[k * m.cpu->row_dim() + j], 0.5f);
     }
   }
 
@@ -196,19 +204,15 @@ TEST_P(DeviceModelTest, LossGradientsAndScoresMatchTheCpuModel) {
   // A batch of a few examples after a large one (buffers are reused, not shrunk) and an empty
   // batch.
   const std::vector<uint32_t> few = {3, 1, 4};
-  std::vector<float> a(rows.size()), b(bias.size()), c2(rows.size()), d(bias.size());
-  EXPECT_NEAR(
-      m.device->LossAndGradient(data, few, keys, rows, bias, absl::MakeSpan(a), absl::MakeSpan(b)),
-      m.cpu->LossAndGradient(data, few, keys, rows, bias, absl::MakeSpan(c2), absl::MakeSpan(d)),
-      1e-5);
-  ExpectNear(c2, a, 1e-4, "few: row gradients");
-  ExpectNear(d, b, 1e-4, "few: dense gradients");
-  std::vector<float> zr(rows.size()), zb(bias.size());
-  EXPECT_EQ(
-      m.device->LossAndGradient(data, {}, keys, rows, bias, absl::MakeSpan(zr), absl::MakeSpan(zb)),
-      0.0);
-  EXPECT_EQ(zr, std::vector<float>(rows.size()));
-  EXPECT_EQ(zb, std::vector<float>(bias.size()));
+  const Step cpu_few = RunStep(*m.cpu, data, few, keys, rows, bias);
+  const Step dev_few = RunStep(*m.device, data, few, keys, rows, bias);
+  EXPECT_NEAR(dev_few.loss, cpu_few.loss, 1e-5);
+  ExpectNear(cpu_few.rows, dev_few.rows, 1e-4, "few: row gradients");
+  ExpectNear(cpu_few.dense, dev_few.dense, 1e-4, "few: dense gradients");
+  const Step none = RunStep(*m.device, data, {}, keys, rows, bias);
+  EXPECT_EQ(none.loss, 0.0);
+  EXPECT_EQ(none.rows, std::vector<float>(rows.size()));
+  EXPECT_EQ(none.dense, std::vector<float>(bias.size()));
 }
 
 // Rows with many times kPiece features (a field of few values): their sums span several pieces.
@@ -222,15 +226,11 @@ TEST_P(DeviceModelTest, HotRowsSumOverSeveralPieces) {
   ASSERT_LE(keys.size(), 16u);  // hundreds of features a row
   const std::vector<float> rows = Uniform(3, keys.size() * m.cpu->row_dim(), 0.3f);
   const std::vector<float> bias = Uniform(4, m.cpu->bias_dim(), 0.3f);
-  std::vector<float> cpu_rows(rows.size()), cpu_bias(bias.size());
-  std::vector<float> dev_rows(rows.size()), dev_bias(bias.size());
-  const double a = m.cpu->LossAndGradient(data, examples, keys, rows, bias,
-                                          absl::MakeSpan(cpu_rows), absl::MakeSpan(cpu_bias));
-  const double b = m.device->LossAndGradient(data, examples, keys, rows, bias,
-                                             absl::MakeSpan(dev_rows), absl::MakeSpan(dev_bias));
-  EXPECT_NEAR(b, a, 1e-5 * std::fabs(a));
-  ExpectNear(cpu_rows, dev_rows, 1e-4, "row gradients");
-  ExpectNear(cpu_bias, dev_bias, 1e-4, "dense gradients");
+  const Step cpu = RunStep(*m.cpu, data, examples, keys, rows, bias);
+  const Step dev = RunStep(*m.device, data, examples, keys, rows, bias);
+  EXPECT_NEAR(dev.loss, cpu.loss, 1e-5 * std::fabs(cpu.loss));
+  ExpectNear(cpu.rows, dev.rows, 1e-4, "row gradients");
+  ExpectNear(cpu.dense, dev.dense, 1e-4, "dense gradients");
 }
 
 TEST_P(DeviceModelTest, BatchKeysAreTheUniqueIds) {
