@@ -11,12 +11,19 @@
 // layout, 13 log-scaled dense values and 26 skewed ids from 2^20 per field. Rows and the dense
 // table are uniform in [-0.05, 0.05]. Every random choice comes from --seed, printed.
 //
+// Then a compressed step of the mlp (what a worker of a compressing all-reduce or of dense rows
+// on parameter servers computes): the step and the error-feedback encoding of its dense row
+// gradient, on a CPU worker, on a GPU worker that downloads the gradient and encodes it on the
+// CPU, and on a GPU worker that encodes it on the device (Model::EncodeRowGradients), with the
+// bytes of row gradient each brings down.
+//
 // Each figure is the rate over at least --seconds of steps (and 3 steps) after 2 untimed ones.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -28,6 +35,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "bench/gpu_kernels_bench.h"
+#include "compression/codec.h"
 #include "core/command_line.h"
 #include "worker/device.h"
 #include "worker/gpu_model.h"
@@ -140,6 +148,108 @@ StepRate Measure(const Model& model, const Dataset& data, size_t batch, double s
   return r;
 }
 
+// A compressed step: the step, then the encoding of its row gradient as one dense block with
+// error feedback, by `encoder` (on the model's device) or on the CPU from the gradient the
+// model hands back. Milliseconds per step, and the row-gradient bytes that came down.
+struct CompressedRate {
+  double ms = 0;
+  double bytes_down = 0;
+};
+
+CompressedRate MeasureCompressed(const Model& model, RowGradientEncoder* encoder,
+                                 const CodecSpec& codec, const Dataset& data, size_t batch,
+                                 double seconds, uint64_t seed) {
+  const size_t batches = std::max<size_t>(1, data.size() / batch);
+  const size_t dim = static_cast<size_t>(model.row_dim());
+  const std::unique_ptr<Codec> cpu_codec = Codec::Create(codec);
+  ErrorFeedback feedback;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> init(-0.05f, 0.05f);
+  std::vector<float> bias(model.bias_dim()), bias_grad(model.bias_dim()), rows, grads;
+  std::vector<float> dense(data.num_features * dim);
+  std::vector<std::byte> block;
+  for (float& x : bias) x = init(rng);
+  double bytes_down = 0;
+  auto step = [&](size_t b) {
+    std::vector<uint32_t> examples(batch);
+    std::iota(examples.begin(), examples.end(), static_cast<uint32_t>((b % batches) * batch));
+    const std::vector<uint64_t> keys = model.BatchKeys(data, examples);
+    rows.resize(keys.size() * dim);
+    for (float& x : rows) x = init(rng);
+    grads.assign(rows.size(), 0.0f);
+    std::fill(bias_grad.begin(), bias_grad.end(), 0.0f);
+    const auto t0 = Clock::now();
+    model.LossAndGradient(data, examples, keys, rows, bias, absl::MakeSpan(grads),
+                          absl::MakeSpan(bias_grad));
+    if (encoder != nullptr) {
+      if (auto s = encoder->Compress(0, &block); !s.ok()) {
+        absl::FPrintF(stderr, "encoding on the device: %s\n", s.ToString());
+        std::exit(1);
+      }
+      bytes_down += static_cast<double>(block.size());
+    } else {
+      std::fill(dense.begin(), dense.end(), 0.0f);
+      for (size_t k = 0; k < keys.size(); ++k) {
+        std::copy_n(grads.data() + k * dim, dim, dense.data() + keys[k] * dim);
+      }
+      feedback.Compress(*cpu_codec, dense, &block);
+      bytes_down += static_cast<double>(grads.size() * sizeof(float));
+    }
+    return absl::FromChrono(Clock::now() - t0);
+  };
+  for (size_t b = 0; b < 2; ++b) step(b);
+  bytes_down = 0;
+  absl::Duration total;
+  int steps = 0;
+  while (steps < 3 || absl::ToDoubleSeconds(total) < seconds) {
+    total += step(steps);
+    ++steps;
+  }
+  return CompressedRate{.ms = absl::ToDoubleMilliseconds(total) / steps,
+                        .bytes_down = bytes_down / steps};
+}
+
+// The compressed mlp step's table (see the top of the file).
+int CompressedSteps(bool gpu, size_t batch, double seconds, uint64_t seed) {
+  const ModelOptions options{.num_classes = 10, .hidden = {256, 128}};
+  const Dataset data = MakeData(Shape::kPixels, 4 * batch, seed);
+  absl::PrintF(
+      "\nCompressed step, mlp 256,128 K=10, pixels, batch %d: the step and the error-feedback "
+      "encoding of its %d-float row gradient\n\n"
+      "| codec | CPU worker ms | GPU, encoded on the CPU ms | GPU, encoded on the device ms | "
+      "device/CPU-encoded | row-gradient bytes down, CPU-encoded | on the device |\n"
+      "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+      batch, data.num_features * 256);
+  for (const char* name : {"topk:0.01", "sign1"}) {
+    const CodecSpec codec = *ParseCodec(name);
+    auto cpu = Model::Create("mlp", options);
+    if (!cpu.ok()) return 1;
+    const CompressedRate on_cpu =
+        MeasureCompressed(**cpu, nullptr, codec, data, batch, seconds, seed);
+    if (!gpu) {
+      absl::PrintF("| %s | %.2f | not measured | not measured | | | |\n", name, on_cpu.ms);
+      continue;
+    }
+    auto downloaded = CreateGpuModel("mlp", options, 0);
+    auto kept = CreateGpuModel("mlp", options, 0);
+    if (!downloaded.ok() || !kept.ok()) return 1;
+    const size_t floats = data.num_features * 256;
+    RowGradientEncoder* encoder = (*kept)->EncodeRowGradients(
+        RowCompression{.codec = codec, .floats = floats, .parts = {{0, floats}}});
+    if (encoder == nullptr) {
+      absl::PrintF("| %s | %.2f | no device encoder for this codec | | | | |\n", name, on_cpu.ms);
+      continue;
+    }
+    const CompressedRate host =
+        MeasureCompressed(**downloaded, nullptr, codec, data, batch, seconds, seed);
+    const CompressedRate device =
+        MeasureCompressed(**kept, encoder, codec, data, batch, seconds, seed);
+    absl::PrintF("| %s | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f |\n", name, on_cpu.ms, host.ms,
+                 device.ms, host.ms / device.ms, host.bytes_down, device.bytes_down);
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app(
       "syncline-bench-gpu: a worker's training step (BatchKeys + LossAndGradient) on the CPU "
@@ -208,6 +318,7 @@ int Main(int argc, char** argv) {
                    on_gpu.upload_ms, on_gpu.compute_ms, on_gpu.download_ms);
     }
   }
+  if (int code = CompressedSteps(gpu, quick ? 256 : 4096, seconds, seed); code != 0) return code;
 #if SYNCLINE_BENCH_GPU_KERNELS
   if (gpu) return RunKernelBenchmarks(quick);
 #endif

@@ -67,8 +67,11 @@ absl::Status AllReduceBackend::Update(int64_t clock, std::span<const uint64_t> k
   if (auto s = model_.CheckUpdate(keys, row_grads, bias_grad); !s.ok()) return s;
   const uint32_t dim = model_.layout().row_dim;
   for (size_t i = 0; i < keys.size(); ++i) {
-    float* dst = buffer_.data() + keys[i] * dim;
-    for (uint32_t j = 0; j < dim; ++j) dst[j] += row_grads[i * dim + j];
+    // With an encoder, the model kept the row gradients (row_grads carry nothing).
+    if (encoder_ == nullptr) {
+      float* dst = buffer_.data() + keys[i] * dim;
+      for (uint32_t j = 0; j < dim; ++j) dst[j] += row_grads[i * dim + j];
+    }
     buffer_[touched_at_ + keys[i]] = 1.0f;
   }
   step_keys_.insert(step_keys_.end(), keys.begin(), keys.end());
@@ -86,7 +89,11 @@ absl::Status AllReduceBackend::Round(bool training, float examples) {
     std::span<float> rows(buffer_.data(), bias_at_);
     {
       ScopedTime timed(&codec_time_);
-      feedback_.Compress(*codec_, rows, &block_);
+      if (encoder_ == nullptr) {
+        feedback_.Compress(*codec_, rows, &block_);
+      } else if (auto s = encoder_->Compress(0, &block_); !s.ok()) {
+        return s;
+      }
     }
     PackSmallSums();
     absl::Status s = communicator_->AllReduce(std::span<float>(small_), Algorithm::kAuto);
@@ -315,9 +322,21 @@ namespace {
 constexpr char kStateMagic[4] = {'A', 'R', 'D', '1'};
 }  // namespace
 
+std::optional<RowCompression> AllReduceBackend::RowCompressionWanted() const {
+  if (codec_ == nullptr) return std::nullopt;
+  return RowCompression{.codec = options_.codec, .floats = bias_at_, .parts = {{0, bias_at_}}};
+}
+
 absl::StatusOr<std::string> AllReduceBackend::SaveState() const {
   std::string out;
-  const std::span<const float> residual = feedback_.residual();
+  std::vector<float> kept;
+  std::span<const float> residual = feedback_.residual();
+  if (encoder_ != nullptr) {
+    auto on_device = encoder_->Residual(0);
+    if (!on_device.ok()) return on_device.status();
+    kept = std::move(*on_device);
+    residual = kept;
+  }
   const int64_t header[1] = {static_cast<int64_t>(residual.size())};
   model_.Save(
       kStateMagic, header,
@@ -342,11 +361,12 @@ absl::Status AllReduceBackend::RestoreState(std::string_view state) {
       "parameter servers or gossip?)",
       &header, &tail);
   if (!s.ok()) return s;
-  if (tail.empty()) {
+  std::vector<float> residual(tail.size() / sizeof(float));
+  if (!tail.empty()) std::memcpy(residual.data(), tail.data(), tail.size());
+  if (encoder_ != nullptr) return encoder_->SetResidual(0, residual);
+  if (residual.empty()) {
     feedback_.Reset();
   } else {
-    std::vector<float> residual(tail.size() / sizeof(float));
-    std::memcpy(residual.data(), tail.data(), tail.size());
     feedback_.SetResidual(residual);
   }
   return absl::OkStatus();

@@ -2,11 +2,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
+#include <span>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compression/codec.h"
 #include "core/inproc_transport.h"
 #include "core/node_table.h"
 #include "testing/inproc_ranks.h"
@@ -124,6 +130,126 @@ TEST(AllReduceBackendTest, DenseBatchesAreAllReducedAndHalvesTravelAsHalves) {
     worst = std::max(worst, std::abs(double{half_dense[0][i]} - half_sparse[0][i]));
   }
   EXPECT_LT(worst, 0.02);
+}
+
+// A row encoder on the CPU that keeps the row gradients as a GPU model does (worker/
+// device_model.h): scattered by key into a dense gradient, encoded with error feedback when the
+// backend asks.
+class CpuRowEncoder final : public RowGradientEncoder {
+ public:
+  CpuRowEncoder(const RowCompression& want, uint32_t dim)
+      : codec_(Codec::Create(want.codec)), dim_(dim), gradient_(want.floats, 0.0f) {}
+  void Keep(std::span<const uint64_t> keys, std::span<const float> grads) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      for (uint32_t j = 0; j < dim_; ++j) gradient_[keys[i] * dim_ + j] += grads[i * dim_ + j];
+    }
+  }
+  absl::Status Compress(size_t part, std::vector<std::byte>* block) override {
+    feedback_.Compress(*codec_, gradient_, block);
+    std::fill(gradient_.begin(), gradient_.end(), 0.0f);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<float>> Residual(size_t part) const override {
+    return std::vector<float>(feedback_.residual().begin(), feedback_.residual().end());
+  }
+  absl::Status SetResidual(size_t part, std::span<const float> residual) override {
+    feedback_.SetResidual(residual);
+    return absl::OkStatus();
+  }
+
+ private:
+  std::unique_ptr<Codec> codec_;
+  const uint32_t dim_;
+  std::vector<float> gradient_;
+  ErrorFeedback feedback_;
+};
+
+// Compressed all-reduce among n ranks for a few steps of random gradients, the row gradients
+// handed to Update or (with_encoders) kept by a CpuRowEncoder; returns every rank's final
+// parameters and saved state.
+struct Trained {
+  std::vector<std::vector<float>> params;
+  std::vector<std::string> states;
+};
+Trained TrainCompressed(int n, const CodecSpec& codec, bool with_encoders) {
+  constexpr uint32_t kDim = 2;
+  constexpr uint64_t kFeatures = 120;
+  InprocRanks ranks(n);
+  EXPECT_TRUE(ranks.connected);
+  Trained out{std::vector<std::vector<float>>(n), std::vector<std::string>(n)};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      AllReduceOptions o;
+      o.codec = codec;
+      o.optimizer.learning_rate = 0.1f;
+      AllReduceBackend b(std::make_unique<Communicator>(ranks.endpoints[r].get(), r, ranks.ids), o);
+      ParameterLayout layout;
+      layout.row_dim = kDim;
+      layout.num_features = kFeatures;
+      layout.bias_dim = 3;
+      ASSERT_TRUE(b.Init(layout).ok());
+      const std::optional<RowCompression> want = b.RowCompressionWanted();
+      ASSERT_TRUE(want.has_value());
+      EXPECT_EQ(want->floats, kFeatures * kDim);
+      ASSERT_EQ(want->parts.size(), 1u);
+      EXPECT_EQ(want->parts[0].size(), kFeatures * kDim);
+      std::unique_ptr<CpuRowEncoder> encoder;
+      if (with_encoders) {
+        encoder = std::make_unique<CpuRowEncoder>(*want, kDim);
+        b.SetRowEncoder(encoder.get());
+      }
+      const int steps = 8 - r;
+      for (int step = 0; step < steps; ++step) {
+        std::mt19937_64 rng(1000 * r + step);
+        std::vector<uint64_t> keys;
+        for (int i = 0; i < 30; ++i) keys.push_back(rng() % kFeatures);
+        std::sort(keys.begin(), keys.end());
+        keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+        std::vector<float> rows(keys.size() * kDim), bias(3), grads(keys.size() * kDim),
+            bias_grad(3);
+        ASSERT_TRUE(b.Read(step, keys, rows, bias).ok());
+        for (float& g : grads) g = std::normal_distribution<float>(0, 1)(rng);
+        for (float& g : bias_grad) g = std::normal_distribution<float>(0, 1)(rng);
+        if (encoder != nullptr) {
+          encoder->Keep(keys, grads);
+          std::fill(grads.begin(), grads.end(), 0.0f);  // what the model hands back
+        }
+        ASSERT_TRUE(b.Update(step, keys, grads, bias_grad, 8).ok());
+        ASSERT_TRUE(b.EndIteration(step, 8).ok());
+      }
+      ASSERT_TRUE(b.Finish().ok());
+      out.params[r].assign(b.parameters().begin(), b.parameters().end());
+      out.states[r] = *b.SaveState();
+      if (encoder != nullptr) {
+        // A restore goes to the encoder: saving again gives the same state.
+        CpuRowEncoder fresh(*want, kDim);
+        b.SetRowEncoder(&fresh);
+        ASSERT_TRUE(b.RestoreState(out.states[r]).ok());
+        EXPECT_EQ(*b.SaveState(), out.states[r]);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+// A GPU model's row encoder in the backend's place: the same blocks, so the same bits in every
+// rank's parameters and checkpointed residual.
+TEST(AllReduceBackendTest, BlocksFromTheModelsEncoderTrainTheSameBits) {
+  for (const std::string name : {"topk:0.1", "sign1:16"}) {
+    SCOPED_TRACE(name);
+    const CodecSpec codec = *ParseCodec(name);
+    const Trained own = TrainCompressed(3, codec, false);
+    const Trained kept = TrainCompressed(3, codec, true);
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(kept.params[r], own.params[r]) << "w" << r;
+      EXPECT_EQ(kept.states[r], own.states[r]) << "w" << r;
+    }
+  }
+  // Uncompressed rounds ask for no encoder.
+  AllReduceBackend plain(nullptr, AllReduceOptions{});
+  EXPECT_FALSE(plain.RowCompressionWanted().has_value());
 }
 
 // Workers meet over their data endpoints and move to the TCP plane only when every one of them

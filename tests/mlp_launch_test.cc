@@ -188,5 +188,27 @@ TEST(MlpLaunchTest, GpuWorkersTrainTheCpuWorkersModel) {
   EXPECT_NEAR(*b, *a, 1e-4 * *a);
 }
 
+// Compressed all-reduce on GPU workers: each keeps its row gradients and their residual on the
+// device and encodes them there (only the blocks come down), and trains what CPU workers train
+// with the same codec (to rounding: top-K may pick another of two near-equal entries).
+TEST(MlpLaunchTest, GpuWorkersEncodeTheirCompressedGradientsOnTheDevice) {
+  if (!GpuModelsBuilt() || ProbeDevices().gpus == 0) {
+    GTEST_SKIP() << (GpuModelsBuilt() ? "no CUDA device is visible" : "this build has no CUDA");
+  }
+  const std::string data = MakeData();
+  const std::string cpu_out = TempDir("mlp_topk_cpu"), gpu_out = TempDir("mlp_topk_gpu");
+  auto cpu = RunMlp(data, "allreduce", cpu_out, {"--device", "cpu", "--compress", "topk:0.1"});
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+  EXPECT_EQ(cpu.output.find("row gradients are encoded on"), std::string::npos) << cpu.output;
+  auto gpu = RunMlp(data, "allreduce", gpu_out, {"--device", "cuda", "--compress", "topk:0.1"});
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
+  EXPECT_NE(gpu.output.find("row gradients are encoded on cuda:0 (topk:0.1"), std::string::npos)
+      << gpu.output;
+  const auto a = JsonNumber(ReadFile(cpu_out + "/summary.json"), "test_loss");
+  const auto b = JsonNumber(ReadFile(gpu_out + "/summary.json"), "test_loss");
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  EXPECT_NEAR(*b, *a, 0.02 * *a);
+}
+
 }  // namespace
 }  // namespace syncline

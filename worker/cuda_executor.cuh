@@ -32,9 +32,13 @@
 #include <cub/device/device_select.cuh>
 #include <limits>
 #include <memory>
+#include <span>
 #include <utility>
+#include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "compression/codec_cuda.h"
 #include "worker/device_step.h"
 #include "worker/gemm.h"
 
@@ -66,6 +70,20 @@ __global__ void ForEachKernel(F f, size_t n) {
 struct Iota {
   uint32_t* out;
   __device__ void operator()(size_t i) const { out[i] = static_cast<uint32_t>(i); }
+};
+
+// p = residual + gradient into both the codec's input (to encode) and its output (the residual
+// once the block is subtracted); the gradient starts again from zero.
+struct AddResidual {
+  float* gradient;
+  float* input;
+  float* residual;
+  __device__ void operator()(size_t i) const {
+    const float p = residual[i] + gradient[i];
+    input[i] = p;
+    residual[i] = p;
+    gradient[i] = 0.0f;
+  }
 };
 
 inline constexpr int kThreads = 256;
@@ -186,6 +204,57 @@ class CudaExecutor {
   template <class T>
   using PinnedArray = Buffer<T, true>;
 
+  // Error feedback over n floats of a gradient on the device (DeviceModel's row encoder), with
+  // the CUDA codecs (compression/codec_cuda.h, the CPU codecs' bytes): the residual lives in
+  // the codec's output buffer, p = residual + gradient goes to its input, and only the block
+  // comes down. Made with the executor's device current; `e` must outlive it.
+  class FeedbackEncoder {
+   public:
+    static absl::StatusOr<std::unique_ptr<FeedbackEncoder>> Create(CudaExecutor& e,
+                                                                   const CodecSpec& spec,
+                                                                   size_t n) {
+      absl::StatusOr<std::unique_ptr<CudaCodec>> codec = CudaCodec::Create(spec, n);
+      if (!codec.ok()) return codec.status();
+      std::unique_ptr<FeedbackEncoder> encoder(new FeedbackEncoder(&e, std::move(*codec), n));
+      if (auto s = encoder->SetResidual({}); !s.ok()) return s;
+      return encoder;
+    }
+    size_t size() const { return n_; }
+    // Encodes gradient[0, n) (device) + the residual into *block, and zeroes the gradient.
+    absl::Status Compress(float* gradient, std::vector<std::byte>* block) {
+      e_->ForEach(n_, AddResidual{gradient, codec_->device_input(), codec_->device_output()});
+      e_->Finish();
+      held_ = true;
+      if (auto s = codec_->EncodeOnDevice(n_); !s.ok()) return s;
+      if (auto s = codec_->DownloadBlock(block); !s.ok()) return s;
+      // A block that does not decode (sign1 of a non-finite gradient) leaves all of p in the
+      // residual, as ErrorFeedback does; UploadBlock validates it on the host first.
+      if (!codec_->UploadBlock(*block, n_).ok()) return absl::OkStatus();
+      return codec_->DecodeAddOnDevice(n_, -1.0f);
+    }
+    // Empty until the first Compress or SetResidual, as ErrorFeedback's.
+    absl::StatusOr<std::vector<float>> Residual() const {
+      if (!held_) return std::vector<float>();
+      std::vector<float> residual(n_);
+      if (auto s = codec_->DownloadOutput(residual); !s.ok()) return s;
+      return residual;
+    }
+    // Empty: none (zeros).
+    absl::Status SetResidual(std::span<const float> residual) {
+      held_ = !residual.empty();
+      if (residual.empty()) return codec_->UploadOutput(std::vector<float>(n_, 0.0f));
+      return codec_->UploadOutput(residual);
+    }
+
+   private:
+    FeedbackEncoder(CudaExecutor* e, std::unique_ptr<CudaCodec> codec, size_t n)
+        : e_(e), codec_(std::move(codec)), n_(n) {}
+    CudaExecutor* e_;
+    std::unique_ptr<CudaCodec> codec_;
+    const size_t n_;
+    bool held_ = false;
+  };
+
   template <class F>
   void ForEach(size_t n, const F& f) {
     if (n == 0) return;
@@ -210,6 +279,12 @@ class CudaExecutor {
     if (n == 0) return;
     Check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, s_->stream),
           "cudaMemcpyAsync (download)");
+  }
+  template <class T>
+  void Copy(T* dst, const T* src, size_t n) {
+    if (n == 0) return;
+    Check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, s_->stream),
+          "cudaMemcpyAsync (device to device)");
   }
   template <class T>
   void Zero(T* p, size_t n) {

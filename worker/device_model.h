@@ -5,7 +5,11 @@
 // the dense table, runs the step there, downloads the gradients (ADDED into the caller's spans,
 // as Model says) and the per-example losses (summed on the host in example order). BatchKeys
 // finds the unique ids on the device (a radix sort and a unique pass), since the keys go to the
-// servers before the rows come back.
+// servers before the rows come back. Given a row encoder (EncodeRowGradients: a compressing
+// all-reduce), the row gradients stay on the device, scattered into a dense gradient that the
+// CUDA codecs encode there with error feedback, and only the block comes down. Its evaluator
+// (NewEvaluator) keeps a test set's scores on the device and computes the metrics there, AUC
+// included: only their sums come down.
 //
 // The shapes, initial scales and errors are the CPU reference model's, which it keeps: a device
 // model trains the same model as the CPU one, to float rounding.
@@ -15,11 +19,16 @@
 #define SYNCLINE_WORKER_DEVICE_MODEL_H_
 
 #include <algorithm>
+#include <cstddef>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -27,6 +36,7 @@
 #include "worker/criteo.h"
 #include "worker/ctr_model.h"
 #include "worker/device_step.h"
+#include "worker/example_metrics.h"
 #include "worker/mlp_model.h"
 #include "worker/model.h"
 #include "worker/model_internal.h"
@@ -134,10 +144,16 @@ class DeviceModel final : public Model {
       device_step::LossAndGradient(e_, shape_, batch_, rows_.data(), dense_.data(), &act_,
                                    row_grads_.data(), dense_grads_.data());
     }
+    // Row gradients kept for the encoder stay here; only the dense ones and the losses go down.
+    const bool keep_rows = encoder_ != nullptr;
+    if (keep_rows) {
+      e_.ForEach(rows.size(), device_step::ScatterByKey{batch_.keys(), row_dim(), encoder_->rows(),
+                                                        row_grads_.data(), encoder_->gradient()});
+    }
     host_grads_.Reserve(rows.size() + bias.size());
     host_loss_.Reserve(examples.size());
     e_.MarkDownloadsBegin();
-    e_.Download(host_grads_.data(), row_grads_.data(), rows.size());
+    if (!keep_rows) e_.Download(host_grads_.data(), row_grads_.data(), rows.size());
     e_.Download(host_grads_.data() + rows.size(), dense_grads_.data(), bias.size());
     e_.Download(host_loss_.data(), ctr() ? ctr_.loss.data() : act_.loss.data(), examples.size());
     e_.MarkDownloadsEnd();
@@ -145,7 +161,9 @@ class DeviceModel final : public Model {
     upload_ += e_.UploadTime();
     download_ += e_.DownloadTime();
     const float* grads = host_grads_.data();
-    for (size_t i = 0; i < rows.size(); ++i) row_grads[i] += grads[i];
+    if (!keep_rows) {
+      for (size_t i = 0; i < rows.size(); ++i) row_grads[i] += grads[i];
+    }
     for (size_t i = 0; i < bias.size(); ++i) bias_grad[i] += grads[rows.size() + i];
     double loss = 0;
     for (size_t i = 0; i < examples.size(); ++i) loss += host_loss_.data()[i];
@@ -158,6 +176,161 @@ class DeviceModel final : public Model {
     model_internal::CheckShapes(row_dim(), bias_dim(), keys, rows, bias);
     absl::MutexLock lock(&mu_);
     e_.Activate();
+    const float* device_scores = Score(data, examples, keys, rows, bias);
+    scores->resize(examples.size() * (binary() ? 1 : shape_.outputs()));
+    e_.Download(scores->data(), device_scores, scores->size());
+    e_.Finish();
+  }
+
+  // Scores, loss, hits and the AUC stay on the device; only their sums come down.
+  std::unique_ptr<ModelEvaluator> NewEvaluator() const override {
+    return std::make_unique<Evaluator>(*this);
+  }
+
+  // Row gradients encoded on the device (E::FeedbackEncoder: the CUDA codecs, or on the host
+  // executor the CPU's). Null, logging nothing, where the codec cannot be made here.
+  RowGradientEncoder* EncodeRowGradients(const RowCompression& want) const override {
+    absl::MutexLock lock(&mu_);
+    e_.Activate();
+    encoder_.reset();
+    auto encoder = std::make_unique<RowEncoder>(*this, want);
+    if (!encoder->Make()) return nullptr;
+    encoder_ = std::move(encoder);
+    return encoder_.get();
+  }
+
+  TransferTimes TakeTransferTimes() const override {
+    absl::MutexLock lock(&mu_);
+    return TransferTimes{.upload = std::exchange(upload_, absl::ZeroDuration()),
+                         .download = std::exchange(download_, absl::ZeroDuration())};
+  }
+
+ private:
+  // The kept row gradients (a dense gradient on the device) and each part's error feedback.
+  class RowEncoder final : public RowGradientEncoder {
+   public:
+    RowEncoder(const DeviceModel& model, RowCompression want)
+        : model_(model), want_(std::move(want)) {
+      if (want_.parts.empty()) want_.parts.push_back({0, want_.floats});
+    }
+    ~RowEncoder() override {
+      // Destroyed with the model's lock held (EncodeRowGradients) or at the model's end.
+      model_.e_.Activate();
+    }
+    // The device buffers and the parts' codecs; false where a codec cannot be made here.
+    bool Make() ABSL_EXCLUSIVE_LOCKS_REQUIRED(model_.mu_) {
+      gradient_.Reserve(want_.floats);
+      model_.e_.Zero(gradient_.data(), want_.floats);
+      for (const RowCompression::Part& part : want_.parts) {
+        if (part.begin > part.end || part.end > want_.floats) return false;
+        if (part.size() == 0) {  // a shard without rows: nothing to encode
+          parts_.push_back(nullptr);
+          continue;
+        }
+        auto made = E::FeedbackEncoder::Create(model_.e_, want_.codec, part.size());
+        if (!made.ok()) return false;
+        parts_.push_back(std::move(*made));
+      }
+      model_.e_.Finish();
+      return true;
+    }
+
+    absl::Status Compress(size_t part, std::vector<std::byte>* block) override {
+      if (auto s = CheckPart(part); !s.ok()) return s;
+      absl::MutexLock lock(&model_.mu_);
+      model_.e_.Activate();
+      return parts_[part]->Compress(gradient_.data() + want_.parts[part].begin, block);
+    }
+    absl::StatusOr<std::vector<float>> Residual(size_t part) const override {
+      if (auto s = CheckPart(part); !s.ok()) return s;
+      absl::MutexLock lock(&model_.mu_);
+      model_.e_.Activate();
+      return parts_[part]->Residual();
+    }
+    absl::Status SetResidual(size_t part, std::span<const float> residual) override {
+      if (auto s = CheckPart(part); !s.ok()) return s;
+      if (!residual.empty() && residual.size() != want_.parts[part].size()) {
+        return absl::InvalidArgumentError(absl::StrCat("a residual of ", residual.size(),
+                                                       " floats for a part of the row gradient of ",
+                                                       want_.parts[part].size()));
+      }
+      absl::MutexLock lock(&model_.mu_);
+      model_.e_.Activate();
+      return parts_[part]->SetResidual(residual);
+    }
+
+    float* gradient() { return gradient_.data(); }
+    // Keys below this have their row in the dense gradient.
+    uint64_t rows() const { return want_.floats / static_cast<size_t>(model_.row_dim()); }
+
+   private:
+    absl::Status CheckPart(size_t part) const {
+      if (part < parts_.size() && parts_[part] != nullptr) return absl::OkStatus();
+      return absl::InvalidArgumentError(
+          absl::StrCat("no part ", part, " of the row gradient to encode: it has ", parts_.size(),
+                       part < parts_.size() ? " (that one empty)" : ""));
+    }
+
+    const DeviceModel& model_;
+    RowCompression want_;
+    typename E::template Array<float> gradient_;
+    std::vector<std::unique_ptr<typename E::FeedbackEncoder>> parts_;
+  };
+
+  class Evaluator final : public ModelEvaluator {
+   public:
+    explicit Evaluator(const DeviceModel& model)
+        : model_(model), sums_(model.num_classes(), model.binary()) {}
+    ~Evaluator() override {
+      absl::MutexLock lock(&model_.mu_);
+      model_.e_.Activate();  // the device whose memory the sums free
+    }
+
+    void Add(const Dataset& data, absl::Span<const uint32_t> examples,
+             absl::Span<const uint64_t> keys, absl::Span<const float> rows,
+             absl::Span<const float> bias) override {
+      model_internal::CheckShapes(model_.row_dim(), model_.bias_dim(), keys, rows, bias);
+      labels_.resize(examples.size());
+      for (size_t i = 0; i < examples.size(); ++i) {
+        const float label = data.labels[examples[i]];
+        labels_[i] =
+            model_.binary()
+                ? (label > 0.5f ? 1 : 0)
+                : static_cast<int32_t>(example_metrics::ClassOf(label, model_.num_classes()));
+      }
+      absl::MutexLock lock(&model_.mu_);
+      model_.e_.Activate();
+      const float* scores = model_.Score(data, examples, keys, rows, bias);
+      sums_.Add(model_.e_, scores, labels_.data(), examples.size());
+    }
+
+    Evaluation Finish() override {
+      Evaluation eval;
+      eval.examples = sums_.count();
+      if (eval.examples == 0) return eval;
+      eval.loss = sums_.loss_sum() / static_cast<double>(eval.examples);
+      eval.accuracy = static_cast<double>(sums_.hits()) / static_cast<double>(eval.examples);
+      if (model_.binary()) {
+        absl::MutexLock lock(&model_.mu_);
+        model_.e_.Activate();
+        eval.auc = sums_.Auc(model_.e_);
+      }
+      return eval;
+    }
+
+   private:
+    const DeviceModel& model_;
+    device_step::DeviceEvaluation<E> sums_;
+    std::vector<int32_t> labels_;
+  };
+
+  bool ctr() const { return shape_.ctr_dim > 0; }
+
+  // The batch's scores on the device, as Predict returns them: P(y=1), or the class
+  // probabilities.
+  const float* Score(const Dataset& data, absl::Span<const uint32_t> examples,
+                     absl::Span<const uint64_t> keys, absl::Span<const float> rows,
+                     absl::Span<const float> bias) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     Pack(data, examples);
     UploadStep(keys, rows, bias);
     const float* logits;
@@ -168,23 +341,11 @@ class DeviceModel final : public Model {
       device_step::Forward(e_, shape_, batch_, rows_.data(), dense_.data(), &act_);
       logits = act_.pre.back().data();
     }
-    const size_t count = examples.size() * (binary() ? 1 : shape_.outputs());
-    act_.dh.Reserve(count);
+    act_.dh.Reserve(examples.size() * (binary() ? 1 : shape_.outputs()));
     e_.ForEach(examples.size(), device_step::Probabilities{logits, binary() ? 1 : shape_.outputs(),
                                                            binary(), act_.dh.data()});
-    scores->resize(count);
-    e_.Download(scores->data(), act_.dh.data(), count);
-    e_.Finish();
+    return act_.dh.data();
   }
-
-  TransferTimes TakeTransferTimes() const override {
-    absl::MutexLock lock(&mu_);
-    return TransferTimes{.upload = std::exchange(upload_, absl::ZeroDuration()),
-                         .download = std::exchange(download_, absl::ZeroDuration())};
-  }
-
- private:
-  bool ctr() const { return shape_.ctr_dim > 0; }
 
   // The features of the examples that go to the device: every one, or ctr's categorical ids
   // (its examples checked for the Criteo layout, as the CPU model checks them).
@@ -263,6 +424,8 @@ class DeviceModel final : public Model {
   mutable typename E::template PinnedArray<float> host_grads_ ABSL_GUARDED_BY(mu_);
   mutable typename E::template PinnedArray<double> host_loss_ ABSL_GUARDED_BY(mu_);
   mutable absl::Duration upload_ ABSL_GUARDED_BY(mu_), download_ ABSL_GUARDED_BY(mu_);
+  // Declared last, so that it goes first (its end makes the device current).
+  mutable std::unique_ptr<RowEncoder> encoder_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace syncline

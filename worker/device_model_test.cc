@@ -15,11 +15,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compression/codec.h"
 #include "gtest/gtest.h"
 #include "worker/criteo.h"
 #include "worker/device.h"
 #include "worker/device_step_host.h"
 #include "worker/gpu_model.h"
+#include "worker/metrics.h"
 #include "worker/model.h"
 
 namespace syncline {
@@ -303,6 +305,126 @@ TEST_P(DeviceModelTest, TwoHalvesOfABatchSumToTheWholeBatch) {
   ExpectNear(whole_bias, halves_bias, 1e-5, "dense gradients");
 }
 
+// A test set evaluated a chunk at a time on the device: its loss, accuracy and AUC are the
+// host's metrics of the same scores, and the CPU model's to its rounding.
+TEST_P(DeviceModelTest, EvaluationOnTheDeviceMatchesTheHostMetrics) {
+  Pair m = MakeModels();
+  SKIP_WITHOUT_DEVICE(m);
+  Dataset data = DataFor(*m.cpu, 17, 700, 300, 12);
+  if (m.cpu->binary()) {
+    data.labels[4] = 0.7f;  // > 0.5: positive
+  } else {
+    data.labels[4] = 99;   // no class: wrong, with probability 0
+    data.labels[5] = NAN;  // likewise
+  }
+  std::vector<uint32_t> all(data.size());
+  std::iota(all.begin(), all.end(), 0u);
+  const std::vector<uint64_t> keys = m.cpu->BatchKeys(data, all);
+  const std::vector<float> rows = Uniform(8, keys.size() * m.cpu->row_dim(), 0.4f);
+  const std::vector<float> bias = Uniform(9, m.cpu->bias_dim(), 0.4f);
+  // Uneven chunks, one of a single example.
+  const std::vector<std::vector<uint32_t>> chunks = {
+      {all.begin(), all.begin() + 300}, {300}, {all.begin() + 301, all.end()}};
+  auto evaluate = [&](const Model& model) {
+    std::unique_ptr<ModelEvaluator> evaluator = model.NewEvaluator();
+    for (const auto& chunk : chunks) evaluator->Add(data, chunk, keys, rows, bias);
+    return evaluator->Finish();
+  };
+  const Evaluation dev = evaluate(*m.device);
+  const Evaluation cpu = evaluate(*m.cpu);
+
+  // The host's metrics of the device model's own scores: the same to the sums' rounding.
+  std::vector<float> scores, chunk_scores;
+  for (const auto& chunk : chunks) {
+    m.device->Predict(data, chunk, keys, rows, bias, &chunk_scores);
+    scores.insert(scores.end(), chunk_scores.begin(), chunk_scores.end());
+  }
+  const Evaluation host = m.cpu->binary()
+                              ? EvaluateBinary(scores, data.labels)
+                              : EvaluateClasses(scores, data.labels, m.cpu->num_classes());
+  EXPECT_EQ(dev.examples, data.size());
+  EXPECT_NEAR(dev.loss, host.loss, 1e-12 * host.loss);
+  EXPECT_EQ(dev.accuracy, host.accuracy);
+  EXPECT_NEAR(dev.auc, host.auc, 1e-12);
+  if (m.cpu->binary()) {
+    EXPECT_GT(dev.auc, 0.0);
+  } else {
+    EXPECT_EQ(dev.auc, -1.0);
+  }
+  // The CPU model's evaluation: its scores differ by float rounding.
+  EXPECT_EQ(cpu.examples, dev.examples);
+  EXPECT_NEAR(dev.loss, cpu.loss, 1e-5 * cpu.loss);
+  EXPECT_NEAR(dev.accuracy, cpu.accuracy, 2.0 / data.size());
+  EXPECT_NEAR(dev.auc, cpu.auc, 1e-3);
+
+  const Evaluation none = m.device->NewEvaluator()->Finish();
+  EXPECT_EQ(none.examples, 0u);
+  EXPECT_EQ(none.auc, -1.0);
+  EXPECT_EQ(none.accuracy, -1.0);
+}
+
+// A compressing all-reduce's row gradients encoded where the model computed them: the blocks
+// (and the residual) are those of the downloaded gradient scattered by key and encoded by the
+// CPU's ErrorFeedback, step after step; the rows the model hands back carry nothing.
+TEST_P(DeviceModelTest, RowGradientsEncodedOnTheDeviceAreTheCpuPathsBlocks) {
+  for (const std::string codec_name : {"topk:0.05", "sign1:64"}) {
+    SCOPED_TRACE(codec_name);
+    Pair m = MakeModels();
+    SKIP_WITHOUT_DEVICE(m);
+    Pair plain = MakeModels();
+    const CodecSpec codec = *ParseCodec(codec_name);
+    const int dim = m.cpu->row_dim();
+    const Dataset data = DataFor(*m.cpu, 23, 300, 150, 10);
+    const size_t floats = 160 * static_cast<size_t>(dim);  // 10 rows no example has
+    // Two parts, as two parameter servers' shards, the second of whole rows and the rest.
+    const size_t split = 70 * static_cast<size_t>(dim);
+    RowGradientEncoder* encoder = m.device->EncodeRowGradients(
+        RowCompression{.codec = codec, .floats = floats, .parts = {{0, split}, {split, floats}}});
+    ASSERT_NE(encoder, nullptr);
+    const std::unique_ptr<Codec> cpu_codec = Codec::Create(codec);
+    ErrorFeedback feedback[2];
+    for (int step = 0; step < 4; ++step) {
+      SCOPED_TRACE(step);
+      std::vector<uint32_t> batch(75);
+      std::iota(batch.begin(), batch.end(), static_cast<uint32_t>(75 * step));
+      const std::vector<uint64_t> keys = m.cpu->BatchKeys(data, batch);
+      const std::vector<float> rows = Uniform(30 + step, keys.size() * dim, 0.3f);
+      const std::vector<float> bias = Uniform(40 + step, m.cpu->bias_dim(), 0.3f);
+      const Step kept = RunStep(*m.device, data, batch, keys, rows, bias);
+      const Step down = RunStep(*plain.device, data, batch, keys, rows, bias);
+      EXPECT_EQ(kept.rows, std::vector<float>(rows.size(), 0.0f));
+      EXPECT_EQ(kept.dense, down.dense);
+      EXPECT_EQ(kept.loss, down.loss);
+      std::vector<float> dense(floats, 0.0f);
+      for (size_t k = 0; k < keys.size(); ++k) {
+        for (int j = 0; j < dim; ++j) dense[keys[k] * dim + j] += down.rows[k * dim + j];
+      }
+      for (size_t part = 0; part < 2; ++part) {
+        std::vector<std::byte> want, got;
+        const size_t begin = part == 0 ? 0 : split, end = part == 0 ? split : floats;
+        feedback[part].Compress(*cpu_codec,
+                                std::span<const float>(dense.data() + begin, end - begin), &want);
+        ASSERT_TRUE(encoder->Compress(part, &got).ok());
+        ASSERT_EQ(got, want) << "part " << part;
+      }
+    }
+    for (size_t part = 0; part < 2; ++part) {
+      EXPECT_EQ(*encoder->Residual(part), std::vector<float>(feedback[part].residual().begin(),
+                                                             feedback[part].residual().end()));
+    }
+    // A restored residual is the one the next block starts from; a wrong size, or a part that
+    // is not there, is refused.
+    const size_t second = floats - split;
+    ASSERT_TRUE(encoder->SetResidual(1, std::vector<float>(second, 0.25f)).ok());
+    EXPECT_EQ(*encoder->Residual(1), std::vector<float>(second, 0.25f));
+    EXPECT_EQ(encoder->SetResidual(1, std::vector<float>(3)).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(encoder->Compress(2, nullptr).code(), absl::StatusCode::kInvalidArgument);
+    ASSERT_TRUE(encoder->SetResidual(1, {}).ok());
+    EXPECT_TRUE(encoder->Residual(1)->empty());
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Models, DeviceModelTest,
     testing::Combine(testing::Values(Case{"logreg", ModelOptions{.num_classes = 2}},
@@ -343,6 +465,44 @@ TEST(DeviceStepKernelTest, BitsForCoversTheLimit) {
   EXPECT_EQ(device_step::BitsFor(255), 8);
   EXPECT_EQ(device_step::BitsFor(256), 9);
   EXPECT_EQ(device_step::BitsFor(uint64_t{1} << 40), 32);
+}
+
+// The device's AUC against BinaryAuc over scores full of ties, NaNs and both zeros, added in
+// many uneven batches (so that the kept scores grow, and the sums take several levels).
+TEST(DeviceStepKernelTest, DeviceAucRanksTiesNansAndZerosAsTheHost) {
+  std::mt19937_64 rng(77);
+  const size_t n = 70001;  // > kColumnChunk^2: three levels of chunk sums
+  std::vector<float> scores(n), labels(n);
+  std::vector<int32_t> classes(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t r = rng();
+    scores[i] = r % 97 == 0   ? NAN
+                : r % 89 == 0 ? -0.0f
+                : r % 83 == 0 ? 0.0f
+                              : static_cast<float>(r % 50) / 49;  // heavy ties, 0 and 1 too
+    labels[i] = (rng() % 3 == 0) ? 1.0f : 0.0f;
+    classes[i] = labels[i] > 0.5f ? 1 : 0;
+  }
+  HostExecutor e;
+  device_step::DeviceEvaluation<HostExecutor> sums(2, true);
+  size_t at = 0;
+  for (size_t batch = 1; at < n; batch = batch * 3 + 1) {
+    const size_t take = std::min(batch, n - at);
+    sums.Add(e, scores.data() + at, classes.data() + at, take);
+    at += take;
+  }
+  const Evaluation host = EvaluateBinary(scores, labels);
+  EXPECT_EQ(sums.count(), n);
+  EXPECT_NEAR(sums.Auc(e), host.auc, 1e-12);
+  // A NaN score makes the loss NaN on both sides; the hits count it wrong on both.
+  EXPECT_TRUE(std::isnan(sums.loss_sum()) && std::isnan(host.loss));
+  EXPECT_EQ(static_cast<double>(sums.hits()) / n, host.accuracy);
+
+  // One class only: 0.5, as BinaryAuc.
+  device_step::DeviceEvaluation<HostExecutor> negatives(2, true);
+  std::vector<int32_t> zeros(100, 0);
+  negatives.Add(e, scores.data(), zeros.data(), zeros.size());
+  EXPECT_EQ(negatives.Auc(e), 0.5);
 }
 
 }  // namespace

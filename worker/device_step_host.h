@@ -13,11 +13,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <numeric>
+#include <span>
 #include <type_traits>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "compression/codec.h"
 #include "worker/device_step.h"
 #include "worker/gemm.h"
 
@@ -46,6 +50,41 @@ class HostExecutor {
   template <class T>
   using PinnedArray = Array<T>;
 
+  // Error feedback over n floats of a gradient the steps wrote (DeviceModel's row encoder):
+  // here the CPU codec and ErrorFeedback themselves, so a device model on this executor sends
+  // the bytes a CPU worker sends.
+  class FeedbackEncoder {
+   public:
+    static absl::StatusOr<std::unique_ptr<FeedbackEncoder>> Create(HostExecutor& /*e*/,
+                                                                   const CodecSpec& spec,
+                                                                   size_t n) {
+      std::unique_ptr<Codec> codec = Codec::Create(spec);
+      if (codec == nullptr) return absl::InvalidArgumentError("invalid codec for error feedback");
+      return std::unique_ptr<FeedbackEncoder>(new FeedbackEncoder(std::move(codec), n));
+    }
+    size_t size() const { return n_; }
+    // Encodes gradient[0, n) + the residual into *block, and zeroes the gradient.
+    absl::Status Compress(float* gradient, std::vector<std::byte>* block) {
+      feedback_.Compress(*codec_, std::span<const float>(gradient, n_), block);
+      std::fill(gradient, gradient + n_, 0.0f);
+      return absl::OkStatus();
+    }
+    // Empty until the first Compress or SetResidual.
+    absl::StatusOr<std::vector<float>> Residual() const {
+      return std::vector<float>(feedback_.residual().begin(), feedback_.residual().end());
+    }
+    absl::Status SetResidual(std::span<const float> residual) {
+      feedback_.SetResidual(residual);
+      return absl::OkStatus();
+    }
+
+   private:
+    FeedbackEncoder(std::unique_ptr<Codec> codec, size_t n) : codec_(std::move(codec)), n_(n) {}
+    std::unique_ptr<Codec> codec_;
+    const size_t n_;
+    ErrorFeedback feedback_;
+  };
+
   template <class F>
   void ForEach(size_t n, const F& f) {
     ++launches_;
@@ -64,6 +103,10 @@ class HostExecutor {
   }
   template <class T>
   void Download(T* dst, const T* src, size_t n) {
+    if (n > 0) std::memcpy(dst, src, n * sizeof(T));
+  }
+  template <class T>
+  void Copy(T* dst, const T* src, size_t n) {
     if (n > 0) std::memcpy(dst, src, n * sizeof(T));
   }
   template <class T>

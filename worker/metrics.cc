@@ -6,25 +6,43 @@
 #include <numeric>
 #include <vector>
 
+#include "worker/example_metrics.h"
+
 namespace syncline {
 namespace {
 
-// Bounds -log(p) at about 16.1 so one confidently wrong example cannot dominate the mean.
-constexpr double kMinProbability = 1e-7;
+using example_metrics::BinaryHit;
+using example_metrics::BinaryLoss;
 
-double LogLoss(double p_true) {
-  return -std::log(std::clamp(p_true, kMinProbability, 1.0 - kMinProbability));
-}
+class HostEvaluator final : public ModelEvaluator {
+ public:
+  explicit HostEvaluator(const Model& model) : model_(model) {}
+
+  void Add(const Dataset& data, absl::Span<const uint32_t> examples,
+           absl::Span<const uint64_t> keys, absl::Span<const float> rows,
+           absl::Span<const float> bias) override {
+    model_.Predict(data, examples, keys, rows, bias, &chunk_);
+    scores_.insert(scores_.end(), chunk_.begin(), chunk_.end());
+    for (const uint32_t e : examples) labels_.push_back(data.labels[e]);
+  }
+
+  Evaluation Finish() override {
+    return model_.binary() ? EvaluateBinary(scores_, labels_)
+                           : EvaluateClasses(scores_, labels_, model_.num_classes());
+  }
+
+ private:
+  const Model& model_;
+  std::vector<float> scores_, labels_, chunk_;
+};
 
 }  // namespace
 
 double BinaryAuc(absl::Span<const float> scores, absl::Span<const float> labels) {
   const size_t n = std::min(scores.size(), labels.size());
-  // NaN breaks the strict weak ordering std::sort needs; rank it below every number.
-  std::vector<float> keys(n);
-  for (size_t i = 0; i < n; ++i) {
-    keys[i] = std::isnan(scores[i]) ? -std::numeric_limits<float>::infinity() : scores[i];
-  }
+  // The device's rank keys (NaN lowest, -0 = +0), so that both rank alike.
+  std::vector<uint32_t> keys(n);
+  for (size_t i = 0; i < n; ++i) keys[i] = example_metrics::RankKey(scores[i]);
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&keys](size_t a, size_t b) { return keys[a] < keys[b]; });
@@ -58,8 +76,8 @@ Evaluation EvaluateBinary(absl::Span<const float> scores, absl::Span<const float
   size_t correct = 0;
   for (size_t i = 0; i < n; ++i) {
     const bool positive = labels[i] > 0.5f;
-    loss += LogLoss(positive ? scores[i] : 1.0 - scores[i]);
-    correct += (scores[i] >= 0.5f) == positive;
+    loss += BinaryLoss(scores[i], positive);
+    correct += BinaryHit(scores[i], positive);
   }
   eval.auc = BinaryAuc(scores.subspan(0, n), labels.subspan(0, n));
   eval.loss = loss / static_cast<double>(n);
@@ -67,30 +85,36 @@ Evaluation EvaluateBinary(absl::Span<const float> scores, absl::Span<const float
   return eval;
 }
 
-Evaluation Evaluate(const Model& model, const Dataset& data, absl::Span<const uint64_t> keys,
-                    absl::Span<const float> rows, absl::Span<const float> bias) {
+Evaluation EvaluateClasses(absl::Span<const float> scores, absl::Span<const float> labels, int k) {
   Evaluation eval;
-  eval.examples = data.size();
-  if (data.size() == 0) return eval;
-  std::vector<uint32_t> examples(data.size());
-  std::iota(examples.begin(), examples.end(), 0);
-  std::vector<float> scores;
-  model.Predict(data, examples, keys, rows, bias, &scores);
-
-  if (model.binary()) return EvaluateBinary(scores, data.labels);
+  const size_t n = std::min(scores.size() / static_cast<size_t>(k), labels.size());
+  eval.examples = n;
+  if (n == 0) return eval;
   double loss = 0;
   size_t correct = 0;
-  const size_t k = static_cast<size_t>(model.num_classes());
-  for (size_t i = 0; i < data.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     const float* p = &scores[i * k];
-    // Labels outside [0, k) cannot come from ReadDataset; score them as predicted wrong.
-    const size_t label = data.labels[i] >= 0 ? static_cast<size_t>(data.labels[i]) : k;
-    loss += LogLoss(label < k ? p[label] : 0.0);
-    correct += static_cast<size_t>(std::max_element(p, p + k) - p) == label;
+    const uint32_t label = example_metrics::ClassOf(labels[i], k);
+    loss += example_metrics::ClassLoss(p, k, label);
+    correct += example_metrics::ClassHit(p, k, label);
   }
-  eval.loss = loss / static_cast<double>(data.size());
-  eval.accuracy = static_cast<double>(correct) / static_cast<double>(data.size());
+  eval.loss = loss / static_cast<double>(n);
+  eval.accuracy = static_cast<double>(correct) / static_cast<double>(n);
   return eval;
+}
+
+std::unique_ptr<ModelEvaluator> NewHostEvaluator(const Model& model) {
+  return std::make_unique<HostEvaluator>(model);
+}
+
+Evaluation Evaluate(const Model& model, const Dataset& data, absl::Span<const uint64_t> keys,
+                    absl::Span<const float> rows, absl::Span<const float> bias) {
+  if (data.size() == 0) return Evaluation{};
+  std::vector<uint32_t> examples(data.size());
+  std::iota(examples.begin(), examples.end(), 0);
+  std::unique_ptr<ModelEvaluator> evaluator = model.NewEvaluator();
+  evaluator->Add(data, examples, keys, rows, bias);
+  return evaluator->Finish();
 }
 
 }  // namespace syncline

@@ -1,4 +1,5 @@
-// Quality metrics of a model on a dataset: mean log loss, AUC (binary) and accuracy.
+// Quality metrics of a model on a dataset: mean log loss, AUC (binary) and accuracy. The
+// per-example parts are worker/example_metrics.h's, which a GPU model's evaluator shares.
 //
 // Thread-safety: free functions with no shared state; safe to call concurrently.
 #ifndef SYNCLINE_WORKER_METRICS_H_
@@ -6,19 +7,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "absl/types/span.h"
 #include "worker/dataset.h"
 #include "worker/model.h"
 
 namespace syncline {
-
-struct Evaluation {
-  double loss = 0;       // Mean log loss / cross-entropy, probabilities clamped to [1e-7, 1-1e-7].
-  double auc = -1;       // Binary models only; -1 when not computed.
-  double accuracy = -1;  // Binary (threshold 0.5) and multiclass (argmax); -1 when no examples.
-  size_t examples = 0;
-};
 
 // Area under the ROC curve of `scores` for `labels` (> 0.5 is positive), computed from ranks
 // (Mann-Whitney U) with tied scores getting their average rank; O(n log n). NaN scores rank
@@ -27,6 +22,14 @@ double BinaryAuc(absl::Span<const float> scores, absl::Span<const float> labels)
 
 // Loss, AUC and accuracy of binary scores P(y=1) for `labels` (> 0.5 is positive).
 Evaluation EvaluateBinary(absl::Span<const float> scores, absl::Span<const float> labels);
+
+// Loss and accuracy of class probabilities scores[n][k] for `labels` (class indices; a label
+// that is no class of k, or NaN, counts as wrong with probability 0).
+Evaluation EvaluateClasses(absl::Span<const float> scores, absl::Span<const float> labels, int k);
+
+// The evaluator Model::NewEvaluator gives by default: Predict's scores kept on the host, then
+// EvaluateBinary or EvaluateClasses.
+std::unique_ptr<ModelEvaluator> NewHostEvaluator(const Model& model);
 
 // Evaluates `model` over all examples of `data` with the given weights (see Model for the
 // meaning of keys, rows and bias; keys normally UniqueKeys over all examples).

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "worker/ctr_model.h"
+#include "worker/metrics.h"
 #include "worker/mlp_model.h"
 #include "worker/model_internal.h"
 
@@ -155,6 +156,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string_view name,
   return absl::InvalidArgumentError(
       absl::StrFormat("unknown model '%s' (known: logreg, softmax, ctr, mlp)", std::string(name)));
 }
+
+std::unique_ptr<ModelEvaluator> Model::NewEvaluator() const { return NewHostEvaluator(*this); }
 
 std::vector<uint64_t> Model::BatchKeys(const Dataset& data,
                                        absl::Span<const uint32_t> examples) const {

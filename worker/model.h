@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "worker/dataset.h"
+#include "worker/row_encoder.h"
 
 namespace syncline {
 
@@ -31,6 +32,29 @@ struct ModelOptions {
   // Widths of the hidden layers, input side first. ctr: one, the top MLP's (default 64); mlp:
   // one or more (default 256, 128). Empty: the model's default.
   std::vector<int> hidden;
+};
+
+// Quality of a model's scores on a dataset (worker/metrics.h).
+struct Evaluation {
+  double loss = 0;       // Mean log loss / cross-entropy, probabilities clamped to [1e-7, 1-1e-7].
+  double auc = -1;       // Binary models only; -1 when not computed.
+  double accuracy = -1;  // Binary (threshold 0.5) and multiclass (argmax); -1 when no examples.
+  size_t examples = 0;
+};
+
+// Scores a test set a batch at a time and keeps what its metrics need where the model computes
+// its scores: a GPU model keeps them on the device and downloads only the metrics
+// (Model::NewEvaluator). Must not outlive its model. Thread-compatible.
+class ModelEvaluator {
+ public:
+  virtual ~ModelEvaluator() = default;
+  // Scores `examples` of `data` at the given weights (as Model::Predict) and keeps them.
+  virtual void Add(const Dataset& data, absl::Span<const uint32_t> examples,
+                   absl::Span<const uint64_t> keys, absl::Span<const float> rows,
+                   absl::Span<const float> bias) = 0;
+  // The metrics of every example added (worker/metrics.h defines them): loss, accuracy and, for
+  // binary models, AUC. Without examples: Evaluation{}.
+  virtual Evaluation Finish() = 0;
 };
 
 // Time spent copying to and from a model's device (Model::TakeTransferTimes).
@@ -87,6 +111,20 @@ class Model {
   virtual void Predict(const Dataset& data, absl::Span<const uint32_t> examples,
                        absl::Span<const uint64_t> keys, absl::Span<const float> rows,
                        absl::Span<const float> bias, std::vector<float>* scores) const = 0;
+
+  // An evaluator for this model's scores. The default scores with Predict and keeps the scores
+  // on the host.
+  virtual std::unique_ptr<ModelEvaluator> NewEvaluator() const;
+
+  // From now on, LossAndGradient keeps its row gradients where it computes them instead of
+  // adding them into row_grads: scattered into a dense gradient (want.floats floats, key k's row
+  // at k * row_dim(); keys beyond it are left out, as the backend refuses them), summed until
+  // the encoder's Compress, which encodes them with want.codec. Null where the model cannot
+  // (CPU models, whose backend encodes the gradient it is given). A new call replaces the
+  // encoder, with a zero residual; the model owns it.
+  virtual RowGradientEncoder* EncodeRowGradients(const RowCompression& want) const {
+    return nullptr;
+  }
 
   // Time the calls since the last Take spent copying to and from a device (GPU models; zero on
   // the CPU).

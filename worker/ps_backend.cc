@@ -158,9 +158,12 @@ absl::Status PsBackend::GatherDenseRows(std::span<const uint64_t> keys, std::spa
 absl::Status PsBackend::PushDenseRows(int64_t clock, std::span<const uint64_t> keys,
                                       std::span<const float> row_grads, float examples) {
   const uint32_t dim = layout_.row_dim;
-  gradient_.assign(layout_.num_features * dim, 0.0f);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    std::copy_n(row_grads.data() + i * dim, dim, gradient_.data() + keys[i] * dim);
+  // With an encoder, the model kept the row gradients and encodes each shard's part.
+  if (encoder_ == nullptr) {
+    gradient_.assign(layout_.num_features * dim, 0.0f);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      std::copy_n(row_grads.data() + i * dim, dim, gradient_.data() + keys[i] * dim);
+    }
   }
   if (codec_ == nullptr) {
     auto t = client_->PushDense(kRowsTable, 0, gradient_, clock, examples);
@@ -172,10 +175,14 @@ absl::Status PsBackend::PushDenseRows(int64_t clock, std::span<const uint64_t> k
   for (int s = 0; s < n; ++s) {
     const KeyRange range = DenseShardRange(layout_.num_features, s, n);
     if (range.size() == 0) continue;
-    std::span<const float> part(gradient_.data() + range.begin * dim, range.size() * dim);
     {
       ScopedTime timed(&codec_time_);
-      feedback_[s].Compress(*codec_, part, &blocks_[s]);
+      if (encoder_ != nullptr) {
+        if (auto e = encoder_->Compress(s, &blocks_[s]); !e.ok()) return e;
+      } else {
+        std::span<const float> part(gradient_.data() + range.begin * dim, range.size() * dim);
+        feedback_[s].Compress(*codec_, part, &blocks_[s]);
+      }
     }
     auto t = client_->PushDenseEncoded(kRowsTable, range.begin, range.end,
                                        static_cast<uint8_t>(codec_spec_.kind), blocks_[s], clock,
@@ -392,11 +399,35 @@ absl::StatusOr<std::string> PsBackend::SaveState() const {
             put(row, layout_.row_dim * sizeof(float));
           });
     }
+  } else if (encoder_ != nullptr) {
+    std::vector<ErrorFeedback> held(feedback_.size());
+    for (size_t s = 0; s < held.size(); ++s) {
+      if (DenseShardRange(layout_.num_features, static_cast<int>(s), static_cast<int>(held.size()))
+              .size() == 0) {
+        continue;
+      }
+      absl::StatusOr<std::vector<float>> residual = encoder_->Residual(s);
+      if (!residual.ok()) return residual.status();
+      held[s].SetResidual(*residual);
+    }
+    SaveResiduals(held, &out);
   } else {
     SaveResiduals(feedback_, &out);
   }
   if (bias_compressed()) SaveResiduals(bias_feedback_, &out);
   return out;
+}
+
+std::optional<RowCompression> PsBackend::RowCompressionWanted() const {
+  if (!layout_.dense_rows || codec_ == nullptr) return std::nullopt;
+  const uint32_t dim = layout_.row_dim;
+  const int n = client_->num_servers();
+  RowCompression want{.codec = codec_spec_, .floats = layout_.num_features * dim};
+  for (int s = 0; s < n; ++s) {
+    const KeyRange range = DenseShardRange(layout_.num_features, s, n);
+    want.parts.push_back({range.begin * dim, range.end * dim});
+  }
+  return want;
 }
 
 absl::Status PsBackend::RestoreState(std::string_view state) {
@@ -413,6 +444,17 @@ absl::Status PsBackend::RestoreState(std::string_view state) {
                                        layout_.row_dim, "row");
              !s.ok()) {
     return s;
+  } else if (encoder_ != nullptr) {
+    // The residuals go where the gradients are kept.
+    for (size_t shard = 0; shard < feedback_.size(); ++shard) {
+      if (DenseShardRange(layout_.num_features, static_cast<int>(shard),
+                          static_cast<int>(feedback_.size()))
+              .size() == 0) {
+        continue;
+      }
+      if (auto e = encoder_->SetResidual(shard, feedback_[shard].residual()); !e.ok()) return e;
+      feedback_[shard].Reset();
+    }
   }
   if (bias_compressed()) {
     if (auto s = RestoreResiduals(in, bias_feedback_, layout_.bias_dim, 1, "dense-layer");

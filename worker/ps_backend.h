@@ -8,6 +8,7 @@
 #define SYNCLINE_WORKER_PS_BACKEND_H_
 
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -57,6 +58,11 @@ class PsBackend : public SyncBackend {
   absl::Duration TakeCodecTime() override {
     return std::exchange(codec_time_, absl::ZeroDuration()) + client_->TakeCodecTime();
   }
+  // Dense rows compressed (top-K, sign1, fp16): one part a shard.
+  std::optional<RowCompression> RowCompressionWanted() const override;
+  // Each shard's block of dense rows comes from `encoder` (a GPU model's, which keeps the row
+  // gradients and the residuals on its device); Update's row gradients are not read.
+  void SetRowEncoder(RowGradientEncoder* encoder) override { encoder_ = encoder; }
   // The error-feedback residuals: one per shard (dense rows) or per row (sparse rows), none
   // without compression.
   absl::StatusOr<std::string> SaveState() const override;
@@ -107,6 +113,7 @@ class PsBackend : public SyncBackend {
   std::vector<Frame> table_pieces_;
   std::vector<float> gradient_;
   std::vector<ErrorFeedback> feedback_;
+  RowGradientEncoder* encoder_ = nullptr;  // dense rows: not owned; it holds the residuals
   std::vector<std::vector<std::byte>> blocks_;
   // Sparse rows: per shard, the residuals and the last push (kept until acknowledged).
   const size_t residual_rows_;

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "core/table_config.h"
+#include "worker/row_encoder.h"
 
 namespace syncline {
 
@@ -73,6 +75,14 @@ class SyncBackend {
   // the first one: a backend that holds gradients back (error feedback) sends what it still
   // holds with that iteration's Update, so that the final model lacks none of them.
   virtual void SetFinalClock(int64_t clock) {}
+
+  // A backend that compresses an iteration's whole row gradient into one error-feedback block
+  // (all-reduce with top-K or sign1) says with which codec and over how many floats, after
+  // Init; others nullopt. Given an encoder for it (a GPU model's: Model::EncodeRowGradients),
+  // it takes each block from the encoder, whose residual it checkpoints, and Update's
+  // row_grads carry nothing (the model kept them).
+  virtual std::optional<RowCompression> RowCompressionWanted() const { return std::nullopt; }
+  virtual void SetRowEncoder(RowGradientEncoder* encoder) {}
 
   // Worker `worker` joined the running job: its iterations count from `first_clock`, and
   // `donors` (rank order) are the workers still training that gave it batches. Every worker

@@ -84,11 +84,9 @@ int64_t StepsPerEpoch(size_t examples, int batch_size) {
 
 absl::StatusOr<Evaluation> EvaluateSource(const Model& model, SyncBackend& backend,
                                           ExampleSource& source, size_t chunk) {
-  if (!model.binary()) {
-    return absl::InvalidArgumentError("evaluating from a stream needs a binary model");
-  }
   if (auto s = source.Rewind(); !s.ok()) return s;
-  std::vector<float> scores, labels, chunk_scores, rows, bias(model.bias_dim());
+  std::unique_ptr<ModelEvaluator> evaluator = model.NewEvaluator();
+  std::vector<float> rows, bias(model.bias_dim());
   std::vector<uint32_t> examples;
   while (true) {
     absl::StatusOr<DataSlice> slice = source.Next(chunk);
@@ -100,11 +98,9 @@ absl::StatusOr<Evaluation> EvaluateSource(const Model& model, SyncBackend& backe
     const std::vector<uint64_t> keys = model.BatchKeys(data, examples);
     rows.assign(keys.size() * model.row_dim(), 0.0f);
     if (auto s = backend.Read(-1, keys, rows, bias); !s.ok()) return s;
-    model.Predict(data, examples, keys, rows, bias, &chunk_scores);
-    scores.insert(scores.end(), chunk_scores.begin(), chunk_scores.end());
-    for (const uint32_t e : examples) labels.push_back(data.labels[e]);
+    evaluator->Add(data, examples, keys, rows, bias);
   }
-  return EvaluateBinary(scores, labels);
+  return evaluator->Finish();
 }
 
 absl::StatusOr<TrainResult> Trainer::Run(

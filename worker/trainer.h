@@ -134,10 +134,10 @@ struct TrainResult {
 // Iterations of one epoch over a partition of `examples` examples.
 int64_t StepsPerEpoch(size_t examples, int batch_size);
 
-// Evaluates a binary model's latest parameters (SyncBackend::Read with clock -1) over one pass
-// of `source`, `chunk` examples (and their keys) at a time, so a test file larger than memory
-// needs only a score and a label per example. Errors: the source's or the backend's, or
-// InvalidArgument for a non-binary model.
+// Evaluates a model's latest parameters (SyncBackend::Read with clock -1) over one pass of
+// `source`, `chunk` examples (and their keys) at a time through Model::NewEvaluator, so a test
+// file larger than memory needs only its scores and labels kept (on the model's device, for a
+// GPU model). Errors: the source's or the backend's.
 absl::StatusOr<Evaluation> EvaluateSource(const Model& model, SyncBackend& backend,
                                           ExampleSource& source, size_t chunk = 8192);
 

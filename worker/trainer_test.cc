@@ -18,6 +18,8 @@
 #include "ps/server.h"
 #include "worker/criteo.h"
 #include "worker/ctr_model.h"
+#include "worker/device_model.h"
+#include "worker/device_step_host.h"
 #include "worker/kv_client.h"
 #include "worker/ps_backend.h"
 #include "worker/test_data.h"
@@ -40,12 +42,24 @@ struct Checkpointing {
   std::string resume;
 };
 
+// Where the workers' logreg computes: the CPU model, or the device steps on the host executor
+// (worker/device_model.h), which may keep its row gradients and encode them itself.
+enum class Compute { kCpu, kDeviceModel, kDeviceModelEncoding };
+
+std::unique_ptr<Model> HostDeviceLogreg() {
+  auto reference = *Model::Create("logreg", 2);
+  device_step::Shape shape;
+  EXPECT_TRUE(DeviceShapeOf(*reference, ModelOptions{}, &shape));
+  return std::make_unique<DeviceModel<device_step::HostExecutor>>(
+      std::move(reference), std::move(shape), device_step::HostExecutor{});
+}
+
 // Trains `workers` workers against `servers` servers under `staleness` and returns the final
 // parameters of every feature followed by the bias.
 std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
                          OptimizerKind optimizer, CodecSpec codec = {},
                          const Checkpointing& ckpt = {}, bool read_ahead = false,
-                         bool sparse_rows = false) {
+                         bool sparse_rows = false, Compute compute = Compute::kCpu) {
   constexpr int kFeatures = 200;
   InprocTransport transport;
   std::vector<std::unique_ptr<Endpoint>> server_eps;
@@ -87,6 +101,17 @@ std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
       KVClient client(ep.get(), KVClientOptions{.rank = w, .server_ids = ids});
       PsBackend backend(&client, absl::Seconds(10), codec, sparse_rows ? 50 : 1000000);
       ASSERT_TRUE(backend.Init(layout).ok());
+      // A device model of this worker's own (an encoder keeps one worker's gradients).
+      const std::unique_ptr<Model> device = compute == Compute::kCpu ? nullptr : HostDeviceLogreg();
+      const Model& worker_model = device != nullptr ? *device : *model;
+      if (compute == Compute::kDeviceModelEncoding) {
+        const std::optional<RowCompression> want = backend.RowCompressionWanted();
+        ASSERT_TRUE(want.has_value());
+        ASSERT_EQ(want->parts.size(), static_cast<size_t>(servers));
+        RowGradientEncoder* encoder = device->EncodeRowGradients(*want);
+        ASSERT_NE(encoder, nullptr);
+        backend.SetRowEncoder(encoder);
+      }
       Dataset data = MakeData(7, 1200, kFeatures, w, workers);
       TrainerOptions options{.epochs = 2, .batch_size = batch};
       options.read_ahead = read_ahead;
@@ -103,7 +128,7 @@ std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
         if (auto s = WriteWorkerCheckpoint(ckpt.root, w, {clock, *state}); !s.ok()) return s;
         return clock == ckpt.stop_at ? absl::CancelledError("crash") : absl::OkStatus();
       };
-      Trainer trainer(*model, backend, options);
+      Trainer trainer(worker_model, backend, options);
       auto result = trainer.Run(data, nullptr);
       if (ckpt.stop_at >= 0) {
         ASSERT_TRUE(absl::IsCancelled(result.status())) << result.status();
@@ -205,6 +230,22 @@ TEST(TrainerTest, CompressedTrainingWithErrorFeedbackStaysCloseToUncompressed) {
   }
 }
 
+// A device model that keeps its dense row gradients and encodes each shard's part itself (as a
+// GPU worker does, so that only blocks cross PCIe) trains the bits of the backend's encoding
+// of the gradients it hands back.
+TEST(TrainerTest, DenseRowsEncodedByTheModelTrainTheBitsOfTheBackendsEncoding) {
+  for (const char* spec : {"topk:0.05", "sign1:64", "fp16"}) {
+    SCOPED_TRACE(spec);
+    const CodecSpec codec = *ParseCodec(spec);
+    const std::vector<float> handed =
+        Train(2, 2, 0, 20, OptimizerKind::kSgd, codec, {}, false, false, Compute::kDeviceModel);
+    const std::vector<float> kept = Train(2, 2, 0, 20, OptimizerKind::kSgd, codec, {}, false, false,
+                                          Compute::kDeviceModelEncoding);
+    EXPECT_EQ(kept, handed);
+    EXPECT_LT(FullLoss(kept), std::log(2.0) * 0.97) << "must have learned something";
+  }
+}
+
 class ResumeTest : public testing::TestWithParam<const char*> {};
 
 // A BSP run stopped right after a checkpoint and resumed from it ends with exactly the
@@ -212,28 +253,32 @@ class ResumeTest : public testing::TestWithParam<const char*> {};
 // and the workers' error-feedback residuals all came back.
 TEST_P(ResumeTest, ResumingFromACheckpointIsBitwiseAnUninterruptedRun) {
   // "sparse-" keeps sparse rows: the residuals per row (and their recency) come back too.
+  // "device-": a device model encodes the dense rows, and the residuals come back to it.
   const std::string param = GetParam();
   const bool sparse = param.starts_with("sparse-");
-  const CodecSpec codec = *ParseCodec(sparse ? param.substr(7) : param);
+  const bool device = param.starts_with("device-");
+  const Compute compute = device ? Compute::kDeviceModelEncoding : Compute::kCpu;
+  const CodecSpec codec = *ParseCodec(sparse || device ? param.substr(7) : param);
   const std::string root = testing::TempDir() + "resume_" + std::to_string(getpid()) + "_" +
                            std::to_string(std::hash<std::string>()(param) % 100000);
   std::filesystem::remove_all(root);
   const std::vector<float> whole =
-      Train(2, 2, 0, 20, OptimizerKind::kAdam, codec, {}, false, sparse);
+      Train(2, 2, 0, 20, OptimizerKind::kAdam, codec, {}, false, sparse, compute);
   // 1200 examples, 2 workers, batches of 20: 30 steps per epoch, 60 in all.
   Train(2, 2, 0, 20, OptimizerKind::kAdam, codec, {.root = root, .every = 7, .stop_at = 35}, false,
-        sparse);
+        sparse, compute);
   const std::string dir = CheckpointDir(root, 35);
   ASSERT_TRUE(std::filesystem::exists(dir + "/w1.state"));
-  const std::vector<float> resumed =
-      Train(2, 2, 0, 20, OptimizerKind::kAdam, codec, {.root = root, .resume = dir}, false, sparse);
+  const std::vector<float> resumed = Train(2, 2, 0, 20, OptimizerKind::kAdam, codec,
+                                           {.root = root, .resume = dir}, false, sparse, compute);
   ASSERT_EQ(whole.size(), resumed.size());
   for (size_t i = 0; i < whole.size(); ++i) ASSERT_EQ(whole[i], resumed[i]) << "parameter " << i;
   std::filesystem::remove_all(root);
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, ResumeTest,
-                         testing::Values("none", "topk:0.05", "sparse-topk:0.05", "sparse-sign1"),
+                         testing::Values("none", "topk:0.05", "sparse-topk:0.05", "sparse-sign1",
+                                         "device-topk:0.05", "device-sign1"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name) {

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <variant>
 
 #include "absl/strings/numbers.h"
@@ -11,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_requests.h"
+#include "compression/codec.h"
 #include "core/endpoint_split.h"
 #include "core/log.h"
 #include "job/federated.h"
@@ -479,6 +481,20 @@ NodeExit WorkerNode::Run() {
     }
     // A rollback ordered while this timeline starts ends it there too (below).
     absl::Status setup = backend->Init(layout);
+    // A backend that compresses dense row gradients (an all-reduce, or parameter servers'
+    // dense rows) takes its blocks from a GPU model, which keeps the row gradients and the
+    // residuals on its device: only the blocks cross PCIe. Not for a federated client, whose
+    // local steps need the row gradients themselves.
+    if (setup.ok() && !spec.sync.fedavg()) {
+      if (const std::optional<RowCompression> want = backend->RowCompressionWanted()) {
+        if (RowGradientEncoder* encoder = (*model)->EncodeRowGradients(*want)) {
+          backend->SetRowEncoder(encoder);
+          SYNCLINE_LOG(INFO) << "row gradients are encoded on " << device->device << " ("
+                             << CodecName(want->codec)
+                             << " with error feedback there): only the blocks cross PCIe";
+        }
+      }
+    }
 
     TrainerOptions trainer_options;
     trainer_options.epochs = spec.training.epochs;
