@@ -14,7 +14,7 @@
 // Then a compressed step of the mlp (what a worker of a compressing all-reduce or of dense rows
 // on parameter servers computes): the step and the error-feedback encoding of its dense row
 // gradient, on a CPU worker, on a GPU worker that downloads the gradient and encodes it on the
-// CPU, and on a GPU worker that encodes it on the device (Model::EncodeRowGradients), with the
+// CPU, and on a GPU worker that encodes it on the device (Model::EncodeGradients), with the
 // bytes of row gradient each brings down.
 //
 // Each figure is the rate over at least --seconds of steps (and 3 steps) after 2 untimed ones.
@@ -156,7 +156,7 @@ struct CompressedRate {
   double bytes_down = 0;
 };
 
-CompressedRate MeasureCompressed(const Model& model, RowGradientEncoder* encoder,
+CompressedRate MeasureCompressed(const Model& model, GradientEncoder* encoder,
                                  const CodecSpec& codec, const Dataset& data, size_t batch,
                                  double seconds, uint64_t seed) {
   const size_t batches = std::max<size_t>(1, data.size() / batch);
@@ -234,8 +234,8 @@ int CompressedSteps(bool gpu, size_t batch, double seconds, uint64_t seed) {
     auto kept = CreateGpuModel("mlp", options, 0);
     if (!downloaded.ok() || !kept.ok()) return 1;
     const size_t floats = data.num_features * 256;
-    RowGradientEncoder* encoder = (*kept)->EncodeRowGradients(
-        RowCompression{.codec = codec, .floats = floats, .parts = {{0, floats}}});
+    GradientEncoder* encoder = (*kept)->EncodeGradients(
+        GradientCompression{.codec = codec, .floats = floats, .parts = {{0, floats}}});
     if (encoder == nullptr) {
       absl::PrintF("| %s | %.2f | no device encoder for this codec | | | | |\n", name, on_cpu.ms);
       continue;

@@ -322,9 +322,12 @@ namespace {
 constexpr char kStateMagic[4] = {'A', 'R', 'D', '1'};
 }  // namespace
 
-std::optional<RowCompression> AllReduceBackend::RowCompressionWanted() const {
-  if (codec_ == nullptr) return std::nullopt;
-  return RowCompression{.codec = options_.codec, .floats = bias_at_, .parts = {{0, bias_at_}}};
+std::vector<GradientCompression> AllReduceBackend::CompressionWanted() const {
+  if (codec_ == nullptr) return {};
+  return {GradientCompression{.table = GradientTable::kRows,
+                              .codec = options_.codec,
+                              .floats = bias_at_,
+                              .parts = {{0, bias_at_}}}};
 }
 
 absl::StatusOr<std::string> AllReduceBackend::SaveState() const {

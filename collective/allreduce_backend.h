@@ -28,7 +28,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -81,11 +80,13 @@ class AllReduceBackend : public SyncBackend {
   absl::Status EndIteration(int64_t clock, float examples) override;
   // Takes part, adding nothing, until every worker has finished.
   absl::Status Finish() override;
-  // Compressed (top-K, sign1): the whole row gradient, in one block a rank.
-  std::optional<RowCompression> RowCompressionWanted() const override;
-  // The blocks come from `encoder` (a GPU model's, which keeps the row gradients on its device
-  // and the residual there); Update adds no row gradients.
-  void SetRowEncoder(RowGradientEncoder* encoder) override { encoder_ = encoder; }
+  // Compressed (top-K, sign1): the rows, as one part (one block a rank).
+  std::vector<GradientCompression> CompressionWanted() const override;
+  // The rows' blocks come from `encoder` (a GPU model's, which keeps the row gradients and the
+  // residual on its device); Update adds no row gradients. The bias is summed as it is.
+  void SetEncoder(GradientTable table, GradientEncoder* encoder) override {
+    if (table == GradientTable::kRows) encoder_ = encoder;
+  }
   // Checkpoints: the whole model, its optimizer state and (compressed) the error-feedback
   // residual. Every worker saves after the same step, so restoring all of them continues
   // exactly.
@@ -129,8 +130,8 @@ class AllReduceBackend : public SyncBackend {
   // Compressed all-reduce (options_.codec top-K or sign1).
   std::unique_ptr<Codec> codec_;
   ErrorFeedback feedback_;
-  RowGradientEncoder* encoder_ = nullptr;  // not owned; when set, it holds the residual
-  absl::Duration codec_time_;              // since the last TakeCodecTime
+  GradientEncoder* encoder_ = nullptr;  // not owned; when set, it holds the residual
+  absl::Duration codec_time_;           // since the last TakeCodecTime
   std::vector<std::byte> block_, blocks_;
   std::vector<float> small_;  // bias, examples, still training (and the counts of touched rows)
   // Sparse rounds: the keys this rank touched in the step, and those some rank touched.

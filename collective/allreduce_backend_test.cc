@@ -135,9 +135,9 @@ TEST(AllReduceBackendTest, DenseBatchesAreAllReducedAndHalvesTravelAsHalves) {
 // A row encoder on the CPU that keeps the row gradients as a GPU model does (worker/
 // device_model.h): scattered by key into a dense gradient, encoded with error feedback when the
 // backend asks.
-class CpuRowEncoder final : public RowGradientEncoder {
+class CpuRowEncoder final : public GradientEncoder {
  public:
-  CpuRowEncoder(const RowCompression& want, uint32_t dim)
+  CpuRowEncoder(const GradientCompression& want, uint32_t dim)
       : codec_(Codec::Create(want.codec)), dim_(dim), gradient_(want.floats, 0.0f) {}
   void Keep(std::span<const uint64_t> keys, std::span<const float> grads) {
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -148,6 +148,9 @@ class CpuRowEncoder final : public RowGradientEncoder {
     feedback_.Compress(*codec_, gradient_, block);
     std::fill(gradient_.begin(), gradient_.end(), 0.0f);
     return absl::OkStatus();
+  }
+  absl::Status Drain(size_t part, std::vector<float>* values) override {
+    return absl::UnimplementedError("an all-reduce drains nothing");
   }
   absl::StatusOr<std::vector<float>> Residual(size_t part) const override {
     return std::vector<float>(feedback_.residual().begin(), feedback_.residual().end());
@@ -189,15 +192,17 @@ Trained TrainCompressed(int n, const CodecSpec& codec, bool with_encoders) {
       layout.num_features = kFeatures;
       layout.bias_dim = 3;
       ASSERT_TRUE(b.Init(layout).ok());
-      const std::optional<RowCompression> want = b.RowCompressionWanted();
-      ASSERT_TRUE(want.has_value());
+      const std::vector<GradientCompression> wanted = b.CompressionWanted();
+      ASSERT_EQ(wanted.size(), 1u);
+      const GradientCompression* want = &wanted[0];
+      EXPECT_EQ(want->table, GradientTable::kRows);
       EXPECT_EQ(want->floats, kFeatures * kDim);
       ASSERT_EQ(want->parts.size(), 1u);
       EXPECT_EQ(want->parts[0].size(), kFeatures * kDim);
       std::unique_ptr<CpuRowEncoder> encoder;
       if (with_encoders) {
         encoder = std::make_unique<CpuRowEncoder>(*want, kDim);
-        b.SetRowEncoder(encoder.get());
+        b.SetEncoder(GradientTable::kRows, encoder.get());
       }
       const int steps = 8 - r;
       for (int step = 0; step < steps; ++step) {
@@ -224,7 +229,7 @@ Trained TrainCompressed(int n, const CodecSpec& codec, bool with_encoders) {
       if (encoder != nullptr) {
         // A restore goes to the encoder: saving again gives the same state.
         CpuRowEncoder fresh(*want, kDim);
-        b.SetRowEncoder(&fresh);
+        b.SetEncoder(GradientTable::kRows, &fresh);
         ASSERT_TRUE(b.RestoreState(out.states[r]).ok());
         EXPECT_EQ(*b.SaveState(), out.states[r]);
       }
@@ -249,7 +254,7 @@ TEST(AllReduceBackendTest, BlocksFromTheModelsEncoderTrainTheSameBits) {
   }
   // Uncompressed rounds ask for no encoder.
   AllReduceBackend plain(nullptr, AllReduceOptions{});
-  EXPECT_FALSE(plain.RowCompressionWanted().has_value());
+  EXPECT_TRUE(plain.CompressionWanted().empty());
 }
 
 // Workers meet over their data endpoints and move to the TCP plane only when every one of them

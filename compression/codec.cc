@@ -212,6 +212,10 @@ absl::Status ValidateCodecSpec(const CodecSpec& spec) {
       absl::StrFormat("unknown codec kind %d", static_cast<int>(spec.kind)));
 }
 
+absl::Status ValidateBlock(CodecKind kind, std::span<const std::byte> block, size_t n) {
+  return compression_internal::ValidateBlock(kind, block, n);
+}
+
 absl::StatusOr<CodecKind> CodecKindFromWire(uint8_t byte) {
   if (byte > static_cast<uint8_t>(CodecKind::kFp16)) {
     return absl::InvalidArgumentError(absl::StrFormat("unknown codec byte %d", byte));

@@ -59,6 +59,10 @@ std::string ShortestDouble(double value);
 absl::Status ValidateCodecSpec(const CodecSpec& spec);
 // The kind for a header's codec byte; InvalidArgument for an unknown value.
 absl::StatusOr<CodecKind> CodecKindFromWire(uint8_t byte);
+// OK when `block` is a valid block of `kind` encoding n entries (what DecodeAdd accepts);
+// otherwise InvalidArgument naming the problem. For checking a block that was decoded elsewhere
+// (on a GPU).
+absl::Status ValidateBlock(CodecKind kind, std::span<const std::byte> block, size_t n);
 // Entries topk keeps of n: max(1, ceil(ratio * n)), at most n (0 when n = 0) and at most
 // 2^32 - 1. The ceiling allows a relative 1e-12 of slack, so that 0.07 * 100 gives 7.
 size_t TopKCount(double ratio, size_t n);

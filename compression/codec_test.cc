@@ -96,6 +96,27 @@ TEST(CodecSpecTest, TopKCountIsTheCeilingOfRatioTimesN) {
   EXPECT_EQ(TopKCount(0.5, 0), 0u);
 }
 
+// ValidateBlock accepts what DecodeAdd accepts: an encoder's own block, not a cut one or one
+// for fewer entries (top-K: an index out of range), nor sign1's block of a NaN gradient (its
+// scale is NaN).
+TEST(CodecTest, ValidateBlockAcceptsWhatDecodeAddAccepts) {
+  const std::vector<float> values = {0.5f, -2.0f, 0.0f, 3.0f, -1.0f};
+  for (const char* name : {"none", "fp16", "topk:0.4", "sign1:2"}) {
+    SCOPED_TRACE(name);
+    const CodecSpec spec = *ParseCodec(name);
+    std::vector<std::byte> block;
+    Codec::Create(spec)->Encode(values, &block);
+    EXPECT_TRUE(ValidateBlock(spec.kind, block, values.size()).ok());
+    EXPECT_FALSE(ValidateBlock(spec.kind, block, 2).ok());
+    block.pop_back();
+    EXPECT_FALSE(ValidateBlock(spec.kind, block, values.size()).ok());
+  }
+  std::vector<std::byte> nan_block;
+  const std::vector<float> nan_values = {1.0f, NAN};
+  Codec::Create(*ParseCodec("sign1"))->Encode(nan_values, &nan_block);
+  EXPECT_FALSE(ValidateBlock(CodecKind::kSign1, nan_block, 2).ok());
+}
+
 TEST(CodecTest, EncodedSizeIsTheBlockSize) {
   for (const std::string text : {"none", "fp16", "topk:0.01", "topk:0.5", "topk:1", "sign1",
                                  "sign1:1", "sign1:7", "sign1:64"}) {

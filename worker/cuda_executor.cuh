@@ -228,9 +228,18 @@ class CudaExecutor {
       if (auto s = codec_->EncodeOnDevice(n_); !s.ok()) return s;
       if (auto s = codec_->DownloadBlock(block); !s.ok()) return s;
       // A block that does not decode (sign1 of a non-finite gradient) leaves all of p in the
-      // residual, as ErrorFeedback does; UploadBlock validates it on the host first.
-      if (!codec_->UploadBlock(*block, n_).ok()) return absl::OkStatus();
+      // residual, as ErrorFeedback does: the host checks the block it now has, and the device
+      // decodes the copy it kept.
+      if (!ValidateBlock(codec_->spec().kind, *block, n_).ok()) return absl::OkStatus();
       return codec_->DecodeAddOnDevice(n_, -1.0f);
+    }
+    // *values = gradient[0, n) + the residual; zeroes both.
+    absl::Status Drain(float* gradient, std::vector<float>* values) {
+      e_->ForEach(n_, AddResidual{gradient, codec_->device_input(), codec_->device_output()});
+      e_->Finish();
+      values->resize(n_);
+      if (auto s = codec_->DownloadOutput(*values); !s.ok()) return s;
+      return SetResidual({});
     }
     // Empty until the first Compress or SetResidual, as ErrorFeedback's.
     absl::StatusOr<std::vector<float>> Residual() const {
@@ -398,7 +407,7 @@ class CudaExecutor {
   }
   static void CheckCount(size_t n) {
     if (n > static_cast<size_t>(std::numeric_limits<int>::max())) {
-      Die("a sort", "more than 2^31 features in one batch");
+      Die("a sort or scan", "more than 2^31 items (features of a batch, or test examples)");
     }
   }
 

@@ -5,9 +5,10 @@
 // the dense table, runs the step there, downloads the gradients (ADDED into the caller's spans,
 // as Model says) and the per-example losses (summed on the host in example order). BatchKeys
 // finds the unique ids on the device (a radix sort and a unique pass), since the keys go to the
-// servers before the rows come back. Given a row encoder (EncodeRowGradients: a compressing
-// all-reduce), the row gradients stay on the device, scattered into a dense gradient that the
-// CUDA codecs encode there with error feedback, and only the block comes down. Its evaluator
+// servers before the rows come back. Given an encoder for a table (EncodeGradients: a backend
+// that encodes dense gradients with error feedback), its gradients stay on the device (rows
+// scattered by key into a dense gradient), the CUDA codecs encode them there, and only the
+// blocks come down. Its evaluator
 // (NewEvaluator) keeps a test set's scores on the device and computes the metrics there, AUC
 // included: only their sums come down.
 //
@@ -144,27 +145,36 @@ class DeviceModel final : public Model {
       device_step::LossAndGradient(e_, shape_, batch_, rows_.data(), dense_.data(), &act_,
                                    row_grads_.data(), dense_grads_.data());
     }
-    // Row gradients kept for the encoder stay here; only the dense ones and the losses go down.
-    const bool keep_rows = encoder_ != nullptr;
-    if (keep_rows) {
-      e_.ForEach(rows.size(), device_step::ScatterByKey{batch_.keys(), row_dim(), encoder_->rows(),
-                                                        row_grads_.data(), encoder_->gradient()});
+    // Gradients kept for an encoder stay here (rows scattered by key into its dense gradient);
+    // the others and the losses go down.
+    KeptGradients* kept_rows = kept(GradientTable::kRows);
+    KeptGradients* kept_dense = kept(GradientTable::kDense);
+    if (kept_rows != nullptr) {
+      e_.ForEach(rows.size(), device_step::ScatterByKey{batch_.keys(), row_dim(), kept_rows->rows(),
+                                                        row_grads_.data(), kept_rows->gradient()});
+    }
+    if (kept_dense != nullptr) {
+      e_.ForEach(bias.size(), device_step::AddInto{dense_grads_.data(), kept_dense->gradient()});
     }
     host_grads_.Reserve(rows.size() + bias.size());
     host_loss_.Reserve(examples.size());
     e_.MarkDownloadsBegin();
-    if (!keep_rows) e_.Download(host_grads_.data(), row_grads_.data(), rows.size());
-    e_.Download(host_grads_.data() + rows.size(), dense_grads_.data(), bias.size());
+    if (kept_rows == nullptr) e_.Download(host_grads_.data(), row_grads_.data(), rows.size());
+    if (kept_dense == nullptr) {
+      e_.Download(host_grads_.data() + rows.size(), dense_grads_.data(), bias.size());
+    }
     e_.Download(host_loss_.data(), ctr() ? ctr_.loss.data() : act_.loss.data(), examples.size());
     e_.MarkDownloadsEnd();
     e_.Finish();
     upload_ += e_.UploadTime();
     download_ += e_.DownloadTime();
     const float* grads = host_grads_.data();
-    if (!keep_rows) {
+    if (kept_rows == nullptr) {
       for (size_t i = 0; i < rows.size(); ++i) row_grads[i] += grads[i];
     }
-    for (size_t i = 0; i < bias.size(); ++i) bias_grad[i] += grads[rows.size() + i];
+    if (kept_dense == nullptr) {
+      for (size_t i = 0; i < bias.size(); ++i) bias_grad[i] += grads[rows.size() + i];
+    }
     double loss = 0;
     for (size_t i = 0; i < examples.size(); ++i) loss += host_loss_.data()[i];
     return loss;
@@ -187,16 +197,28 @@ class DeviceModel final : public Model {
     return std::make_unique<Evaluator>(*this);
   }
 
-  // Row gradients encoded on the device (E::FeedbackEncoder: the CUDA codecs, or on the host
-  // executor the CPU's). Null, logging nothing, where the codec cannot be made here.
-  RowGradientEncoder* EncodeRowGradients(const RowCompression& want) const override {
+  // Gradients encoded on the device (E::FeedbackEncoder: the CUDA codecs, or on the host
+  // executor the CPU's). Null where the codec cannot be made here, or the sizes are not the
+  // model's.
+  GradientEncoder* EncodeGradients(const GradientCompression& want) const override {
     absl::MutexLock lock(&mu_);
     e_.Activate();
-    encoder_.reset();
-    auto encoder = std::make_unique<RowEncoder>(*this, want);
+    std::unique_ptr<KeptGradients>& slot = encoders_[want.table == GradientTable::kRows ? 0 : 1];
+    slot.reset();
+    if (want.table == GradientTable::kDense ? want.floats != static_cast<size_t>(bias_dim())
+                                            : want.floats % static_cast<size_t>(row_dim()) != 0) {
+      return nullptr;
+    }
+    auto encoder = std::make_unique<KeptGradients>(*this, want);
     if (!encoder->Make()) return nullptr;
-    encoder_ = std::move(encoder);
-    return encoder_.get();
+    slot = std::move(encoder);
+    return slot.get();
+  }
+
+  void StopEncoding() const override {
+    absl::MutexLock lock(&mu_);
+    e_.Activate();
+    for (std::unique_ptr<KeptGradients>& encoder : encoders_) encoder.reset();
   }
 
   TransferTimes TakeTransferTimes() const override {
@@ -206,27 +228,34 @@ class DeviceModel final : public Model {
   }
 
  private:
-  // The kept row gradients (a dense gradient on the device) and each part's error feedback.
-  class RowEncoder final : public RowGradientEncoder {
+  class KeptGradients;
+  KeptGradients* kept(GradientTable table) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return encoders_[table == GradientTable::kRows ? 0 : 1].get();
+  }
+
+  // A table's kept gradients (a dense gradient on the device) and each part's error feedback.
+  class KeptGradients final : public GradientEncoder {
    public:
-    RowEncoder(const DeviceModel& model, RowCompression want)
+    KeptGradients(const DeviceModel& model, GradientCompression want)
         : model_(model), want_(std::move(want)) {
       if (want_.parts.empty()) want_.parts.push_back({0, want_.floats});
     }
-    ~RowEncoder() override {
-      // Destroyed with the model's lock held (EncodeRowGradients) or at the model's end.
+    ~KeptGradients() override {
+      // Destroyed with the model's lock held (EncodeGradients) or at the model's end.
       model_.e_.Activate();
     }
     // The device buffers and the parts' codecs; false where a codec cannot be made here.
     bool Make() ABSL_EXCLUSIVE_LOCKS_REQUIRED(model_.mu_) {
       gradient_.Reserve(want_.floats);
       model_.e_.Zero(gradient_.data(), want_.floats);
-      for (const RowCompression::Part& part : want_.parts) {
+      for (const GradientCompression::Part& part : want_.parts) {
         if (part.begin > part.end || part.end > want_.floats) return false;
         if (part.size() == 0) {  // a shard without rows: nothing to encode
           parts_.push_back(nullptr);
           continue;
         }
+        // 32-bit top-K indices on the device: a larger part stays with the CPU path.
+        if (want_.codec.kind == CodecKind::kTopK && part.size() >= (size_t{1} << 32)) return false;
         auto made = E::FeedbackEncoder::Create(model_.e_, want_.codec, part.size());
         if (!made.ok()) return false;
         parts_.push_back(std::move(*made));
@@ -240,6 +269,12 @@ class DeviceModel final : public Model {
       absl::MutexLock lock(&model_.mu_);
       model_.e_.Activate();
       return parts_[part]->Compress(gradient_.data() + want_.parts[part].begin, block);
+    }
+    absl::Status Drain(size_t part, std::vector<float>* values) override {
+      if (auto s = CheckPart(part); !s.ok()) return s;
+      absl::MutexLock lock(&model_.mu_);
+      model_.e_.Activate();
+      return parts_[part]->Drain(gradient_.data() + want_.parts[part].begin, values);
     }
     absl::StatusOr<std::vector<float>> Residual(size_t part) const override {
       if (auto s = CheckPart(part); !s.ok()) return s;
@@ -272,7 +307,7 @@ class DeviceModel final : public Model {
     }
 
     const DeviceModel& model_;
-    RowCompression want_;
+    GradientCompression want_;
     typename E::template Array<float> gradient_;
     std::vector<std::unique_ptr<typename E::FeedbackEncoder>> parts_;
   };
@@ -424,8 +459,9 @@ class DeviceModel final : public Model {
   mutable typename E::template PinnedArray<float> host_grads_ ABSL_GUARDED_BY(mu_);
   mutable typename E::template PinnedArray<double> host_loss_ ABSL_GUARDED_BY(mu_);
   mutable absl::Duration upload_ ABSL_GUARDED_BY(mu_), download_ ABSL_GUARDED_BY(mu_);
-  // Declared last, so that it goes first (its end makes the device current).
-  mutable std::unique_ptr<RowEncoder> encoder_ ABSL_GUARDED_BY(mu_);
+  // The rows' and the dense table's encoders (EncodeGradients). Declared last, so that they go
+  // first (their end makes the device current).
+  mutable std::unique_ptr<KeptGradients> encoders_[2] ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace syncline

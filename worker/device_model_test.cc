@@ -378,8 +378,8 @@ TEST_P(DeviceModelTest, RowGradientsEncodedOnTheDeviceAreTheCpuPathsBlocks) {
     const size_t floats = 160 * static_cast<size_t>(dim);  // 10 rows no example has
     // Two parts, as two parameter servers' shards, the second of whole rows and the rest.
     const size_t split = 70 * static_cast<size_t>(dim);
-    RowGradientEncoder* encoder = m.device->EncodeRowGradients(
-        RowCompression{.codec = codec, .floats = floats, .parts = {{0, split}, {split, floats}}});
+    GradientEncoder* encoder = m.device->EncodeGradients(GradientCompression{
+        .codec = codec, .floats = floats, .parts = {{0, split}, {split, floats}}});
     ASSERT_NE(encoder, nullptr);
     const std::unique_ptr<Codec> cpu_codec = Codec::Create(codec);
     ErrorFeedback feedback[2];
@@ -422,7 +422,71 @@ TEST_P(DeviceModelTest, RowGradientsEncodedOnTheDeviceAreTheCpuPathsBlocks) {
     EXPECT_EQ(encoder->Compress(2, nullptr).code(), absl::StatusCode::kInvalidArgument);
     ASSERT_TRUE(encoder->SetResidual(1, {}).ok());
     EXPECT_TRUE(encoder->Residual(1)->empty());
+    // Stopped: the rows come back to the caller again.
+    m.device->StopEncoding();
+    const std::vector<uint64_t> keys = m.cpu->BatchKeys(data, {1, 2, 3});
+    const std::vector<float> rows = Uniform(70, keys.size() * dim, 0.3f);
+    const std::vector<float> bias = Uniform(71, m.cpu->bias_dim(), 0.3f);
+    EXPECT_EQ(RunStep(*m.device, data, {1, 2, 3}, keys, rows, bias).rows,
+              RunStep(*plain.device, data, {1, 2, 3}, keys, rows, bias).rows);
   }
+}
+
+// The dense table kept for an encoder: its gradients summed over two steps, then drained whole
+// with the residual of a block between them, are the CPU path's; the dense gradients the model
+// hands back are zero.
+TEST_P(DeviceModelTest, DenseTableKeptOnTheDeviceIsEncodedAndDrainedAsOnTheCpu) {
+  Pair m = MakeModels();
+  SKIP_WITHOUT_DEVICE(m);
+  Pair plain = MakeModels();
+  const CodecSpec codec = *ParseCodec("topk:0.1");
+  const size_t floats = static_cast<size_t>(m.cpu->bias_dim());
+  if (floats < 2) GTEST_SKIP() << "a dense table of one float has no two parts";
+  const size_t split = floats / 2;
+  EXPECT_EQ(m.device->EncodeGradients(GradientCompression{
+                .table = GradientTable::kDense, .codec = codec, .floats = floats + 1}),
+            nullptr)
+      << "a dense table of another size";
+  GradientEncoder* encoder =
+      m.device->EncodeGradients(GradientCompression{.table = GradientTable::kDense,
+                                                    .codec = codec,
+                                                    .floats = floats,
+                                                    .parts = {{0, split}, {split, floats}}});
+  ASSERT_NE(encoder, nullptr);
+  const Dataset data = DataFor(*m.cpu, 31, 200, 100, 8);
+  const std::unique_ptr<Codec> cpu_codec = Codec::Create(codec);
+  ErrorFeedback feedback;  // part 0's
+  std::vector<float> summed(floats, 0.0f);
+  for (int step = 0; step < 2; ++step) {
+    std::vector<uint32_t> batch(100);
+    std::iota(batch.begin(), batch.end(), static_cast<uint32_t>(100 * step));
+    const std::vector<uint64_t> keys = m.cpu->BatchKeys(data, batch);
+    const std::vector<float> rows = Uniform(50 + step, keys.size() * m.cpu->row_dim(), 0.3f);
+    const std::vector<float> bias = Uniform(60 + step, floats, 0.3f);
+    const Step kept = RunStep(*m.device, data, batch, keys, rows, bias);
+    const Step down = RunStep(*plain.device, data, batch, keys, rows, bias);
+    EXPECT_EQ(kept.dense, std::vector<float>(floats, 0.0f));
+    EXPECT_EQ(kept.rows, down.rows);
+    if (step == 0) {
+      // Part 0 encoded after the first step; part 1 keeps summing.
+      std::vector<std::byte> want, got;
+      feedback.Compress(*cpu_codec, std::span<const float>(down.dense.data(), split), &want);
+      ASSERT_TRUE(encoder->Compress(0, &got).ok());
+      EXPECT_EQ(got, want);
+    } else {
+      for (size_t i = 0; i < split; ++i) summed[i] = down.dense[i] + feedback.residual()[i];
+    }
+    for (size_t i = split; i < floats; ++i) summed[i] += down.dense[i];
+  }
+  std::vector<float> drained0, drained1;
+  ASSERT_TRUE(encoder->Drain(0, &drained0).ok());
+  ASSERT_TRUE(encoder->Drain(1, &drained1).ok());
+  drained0.insert(drained0.end(), drained1.begin(), drained1.end());
+  EXPECT_EQ(drained0, summed);
+  // Drained: nothing is held any more.
+  EXPECT_TRUE(encoder->Residual(0)->empty());
+  ASSERT_TRUE(encoder->Drain(0, &drained1).ok());
+  EXPECT_EQ(drained1, std::vector<float>(split, 0.0f));
 }
 
 INSTANTIATE_TEST_SUITE_P(

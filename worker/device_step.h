@@ -496,6 +496,13 @@ struct ScatterByKey {
   }
 };
 
+// dst[i] += src[i].
+struct AddInto {
+  const float* src;
+  float* dst;
+  SYNCLINE_HD void operator()(size_t i) const { dst[i] += src[i]; }
+};
+
 // Bits a radix sort needs for values in [0, limit].
 inline int BitsFor(uint64_t limit) {
   int bits = 1;
@@ -943,8 +950,10 @@ class DeviceEvaluation {
   double loss_sum() const { return loss_sum_; }
   uint64_t hits() const { return hits_; }
 
-  // The AUC of the binary scores added (0.5 when a class is absent, as BinaryAuc).
+  // The AUC of the binary scores added (0.5 when a class is absent, as BinaryAuc; -1 for a
+  // multiclass evaluation).
   double Auc(E& e) {
+    if (!binary_) return -1;  // no scores kept
     const size_t n = count_;
     keys_.Reserve(n);
     sorted_.Reserve(n);

@@ -69,6 +69,15 @@ class HostExecutor {
       std::fill(gradient, gradient + n_, 0.0f);
       return absl::OkStatus();
     }
+    // *values = gradient[0, n) + the residual; zeroes both.
+    absl::Status Drain(float* gradient, std::vector<float>* values) {
+      values->assign(gradient, gradient + n_);
+      const std::span<const float> residual = feedback_.residual();
+      for (size_t i = 0; i < residual.size() && i < n_; ++i) (*values)[i] += residual[i];
+      std::fill(gradient, gradient + n_, 0.0f);
+      feedback_.Reset();
+      return absl::OkStatus();
+    }
     // Empty until the first Compress or SetResidual.
     absl::StatusOr<std::vector<float>> Residual() const {
       return std::vector<float>(feedback_.residual().begin(), feedback_.residual().end());

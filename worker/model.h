@@ -20,7 +20,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "worker/dataset.h"
-#include "worker/row_encoder.h"
+#include "worker/gradient_encoder.h"
 
 namespace syncline {
 
@@ -116,15 +116,20 @@ class Model {
   // on the host.
   virtual std::unique_ptr<ModelEvaluator> NewEvaluator() const;
 
-  // From now on, LossAndGradient keeps its row gradients where it computes them instead of
-  // adding them into row_grads: scattered into a dense gradient (want.floats floats, key k's row
-  // at k * row_dim(); keys beyond it are left out, as the backend refuses them), summed until
-  // the encoder's Compress, which encodes them with want.codec. Null where the model cannot
-  // (CPU models, whose backend encodes the gradient it is given). A new call replaces the
-  // encoder, with a zero residual; the model owns it.
-  virtual RowGradientEncoder* EncodeRowGradients(const RowCompression& want) const {
+  // From now on, LossAndGradient keeps the gradients of `want.table` where it computes them
+  // instead of adding them into row_grads or bias_grad: as a dense gradient of want.floats
+  // floats (rows: key k's row at k * row_dim(), keys beyond it left out, as the backend refuses
+  // them; the dense table as it is), summed until the encoder's Compress or Drain of a part,
+  // which encodes it with want.codec. Null where the model cannot (CPU models, whose backend
+  // encodes the gradients it is handed). A new call for a table replaces its encoder, with zero
+  // residuals; the model owns it.
+  virtual GradientEncoder* EncodeGradients(const GradientCompression& want) const {
     return nullptr;
   }
+
+  // From now on, LossAndGradient hands every gradient back again; the encoders EncodeGradients
+  // made are gone (a new timeline's backend asks again).
+  virtual void StopEncoding() const {}
 
   // Time the calls since the last Take spent copying to and from a device (GPU models; zero on
   // the CPU).

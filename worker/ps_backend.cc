@@ -265,6 +265,14 @@ absl::Status PsBackend::Update(int64_t clock, std::span<const uint64_t> keys,
     const int n = client_->num_servers();
     for (int s = 0; s < n; ++s) {
       const KeyRange range = DenseShardRange(layout_.bias_dim, s, n);
+      if (bias_encoder_ != nullptr) {
+        // The model kept the gradient: the encoder hands over gradient + residual.
+        if (range.size() == 0) continue;
+        std::vector<float> held;
+        if (auto e = bias_encoder_->Drain(s, &held); !e.ok()) return e;
+        std::copy(held.begin(), held.end(), bias_final_.begin() + range.begin);
+        continue;
+      }
       const auto residual = bias_feedback_[s].residual();
       if (residual.size() == range.size()) {
         for (size_t i = 0; i < range.size(); ++i) bias_final_[range.begin + i] += residual[i];
@@ -283,8 +291,12 @@ absl::Status PsBackend::Update(int64_t clock, std::span<const uint64_t> keys,
       if (range.size() == 0) continue;
       {
         ScopedTime timed(&codec_time_);
-        bias_feedback_[s].Compress(*codec_, bias_grad.subspan(range.begin, range.size()),
-                                   &bias_blocks_[s]);
+        if (bias_encoder_ != nullptr) {
+          if (auto e = bias_encoder_->Compress(s, &bias_blocks_[s]); !e.ok()) return e;
+        } else {
+          bias_feedback_[s].Compress(*codec_, bias_grad.subspan(range.begin, range.size()),
+                                     &bias_blocks_[s]);
+        }
       }
       auto t = client_->PushDenseEncoded(kBiasTable, range.begin, range.end,
                                          static_cast<uint8_t>(codec_spec_.kind), bias_blocks_[s],
@@ -370,6 +382,36 @@ absl::Status RestoreResiduals(StateReader& in, std::vector<ErrorFeedback>& feedb
   return absl::OkStatus();
 }
 
+// The residuals an encoder holds, one part a shard of a dense table of num_keys rows, as the
+// ErrorFeedback SaveResiduals writes (shards without rows hold none).
+absl::StatusOr<std::vector<ErrorFeedback>> HeldResiduals(const GradientEncoder& encoder,
+                                                         uint64_t num_keys, size_t shards) {
+  std::vector<ErrorFeedback> held(shards);
+  for (size_t s = 0; s < shards; ++s) {
+    if (DenseShardRange(num_keys, static_cast<int>(s), static_cast<int>(shards)).size() == 0) {
+      continue;
+    }
+    absl::StatusOr<std::vector<float>> residual = encoder.Residual(s);
+    if (!residual.ok()) return residual.status();
+    held[s].SetResidual(*residual);
+  }
+  return held;
+}
+
+// Moves restored residuals into the encoder that keeps the gradients.
+absl::Status GiveResiduals(std::vector<ErrorFeedback>& feedback, uint64_t num_keys,
+                           GradientEncoder& encoder) {
+  for (size_t s = 0; s < feedback.size(); ++s) {
+    if (DenseShardRange(num_keys, static_cast<int>(s), static_cast<int>(feedback.size())).size() ==
+        0) {
+      continue;
+    }
+    if (auto e = encoder.SetResidual(s, feedback[s].residual()); !e.ok()) return e;
+    feedback[s].Reset();
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // State: the rows' residuals, then (compressed dense layers) the bias table's. Dense residuals:
@@ -400,34 +442,41 @@ absl::StatusOr<std::string> PsBackend::SaveState() const {
           });
     }
   } else if (encoder_ != nullptr) {
-    std::vector<ErrorFeedback> held(feedback_.size());
-    for (size_t s = 0; s < held.size(); ++s) {
-      if (DenseShardRange(layout_.num_features, static_cast<int>(s), static_cast<int>(held.size()))
-              .size() == 0) {
-        continue;
-      }
-      absl::StatusOr<std::vector<float>> residual = encoder_->Residual(s);
-      if (!residual.ok()) return residual.status();
-      held[s].SetResidual(*residual);
-    }
-    SaveResiduals(held, &out);
+    absl::StatusOr<std::vector<ErrorFeedback>> held =
+        HeldResiduals(*encoder_, layout_.num_features, feedback_.size());
+    if (!held.ok()) return held.status();
+    SaveResiduals(*held, &out);
   } else {
     SaveResiduals(feedback_, &out);
   }
-  if (bias_compressed()) SaveResiduals(bias_feedback_, &out);
+  if (bias_encoder_ != nullptr) {
+    absl::StatusOr<std::vector<ErrorFeedback>> held =
+        HeldResiduals(*bias_encoder_, layout_.bias_dim, bias_feedback_.size());
+    if (!held.ok()) return held.status();
+    SaveResiduals(*held, &out);
+  } else if (bias_compressed()) {
+    SaveResiduals(bias_feedback_, &out);
+  }
   return out;
 }
 
-std::optional<RowCompression> PsBackend::RowCompressionWanted() const {
-  if (!layout_.dense_rows || codec_ == nullptr) return std::nullopt;
-  const uint32_t dim = layout_.row_dim;
+std::vector<GradientCompression> PsBackend::CompressionWanted() const {
+  std::vector<GradientCompression> wanted;
   const int n = client_->num_servers();
-  RowCompression want{.codec = codec_spec_, .floats = layout_.num_features * dim};
-  for (int s = 0; s < n; ++s) {
-    const KeyRange range = DenseShardRange(layout_.num_features, s, n);
-    want.parts.push_back({range.begin * dim, range.end * dim});
+  // One part a shard of a dense table of num_keys x dim.
+  auto sharded = [&](GradientTable table, uint64_t num_keys, uint32_t dim) {
+    GradientCompression want{.table = table, .codec = codec_spec_, .floats = num_keys * dim};
+    for (int s = 0; s < n; ++s) {
+      const KeyRange range = DenseShardRange(num_keys, s, n);
+      want.parts.push_back({range.begin * dim, range.end * dim});
+    }
+    wanted.push_back(std::move(want));
+  };
+  if (layout_.dense_rows && codec_ != nullptr) {
+    sharded(GradientTable::kRows, layout_.num_features, layout_.row_dim);
   }
-  return want;
+  if (bias_compressed()) sharded(GradientTable::kDense, layout_.bias_dim, 1);
+  return wanted;
 }
 
 absl::Status PsBackend::RestoreState(std::string_view state) {
@@ -446,20 +495,17 @@ absl::Status PsBackend::RestoreState(std::string_view state) {
     return s;
   } else if (encoder_ != nullptr) {
     // The residuals go where the gradients are kept.
-    for (size_t shard = 0; shard < feedback_.size(); ++shard) {
-      if (DenseShardRange(layout_.num_features, static_cast<int>(shard),
-                          static_cast<int>(feedback_.size()))
-              .size() == 0) {
-        continue;
-      }
-      if (auto e = encoder_->SetResidual(shard, feedback_[shard].residual()); !e.ok()) return e;
-      feedback_[shard].Reset();
-    }
+    if (auto e = GiveResiduals(feedback_, layout_.num_features, *encoder_); !e.ok()) return e;
   }
   if (bias_compressed()) {
     if (auto s = RestoreResiduals(in, bias_feedback_, layout_.bias_dim, 1, "dense-layer");
         !s.ok()) {
       return s;
+    }
+    if (bias_encoder_ != nullptr) {
+      if (auto e = GiveResiduals(bias_feedback_, layout_.bias_dim, *bias_encoder_); !e.ok()) {
+        return e;
+      }
     }
   }
   if (in.left() != 0) return absl::DataLossError("the saved worker state has trailing bytes");

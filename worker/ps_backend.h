@@ -8,7 +8,6 @@
 #define SYNCLINE_WORKER_PS_BACKEND_H_
 
 #include <memory>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -58,11 +57,14 @@ class PsBackend : public SyncBackend {
   absl::Duration TakeCodecTime() override {
     return std::exchange(codec_time_, absl::ZeroDuration()) + client_->TakeCodecTime();
   }
-  // Dense rows compressed (top-K, sign1, fp16): one part a shard.
-  std::optional<RowCompression> RowCompressionWanted() const override;
-  // Each shard's block of dense rows comes from `encoder` (a GPU model's, which keeps the row
-  // gradients and the residuals on its device); Update's row gradients are not read.
-  void SetRowEncoder(RowGradientEncoder* encoder) override { encoder_ = encoder; }
+  // Dense rows compressed (any codec), and the dense table when compressed: one part a shard.
+  std::vector<GradientCompression> CompressionWanted() const override;
+  // That table's blocks (and the dense table's last-clock flush) come from `encoder` (a GPU
+  // model's, which keeps the gradients and the residuals on its device); Update does not read
+  // that table's gradients.
+  void SetEncoder(GradientTable table, GradientEncoder* encoder) override {
+    (table == GradientTable::kRows ? encoder_ : bias_encoder_) = encoder;
+  }
   // The error-feedback residuals: one per shard (dense rows) or per row (sparse rows), none
   // without compression.
   absl::StatusOr<std::string> SaveState() const override;
@@ -113,7 +115,7 @@ class PsBackend : public SyncBackend {
   std::vector<Frame> table_pieces_;
   std::vector<float> gradient_;
   std::vector<ErrorFeedback> feedback_;
-  RowGradientEncoder* encoder_ = nullptr;  // dense rows: not owned; it holds the residuals
+  GradientEncoder* encoder_ = nullptr;  // dense rows: not owned; it holds the residuals
   std::vector<std::vector<std::byte>> blocks_;
   // Sparse rows: per shard, the residuals and the last push (kept until acknowledged).
   const size_t residual_rows_;
@@ -124,6 +126,7 @@ class PsBackend : public SyncBackend {
   std::vector<float> bias_final_;  // the last clock's bias gradient plus residual
   // The bias table (dense layers) when compressed: per shard, residual and block.
   std::vector<ErrorFeedback> bias_feedback_;
+  GradientEncoder* bias_encoder_ = nullptr;  // not owned; when set, it holds the residuals
   std::vector<std::vector<std::byte>> bias_blocks_;
 };
 

@@ -13,15 +13,15 @@
 
 #include <cstdint>
 #include <cstring>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "core/table_config.h"
-#include "worker/row_encoder.h"
+#include "worker/gradient_encoder.h"
 
 namespace syncline {
 
@@ -76,13 +76,13 @@ class SyncBackend {
   // holds with that iteration's Update, so that the final model lacks none of them.
   virtual void SetFinalClock(int64_t clock) {}
 
-  // A backend that compresses an iteration's whole row gradient into one error-feedback block
-  // (all-reduce with top-K or sign1) says with which codec and over how many floats, after
-  // Init; others nullopt. Given an encoder for it (a GPU model's: Model::EncodeRowGradients),
-  // it takes each block from the encoder, whose residual it checkpoints, and Update's
-  // row_grads carry nothing (the model kept them).
-  virtual std::optional<RowCompression> RowCompressionWanted() const { return std::nullopt; }
-  virtual void SetRowEncoder(RowGradientEncoder* encoder) {}
+  // The gradients a backend encodes with error feedback as dense parts (after Init): an
+  // all-reduce's rows under top-K or sign1, parameter servers' dense rows and compressed dense
+  // table; none for others. Given an encoder for one (a GPU model's: Model::EncodeGradients),
+  // the backend takes that table's blocks from the encoder, checkpoints its residuals through
+  // it, and reads nothing of that table's gradients in Update (the model kept them).
+  virtual std::vector<GradientCompression> CompressionWanted() const { return {}; }
+  virtual void SetEncoder(GradientTable table, GradientEncoder* encoder) {}
 
   // Worker `worker` joined the running job: its iterations count from `first_clock`, and
   // `donors` (rank order) are the workers still training that gave it batches. Every worker

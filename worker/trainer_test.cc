@@ -42,14 +42,20 @@ struct Checkpointing {
   std::string resume;
 };
 
-// Where the workers' logreg computes: the CPU model, or the device steps on the host executor
-// (worker/device_model.h), which may keep its row gradients and encode them itself.
+// Where the workers' model computes: the CPU model, or the device steps on the host executor
+// (worker/device_model.h), which may keep its gradients and encode them itself.
 enum class Compute { kCpu, kDeviceModel, kDeviceModelEncoding };
 
-std::unique_ptr<Model> HostDeviceLogreg() {
-  auto reference = *Model::Create("logreg", 2);
+// The tests' models: logreg, or an mlp whose dense table (1178 floats) is large enough to be
+// compressed.
+ModelOptions OptionsOf(const std::string& name) {
+  return name == "mlp" ? ModelOptions{.num_classes = 2, .hidden = {128, 8}} : ModelOptions{};
+}
+
+std::unique_ptr<Model> HostDeviceModel(const std::string& name) {
+  auto reference = *Model::Create(name, OptionsOf(name));
   device_step::Shape shape;
-  EXPECT_TRUE(DeviceShapeOf(*reference, ModelOptions{}, &shape));
+  EXPECT_TRUE(DeviceShapeOf(*reference, OptionsOf(name), &shape));
   return std::make_unique<DeviceModel<device_step::HostExecutor>>(
       std::move(reference), std::move(shape), device_step::HostExecutor{});
 }
@@ -59,7 +65,8 @@ std::unique_ptr<Model> HostDeviceLogreg() {
 std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
                          OptimizerKind optimizer, CodecSpec codec = {},
                          const Checkpointing& ckpt = {}, bool read_ahead = false,
-                         bool sparse_rows = false, Compute compute = Compute::kCpu) {
+                         bool sparse_rows = false, Compute compute = Compute::kCpu,
+                         const std::string& model_name = "logreg") {
   constexpr int kFeatures = 200;
   InprocTransport transport;
   std::vector<std::unique_ptr<Endpoint>> server_eps;
@@ -87,11 +94,15 @@ std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
       while (!stop.load()) (void)s->ServeUntil(absl::Now() + absl::Milliseconds(5));
     });
   }
-  auto model = *Model::Create("logreg", 2);
+  auto model = *Model::Create(model_name, OptionsOf(model_name));
   ParameterLayout layout;
   layout.num_features = kFeatures;
+  layout.row_dim = model->row_dim();
+  layout.bias_dim = model->bias_dim();
+  layout.row_init_scale = model->row_init_scale();
+  layout.bias_init_scale = model->bias_init_scale();
   layout.optimizer.kind = optimizer;
-  layout.optimizer.learning_rate = 0.5f;
+  layout.optimizer.learning_rate = model_name == "mlp" ? 0.05f : 0.5f;
   // Sparse rows keep a residual per row, at most 50 per shard here: the oldest are flushed.
   layout.dense_rows = codec.kind != CodecKind::kNone && !sparse_rows;
   std::vector<std::thread> threads;
@@ -102,15 +113,18 @@ std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
       PsBackend backend(&client, absl::Seconds(10), codec, sparse_rows ? 50 : 1000000);
       ASSERT_TRUE(backend.Init(layout).ok());
       // A device model of this worker's own (an encoder keeps one worker's gradients).
-      const std::unique_ptr<Model> device = compute == Compute::kCpu ? nullptr : HostDeviceLogreg();
+      const std::unique_ptr<Model> device =
+          compute == Compute::kCpu ? nullptr : HostDeviceModel(model_name);
       const Model& worker_model = device != nullptr ? *device : *model;
       if (compute == Compute::kDeviceModelEncoding) {
-        const std::optional<RowCompression> want = backend.RowCompressionWanted();
-        ASSERT_TRUE(want.has_value());
-        ASSERT_EQ(want->parts.size(), static_cast<size_t>(servers));
-        RowGradientEncoder* encoder = device->EncodeRowGradients(*want);
-        ASSERT_NE(encoder, nullptr);
-        backend.SetRowEncoder(encoder);
+        const std::vector<GradientCompression> wanted = backend.CompressionWanted();
+        ASSERT_FALSE(wanted.empty());
+        for (const GradientCompression& want : wanted) {
+          ASSERT_EQ(want.parts.size(), static_cast<size_t>(servers));
+          GradientEncoder* encoder = device->EncodeGradients(want);
+          ASSERT_NE(encoder, nullptr);
+          backend.SetEncoder(want.table, encoder);
+        }
       }
       Dataset data = MakeData(7, 1200, kFeatures, w, workers);
       TrainerOptions options{.epochs = 2, .batch_size = batch};
@@ -156,7 +170,7 @@ std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
   // Read the result as worker 0 would after training (an ungated read).
   std::vector<uint64_t> keys(kFeatures);
   for (int i = 0; i < kFeatures; ++i) keys[i] = i;
-  std::vector<float> rows(kFeatures), bias(1);
+  std::vector<float> rows(kFeatures * layout.row_dim), bias(layout.bias_dim);
   {
     auto reader = *transport.CreateEndpoint("w0");
     KVClient client(reader.get(), KVClientOptions{.rank = 0, .server_ids = ids});
@@ -166,7 +180,7 @@ std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
   }
   stop.store(true);
   for (auto& t : serving) t.join();
-  rows.push_back(bias[0]);
+  rows.insert(rows.end(), bias.begin(), bias.end());
   return rows;
 }
 
@@ -246,6 +260,23 @@ TEST(TrainerTest, DenseRowsEncodedByTheModelTrainTheBitsOfTheBackendsEncoding) {
   }
 }
 
+// The same for an mlp, whose dense table (1178 floats) is compressed too and flushed whole,
+// with its residual, at the last clock: both tables' gradients kept and encoded by the model.
+TEST(TrainerTest, BothTablesEncodedByTheModelTrainTheBitsOfTheBackendsEncoding) {
+  for (const char* spec : {"topk:0.05", "sign1:64"}) {
+    SCOPED_TRACE(spec);
+    const CodecSpec codec = *ParseCodec(spec);
+    const std::vector<float> handed = Train(2, 2, 0, 20, OptimizerKind::kSgd, codec, {}, false,
+                                            false, Compute::kDeviceModel, "mlp");
+    const std::vector<float> kept = Train(2, 2, 0, 20, OptimizerKind::kSgd, codec, {}, false, false,
+                                          Compute::kDeviceModelEncoding, "mlp");
+    EXPECT_EQ(kept, handed);
+    const std::vector<float> plain =
+        Train(2, 2, 0, 20, OptimizerKind::kSgd, {}, {}, false, false, Compute::kDeviceModel, "mlp");
+    EXPECT_NE(kept, plain) << "compression must have changed something";
+  }
+}
+
 class ResumeTest : public testing::TestWithParam<const char*> {};
 
 // A BSP run stopped right after a checkpoint and resumed from it ends with exactly the
@@ -256,21 +287,27 @@ TEST_P(ResumeTest, ResumingFromACheckpointIsBitwiseAnUninterruptedRun) {
   // "device-": a device model encodes the dense rows, and the residuals come back to it.
   const std::string param = GetParam();
   const bool sparse = param.starts_with("sparse-");
+  // "device-mlp-": an mlp, whose dense table is encoded by the model as well.
   const bool device = param.starts_with("device-");
+  const bool mlp = param.starts_with("device-mlp-");
   const Compute compute = device ? Compute::kDeviceModelEncoding : Compute::kCpu;
-  const CodecSpec codec = *ParseCodec(sparse || device ? param.substr(7) : param);
+  const std::string model_name = mlp ? "mlp" : "logreg";
+  const CodecSpec codec = *ParseCodec(mlp                ? param.substr(11)
+                                      : sparse || device ? param.substr(7)
+                                                         : param);
   const std::string root = testing::TempDir() + "resume_" + std::to_string(getpid()) + "_" +
                            std::to_string(std::hash<std::string>()(param) % 100000);
   std::filesystem::remove_all(root);
   const std::vector<float> whole =
-      Train(2, 2, 0, 20, OptimizerKind::kAdam, codec, {}, false, sparse, compute);
+      Train(2, 2, 0, 20, OptimizerKind::kAdam, codec, {}, false, sparse, compute, model_name);
   // 1200 examples, 2 workers, batches of 20: 30 steps per epoch, 60 in all.
   Train(2, 2, 0, 20, OptimizerKind::kAdam, codec, {.root = root, .every = 7, .stop_at = 35}, false,
-        sparse, compute);
+        sparse, compute, model_name);
   const std::string dir = CheckpointDir(root, 35);
   ASSERT_TRUE(std::filesystem::exists(dir + "/w1.state"));
-  const std::vector<float> resumed = Train(2, 2, 0, 20, OptimizerKind::kAdam, codec,
-                                           {.root = root, .resume = dir}, false, sparse, compute);
+  const std::vector<float> resumed =
+      Train(2, 2, 0, 20, OptimizerKind::kAdam, codec, {.root = root, .resume = dir}, false, sparse,
+            compute, model_name);
   ASSERT_EQ(whole.size(), resumed.size());
   for (size_t i = 0; i < whole.size(); ++i) ASSERT_EQ(whole[i], resumed[i]) << "parameter " << i;
   std::filesystem::remove_all(root);
@@ -278,7 +315,8 @@ TEST_P(ResumeTest, ResumingFromACheckpointIsBitwiseAnUninterruptedRun) {
 
 INSTANTIATE_TEST_SUITE_P(Codecs, ResumeTest,
                          testing::Values("none", "topk:0.05", "sparse-topk:0.05", "sparse-sign1",
-                                         "device-topk:0.05", "device-sign1"),
+                                         "device-topk:0.05", "device-sign1",
+                                         "device-mlp-topk:0.05"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name) {

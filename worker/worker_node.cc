@@ -4,7 +4,6 @@
 #include <fstream>
 #include <limits>
 #include <map>
-#include <optional>
 #include <variant>
 
 #include "absl/strings/numbers.h"
@@ -481,16 +480,18 @@ NodeExit WorkerNode::Run() {
     }
     // A rollback ordered while this timeline starts ends it there too (below).
     absl::Status setup = backend->Init(layout);
-    // A backend that compresses dense row gradients (an all-reduce, or parameter servers'
-    // dense rows) takes its blocks from a GPU model, which keeps the row gradients and the
-    // residuals on its device: only the blocks cross PCIe. Not for a federated client, whose
-    // local steps need the row gradients themselves.
+    // A backend that encodes dense gradients with error feedback (a compressing all-reduce's
+    // rows; parameter servers' dense rows and dense table) takes its blocks from a GPU model,
+    // which keeps those gradients and their residuals on its device: only the blocks cross
+    // PCIe. Not for a federated client, whose local steps need the gradients themselves.
+    (*model)->StopEncoding();  // the last timeline's backend is gone
     if (setup.ok() && !spec.sync.fedavg()) {
-      if (const std::optional<RowCompression> want = backend->RowCompressionWanted()) {
-        if (RowGradientEncoder* encoder = (*model)->EncodeRowGradients(*want)) {
-          backend->SetRowEncoder(encoder);
-          SYNCLINE_LOG(INFO) << "row gradients are encoded on " << device->device << " ("
-                             << CodecName(want->codec)
+      for (const GradientCompression& want : backend->CompressionWanted()) {
+        if (GradientEncoder* encoder = (*model)->EncodeGradients(want)) {
+          backend->SetEncoder(want.table, encoder);
+          SYNCLINE_LOG(INFO) << (want.table == GradientTable::kRows ? "row" : "dense-table")
+                             << " gradients are encoded on " << device->device << " ("
+                             << CodecName(want.codec)
                              << " with error feedback there): only the blocks cross PCIe";
         }
       }

@@ -1,0 +1,59 @@
+// GradientEncoder: error feedback over a model's gradients where the model computes them. A GPU
+// model (worker/device_model.h) keeps a step's gradients on the device and encodes them there
+// with the CUDA codecs, so that only the encoded blocks cross PCIe; a sync backend that encodes
+// a dense gradient with error feedback (SyncBackend::CompressionWanted) takes its blocks from
+// here instead of encoding the gradient it is handed.
+//
+// Thread-safety: thread-compatible; the model that made it must outlive it.
+#ifndef SYNCLINE_WORKER_GRADIENT_ENCODER_H_
+#define SYNCLINE_WORKER_GRADIENT_ENCODER_H_
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "syncline/options.h"
+
+namespace syncline {
+
+// A model's two gradients: its rows' (row_dim floats per key) and its dense table's (the
+// "bias": bias_dim floats).
+enum class GradientTable { kRows, kDense };
+
+// What a backend asks of a model that can keep a gradient (SyncBackend::CompressionWanted): the
+// table, the codec, the floats of the dense gradient (rows: key k's row at k * row_dim; the
+// dense table: bias_dim), and its parts, each encoded into a block of its own with a residual
+// of its own (a parameter server's shard each; an all-reduce's one part).
+struct GradientCompression {
+  struct Part {
+    size_t begin = 0, end = 0;  // floats [begin, end) of the gradient
+    size_t size() const { return end - begin; }
+  };
+  GradientTable table = GradientTable::kRows;
+  CodecSpec codec;
+  size_t floats = 0;
+  std::vector<Part> parts;  // in order, within [0, floats)
+};
+
+class GradientEncoder {
+ public:
+  virtual ~GradientEncoder() = default;
+  // Encodes p = (part `part` of the gradients kept since its last Compress or Drain) + its
+  // residual into *block, as ErrorFeedback::Compress does with the same codec (the same bytes),
+  // and keeps p - decode(block) as the part's residual (all of p when the block does not
+  // decode: sign1 of a non-finite gradient). The part's kept gradients start again from zero.
+  virtual absl::Status Compress(size_t part, std::vector<std::byte>* block) = 0;
+  // Replaces *values with p (the part's kept gradients + its residual), to be sent whole (the
+  // last clock's), and starts both again from zero.
+  virtual absl::Status Drain(size_t part, std::vector<float>* values) = 0;
+  // A part's residual, as ErrorFeedback::residual (empty until the part's first Compress or a
+  // restore), for checkpoints; and its restore (the part's size, or empty for none).
+  virtual absl::StatusOr<std::vector<float>> Residual(size_t part) const = 0;
+  virtual absl::Status SetResidual(size_t part, std::span<const float> residual) = 0;
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_WORKER_GRADIENT_ENCODER_H_
