@@ -10,7 +10,8 @@
 #                                      carry .gpu-bundle)
 #   scripts/gpu-check.sh run [OUT]     there, from the repository root: puts the binaries where
 #                                      the tests expect them, then runs, in this order,
-#                                        1. the GPU tests (device models against the CPU models,
+#                                        1. the GPU tests (the CUDA executor's primitives against
+#                                           the host's, device models against the CPU models,
 #                                           the CUDA codecs, one-rank NCCL, the launch tests of
 #                                           the mlp with a GPU worker),
 #                                        2. syncline-bench-gpu,
@@ -39,7 +40,8 @@ bundle() {
   set -e
   local build=${BUILD_DIR:-build}
   cmake -S . -B "$build" -G Ninja -DSYNCLINE_CUDA=ON >/dev/null
-  local tests=(worker/worker_device_model_test compression/compression_cuda_test
+  local tests=(worker/worker_cuda_executor_test worker/worker_device_model_test
+               compression/compression_cuda_test
                collective/nccl_communicator_test tests/integration_test)
   local tools=(launch/syncline-launch ps/syncline-ps worker/syncline-worker tools/syncline-gen
                bench/syncline-bench-gpu bench/syncline-bench-codec)
@@ -148,6 +150,7 @@ run() {
   }
   # Most telling first: the tests, the benchmark, the ctr job's split, then the sanitizers
   # (slowest), the codec benchmark last (measured on an H200 before).
+  step executor_test 60 "$(bin worker_cuda_executor_test)"
   step device_model_test 120 "$(bin worker_device_model_test)"
   step codec_cuda_test 90 "$(bin compression_cuda_test)"
   step nccl_test 90 "$(bin nccl_communicator_test)"
@@ -169,6 +172,8 @@ run() {
               ls /usr/local/cuda*/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null |
               head -1)
   [ -n "$sanitizer" ] || { echo "compute-sanitizer not found: the sanitizer steps fail" | tee -a "$summary"; sanitizer=compute-sanitizer; }
+  step memcheck_executor 60 "$sanitizer" --tool memcheck --error-exitcode 9 \
+    "$(bin worker_cuda_executor_test)"
   step memcheck_models 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
     "$(bin worker_device_model_test)" --gtest_filter="$cuda_only"
   step initcheck_models 120 "$sanitizer" --tool initcheck --error-exitcode 9 \

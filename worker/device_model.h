@@ -92,8 +92,13 @@ inline bool DeviceShapeOf(const Model& model, const ModelOptions& options,
 template <class E>
 class DeviceModel final : public Model {
  public:
-  DeviceModel(std::unique_ptr<Model> reference, device_step::Shape shape, E executor)
-      : reference_(std::move(reference)), shape_(std::move(shape)), e_(std::move(executor)) {}
+  // prefetch: take the next batch early (WantsPrefetch), and stage it during the step before.
+  DeviceModel(std::unique_ptr<Model> reference, device_step::Shape shape, E executor,
+              bool prefetch = true)
+      : reference_(std::move(reference)),
+        shape_(std::move(shape)),
+        prefetch_(prefetch),
+        e_(std::move(executor)) {}
 
   std::string_view name() const override { return reference_->name(); }
   int row_dim() const override { return reference_->row_dim(); }
@@ -134,10 +139,9 @@ class DeviceModel final : public Model {
     model_internal::CheckShapes(row_dim(), bias_dim(), keys, rows, bias, row_grads, bias_grad);
     absl::MutexLock lock(&mu_);
     e_.Activate();
-    Pack(data, examples);
     row_grads_.Reserve(rows.size());
     dense_grads_.Reserve(bias.size());
-    UploadStep(keys, rows, bias);
+    UploadStep(data, examples, keys, rows, bias);
     if (ctr()) {
       device_step::CtrLossAndGradient(e_, shape_, batch_, rows_.data(), dense_.data(), &ctr_,
                                       row_grads_.data(), dense_grads_.data());
@@ -145,6 +149,7 @@ class DeviceModel final : public Model {
       device_step::LossAndGradient(e_, shape_, batch_, rows_.data(), dense_.data(), &act_,
                                    row_grads_.data(), dense_grads_.data());
     }
+    StageNext();
     // Gradients kept for an encoder stay here (rows scattered by key into its dense gradient);
     // the others and the losses go down.
     KeptGradients* kept_rows = kept(GradientTable::kRows);
@@ -213,6 +218,22 @@ class DeviceModel final : public Model {
     if (!encoder->Make()) return nullptr;
     slot = std::move(encoder);
     return slot.get();
+  }
+
+  bool WantsPrefetch() const override { return prefetch_; }
+  void Prefetch(const Dataset& data, absl::Span<const uint32_t> examples,
+                absl::Span<const uint64_t> keys) const override {
+    if (!prefetch_) return;
+    absl::MutexLock lock(&mu_);
+    announced_.valid = true;
+    announced_.data = &data;
+    announced_.examples.assign(examples.begin(), examples.end());
+    announced_.keys.assign(keys.begin(), keys.end());
+  }
+  // Steps whose batch had been staged during the step before (for tests).
+  int64_t prefetched() const {
+    absl::MutexLock lock(&mu_);
+    return prefetched_;
   }
 
   void StopEncoding() const override {
@@ -366,8 +387,7 @@ class DeviceModel final : public Model {
   const float* Score(const Dataset& data, absl::Span<const uint32_t> examples,
                      absl::Span<const uint64_t> keys, absl::Span<const float> rows,
                      absl::Span<const float> bias) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    Pack(data, examples);
-    UploadStep(keys, rows, bias);
+    UploadStep(data, examples, keys, rows, bias);
     const float* logits;
     if (ctr()) {
       device_step::CtrForward(e_, shape_, batch_, rows_.data(), dense_.data(), &ctr_);
@@ -397,13 +417,13 @@ class DeviceModel final : public Model {
 
   // The batch's CSR and labels into pinned memory (ctr: its categorical ids as the features,
   // and its dense values apart).
-  void Pack(const Dataset& data, absl::Span<const uint32_t> examples) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    host_.Reserve(examples.size(), BatchFeatures(data, examples), ctr());
-    uint32_t* offsets = host_.offsets.data();
-    uint64_t* ids = host_.ids.data();
-    float* values = host_.values.data();
-    int32_t* labels = host_.labels.data();
+  void Pack(const Dataset& data, absl::Span<const uint32_t> examples,
+            device_step::HostBatch<E>& host) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    host.Reserve(examples.size(), BatchFeatures(data, examples), ctr());
+    uint32_t* offsets = host.offsets.data();
+    uint64_t* ids = host.ids.data();
+    float* values = host.values.data();
+    int32_t* labels = host.labels.data();
     uint32_t at = 0;
     for (size_t e = 0; e < examples.size(); ++e) {
       const uint32_t example = examples[e];
@@ -411,7 +431,7 @@ class DeviceModel final : public Model {
       uint64_t j = data.row_offsets[example];
       if (ctr()) {
         std::copy(data.values.begin() + j, data.values.begin() + j + kCriteoDenseFields,
-                  host_.dense.data() + e * kCriteoDenseFields);
+                  host.dense.data() + e * kCriteoDenseFields);
         j += kCriteoDenseFields;
       }
       for (; j < data.row_offsets[example + 1]; ++j, ++at) {
@@ -425,15 +445,19 @@ class DeviceModel final : public Model {
     offsets[examples.size()] = at;
   }
 
-  // Uploads the batch and indexes it, while the rows and the dense table are still on their
-  // way up; the step may start once this returns.
-  void UploadStep(absl::Span<const uint64_t> keys, absl::Span<const float> rows,
+  // Packs the batch and uploads it (unless it was staged while the last step computed) and
+  // indexes it, while the rows and the dense table are still on their way up; the step may
+  // start once this returns.
+  void UploadStep(const Dataset& data, absl::Span<const uint32_t> examples,
+                  absl::Span<const uint64_t> keys, absl::Span<const float> rows,
                   absl::Span<const float> bias) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const bool staged = TakeStaged(data, examples, keys);
+    if (!staged) Pack(data, examples, host_);
     rows_.Reserve(rows.size());
     dense_.Reserve(bias.size());
     if (ctr()) ctr_.dense.Reserve(host_.n * kCriteoDenseFields);
     e_.MarkUploadsBegin();
-    batch_.Upload(e_, host_, keys.data(), keys.size());
+    if (!staged) batch_.Upload(e_, host_, keys.data(), keys.size());
     e_.Fence();
     batch_.Index(e_);
     if (ctr()) e_.Upload(ctr_.dense.data(), host_.dense.data(), host_.n * kCriteoDenseFields);
@@ -443,11 +467,49 @@ class DeviceModel final : public Model {
     e_.Fence();
   }
 
+  // The batch Prefetch announced, packed and uploaded on the copy stream while the current
+  // step computes (the host packs it meanwhile too): called once the step's kernels are issued.
+  void StageNext() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!announced_.valid) return;
+    Pack(*announced_.data, announced_.examples, host_next_);
+    batch_next_.Upload(e_, host_next_, announced_.keys.data(), announced_.keys.size());
+    std::swap(staged_, announced_);
+    announced_.valid = false;
+  }
+  // Whether the staged batch is this one; if so it becomes the current one. Either way nothing
+  // stays staged.
+  bool TakeStaged(const Dataset& data, absl::Span<const uint32_t> examples,
+                  absl::Span<const uint64_t> keys) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const bool hit = staged_.valid && staged_.data == &data &&
+                     std::equal(examples.begin(), examples.end(), staged_.examples.begin(),
+                                staged_.examples.end()) &&
+                     std::equal(keys.begin(), keys.end(), staged_.keys.begin(), staged_.keys.end());
+    staged_.valid = false;
+    if (!hit) return false;
+    std::swap(host_, host_next_);
+    std::swap(batch_, batch_next_);
+    ++prefetched_;
+    return true;
+  }
+
   const std::unique_ptr<Model> reference_;
   const device_step::Shape shape_;
+  const bool prefetch_;
   mutable absl::Mutex mu_;
   mutable E e_ ABSL_GUARDED_BY(mu_);
   mutable device_step::HostBatch<E> host_ ABSL_GUARDED_BY(mu_);
+  // A batch to come: announced by Prefetch (the trainer announces the one after next before the
+  // staged one is taken), then staged in host_next_ and batch_next_.
+  struct Batch {
+    bool valid = false;
+    const Dataset* data = nullptr;
+    std::vector<uint32_t> examples;
+    std::vector<uint64_t> keys;
+  };
+  mutable Batch announced_ ABSL_GUARDED_BY(mu_), staged_ ABSL_GUARDED_BY(mu_);
+  mutable device_step::HostBatch<E> host_next_ ABSL_GUARDED_BY(mu_);
+  mutable device_step::SparseBatch<E> batch_next_ ABSL_GUARDED_BY(mu_);
+  mutable int64_t prefetched_ ABSL_GUARDED_BY(mu_) = 0;
   mutable device_step::SparseBatch<E> batch_ ABSL_GUARDED_BY(mu_);
   mutable device_step::Activations<E> act_ ABSL_GUARDED_BY(mu_);
   mutable device_step::CtrActivations<E> ctr_ ABSL_GUARDED_BY(mu_);

@@ -489,6 +489,42 @@ TEST_P(DeviceModelTest, DenseTableKeptOnTheDeviceIsEncodedAndDrainedAsOnTheCpu) 
   EXPECT_EQ(drained1, std::vector<float>(split, 0.0f));
 }
 
+// A batch announced before a step is packed and uploaded during it, and the next step on that
+// batch computes what it computes unstaged; a step on another batch drops the staged one.
+TEST_P(DeviceModelTest, AStagedBatchComputesAsAnUnstagedOne) {
+  Pair m = MakeModels();
+  SKIP_WITHOUT_DEVICE(m);
+  Pair plain = MakeModels();
+  const Dataset data = DataFor(*m.cpu, 41, 300, 120, 9);
+  std::vector<std::vector<uint32_t>> batches(3);
+  for (uint32_t i = 0; i < 300; ++i) batches[i % 3].push_back(i);
+  std::vector<std::vector<uint64_t>> keys;
+  for (const auto& b : batches) keys.push_back(m.cpu->BatchKeys(data, b));
+  auto step = [&](const Model& model, int b) {
+    const std::vector<float> rows = Uniform(80 + b, keys[b].size() * m.cpu->row_dim(), 0.3f);
+    const std::vector<float> bias = Uniform(90 + b, m.cpu->bias_dim(), 0.3f);
+    return RunStep(model, data, batches[b], keys[b], rows, bias);
+  };
+  ASSERT_TRUE(m.device->WantsPrefetch());
+  // 0, then 1 (staged during 0), then 0 although 2 was announced (staged 2 dropped).
+  m.device->Prefetch(data, batches[1], keys[1]);
+  const Step a = step(*m.device, 0);
+  m.device->Prefetch(data, batches[2], keys[2]);
+  const Step b = step(*m.device, 1);
+  const Step c = step(*m.device, 0);
+  for (const auto& [got, want] :
+       {std::pair{a, step(*plain.device, 0)}, std::pair{b, step(*plain.device, 1)},
+        std::pair{c, step(*plain.device, 0)}}) {
+    EXPECT_EQ(got.loss, want.loss);
+    EXPECT_EQ(got.rows, want.rows);
+    EXPECT_EQ(got.dense, want.dense);
+  }
+  using HostModel = DeviceModel<HostExecutor>;
+  if (const auto* host = dynamic_cast<const HostModel*>(m.device.get())) {
+    EXPECT_EQ(host->prefetched(), 1);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Models, DeviceModelTest,
     testing::Combine(testing::Values(Case{"logreg", ModelOptions{.num_classes = 2}},

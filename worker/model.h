@@ -127,6 +127,15 @@ class Model {
     return nullptr;
   }
 
+  // Whether the trainer should announce each next batch before the current step (Prefetch): a
+  // device model packs and uploads it while the current step computes.
+  virtual bool WantsPrefetch() const { return false; }
+  // The next LossAndGradient will be on `examples` of `data` with these keys; `data` must stay
+  // valid until that call. A call for another batch computes as ever (the staged one is
+  // dropped).
+  virtual void Prefetch(const Dataset& data, absl::Span<const uint32_t> examples,
+                        absl::Span<const uint64_t> keys) const {}
+
   // From now on, LossAndGradient hands every gradient back again; the encoders EncodeGradients
   // made are gone (a new timeline's backend asks again).
   virtual void StopEncoding() const {}

@@ -231,6 +231,9 @@ absl::StatusOr<TrainResult> Trainer::Run(
   };
   // With a read-ahead, iteration t+1's batch is prepared and its read sent before t computes.
   bool read_ahead = options_.read_ahead && source.KeepsPreviousSlice();
+  // A model that stages batches (a GPU model) is handed iteration t+1's batch before t
+  // computes, whatever the backend: it packs and uploads it while t computes.
+  bool prefetch = model_.WantsPrefetch() && source.KeepsPreviousSlice();
   bool prepared = false;  // buffers[step % 2] holds the step's batch already
   // A cut given for a joiner whose arrival has not been heard yet: (joiner, cut).
   std::optional<std::pair<int, int64_t>> pending_cut;
@@ -241,6 +244,7 @@ absl::StatusOr<TrainResult> Trainer::Run(
     // Batches now come from other sources, or skip in this one: a slice need not outlive the
     // next Next() of its source, so every read from now on is made in its own iteration.
     read_ahead = false;
+    prefetch = false;
   };
   auto apply = [&](int64_t next_step) -> absl::Status {
     if (!options_.take_plan_events) return absl::OkStatus();
@@ -325,7 +329,7 @@ absl::StatusOr<TrainResult> Trainer::Run(
     }
   }
   // A restored plan with departures reads other partitions too.
-  if (plan->changed()) read_ahead = false;
+  if (plan->changed()) read_ahead = prefetch = false;
   const int64_t start = std::min(std::max(options_.start_step, result.joined_at), total);
   // Codec and copy times from before the first iteration (a restore, say) are no step's.
   (void)backend_.TakeCodecTime();
@@ -350,7 +354,7 @@ absl::StatusOr<TrainResult> Trainer::Run(
       if (auto s = backend_.Read(step, b.keys, b.rows, b.bias); !s.ok()) return s;
       AddBackendTime(backend_, t1, &times);
       prepared = false;
-      if (read_ahead && step + 1 < total) {
+      if ((read_ahead || prefetch) && step + 1 < total) {
         Buffers& next = buffers[(step + 1) % 2];
         t0 = absl::Now();
         if (auto s = prepare(step + 1, &next); !s.ok()) return s;
@@ -358,8 +362,11 @@ absl::StatusOr<TrainResult> Trainer::Run(
         slowness.BeforeRequest();
         t1 = absl::Now();
         times.batch += t1 - t0;
-        read_ahead = backend_.ReadAhead(step + 1, next.keys, next.rows, next.bias);
-        AddBackendTime(backend_, t1, &times);
+        if (read_ahead) {
+          read_ahead = backend_.ReadAhead(step + 1, next.keys, next.rows, next.bias);
+          AddBackendTime(backend_, t1, &times);
+        }
+        if (prefetch) model_.Prefetch(*next.data, next.examples, next.keys);
       }
       const Dataset& data = *b.data;
 
