@@ -271,7 +271,7 @@ class DeviceModel final : public Model {
       model_.e_.Zero(gradient_.data(), want_.floats);
       for (const GradientCompression::Part& part : want_.parts) {
         if (part.begin > part.end || part.end > want_.floats) return false;
-        if (part.size() == 0) {  // a shard without rows: nothing to encode
+        if (part.size() == 0) {  // a shard without rows: it holds nothing and encodes nothing
           parts_.push_back(nullptr);
           continue;
         }
@@ -287,18 +287,27 @@ class DeviceModel final : public Model {
 
     absl::Status Compress(size_t part, std::vector<std::byte>* block) override {
       if (auto s = CheckPart(part); !s.ok()) return s;
+      if (parts_[part] == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("part ", part, " of the gradient is empty: nothing to encode"));
+      }
       absl::MutexLock lock(&model_.mu_);
       model_.e_.Activate();
       return parts_[part]->Compress(gradient_.data() + want_.parts[part].begin, block);
     }
     absl::Status Drain(size_t part, std::vector<float>* values) override {
       if (auto s = CheckPart(part); !s.ok()) return s;
+      if (parts_[part] == nullptr) {
+        values->clear();
+        return absl::OkStatus();
+      }
       absl::MutexLock lock(&model_.mu_);
       model_.e_.Activate();
       return parts_[part]->Drain(gradient_.data() + want_.parts[part].begin, values);
     }
     absl::StatusOr<std::vector<float>> Residual(size_t part) const override {
       if (auto s = CheckPart(part); !s.ok()) return s;
+      if (parts_[part] == nullptr) return std::vector<float>();
       absl::MutexLock lock(&model_.mu_);
       model_.e_.Activate();
       return parts_[part]->Residual();
@@ -307,9 +316,10 @@ class DeviceModel final : public Model {
       if (auto s = CheckPart(part); !s.ok()) return s;
       if (!residual.empty() && residual.size() != want_.parts[part].size()) {
         return absl::InvalidArgumentError(absl::StrCat("a residual of ", residual.size(),
-                                                       " floats for a part of the row gradient of ",
+                                                       " floats for a part of the gradient of ",
                                                        want_.parts[part].size()));
       }
+      if (parts_[part] == nullptr) return absl::OkStatus();
       absl::MutexLock lock(&model_.mu_);
       model_.e_.Activate();
       return parts_[part]->SetResidual(residual);
@@ -321,10 +331,9 @@ class DeviceModel final : public Model {
 
    private:
     absl::Status CheckPart(size_t part) const {
-      if (part < parts_.size() && parts_[part] != nullptr) return absl::OkStatus();
+      if (part < parts_.size()) return absl::OkStatus();
       return absl::InvalidArgumentError(
-          absl::StrCat("no part ", part, " of the row gradient to encode: it has ", parts_.size(),
-                       part < parts_.size() ? " (that one empty)" : ""));
+          absl::StrCat("no part ", part, " of the gradient: it has ", parts_.size()));
     }
 
     const DeviceModel& model_;

@@ -376,10 +376,13 @@ TEST_P(DeviceModelTest, RowGradientsEncodedOnTheDeviceAreTheCpuPathsBlocks) {
     const int dim = m.cpu->row_dim();
     const Dataset data = DataFor(*m.cpu, 23, 300, 150, 10);
     const size_t floats = 160 * static_cast<size_t>(dim);  // 10 rows no example has
-    // Two parts, as two parameter servers' shards, the second of whole rows and the rest.
+    // Two parts, as two parameter servers' shards, the second of whole rows and the rest, and
+    // an empty third (a shard without rows).
     const size_t split = 70 * static_cast<size_t>(dim);
-    GradientEncoder* encoder = m.device->EncodeGradients(GradientCompression{
-        .codec = codec, .floats = floats, .parts = {{0, split}, {split, floats}}});
+    GradientEncoder* encoder = m.device->EncodeGradients(
+        GradientCompression{.codec = codec,
+                            .floats = floats,
+                            .parts = {{0, split}, {split, floats}, {floats, floats}}});
     ASSERT_NE(encoder, nullptr);
     const std::unique_ptr<Codec> cpu_codec = Codec::Create(codec);
     ErrorFeedback feedback[2];
@@ -419,6 +422,13 @@ TEST_P(DeviceModelTest, RowGradientsEncodedOnTheDeviceAreTheCpuPathsBlocks) {
     EXPECT_EQ(*encoder->Residual(1), std::vector<float>(second, 0.25f));
     EXPECT_EQ(encoder->SetResidual(1, std::vector<float>(3)).code(),
               absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(encoder->Compress(3, nullptr).code(), absl::StatusCode::kInvalidArgument);
+    // The empty part holds nothing, drains nothing and encodes nothing.
+    EXPECT_TRUE(encoder->Residual(2)->empty());
+    EXPECT_TRUE(encoder->SetResidual(2, {}).ok());
+    std::vector<float> none = {1.0f};
+    ASSERT_TRUE(encoder->Drain(2, &none).ok());
+    EXPECT_TRUE(none.empty());
     EXPECT_EQ(encoder->Compress(2, nullptr).code(), absl::StatusCode::kInvalidArgument);
     ASSERT_TRUE(encoder->SetResidual(1, {}).ok());
     EXPECT_TRUE(encoder->Residual(1)->empty());

@@ -282,20 +282,21 @@ struct Probabilities {
   }
 };
 
-// Column sums of src [n][cols] (rows ld floats apart), in two passes that fix the order of the
+// Column sums of src [n][cols] (rows ld values apart), in two passes that fix the order of the
 // additions: partial[c][k] sums rows [c * kColumnChunk, (c + 1) * kColumnChunk) (i = c * cols +
-// k) ...
+// k) ... (One column, ld 1: the chunk sums of a vector, which Sum adds up.)
+template <class T>
 struct ColumnPartials {
-  const float* src;
+  const T* src;
   size_t n;
   int cols;
   size_t ld;
-  float* partial;
+  T* partial;
   SYNCLINE_HD void operator()(size_t i) const {
     const size_t c = i / cols;
     const size_t k = i % cols;
     const size_t end = (c + 1) * kColumnChunk < n ? (c + 1) * kColumnChunk : n;
-    float sum = 0;
+    T sum = 0;
     for (size_t r = c * kColumnChunk; r < end; ++r) sum += src[r * ld + k];
     partial[i] = sum;
   }
@@ -621,7 +622,7 @@ void ColumnSums(E& e, const float* src, size_t n, int cols, typename E::template
     return;
   }
   tmp.Reserve(chunks * cols);
-  e.ForEach(chunks * cols, ColumnPartials{src, n, cols, ld == 0 ? cols : ld, tmp.data()});
+  e.ForEach(chunks * cols, ColumnPartials<float>{src, n, cols, ld == 0 ? cols : ld, tmp.data()});
   e.ForEach(cols, ColumnTotals{tmp.data(), chunks, cols, out});
 }
 
@@ -813,20 +814,6 @@ void CtrLossAndGradient(E& e, const Shape& s, const SparseBatch<E>& batch, const
 // ---------------------------------------------------------------------------------------------
 // Evaluation: the metrics of worker/metrics.h over scores that stay on the device.
 
-// Fixed-order sums: out[c] = src[c * kColumnChunk, (c + 1) * kColumnChunk) added in order.
-template <class T>
-struct ChunkSums {
-  const T* src;
-  size_t n;
-  T* out;
-  SYNCLINE_HD void operator()(size_t c) const {
-    const size_t end = (c + 1) * kColumnChunk < n ? (c + 1) * kColumnChunk : n;
-    T sum = 0;
-    for (size_t i = c * kColumnChunk; i < end; ++i) sum += src[i];
-    out[c] = sum;
-  }
-};
-
 // The sum of src[0, n), deterministically (chunk sums of chunk sums); tmp is scratch. Waits
 // for the device.
 template <class E, class T>
@@ -836,11 +823,11 @@ T Sum(E& e, const T* src, size_t n, typename E::template Array<T>& tmp) {
   tmp.Reserve(chunks + (chunks + kColumnChunk - 1) / kColumnChunk);
   // Ping-pong between the two ends of tmp: level sizes shrink by kColumnChunk.
   T* in_place[2] = {tmp.data(), tmp.data() + chunks};
-  e.ForEach(chunks, ChunkSums<T>{src, n, in_place[0]});
+  e.ForEach(chunks, ColumnPartials<T>{src, n, 1, 1, in_place[0]});
   int at = 0;
   while (chunks > 1) {
     const size_t next = (chunks + kColumnChunk - 1) / kColumnChunk;
-    e.ForEach(next, ChunkSums<T>{in_place[at], chunks, in_place[1 - at]});
+    e.ForEach(next, ColumnPartials<T>{in_place[at], chunks, 1, 1, in_place[1 - at]});
     at = 1 - at;
     chunks = next;
   }

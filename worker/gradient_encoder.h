@@ -49,7 +49,8 @@ class GradientEncoder {
   // last clock's), and starts both again from zero.
   virtual absl::Status Drain(size_t part, std::vector<float>* values) = 0;
   // A part's residual, as ErrorFeedback::residual (empty until the part's first Compress or a
-  // restore), for checkpoints; and its restore (the part's size, or empty for none).
+  // restore), for checkpoints; and its restore (the part's size, or empty for none). An empty
+  // part (a shard without rows) holds nothing, drains nothing, and refuses to Compress.
   virtual absl::StatusOr<std::vector<float>> Residual(size_t part) const = 0;
   virtual absl::Status SetResidual(size_t part, std::span<const float> residual) = 0;
 };

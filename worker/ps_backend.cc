@@ -267,7 +267,6 @@ absl::Status PsBackend::Update(int64_t clock, std::span<const uint64_t> keys,
       const KeyRange range = DenseShardRange(layout_.bias_dim, s, n);
       if (bias_encoder_ != nullptr) {
         // The model kept the gradient: the encoder hands over gradient + residual.
-        if (range.size() == 0) continue;
         std::vector<float> held;
         if (auto e = bias_encoder_->Drain(s, &held); !e.ok()) return e;
         std::copy(held.begin(), held.end(), bias_final_.begin() + range.begin);
@@ -382,15 +381,11 @@ absl::Status RestoreResiduals(StateReader& in, std::vector<ErrorFeedback>& feedb
   return absl::OkStatus();
 }
 
-// The residuals an encoder holds, one part a shard of a dense table of num_keys rows, as the
-// ErrorFeedback SaveResiduals writes (shards without rows hold none).
+// The residuals an encoder holds, one part a shard, as the ErrorFeedback SaveResiduals writes.
 absl::StatusOr<std::vector<ErrorFeedback>> HeldResiduals(const GradientEncoder& encoder,
-                                                         uint64_t num_keys, size_t shards) {
+                                                         size_t shards) {
   std::vector<ErrorFeedback> held(shards);
   for (size_t s = 0; s < shards; ++s) {
-    if (DenseShardRange(num_keys, static_cast<int>(s), static_cast<int>(shards)).size() == 0) {
-      continue;
-    }
     absl::StatusOr<std::vector<float>> residual = encoder.Residual(s);
     if (!residual.ok()) return residual.status();
     held[s].SetResidual(*residual);
@@ -399,13 +394,8 @@ absl::StatusOr<std::vector<ErrorFeedback>> HeldResiduals(const GradientEncoder& 
 }
 
 // Moves restored residuals into the encoder that keeps the gradients.
-absl::Status GiveResiduals(std::vector<ErrorFeedback>& feedback, uint64_t num_keys,
-                           GradientEncoder& encoder) {
+absl::Status GiveResiduals(std::vector<ErrorFeedback>& feedback, GradientEncoder& encoder) {
   for (size_t s = 0; s < feedback.size(); ++s) {
-    if (DenseShardRange(num_keys, static_cast<int>(s), static_cast<int>(feedback.size())).size() ==
-        0) {
-      continue;
-    }
     if (auto e = encoder.SetResidual(s, feedback[s].residual()); !e.ok()) return e;
     feedback[s].Reset();
   }
@@ -442,8 +432,7 @@ absl::StatusOr<std::string> PsBackend::SaveState() const {
           });
     }
   } else if (encoder_ != nullptr) {
-    absl::StatusOr<std::vector<ErrorFeedback>> held =
-        HeldResiduals(*encoder_, layout_.num_features, feedback_.size());
+    absl::StatusOr<std::vector<ErrorFeedback>> held = HeldResiduals(*encoder_, feedback_.size());
     if (!held.ok()) return held.status();
     SaveResiduals(*held, &out);
   } else {
@@ -451,7 +440,7 @@ absl::StatusOr<std::string> PsBackend::SaveState() const {
   }
   if (bias_encoder_ != nullptr) {
     absl::StatusOr<std::vector<ErrorFeedback>> held =
-        HeldResiduals(*bias_encoder_, layout_.bias_dim, bias_feedback_.size());
+        HeldResiduals(*bias_encoder_, bias_feedback_.size());
     if (!held.ok()) return held.status();
     SaveResiduals(*held, &out);
   } else if (bias_compressed()) {
@@ -495,7 +484,7 @@ absl::Status PsBackend::RestoreState(std::string_view state) {
     return s;
   } else if (encoder_ != nullptr) {
     // The residuals go where the gradients are kept.
-    if (auto e = GiveResiduals(feedback_, layout_.num_features, *encoder_); !e.ok()) return e;
+    if (auto e = GiveResiduals(feedback_, *encoder_); !e.ok()) return e;
   }
   if (bias_compressed()) {
     if (auto s = RestoreResiduals(in, bias_feedback_, layout_.bias_dim, 1, "dense-layer");
@@ -503,7 +492,7 @@ absl::Status PsBackend::RestoreState(std::string_view state) {
       return s;
     }
     if (bias_encoder_ != nullptr) {
-      if (auto e = GiveResiduals(bias_feedback_, layout_.bias_dim, *bias_encoder_); !e.ok()) {
+      if (auto e = GiveResiduals(bias_feedback_, *bias_encoder_); !e.ok()) {
         return e;
       }
     }
