@@ -172,9 +172,26 @@ struct SparseForward {
 // j, in the order they occur, of a term (j, k). A row may have thousands of features (a field
 // with a handful of values), so the sum is cut into pieces of kPiece features: each piece's
 // partial sum is one thread's (SumPieces), then each row adds its pieces' partials in order
-// (AddPieces). The order is fixed by the batch alone, so the result is deterministic, with no
-// atomics, and no thread's chain of loads is longer than kPiece + the row's pieces.
+// (AddPieces, launched over the few rows with several pieces only: one with more than kPiece
+// features). The order is fixed by the batch alone, so the result is deterministic, with no
+// atomics, and no thread's chain of loads is longer than kPiece + the row's pieces. Most rows
+// of a skewed batch have one feature, so the scatter is bound by the latency of its chain of
+// dependent loads (piece, feature, example, gradient): each thread sums up to kScatterColumns
+// columns, whose loads are independent, and finds its piece's span in one load.
 inline constexpr uint32_t kPiece = 128;
+inline constexpr int kScatterColumns = 4;
+// Unrolls the loop over a thread's columns on the device (its sums stay in registers).
+#ifdef __CUDA_ARCH__
+#define SYNCLINE_UNROLL _Pragma("unroll")
+#else
+#define SYNCLINE_UNROLL
+#endif
+
+// Piece q of the scatter: features [from, to) of the sorted order, all of row `row`, which
+// has `pieces` of them.
+struct alignas(16) PieceSpan {
+  uint32_t from, to, row, pieces;
+};
 
 // The term of a sparse layer: values[j] * dout[example_of[j]][k].
 struct SparseTerm {
@@ -187,57 +204,99 @@ struct SparseTerm {
   }
 };
 
-// pieces[u] = the pieces of row u's features (0 for u = num_keys, so that an exclusive sum
-// over num_keys + 1 entries ends with the total).
+// pieces[u] = the pieces of row u's features, one at least (a row without features in the
+// batch has one empty piece, whose sum is 0), and 0 for u = num_keys, so that an exclusive sum
+// over num_keys + 1 entries ends with the total; several[u] = whether row u has more than one.
 struct CountPieces {
   const uint32_t* begins;
   size_t num_keys;
   uint32_t* pieces;
+  uint32_t* several;
   SYNCLINE_HD void operator()(size_t u) const {
-    pieces[u] = u < num_keys ? (begins[u + 1] - begins[u] + kPiece - 1) / kPiece : 0;
+    const uint32_t count =
+        u < num_keys ? (begins[u + 1] - begins[u] + kPiece - 1) / kPiece : uint32_t{0};
+    pieces[u] = u < num_keys && count == 0 ? 1 : count;
+    several[u] = count > 1 ? 1 : 0;
   }
 };
 
-// partial[q][k] = the sum of term(j, k) over piece q's features (i = q * width + k); `first`
-// is CountPieces' exclusive sum: row u's pieces are [first[u], first[u + 1]). Launched over a
-// bound on the pieces: those past the total do nothing.
+// spans[q] for row u's pieces [first[u], first[u + 1]) (i = u), and the rows with several
+// pieces listed in order: multi[several_at[u]] = u.
+struct PieceSpans {
+  const uint32_t* begins;
+  const uint32_t* first;
+  const uint32_t* several_at;
+  PieceSpan* spans;
+  uint32_t* multi;
+  SYNCLINE_HD void operator()(size_t u) const {
+    const uint32_t pieces = first[u + 1] - first[u];
+    for (uint32_t q = first[u]; q < first[u + 1]; ++q) {
+      const uint32_t from = begins[u] + (q - first[u]) * kPiece;
+      spans[q] = PieceSpan{from, from + kPiece < begins[u + 1] ? from + kPiece : begins[u + 1],
+                           static_cast<uint32_t>(u), pieces};
+    }
+    if (pieces > 1) multi[several_at[u]] = static_cast<uint32_t>(u);
+  }
+};
+
+// The sum of term(j, k) over piece q's features for the columns k = lane + c * lanes
+// (c < kScatterColumns, k < width; i = q * lanes + lane): a row's only piece goes straight to
+// grads[u][k], the pieces of a row with several to partial[q][k], for AddPieces. Launched over
+// a bound on the pieces: those past the total (first[num_keys]) do nothing.
 template <class Term>
 struct SumPieces {
-  const uint32_t* begins;
+  const PieceSpan* spans;
   const uint32_t* first;
   const uint32_t* order;
   size_t num_keys;
-  int width;
+  int width, lanes;
   Term term;
   float* partial;
+  float* grads;
   SYNCLINE_HD void operator()(size_t i) const {
-    const size_t q = i / width;
-    const size_t k = i % width;
+    const size_t q = i / lanes;
+    const int lane = static_cast<int>(i % lanes);
     if (q >= first[num_keys]) return;
-    // The row: the last u with first[u] <= q (a row without pieces shares its first with the
-    // next row, which this skips).
-    const size_t u = UpperBound(first, num_keys + 1, q) - 1;
-    const uint32_t from = begins[u] + static_cast<uint32_t>(q - first[u]) * kPiece;
-    const uint32_t to = from + kPiece < begins[u + 1] ? from + kPiece : begins[u + 1];
-    float sum = 0;
-    for (uint32_t p = from; p < to; ++p) sum += term(order[p], k);
-    partial[i] = sum;
+    const PieceSpan span = spans[q];
+    float sum[kScatterColumns] = {};
+    for (uint32_t p = span.from; p < span.to; ++p) {
+      const uint32_t j = order[p];
+      SYNCLINE_UNROLL
+      for (int c = 0; c < kScatterColumns; ++c) {
+        const int k = lane + c * lanes;
+        if (k < width) sum[c] += term(j, k);
+      }
+    }
+    float* out =
+        span.pieces == 1 ? grads + static_cast<size_t>(span.row) * width : partial + q * width;
+    SYNCLINE_UNROLL
+    for (int c = 0; c < kScatterColumns; ++c) {
+      const int k = lane + c * lanes;
+      if (k < width) out[k] = sum[c];
+    }
   }
 };
 
-// grads[u][k] = the sum of row u's pieces' partials, in order (SETS grads; i = u * width + k).
+// grads[u][k] = the sum of row u's pieces' partials, in order, for the r-th row with several
+// pieces, u = multi[r] (SETS grads; i = r * width + k). Launched over a bound on such rows:
+// those past the count (several_at[num_keys]) do nothing.
 struct AddPieces {
   const uint32_t* first;
+  const uint32_t* several_at;
+  const uint32_t* multi;
+  size_t num_keys;
   const float* partial;
   int width;
   float* grads;
   SYNCLINE_HD void operator()(size_t i) const {
-    const size_t u = i / width;
+    const size_t r = i / width;
     const size_t k = i % width;
+    if (r >= several_at[num_keys]) return;
+    const size_t u = multi[r];
     float sum = 0;
     for (uint32_t q = first[u]; q < first[u + 1]; ++q)
       sum += partial[static_cast<size_t>(q) * width + k];
-    grads[i] = sum;
+    grads[u * width + k] = sum;
   }
 };
 
@@ -570,8 +629,16 @@ class SparseBatch {
     e.ForEach(num_keys_ + 1, SegmentBegins{sorted_slots_.data(), nnz_, begins_.data()});
     pieces_.Reserve(num_keys_ + 1);
     first_.Reserve(num_keys_ + 1);
-    e.ForEach(num_keys_ + 1, CountPieces{begins_.data(), num_keys_, pieces_.data()});
+    several_.Reserve(num_keys_ + 1);
+    several_at_.Reserve(num_keys_ + 1);
+    e.ForEach(num_keys_ + 1,
+              CountPieces{begins_.data(), num_keys_, pieces_.data(), several_.data()});
     e.ExclusiveSum(pieces_.data(), first_.data(), num_keys_ + 1);
+    e.ExclusiveSum(several_.data(), several_at_.data(), num_keys_ + 1);
+    spans_.Reserve(PiecesBound());
+    multi_.Reserve(MultiBound());
+    e.ForEach(num_keys_, PieceSpans{begins_.data(), first_.data(), several_at_.data(),
+                                    spans_.data(), multi_.data()});
   }
 
   // out [n][dim] = bias + the gather-sum of rows [num_keys][dim].
@@ -586,15 +653,21 @@ class SparseBatch {
   // grads [num_keys][width] = each row's sum of term(j, k) over its features (see SumPieces).
   template <class Term>
   void ScatterTerms(E& e, const Term& term, int width, float* grads) const {
-    const size_t bound = nnz_ / kPiece + num_keys_ + 1;  // pieces, at most
-    partial_.Reserve(bound * width);
-    e.ForEach(bound * width, SumPieces<Term>{begins_.data(), first_.data(), order_.data(),
-                                             num_keys_, width, term, partial_.data()});
-    e.ForEach(num_keys_ * width, AddPieces{first_.data(), partial_.data(), width, grads});
+    const int lanes = (width + kScatterColumns - 1) / kScatterColumns;
+    partial_.Reserve(PiecesBound() * width);
+    e.ForEach(PiecesBound() * lanes,
+              SumPieces<Term>{spans_.data(), first_.data(), order_.data(), num_keys_, width, lanes,
+                              term, partial_.data(), grads});
+    e.ForEach(MultiBound() * width, AddPieces{first_.data(), several_at_.data(), multi_.data(),
+                                              num_keys_, partial_.data(), width, grads});
   }
 
   size_t n() const { return n_; }
   size_t num_keys() const { return num_keys_; }
+  // Bounds on the pieces (each row's features / kPiece, rounded up, and one for a row without
+  // any) and on the rows with several (more than kPiece features each).
+  size_t PiecesBound() const { return nnz_ / kPiece + num_keys_ + 1; }
+  size_t MultiBound() const { return nnz_ / (kPiece + 1) + 1; }
   const uint64_t* keys() const { return keys_.data(); }
   const int32_t* labels() const { return labels_.data(); }
   const uint32_t* slots() const { return slots_.data(); }
@@ -604,7 +677,8 @@ class SparseBatch {
  private:
   size_t n_ = 0, nnz_ = 0, num_keys_ = 0;
   typename E::template Array<uint32_t> offsets_, slots_, sorted_slots_, order_, example_of_,
-      begins_, pieces_, first_;
+      begins_, pieces_, first_, several_, several_at_, multi_;
+  typename E::template Array<PieceSpan> spans_;
   mutable typename E::template Array<float> partial_;  // SumPieces' partial sums
   typename E::template Array<uint64_t> ids_, keys_;
   typename E::template Array<float> values_;
