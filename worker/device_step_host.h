@@ -42,8 +42,17 @@ class HostExecutor {
 
    private:
     static T Poison() {
-      if constexpr (std::is_floating_point_v<T>) return static_cast<T>(NAN);
-      return static_cast<T>(0xA5A5A5A5u);
+      if constexpr (std::is_floating_point_v<T>) {
+        return static_cast<T>(NAN);
+      } else if constexpr (std::is_integral_v<T>) {
+        return static_cast<T>(0xA5A5A5A5u);
+      } else {
+        // A struct of plain fields (a PieceSpan): every byte 0xA5.
+        static_assert(std::is_trivially_copyable_v<T>);
+        T t;
+        std::memset(&t, 0xA5, sizeof(t));
+        return t;
+      }
     }
     std::vector<T> v_;
   };
