@@ -192,27 +192,48 @@ absl::Status CriteoReader::Rewind() {
 }
 
 absl::StatusOr<bool> CriteoReader::ReadChunk(size_t max_examples, Dataset* chunk) {
-  chunk->labels.clear();
-  chunk->ids.clear();
-  chunk->values.clear();
-  chunk->row_offsets.assign(1, 0);
-  chunk->num_features = 0;
-  chunk->index_base = IndexBase::kZero;
+  absl::StatusOr<bool> more = ReadRaw(max_examples, &raw_);
+  if (!more.ok()) return more.status();
+  if (absl::Status s = ParseRaw(raw_, chunk); !s.ok()) return s;
+  return chunk->size() > 0;
+}
+
+absl::StatusOr<bool> CriteoReader::ReadRaw(size_t max_examples, RawChunk* raw) {
+  raw->Clear();
   const uint64_t n = static_cast<uint64_t>(options_.num_partitions);
   const uint64_t p = static_cast<uint64_t>(options_.partition);
   std::string_view line;
-  while (chunk->size() < max_examples) {
+  while (raw->lines() < max_examples) {
     absl::StatusOr<bool> more = lines_->Next(&line);
     if (!more.ok()) return more.status();
     if (!*more) break;
     if (line.empty() || (line.size() == 1 && line[0] == '\r')) continue;  // Blank: no example.
     // Lines of other partitions are skipped unparsed; Open() validated them.
     if (data_line_++ % n != p) continue;
+    raw->bytes.append(line);
+    raw->ends.push_back(raw->bytes.size());
+    raw->line_numbers.push_back(lines_->line_number());
+  }
+  return raw->lines() > 0;
+}
+
+absl::Status CriteoReader::ParseRaw(const RawChunk& raw, Dataset* chunk) const {
+  chunk->labels.clear();
+  chunk->ids.clear();
+  chunk->values.clear();
+  chunk->row_offsets.assign(1, 0);
+  chunk->num_features = 0;
+  chunk->index_base = IndexBase::kZero;
+  chunk->ids.reserve(raw.lines() * kCriteoEntries);
+  chunk->values.reserve(raw.lines() * kCriteoEntries);
+  chunk->labels.reserve(raw.lines());
+  chunk->row_offsets.reserve(raw.lines() + 1);
+  for (size_t i = 0; i < raw.lines(); ++i) {
     absl::StatusOr<bool> example =
-        ParseCriteoLine(line, lines_->path(), lines_->line_number(), chunk);
+        ParseCriteoLine(raw.line(i), lines_->path(), raw.line_numbers[i], chunk);
     if (!example.ok()) return example.status();
   }
-  return chunk->size() > 0;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<DataSlice> CriteoReader::Next(size_t max_examples) {

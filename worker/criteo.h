@@ -72,6 +72,13 @@ class CriteoReader final : public ChunkedSource {
   // ReadChunk into a chunk the reader owns; the slice covers all of it.
   absl::StatusOr<DataSlice> Next(size_t max_examples) override;
 
+  // Parsing a line costs several times reading it: a PrefetchingSource may parse on several
+  // threads. ReadRaw copies the partition's next lines (blank ones and other partitions'
+  // skipped); ParseRaw parses them (const, thread-safe).
+  bool ParsesApart() const override { return true; }
+  absl::StatusOr<bool> ReadRaw(size_t max_examples, RawChunk* raw) override;
+  absl::Status ParseRaw(const RawChunk& raw, Dataset* chunk) const override;
+
  private:
   CriteoReader(std::unique_ptr<LineReader> lines, const CriteoOptions& options)
       : lines_(std::move(lines)), options_(options) {}
@@ -79,6 +86,7 @@ class CriteoReader final : public ChunkedSource {
   std::unique_ptr<LineReader> lines_;
   const CriteoOptions options_;
   uint64_t data_line_ = 0;  // Data lines of the current pass read so far.
+  RawChunk raw_;            // ReadChunk's lines, before they are parsed
   uint64_t total_examples_ = 0;
   uint64_t partition_examples_ = 0;
   Dataset chunk_;

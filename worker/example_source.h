@@ -9,6 +9,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -44,6 +47,24 @@ class ExampleSource {
   virtual bool KeepsPreviousSlice() const { return false; }
 };
 
+// A chunk's lines as read from a file, before they are parsed (ChunkedSource::ReadRaw).
+struct RawChunk {
+  std::string bytes;                   // the lines back to back, without their ends
+  std::vector<size_t> ends;            // where each line ends in `bytes`
+  std::vector<uint64_t> line_numbers;  // each line's 1-based number in its file, for errors
+
+  size_t lines() const { return ends.size(); }
+  std::string_view line(size_t i) const {
+    const size_t begin = i == 0 ? 0 : ends[i - 1];
+    return std::string_view(bytes).substr(begin, ends[i] - begin);
+  }
+  void Clear() {
+    bytes.clear();
+    ends.clear();
+    line_numbers.clear();
+  }
+};
+
 // A source that fills a caller's Dataset with its next chunk: what a PrefetchingSource
 // (prefetching_source.h) reads ahead from.
 class ChunkedSource : public ExampleSource {
@@ -51,6 +72,18 @@ class ChunkedSource : public ExampleSource {
   // Replaces *chunk with the next at most max_examples examples of the pass; false (and an empty
   // chunk) at its end.
   virtual absl::StatusOr<bool> ReadChunk(size_t max_examples, Dataset* chunk) = 0;
+
+  // A source whose parsing costs more than its reading may split ReadChunk in two, so that a
+  // PrefetchingSource parses several chunks at once: ReadRaw takes the next chunk's lines, in
+  // order (false and no lines at the pass's end), and ParseRaw, which may run on any thread,
+  // beside ReadRaw and other ParseRaw calls, makes of them the chunk ReadChunk would have.
+  virtual bool ParsesApart() const { return false; }
+  virtual absl::StatusOr<bool> ReadRaw(size_t /*max_examples*/, RawChunk* /*raw*/) {
+    return absl::UnimplementedError("this source does not read raw chunks");
+  }
+  virtual absl::Status ParseRaw(const RawChunk& /*raw*/, Dataset* /*chunk*/) const {
+    return absl::UnimplementedError("this source does not parse raw chunks");
+  }
 };
 
 // A Dataset already in memory. Does not copy it: `data` must outlive the source.

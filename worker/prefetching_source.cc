@@ -1,13 +1,17 @@
 #include "worker/prefetching_source.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_format.h"
 
 namespace syncline {
 
-PrefetchingSource::PrefetchingSource(std::unique_ptr<ChunkedSource> inner, int depth)
-    : inner_(std::move(inner)), depth_(depth < 1 ? 1 : static_cast<size_t>(depth)) {}
+PrefetchingSource::PrefetchingSource(std::unique_ptr<ChunkedSource> inner, int depth, int parsers)
+    : inner_(std::move(inner)),
+      parsers_(inner_->ParsesApart() ? static_cast<size_t>(std::max(parsers, 1)) : 1),
+      depth_(std::max(static_cast<size_t>(std::max(depth, 1)),
+                      parsers_ > 1 ? parsers_ + 1 : size_t{1})) {}
 
 PrefetchingSource::~PrefetchingSource() { Stop(); }
 
@@ -30,9 +34,11 @@ absl::StatusOr<DataSlice> PrefetchingSource::Next(size_t max_examples) {
   Chunk chunk;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    changed_.wait(lock, [this] { return !ready_.empty(); });
-    chunk = std::move(ready_.front());
-    ready_.pop_front();
+    changed_.wait(lock, [this] { return done_.contains(handed_); });
+    auto it = done_.find(handed_);
+    chunk = std::move(it->second);
+    done_.erase(it);
+    ++handed_;
   }
   changed_.notify_all();
   if (!chunk.status.ok() || !chunk.more) {
@@ -56,7 +62,13 @@ absl::StatusOr<DataSlice> PrefetchingSource::Next(size_t max_examples) {
 void PrefetchingSource::Start(size_t max_examples) {
   max_examples_ = max_examples;
   stop_ = false;
-  reader_ = std::thread([this, max_examples] { Read(max_examples); });
+  read_ = handed_ = 0;
+  if (parsers_ == 1) {
+    reader_ = std::thread([this, max_examples] { Read(max_examples); });
+    return;
+  }
+  reader_ = std::thread([this, max_examples] { ReadRaw(max_examples); });
+  for (size_t i = 0; i < parsers_; ++i) parser_threads_.emplace_back([this] { Parse(); });
 }
 
 void PrefetchingSource::Stop() {
@@ -67,26 +79,35 @@ void PrefetchingSource::Stop() {
   }
   changed_.notify_all();
   reader_.join();
+  for (std::thread& t : parser_threads_) t.join();
+  parser_threads_.clear();
   std::lock_guard<std::mutex> lock(mu_);
-  for (Chunk& c : ready_) {
+  for (auto& [seq, c] : done_) {
     if (c.data != nullptr) free_.push_back(std::move(c.data));
   }
-  ready_.clear();
+  done_.clear();
+  for (auto& [seq, raw] : raw_) free_raw_.push_back(std::move(raw));
+  raw_.clear();
+}
+
+std::unique_ptr<Dataset> PrefetchingSource::TakeBuffer() {
+  if (free_.empty()) return std::make_unique<Dataset>();
+  std::unique_ptr<Dataset> data = std::move(free_.back());
+  free_.pop_back();
+  return data;
 }
 
 void PrefetchingSource::Read(size_t max_examples) {
   while (true) {
     std::unique_ptr<Dataset> data;
+    uint64_t seq;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      changed_.wait(lock, [this] { return stop_ || ready_.size() < depth_; });
+      changed_.wait(lock, [this] { return stop_ || read_ - handed_ < depth_; });
       if (stop_) return;
-      if (!free_.empty()) {
-        data = std::move(free_.back());
-        free_.pop_back();
-      }
+      data = TakeBuffer();
+      seq = read_;
     }
-    if (data == nullptr) data = std::make_unique<Dataset>();
     Chunk chunk;
     absl::StatusOr<bool> more = inner_->ReadChunk(max_examples, data.get());
     chunk.status = more.status();
@@ -95,10 +116,70 @@ void PrefetchingSource::Read(size_t max_examples) {
     const bool last = !chunk.more;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      ready_.push_back(std::move(chunk));
+      done_.emplace(seq, std::move(chunk));
+      ++read_;
     }
     changed_.notify_all();
     if (last) return;
+  }
+}
+
+void PrefetchingSource::ReadRaw(size_t max_examples) {
+  while (true) {
+    RawChunk raw;
+    uint64_t seq;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait(lock, [this] { return stop_ || read_ - handed_ < depth_; });
+      if (stop_) return;
+      if (!free_raw_.empty()) {
+        raw = std::move(free_raw_.back());
+        free_raw_.pop_back();
+      }
+      seq = read_;
+    }
+    absl::StatusOr<bool> more = inner_->ReadRaw(max_examples, &raw);
+    const bool last = !more.ok() || !*more;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (last) {
+        // The end or an error takes the next place; the parsers fill the places before it.
+        Chunk chunk;
+        chunk.status = more.status();
+        done_.emplace(seq, std::move(chunk));
+        free_raw_.push_back(std::move(raw));
+      } else {
+        raw_.emplace_back(seq, std::move(raw));
+      }
+      ++read_;
+    }
+    changed_.notify_all();
+    if (last) return;
+  }
+}
+
+void PrefetchingSource::Parse() {
+  while (true) {
+    std::pair<uint64_t, RawChunk> job;
+    std::unique_ptr<Dataset> data;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait(lock, [this] { return stop_ || !raw_.empty(); });
+      if (stop_) return;
+      job = std::move(raw_.front());
+      raw_.pop_front();
+      data = TakeBuffer();
+    }
+    Chunk chunk;
+    chunk.status = inner_->ParseRaw(job.second, data.get());
+    chunk.more = chunk.status.ok();
+    chunk.data = std::move(data);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_.emplace(job.first, std::move(chunk));
+      free_raw_.push_back(std::move(job.second));
+    }
+    changed_.notify_all();
   }
 }
 

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <thread>
 #include <variant>
 
 #include "absl/strings/numbers.h"
@@ -110,8 +111,15 @@ absl::StatusOr<std::unique_ptr<WorkerData>> ReadWorkerData(const JobSpec& spec, 
       if (!test.ok()) return test.status();
       d.test_stream = std::move(*test);
     }
-    // Parse the next batches while training on this one.
-    d.source = std::make_unique<PrefetchingSource>(std::move(d.train_stream));
+    // Parse the next batches while training on this one, on several threads where the
+    // machine has the cores: a GPU worker's step is shorter than one core's parsing of its
+    // batch. A quarter of the hardware threads (a machine may run several nodes), 1 to 4.
+    const int parsers = std::clamp(static_cast<int>(std::thread::hardware_concurrency() / 4), 1, 4);
+    d.source = std::make_unique<PrefetchingSource>(std::move(d.train_stream), /*depth=*/4, parsers);
+    if (!hand_over) {
+      SYNCLINE_LOG(INFO) << absl::StrFormat("w%d parses its Criteo partition on %d thread%s", rank,
+                                            parsers, parsers == 1 ? "" : "s");
+    }
     return data;
   }
   const PartitionSpec& partition = spec.data.partition;
