@@ -219,6 +219,7 @@ absl::StatusOr<FederatedResult> FederatedClient::Run(
 
     TrainerOptions t;
     t.batch_size = options_.batch_size;
+    t.local_backend = true;  // the local replica: its updates are the round's compute
     t.log_every = std::numeric_limits<int>::max();
     t.slowness = options_.slowness;
     if (f.local_steps > 0) {

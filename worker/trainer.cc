@@ -71,11 +71,11 @@ std::string StepTimes::ToString() const {
       all);
 }
 
-void AddBackendTime(SyncBackend& backend, absl::Time start, StepTimes* times) {
+void AddBackendTime(SyncBackend& backend, absl::Time start, StepTimes* times, bool local) {
   const absl::Duration took = absl::Now() - start;
   const absl::Duration codec = std::clamp(backend.TakeCodecTime(), absl::ZeroDuration(), took);
   times->compress += codec;
-  times->network += took - codec;
+  (local ? times->compute : times->network) += took - codec;
 }
 
 int64_t StepsPerEpoch(size_t examples, int batch_size) {
@@ -352,7 +352,7 @@ absl::StatusOr<TrainResult> Trainer::Run(
       absl::Time t1 = absl::Now();
       times.batch += t1 - t0;
       if (auto s = backend_.Read(step, b.keys, b.rows, b.bias); !s.ok()) return s;
-      AddBackendTime(backend_, t1, &times);
+      AddBackendTime(backend_, t1, &times, options_.local_backend);
       prepared = false;
       if ((read_ahead || prefetch) && step + 1 < total) {
         Buffers& next = buffers[(step + 1) % 2];
@@ -364,7 +364,7 @@ absl::StatusOr<TrainResult> Trainer::Run(
         times.batch += t1 - t0;
         if (read_ahead) {
           read_ahead = backend_.ReadAhead(step + 1, next.keys, next.rows, next.bias);
-          AddBackendTime(backend_, t1, &times);
+          AddBackendTime(backend_, t1, &times, options_.local_backend);
         }
         if (prefetch) model_.Prefetch(*next.data, next.examples, next.keys);
       }
@@ -387,7 +387,7 @@ absl::StatusOr<TrainResult> Trainer::Run(
       t1 = absl::Now();
       if (auto s = backend_.Update(step, b.keys, b.grads, b.bias_grad, n); !s.ok()) return s;
       if (auto s = backend_.EndIteration(step, n); !s.ok()) return s;
-      AddBackendTime(backend_, t1, &times);
+      AddBackendTime(backend_, t1, &times, options_.local_backend);
       result.times += times;
       times_since_report += times;
 

@@ -40,6 +40,9 @@ struct TrainerOptions {
   int64_t start_step = 0;
   // Stop after this step (0: after `epochs` epochs), e.g. a federated client's local steps.
   int64_t stop_step = 0;
+  // The backend is this process's own replica (a federated client's local training): its
+  // reads and updates count as compute in the step split, not network.
+  bool local_backend = false;
   // Checkpoints: on_checkpoint(clock) runs after every iteration that ends a multiple of
   // checkpoint_every clocks (0: never) or for which checkpoint_requested(clock) (may be empty)
   // says yes; an error stops training.
@@ -107,8 +110,8 @@ struct StepTimes {
 
 // Adds the time of a SyncBackend call that started at `start` and ended now to *times: the
 // codec time the backend reports (SyncBackend::TakeCodecTime, at most the call's time) as
-// compress, the rest as network.
-void AddBackendTime(SyncBackend& backend, absl::Time start, StepTimes* times);
+// compress, the rest as network (as compute for a `local` backend: no wire, no peers).
+void AddBackendTime(SyncBackend& backend, absl::Time start, StepTimes* times, bool local = false);
 
 struct TrainProgress {
   int64_t clock = 0;        // iterations finished

@@ -562,6 +562,26 @@ TEST(TrainerTest, StepTimesSplitCodecTimeFromNetworkAndCopiesFromCompute) {
   EXPECT_NE(t.ToString().find("compress"), std::string::npos) << t.ToString();
 }
 
+// A local backend (a federated client's replica) has no wire: its calls' time is compute, less
+// the codec time it reports, which is still compress.
+TEST(TrainerTest, ALocalBackendsCallsAreComputeNotNetwork) {
+  const Dataset data = MakeData(3, 50, 30, 0, 1);
+  const absl::Duration ms = absl::Milliseconds(1);
+  CopyingModel model(/*compute=*/ms, TransferTimes{});
+  TimedBackend backend(/*call=*/3 * ms, /*codec=*/ms);
+  TrainerOptions options{.epochs = 2, .batch_size = 20};  // 6 steps
+  options.local_backend = true;
+  Trainer trainer(model, backend, options);
+  auto result = trainer.Run(data, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const StepTimes& t = result->times;
+  ASSERT_EQ(t.steps, 6);
+  EXPECT_EQ(t.network, absl::ZeroDuration());
+  EXPECT_EQ(t.compress, 6 * 3 * ms);
+  // The model's 1 ms and three calls' 2 ms beyond their codec, each iteration.
+  EXPECT_GE(t.compute, 6 * (ms + 3 * 2 * ms));
+}
+
 // Codec time and copies reported beyond the calls' own time are cut to it: no part goes
 // negative, and the split never adds up to more than the time that passed.
 TEST(TrainerTest, StepTimesNeverExceedTheCallsTheyCameFrom) {
