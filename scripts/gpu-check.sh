@@ -17,8 +17,9 @@
 #                                        2. syncline-bench-gpu,
 #                                        3. a ctr job at batch 4096 with embeddings on CPU
 #                                           servers, on 2 GPU workers, on 2 CPU workers and on
-#                                           1 GPU worker, for the step split (network, PCIe or
-#                                           compute?),
+#                                           1 GPU worker (under BSP, then ASP reading ahead),
+#                                           for the step split (network, PCIe or compute?),
+#                                           and syncline-bench-data on its file,
 #                                        4. the CUDA tests again under compute-sanitizer:
 #                                           memcheck, racecheck and initcheck on the models',
 #                                           memcheck on NCCL's, memcheck and racecheck on the
@@ -49,7 +50,7 @@ bundle() {
                compression/compression_cuda_test
                collective/nccl_communicator_test tests/integration_test)
   local tools=(launch/syncline-launch ps/syncline-ps worker/syncline-worker tools/syncline-gen
-               bench/syncline-bench-gpu bench/syncline-bench-codec)
+               bench/syncline-bench-gpu bench/syncline-bench-codec bench/syncline-bench-data)
   local targets=()
   for t in "${tests[@]}" "${tools[@]}"; do targets+=("$(basename "$t")"); done
   cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
@@ -167,13 +168,20 @@ run() {
   mkdir -p "$data"
   step ctr_data 60 "$(bin syncline-gen)" criteo --rows 400000 --test-rows 20000 --seed 7 \
     --out "$data/train.tsv" --test-out "$data/test.tsv"
+  # How fast that file's examples come, parsed on 1, 2 and 4 threads (a worker uses a quarter
+  # of the hardware threads, up to 4): what bounds a GPU worker's batch part.
+  step bench_data 60 "$(bin syncline-bench-data)" --train "$data/train.tsv" --parsers 1,2,4
   # 100 steps per worker; then one GPU worker alone, whose split no second worker on the same
-  # GPU disturbs.
-  for device in cuda cpu cuda1; do
+  # GPU disturbs; then that worker under ASP reading a batch ahead, so that its pull overlaps
+  # the step before.
+  for device in cuda cpu cuda1 cuda1asp; do
+    local sync=bsp
+    [ "$device" = cuda1asp ] && sync="asp --read-ahead on"
+    # shellcheck disable=SC2086
     step "ctr_job_$device" 120 "$(bin syncline-launch)" --servers 2 \
-      --workers "$([ "$device" = cuda1 ] && echo 1 || echo 2)" --sync bsp \
+      --workers "$([ "${device#cuda1}" != "$device" ] && echo 1 || echo 2)" --sync $sync \
       --model ctr --train "$data/train.tsv" --test "$data/test.tsv" --batch-size 4096 \
-      --epochs 2 --device "${device%1}" --out "$out/ctr-$device"
+      --epochs 2 --device "${device%%1*}" --out "$out/ctr-$device"
   done
   # Under the sanitizers, every CUDA case but the 100-step runs (the same kernels, 100 times).
   local cuda_only='*Cuda*:-*OneHundredSteps*' sanitizer
@@ -200,8 +208,8 @@ run() {
     "$(bin compression_cuda_test)"
   step bench_codec 60 "$(bin syncline-bench-codec)" --size-mib 4 64 256
   echo
-  cat "$out/bench_gpu.log" 2>/dev/null
-  for device in cuda cpu cuda1; do
+  cat "$out/bench_gpu.log" "$out/bench_data.log" 2>/dev/null
+  for device in cuda cpu cuda1 cuda1asp; do
     echo "ctr job on $device:"
     grep -E '"(device|step_seconds|steps_per_worker|test_auc|wall_seconds)"' \
       "$out/ctr-$device/summary.json" 2>/dev/null
