@@ -75,8 +75,8 @@ struct WorkerData {
   bool criteo = false;
   Dataset train;  // in memory (not Criteo)
   Dataset test;
-  std::unique_ptr<CriteoReader> train_stream, test_stream;
   std::unique_ptr<ExampleSource> source;
+  std::unique_ptr<ExampleSource> test_source;  // streamed (Criteo), parsed ahead
 };
 
 absl::StatusOr<std::unique_ptr<CriteoReader>> OpenCriteo(const std::string& path, int partition,
@@ -105,17 +105,17 @@ absl::StatusOr<std::unique_ptr<WorkerData>> ReadWorkerData(const JobSpec& spec, 
   if (d.criteo) {
     auto train = OpenCriteo(spec.data.train, rank, spec.workers);
     if (!train.ok()) return train.status();
-    d.train_stream = std::move(*train);
+    // Parse the next batches while training on this one (or scoring, for the test set), on
+    // several threads where the machine has the cores: a GPU worker's step is shorter than one
+    // core's parsing of its batch. A quarter of the hardware threads (a machine may run several
+    // nodes), 1 to 4.
+    const int parsers = std::clamp(static_cast<int>(std::thread::hardware_concurrency() / 4), 1, 4);
     if (!spec.data.test.empty() && !hand_over) {
       auto test = OpenCriteo(spec.data.test, 0, 1);
       if (!test.ok()) return test.status();
-      d.test_stream = std::move(*test);
+      d.test_source = std::make_unique<PrefetchingSource>(std::move(*test), /*depth=*/4, parsers);
     }
-    // Parse the next batches while training on this one, on several threads where the
-    // machine has the cores: a GPU worker's step is shorter than one core's parsing of its
-    // batch. A quarter of the hardware threads (a machine may run several nodes), 1 to 4.
-    const int parsers = std::clamp(static_cast<int>(std::thread::hardware_concurrency() / 4), 1, 4);
-    d.source = std::make_unique<PrefetchingSource>(std::move(d.train_stream), /*depth=*/4, parsers);
+    d.source = std::make_unique<PrefetchingSource>(std::move(*train), /*depth=*/4, parsers);
     if (!hand_over) {
       SYNCLINE_LOG(INFO) << absl::StrFormat("w%d parses its Criteo partition on %d thread%s", rank,
                                             parsers, parsers == 1 ? "" : "s");
@@ -174,9 +174,9 @@ absl::StatusOr<EvaluationReport> EvaluateModel(const JobSpec& spec, const Model&
                                                const ParameterLayout& layout, SyncBackend& backend,
                                                WorkerData& data) {
   Evaluation eval;
-  if (data.test_stream != nullptr) {
+  if (data.test_source != nullptr) {
     // Streamed: the test file need not fit in memory, so no parameters are written.
-    auto e = EvaluateSource(model, backend, *data.test_stream);
+    auto e = EvaluateSource(model, backend, *data.test_source);
     if (!e.ok()) return e.status();
     eval = *e;
   } else if (data.test.size() > 0) {
