@@ -130,37 +130,36 @@ int Main(int argc, char** argv) {
   }
   absl::PrintF("| reader | parsing threads | examples/s | ratio to the caller's thread |\n");
   absl::PrintF("| --- | ---: | ---: | ---: |\n");
-  double baseline = 0;
-  {
-    absl::StatusOr<std::unique_ptr<CriteoReader>> reader = CriteoReader::Open(train, {});
-    if (!reader.ok()) {
-      absl::PrintF("%s\n", reader.status().ToString());
-      return 1;
-    }
+  // The best examples/s of `passes` passes of `source`; -1 on an error (printed).
+  auto best_rate = [&](ExampleSource& source) {
+    double best = 0;
     for (int p = 0; p < passes; ++p) {
       const auto t0 = Clock::now();
-      const int64_t n = Drain(**reader, batch);
-      if (n < 0) return 1;
-      baseline = std::max(baseline, static_cast<double>(n) / Seconds(t0));
+      const int64_t n = Drain(source, batch);
+      if (n < 0) return -1.0;
+      best = std::max(best, static_cast<double>(n) / Seconds(t0));
     }
-    absl::PrintF("| CriteoReader on the caller's thread | 1 | %.0f | 1.00 |\n", baseline);
+    return best;
+  };
+  absl::StatusOr<std::unique_ptr<CriteoReader>> reader = CriteoReader::Open(train, {});
+  if (!reader.ok()) {
+    absl::PrintF("%s\n", reader.status().ToString());
+    return 1;
   }
+  const double baseline = best_rate(**reader);
+  if (baseline < 0) return 1;
+  absl::PrintF("| CriteoReader on the caller's thread | 1 | %.0f | 1.00 |\n", baseline);
   for (const int threads : parsers) {
-    absl::StatusOr<std::unique_ptr<CriteoReader>> reader = CriteoReader::Open(train, {});
+    reader = CriteoReader::Open(train, {});
     if (!reader.ok()) {
       absl::PrintF("%s\n", reader.status().ToString());
       return 1;
     }
     PrefetchingSource source(std::move(*reader), /*depth=*/4, threads);
-    double best = 0;
-    for (int p = 0; p < passes; ++p) {
-      const auto t0 = Clock::now();
-      const int64_t n = Drain(source, batch);
-      if (n < 0) {
-        code = 1;
-        break;
-      }
-      best = std::max(best, static_cast<double>(n) / Seconds(t0));
+    const double best = best_rate(source);
+    if (best < 0) {
+      code = 1;
+      continue;
     }
     absl::PrintF("| PrefetchingSource, read-ahead 4 | %d | %.0f | %.2f |\n", source.parsers(), best,
                  best / baseline);

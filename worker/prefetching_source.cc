@@ -63,12 +63,10 @@ void PrefetchingSource::Start(size_t max_examples) {
   max_examples_ = max_examples;
   stop_ = false;
   read_ = handed_ = 0;
-  if (parsers_ == 1) {
-    reader_ = std::thread([this, max_examples] { Read(max_examples); });
-    return;
+  reader_ = std::thread([this, max_examples] { Read(max_examples); });
+  if (parsers_ > 1) {
+    for (size_t i = 0; i < parsers_; ++i) parser_threads_.emplace_back([this] { Parse(); });
   }
-  reader_ = std::thread([this, max_examples] { ReadRaw(max_examples); });
-  for (size_t i = 0; i < parsers_; ++i) parser_threads_.emplace_back([this] { Parse(); });
 }
 
 void PrefetchingSource::Stop() {
@@ -98,58 +96,36 @@ std::unique_ptr<Dataset> PrefetchingSource::TakeBuffer() {
 }
 
 void PrefetchingSource::Read(size_t max_examples) {
+  // With several parsers the chunks' lines go to them; else this thread reads whole chunks.
+  const bool apart = parsers_ > 1;
   while (true) {
+    uint64_t seq;
     std::unique_ptr<Dataset> data;
-    uint64_t seq;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      changed_.wait(lock, [this] { return stop_ || read_ - handed_ < depth_; });
-      if (stop_) return;
-      data = TakeBuffer();
-      seq = read_;
-    }
-    Chunk chunk;
-    absl::StatusOr<bool> more = inner_->ReadChunk(max_examples, data.get());
-    chunk.status = more.status();
-    chunk.more = more.ok() && *more;
-    chunk.data = std::move(data);
-    const bool last = !chunk.more;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_.emplace(seq, std::move(chunk));
-      ++read_;
-    }
-    changed_.notify_all();
-    if (last) return;
-  }
-}
-
-void PrefetchingSource::ReadRaw(size_t max_examples) {
-  while (true) {
     RawChunk raw;
-    uint64_t seq;
     {
       std::unique_lock<std::mutex> lock(mu_);
       changed_.wait(lock, [this] { return stop_ || read_ - handed_ < depth_; });
       if (stop_) return;
-      if (!free_raw_.empty()) {
+      seq = read_;
+      if (!apart) {
+        data = TakeBuffer();
+      } else if (!free_raw_.empty()) {
         raw = std::move(free_raw_.back());
         free_raw_.pop_back();
       }
-      seq = read_;
     }
-    absl::StatusOr<bool> more = inner_->ReadRaw(max_examples, &raw);
+    absl::StatusOr<bool> more =
+        apart ? inner_->ReadRaw(max_examples, &raw) : inner_->ReadChunk(max_examples, data.get());
     const bool last = !more.ok() || !*more;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (last) {
-        // The end or an error takes the next place; the parsers fill the places before it.
-        Chunk chunk;
-        chunk.status = more.status();
-        done_.emplace(seq, std::move(chunk));
-        free_raw_.push_back(std::move(raw));
-      } else {
+      if (apart && !last) {
         raw_.emplace_back(seq, std::move(raw));
+      } else {
+        // A whole chunk, or the pass's end or an error, which takes its place in the order (the
+        // parsers fill the places before it).
+        done_.emplace(seq, Chunk{more.status(), !last, std::move(data)});
+        if (apart) free_raw_.push_back(std::move(raw));
       }
       ++read_;
     }

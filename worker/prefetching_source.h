@@ -68,7 +68,7 @@ class PrefetchingSource final : public ExampleSource {
   void Stop();
   // The reading thread: whole chunks (one thread), or raw ones for the parsers.
   void Read(size_t max_examples);
-  void ReadRaw(size_t max_examples);
+  // A parsing thread (with several parsers).
   void Parse();
   // A buffer to fill (a reused one if any). Called with mu_ held.
   std::unique_ptr<Dataset> TakeBuffer();
