@@ -123,8 +123,9 @@ void PrefetchingSource::Read(size_t max_examples) {
         raw_.emplace_back(seq, std::move(raw));
       } else {
         // A whole chunk, or the pass's end or an error, which takes its place in the order (the
-        // parsers fill the places before it).
-        done_.emplace(seq, Chunk{more.status(), !last, std::move(data)});
+        // parsers fill the places before it). The status moves: a copy would share its
+        // reference count with this thread, and the library's count is invisible to TSan.
+        done_.emplace(seq, Chunk{std::move(more).status(), !last, std::move(data)});
         if (apart) free_raw_.push_back(std::move(raw));
       }
       ++read_;
