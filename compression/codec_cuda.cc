@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "compression/cuda_kernels.h"
@@ -87,6 +88,7 @@ struct CudaCodec::Impl {
   cudaGraphExec_t topk_graph = nullptr;
   size_t topk_graph_n = 0;
   cu::TopKSelect* found = nullptr;  // pinned host memory
+  size_t last_topk_n = 0;           // the input size of the last top-K encoding
   // What the device block holds.
   size_t block_bytes = 0;
   size_t block_n = std::numeric_limits<size_t>::max();
@@ -181,9 +183,17 @@ struct CudaCodec::Impl {
     header[0] = static_cast<uint32_t>(k);
     SYNCLINE_RETURN_IF_ERROR(WriteHeader(1));
     block_k = k;
+    const size_t last_n = std::exchange(last_topk_n, n);
     if (k == 0) return absl::OkStatus();
-    SYNCLINE_RETURN_IF_ERROR(PrepareTopKGraph(n, k));
-    SYNCLINE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(topk_graph, stream));
+    if (n == topk_graph_n || n == last_n) {
+      // An input size seen twice in a row (a dense gradient's, every step): one graph for it.
+      SYNCLINE_RETURN_IF_ERROR(PrepareTopKGraph(n, k));
+      SYNCLINE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(topk_graph, stream));
+    } else {
+      // A size of its own (sparse rows' pushes vary): capturing a graph would cost more than it
+      // saves.
+      SYNCLINE_RETURN_IF_ERROR(EnqueueTopK(n, k));
+    }
     SYNCLINE_RETURN_IF_ERROR(Sync());
     if (found->error == cu::kTopKLostCount) {
       return absl::InternalError("topk radix select lost count of the keys");
