@@ -56,6 +56,12 @@ class HybridBackend : public SyncBackend {
                       std::span<const float> row_grads, std::span<const float> bias_grad,
                       float examples) override;
   void SetFinalClock(int64_t clock) override { rows_->SetFinalClock(clock); }
+  // The rows' per-row error feedback, which a GPU model may keep (the dense layers are
+  // all-reduced uncompressed).
+  std::optional<RowCompression> RowCompressionWanted() const override {
+    return rows_->RowCompressionWanted();
+  }
+  void SetRowEncoder(RowGradientEncoder* encoder) override { rows_->SetRowEncoder(encoder); }
   absl::Status EndIteration(int64_t clock, float examples) override;
   absl::Status Finish() override;
   void Settle(absl::Duration max_wait) override { rows_->Settle(max_wait); }

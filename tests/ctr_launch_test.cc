@@ -13,6 +13,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "testing/test_util.h"
+#include "worker/device.h"
+#include "worker/gpu_model.h"
 
 namespace syncline {
 namespace {
@@ -28,13 +30,14 @@ const std::string kGen = SYNCLINE_GEN_BIN;
 struct CtrRun {
   double auc = 0;
   double bytes_pushed = 0;
+  std::string output;
 };
 
 // `model` trained on 30k generated Criteo rows with strong pairwise terms: its test AUC and
 // the bytes its workers pushed.
 CtrRun TrainAndTest(const std::string& data, const std::string& model,
-                    const std::string& compress = "none") {
-  const std::string out = TempDir("ctr_" + model + "_" + compress);
+                    const std::string& compress = "none", const std::string& device = "cpu") {
+  const std::string out = TempDir("ctr_" + model + "_" + compress + "_" + device);
   auto r = RunProcess({kLaunch,
                        "--servers",
                        "1",
@@ -58,6 +61,8 @@ CtrRun TrainAndTest(const std::string& data, const std::string& model,
                        "16",
                        "--compress",
                        compress,
+                       "--device",
+                       device,
                        "--out",
                        out});
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -65,7 +70,7 @@ CtrRun TrainAndTest(const std::string& data, const std::string& model,
   EXPECT_NE(summary.find("\"model\": \"" + model + "\""), std::string::npos) << summary;
   EXPECT_EQ(JsonNumber(summary, "test_examples").value_or(0), 5000) << summary;
   return {JsonNumber(summary, "test_auc").value_or(0),
-          JsonNumber(summary, "bytes_pushed").value_or(0)};
+          JsonNumber(summary, "bytes_pushed").value_or(0), r.output};
 }
 
 TEST(CtrLaunchTest, CtrLearnsTheInteractionsThatLogregMisses) {
@@ -87,6 +92,32 @@ TEST(CtrLaunchTest, CtrLearnsTheInteractionsThatLogregMisses) {
   EXPECT_LT(half.bytes_pushed, 0.8 * ctr.bytes_pushed) << "plain " << ctr.bytes_pushed;
   std::cerr << "ctr bytes pushed: " << ctr.bytes_pushed << " plain, " << half.bytes_pushed
             << " fp16; AUC " << ctr.auc << " / " << half.auc << "\n";
+}
+
+// GPU workers compressing their embedding rows with top-K and a residual per row keep the rows'
+// gradients and the residual rows on the device (only what is sent comes down), and train
+// what CPU workers train with the same codec: the same pushes from the same gradients, which
+// the two devices compute to rounding.
+TEST(CtrLaunchTest, GpuWorkersEncodeTheirEmbeddingRowsOnTheDevice) {
+  if (!GpuModelsBuilt() || ProbeDevices().gpus == 0) {
+    GTEST_SKIP() << (GpuModelsBuilt() ? "no CUDA device is visible" : "this build has no CUDA");
+  }
+  const std::string data = TempDir("ctr_gpu_rows_data");
+  auto gen = RunProcess({kGen, "criteo", "--rows", "30000", "--test-rows", "5000", "--seed", "2",
+                         "--interaction", "2", "--out", data + "/train.txt", "--test-out",
+                         data + "/test.txt"});
+  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+  const CtrRun cpu = TrainAndTest(data, "ctr", "topk:0.1", "cpu");
+  EXPECT_EQ(cpu.output.find("sparse row gradients are encoded on"), std::string::npos)
+      << cpu.output;
+  const CtrRun gpu = TrainAndTest(data, "ctr", "topk:0.1", "cuda");
+  EXPECT_NE(gpu.output.find("sparse row gradients are encoded on cuda:0 (topk:0.1"),
+            std::string::npos)
+      << gpu.output;
+  EXPECT_NEAR(gpu.auc, cpu.auc, 0.02);
+  EXPECT_NEAR(gpu.bytes_pushed, cpu.bytes_pushed, 0.1 * cpu.bytes_pushed);
+  std::cerr << "ctr topk:0.1 AUC " << cpu.auc << " (cpu) / " << gpu.auc << " (cuda); bytes pushed "
+            << cpu.bytes_pushed << " / " << gpu.bytes_pushed << "\n";
 }
 
 // The (worker, clock) -> training loss rows of a run's metrics.csv, sorted: the wall-clock

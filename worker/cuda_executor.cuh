@@ -33,6 +33,7 @@
 #include <limits>
 #include <memory>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -264,6 +265,54 @@ class CudaExecutor {
     bool held_ = false;
   };
 
+  // A codec over floats on the device (DeviceRowFeedback's), with the CUDA codecs: its input
+  // and decoded output are the CudaCodec's buffers, grown (a new codec) when a push is larger.
+  // The codec works on a stream of its own: the executor's work is finished before it starts,
+  // and its calls return when done.
+  class BlockCodec {
+   public:
+    static absl::StatusOr<std::unique_ptr<BlockCodec>> Create(CudaExecutor& e,
+                                                              const CodecSpec& spec) {
+      std::unique_ptr<BlockCodec> codec(new BlockCodec(&e, spec));
+      if (auto s = codec->Grow(kInitialCapacity); !s.ok()) return s;
+      return codec;
+    }
+    float* Input(size_t n) {
+      if (n > codec_->capacity()) {
+        if (auto s = Grow(std::max(n, 2 * codec_->capacity())); !s.ok()) {
+          Die("a CUDA codec for sparse rows", std::string(s.message()).c_str());
+        }
+      }
+      return codec_->device_input();
+    }
+    absl::Status Encode(size_t n, std::vector<std::byte>* block) {
+      e_->Finish();
+      if (auto s = codec_->EncodeOnDevice(n); !s.ok()) return s;
+      return codec_->DownloadBlock(block);
+    }
+    absl::StatusOr<const float*> Decode(size_t n) {
+      e_->Zero(codec_->device_output(), n);
+      e_->Finish();
+      if (auto s = codec_->DecodeAddOnDevice(n, 1.0f); !s.ok()) return s;
+      return codec_->device_output();
+    }
+
+   private:
+    static constexpr size_t kInitialCapacity = size_t{1} << 16;
+    BlockCodec(CudaExecutor* e, const CodecSpec& spec) : e_(e), spec_(spec) {}
+    absl::Status Grow(size_t capacity) {
+      e_->Finish();
+      codec_.reset();
+      absl::StatusOr<std::unique_ptr<CudaCodec>> codec = CudaCodec::Create(spec_, capacity);
+      if (!codec.ok()) return codec.status();
+      codec_ = std::move(*codec);
+      return absl::OkStatus();
+    }
+    CudaExecutor* e_;
+    const CodecSpec spec_;
+    std::unique_ptr<CudaCodec> codec_;
+  };
+
   template <class F>
   void ForEach(size_t n, const F& f) {
     if (n == 0) return;
@@ -319,14 +368,7 @@ class CudaExecutor {
   void SortBySlot(const uint32_t* slots, uint32_t* sorted, uint32_t* order, size_t n, int bits) {
     if (n == 0) return;
     CheckCount(n);
-    if (s_->iota_size < n) {
-      Check(cudaStreamSynchronize(s_->stream), "cudaStreamSynchronize");
-      cudaFree(s_->iota);
-      s_->iota = nullptr;
-      Check(cudaMalloc(&s_->iota, n * sizeof(uint32_t)), "cudaMalloc");
-      s_->iota_size = n;
-      ForEach(n, Iota{s_->iota});
-    }
+    EnsureIota(n);
     size_t bytes = 0;
     const int count = static_cast<int>(n);
     Check(cub::DeviceRadixSort::SortPairs(nullptr, bytes, slots, sorted, s_->iota, order, count, 0,
@@ -335,6 +377,24 @@ class CudaExecutor {
     Check(cub::DeviceRadixSort::SortPairs(s_->Scratch(bytes), bytes, slots, sorted, s_->iota, order,
                                           count, 0, bits, s_->stream),
           "cub::DeviceRadixSort::SortPairs");
+  }
+
+  // A stable radix sort of the indices by 64-bit key (the sorted keys go to scratch).
+  void SortByKey64(const uint64_t* keys, uint32_t* order, size_t n) {
+    if (n == 0) return;
+    CheckCount(n);
+    EnsureIota(n);
+    size_t bytes = 0;
+    const int count = static_cast<int>(n);
+    Check(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys, static_cast<uint64_t*>(nullptr),
+                                          s_->iota, order, count, 0, 64, s_->stream),
+          "cub::DeviceRadixSort::SortPairs (size, 64-bit keys)");
+    const size_t sorted_bytes = (n * sizeof(uint64_t) + 255) / 256 * 256;
+    char* scratch = static_cast<char*>(s_->Scratch(sorted_bytes + bytes));
+    Check(cub::DeviceRadixSort::SortPairs(scratch + sorted_bytes, bytes, keys,
+                                          reinterpret_cast<uint64_t*>(scratch), s_->iota, order,
+                                          count, 0, 64, s_->stream),
+          "cub::DeviceRadixSort::SortPairs (64-bit keys)");
   }
 
   void ExclusiveSum(const uint32_t* in, uint32_t* out, size_t n) {
@@ -404,6 +464,16 @@ class CudaExecutor {
     float ms = 0;
     Check(cudaEventElapsedTime(&ms, s_->marks[from], s_->marks[to]), "cudaEventElapsedTime");
     return absl::Microseconds(static_cast<int64_t>(ms * 1000.0f));
+  }
+  // s_->iota holds 0, 1, ..., n - 1 at least.
+  void EnsureIota(size_t n) {
+    if (s_->iota_size >= n) return;
+    Check(cudaStreamSynchronize(s_->stream), "cudaStreamSynchronize");
+    cudaFree(s_->iota);
+    s_->iota = nullptr;
+    Check(cudaMalloc(&s_->iota, n * sizeof(uint32_t)), "cudaMalloc");
+    s_->iota_size = n;
+    ForEach(n, Iota{s_->iota});
   }
   static void CheckCount(size_t n) {
     if (n > static_cast<size_t>(std::numeric_limits<int>::max())) {

@@ -8,7 +8,10 @@
 // servers before the rows come back. Given an encoder for a table (EncodeGradients: a backend
 // that encodes dense gradients with error feedback), its gradients stay on the device (rows
 // scattered by key into a dense gradient), the CUDA codecs encode them there, and only the
-// blocks come down. Its evaluator
+// blocks come down; given a row encoder (EncodeRows: parameter servers' sparse rows under top-K
+// or sign1), each step's row gradients stay on the device, and so do the residual rows of the
+// per-row error feedback (DeviceRowFeedback), so that a push brings down only what it sends.
+// Its evaluator
 // (NewEvaluator) keeps a test set's scores on the device and computes the metrics there, AUC
 // included: only their sums come down.
 //
@@ -36,6 +39,7 @@
 #include "syncline/options.h"
 #include "worker/criteo.h"
 #include "worker/ctr_model.h"
+#include "worker/device_row_feedback.h"
 #include "worker/device_step.h"
 #include "worker/example_metrics.h"
 #include "worker/mlp_model.h"
@@ -154,6 +158,9 @@ class DeviceModel final : public Model {
     // the others and the losses go down.
     KeptGradients* kept_rows = kept(GradientTable::kRows);
     KeptGradients* kept_dense = kept(GradientTable::kDense);
+    // Row gradients kept by key (a row encoder's) stay in row_grads_ until the next step.
+    const bool rows_stay = kept_rows != nullptr || row_encoder_ != nullptr;
+    step_rows_ = row_encoder_ != nullptr ? keys.size() : 0;
     if (kept_rows != nullptr) {
       e_.ForEach(rows.size(), device_step::ScatterByKey{batch_.keys(), row_dim(), kept_rows->rows(),
                                                         row_grads_.data(), kept_rows->gradient()});
@@ -164,7 +171,7 @@ class DeviceModel final : public Model {
     host_grads_.Reserve(rows.size() + bias.size());
     host_loss_.Reserve(examples.size());
     e_.MarkDownloadsBegin();
-    if (kept_rows == nullptr) e_.Download(host_grads_.data(), row_grads_.data(), rows.size());
+    if (!rows_stay) e_.Download(host_grads_.data(), row_grads_.data(), rows.size());
     if (kept_dense == nullptr) {
       e_.Download(host_grads_.data() + rows.size(), dense_grads_.data(), bias.size());
     }
@@ -174,7 +181,7 @@ class DeviceModel final : public Model {
     upload_ += e_.UploadTime();
     download_ += e_.DownloadTime();
     const float* grads = host_grads_.data();
-    if (kept_rows == nullptr) {
+    if (!rows_stay) {
       for (size_t i = 0; i < rows.size(); ++i) row_grads[i] += grads[i];
     }
     if (kept_dense == nullptr) {
@@ -210,6 +217,7 @@ class DeviceModel final : public Model {
     e_.Activate();
     std::unique_ptr<KeptGradients>& slot = encoders_[want.table == GradientTable::kRows ? 0 : 1];
     slot.reset();
+    if (want.table == GradientTable::kRows) row_encoder_.reset();
     if (want.table == GradientTable::kDense ? want.floats != static_cast<size_t>(bias_dim())
                                             : want.floats % static_cast<size_t>(row_dim()) != 0) {
       return nullptr;
@@ -218,6 +226,24 @@ class DeviceModel final : public Model {
     if (!encoder->Make()) return nullptr;
     slot = std::move(encoder);
     return slot.get();
+  }
+
+  // Sparse rows' error feedback on the device (DeviceRowFeedback on E). Null where a shard's
+  // table cannot be made here (a codec other than topk or sign1, rows of another width).
+  RowGradientEncoder* EncodeRows(const RowCompression& want) const override {
+    absl::MutexLock lock(&mu_);
+    e_.Activate();
+    row_encoder_.reset();
+    encoders_[0].reset();
+    if (want.dim != static_cast<uint32_t>(row_dim()) || want.shards == 0) return nullptr;
+    auto encoder = std::make_unique<KeptRows>(*this);
+    for (size_t s = 0; s < want.shards; ++s) {
+      auto made = DeviceRowFeedback<E>::Create(e_, want.codec, want.dim, want.residual_rows);
+      if (!made.ok()) return nullptr;
+      encoder->shards.push_back(std::move(*made));
+    }
+    row_encoder_ = std::move(encoder);
+    return row_encoder_.get();
   }
 
   bool WantsPrefetch() const override { return prefetch_; }
@@ -240,6 +266,7 @@ class DeviceModel final : public Model {
     absl::MutexLock lock(&mu_);
     e_.Activate();
     for (std::unique_ptr<KeptGradients>& encoder : encoders_) encoder.reset();
+    row_encoder_.reset();
   }
 
   TransferTimes TakeTransferTimes() const override {
@@ -340,6 +367,65 @@ class DeviceModel final : public Model {
     GradientCompression want_;
     typename E::template Array<float> gradient_;
     std::vector<std::unique_ptr<typename E::FeedbackEncoder>> parts_;
+  };
+
+  // The row encoder: a residual table on the device per shard, over the last step's row
+  // gradients (row_grads_, step_rows_ rows of row_dim).
+  class KeptRows final : public RowGradientEncoder {
+   public:
+    explicit KeptRows(const DeviceModel& model) : model_(model) {}
+    ~KeptRows() override {
+      // Destroyed with the model's lock held (EncodeRows, StopEncoding) or at the model's end.
+      model_.e_.Activate();
+    }
+
+    absl::Status Compress(size_t shard, std::span<const uint64_t> keys,
+                          std::span<const uint32_t> positions, float examples,
+                          SparsePush* out) override {
+      if (auto s = CheckShard(shard); !s.ok()) return s;
+      absl::MutexLock lock(&model_.mu_);
+      model_.e_.Activate();
+      return shards[shard]->Compress(keys, positions, model_.row_grads_.data(), model_.step_rows_,
+                                     out, examples);
+    }
+    absl::Status Drain(size_t shard, float examples, SparsePush* out) override {
+      if (auto s = CheckShard(shard); !s.ok()) return s;
+      absl::MutexLock lock(&model_.mu_);
+      model_.e_.Activate();
+      return shards[shard]->Drain(out, examples);
+    }
+    absl::Status CopyResiduals(size_t shard, RowTable* table, uint64_t* pushes) const override {
+      if (auto s = CheckShard(shard); !s.ok()) return s;
+      absl::MutexLock lock(&model_.mu_);
+      model_.e_.Activate();
+      *pushes = shards[shard]->pushes();
+      return shards[shard]->CopyResiduals(table);
+    }
+    absl::Status SetResiduals(size_t shard, const RowTable& table, uint64_t pushes) override {
+      if (auto s = CheckShard(shard); !s.ok()) return s;
+      absl::MutexLock lock(&model_.mu_);
+      model_.e_.Activate();
+      return shards[shard]->SetResiduals(table, pushes);
+    }
+    Counts counts() const override {
+      Counts c;
+      for (const auto& shard : shards) {
+        c.held += shard->size();
+        c.flushed += shard->rows_flushed();
+        c.drained += shard->rows_drained();
+      }
+      return c;
+    }
+
+    std::vector<std::unique_ptr<DeviceRowFeedback<E>>> shards;
+
+   private:
+    absl::Status CheckShard(size_t shard) const {
+      if (shard < shards.size()) return absl::OkStatus();
+      return absl::InvalidArgumentError(
+          absl::StrCat("no shard ", shard, " of the sparse rows: there are ", shards.size()));
+    }
+    const DeviceModel& model_;
   };
 
   class Evaluator final : public ModelEvaluator {
@@ -533,6 +619,8 @@ class DeviceModel final : public Model {
   // The rows' and the dense table's encoders (EncodeGradients). Declared last, so that they go
   // first (their end makes the device current).
   mutable std::unique_ptr<KeptGradients> encoders_[2] ABSL_GUARDED_BY(mu_);
+  mutable std::unique_ptr<KeptRows> row_encoder_ ABSL_GUARDED_BY(mu_);
+  mutable size_t step_rows_ ABSL_GUARDED_BY(mu_) = 0;  // rows of row_grads_ a row encoder reads
 };
 
 }  // namespace syncline

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compression/codec.h"
+#include "compression/sparse_rows.h"
 #include "gtest/gtest.h"
 #include "worker/criteo.h"
 #include "worker/device.h"
@@ -147,6 +148,35 @@ Step RunStep(const Model& model, const Dataset& data, absl::Span<const uint32_t>
   s.loss = model.LossAndGradient(data, examples, keys, rows, bias, absl::MakeSpan(s.rows),
                                  absl::MakeSpan(s.dense));
   return s;
+}
+
+// Step `step` (75 examples from 75 * step, rows and bias from `seed`) of a model keeping its
+// row gradients for an encoder, and of `plain`: the first hands back zero row gradients and
+// the rest as the second does. Returns the second's step, and the batch's keys in *keys.
+Step RunKeptStep(const Pair& m, const Pair& plain, const Dataset& data, int step, uint64_t seed,
+                 std::vector<uint64_t>* keys) {
+  std::vector<uint32_t> batch(75);
+  std::iota(batch.begin(), batch.end(), static_cast<uint32_t>(75 * step));
+  *keys = m.cpu->BatchKeys(data, batch);
+  const std::vector<float> rows = Uniform(seed + step, keys->size() * m.cpu->row_dim(), 0.3f);
+  const std::vector<float> bias = Uniform(seed + 10 + step, m.cpu->bias_dim(), 0.3f);
+  const Step kept = RunStep(*m.device, data, batch, *keys, rows, bias);
+  Step down = RunStep(*plain.device, data, batch, *keys, rows, bias);
+  EXPECT_EQ(kept.rows, std::vector<float>(rows.size(), 0.0f));
+  EXPECT_EQ(kept.dense, down.dense);
+  EXPECT_EQ(kept.loss, down.loss);
+  return down;
+}
+
+// Once the model stops encoding, the row gradients come back to the caller again: those of
+// `plain` (the same model, never encoding).
+void ExpectRowsHandedBackOnceStopped(const Pair& m, const Pair& plain, const Dataset& data) {
+  m.device->StopEncoding();
+  const std::vector<uint64_t> keys = m.cpu->BatchKeys(data, {1, 2, 3});
+  const std::vector<float> rows = Uniform(70, keys.size() * m.cpu->row_dim(), 0.3f);
+  const std::vector<float> bias = Uniform(71, m.cpu->bias_dim(), 0.3f);
+  EXPECT_EQ(RunStep(*m.device, data, {1, 2, 3}, keys, rows, bias).rows,
+            RunStep(*plain.device, data, {1, 2, 3}, keys, rows, bias).rows);
 }
 
 struct Case {
@@ -388,16 +418,8 @@ TEST_P(DeviceModelTest, RowGradientsEncodedOnTheDeviceAreTheCpuPathsBlocks) {
     ErrorFeedback feedback[2];
     for (int step = 0; step < 4; ++step) {
       SCOPED_TRACE(step);
-      std::vector<uint32_t> batch(75);
-      std::iota(batch.begin(), batch.end(), static_cast<uint32_t>(75 * step));
-      const std::vector<uint64_t> keys = m.cpu->BatchKeys(data, batch);
-      const std::vector<float> rows = Uniform(30 + step, keys.size() * dim, 0.3f);
-      const std::vector<float> bias = Uniform(40 + step, m.cpu->bias_dim(), 0.3f);
-      const Step kept = RunStep(*m.device, data, batch, keys, rows, bias);
-      const Step down = RunStep(*plain.device, data, batch, keys, rows, bias);
-      EXPECT_EQ(kept.rows, std::vector<float>(rows.size(), 0.0f));
-      EXPECT_EQ(kept.dense, down.dense);
-      EXPECT_EQ(kept.loss, down.loss);
+      std::vector<uint64_t> keys;
+      const Step down = RunKeptStep(m, plain, data, step, 30, &keys);
       std::vector<float> dense(floats, 0.0f);
       for (size_t k = 0; k < keys.size(); ++k) {
         for (int j = 0; j < dim; ++j) dense[keys[k] * dim + j] += down.rows[k * dim + j];
@@ -432,13 +454,99 @@ TEST_P(DeviceModelTest, RowGradientsEncodedOnTheDeviceAreTheCpuPathsBlocks) {
     EXPECT_EQ(encoder->Compress(2, nullptr).code(), absl::StatusCode::kInvalidArgument);
     ASSERT_TRUE(encoder->SetResidual(1, {}).ok());
     EXPECT_TRUE(encoder->Residual(1)->empty());
-    // Stopped: the rows come back to the caller again.
-    m.device->StopEncoding();
-    const std::vector<uint64_t> keys = m.cpu->BatchKeys(data, {1, 2, 3});
-    const std::vector<float> rows = Uniform(70, keys.size() * dim, 0.3f);
-    const std::vector<float> bias = Uniform(71, m.cpu->bias_dim(), 0.3f);
-    EXPECT_EQ(RunStep(*m.device, data, {1, 2, 3}, keys, rows, bias).rows,
-              RunStep(*plain.device, data, {1, 2, 3}, keys, rows, bias).rows);
+    ExpectRowsHandedBackOnceStopped(m, plain, data);
+  }
+}
+
+// Sparse rows kept for a row encoder (parameter servers' embedding tables under top-K or
+// sign1): each shard's push, made on the device from the step's kept row gradients and the
+// residual rows there, is the CPU path's (SparseErrorFeedback over the gradients handed back)
+// to the byte, flushes past the capacity and the final drain included; the row gradients the
+// model hands back are zero.
+TEST_P(DeviceModelTest, SparseRowsEncodedOnTheDeviceAreTheCpuPathsPushes) {
+  for (const std::string codec_name : {"topk:0.05", "sign1:64"}) {
+    SCOPED_TRACE(codec_name);
+    Pair m = MakeModels();
+    SKIP_WITHOUT_DEVICE(m);
+    Pair plain = MakeModels();
+    const CodecSpec codec = *ParseCodec(codec_name);
+    const auto dim = static_cast<uint32_t>(m.cpu->row_dim());
+    constexpr size_t kCapacity = 40;
+    RowGradientEncoder* encoder = m.device->EncodeRows(
+        RowCompression{.codec = codec, .dim = dim, .shards = 2, .residual_rows = kCapacity});
+    ASSERT_NE(encoder, nullptr);
+    EXPECT_EQ(m.device->EncodeRows(RowCompression{.codec = codec, .dim = dim + 1, .shards = 2}),
+              nullptr)
+        << "rows of another width";
+    encoder = m.device->EncodeRows(
+        RowCompression{.codec = codec, .dim = dim, .shards = 2, .residual_rows = kCapacity});
+    ASSERT_NE(encoder, nullptr);
+    const std::unique_ptr<Codec> cpu_codec = Codec::Create(codec);
+    std::vector<SparseErrorFeedback> cpu;
+    for (int s = 0; s < 2; ++s) cpu.emplace_back(dim, kCapacity);
+    // ctr's batches draw 26 ids an example: from enough of them that a batch leaves some out.
+    const Dataset data = DataFor(*m.cpu, 29, 300, m.cpu->name() == "ctr" ? 5000 : 150, 10);
+    for (int step = 0; step < 4; ++step) {
+      SCOPED_TRACE(step);
+      std::vector<uint64_t> keys;
+      const Step down = RunKeptStep(m, plain, data, step, 50, &keys);
+      // Two shards: even and odd keys.
+      for (size_t s = 0; s < 2; ++s) {
+        std::vector<uint64_t> shard_keys;
+        std::vector<uint32_t> positions;
+        std::vector<float> grads;
+        for (size_t k = 0; k < keys.size(); ++k) {
+          if (keys[k] % 2 != s) continue;
+          shard_keys.push_back(keys[k]);
+          positions.push_back(static_cast<uint32_t>(k));
+          grads.insert(grads.end(), down.rows.begin() + k * dim, down.rows.begin() + (k + 1) * dim);
+        }
+        SparsePush want, got;
+        cpu[s].Compress(*cpu_codec, shard_keys, grads, &want, 75.0f);
+        ASSERT_TRUE(encoder->Compress(s, shard_keys, positions, 75.0f, &got).ok());
+        EXPECT_EQ(got.keys, want.keys) << "shard " << s;
+        EXPECT_EQ(got.kind, want.kind);
+        EXPECT_EQ(got.block, want.block);
+        EXPECT_EQ(got.held, want.held);
+        EXPECT_EQ(got.spread, want.spread);
+        EXPECT_EQ(got.flushed_keys, want.flushed_keys);
+        EXPECT_EQ(got.flushed_values, want.flushed_values);
+      }
+    }
+    const RowGradientEncoder::Counts counts = encoder->counts();
+    EXPECT_EQ(counts.held, cpu[0].residuals().size() + cpu[1].residuals().size());
+    EXPECT_EQ(counts.flushed, cpu[0].rows_flushed() + cpu[1].rows_flushed());
+    EXPECT_GT(counts.flushed, 0u) << "the capacity must have been reached; held " << counts.held;
+    // The residual rows, as a checkpoint takes them, and their restore.
+    RowTable table(dim, 0);
+    uint64_t pushes = 0;
+    ASSERT_TRUE(encoder->CopyResiduals(1, &table, &pushes).ok());
+    EXPECT_EQ(pushes, cpu[1].pushes());
+    EXPECT_EQ(table.size(), cpu[1].residuals().size());
+    ASSERT_TRUE(encoder->SetResiduals(0, table, pushes).ok());
+    RowTable again(dim, 0);
+    ASSERT_TRUE(encoder->CopyResiduals(0, &again, &pushes).ok());
+    EXPECT_EQ(again.size(), table.size());
+    ASSERT_TRUE(encoder->SetResiduals(0, cpu[0].residuals(), cpu[0].pushes()).ok());
+    // The end of training: every residual row sent whole.
+    for (size_t s = 0; s < 2; ++s) {
+      SparsePush want, got;
+      cpu[s].Drain(&want, 75.0f);
+      ASSERT_TRUE(encoder->Drain(s, 75.0f, &got).ok());
+      EXPECT_EQ(got.flushed_keys, want.flushed_keys);
+      EXPECT_EQ(got.flushed_values, want.flushed_values);
+      EXPECT_EQ(got.flushed_held, want.flushed_held);
+      EXPECT_EQ(got.flushed_spread, want.flushed_spread);
+    }
+    EXPECT_EQ(encoder->counts().held, 0u);
+    SparsePush none;
+    EXPECT_EQ(encoder->Drain(2, 1.0f, &none).code(), absl::StatusCode::kInvalidArgument);
+    // A position beyond the step's rows is refused.
+    EXPECT_EQ(
+        encoder->Compress(0, std::vector<uint64_t>{0}, std::vector<uint32_t>{100000}, 1.0f, &none)
+            .code(),
+        absl::StatusCode::kInvalidArgument);
+    ExpectRowsHandedBackOnceStopped(m, plain, data);
   }
 }
 

@@ -103,6 +103,41 @@ class HostExecutor {
     ErrorFeedback feedback_;
   };
 
+  // A codec over floats where the kernels run (DeviceRowFeedback's): here the CPU codec.
+  class BlockCodec {
+   public:
+    static absl::StatusOr<std::unique_ptr<BlockCodec>> Create(HostExecutor& /*e*/,
+                                                              const CodecSpec& spec) {
+      std::unique_ptr<Codec> codec = Codec::Create(spec);
+      if (codec == nullptr) return absl::InvalidArgumentError("invalid codec for sparse rows");
+      return std::unique_ptr<BlockCodec>(new BlockCodec(std::move(codec)));
+    }
+    // Where Encode reads its n floats (what it held before is lost when it grows).
+    float* Input(size_t n) {
+      input_.Reserve(n);
+      return input_.data();
+    }
+    // The block of Input()[0, n), on the host.
+    absl::Status Encode(size_t n, std::vector<std::byte>* block) {
+      codec_->Encode(std::span<const float>(input_.data(), n), block);
+      block_ = *block;
+      return absl::OkStatus();
+    }
+    // The last block decoded (added to zeros), where the kernels run.
+    absl::StatusOr<const float*> Decode(size_t n) {
+      decoded_.assign(n, 0.0f);
+      if (auto s = codec_->DecodeAdd(block_, std::span<float>(decoded_)); !s.ok()) return s;
+      return decoded_.data();
+    }
+
+   private:
+    explicit BlockCodec(std::unique_ptr<Codec> codec) : codec_(std::move(codec)) {}
+    std::unique_ptr<Codec> codec_;
+    Array<float> input_;
+    std::vector<std::byte> block_;
+    std::vector<float> decoded_;
+  };
+
   template <class F>
   void ForEach(size_t n, const F& f) {
     ++launches_;
@@ -144,6 +179,10 @@ class HostExecutor {
   }
   void ExclusiveSum(const uint32_t* in, uint32_t* out, size_t n) {
     std::exclusive_scan(in, in + n, out, 0u);
+  }
+  void SortByKey64(const uint64_t* keys, uint32_t* order, size_t n) {
+    std::iota(order, order + n, 0u);
+    std::stable_sort(order, order + n, [&](uint32_t x, uint32_t y) { return keys[x] < keys[y]; });
   }
   size_t SortUnique(const uint64_t* ids, size_t n, uint64_t* out) {
     std::copy(ids, ids + n, out);

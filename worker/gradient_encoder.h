@@ -4,16 +4,23 @@
 // a dense gradient with error feedback (SyncBackend::CompressionWanted) takes its blocks from
 // here instead of encoding the gradient it is handed.
 //
+// RowGradientEncoder: the same for sparse rows (a parameter server's embedding table under
+// top-K or sign1), whose error feedback keeps a residual per row (compression/sparse_rows.h):
+// the model keeps each step's row gradients and the residual rows on its device, and a push
+// brings down only what SparseErrorFeedback would send.
+//
 // Thread-safety: thread-compatible; the model that made it must outlive it.
 #ifndef SYNCLINE_WORKER_GRADIENT_ENCODER_H_
 #define SYNCLINE_WORKER_GRADIENT_ENCODER_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "compression/sparse_rows.h"
 #include "syncline/options.h"
 
 namespace syncline {
@@ -53,6 +60,38 @@ class GradientEncoder {
   // part (a shard without rows) holds nothing, drains nothing, and refuses to Compress.
   virtual absl::StatusOr<std::vector<float>> Residual(size_t part) const = 0;
   virtual absl::Status SetResidual(size_t part, std::span<const float> residual) = 0;
+};
+
+// What a backend asks of a model for sparse rows compressed with per-row error feedback: the
+// codec (topk or sign1), the rows' width, the shards (one residual table each) and the rows
+// each table keeps at most (0: unbounded).
+struct RowCompression {
+  CodecSpec codec;
+  uint32_t dim = 0;
+  size_t shards = 0;
+  size_t residual_rows = 0;
+};
+
+class RowGradientEncoder {
+ public:
+  virtual ~RowGradientEncoder() = default;
+  // SparseErrorFeedback::Compress, in shard `shard`'s residual table, of the rows `keys`
+  // (ascending) of the last training step's row gradients: keys[i] is the step's
+  // keys[positions[i]]. The same SparsePush, to the byte, as the CPU class would make.
+  virtual absl::Status Compress(size_t shard, std::span<const uint64_t> keys,
+                                std::span<const uint32_t> positions, float examples,
+                                SparsePush* out) = 0;
+  // SparseErrorFeedback::Drain of the shard's table into out's flushed rows.
+  virtual absl::Status Drain(size_t shard, float examples, SparsePush* out) = 0;
+  // The shard's residual rows (recency, stamps and metadata as the CPU class's table holds
+  // them) and its push count, for checkpoints; and their restore.
+  virtual absl::Status CopyResiduals(size_t shard, RowTable* table, uint64_t* pushes) const = 0;
+  virtual absl::Status SetResiduals(size_t shard, const RowTable& table, uint64_t pushes) = 0;
+  // Over every shard: rows held now, flushed to stay within the capacity, and drained.
+  struct Counts {
+    uint64_t held = 0, flushed = 0, drained = 0;
+  };
+  virtual Counts counts() const = 0;
 };
 
 }  // namespace syncline

@@ -127,6 +127,13 @@ class Model {
     return nullptr;
   }
 
+  // From now on, LossAndGradient keeps each step's row gradients where it computes them
+  // (until the next step) instead of adding them into row_grads, and the encoder compresses
+  // them with per-row error feedback (RowGradientEncoder). Null where the model cannot (CPU
+  // models). A new call replaces the encoder, with empty residual tables; it also replaces an
+  // encoder of the rows made by EncodeGradients, and EncodeGradients of the rows replaces it.
+  virtual RowGradientEncoder* EncodeRows(const RowCompression& want) const { return nullptr; }
+
   // Whether the trainer should announce each next batch before the current step (Prefetch): a
   // device model packs and uploads it while the current step computes.
   virtual bool WantsPrefetch() const { return false; }
@@ -137,7 +144,7 @@ class Model {
                         absl::Span<const uint64_t> keys) const {}
 
   // From now on, LossAndGradient hands every gradient back again; the encoders EncodeGradients
-  // made are gone (a new timeline's backend asks again).
+  // and EncodeRows made are gone (a new timeline's backend asks again).
   virtual void StopEncoding() const {}
 
   // Time the calls since the last Take spent copying to and from a device (GPU models; zero on

@@ -200,11 +200,17 @@ absl::Status PsBackend::PushSparseRows(int64_t clock, std::span<const uint64_t> 
   // Keys ascend, so every shard's share of them does too.
   std::vector<std::vector<uint64_t>> shard_keys(n);
   std::vector<std::vector<float>> shard_grads(n);
+  // With a row encoder, the rows' positions among the step's (the gradients are the model's).
+  std::vector<std::vector<uint32_t>> shard_positions(row_encoder_ != nullptr ? n : 0);
   for (size_t i = 0; i < keys.size(); ++i) {
     const int s = client_->SparseServerOf(keys[i]);
     shard_keys[s].push_back(keys[i]);
-    shard_grads[s].insert(shard_grads[s].end(), row_grads.data() + i * dim,
-                          row_grads.data() + (i + 1) * dim);
+    if (row_encoder_ != nullptr) {
+      shard_positions[s].push_back(static_cast<uint32_t>(i));
+    } else {
+      shard_grads[s].insert(shard_grads[s].end(), row_grads.data() + i * dim,
+                            row_grads.data() + (i + 1) * dim);
+    }
   }
   const bool last = clock == final_clock_;
   for (int s = 0; s < n; ++s) {
@@ -212,12 +218,21 @@ absl::Status PsBackend::PushSparseRows(int64_t clock, std::span<const uint64_t> 
     if (shard_keys[s].empty() && !last) continue;
     {
       ScopedTime timed(&codec_time_);
-      if (!shard_keys[s].empty()) {
-        sparse_feedback_[s].Compress(*codec_, shard_keys[s], shard_grads[s], &push, examples);
-      } else {
+      if (shard_keys[s].empty()) {
         push = SparsePush{};
+      } else if (row_encoder_ != nullptr) {
+        if (auto e = row_encoder_->Compress(s, shard_keys[s], shard_positions[s], examples, &push);
+            !e.ok()) {
+          return e;
+        }
+      } else {
+        sparse_feedback_[s].Compress(*codec_, shard_keys[s], shard_grads[s], &push, examples);
       }
-      if (last) sparse_feedback_[s].Drain(&push, examples);
+      if (last && row_encoder_ != nullptr) {
+        if (auto e = row_encoder_->Drain(s, examples, &push); !e.ok()) return e;
+      } else if (last) {
+        sparse_feedback_[s].Drain(&push, examples);
+      }
     }
     if (!push.keys.empty()) {
       auto t = client_->PushRowsEncoded(kRowsTable, s, push.keys, push.kind, push.block, push.held,
@@ -330,6 +345,12 @@ absl::Status PsBackend::Finish() {
       flushed += f.rows_flushed();
       drained += f.rows_drained();
     }
+    if (row_encoder_ != nullptr) {
+      const RowGradientEncoder::Counts counts = row_encoder_->counts();
+      held = counts.held;
+      flushed = counts.flushed;
+      drained = counts.drained;
+    }
     SYNCLINE_LOG(INFO) << "compressed pushes: " << flushed
                        << " rows flushed whole to stay within --residual-rows " << residual_rows_
                        << " per server; " << drained << " rows of residual sent whole at the last "
@@ -418,11 +439,22 @@ absl::StatusOr<std::string> PsBackend::SaveState() const {
     };
     const auto shards = static_cast<uint32_t>(sparse_feedback_.size());
     put(&shards, 4);
-    for (const SparseErrorFeedback& f : sparse_feedback_) {
-      const uint64_t pushes = f.pushes(), rows = f.residuals().size();
+    for (uint32_t s = 0; s < shards; ++s) {
+      const SparseErrorFeedback* f = &sparse_feedback_[s];
+      // A row encoder holds the residuals: a copy of its table, in the CPU class's form.
+      SparseErrorFeedback held(layout_.row_dim, 0);
+      if (row_encoder_ != nullptr) {
+        uint64_t pushes = 0;
+        if (auto e = row_encoder_->CopyResiduals(s, &held.mutable_residuals(), &pushes); !e.ok()) {
+          return e;
+        }
+        held.set_pushes(pushes);
+        f = &held;
+      }
+      const uint64_t pushes = f->pushes(), rows = f->residuals().size();
       put(&pushes, 8);
       put(&rows, 8);
-      f.residuals().ForEach(
+      f->residuals().ForEach(
           [&](uint64_t key, uint64_t stamp, const RowMeta& meta, const float* row) {
             put(&key, 8);
             put(&stamp, 8);
@@ -447,6 +479,14 @@ absl::StatusOr<std::string> PsBackend::SaveState() const {
     SaveResiduals(bias_feedback_, &out);
   }
   return out;
+}
+
+std::optional<RowCompression> PsBackend::RowCompressionWanted() const {
+  if (!sparse_feedback()) return std::nullopt;
+  return RowCompression{.codec = codec_spec_,
+                        .dim = layout_.row_dim,
+                        .shards = sparse_feedback_.size(),
+                        .residual_rows = residual_rows_};
 }
 
 std::vector<GradientCompression> PsBackend::CompressionWanted() const {
@@ -535,6 +575,11 @@ absl::Status PsBackend::RestoreSparseState(StateReader& in) {
       in.Read(table.Touch(key, stamp, meta), dim * sizeof(float));
     }
     f.set_pushes(pushes);
+    if (row_encoder_ != nullptr) {
+      // The residuals go where the gradients are kept.
+      if (auto e = row_encoder_->SetResiduals(s, table, pushes); !e.ok()) return e;
+      table.Clear();
+    }
   }
   return absl::OkStatus();
 }

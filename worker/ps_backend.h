@@ -65,6 +65,11 @@ class PsBackend : public SyncBackend {
   void SetEncoder(GradientTable table, GradientEncoder* encoder) override {
     (table == GradientTable::kRows ? encoder_ : bias_encoder_) = encoder;
   }
+  // Sparse rows under top-K or sign1: one residual table per shard, of --residual-rows rows.
+  std::optional<RowCompression> RowCompressionWanted() const override;
+  // Each shard's push (and the last clock's drain) comes from `encoder` (a GPU model's, which
+  // keeps the row gradients and the residual rows on its device); it holds the residuals.
+  void SetRowEncoder(RowGradientEncoder* encoder) override { row_encoder_ = encoder; }
   // The error-feedback residuals: one per shard (dense rows) or per row (sparse rows), none
   // without compression.
   absl::StatusOr<std::string> SaveState() const override;
@@ -121,6 +126,7 @@ class PsBackend : public SyncBackend {
   const size_t residual_rows_;
   std::vector<SparseErrorFeedback> sparse_feedback_;
   std::vector<SparsePush> sparse_pushes_;
+  RowGradientEncoder* row_encoder_ = nullptr;  // not owned; when set, it holds the residuals
   // Training's last clock: its pushes carry every residual whole (-1: not known).
   int64_t final_clock_ = -1;
   std::vector<float> bias_final_;  // the last clock's bias gradient plus residual

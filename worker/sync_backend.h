@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -83,6 +84,12 @@ class SyncBackend {
   // it, and reads nothing of that table's gradients in Update (the model kept them).
   virtual std::vector<GradientCompression> CompressionWanted() const { return {}; }
   virtual void SetEncoder(GradientTable table, GradientEncoder* encoder) {}
+  // The sparse rows a backend compresses with per-row error feedback (after Init): parameter
+  // servers' sparse tables under top-K or sign1. Given an encoder for them (a GPU model's:
+  // Model::EncodeRows), the backend takes each shard's push from it, checkpoints the residual
+  // rows through it, and reads none of the row gradients in Update.
+  virtual std::optional<RowCompression> RowCompressionWanted() const { return std::nullopt; }
+  virtual void SetRowEncoder(RowGradientEncoder* encoder) {}
 
   // Worker `worker` joined the running job: its iterations count from `first_clock`, and
   // `donors` (rank order) are the workers still training that gave it batches. Every worker

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 #include <utility>
@@ -121,7 +122,14 @@ std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
       const Model& worker_model = device != nullptr ? *device : *model;
       if (compute == Compute::kDeviceModelEncoding) {
         const std::vector<GradientCompression> wanted = backend.CompressionWanted();
-        ASSERT_FALSE(wanted.empty());
+        const std::optional<RowCompression> rows_wanted = backend.RowCompressionWanted();
+        ASSERT_TRUE(!wanted.empty() || rows_wanted.has_value());
+        if (rows_wanted.has_value()) {
+          ASSERT_EQ(rows_wanted->shards, static_cast<size_t>(servers));
+          RowGradientEncoder* encoder = device->EncodeRows(*rows_wanted);
+          ASSERT_NE(encoder, nullptr);
+          backend.SetRowEncoder(encoder);
+        }
         for (const GradientCompression& want : wanted) {
           ASSERT_EQ(want.parts.size(), static_cast<size_t>(servers));
           GradientEncoder* encoder = device->EncodeGradients(want);
@@ -270,6 +278,26 @@ TEST(TrainerTest, DenseRowsEncodedByTheModelTrainTheBitsOfTheBackendsEncoding) {
   }
 }
 
+// Sparse rows (a residual per row, the oldest flushed past 50 a shard) kept and encoded by the
+// model on its device train the bits of the backend's encoding of the rows handed back: for
+// logreg's rows of one float (top-K's float32 form) and an mlp's rows of 128.
+TEST(TrainerTest, SparseRowsEncodedByTheModelTrainTheBitsOfTheBackendsEncoding) {
+  for (const char* model : {"logreg", "mlp"}) {
+    for (const char* spec : {"topk:0.05", "sign1:64"}) {
+      SCOPED_TRACE(testing::Message() << model << " " << spec);
+      const CodecSpec codec = *ParseCodec(spec);
+      const std::vector<float> handed = Train(2, 2, 0, 20, OptimizerKind::kAdagrad, codec, {},
+                                              false, true, Compute::kDeviceModel, model);
+      const std::vector<float> kept = Train(2, 2, 0, 20, OptimizerKind::kAdagrad, codec, {}, false,
+                                            true, Compute::kDeviceModelEncoding, model);
+      EXPECT_EQ(kept, handed);
+      const std::vector<float> plain = Train(2, 2, 0, 20, OptimizerKind::kAdagrad, {}, {}, false,
+                                             false, Compute::kDeviceModel, model);
+      EXPECT_NE(kept, plain) << "compression must have changed something";
+    }
+  }
+}
+
 // The same for an mlp, whose dense table (1178 floats) is compressed too and flushed whole,
 // with its residual, at the last clock: both tables' gradients kept and encoded by the model.
 TEST(TrainerTest, BothTablesEncodedByTheModelTrainTheBitsOfTheBackendsEncoding) {
@@ -314,13 +342,16 @@ TEST_P(ResumeTest, ResumingFromACheckpointIsBitwiseAnUninterruptedRun) {
   // "sparse-" keeps sparse rows: the residuals per row (and their recency) come back too.
   // "device-": a device model encodes the dense rows, and the residuals come back to it.
   const std::string param = GetParam();
-  const bool sparse = param.starts_with("sparse-");
   // "device-mlp-": an mlp, whose dense table is encoded by the model as well.
+  // "device-sparse-": sparse rows, their residual rows kept by the model.
+  const bool device_sparse = param.starts_with("device-sparse-");
+  const bool sparse = param.starts_with("sparse-") || device_sparse;
   const bool device = param.starts_with("device-");
   const bool mlp = param.starts_with("device-mlp-");
   const Compute compute = device ? Compute::kDeviceModelEncoding : Compute::kCpu;
   const std::string model_name = mlp ? "mlp" : "logreg";
-  const CodecSpec codec = *ParseCodec(mlp                ? param.substr(11)
+  const CodecSpec codec = *ParseCodec(device_sparse      ? param.substr(14)
+                                      : mlp              ? param.substr(11)
                                       : sparse || device ? param.substr(7)
                                                          : param);
   const std::string root = testing::TempDir() + "resume_" + std::to_string(getpid()) + "_" +
@@ -343,8 +374,8 @@ TEST_P(ResumeTest, ResumingFromACheckpointIsBitwiseAnUninterruptedRun) {
 
 INSTANTIATE_TEST_SUITE_P(Codecs, ResumeTest,
                          testing::Values("none", "topk:0.05", "sparse-topk:0.05", "sparse-sign1",
-                                         "device-topk:0.05", "device-sign1",
-                                         "device-mlp-topk:0.05"),
+                                         "device-topk:0.05", "device-sign1", "device-mlp-topk:0.05",
+                                         "device-sparse-topk:0.05", "device-sparse-sign1"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name) {

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <thread>
 #include <variant>
 
@@ -501,6 +502,15 @@ NodeExit WorkerNode::Run() {
                              << " gradients are encoded on " << device->device << " ("
                              << CodecName(want.codec)
                              << " with error feedback there): only the blocks cross PCIe";
+        }
+      }
+      if (std::optional<RowCompression> want = backend->RowCompressionWanted()) {
+        if (RowGradientEncoder* encoder = (*model)->EncodeRows(*want)) {
+          backend->SetRowEncoder(encoder);
+          SYNCLINE_LOG(INFO) << "sparse row gradients are encoded on " << device->device << " ("
+                             << CodecName(want->codec) << " with a residual per row there, at most "
+                             << want->residual_rows << " rows a server): only what is sent "
+                             << "crosses PCIe";
         }
       }
     }
