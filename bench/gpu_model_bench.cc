@@ -15,7 +15,10 @@
 // on parameter servers computes): the step and the error-feedback encoding of its dense row
 // gradient, on a CPU worker, on a GPU worker that downloads the gradient and encodes it on the
 // CPU, and on a GPU worker that encodes it on the device (Model::EncodeGradients), with the
-// bytes of row gradient each brings down.
+// bytes of row gradient each brings down. And the same for the ctr model's embedding rows
+// pushed to two parameter-server shards with a residual per row (SparseErrorFeedback on the CPU,
+// DeviceRowFeedback through Model::EncodeRows on the device): what a ctr worker does per step
+// under --compress topk or sign1.
 //
 // Each figure is the rate over at least --seconds of steps (and 3 steps) after 2 untimed ones.
 #include <CLI/CLI.hpp>
@@ -36,6 +39,7 @@
 #include "absl/time/time.h"
 #include "bench/gpu_kernels_bench.h"
 #include "compression/codec.h"
+#include "compression/sparse_rows.h"
 #include "core/command_line.h"
 #include "worker/device.h"
 #include "worker/gpu_model.h"
@@ -156,31 +160,76 @@ struct CompressedRate {
   double bytes_down = 0;
 };
 
+// Times `step` (b -> its duration; it adds what came down to *bytes_down) after 2 untimed
+// steps, for at least `seconds` and 3 steps.
+template <class Step>
+CompressedRate TimeCompressed(const Step& step, double seconds, double* bytes_down) {
+  for (size_t b = 0; b < 2; ++b) step(b);
+  *bytes_down = 0;
+  absl::Duration total;
+  int steps = 0;
+  while (steps < 3 || absl::ToDoubleSeconds(total) < seconds) {
+    total += step(steps);
+    ++steps;
+  }
+  return CompressedRate{.ms = absl::ToDoubleMilliseconds(total) / steps,
+                        .bytes_down = *bytes_down / steps};
+}
+
+// The training step of a compressed measurement: Run(b) takes batch b % (data / batch),
+// fresh pulled rows, and the model's step, whose gradients it leaves in grads(); the time
+// from the step's start is the caller's.
+class CompressedStep {
+ public:
+  CompressedStep(const Model& model, const Dataset& data, size_t batch, uint64_t seed)
+      : model_(model),
+        data_(data),
+        batch_(batch),
+        batches_(std::max<size_t>(1, data.size() / batch)),
+        rng_(seed),
+        bias_(model.bias_dim()),
+        bias_grad_(model.bias_dim()) {
+    for (float& x : bias_) x = init_(rng_);
+  }
+  // Batch b's keys; *start is when the step began.
+  std::vector<uint64_t> Run(size_t b, Clock::time_point* start) {
+    std::vector<uint32_t> examples(batch_);
+    std::iota(examples.begin(), examples.end(), static_cast<uint32_t>((b % batches_) * batch_));
+    std::vector<uint64_t> keys = model_.BatchKeys(data_, examples);
+    rows_.resize(keys.size() * model_.row_dim());
+    for (float& x : rows_) x = init_(rng_);
+    grads_.assign(rows_.size(), 0.0f);
+    std::fill(bias_grad_.begin(), bias_grad_.end(), 0.0f);
+    *start = Clock::now();
+    model_.LossAndGradient(data_, examples, keys, rows_, bias_, absl::MakeSpan(grads_),
+                           absl::MakeSpan(bias_grad_));
+    return keys;
+  }
+  const std::vector<float>& grads() const { return grads_; }
+
+ private:
+  const Model& model_;
+  const Dataset& data_;
+  const size_t batch_, batches_;
+  std::mt19937_64 rng_;
+  std::uniform_real_distribution<float> init_{-0.05f, 0.05f};
+  std::vector<float> bias_, bias_grad_, rows_, grads_;
+};
+
 CompressedRate MeasureCompressed(const Model& model, GradientEncoder* encoder,
                                  const CodecSpec& codec, const Dataset& data, size_t batch,
                                  double seconds, uint64_t seed) {
-  const size_t batches = std::max<size_t>(1, data.size() / batch);
   const size_t dim = static_cast<size_t>(model.row_dim());
   const std::unique_ptr<Codec> cpu_codec = Codec::Create(codec);
   ErrorFeedback feedback;
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> init(-0.05f, 0.05f);
-  std::vector<float> bias(model.bias_dim()), bias_grad(model.bias_dim()), rows, grads;
+  CompressedStep compressed(model, data, batch, seed);
   std::vector<float> dense(data.num_features * dim);
   std::vector<std::byte> block;
-  for (float& x : bias) x = init(rng);
   double bytes_down = 0;
   auto step = [&](size_t b) {
-    std::vector<uint32_t> examples(batch);
-    std::iota(examples.begin(), examples.end(), static_cast<uint32_t>((b % batches) * batch));
-    const std::vector<uint64_t> keys = model.BatchKeys(data, examples);
-    rows.resize(keys.size() * dim);
-    for (float& x : rows) x = init(rng);
-    grads.assign(rows.size(), 0.0f);
-    std::fill(bias_grad.begin(), bias_grad.end(), 0.0f);
-    const auto t0 = Clock::now();
-    model.LossAndGradient(data, examples, keys, rows, bias, absl::MakeSpan(grads),
-                          absl::MakeSpan(bias_grad));
+    Clock::time_point t0;
+    const std::vector<uint64_t> keys = compressed.Run(b, &t0);
+    const std::vector<float>& grads = compressed.grads();
     if (encoder != nullptr) {
       if (auto s = encoder->Compress(0, &block); !s.ok()) {
         absl::FPrintF(stderr, "encoding on the device: %s\n", s.ToString());
@@ -197,53 +246,118 @@ CompressedRate MeasureCompressed(const Model& model, GradientEncoder* encoder,
     }
     return absl::FromChrono(Clock::now() - t0);
   };
-  for (size_t b = 0; b < 2; ++b) step(b);
-  bytes_down = 0;
-  absl::Duration total;
-  int steps = 0;
-  while (steps < 3 || absl::ToDoubleSeconds(total) < seconds) {
-    total += step(steps);
-    ++steps;
-  }
-  return CompressedRate{.ms = absl::ToDoubleMilliseconds(total) / steps,
-                        .bytes_down = bytes_down / steps};
+  return TimeCompressed(step, seconds, &bytes_down);
 }
 
-// The compressed mlp step's table (see the top of the file).
-int CompressedSteps(bool gpu, size_t batch, double seconds, uint64_t seed) {
-  const ModelOptions options{.num_classes = 10, .hidden = {256, 128}};
-  const Dataset data = MakeData(Shape::kPixels, 4 * batch, seed);
+// A compressed ctr step: the step, then its embedding rows' pushes to two shards (even and odd
+// keys) with a residual per row, by `encoder` (on the model's device) or on the CPU from the
+// row gradients the model hands back. Milliseconds per step, and the bytes that came down for
+// the rows: on the device, what the pushes carry (keys excepted, which the host has).
+CompressedRate MeasureSparseCompressed(const Model& model, RowGradientEncoder* encoder,
+                                       const CodecSpec& codec, const Dataset& data, size_t batch,
+                                       double seconds, uint64_t seed) {
+  const size_t dim = static_cast<size_t>(model.row_dim());
+  const std::unique_ptr<Codec> cpu_codec = Codec::Create(codec);
+  std::vector<SparseErrorFeedback> feedback;
+  for (int s = 0; s < 2; ++s) feedback.emplace_back(static_cast<uint32_t>(dim), 1000000);
+  CompressedStep compressed(model, data, batch, seed);
+  double bytes_down = 0;
+  SparsePush push;
+  auto step = [&](size_t b) {
+    Clock::time_point t0;
+    const std::vector<uint64_t> keys = compressed.Run(b, &t0);
+    const std::vector<float>& grads = compressed.grads();
+    if (encoder == nullptr) bytes_down += static_cast<double>(grads.size() * sizeof(float));
+    for (size_t s = 0; s < 2; ++s) {
+      std::vector<uint64_t> shard_keys;
+      std::vector<uint32_t> positions;
+      std::vector<float> shard_grads;
+      for (size_t k = 0; k < keys.size(); ++k) {
+        if (keys[k] % 2 != s) continue;
+        shard_keys.push_back(keys[k]);
+        if (encoder != nullptr) {
+          positions.push_back(static_cast<uint32_t>(k));
+        } else {
+          shard_grads.insert(shard_grads.end(), grads.begin() + k * dim,
+                             grads.begin() + (k + 1) * dim);
+        }
+      }
+      const auto examples_f = static_cast<float>(batch);
+      if (encoder == nullptr) {
+        feedback[s].Compress(*cpu_codec, shard_keys, shard_grads, &push, examples_f);
+        continue;
+      }
+      if (auto st = encoder->Compress(s, shard_keys, positions, examples_f, &push); !st.ok()) {
+        absl::FPrintF(stderr, "encoding rows on the device: %s\n", st.ToString());
+        std::exit(1);
+      }
+      bytes_down += static_cast<double>(push.block.size() + push.held.size() * 8 +
+                                        push.flushed_values.size() * sizeof(float) +
+                                        push.flushed_keys.size() * 16);
+    }
+    return absl::FromChrono(Clock::now() - t0);
+  };
+  return TimeCompressed(step, seconds, &bytes_down);
+}
+
+// The compressed steps' tables (see the top of the file): the mlp's dense row gradient, or
+// (sparse) the ctr model's embedding rows with a residual per row.
+int CompressedSteps(bool gpu, bool sparse, size_t batch, double seconds, uint64_t seed) {
+  const std::string model = sparse ? "ctr" : "mlp";
+  const ModelOptions options = sparse ? ModelOptions{.embedding_dim = 16, .hidden = {64}}
+                                      : ModelOptions{.num_classes = 10, .hidden = {256, 128}};
+  const Dataset data = MakeData(sparse ? Shape::kCriteo : Shape::kPixels, 4 * batch, seed);
+  if (sparse) {
+    absl::PrintF(
+        "\nCompressed sparse rows, ctr D=16 H=64, criteo, batch %d: the step and its embedding "
+        "rows' pushes to 2 shards with a residual per row\n\n",
+        batch);
+  } else {
+    absl::PrintF(
+        "\nCompressed step, mlp 256,128 K=10, pixels, batch %d: the step and the error-feedback "
+        "encoding of its %d-float row gradient\n\n",
+        batch, data.num_features * 256);
+  }
   absl::PrintF(
-      "\nCompressed step, mlp 256,128 K=10, pixels, batch %d: the step and the error-feedback "
-      "encoding of its %d-float row gradient\n\n"
       "| codec | CPU worker ms | GPU, encoded on the CPU ms | GPU, encoded on the device ms | "
       "device/CPU-encoded | row-gradient bytes down, CPU-encoded | on the device |\n"
-      "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
-      batch, data.num_features * 256);
+      "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  // The step with its encoding on the CPU (no encoder) or by the model's encoder.
+  struct Encoder {
+    GradientEncoder* dense = nullptr;
+    RowGradientEncoder* rows = nullptr;
+  };
+  const auto measure = [&](const Model& m, Encoder encoder, const CodecSpec& codec) {
+    return sparse ? MeasureSparseCompressed(m, encoder.rows, codec, data, batch, seconds, seed)
+                  : MeasureCompressed(m, encoder.dense, codec, data, batch, seconds, seed);
+  };
   for (const char* name : {"topk:0.01", "sign1"}) {
     const CodecSpec codec = *ParseCodec(name);
-    auto cpu = Model::Create("mlp", options);
+    auto cpu = Model::Create(model, options);
     if (!cpu.ok()) return 1;
-    const CompressedRate on_cpu =
-        MeasureCompressed(**cpu, nullptr, codec, data, batch, seconds, seed);
+    const CompressedRate on_cpu = measure(**cpu, Encoder{}, codec);
     if (!gpu) {
       absl::PrintF("| %s | %.2f | not measured | not measured | | | |\n", name, on_cpu.ms);
       continue;
     }
-    auto downloaded = CreateGpuModel("mlp", options, 0);
-    auto kept = CreateGpuModel("mlp", options, 0);
+    auto downloaded = CreateGpuModel(model, options, 0);
+    auto kept = CreateGpuModel(model, options, 0);
     if (!downloaded.ok() || !kept.ok()) return 1;
     const size_t floats = data.num_features * 256;
-    GradientEncoder* encoder = (*kept)->EncodeGradients(
-        GradientCompression{.codec = codec, .floats = floats, .parts = {{0, floats}}});
-    if (encoder == nullptr) {
+    Encoder encoder;
+    if (sparse) {
+      encoder.rows = (*kept)->EncodeRows(
+          RowCompression{.codec = codec, .dim = 16, .shards = 2, .residual_rows = 1000000});
+    } else {
+      encoder.dense = (*kept)->EncodeGradients(
+          GradientCompression{.codec = codec, .floats = floats, .parts = {{0, floats}}});
+    }
+    if (encoder.rows == nullptr && encoder.dense == nullptr) {
       absl::PrintF("| %s | %.2f | no device encoder for this codec | | | | |\n", name, on_cpu.ms);
       continue;
     }
-    const CompressedRate host =
-        MeasureCompressed(**downloaded, nullptr, codec, data, batch, seconds, seed);
-    const CompressedRate device =
-        MeasureCompressed(**kept, encoder, codec, data, batch, seconds, seed);
+    const CompressedRate host = measure(**downloaded, Encoder{}, codec);
+    const CompressedRate device = measure(**kept, encoder, codec);
     absl::PrintF("| %s | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f |\n", name, on_cpu.ms, host.ms,
                  device.ms, host.ms / device.ms, host.bytes_down, device.bytes_down);
   }
@@ -318,7 +432,11 @@ int Main(int argc, char** argv) {
                    on_gpu.upload_ms, on_gpu.compute_ms, on_gpu.download_ms);
     }
   }
-  if (int code = CompressedSteps(gpu, quick ? 256 : 4096, seconds, seed); code != 0) return code;
+  for (const bool sparse : {false, true}) {
+    if (int code = CompressedSteps(gpu, sparse, quick ? 256 : 4096, seconds, seed); code != 0) {
+      return code;
+    }
+  }
 #if SYNCLINE_BENCH_GPU_KERNELS
   if (gpu) return RunKernelBenchmarks(quick);
 #endif

@@ -13,11 +13,13 @@
 #                                        1. the GPU tests (the CUDA executor's primitives against
 #                                           the host's, device models against the CPU models,
 #                                           the CUDA codecs, one-rank NCCL, the launch tests of
-#                                           the mlp with a GPU worker),
+#                                           the mlp and the ctr model with GPU workers),
 #                                        2. syncline-bench-gpu,
 #                                        3. a ctr job at batch 4096 with embeddings on CPU
 #                                           servers, on 2 GPU workers, on 2 CPU workers and on
-#                                           1 GPU worker (under BSP, then ASP reading ahead),
+#                                           1 GPU worker (under BSP, then ASP reading ahead,
+#                                           then BSP with its embedding rows pushed top-K
+#                                           compressed, encoded on the GPU),
 #                                           for the step split (network, PCIe or compute?),
 #                                           and syncline-bench-data on its file,
 #                                        4. the CUDA tests again under compute-sanitizer:
@@ -161,7 +163,7 @@ run() {
   step device_model_test 120 "$(bin worker_device_model_test)"
   step codec_cuda_test 90 "$(bin compression_cuda_test)"
   step nccl_test 90 "$(bin nccl_communicator_test)"
-  step mlp_launch_tests 180 "$(bin integration_test)" --gtest_filter='MlpLaunchTest.*'
+  step launch_tests 240 "$(bin integration_test)" --gtest_filter='MlpLaunchTest.*:CtrLaunchTest.Gpu*'
   step bench_gpu 150 "$(bin syncline-bench-gpu)" --seconds 0.3
   # ctr at batch 4096, 2 CPU servers, 2 workers, on GPUs (both on cuda:0 here) and on CPUs.
   local data=/tmp/syncline-gpu-check-data
@@ -173,10 +175,12 @@ run() {
   step bench_data 60 "$(bin syncline-bench-data)" --train "$data/train.tsv" --parsers 1,2,4
   # 100 steps per worker; then one GPU worker alone, whose split no second worker on the same
   # GPU disturbs; then that worker under ASP reading a batch ahead, so that its pull overlaps
-  # the step before.
-  for device in cuda cpu cuda1 cuda1asp; do
+  # the step before; then that worker under BSP pushing its embedding rows compressed (top-K
+  # with a residual per row, kept on the GPU: only what is sent crosses PCIe).
+  for device in cuda cpu cuda1 cuda1asp cuda1topk; do
     local sync=bsp
     [ "$device" = cuda1asp ] && sync="asp --read-ahead on"
+    [ "$device" = cuda1topk ] && sync="bsp --compress topk:0.01"
     # shellcheck disable=SC2086
     step "ctr_job_$device" 120 "$(bin syncline-launch)" --servers 2 \
       --workers "$([ "${device#cuda1}" != "$device" ] && echo 1 || echo 2)" --sync $sync \
@@ -209,9 +213,9 @@ run() {
   step bench_codec 60 "$(bin syncline-bench-codec)" --size-mib 4 64 256
   echo
   cat "$out/bench_gpu.log" "$out/bench_data.log" 2>/dev/null
-  for device in cuda cpu cuda1 cuda1asp; do
+  for device in cuda cpu cuda1 cuda1asp cuda1topk; do
     echo "ctr job on $device:"
-    grep -E '"(device|step_seconds|steps_per_worker|test_auc|wall_seconds)"' \
+    grep -E '"(device|step_seconds|steps_per_worker|test_auc|wall_seconds|bytes_pushed)"' \
       "$out/ctr-$device/summary.json" 2>/dev/null
   done
   cp "$summary" "$dest/summary.txt"
