@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <span>
@@ -16,7 +17,9 @@
 #include <vector>
 
 #include "compression/codec.h"
+#include "compression/sparse_rows.h"
 #include "worker/cuda_executor.cuh"
+#include "worker/device_row_feedback.h"
 #include "worker/device_step.h"
 #include "worker/device_step_host.h"
 
@@ -202,6 +205,117 @@ TEST_F(CudaExecutorTest, FeedbackEncoderSendsTheCpuBytes) {
     ASSERT_TRUE((*device)->Drain(d_gradient.data(), &got).ok());
     EXPECT_TRUE(SameFloats(got, want)) << "drained values differ";
     EXPECT_TRUE((*device)->Residual()->empty());
+  }
+}
+
+// The stable sort by 64-bit key (the residual rows' recency order): ties keep their order.
+TEST_F(CudaExecutorTest, SortsBy64BitKeysStablyAsTheHostExecutor) {
+  CudaExecutor e(0);
+  HostExecutor h;
+  std::mt19937_64 rng(5);
+  for (const size_t n : {size_t{1}, size_t{1000}, size_t{100003}}) {
+    SCOPED_TRACE(n);
+    std::vector<uint64_t> keys(n);
+    for (uint64_t& k : keys) k = rng() % 50 + (rng() % 3 == 0 ? uint64_t{1} << 40 : 0);
+    std::vector<uint32_t> order(n);
+    h.SortByKey64(keys.data(), order.data(), n);
+    auto d_keys = Up(e, keys);
+    CudaExecutor::Array<uint32_t> d_order;
+    d_order.Reserve(n);
+    e.SortByKey64(d_keys.data(), d_order.data(), n);
+    EXPECT_EQ(Down(e, d_order.data(), n), order);
+  }
+}
+
+// The block codec over device floats: the CPU codec's blocks and decoded floats, for sizes
+// that grow past its first capacity, repeat (a top-K graph) and change (kernels enqueued).
+TEST_F(CudaExecutorTest, BlockCodecEncodesAndDecodesAsTheHostExecutors) {
+  CudaExecutor e(0);
+  HostExecutor h;
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (const char* name : {"topk:0.01", "sign1"}) {
+    SCOPED_TRACE(name);
+    const CodecSpec spec = *ParseCodec(name);
+    auto device = CudaExecutor::BlockCodec::Create(e, spec);
+    auto host = HostExecutor::BlockCodec::Create(h, spec);
+    ASSERT_TRUE(device.ok()) << device.status();
+    ASSERT_TRUE(host.ok());
+    for (const size_t n : {size_t{1000}, size_t{300000}, size_t{300000}, size_t{777}}) {
+      SCOPED_TRACE(n);
+      std::vector<float> values(n);
+      for (float& x : values) x = g(rng);
+      std::copy(values.begin(), values.end(), (*host)->Input(n));
+      e.Upload((*device)->Input(n), values.data(), n);
+      e.Finish();
+      std::vector<std::byte> want, got;
+      ASSERT_TRUE((*host)->Encode(n, &want).ok());
+      ASSERT_TRUE((*device)->Encode(n, &got).ok());
+      EXPECT_TRUE(got == want) << "blocks differ";
+      absl::StatusOr<const float*> decoded_host = (*host)->Decode(n);
+      absl::StatusOr<const float*> decoded_device = (*device)->Decode(n);
+      ASSERT_TRUE(decoded_host.ok() && decoded_device.ok());
+      EXPECT_TRUE(SameFloats(Down(e, *decoded_device, n),
+                             std::vector<float>(*decoded_host, *decoded_host + n)))
+          << "decoded floats differ";
+    }
+  }
+}
+
+// The per-row error feedback of sparse rows on the device makes the CPU class's pushes, to the
+// byte: top-K and sign1, a bounded table (flushes), pushes of varying examples, the drain.
+TEST_F(CudaExecutorTest, RowFeedbackPushesAreTheCpuClasss) {
+  CudaExecutor e(0);
+  std::mt19937_64 rng(13);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  constexpr uint32_t kDim = 16;
+  for (const char* name : {"topk:0.05", "sign1"}) {
+    SCOPED_TRACE(name);
+    const CodecSpec spec = *ParseCodec(name);
+    const std::unique_ptr<Codec> codec = Codec::Create(spec);
+    auto device = DeviceRowFeedback<CudaExecutor>::Create(e, spec, kDim, 300);
+    ASSERT_TRUE(device.ok()) << device.status();
+    SparseErrorFeedback cpu(kDim, 300);
+    CudaExecutor::Array<float> d_grads;
+    for (int step = 0; step < 12; ++step) {
+      SCOPED_TRACE(step);
+      std::vector<uint64_t> keys;
+      for (int i = 0; i < 200; ++i) keys.push_back(rng() % 2000);
+      std::sort(keys.begin(), keys.end());
+      keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+      // The step's rows in reverse order: the push's row i is the step's row m - 1 - i.
+      const size_t m = keys.size();
+      std::vector<float> gradient(m * kDim), step_rows(m * kDim);
+      std::vector<uint32_t> positions(m);
+      for (size_t i = 0; i < m; ++i) {
+        positions[i] = static_cast<uint32_t>(m - 1 - i);
+        for (uint32_t j = 0; j < kDim; ++j) {
+          gradient[i * kDim + j] = i % 17 == 0 ? 0.0f : g(rng);
+          step_rows[(m - 1 - i) * kDim + j] = gradient[i * kDim + j];
+        }
+      }
+      d_grads.Reserve(m * kDim);
+      e.Upload(d_grads.data(), step_rows.data(), m * kDim);
+      e.Finish();
+      const float examples = static_cast<float>(1 + step % 4);
+      SparsePush want, got;
+      cpu.Compress(*codec, keys, gradient, &want, examples);
+      ASSERT_TRUE((*device)->Compress(keys, positions, d_grads.data(), m, &got, examples).ok());
+      EXPECT_EQ(got.keys, want.keys);
+      EXPECT_EQ(got.kind, want.kind);
+      EXPECT_TRUE(got.block == want.block) << "blocks differ";
+      EXPECT_EQ(got.held, want.held);
+      EXPECT_TRUE(SameFloats(got.spread, want.spread)) << "spreads differ";
+      EXPECT_EQ(got.flushed_keys, want.flushed_keys);
+      EXPECT_TRUE(SameFloats(got.flushed_values, want.flushed_values)) << "flushed rows differ";
+      ASSERT_EQ((*device)->size(), cpu.residuals().size());
+    }
+    EXPECT_GT(cpu.rows_flushed(), 0u);
+    SparsePush want, got;
+    cpu.Drain(&want, 2.0f);
+    ASSERT_TRUE((*device)->Drain(&got, 2.0f).ok());
+    EXPECT_EQ(got.flushed_keys, want.flushed_keys);
+    EXPECT_TRUE(SameFloats(got.flushed_values, want.flushed_values)) << "drained rows differ";
   }
 }
 

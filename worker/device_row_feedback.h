@@ -413,7 +413,11 @@ class DeviceRowFeedback {
                                                             : EncodeSign1(keys, n, examples, out);
     if (!encoded.ok()) return encoded;
     if (auto s = UpdateTable(m, stamp); !s.ok()) return s;
-    return Flush(examples, out);
+    if (auto s = Flush(examples, out); !s.ok()) return s;
+    // The next push uploads into this one's buffers on the copy stream, which a fence does not
+    // order after the kernels still reading them: they finish here.
+    e_.Finish();
+    return absl::OkStatus();
   }
 
   // SparseErrorFeedback::Drain: every residual row into out's flushed rows (kept ascending
@@ -490,6 +494,7 @@ class DeviceRowFeedback {
     std::iota(order.begin(), order.end(), 0u);
     std::sort(order.begin(), order.end(),
               [&](uint32_t a, uint32_t b) { return keys[a] < keys[b]; });
+    e_.Finish();  // nothing queued reads the table while the uploads replace it
     Table& cur = tables_[cur_];
     ReserveTable(cur_, t);
     host_table_.Reserve(2 * t + (t * (2 + size_t{dim_}) + 1) / 2 + 1);
