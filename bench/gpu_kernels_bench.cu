@@ -103,17 +103,26 @@ void SparseKernels(CudaExecutor& e, bool quick) {
       const double gather = BestMs(
           e.stream(), 7, [&] { batch.Gather(e, rows.data(), bias.data(), dim, out.data()); });
       const size_t scattered = (n * per_example * dim + ids.size() * dim) * sizeof(float);
-      const double scatter =
-          BestMs(e.stream(), 7, [&] { batch.Scatter(e, out.data(), dim, grads.data()); });
       const double copy_gather = CopyMs(e, moved), copy_scatter = CopyMs(e, scattered);
       auto gbs = [](size_t bytes, double ms) { return bytes / (ms * 1e6); };
       const char* kind = hot ? "hot" : "skewed";
       absl::PrintF("| gather | %s | %d | %d | %d | %d | %.0f | %.0f | %.2f |\n", kind, n,
                    per_example, ids.size(), dim, gbs(moved, gather), gbs(moved, copy_gather),
                    copy_gather / gather);
-      absl::PrintF("| scatter | %s | %d | %d | %d | %d | %.0f | %.0f | %.2f |\n", kind, n,
-                   per_example, ids.size(), dim, gbs(scattered, scatter),
-                   gbs(scattered, copy_scatter), copy_scatter / scatter);
+      // Both shapes of the scatter's threads, the one the batch chooses marked.
+      const int chosen = batch.ScatterColumns(dim);
+      for (const int columns : {1, device_step::kScatterColumns}) {
+        batch.set_scatter_columns(columns);
+        const double scatter =
+            BestMs(e.stream(), 7, [&] { batch.Scatter(e, out.data(), dim, grads.data()); });
+        absl::PrintF(
+            "| scatter, %d column%s a thread%s | %s | %d | %d | %d | %d | %.0f | %.0f | "
+            "%.2f |\n",
+            columns, columns == 1 ? "" : "s", columns == chosen ? " (chosen)" : "", kind, n,
+            per_example, ids.size(), dim, gbs(scattered, scatter), gbs(scattered, copy_scatter),
+            copy_scatter / scatter);
+      }
+      batch.set_scatter_columns(0);
     }
   }
 }

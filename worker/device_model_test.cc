@@ -658,6 +658,69 @@ INSTANTIATE_TEST_SUITE_P(
                           std::get<0>(info.param).name, "_", info.index);
     });
 
+// The scatter's two shapes (one column a thread, or kScatterColumns) give the same bits, each
+// row's sum of its features' terms (to rounding: a hot row's sum is its pieces' sums): hot rows of
+// several pieces, rows of one feature, a key no feature has, a feature no key has, widths below, at
+// and past the columns.
+TEST(DeviceStepKernelTest, ScatterSumsTheSameBitsWithOneColumnOrSeveralAThread) {
+  HostExecutor e;
+  std::mt19937_64 rng(21);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const size_t n = 700, per_example = 5;
+  device_step::HostBatch<HostExecutor> host;
+  host.Reserve(n, n * per_example, /*ctr=*/false);
+  for (size_t i = 0; i < n; ++i) {
+    host.offsets.data()[i] = static_cast<uint32_t>(i * per_example);
+    host.labels.data()[i] = 0;
+    for (size_t f = 0; f < per_example; ++f) {
+      // Field 0: 3 hot ids (over 128 features each); the others: ids from 0..4999; id 9999 is
+      // not among the keys.
+      const uint64_t id = f == 0 ? rng() % 3 : f == 4 && i % 50 == 0 ? 9999 : 10 + rng() % 5000;
+      host.ids.data()[i * per_example + f] = id;
+      host.values.data()[i * per_example + f] = u(rng);
+    }
+  }
+  host.offsets.data()[n] = static_cast<uint32_t>(n * per_example);
+  std::vector<uint64_t> keys = {0, 1, 2, 7};  // 7: no feature
+  for (size_t j = 0; j < n * per_example; ++j) {
+    const uint64_t id = host.ids.data()[j];
+    if (id >= 10 && id != 9999) keys.push_back(id);
+  }
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  device_step::SparseBatch<HostExecutor> batch;
+  batch.Upload(e, host, keys.data(), keys.size());
+  e.Fence();
+  batch.Index(e);
+  EXPECT_EQ(batch.ScatterColumns(16), 1) << "a small batch: one column a thread";
+  for (const int dim : {1, 3, 4, 5, 16, 17}) {
+    SCOPED_TRACE(dim);
+    std::vector<float> dout(n * dim);
+    for (float& x : dout) x = u(rng);
+    // Each row's sum in the order of its features.
+    std::vector<float> want(keys.size() * dim, 0.0f);
+    for (size_t j = 0; j < n * per_example; ++j) {
+      const auto at = std::lower_bound(keys.begin(), keys.end(), host.ids.data()[j]);
+      if (at == keys.end() || *at != host.ids.data()[j]) continue;
+      const size_t row = at - keys.begin(), example = j / per_example;
+      for (int k = 0; k < dim; ++k) {
+        want[row * dim + k] += host.values.data()[j] * dout[example * dim + k];
+      }
+    }
+    std::vector<float> got[2];
+    for (const int columns : {1, device_step::kScatterColumns}) {
+      batch.set_scatter_columns(columns);
+      HostExecutor::Array<float> grads;
+      grads.Reserve(keys.size() * dim);
+      batch.Scatter(e, dout.data(), dim, grads.data());
+      got[columns == 1 ? 0 : 1].assign(grads.data(), grads.data() + keys.size() * dim);
+    }
+    EXPECT_EQ(got[0], got[1]);
+    // Hot rows add their pieces' partial sums: the same terms, grouped by 128.
+    ExpectNear(want, got[0], 1e-5, "scatter");
+  }
+}
+
 TEST(DeviceStepKernelTest, ColumnSumsSpanSeveralChunksInOrder) {
   HostExecutor e;
   const size_t n = 3 * device_step::kColumnChunk + 7;

@@ -183,9 +183,15 @@ struct SparseForward {
 // atomics, and no thread's chain of loads is longer than kPiece + the row's pieces. Most rows
 // of a skewed batch have one feature, so the scatter is bound by the latency of its chain of
 // dependent loads (piece, feature, example, gradient): each thread sums up to kScatterColumns
-// columns, whose loads are independent, and finds its piece's span in one load.
+// columns, whose loads are independent, and finds its piece's span in one load. A batch of few
+// pieces (hot rows: a field of 4 values gives 20k pieces for 65536 examples) would then leave
+// most of a GPU idle: below kScatterFewThreads threads at kScatterColumns columns (about one
+// wave of an H200's 132 x 2048), each thread sums one column instead (on an H200, at 64-byte
+// rows, hot rows' scatter measured 0.45-0.49 of a copy with one column, 0.34 with four; the
+// skewed rows', with millions of pieces, 0.30 with four and less with one).
 inline constexpr uint32_t kPiece = 128;
 inline constexpr int kScatterColumns = 4;
+inline constexpr size_t kScatterFewThreads = size_t{1} << 18;
 // Unrolls the loop over a thread's columns on the device (its sums stay in registers).
 #ifdef __CUDA_ARCH__
 #define SYNCLINE_UNROLL _Pragma("unroll")
@@ -246,10 +252,10 @@ struct PieceSpans {
 };
 
 // The sum of term(j, k) over piece q's features for the columns k = lane + c * lanes
-// (c < kScatterColumns, k < width; i = q * lanes + lane): a row's only piece goes straight to
+// (c < kColumns, k < width; i = q * lanes + lane): a row's only piece goes straight to
 // grads[u][k], the pieces of a row with several to partial[q][k], for AddPieces. Launched over
 // a bound on the pieces: those past the total (first[num_keys]) do nothing.
-template <class Term>
+template <class Term, int kColumns>
 struct SumPieces {
   const PieceSpan* spans;
   const uint32_t* first;
@@ -264,11 +270,11 @@ struct SumPieces {
     const int lane = static_cast<int>(i % lanes);
     if (q >= first[num_keys]) return;
     const PieceSpan span = spans[q];
-    float sum[kScatterColumns] = {};
+    float sum[kColumns] = {};
     for (uint32_t p = span.from; p < span.to; ++p) {
       const uint32_t j = order[p];
       SYNCLINE_UNROLL
-      for (int c = 0; c < kScatterColumns; ++c) {
+      for (int c = 0; c < kColumns; ++c) {
         const int k = lane + c * lanes;
         if (k < width) sum[c] += term(j, k);
       }
@@ -276,7 +282,7 @@ struct SumPieces {
     float* out =
         span.pieces == 1 ? grads + static_cast<size_t>(span.row) * width : partial + q * width;
     SYNCLINE_UNROLL
-    for (int c = 0; c < kScatterColumns; ++c) {
+    for (int c = 0; c < kColumns; ++c) {
       const int k = lane + c * lanes;
       if (k < width) out[k] = sum[c];
     }
@@ -659,14 +665,30 @@ class SparseBatch {
   // grads [num_keys][width] = each row's sum of term(j, k) over its features (see SumPieces).
   template <class Term>
   void ScatterTerms(E& e, const Term& term, int width, float* grads) const {
-    const int lanes = (width + kScatterColumns - 1) / kScatterColumns;
     partial_.Reserve(PiecesBound() * width);
-    e.ForEach(PiecesBound() * lanes,
-              SumPieces<Term>{spans_.data(), first_.data(), order_.data(), num_keys_, width, lanes,
-                              term, partial_.data(), grads});
+    if (ScatterColumns(width) == 1) {
+      e.ForEach(PiecesBound() * width,
+                SumPieces<Term, 1>{spans_.data(), first_.data(), order_.data(), num_keys_, width,
+                                   width, term, partial_.data(), grads});
+    } else {
+      const int lanes = (width + kScatterColumns - 1) / kScatterColumns;
+      e.ForEach(PiecesBound() * lanes, SumPieces<Term, kScatterColumns>{
+                                           spans_.data(), first_.data(), order_.data(), num_keys_,
+                                           width, lanes, term, partial_.data(), grads});
+    }
     e.ForEach(MultiBound() * width, AddPieces{first_.data(), several_at_.data(), multi_.data(),
                                               num_keys_, partial_.data(), width, grads});
   }
+
+  // The columns a scatter's thread sums at this width: kScatterColumns, or 1 where that would
+  // leave fewer than kScatterFewThreads threads. set_scatter_columns(1 or kScatterColumns)
+  // forces one (tests and benchmarks; 0: choose).
+  int ScatterColumns(int width) const {
+    if (scatter_columns_ != 0) return scatter_columns_;
+    const size_t lanes = (static_cast<size_t>(width) + kScatterColumns - 1) / kScatterColumns;
+    return PiecesBound() * lanes < kScatterFewThreads ? 1 : kScatterColumns;
+  }
+  void set_scatter_columns(int columns) { scatter_columns_ = columns; }
 
   size_t n() const { return n_; }
   size_t num_keys() const { return num_keys_; }
@@ -682,6 +704,7 @@ class SparseBatch {
 
  private:
   size_t n_ = 0, nnz_ = 0, num_keys_ = 0;
+  int scatter_columns_ = 0;
   typename E::template Array<uint32_t> offsets_, slots_, sorted_slots_, order_, example_of_,
       begins_, pieces_, first_, several_, several_at_, multi_;
   typename E::template Array<PieceSpan> spans_;
