@@ -386,6 +386,7 @@ class DeviceRowFeedback {
     }
     const uint64_t stamp = ++pushes_;
     *out = SparsePush{};
+    held_rows_ = 0;
     const float inv = examples == 1.0f ? 1.0f : 1.0f / examples;
     push_keys_.Reserve(m + 1);
     positions_.Reserve(m + 1);
@@ -413,6 +414,7 @@ class DeviceRowFeedback {
                                                             : EncodeSign1(keys, n, examples, out);
     if (!encoded.ok()) return encoded;
     if (auto s = UpdateTable(m, stamp); !s.ok()) return s;
+    if (held_rows_ > 0) CollectHeld(out);  // before Flush reuses the buffers
     if (auto s = Flush(examples, out); !s.ok()) return s;
     // The next push uploads into this one's buffers on the copy stream, which a fence does not
     // order after the kernels still reading them: they finish here.
@@ -626,7 +628,8 @@ class DeviceRowFeedback {
                device_step::Gather<float>{rows_.data(), row_spread_.data(), out_spread_.data()});
     e_.ForEach(sent_rows, device_step::ClearMeta{rows_.data(), p_held_.data(), p_squares_.data()});
     e_.ForEach(k, device_step::SubtractSelected{indices_.data(), p_.data()});
-    return DownloadHeld(sent_rows, out);
+    EnqueueHeld(sent_rows);
+    return absl::OkStatus();
   }
 
   // sign1 over every row of p (scaled by the push's examples); p - decode(block) stays, unless
@@ -656,24 +659,29 @@ class DeviceRowFeedback {
     e_.Copy(out_spread_.data(), row_spread_.data(), m);
     e_.Zero(p_held_.data(), m);
     e_.Zero(p_squares_.data(), m);
-    return DownloadHeld(m, out);
+    EnqueueHeld(m);
+    return absl::OkStatus();
   }
 
-  // The sent rows' held counts and spreads (out_held_, out_spread_) into *out.
-  absl::Status DownloadHeld(size_t rows, SparsePush* out) {
+  // The sent rows' held counts and spreads (out_held_, out_spread_) on their way down; they
+  // arrive with the table's counts (UpdateTable's one wait), and CollectHeld takes them.
+  void EnqueueHeld(size_t rows) {
     e_.Download(host_out_held_.data(), out_held_.data(), rows);
     e_.Download(host_out_spread_.data(), out_spread_.data(), rows);
-    e_.Finish();
+    held_rows_ = rows;
+  }
+  void CollectHeld(SparsePush* out) {
+    const size_t rows = std::exchange(held_rows_, 0);
     out->held.resize(rows);
     out->spread.resize(rows);
     for (size_t i = 0; i < rows; ++i) {
       out->held[i] = static_cast<uint16_t>(host_out_held_.data()[i]);
       out->spread[i] = host_out_spread_.data()[i];
     }
-    return absl::OkStatus();
   }
 
-  // The table's rows the push did not touch, merged with the push's rows left non-zero.
+  // The table's rows the push did not touch, merged with the push's rows left non-zero. One
+  // wait, for the merged table's size (and the sent rows' held counts, enqueued before).
   absl::Status UpdateTable(size_t m, uint64_t stamp) {
     namespace ds = device_step;
     const size_t t = size_;
@@ -792,7 +800,8 @@ class DeviceRowFeedback {
   Table tables_[2];
   int cur_ = 0;
   size_t size_ = 0;
-  size_t old_kept_ = 0;  // rows of the last push's table that it did not touch
+  size_t old_kept_ = 0;   // rows of the last push's table that it did not touch
+  size_t held_rows_ = 0;  // sent rows whose held counts are on their way down
   uint64_t pushes_ = 0;
   uint64_t rows_flushed_ = 0;
   uint64_t rows_drained_ = 0;
