@@ -277,11 +277,9 @@ class CudaExecutor {
       if (auto s = codec->Grow(kInitialCapacity); !s.ok()) return s;
       return codec;
     }
-    float* Input(size_t n) {
+    absl::StatusOr<float*> Input(size_t n) {
       if (n > codec_->capacity()) {
-        if (auto s = Grow(std::max(n, 2 * codec_->capacity())); !s.ok()) {
-          Die("a CUDA codec for sparse rows", std::string(s.message()).c_str());
-        }
+        if (auto s = Grow(std::max(n, 2 * codec_->capacity())); !s.ok()) return s;
       }
       return codec_->device_input();
     }
@@ -379,21 +377,22 @@ class CudaExecutor {
           "cub::DeviceRadixSort::SortPairs");
   }
 
-  // A stable radix sort of the indices by 64-bit key (the sorted keys go to scratch).
-  void SortByKey64(const uint64_t* keys, uint32_t* order, size_t n) {
+  // A stable radix sort of the indices by 64-bit key, every key below 2^bits (the sorted keys go
+  // to scratch).
+  void SortByKey64(const uint64_t* keys, uint32_t* order, size_t n, int bits = 64) {
     if (n == 0) return;
     CheckCount(n);
     EnsureIota(n);
     size_t bytes = 0;
     const int count = static_cast<int>(n);
     Check(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys, static_cast<uint64_t*>(nullptr),
-                                          s_->iota, order, count, 0, 64, s_->stream),
+                                          s_->iota, order, count, 0, bits, s_->stream),
           "cub::DeviceRadixSort::SortPairs (size, 64-bit keys)");
     const size_t sorted_bytes = (n * sizeof(uint64_t) + 255) / 256 * 256;
     char* scratch = static_cast<char*>(s_->Scratch(sorted_bytes + bytes));
     Check(cub::DeviceRadixSort::SortPairs(scratch + sorted_bytes, bytes, keys,
                                           reinterpret_cast<uint64_t*>(scratch), s_->iota, order,
-                                          count, 0, 64, s_->stream),
+                                          count, 0, bits, s_->stream),
           "cub::DeviceRadixSort::SortPairs (64-bit keys)");
   }
 

@@ -222,7 +222,7 @@ TEST_F(CudaExecutorTest, SortsBy64BitKeysStablyAsTheHostExecutor) {
     auto d_keys = Up(e, keys);
     CudaExecutor::Array<uint32_t> d_order;
     d_order.Reserve(n);
-    e.SortByKey64(d_keys.data(), d_order.data(), n);
+    e.SortByKey64(d_keys.data(), d_order.data(), n, 41);
     EXPECT_EQ(Down(e, d_order.data(), n), order);
   }
 }
@@ -245,8 +245,8 @@ TEST_F(CudaExecutorTest, BlockCodecEncodesAndDecodesAsTheHostExecutors) {
       SCOPED_TRACE(n);
       std::vector<float> values(n);
       for (float& x : values) x = g(rng);
-      std::copy(values.begin(), values.end(), (*host)->Input(n));
-      e.Upload((*device)->Input(n), values.data(), n);
+      std::copy(values.begin(), values.end(), *(*host)->Input(n));
+      e.Upload(*(*device)->Input(n), values.data(), n);
       e.Finish();
       std::vector<std::byte> want, got;
       ASSERT_TRUE((*host)->Encode(n, &want).ok());

@@ -408,6 +408,7 @@ class DeviceModel final : public Model {
       return shards[shard]->SetResiduals(table, pushes);
     }
     Counts counts() const override {
+      absl::MutexLock lock(&model_.mu_);
       Counts c;
       for (const auto& shard : shards) {
         c.held += shard->size();

@@ -24,13 +24,17 @@
 //      ties keep key order, as RowTable's list does), and the oldest are compacted out in key
 //      order, which is the order a push's flushed rows are sent in.
 // Floating-point operations are written with the *Rn helpers, which the device does not fuse
-// (nvcc contracts a * b + c into an FMA by default), so that the device's floats are the CPU's.
+// (nvcc contracts a * b + c into an FMA by default), so that the device's floats are the CPU's,
+// but for the bits of a NaN: a gradient holding an infinity or a NaN gives NaNs, which the GPU
+// writes in its one canonical form (x86 keeps a NaN's bits, and makes inf - inf negative), and
+// sign1's block of a NaN scale, as compression/codec_cuda.h says.
 //
 // Thread-safety: thread-compatible; E's calls are the caller's to serialise.
 #ifndef SYNCLINE_WORKER_DEVICE_ROW_FEEDBACK_H_
 #define SYNCLINE_WORKER_DEVICE_ROW_FEEDBACK_H_
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cstddef>
 #include <cstdint>
@@ -328,12 +332,21 @@ struct SplitFlushed {
     }
     const float* row = table.rows + a * dim;
     keys_out[f] = table.keys[a];
-    for (uint32_t j = 0; j < dim; ++j) values_out[f * dim + j] = MulRn(row[j], examples);
+    for (uint32_t j = 0; j < dim; ++j) values_out[size_t{f} * dim + j] = MulRn(row[j], examples);
     HeldAndSpread(table.held[a], table.squares[a], row, dim, held_out + f, spread_out + f);
   }
 };
 
 }  // namespace device_step
+
+// The elements to reserve for n: n rounded up to the next of 8 steps per doubling (at most
+// 25% more), so that a table filling up push by push grows its arrays (a device sync, a free
+// and an allocation each) about 8 times per doubling, not at every push.
+inline size_t Room(size_t n) {
+  if (n <= 1024) return 1024;
+  const size_t step = size_t{1} << (std::bit_width(n - 1) - 3);
+  return (n + step - 1) / step * step;
+}
 
 template <class E>
 class DeviceRowFeedback {
@@ -384,24 +397,31 @@ class DeviceRowFeedback {
       return absl::InvalidArgumentError(
           absl::StrFormat("a push of %d rows of %d is too large for the device", m, dim_));
     }
-    const uint64_t stamp = ++pushes_;
+    // The scans and sorts count in 32-bit ints: the table and the push stay below 2^31 rows.
+    if (size_ + m >= (size_t{1} << 31) - 1) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "a push of %d rows onto %d residual rows exceeds the device table's 2^31 rows (lower "
+          "--residual-rows)",
+          m, size_));
+    }
+    const uint64_t stamp = pushes_ + 1;
     *out = SparsePush{};
     held_rows_ = 0;
     const float inv = examples == 1.0f ? 1.0f : 1.0f / examples;
-    push_keys_.Reserve(m + 1);
-    positions_.Reserve(m + 1);
-    host_keys_.Reserve(m + 1);
-    host_positions_.Reserve(m + 1);
+    push_keys_.Reserve(Room(m + 1));
+    positions_.Reserve(Room(m + 1));
+    host_keys_.Reserve(Room(m + 1));
+    host_positions_.Reserve(Room(m + 1));
     std::copy(keys.begin(), keys.end(), host_keys_.data());
     std::copy(positions.begin(), positions.end(), host_positions_.data());
     e_.Upload(push_keys_.data(), host_keys_.data(), m);
     e_.Upload(positions_.data(), host_positions_.data(), m);
     e_.Fence();
-    p_.Reserve(n + 1);
-    p_held_.Reserve(m + 1);
-    p_squares_.Reserve(m + 1);
-    row_held_.Reserve(m + 1);
-    row_spread_.Reserve(m + 1);
+    p_.Reserve(Room(n + 1));
+    p_held_.Reserve(Room(m + 1));
+    p_squares_.Reserve(Room(m + 1));
+    row_held_.Reserve(Room(m + 1));
+    row_spread_.Reserve(Room(m + 1));
     const ds::TableView t = View(cur_);
     e_.ForEach(m, ds::FormResidualSum{t.keys, size_, t.rows, t.held, t.squares, push_keys_.data(),
                                       positions_.data(), grads, dim_, inv, p_.data(),
@@ -414,6 +434,7 @@ class DeviceRowFeedback {
                                                             : EncodeSign1(keys, n, examples, out);
     if (!encoded.ok()) return encoded;
     if (auto s = UpdateTable(m, stamp); !s.ok()) return s;
+    pushes_ = stamp;
     if (held_rows_ > 0) CollectHeld(out);  // before Flush reuses the buffers
     if (auto s = Flush(examples, out); !s.ok()) return s;
     // The next push uploads into this one's buffers on the copy stream, which a fence does not
@@ -429,8 +450,8 @@ class DeviceRowFeedback {
     const size_t t = size_;
     SparsePush drained;
     if (t > 0) {
-      flags_.Reserve(t + 1);
-      ranks_.Reserve(t + 1);
+      flags_.Reserve(Room(t + 1));
+      ranks_.Reserve(Room(t + 1));
       // Every row flushed: row a is the a-th.
       e_.ForEach(t, ds::Fill{flags_.data(), 1u});
       e_.ForEach(t, ds::Iota{ranks_.data()});
@@ -545,21 +566,21 @@ class DeviceRowFeedback {
   // Room for n rows (and one more: no array is ever empty).
   void ReserveTable(int which, size_t n) {
     Table& t = tables_[which];
-    t.keys.Reserve(n + 1);
-    t.stamps.Reserve(n + 1);
-    t.held.Reserve(n + 1);
-    t.squares.Reserve(n + 1);
-    t.rows.Reserve((n + 1) * dim_);
+    t.keys.Reserve(Room(n + 1));
+    t.stamps.Reserve(Room(n + 1));
+    t.held.Reserve(Room(n + 1));
+    t.squares.Reserve(Room(n + 1));
+    t.rows.Reserve(Room((n + 1) * dim_));
   }
   void ReserveOut(size_t rows) {
-    out_keys_.Reserve(rows + 1);
-    out_values_.Reserve((rows + 1) * dim_);
-    out_held_.Reserve(rows + 1);
-    out_spread_.Reserve(rows + 1);
-    host_out_keys_.Reserve(rows + 1);
-    host_out_values_.Reserve((rows + 1) * dim_);
-    host_out_held_.Reserve(rows + 1);
-    host_out_spread_.Reserve(rows + 1);
+    out_keys_.Reserve(Room(rows + 1));
+    out_values_.Reserve(Room((rows + 1) * dim_));
+    out_held_.Reserve(Room(rows + 1));
+    out_spread_.Reserve(Room(rows + 1));
+    host_out_keys_.Reserve(Room(rows + 1));
+    host_out_values_.Reserve(Room((rows + 1) * dim_));
+    host_out_held_.Reserve(Room(rows + 1));
+    host_out_spread_.Reserve(Room(rows + 1));
   }
   // A push of no rows: the CPU codec's block of nothing (topk: no rows, so none).
   absl::Status EncodeNothing(SparsePush* out) {
@@ -580,13 +601,15 @@ class DeviceRowFeedback {
                           SparsePush* out) {
     namespace ci = compression_internal;
     out->kind = CodecKind::kTopK;
-    e_.Copy(codec_->Input(n), p_.data(), n);
+    absl::StatusOr<float*> input = codec_->Input(n);
+    if (!input.ok()) return input.status();
+    e_.Copy(*input, p_.data(), n);
     if (auto s = codec_->Encode(n, &block_); !s.ok()) return s;
     absl::StatusOr<ci::TopKView> view = ci::ParseTopK(block_, n);
     if (!view.ok()) return view.status();
     const size_t k = view->k;
-    host_indices_.Reserve(k + 1);
-    host_rows_.Reserve(k + 1);
+    host_indices_.Reserve(Room(k + 1));
+    host_rows_.Reserve(Room(k + 1));
     uint32_t* indices = host_indices_.data();
     uint32_t* rows = host_rows_.data();
     size_t sent_rows = 0;
@@ -616,8 +639,8 @@ class DeviceRowFeedback {
       }
     }
     if (k == 0) return absl::OkStatus();
-    indices_.Reserve(k + 1);
-    rows_.Reserve(k + 1);
+    indices_.Reserve(Room(k + 1));
+    rows_.Reserve(Room(k + 1));
     e_.Upload(indices_.data(), indices, k);
     e_.Upload(rows_.data(), rows, sent_rows);
     e_.Fence();
@@ -639,10 +662,12 @@ class DeviceRowFeedback {
     const size_t m = keys.size();
     out->kind = spec_.kind;
     out->keys.assign(keys.begin(), keys.end());
+    absl::StatusOr<float*> input = codec_->Input(n);
+    if (!input.ok()) return input.status();
     if (examples == 1.0f) {
-      e_.Copy(codec_->Input(n), p_.data(), n);
+      e_.Copy(*input, p_.data(), n);
     } else {
-      e_.ForEach(n, device_step::Scale{p_.data(), examples, codec_->Input(n)});
+      e_.ForEach(n, device_step::Scale{p_.data(), examples, *input});
     }
     if (auto s = codec_->Encode(n, &out->block); !s.ok()) return s;
     if (!compression_internal::ValidateBlock(spec_.kind, out->block, n).ok()) {
@@ -685,10 +710,10 @@ class DeviceRowFeedback {
   absl::Status UpdateTable(size_t m, uint64_t stamp) {
     namespace ds = device_step;
     const size_t t = size_;
-    flags_.Reserve(t + 1);
-    ranks_.Reserve(t + 1);
-    push_flags_.Reserve(m + 1);
-    push_ranks_.Reserve(m + 1);
+    flags_.Reserve(Room(t + 1));
+    ranks_.Reserve(Room(t + 1));
+    push_flags_.Reserve(Room(m + 1));
+    push_ranks_.Reserve(Room(m + 1));
     e_.ForEach(t, ds::NotAmong{tables_[cur_].keys.data(), push_keys_.data(), m, flags_.data()});
     e_.Zero(flags_.data() + t, 1);
     e_.ForEach(m, ds::NonZeroRows{p_.data(), dim_, push_flags_.data()});
@@ -721,10 +746,12 @@ class DeviceRowFeedback {
     const size_t t = size_;
     const size_t f = std::min(t - capacity_, old_kept_);
     if (f == 0) return absl::OkStatus();
-    order_.Reserve(t + 1);
-    e_.SortByKey64(tables_[cur_].stamps.data(), order_.data(), t);
-    flags_.Reserve(t + 1);
-    ranks_.Reserve(t + 1);
+    order_.Reserve(Room(t + 1));
+    // Stamps are at most pushes_: the radix sort looks at their low bits only.
+    e_.SortByKey64(tables_[cur_].stamps.data(), order_.data(), t,
+                   std::max(1, static_cast<int>(std::bit_width(pushes_))));
+    flags_.Reserve(Room(t + 1));
+    ranks_.Reserve(Room(t + 1));
     e_.ForEach(t + 1, ds::Fill{flags_.data(), 0u});
     e_.ForEach(f, ds::MarkOrdered{order_.data(), flags_.data()});
     e_.ExclusiveSum(flags_.data(), ranks_.data(), t + 1);

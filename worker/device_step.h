@@ -19,12 +19,12 @@
 //                        stable sort of occurrence indices by slot (a radix sort: CUB)
 //   e.ExclusiveSum(in, out, n)
 //                        out[i] = in[0] + ... + in[i - 1] (uint32; a scan: CUB)
-//   e.SortByKey64(keys, order, n)
+//   e.SortByKey64(keys, order, n, bits)
 //                        order[0, n) = the indices of keys[0, n) in a stable sort by key
-//                        (64-bit; a radix sort: CUB)
+//                        (64-bit, each below 2^bits; a radix sort: CUB)
 //   E::BlockCodec        a codec over floats where the kernels run (the CUDA codecs):
-//                        Input(n), Encode(n, &block) -> the block on the host, Decode(n) ->
-//                        the last block decoded, where the kernels run
+//                        Input(n) -> where it reads, Encode(n, &block) -> the block on the
+//                        host, Decode(n) -> the last block decoded, where the kernels run
 //   e.SortUnique(ids, n, out) -> count
 //                        the sorted unique values of ids[0, n) into out (CUB)
 //   e.Copy(dst, src, n)  device to device, in order with the kernels

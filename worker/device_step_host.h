@@ -113,7 +113,7 @@ class HostExecutor {
       return std::unique_ptr<BlockCodec>(new BlockCodec(std::move(codec)));
     }
     // Where Encode reads its n floats (what it held before is lost when it grows).
-    float* Input(size_t n) {
+    absl::StatusOr<float*> Input(size_t n) {
       input_.Reserve(n);
       return input_.data();
     }
@@ -180,7 +180,8 @@ class HostExecutor {
   void ExclusiveSum(const uint32_t* in, uint32_t* out, size_t n) {
     std::exclusive_scan(in, in + n, out, 0u);
   }
-  void SortByKey64(const uint64_t* keys, uint32_t* order, size_t n) {
+  // Every key must be below 2^bits (the device's radix sort looks at those bits only).
+  void SortByKey64(const uint64_t* keys, uint32_t* order, size_t n, int /*bits*/ = 64) {
     std::iota(order, order + n, 0u);
     std::stable_sort(order, order + n, [&](uint32_t x, uint32_t y) { return keys[x] < keys[y]; });
   }
