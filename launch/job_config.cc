@@ -100,7 +100,8 @@ const std::array<Field, 65> kFields = {{
      "picks the codec's (min(1, 2R) for topk:R, 0.1 for sign1)"},
     {"residual-rows", &JobConfig::residual_rows,
      "Error-feedback rows a worker keeps per server for compressed sparse pushes; beyond it "
-     "the oldest are sent whole"},
+     "the oldest are sent whole (a GPU worker keeps them on its GPU: about 2 x rows x dim x 4 "
+     "bytes per server)"},
     {"pull-copy-rows", &JobConfig::pull_copy_rows,
      "Rows a server keeps per worker of what that worker holds (--compress-pull); beyond it "
      "the least recently pulled are dropped and sent whole again"},
