@@ -50,7 +50,8 @@ void AppendHeld(const RowMeta& meta, std::span<const float> row, std::vector<uin
   spread->push_back(static_cast<float>(std::clamp(r, 1.0, double{kMaxHeldSpread})));
 }
 
-// Puts the flushed rows of *out in ascending key order, as every push's keys are.
+}  // namespace
+
 void SortFlushed(uint32_t dim, SparsePush* out) {
   if (out->flushed_keys.size() <= 1) return;
   std::vector<size_t> order(out->flushed_keys.size());
@@ -72,8 +73,6 @@ void SortFlushed(uint32_t dim, SparsePush* out) {
   out->flushed_held = std::move(held_sorted);
   out->flushed_spread = std::move(spread_sorted);
 }
-
-}  // namespace
 
 void EncodeKeys(std::span<const uint64_t> keys, std::vector<std::byte>* out) {
   out->reserve(out->size() + EncodedKeysSize(keys));

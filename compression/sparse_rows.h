@@ -140,6 +140,10 @@ bool EncodeHeld(std::span<const uint16_t> held, std::span<const float> spread,
 absl::Status DecodeHeld(std::span<const std::byte> block, size_t count, std::vector<uint16_t>* held,
                         std::vector<float>* spread);
 
+// Puts the flushed rows of *out (flushed_keys and the arrays beside them) in ascending key
+// order, as every push's keys are.
+void SortFlushed(uint32_t dim, SparsePush* out);
+
 class SparseErrorFeedback {
  public:
   // max_rows: residual rows kept (0: unbounded).

@@ -448,7 +448,6 @@ class DeviceRowFeedback {
   absl::Status Drain(SparsePush* out, float examples = 1.0f) {
     namespace ds = device_step;
     const size_t t = size_;
-    SparsePush drained;
     if (t > 0) {
       flags_.Reserve(Room(t + 1));
       ranks_.Reserve(Room(t + 1));
@@ -460,11 +459,12 @@ class DeviceRowFeedback {
       e_.ForEach(t, ds::SplitFlushed{View(cur_), flags_.data(), ranks_.data(), dim_, examples,
                                      out_keys_.data(), out_values_.data(), out_held_.data(),
                                      out_spread_.data(), View(1 - cur_)});
-      if (auto s = DownloadFlushed(t, &drained); !s.ok()) return s;
+      if (auto s = DownloadFlushed(t, out); !s.ok()) return s;
     }
     rows_drained_ += t;
     size_ = 0;
-    AppendSorted(std::move(drained), out);
+    // Beside the rows a push flushed, in key order, as the CPU class keeps them.
+    SortFlushed(dim_, out);
     return absl::OkStatus();
   }
 
@@ -767,54 +767,23 @@ class DeviceRowFeedback {
     return DownloadFlushed(f, out);
   }
 
-  // The f flushed rows (out_*) into out's flushed arrays.
+  // The f flushed rows (out_*, in key order) appended to out's flushed arrays.
   absl::Status DownloadFlushed(size_t f, SparsePush* out) {
     e_.Download(host_out_keys_.data(), out_keys_.data(), f);
     e_.Download(host_out_values_.data(), out_values_.data(), f * dim_);
     e_.Download(host_out_held_.data(), out_held_.data(), f);
     e_.Download(host_out_spread_.data(), out_spread_.data(), f);
     e_.Finish();
-    out->flushed_keys.assign(host_out_keys_.data(), host_out_keys_.data() + f);
-    out->flushed_values.assign(host_out_values_.data(), host_out_values_.data() + f * dim_);
-    out->flushed_held.resize(f);
+    out->flushed_keys.insert(out->flushed_keys.end(), host_out_keys_.data(),
+                             host_out_keys_.data() + f);
+    out->flushed_values.insert(out->flushed_values.end(), host_out_values_.data(),
+                               host_out_values_.data() + f * dim_);
     for (size_t i = 0; i < f; ++i) {
-      out->flushed_held[i] = static_cast<uint16_t>(host_out_held_.data()[i]);
+      out->flushed_held.push_back(static_cast<uint16_t>(host_out_held_.data()[i]));
     }
-    out->flushed_spread.assign(host_out_spread_.data(), host_out_spread_.data() + f);
+    out->flushed_spread.insert(out->flushed_spread.end(), host_out_spread_.data(),
+                               host_out_spread_.data() + f);
     return absl::OkStatus();
-  }
-
-  // out's flushed rows and `more`'s (each ascending, no key in both), merged in key order.
-  void AppendSorted(SparsePush more, SparsePush* out) const {
-    if (out->flushed_keys.empty()) {
-      out->flushed_keys = std::move(more.flushed_keys);
-      out->flushed_values = std::move(more.flushed_values);
-      out->flushed_held = std::move(more.flushed_held);
-      out->flushed_spread = std::move(more.flushed_spread);
-      return;
-    }
-    SparsePush merged;
-    size_t a = 0, b = 0;
-    const auto take = [&](const SparsePush& from, size_t i) {
-      merged.flushed_keys.push_back(from.flushed_keys[i]);
-      merged.flushed_values.insert(merged.flushed_values.end(),
-                                   from.flushed_values.begin() + i * dim_,
-                                   from.flushed_values.begin() + (i + 1) * dim_);
-      merged.flushed_held.push_back(from.flushed_held[i]);
-      merged.flushed_spread.push_back(from.flushed_spread[i]);
-    };
-    while (a < out->flushed_keys.size() || b < more.flushed_keys.size()) {
-      if (b == more.flushed_keys.size() ||
-          (a < out->flushed_keys.size() && out->flushed_keys[a] < more.flushed_keys[b])) {
-        take(*out, a++);
-      } else {
-        take(more, b++);
-      }
-    }
-    out->flushed_keys = std::move(merged.flushed_keys);
-    out->flushed_values = std::move(merged.flushed_values);
-    out->flushed_held = std::move(merged.flushed_held);
-    out->flushed_spread = std::move(merged.flushed_spread);
   }
 
   E& e_;
