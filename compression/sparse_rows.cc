@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "compression/held_rows.h"
 #include "compression/topk_select.h"
 #include "compression/wire.h"
 
@@ -37,17 +38,17 @@ void PutVarint(uint64_t v, std::vector<std::byte>* out) {
   out->push_back(static_cast<std::byte>(v));
 }
 
-// A sent row's held count and spread: `meta` sums the row's pushes, `row` is what is sent
-// for it whole (before what is not sent is subtracted). A residual left by an earlier partial
-// send (held 0) counts as one push.
+// A sent row's held count and spread (device_step::HeldAndSpread, which the device uses too):
+// `meta` sums the row's pushes, `row` is what is sent for it whole (before what is not sent is
+// subtracted).
 void AppendHeld(const RowMeta& meta, std::span<const float> row, std::vector<uint16_t>* held,
                 std::vector<float>* spread) {
-  const uint32_t k = std::clamp<uint32_t>(meta.held, 1, kMaxHeldSteps);
-  double sent_squares = 0;
-  for (float v : row) sent_squares += double{v} * v;
-  const double r = sent_squares > 0 ? k * double{meta.squares} / sent_squares : 1.0;
+  uint32_t k = 0;
+  float r = 0;
+  device_step::HeldAndSpread(meta.held, meta.squares, row.data(), static_cast<uint32_t>(row.size()),
+                             &k, &r);
   held->push_back(static_cast<uint16_t>(k));
-  spread->push_back(static_cast<float>(std::clamp(r, 1.0, double{kMaxHeldSpread})));
+  spread->push_back(r);
 }
 
 }  // namespace

@@ -49,6 +49,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "compression/codec.h"
+#include "compression/held_rows.h"
 #include "compression/sparse_rows.h"
 #include "compression/wire.h"
 #include "optim/optimizer.h"
@@ -56,58 +57,6 @@
 
 namespace syncline {
 namespace device_step {
-
-// Rounded IEEE operations that the device compiler does not contract into FMAs.
-SYNCLINE_HD inline float MulRn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-SYNCLINE_HD inline float AddRn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-SYNCLINE_HD inline float SubRn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-SYNCLINE_HD inline double DMulRn(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-SYNCLINE_HD inline double DAddRn(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-
-// A sent row's held count and spread, as compression/sparse_rows.cc's AppendHeld: `held` and
-// `squares` sum the row's pushes, `row` is what is sent for it whole.
-SYNCLINE_HD inline void HeldAndSpread(uint32_t held, float squares, const float* row, uint32_t dim,
-                                      uint32_t* held_out, float* spread_out) {
-  const uint32_t k = held < 1 ? 1 : (held > kMaxHeldSteps ? kMaxHeldSteps : held);
-  double sent_squares = 0;
-  for (uint32_t j = 0; j < dim; ++j) {
-    sent_squares = DAddRn(sent_squares, DMulRn(static_cast<double>(row[j]), row[j]));
-  }
-  const double r = sent_squares > 0 ? DMulRn(k, static_cast<double>(squares)) / sent_squares : 1.0;
-  const double max_spread = kMaxHeldSpread;
-  *held_out = k;
-  *spread_out = static_cast<float>(r < 1.0 ? 1.0 : (max_spread < r ? max_spread : r));
-}
 
 // Per row i of a push: p = gradient / examples (as its product with `inv`) + the row's residual,
 // and its metadata one push on (held + 1; squares + the sum of the scaled gradient's squares,
