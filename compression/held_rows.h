@@ -8,15 +8,8 @@
 
 #include <cstdint>
 
+#include "core/host_device.h"
 #include "optim/optimizer.h"
-
-#if !defined(SYNCLINE_HD)
-#if defined(__CUDACC__)
-#define SYNCLINE_HD __host__ __device__
-#else
-#define SYNCLINE_HD
-#endif
-#endif
 
 namespace syncline::device_step {
 

@@ -53,7 +53,8 @@
 #include <utility>
 #include <vector>
 
-#include "worker/example_metrics.h"  // and SYNCLINE_HD
+#include "core/host_device.h"
+#include "worker/example_metrics.h"
 #include "worker/gemm.h"
 
 namespace syncline::device_step {

@@ -11,13 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if !defined(SYNCLINE_HD)
-#if defined(__CUDACC__)
-#define SYNCLINE_HD __host__ __device__
-#else
-#define SYNCLINE_HD
-#endif
-#endif
+#include "core/host_device.h"
 
 namespace syncline::example_metrics {
 
