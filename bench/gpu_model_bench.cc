@@ -18,7 +18,10 @@
 // bytes of row gradient each brings down. And the same for the ctr model's embedding rows
 // pushed to two parameter-server shards with a residual per row (SparseErrorFeedback on the CPU,
 // DeviceRowFeedback through Model::EncodeRows on the device): what a ctr worker does per step
-// under --compress topk or sign1.
+// under --compress topk or sign1. And a ctr step whose rows come from compressed pulls
+// (--compress-pull): the replies decoded on the CPU (DecodePull) and the rows uploaded whole, or
+// the replies uploaded as they came and decoded on the device (Model::DecodePulls), with the
+// bytes of rows each sends up.
 //
 // Each figure is the rate over at least --seconds of steps (and 3 steps) after 2 untimed ones.
 #include <CLI/CLI.hpp>
@@ -33,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -364,6 +368,132 @@ int CompressedSteps(bool gpu, bool sparse, size_t batch, double seconds, uint64_
   return 0;
 }
 
+// A ctr step whose rows come from compressed pulls (--compress-pull) of two shards (even and
+// odd keys), each a server's copy (EncodePull, untimed) of rows that move a little between
+// steps: the replies decoded on the CPU into the batch's rows, which the step uploads whole,
+// or (`decoder`, on the model's device) uploaded as they came and decoded there. Milliseconds
+// per step (decoding and step), and the bytes a step sends up for its rows either way: the
+// rows whole, or the replies' new rows, delta blocks and 12 bytes of slot, source and place a
+// row (the same replies, whichever way they were decoded).
+struct PullRate {
+  double ms = 0;
+  double whole_bytes = 0, reply_bytes = 0;
+};
+PullRate MeasurePulls(const Model& model, PulledRowDecoder* decoder, const CodecSpec& codec,
+                      const Dataset& data, size_t batch, double seconds, uint64_t seed) {
+  const uint32_t dim = static_cast<uint32_t>(model.row_dim());
+  const std::unique_ptr<Codec> server_codec = Codec::Create(codec);
+  std::vector<RowTable> servers, copies;
+  for (int s = 0; s < 2; ++s) {
+    servers.emplace_back(dim, 0);
+    copies.emplace_back(dim, 0);
+  }
+  absl::flat_hash_map<uint64_t, std::vector<float>> table;  // the servers' current rows
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> init(-0.05f, 0.05f), drift(-1e-3f, 1e-3f);
+  const size_t batches = std::max<size_t>(1, data.size() / batch);
+  std::vector<float> bias(model.bias_dim()), bias_grad(model.bias_dim()), rows, grads, shard_rows;
+  for (float& x : bias) x = init(rng);
+  double whole_bytes = 0, reply_bytes = 0;
+  uint64_t stamp = 0;
+  auto step = [&](size_t b) {
+    std::vector<uint32_t> examples(batch);
+    std::iota(examples.begin(), examples.end(), static_cast<uint32_t>((b % batches) * batch));
+    const std::vector<uint64_t> keys = model.BatchKeys(data, examples);
+    rows.assign(keys.size() * dim, 0.0f);
+    // The servers' replies (untimed): each shard's keys ascending, with their batch positions.
+    std::vector<uint64_t> shard_keys[2];
+    std::vector<uint32_t> places[2];
+    PulledRows replies[2];
+    ++stamp;
+    for (size_t s = 0; s < 2; ++s) {
+      std::vector<float> values;
+      for (size_t k = 0; k < keys.size(); ++k) {
+        if (keys[k] % 2 != s) continue;
+        shard_keys[s].push_back(keys[k]);
+        places[s].push_back(static_cast<uint32_t>(k));
+        auto [it, inserted] = table.try_emplace(keys[k], dim);
+        for (float& x : it->second) x = inserted ? init(rng) : x + drift(rng);
+        values.insert(values.end(), it->second.begin(), it->second.end());
+      }
+      EncodePull(*server_codec, shard_keys[s], values, stamp, &servers[s], &replies[s]);
+    }
+    const Clock::time_point t0 = Clock::now();
+    if (decoder != nullptr) decoder->BeginRead(std::span<float>(rows));
+    for (size_t s = 0; s < 2; ++s) {
+      const auto fresh = std::as_bytes(std::span<const float>(replies[s].fresh));
+      absl::Status decoded;
+      if (decoder != nullptr) {
+        decoded = decoder->Decode(shard_keys[s], places[s], fresh, replies[s].block,
+                                  replies[s].evicted, rows.data());
+      } else {
+        shard_rows.resize(shard_keys[s].size() * dim);
+        decoded = DecodePull(codec.kind, shard_keys[s], fresh, replies[s].block, replies[s].evicted,
+                             &copies[s], std::span<float>(shard_rows));
+        for (size_t j = 0; j < places[s].size(); ++j) {
+          std::copy_n(shard_rows.begin() + j * dim, dim, rows.begin() + places[s][j] * dim);
+        }
+      }
+      whole_bytes += static_cast<double>(shard_keys[s].size() * dim * sizeof(float));
+      reply_bytes +=
+          static_cast<double>(fresh.size() + replies[s].block.size() + 12 * shard_keys[s].size());
+      if (!decoded.ok()) {
+        absl::FPrintF(stderr, "decoding a compressed pull: %s\n", decoded.ToString());
+        std::exit(1);
+      }
+    }
+    grads.assign(rows.size(), 0.0f);
+    std::fill(bias_grad.begin(), bias_grad.end(), 0.0f);
+    model.LossAndGradient(data, examples, keys, rows, bias, absl::MakeSpan(grads),
+                          absl::MakeSpan(bias_grad));
+    return absl::FromChrono(Clock::now() - t0);
+  };
+  double unused = 0;
+  const CompressedRate rate = TimeCompressed(step, seconds, &unused);
+  // TimeCompressed's untimed steps count here too: per step over all of them.
+  const double steps = static_cast<double>(stamp);
+  return PullRate{
+      .ms = rate.ms, .whole_bytes = whole_bytes / steps, .reply_bytes = reply_bytes / steps};
+}
+
+// The compressed pulls' table: a ctr worker's step under --compress-pull, its replies decoded
+// on the CPU or on the device.
+int CompressedPulls(bool gpu, size_t batch, double seconds, uint64_t seed) {
+  const ModelOptions options{.embedding_dim = 16, .hidden = {64}};
+  const Dataset data = MakeData(Shape::kCriteo, 4 * batch, seed);
+  absl::PrintF(
+      "\nCompressed pulls, ctr D=16 H=64, criteo, batch %d: the replies of 2 shards decoded "
+      "and the step\n\n"
+      "| pull codec | CPU worker ms | GPU, decoded on the CPU ms | GPU, decoded on the device ms "
+      "| device/CPU-decoded | row bytes a step, whole | as replies |\n"
+      "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+      batch);
+  for (const char* name : {"fp16", "topk:0.1", "sign1"}) {
+    const CodecSpec codec = *ParseCodec(name);
+    auto cpu = Model::Create("ctr", options);
+    if (!cpu.ok()) return 1;
+    const PullRate on_cpu = MeasurePulls(**cpu, nullptr, codec, data, batch, seconds, seed);
+    if (!gpu) {
+      absl::PrintF("| %s | %.2f | not measured | not measured | | %.0f | %.0f |\n", name, on_cpu.ms,
+                   on_cpu.whole_bytes, on_cpu.reply_bytes);
+      continue;
+    }
+    auto host = CreateGpuModel("ctr", options, 0);
+    auto kept = CreateGpuModel("ctr", options, 0);
+    if (!host.ok() || !kept.ok()) return 1;
+    PulledRowDecoder* decoder = (*kept)->DecodePulls(PullDecoding{.codec = codec.kind, .dim = 16});
+    if (decoder == nullptr) {
+      absl::PrintF("| %s | %.2f | no device decoder for this codec | | | | |\n", name, on_cpu.ms);
+      continue;
+    }
+    const PullRate on_host = MeasurePulls(**host, nullptr, codec, data, batch, seconds, seed);
+    const PullRate device = MeasurePulls(**kept, decoder, codec, data, batch, seconds, seed);
+    absl::PrintF("| %s | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f |\n", name, on_cpu.ms, on_host.ms,
+                 device.ms, on_host.ms / device.ms, on_host.whole_bytes, device.reply_bytes);
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app(
       "syncline-bench-gpu: a worker's training step (BatchKeys + LossAndGradient) on the CPU "
@@ -437,6 +567,7 @@ int Main(int argc, char** argv) {
       return code;
     }
   }
+  if (int code = CompressedPulls(gpu, quick ? 256 : 4096, seconds, seed); code != 0) return code;
 #if SYNCLINE_BENCH_GPU_KERNELS
   if (gpu) return RunKernelBenchmarks(quick);
 #endif

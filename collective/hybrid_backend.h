@@ -62,6 +62,10 @@ class HybridBackend : public SyncBackend {
     return rows_->RowCompressionWanted();
   }
   void SetRowEncoder(RowGradientEncoder* encoder) override { rows_->SetRowEncoder(encoder); }
+  std::optional<PullDecoding> PullDecodingWanted() const override {
+    return rows_->PullDecodingWanted();
+  }
+  void SetPullDecoder(PulledRowDecoder* decoder) override { rows_->SetPullDecoder(decoder); }
   absl::Status EndIteration(int64_t clock, float examples) override;
   absl::Status Finish() override;
   void Settle(absl::Duration max_wait) override { rows_->Settle(max_wait); }

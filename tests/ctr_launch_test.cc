@@ -36,35 +36,39 @@ struct CtrRun {
 // `model` trained on 30k generated Criteo rows with strong pairwise terms: its test AUC and
 // the bytes its workers pushed.
 CtrRun TrainAndTest(const std::string& data, const std::string& model,
-                    const std::string& compress = "none", const std::string& device = "cpu") {
+                    const std::string& compress = "none", const std::string& device = "cpu",
+                    const std::string& compress_pull = "none") {
   const std::string out = TempDir("ctr_" + model + "_" + compress + "_" + device);
-  auto r = RunProcess({kLaunch,
-                       "--servers",
-                       "1",
-                       "--workers",
-                       "2",
-                       "--model",
-                       model,
-                       "--format",
-                       "criteo",
-                       "--train",
-                       data + "/train.txt",
-                       "--test",
-                       data + "/test.txt",
-                       "--epochs",
-                       "2",
-                       "--lr",
-                       "0.05",
-                       "--embedding-dim",
-                       "4",
-                       "--hidden",
-                       "16",
-                       "--compress",
-                       compress,
-                       "--device",
-                       device,
-                       "--out",
-                       out});
+  std::vector<std::string> args = {kLaunch,
+                                   "--servers",
+                                   "1",
+                                   "--workers",
+                                   "2",
+                                   "--model",
+                                   model,
+                                   "--format",
+                                   "criteo",
+                                   "--train",
+                                   data + "/train.txt",
+                                   "--test",
+                                   data + "/test.txt",
+                                   "--epochs",
+                                   "2",
+                                   "--lr",
+                                   "0.05",
+                                   "--embedding-dim",
+                                   "4",
+                                   "--hidden",
+                                   "16",
+                                   "--compress",
+                                   compress,
+                                   "--device",
+                                   device,
+                                   "--compress-pull",
+                                   compress_pull,
+                                   "--out",
+                                   out};
+  auto r = RunProcess(args);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   const std::string summary = ReadFile(out + "/summary.json");
   EXPECT_NE(summary.find("\"model\": \"" + model + "\""), std::string::npos) << summary;
@@ -97,7 +101,8 @@ TEST(CtrLaunchTest, CtrLearnsTheInteractionsThatLogregMisses) {
 // GPU workers compressing their embedding rows with top-K and a residual per row keep the rows'
 // gradients and the residual rows on the device (only what is sent comes down), and train
 // what CPU workers train with the same codec: the same pushes from the same gradients, which
-// the two devices compute to rounding.
+// the two devices compute to rounding. Their pulls are compressed (fp16 deltas) and decoded on
+// the device too, against the copy of the pulled rows kept there.
 TEST(CtrLaunchTest, GpuWorkersEncodeTheirEmbeddingRowsOnTheDevice) {
   if (!GpuModelsBuilt() || ProbeDevices().gpus == 0) {
     GTEST_SKIP() << (GpuModelsBuilt() ? "no CUDA device is visible" : "this build has no CUDA");
@@ -107,12 +112,15 @@ TEST(CtrLaunchTest, GpuWorkersEncodeTheirEmbeddingRowsOnTheDevice) {
                          "--interaction", "2", "--out", data + "/train.txt", "--test-out",
                          data + "/test.txt"});
   ASSERT_EQ(gen.exit_code, 0) << gen.output;
-  const CtrRun cpu = TrainAndTest(data, "ctr", "topk:0.1", "cpu");
+  const CtrRun cpu = TrainAndTest(data, "ctr", "topk:0.1", "cpu", "fp16");
   EXPECT_EQ(cpu.output.find("sparse row gradients are encoded on"), std::string::npos)
       << cpu.output;
-  const CtrRun gpu = TrainAndTest(data, "ctr", "topk:0.1", "cuda");
+  EXPECT_EQ(cpu.output.find("compressed pulls are decoded on"), std::string::npos) << cpu.output;
+  const CtrRun gpu = TrainAndTest(data, "ctr", "topk:0.1", "cuda", "fp16");
   EXPECT_NE(gpu.output.find("sparse row gradients are encoded on cuda:0 (topk:0.1"),
             std::string::npos)
+      << gpu.output;
+  EXPECT_NE(gpu.output.find("compressed pulls are decoded on cuda:0 (fp16"), std::string::npos)
       << gpu.output;
   EXPECT_NEAR(gpu.auc, cpu.auc, 0.02);
   EXPECT_NEAR(gpu.bytes_pushed, cpu.bytes_pushed, 0.1 * cpu.bytes_pushed);

@@ -295,6 +295,17 @@ class CudaExecutor {
       return codec_->device_output();
     }
 
+    absl::StatusOr<const float*> DecodeBlock(std::span<const std::byte> block, size_t n) {
+      if (n > codec_->capacity()) {
+        if (auto s = Grow(std::max(n, 2 * codec_->capacity())); !s.ok()) return s;
+      }
+      e_->Zero(codec_->device_output(), n);
+      e_->Finish();
+      if (auto s = codec_->UploadBlock(block, n); !s.ok()) return s;
+      if (auto s = codec_->DecodeAddOnDevice(n, 1.0f); !s.ok()) return s;
+      return codec_->device_output();
+    }
+
    private:
     static constexpr size_t kInitialCapacity = size_t{1} << 16;
     BlockCodec(CudaExecutor* e, const CodecSpec& spec) : e_(e), spec_(spec) {}

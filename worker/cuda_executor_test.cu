@@ -19,6 +19,7 @@
 #include "compression/codec.h"
 #include "compression/sparse_rows.h"
 #include "worker/cuda_executor.cuh"
+#include "worker/device_pull_copy.h"
 #include "worker/device_row_feedback.h"
 #include "worker/device_step.h"
 #include "worker/device_step_host.h"
@@ -316,6 +317,73 @@ TEST_F(CudaExecutorTest, RowFeedbackPushesAreTheCpuClasss) {
     ASSERT_TRUE((*device)->Drain(&got, 2.0f).ok());
     EXPECT_EQ(got.flushed_keys, want.flushed_keys);
     EXPECT_TRUE(SameFloats(got.flushed_values, want.flushed_values)) << "drained rows differ";
+  }
+}
+
+// Compressed pulls' replies decoded on the device give DecodePull's rows and copy, to the bit:
+// fp16, top-K and sign1 deltas, a server copy bounded so that rows are evicted, the rows placed
+// among a batch's (a shard's share).
+TEST_F(CudaExecutorTest, PullCopyDecodesTheCpusRows) {
+  CudaExecutor e(0);
+  std::mt19937_64 rng(17);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  constexpr uint32_t kDim = 16;
+  constexpr uint64_t kIds = 3000;
+  for (const char* name : {"fp16", "topk:0.05", "sign1"}) {
+    SCOPED_TRACE(name);
+    const CodecSpec spec = *ParseCodec(name);
+    const std::unique_ptr<Codec> codec = Codec::Create(spec);
+    auto device = DevicePullCopy<CudaExecutor>::Create(e, spec.kind, kDim);
+    ASSERT_TRUE(device.ok()) << device.status();
+    RowTable server(kDim, 1500), cpu(kDim, 0);
+    std::vector<float> current(kIds * kDim);
+    for (float& v : current) v = g(rng);
+    CudaExecutor::Array<float> d_out;
+    for (int pull = 0; pull < 12; ++pull) {
+      SCOPED_TRACE(pull);
+      for (float& v : current) v += 0.05f * g(rng);
+      std::vector<uint64_t> keys;
+      for (uint64_t k = 0; k < kIds; ++k) {
+        if (rng() % 4 == 0) keys.push_back(k);
+      }
+      std::vector<float> values;
+      for (uint64_t k : keys) {
+        values.insert(values.end(), current.begin() + k * kDim, current.begin() + (k + 1) * kDim);
+      }
+      PulledRows reply;
+      EncodePull(*codec, keys, values, pull + 1, &server, &reply);
+      const size_t m = keys.size();
+      std::vector<uint32_t> places(m);
+      for (size_t i = 0; i < m; ++i) places[i] = static_cast<uint32_t>(2 * i + 1);
+      std::vector<float> want(m * kDim);
+      const auto fresh = std::as_bytes(std::span<const float>(reply.fresh));
+      ASSERT_TRUE(DecodePull(spec.kind, keys, fresh, reply.block, reply.evicted, &cpu,
+                             std::span<float>(want))
+                      .ok());
+      d_out.Reserve((2 * m + 1) * kDim);
+      ASSERT_TRUE(
+          (*device)
+              ->Apply(keys, places, fresh, reply.block, reply.evicted, d_out.data(), 2 * m + 1)
+              .ok());
+      std::vector<float> out((2 * m + 1) * kDim);
+      e.Download(out.data(), d_out.data(), out.size());
+      e.Finish();
+      std::vector<float> got(m * kDim);
+      for (size_t i = 0; i < m; ++i) {
+        std::copy_n(out.begin() + places[i] * kDim, kDim, got.begin() + i * kDim);
+      }
+      EXPECT_TRUE(SameFloats(got, want)) << "rows differ";
+      ASSERT_EQ((*device)->size(), cpu.size());
+    }
+    RowTable copy(kDim, 0);
+    ASSERT_TRUE((*device)->CopyRows(&copy).ok());
+    ASSERT_EQ(copy.size(), cpu.size());
+    bool same = true;
+    cpu.ForEach([&](uint64_t key, uint64_t, const RowMeta&, const float* row) {
+      const float* c = copy.Find(key);
+      same = same && c != nullptr && std::memcmp(c, row, kDim * sizeof(float)) == 0;
+    });
+    EXPECT_TRUE(same) << "copies differ";
   }
 }
 

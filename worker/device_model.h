@@ -39,6 +39,7 @@
 #include "syncline/options.h"
 #include "worker/criteo.h"
 #include "worker/ctr_model.h"
+#include "worker/device_pull_copy.h"
 #include "worker/device_row_feedback.h"
 #include "worker/device_step.h"
 #include "worker/example_metrics.h"
@@ -145,12 +146,14 @@ class DeviceModel final : public Model {
     e_.Activate();
     row_grads_.Reserve(rows.size());
     dense_grads_.Reserve(bias.size());
-    UploadStep(data, examples, keys, rows, bias);
+    // A read whose compressed replies were decoded here: its rows are here already.
+    const float* pulled = pull_copy_ != nullptr ? pull_copy_->Take(rows) : nullptr;
+    const float* step_rows = UploadStep(data, examples, keys, rows, bias, pulled);
     if (ctr()) {
-      device_step::CtrLossAndGradient(e_, shape_, batch_, rows_.data(), dense_.data(), &ctr_,
+      device_step::CtrLossAndGradient(e_, shape_, batch_, step_rows, dense_.data(), &ctr_,
                                       row_grads_.data(), dense_grads_.data());
     } else {
-      device_step::LossAndGradient(e_, shape_, batch_, rows_.data(), dense_.data(), &act_,
+      device_step::LossAndGradient(e_, shape_, batch_, step_rows, dense_.data(), &act_,
                                    row_grads_.data(), dense_grads_.data());
     }
     StageNext();
@@ -246,6 +249,24 @@ class DeviceModel final : public Model {
     return row_encoder_.get();
   }
 
+  // The copy of compressed pulls' rows on the device (DevicePullCopy on E), and the reads'
+  // rows decoded there. Null for rows of another width, or a codec that cannot be made here.
+  PulledRowDecoder* DecodePulls(const PullDecoding& want) const override {
+    absl::MutexLock lock(&mu_);
+    e_.Activate();
+    pull_copy_.reset();
+    if (want.dim != static_cast<uint32_t>(row_dim())) return nullptr;
+    auto made = DevicePullCopy<E>::Create(e_, want.codec, want.dim);
+    if (!made.ok()) return nullptr;
+    pull_copy_ = std::make_unique<PullCopy>(*this, std::move(*made));
+    return pull_copy_.get();
+  }
+  // Rows of training reads decoded here so far (for tests).
+  int64_t rows_decoded() const {
+    absl::MutexLock lock(&mu_);
+    return pull_copy_ != nullptr ? pull_copy_->rows_decoded() : 0;
+  }
+
   bool WantsPrefetch() const override { return prefetch_; }
   void Prefetch(const Dataset& data, absl::Span<const uint32_t> examples,
                 absl::Span<const uint64_t> keys) const override {
@@ -267,6 +288,7 @@ class DeviceModel final : public Model {
     e_.Activate();
     for (std::unique_ptr<KeptGradients>& encoder : encoders_) encoder.reset();
     row_encoder_.reset();
+    pull_copy_.reset();
   }
 
   TransferTimes TakeTransferTimes() const override {
@@ -429,6 +451,102 @@ class DeviceModel final : public Model {
     const DeviceModel& model_;
   };
 
+  // The pull decoder: the copy, and the reads open (a read and a read-ahead), each with its
+  // rows on the device.
+  class PullCopy final : public PulledRowDecoder {
+   public:
+    PullCopy(const DeviceModel& model, std::unique_ptr<DevicePullCopy<E>> copy)
+        : model_(model), copy_(std::move(copy)) {}
+    ~PullCopy() override {
+      // Destroyed with the model's lock held (DecodePulls, StopEncoding) or at the model's end.
+      model_.e_.Activate();
+    }
+
+    void BeginRead(std::span<float> rows) override {
+      absl::MutexLock lock(&model_.mu_);
+      model_.e_.Activate();
+      Read* read = Find(rows.data());
+      if (read == nullptr) {
+        // A free one, or else the one begun first.
+        read = &reads_[0];
+        for (Read& r : reads_) {
+          if (!r.open) {
+            read = &r;
+            break;
+          }
+          if (r.begun < read->begun) read = &r;
+        }
+      }
+      read->host = rows.data();
+      read->floats = rows.size();
+      read->rows_done = 0;
+      read->open = true;
+      read->begun = ++begun_;
+      read->rows.Reserve(rows.size() + 1);
+    }
+
+    absl::Status Decode(std::span<const uint64_t> keys, std::span<const uint32_t> places,
+                        std::span<const std::byte> fresh, std::span<const std::byte> block,
+                        std::span<const uint64_t> evicted, const float* rows) override {
+      absl::MutexLock lock(&model_.mu_);
+      model_.e_.Activate();
+      Read* read = Find(rows);
+      if (read == nullptr) {
+        return absl::FailedPreconditionError(
+            "a compressed pull's reply for rows no read was begun for (PulledRowDecoder)");
+      }
+      const size_t out_rows = read->floats / copy_->dim();
+      if (auto s = copy_->Apply(keys, places, fresh, block, evicted, read->rows.data(), out_rows);
+          !s.ok()) {
+        return s;
+      }
+      read->rows_done += keys.size();
+      rows_decoded_ += static_cast<int64_t>(keys.size());
+      return absl::OkStatus();
+    }
+
+    size_t size() const override {
+      absl::MutexLock lock(&model_.mu_);
+      return copy_->size();
+    }
+
+    // The device rows of the open read of `rows`, which it closes; null when none is open (the
+    // rows are the caller's). A read whose replies did not cover every row is a caller's bug.
+    const float* Take(absl::Span<const float> rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(model_.mu_) {
+      Read* read = Find(rows.data());
+      if (read == nullptr) return nullptr;
+      model_internal::CheckOrDie(
+          read->floats == rows.size() && read->rows_done * copy_->dim() == rows.size(),
+          "a step on a read whose compressed replies did not cover its rows");
+      read->open = false;
+      return read->rows.data();
+    }
+    int64_t rows_decoded() const { return rows_decoded_; }
+    const DevicePullCopy<E>& copy() const { return *copy_; }
+
+   private:
+    struct Read {
+      bool open = false;
+      const float* host = nullptr;
+      size_t floats = 0;
+      size_t rows_done = 0;
+      uint64_t begun = 0;
+      typename E::template Array<float> rows;
+    };
+    Read* Find(const float* host) {
+      for (Read& r : reads_) {
+        if (r.open && r.host == host) return &r;
+      }
+      return nullptr;
+    }
+
+    const DeviceModel& model_;
+    std::unique_ptr<DevicePullCopy<E>> copy_;
+    Read reads_[2];
+    uint64_t begun_ = 0;
+    int64_t rows_decoded_ = 0;
+  };
+
   class Evaluator final : public ModelEvaluator {
    public:
     explicit Evaluator(const DeviceModel& model)
@@ -483,13 +601,13 @@ class DeviceModel final : public Model {
   const float* Score(const Dataset& data, absl::Span<const uint32_t> examples,
                      absl::Span<const uint64_t> keys, absl::Span<const float> rows,
                      absl::Span<const float> bias) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    UploadStep(data, examples, keys, rows, bias);
+    const float* step_rows = UploadStep(data, examples, keys, rows, bias);
     const float* logits;
     if (ctr()) {
-      device_step::CtrForward(e_, shape_, batch_, rows_.data(), dense_.data(), &ctr_);
+      device_step::CtrForward(e_, shape_, batch_, step_rows, dense_.data(), &ctr_);
       logits = ctr_.logit.data();
     } else {
-      device_step::Forward(e_, shape_, batch_, rows_.data(), dense_.data(), &act_);
+      device_step::Forward(e_, shape_, batch_, step_rows, dense_.data(), &act_);
       logits = act_.pre.back().data();
     }
     act_.dh.Reserve(examples.size() * (binary() ? 1 : shape_.outputs()));
@@ -544,12 +662,15 @@ class DeviceModel final : public Model {
   // Packs the batch and uploads it (unless it was staged while the last step computed) and
   // indexes it, while the rows and the dense table are still on their way up; the step may
   // start once this returns.
-  void UploadStep(const Dataset& data, absl::Span<const uint32_t> examples,
-                  absl::Span<const uint64_t> keys, absl::Span<const float> rows,
-                  absl::Span<const float> bias) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // Returns where the step reads the rows: `pulled` (rows decoded here already), or where
+  // `rows` went up.
+  const float* UploadStep(const Dataset& data, absl::Span<const uint32_t> examples,
+                          absl::Span<const uint64_t> keys, absl::Span<const float> rows,
+                          absl::Span<const float> bias, const float* pulled = nullptr) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const bool staged = TakeStaged(data, examples, keys);
     if (!staged) Pack(data, examples, host_);
-    rows_.Reserve(rows.size());
+    if (pulled == nullptr) rows_.Reserve(rows.size());
     dense_.Reserve(bias.size());
     if (ctr()) ctr_.dense.Reserve(host_.n * kCriteoDenseFields);
     e_.MarkUploadsBegin();
@@ -557,10 +678,11 @@ class DeviceModel final : public Model {
     e_.Fence();
     batch_.Index(e_);
     if (ctr()) e_.Upload(ctr_.dense.data(), host_.dense.data(), host_.n * kCriteoDenseFields);
-    e_.Upload(rows_.data(), rows.data(), rows.size());
+    if (pulled == nullptr) e_.Upload(rows_.data(), rows.data(), rows.size());
     e_.Upload(dense_.data(), bias.data(), bias.size());
     e_.MarkUploadsEnd();
     e_.Fence();
+    return pulled != nullptr ? pulled : rows_.data();
   }
 
   // The batch Prefetch announced, packed and uploaded on the copy stream while the current
@@ -621,6 +743,7 @@ class DeviceModel final : public Model {
   // first (their end makes the device current).
   mutable std::unique_ptr<KeptGradients> encoders_[2] ABSL_GUARDED_BY(mu_);
   mutable std::unique_ptr<KeptRows> row_encoder_ ABSL_GUARDED_BY(mu_);
+  mutable std::unique_ptr<PullCopy> pull_copy_ ABSL_GUARDED_BY(mu_);
   mutable size_t step_rows_ ABSL_GUARDED_BY(mu_) = 0;  // rows of row_grads_ a row encoder reads
 };
 

@@ -130,6 +130,15 @@ class HostExecutor {
       return decoded_.data();
     }
 
+    // `block` (from the host: a compressed pull's deltas) decoded as n floats added to zeros,
+    // where the kernels run. InvalidArgument for a block that does not encode n floats.
+    absl::StatusOr<const float*> DecodeBlock(std::span<const std::byte> block, size_t n) {
+      if (auto s = ValidateBlock(codec_->spec().kind, block, n); !s.ok()) return s;
+      decoded_.assign(n, 0.0f);
+      if (auto s = codec_->DecodeAdd(block, std::span<float>(decoded_)); !s.ok()) return s;
+      return decoded_.data();
+    }
+
    private:
     explicit BlockCodec(std::unique_ptr<Codec> codec) : codec_(std::move(codec)) {}
     std::unique_ptr<Codec> codec_;

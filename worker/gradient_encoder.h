@@ -9,6 +9,10 @@
 // the model keeps each step's row gradients and the residual rows on its device, and a push
 // brings down only what SparseErrorFeedback would send.
 //
+// PulledRowDecoder: the mirror for compressed pulls (--compress-pull): the model keeps the
+// worker's copy of the pulled rows where it computes, so that only a reply's bytes go up, and
+// the batch's rows are decoded there.
+//
 // Thread-safety: thread-compatible; the model that made it must outlive it.
 #ifndef SYNCLINE_WORKER_GRADIENT_ENCODER_H_
 #define SYNCLINE_WORKER_GRADIENT_ENCODER_H_
@@ -92,6 +96,32 @@ class RowGradientEncoder {
     uint64_t held = 0, flushed = 0, drained = 0;
   };
   virtual Counts counts() const = 0;
+};
+
+// What a backend asks of a model for compressed pulls of sparse rows: their codec (fp16, topk
+// or sign1) and the rows' width.
+struct PullDecoding {
+  CodecKind codec = CodecKind::kNone;
+  uint32_t dim = 0;
+};
+
+class PulledRowDecoder {
+ public:
+  virtual ~PulledRowDecoder() = default;
+  // A read of a batch's rows into `rows` (the caller's buffer, the keys' rows of dim floats)
+  // begins: its replies come through Decode, which writes the rows where the model computes and
+  // leaves `rows` as it is; the model's next LossAndGradient on `rows` reads them there. At
+  // most two reads are open at once (a read and a read-ahead); beginning one again drops what
+  // it had.
+  virtual void BeginRead(std::span<float> rows) = 0;
+  // One reply of the read of `rows` (DecodePull's fresh, block and evicted): DecodePull's checks
+  // and update of the copy, the rows of keys[i] going to row places[i] of that read (places
+  // empty: row i). An error names what does not fit, and leaves the copy as it was.
+  virtual absl::Status Decode(std::span<const uint64_t> keys, std::span<const uint32_t> places,
+                              std::span<const std::byte> fresh, std::span<const std::byte> block,
+                              std::span<const uint64_t> evicted, const float* rows) = 0;
+  // Rows the copy holds.
+  virtual size_t size() const = 0;
 };
 
 }  // namespace syncline

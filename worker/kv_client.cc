@@ -446,6 +446,15 @@ absl::StatusOr<Ticket> KVClient::PushRowsEncoded(uint32_t table, int server,
   return ticket;
 }
 
+void KVClient::SetPullDecoder(uint32_t table, PulledRowDecoder* decoder) {
+  if (decoder == nullptr) {
+    pull_decoders_.erase(table);
+  } else {
+    pull_decoders_[table] = decoder;
+  }
+  pull_copies_.erase(table);
+}
+
 void KVClient::RememberPull(uint32_t table, int server, uint64_t request_id,
                             std::span<const uint64_t> keys) {
   auto& recent = recent_pulls_[std::make_pair(table, server)];
@@ -479,9 +488,22 @@ absl::Status KVClient::CompletePull(const Request& r, Message& reply) {
       !s.ok()) {
     return absl::DataLossError(absl::StrFormat("%s: rows dropped: %s", server, s.message()));
   }
-  RowTable& copy = pull_copies_.at(r.table);
   const Frame& fresh = reply.payload(0);
   const Frame& block = reply.payload(1);
+  if (const auto d = pull_decoders_.find(r.table); d != pull_decoders_.end()) {
+    absl::Status decoded;
+    {
+      ScopedTime timed(&codec_time_);
+      decoded = d->second->Decode(
+          r.keys, r.positions, std::span<const std::byte>(fresh.data(), fresh.size()),
+          std::span<const std::byte>(block.data(), block.size()), evicted, r.out);
+    }
+    if (!decoded.ok()) {
+      return absl::Status(decoded.code(), absl::StrFormat("%s: %s", server, decoded.message()));
+    }
+    return absl::OkStatus();
+  }
+  RowTable& copy = pull_copies_.at(r.table);
   std::vector<float> rows(r.keys.size() * r.dim);
   absl::Status decoded;
   {

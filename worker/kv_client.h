@@ -34,6 +34,7 @@
 #include "core/control_client.h"
 #include "core/table_config.h"
 #include "core/transport.h"
+#include "worker/gradient_encoder.h"
 
 namespace syncline {
 
@@ -141,6 +142,17 @@ class KVClient {
   // Leaves the servers' clock sets and waits for their acknowledgement.
   absl::Status Finish(absl::Time deadline);
 
+  // Whether a sparse pull at `clock` asks for compressed deltas (--compress-pull, clock >= 0).
+  bool CompressesPulls(int64_t clock) const {
+    return clock >= 0 && options_.pull_codec.kind != CodecKind::kNone;
+  }
+  const CodecSpec& pull_codec() const { return options_.pull_codec; }
+  // From now on, the compressed replies of `table`'s sparse pulls go to `decoder` (a GPU
+  // model's copy of the pulled rows: Model::DecodePulls) instead of this client's copy and the
+  // pull's buffer; null: back to this client's copy (empty: the servers' copies must be too).
+  // Not owned; it outlives the client's use of it.
+  void SetPullDecoder(uint32_t table, PulledRowDecoder* decoder);
+
   // Mean staleness of the pull replies received since the last call (0 when none).
   double TakeMeanStaleness();
   // Time spent encoding fp16 pushes and decoding compressed pulls since the last call.
@@ -221,6 +233,8 @@ class KVClient {
   std::unique_ptr<Codec> half_codec_;  // made at the first PushHalf
   // Compressed pulls: per table, the rows as the servers know this worker holds them.
   absl::flat_hash_map<uint32_t, RowTable> pull_copies_;
+  // ... or the decoders that keep them (SetPullDecoder).
+  absl::flat_hash_map<uint32_t, PulledRowDecoder*> pull_decoders_;
   // Per (table, server): request ids and keys of the last kRememberedPulls compressed pulls.
   absl::flat_hash_map<std::pair<uint32_t, int>,
                       std::deque<std::pair<uint64_t, std::vector<uint64_t>>>>

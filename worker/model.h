@@ -134,6 +134,12 @@ class Model {
   // encoder of the rows made by EncodeGradients, and EncodeGradients of the rows replaces it.
   virtual RowGradientEncoder* EncodeRows(const RowCompression& want) const { return nullptr; }
 
+  // From now on, the replies of compressed pulls of the rows are decoded by the decoder, which
+  // keeps the worker's copy of the pulled rows where the model computes: LossAndGradient reads
+  // a read's rows there (PulledRowDecoder). Null where the model cannot (CPU models, another
+  // width). A new call replaces the decoder, with an empty copy.
+  virtual PulledRowDecoder* DecodePulls(const PullDecoding& want) const { return nullptr; }
+
   // Whether the trainer should announce each next batch before the current step (Prefetch): a
   // device model packs and uploads it while the current step computes.
   virtual bool WantsPrefetch() const { return false; }
@@ -143,8 +149,9 @@ class Model {
   virtual void Prefetch(const Dataset& data, absl::Span<const uint32_t> examples,
                         absl::Span<const uint64_t> keys) const {}
 
-  // From now on, LossAndGradient hands every gradient back again; the encoders EncodeGradients
-  // and EncodeRows made are gone (a new timeline's backend asks again).
+  // From now on, LossAndGradient hands every gradient back again and reads the rows it is
+  // handed; the encoders EncodeGradients and EncodeRows made and the decoder of DecodePulls are
+  // gone (a new timeline's backend asks again).
   virtual void StopEncoding() const {}
 
   // Time the calls since the last Take spent copying to and from a device (GPU models; zero on

@@ -73,6 +73,9 @@ absl::Status PsBackend::StartRead(int64_t clock, std::span<const uint64_t> keys,
                                   std::span<float> rows, std::span<float> bias, Ticket* row_ticket,
                                   Ticket* bias_ticket) {
   const uint32_t dim = layout_.row_dim;
+  if (pull_decoder_ != nullptr && !layout_.dense_rows && client_->CompressesPulls(clock)) {
+    pull_decoder_->BeginRead(rows);
+  }
   auto row = layout_.dense_rows
                  ? client_->PullDenseFrames(kRowsTable, 0, layout_.num_features * dim, clock,
                                             &table_pieces_)
@@ -479,6 +482,16 @@ absl::StatusOr<std::string> PsBackend::SaveState() const {
     SaveResiduals(bias_feedback_, &out);
   }
   return out;
+}
+
+std::optional<PullDecoding> PsBackend::PullDecodingWanted() const {
+  if (layout_.dense_rows || client_->pull_codec().kind == CodecKind::kNone) return std::nullopt;
+  return PullDecoding{.codec = client_->pull_codec().kind, .dim = layout_.row_dim};
+}
+
+void PsBackend::SetPullDecoder(PulledRowDecoder* decoder) {
+  pull_decoder_ = decoder;
+  client_->SetPullDecoder(kRowsTable, decoder);
 }
 
 std::optional<RowCompression> PsBackend::RowCompressionWanted() const {

@@ -70,6 +70,11 @@ class PsBackend : public SyncBackend {
   // Each shard's push (and the last clock's drain) comes from `encoder` (a GPU model's, which
   // keeps the row gradients and the residual rows on its device); it holds the residuals.
   void SetRowEncoder(RowGradientEncoder* encoder) override { row_encoder_ = encoder; }
+  // Sparse rows under --compress-pull: the pulls' codec and the rows' width.
+  std::optional<PullDecoding> PullDecodingWanted() const override;
+  // The client hands the rows table's compressed replies to `decoder`; a training read begins
+  // the decoder's read of its rows buffer.
+  void SetPullDecoder(PulledRowDecoder* decoder) override;
   // The error-feedback residuals: one per shard (dense rows) or per row (sparse rows), none
   // without compression.
   absl::StatusOr<std::string> SaveState() const override;
@@ -127,6 +132,7 @@ class PsBackend : public SyncBackend {
   std::vector<SparseErrorFeedback> sparse_feedback_;
   std::vector<SparsePush> sparse_pushes_;
   RowGradientEncoder* row_encoder_ = nullptr;  // not owned; when set, it holds the residuals
+  PulledRowDecoder* pull_decoder_ = nullptr;   // not owned; when set, it holds the pulls' copy
   // Training's last clock: its pushes carry every residual whole (-1: not known).
   int64_t final_clock_ = -1;
   std::vector<float> bias_final_;  // the last clock's bias gradient plus residual

@@ -90,6 +90,12 @@ class SyncBackend {
   // rows through it, and reads none of the row gradients in Update.
   virtual std::optional<RowCompression> RowCompressionWanted() const { return std::nullopt; }
   virtual void SetRowEncoder(RowGradientEncoder* encoder) {}
+  // Compressed pulls of sparse rows (after Init): parameter servers' under --compress-pull.
+  // Given a decoder for them (a GPU model's: Model::DecodePulls), every training read of the
+  // rows begins a read of the decoder's, and the replies are decoded by it: the rows buffer
+  // handed to Read is left as it is, and the model reads the rows where it computes.
+  virtual std::optional<PullDecoding> PullDecodingWanted() const { return std::nullopt; }
+  virtual void SetPullDecoder(PulledRowDecoder* decoder) {}
 
   // Worker `worker` joined the running job: its iterations count from `first_clock`, and
   // `donors` (rank order) are the workers still training that gave it batches. Every worker

@@ -68,7 +68,7 @@ std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
                          OptimizerKind optimizer, CodecSpec codec = {},
                          const Checkpointing& ckpt = {}, bool read_ahead = false,
                          bool sparse_rows = false, Compute compute = Compute::kCpu,
-                         const std::string& model_name = "logreg") {
+                         const std::string& model_name = "logreg", CodecSpec pull = {}) {
   constexpr int kFeatures = 200;
   InprocTransport transport;
   std::vector<std::unique_ptr<Endpoint>> server_eps;
@@ -81,6 +81,8 @@ std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
                                                                  .num_servers = servers,
                                                                  .num_workers = workers,
                                                                  .staleness = staleness,
+                                                                 .pull_codec = pull,
+                                                                 .pull_copy_rows = 60,
                                                                  .checkpoint_root = ckpt.root,
                                                                  .checkpoint_every = ckpt.every}));
     if (!ckpt.resume.empty()) {
@@ -111,7 +113,7 @@ std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
       auto ep = *transport.CreateEndpoint("w" + std::to_string(w));
-      KVClient client(ep.get(), KVClientOptions{.rank = w, .server_ids = ids});
+      KVClient client(ep.get(), KVClientOptions{.rank = w, .server_ids = ids, .pull_codec = pull});
       PsBackend backend(&client, absl::Seconds(10), codec, sparse_rows ? 50 : 1000000);
       ASSERT_TRUE(backend.Init(layout).ok());
       // A device model of this worker's own (an encoder keeps one worker's gradients).
@@ -123,7 +125,14 @@ std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
       if (compute == Compute::kDeviceModelEncoding) {
         const std::vector<GradientCompression> wanted = backend.CompressionWanted();
         const std::optional<RowCompression> rows_wanted = backend.RowCompressionWanted();
-        ASSERT_TRUE(!wanted.empty() || rows_wanted.has_value());
+        const std::optional<PullDecoding> pulls_wanted = backend.PullDecodingWanted();
+        ASSERT_TRUE(!wanted.empty() || rows_wanted.has_value() || pulls_wanted.has_value());
+        ASSERT_EQ(pulls_wanted.has_value(), pull.kind != CodecKind::kNone && !layout.dense_rows);
+        if (pulls_wanted.has_value()) {
+          PulledRowDecoder* decoder = device->DecodePulls(*pulls_wanted);
+          ASSERT_NE(decoder, nullptr);
+          backend.SetPullDecoder(decoder);
+        }
         if (rows_wanted.has_value()) {
           ASSERT_EQ(rows_wanted->shards, static_cast<size_t>(servers));
           RowGradientEncoder* encoder = device->EncodeRows(*rows_wanted);
@@ -166,6 +175,15 @@ std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
             static_cast<const DeviceModel<device_step::HostExecutor>&>(*device).prefetched();
         const int64_t ran = result->steps - options.start_step;
         EXPECT_EQ(staged, compute == Compute::kDeviceModelUnstaged ? 0 : ran - 1);
+        // The rows of every training read were decoded by the model.
+        const int64_t decoded =
+            static_cast<const DeviceModel<device_step::HostExecutor>&>(*device).rows_decoded();
+        if (compute == Compute::kDeviceModelEncoding && pull.kind != CodecKind::kNone &&
+            !layout.dense_rows) {
+          EXPECT_GE(decoded, ran);
+        } else {
+          EXPECT_EQ(decoded, 0);
+        }
       }
     });
   }
@@ -296,6 +314,44 @@ TEST(TrainerTest, SparseRowsEncodedByTheModelTrainTheBitsOfTheBackendsEncoding) 
       EXPECT_NE(kept, plain) << "compression must have changed something";
     }
   }
+}
+
+// Compressed pulls decoded by a device model (the copy of the pulled rows on its device, the
+// rows of each read written there) train the bits of the client's own decoding, with rows
+// evicted from the servers' copies (60 rows each) and with the pushes compressed too.
+TEST(TrainerTest, PullsDecodedByTheModelTrainTheBitsOfTheClientsDecoding) {
+  struct Run {
+    const char* model;
+    const char* pull;
+    const char* push;  // "" none
+  };
+  for (const Run& run :
+       {Run{"logreg", "fp16", ""}, Run{"logreg", "topk:0.3", ""}, Run{"mlp", "sign1", ""},
+        Run{"logreg", "fp16", "topk:0.05"}, Run{"mlp", "topk:0.3", "sign1:64"}}) {
+    SCOPED_TRACE(testing::Message() << run.model << " pull " << run.pull << " push " << run.push);
+    const CodecSpec pull = *ParseCodec(run.pull);
+    const CodecSpec push = *run.push != '\0' ? *ParseCodec(run.push) : CodecSpec{};
+    const std::vector<float> client = Train(2, 2, 0, 20, OptimizerKind::kAdagrad, push, {}, false,
+                                            true, Compute::kDeviceModel, run.model, pull);
+    const std::vector<float> model = Train(2, 2, 0, 20, OptimizerKind::kAdagrad, push, {}, false,
+                                           true, Compute::kDeviceModelEncoding, run.model, pull);
+    EXPECT_EQ(model, client);
+    const std::vector<float> exact = Train(2, 2, 0, 20, OptimizerKind::kAdagrad, push, {}, false,
+                                           true, Compute::kDeviceModel, run.model);
+    EXPECT_NE(model, exact) << "the pulls' compression must have changed something";
+  }
+}
+
+// With a read-ahead (SSP), two reads are open at once: the next batch's replies are decoded
+// before the current one is computed. One worker, so that what each read sees does not depend
+// on timing (its read of t + 1 reaches each server before its push of t).
+TEST(TrainerTest, PullsDecodedByTheModelWithAReadAheadTrainTheSameBits) {
+  const CodecSpec pull = *ParseCodec("fp16");
+  const std::vector<float> client = Train(2, 1, 2, 20, OptimizerKind::kAdagrad, {}, {}, true, true,
+                                          Compute::kDeviceModel, "logreg", pull);
+  const std::vector<float> model = Train(2, 1, 2, 20, OptimizerKind::kAdagrad, {}, {}, true, true,
+                                         Compute::kDeviceModelEncoding, "logreg", pull);
+  EXPECT_EQ(model, client);
 }
 
 // The same for an mlp, whose dense table (1178 floats) is compressed too and flushed whole,

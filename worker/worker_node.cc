@@ -513,6 +513,17 @@ NodeExit WorkerNode::Run() {
                              << "crosses PCIe";
         }
       }
+      // Compressed pulls: the copy of the pulled rows lives on the device, and the replies'
+      // bytes go up as they came.
+      if (std::optional<PullDecoding> want = backend->PullDecodingWanted()) {
+        if (PulledRowDecoder* decoder = (*model)->DecodePulls(*want)) {
+          backend->SetPullDecoder(decoder);
+          SYNCLINE_LOG(INFO) << "compressed pulls are decoded on " << device->device << " ("
+                             << CodecName(spec.training.pull_codec)
+                             << " deltas against the copy of the pulled rows kept there): only "
+                             << "the replies' bytes cross PCIe";
+        }
+      }
     }
 
     TrainerOptions trainer_options;

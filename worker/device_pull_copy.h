@@ -1,0 +1,248 @@
+// DevicePullCopy: the worker's side of compressed pulls (--compress-pull, DecodePull in
+// compression/sparse_rows.h) where the rows are used, on a device_step executor E
+// (worker/device_step.h): the CUDA GPU of a GPU worker, or the host executor in tests. A reply
+// is checked on the host as DecodePull checks it, and then only its own bytes go up: the new
+// rows whole, the delta block as it came (decoded there by E::BlockCodec, the CUDA codecs) and
+// three 32-bit words a row (its slot in the copy, where its data comes from, its place in the
+// batch); the copy is updated there and the rows of the pull are written where the step reads
+// them. The host keeps the copy's index (key to slot) only.
+//
+// The floats are DecodePull's to the bit: a new row is copied, a held one gets the decoded
+// delta added (without fusing: AddRn), as the CPU adds them.
+//
+// Thread-safety: thread-compatible; E's calls are the caller's to serialise.
+#ifndef SYNCLINE_WORKER_DEVICE_PULL_COPY_H_
+#define SYNCLINE_WORKER_DEVICE_PULL_COPY_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "compression/codec.h"
+#include "compression/held_rows.h"
+#include "compression/sparse_rows.h"
+#include "worker/device_row_feedback.h"
+#include "worker/device_step.h"
+
+namespace syncline {
+namespace device_step {
+
+// Per row i of a reply: a new row (from >= 0: row `from` of the new rows) is copied into its
+// slot; a held one (from < 0: row -1 - from of the decoded deltas) gets its delta added. Either
+// way the slot's row goes to row place[i] of `out`.
+struct ApplyPulledRow {
+  const uint32_t* slot;
+  const int32_t* from;
+  const uint32_t* place;
+  const float* fresh;
+  const float* delta;
+  uint32_t dim;
+  float* rows;
+  float* out;
+  SYNCLINE_HD void operator()(size_t i) const {
+    float* row = rows + static_cast<size_t>(slot[i]) * dim;
+    float* o = out + static_cast<size_t>(place[i]) * dim;
+    const int32_t f = from[i];
+    if (f >= 0) {
+      const float* src = fresh + static_cast<size_t>(f) * dim;
+      for (uint32_t j = 0; j < dim; ++j) {
+        row[j] = src[j];
+        o[j] = src[j];
+      }
+    } else {
+      const float* d = delta + static_cast<size_t>(-1 - f) * dim;
+      for (uint32_t j = 0; j < dim; ++j) {
+        const float v = AddRn(row[j], d[j]);
+        row[j] = v;
+        o[j] = v;
+      }
+    }
+  }
+};
+
+}  // namespace device_step
+
+template <class E>
+class DevicePullCopy {
+ public:
+  // `kind`: the pulls' codec (fp16, topk or sign1); rows of `dim` floats.
+  static absl::StatusOr<std::unique_ptr<DevicePullCopy>> Create(E& e, CodecKind kind,
+                                                                uint32_t dim) {
+    if (kind == CodecKind::kNone || dim == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("a compressed pull's copy needs a codec and rows (codec %d, dim %d)",
+                          static_cast<int>(kind), dim));
+    }
+    auto codec = E::BlockCodec::Create(e, CodecSpec{.kind = kind});
+    if (!codec.ok()) return codec.status();
+    return std::unique_ptr<DevicePullCopy>(new DevicePullCopy(e, kind, dim, std::move(*codec)));
+  }
+
+  uint32_t dim() const { return dim_; }
+  // Rows the copy holds.
+  size_t size() const { return slot_of_.size(); }
+
+  // One reply of a compressed pull of `keys` (fresh, block and evicted as DecodePull takes
+  // them): checks it against the copy before anything changes (an error names the part that
+  // does not fit, as DecodePull's), then updates the copy and writes the rows of keys[i] to row
+  // places[i] of `out` (out_rows rows of dim floats, where the kernels run; places empty: row
+  // i).
+  absl::Status Apply(std::span<const uint64_t> keys, std::span<const uint32_t> places,
+                     std::span<const std::byte> fresh, std::span<const std::byte> block,
+                     std::span<const uint64_t> evicted, float* out, size_t out_rows) {
+    const size_t n = keys.size();
+    if (!places.empty() && places.size() != n) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("compressed pull: %d places for the rows of %d keys", places.size(), n));
+    }
+    if (n > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+      return absl::InvalidArgumentError("compressed pull: more than 2^31 rows in one reply");
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const size_t place = places.empty() ? i : places[i];
+      if (place >= out_rows) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "compressed pull: row %d goes to row %d of a batch of %d rows", i, place, out_rows));
+      }
+    }
+    size_t known = 0;
+    for (uint64_t k : keys) known += slot_of_.contains(k) ? 1 : 0;
+    const size_t fresh_rows = n - known;
+    if (fresh.size() != fresh_rows * dim_ * sizeof(float)) {
+      return absl::DataLossError(absl::StrFormat(
+          "compressed pull: %d bytes of new rows, expected %d rows of %d floats (the copies of "
+          "the rows held disagree)",
+          fresh.size(), fresh_rows, dim_));
+    }
+    if (known == 0 && !block.empty()) {
+      return absl::InvalidArgumentError("compressed pull: a delta block for no known rows");
+    }
+    if (known > 0) {
+      if (auto s = ValidateBlock(kind_, block, known * dim_); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("compressed pull: ", s.message()));
+      }
+    }
+    if (!evicted.empty()) {
+      const absl::flat_hash_set<uint64_t> pulled(keys.begin(), keys.end());
+      for (uint64_t k : evicted) {
+        if (!slot_of_.contains(k) || pulled.contains(k)) {
+          return absl::DataLossError(
+              absl::StrFormat("compressed pull: the server dropped row %d, which this worker %s", k,
+                              pulled.contains(k) ? "is pulling" : "does not hold"));
+        }
+      }
+    }
+    if (n == 0) return absl::OkStatus();
+    // The deltas decoded where the kernels run: the last step that may fail, so that an error
+    // leaves the copy as it was.
+    const float* delta = nullptr;
+    if (known > 0) {
+      absl::StatusOr<const float*> decoded = codec_->DecodeBlock(block, known * dim_);
+      if (!decoded.ok()) {
+        return absl::Status(decoded.status().code(),
+                            absl::StrCat("compressed pull: ", decoded.status().message()));
+      }
+      delta = *decoded;
+    }
+    // Slots: a held row keeps its own, a new one takes a freed one or the next.
+    host_meta_.Reserve(Room(3 * n));
+    uint32_t* slots = host_meta_.data();
+    int32_t* from = reinterpret_cast<int32_t*>(slots + n);
+    uint32_t* place = slots + 2 * n;
+    int32_t f = 0, d = 0;
+    for (size_t i = 0; i < n; ++i) {
+      auto [it, inserted] = slot_of_.try_emplace(keys[i], 0u);
+      if (inserted) {
+        if (free_.empty()) {
+          it->second = static_cast<uint32_t>(slots_used_++);
+        } else {
+          it->second = free_.back();
+          free_.pop_back();
+        }
+        from[i] = f++;
+      } else {
+        from[i] = -1 - d++;
+      }
+      slots[i] = it->second;
+      place[i] = places.empty() ? static_cast<uint32_t>(i) : places[i];
+    }
+    GrowRows();
+    meta_.Reserve(Room(3 * n));
+    fresh_.Reserve(Room(fresh_rows * dim_ + 1));
+    e_.Upload(meta_.data(), host_meta_.data(), 3 * n);
+    e_.Upload(fresh_.data(), reinterpret_cast<const float*>(fresh.data()), fresh_rows * dim_);
+    e_.Fence();
+    const uint32_t* device_meta = meta_.data();
+    e_.ForEach(n, device_step::ApplyPulledRow{
+                      device_meta, reinterpret_cast<const int32_t*>(device_meta + n),
+                      device_meta + 2 * n, fresh_.data(), delta, dim_, rows_.data(), out});
+    // The staging arrays are written again by the next reply's uploads, on the copy stream.
+    e_.Finish();
+    for (uint64_t k : evicted) {
+      const auto it = slot_of_.find(k);
+      free_.push_back(it->second);
+      slot_of_.erase(it);
+    }
+    return absl::OkStatus();
+  }
+
+  // The copy's rows, as DecodePull's RowTable holds them (for tests: recency is not kept).
+  absl::Status CopyRows(RowTable* table) const {
+    if (table->dim() != dim_) {
+      return absl::InvalidArgumentError("a copy of the pulled rows into rows of another width");
+    }
+    std::vector<float> rows(slots_used_ * dim_);
+    e_.Download(rows.data(), rows_.data(), rows.size());
+    e_.Finish();
+    table->Clear();
+    for (const auto& [key, slot] : slot_of_) {
+      std::memcpy(table->Touch(key, 0), rows.data() + size_t{slot} * dim_, dim_ * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  DevicePullCopy(E& e, CodecKind kind, uint32_t dim, std::unique_ptr<typename E::BlockCodec> codec)
+      : e_(e), kind_(kind), dim_(dim), codec_(std::move(codec)) {}
+
+  // Room for every slot handed out, keeping the rows held (an array's growth drops them).
+  void GrowRows() {
+    if (slots_used_ <= capacity_) return;
+    const size_t capacity = Room(slots_used_);
+    typename E::template Array<float> bigger;
+    bigger.Reserve(capacity * dim_);
+    e_.Copy(bigger.data(), rows_.data(), capacity_ * dim_);
+    std::swap(rows_, bigger);
+    e_.Finish();  // before the old array goes
+    capacity_ = capacity;
+  }
+
+  E& e_;
+  const CodecKind kind_;
+  const uint32_t dim_;
+  std::unique_ptr<typename E::BlockCodec> codec_;
+  absl::flat_hash_map<uint64_t, uint32_t> slot_of_;
+  std::vector<uint32_t> free_;  // slots of evicted rows
+  size_t slots_used_ = 0;       // slots handed out (the highest + 1)
+  size_t capacity_ = 0;         // rows_ holds capacity_ rows
+  typename E::template Array<float> rows_;
+  typename E::template Array<uint32_t> meta_;
+  typename E::template Array<float> fresh_;
+  typename E::template PinnedArray<uint32_t> host_meta_;
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_WORKER_DEVICE_PULL_COPY_H_
