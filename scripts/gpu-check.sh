@@ -176,11 +176,13 @@ run() {
   # 100 steps per worker; then one GPU worker alone, whose split no second worker on the same
   # GPU disturbs; then that worker under ASP reading a batch ahead, so that its pull overlaps
   # the step before; then that worker under BSP pushing its embedding rows compressed (top-K
-  # with a residual per row, kept on the GPU: only what is sent crosses PCIe).
-  for device in cuda cpu cuda1 cuda1asp cuda1topk; do
+  # with a residual per row, kept on the GPU: only what is sent crosses PCIe); then pulling
+  # them compressed as well (fp16 deltas, decoded on the GPU against the copy kept there).
+  for device in cuda cpu cuda1 cuda1asp cuda1topk cuda1topkpull; do
     local sync=bsp
     [ "$device" = cuda1asp ] && sync="asp --read-ahead on"
     [ "$device" = cuda1topk ] && sync="bsp --compress topk:0.01"
+    [ "$device" = cuda1topkpull ] && sync="bsp --compress topk:0.01 --compress-pull fp16"
     # shellcheck disable=SC2086
     step "ctr_job_$device" 120 "$(bin syncline-launch)" --servers 2 \
       --workers "$([ "${device#cuda1}" != "$device" ] && echo 1 || echo 2)" --sync $sync \
@@ -213,9 +215,9 @@ run() {
   step bench_codec 60 "$(bin syncline-bench-codec)" --size-mib 4 64 256
   echo
   cat "$out/bench_gpu.log" "$out/bench_data.log" 2>/dev/null
-  for device in cuda cpu cuda1 cuda1asp cuda1topk; do
+  for device in cuda cpu cuda1 cuda1asp cuda1topk cuda1topkpull; do
     echo "ctr job on $device:"
-    grep -E '"(device|step_seconds|steps_per_worker|test_auc|wall_seconds|bytes_pushed)"' \
+    grep -E '"(device|step_seconds|steps_per_worker|test_auc|wall_seconds|bytes_pushed|bytes_pulled)"' \
       "$out/ctr-$device/summary.json" 2>/dev/null
   done
   cp "$summary" "$dest/summary.txt"
