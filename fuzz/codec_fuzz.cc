@@ -1,15 +1,22 @@
 // Fuzz target: every codec's decoder on untrusted blocks. The input picks a codec and a
 // length; a block that is refused must leave the output untouched. Then the sparse rows' parts
 // (compression/sparse_rows.h) on the same bytes: compact keys, held counts, and a compressed
-// pull's reply against a worker's copy, which a refused reply must leave as it was.
+// pull's reply against a worker's copy, which a refused reply must leave as it was, and the
+// same reply against the device's copy (worker/device_pull_copy.h, on the host executor), which
+// must take, refuse and decode exactly as the CPU does.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "compression/codec.h"
 #include "compression/sparse_rows.h"
 #include "compression/wire.h"
 #include "fuzz/fuzz_util.h"
+#include "worker/device_pull_copy.h"
+#include "worker/device_step_host.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   syncline::fuzz::Input in(data, size);
@@ -50,10 +57,47 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t fresh = std::min<size_t>(bytes.size(), 40);
   const std::vector<uint64_t> evicted =
       n % 2 == 0 ? std::vector<uint64_t>{} : std::vector<uint64_t>{n % 12};
-  if (!syncline::DecodePull(spec.kind, pulled, bytes.first(fresh), bytes.subspan(fresh), evicted,
-                            &copy, rows)
+  // The device's copy (on the host executor, which runs its kernels) holding the same rows.
+  using Device = syncline::DevicePullCopy<syncline::device_step::HostExecutor>;
+  syncline::device_step::HostExecutor e;
+  std::unique_ptr<Device> device = *Device::Create(e, spec.kind, 2);
+  std::vector<uint64_t> held_keys;
+  std::vector<float> held_rows;
+  for (uint64_t k = 0; k < 10; ++k) {
+    held_keys.push_back(k);
+    held_rows.insert(held_rows.end(), {1.0f, 0.0f});
+  }
+  syncline::device_step::HostExecutor::Array<float> device_rows;
+  device_rows.Reserve(2 * held_keys.size());
+  if (!device
+           ->Apply(held_keys, {}, std::as_bytes(std::span<const float>(held_rows)), {}, {},
+                   device_rows.data(), held_keys.size())
            .ok()) {
+    __builtin_trap();
+  }
+  const bool cpu_ok = syncline::DecodePull(spec.kind, pulled, bytes.first(fresh),
+                                           bytes.subspan(fresh), evicted, &copy, rows)
+                          .ok();
+  if (!cpu_ok) {
     if (copy.size() != 10 || copy.Find(0)[0] != 1.0f) __builtin_trap();  // refused, yet changed
   }
+  // The device takes what the CPU takes, refuses what it refuses (and then holds what it held),
+  // and decodes the same bits.
+  const bool device_ok = device
+                             ->Apply(pulled, {}, bytes.first(fresh), bytes.subspan(fresh), evicted,
+                                     device_rows.data(), pulled.size())
+                             .ok();
+  if (device_ok != cpu_ok) __builtin_trap();
+  syncline::RowTable device_copy(2, 0);
+  if (!device->CopyRows(&device_copy).ok() || device_copy.size() != copy.size()) __builtin_trap();
+  if (cpu_ok && std::memcmp(device_rows.data(), rows.data(), rows.size() * sizeof(float)) != 0) {
+    __builtin_trap();
+  }
+  bool same = true;
+  copy.ForEach([&](uint64_t key, uint64_t, const syncline::RowMeta&, const float* row) {
+    const float* d = device_copy.Find(key);
+    same = same && d != nullptr && std::memcmp(d, row, 2 * sizeof(float)) == 0;
+  });
+  if (!same) __builtin_trap();
   return 0;
 }
