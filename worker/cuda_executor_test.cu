@@ -328,14 +328,14 @@ TEST_F(CudaExecutorTest, PullCopyDecodesTheCpusRows) {
   std::mt19937_64 rng(17);
   std::normal_distribution<float> g(0.0f, 1.0f);
   constexpr uint32_t kDim = 16;
-  constexpr uint64_t kIds = 3000;
+  constexpr uint64_t kIds = 30000;  // up to ~7000 held rows a pull: the codec grows
   for (const char* name : {"fp16", "topk:0.05", "sign1"}) {
     SCOPED_TRACE(name);
     const CodecSpec spec = *ParseCodec(name);
     const std::unique_ptr<Codec> codec = Codec::Create(spec);
     auto device = DevicePullCopy<CudaExecutor>::Create(e, spec.kind, kDim);
     ASSERT_TRUE(device.ok()) << device.status();
-    RowTable server(kDim, 1500), cpu(kDim, 0);
+    RowTable server(kDim, 20000), cpu(kDim, 0);
     std::vector<float> current(kIds * kDim);
     for (float& v : current) v = g(rng);
     CudaExecutor::Array<float> d_out;

@@ -144,7 +144,10 @@ class DevicePullCopy {
         }
       }
     }
-    if (n == 0) return absl::OkStatus();
+    if (n == 0) {
+      Evict(evicted);
+      return absl::OkStatus();
+    }
     // The deltas decoded where the kernels run: the last step that may fail, so that an error
     // leaves the copy as it was.
     const float* delta = nullptr;
@@ -190,11 +193,7 @@ class DevicePullCopy {
                       device_meta + 2 * n, fresh_.data(), delta, dim_, rows_.data(), out});
     // The staging arrays are written again by the next reply's uploads, on the copy stream.
     e_.Finish();
-    for (uint64_t k : evicted) {
-      const auto it = slot_of_.find(k);
-      free_.push_back(it->second);
-      slot_of_.erase(it);
-    }
+    Evict(evicted);
     return absl::OkStatus();
   }
 
@@ -216,6 +215,16 @@ class DevicePullCopy {
  private:
   DevicePullCopy(E& e, CodecKind kind, uint32_t dim, std::unique_ptr<typename E::BlockCodec> codec)
       : e_(e), kind_(kind), dim_(dim), codec_(std::move(codec)) {}
+
+  // The rows a server dropped (checked to be held): their slots are free for later replies,
+  // whose kernels run after this one's.
+  void Evict(std::span<const uint64_t> evicted) {
+    for (uint64_t k : evicted) {
+      const auto it = slot_of_.find(k);
+      free_.push_back(it->second);
+      slot_of_.erase(it);
+    }
+  }
 
   // Room for every slot handed out, keeping the rows held (an array's growth drops them).
   void GrowRows() {

@@ -106,6 +106,7 @@ TEST_P(DevicePullCopyTest, RepliesDecodeToTheCpusRowsAndCopy) {
                            std::span<float>(want))
                     .ok());
     out.Reserve(batch_rows * c.dim + 1);
+    std::fill(out.data(), out.data() + batch_rows * c.dim, -7.0f);  // rows no reply writes
     ASSERT_TRUE(device
                     .Apply(keys, places, Bytes(reply.fresh), reply.block, reply.evicted, out.data(),
                            batch_rows)
@@ -114,6 +115,11 @@ TEST_P(DevicePullCopyTest, RepliesDecodeToTheCpusRowsAndCopy) {
       const size_t place = c.scattered ? places[i] : i;
       EXPECT_EQ(Bits({out.data() + place * c.dim, c.dim}), Bits({want.data() + i * c.dim, c.dim}))
           << "row of key " << keys[i];
+    }
+    if (c.scattered) {
+      for (size_t r = 0; r < batch_rows; r += 2) {
+        EXPECT_EQ(out.data()[r * c.dim], -7.0f) << "row " << r << " is no key's";
+      }
     }
     EXPECT_EQ(device.size(), cpu.size());
   }
@@ -190,12 +196,29 @@ TEST(DevicePullCopyRefusalTest, RepliesThatDoNotFitChangeNothing) {
   EXPECT_THAT(refused(short_places, Bytes(second.fresh), second.block, {}, 3),
               HasSubstr("1 places for the rows of 3 keys"));
   EXPECT_EQ(device.size(), 3u);
+  {
+    // Every row new (none held): a block is one too many.
+    const std::vector<uint64_t> new_keys = {7, 8};
+    const std::vector<float> new_rows(2 * kDim, 0.5f);
+    const absl::Status s =
+        device.Apply(new_keys, {}, Bytes(new_rows), second.block, {}, out.data(), 2);
+    EXPECT_THAT(std::string(s.message()), HasSubstr("a delta block for no known rows"));
+    EXPECT_EQ(device.size(), 3u);
+  }
 
   // The good reply after them: the CPU's rows and copy.
   ASSERT_TRUE(DecodePull(spec.kind, keys, Bytes(second.fresh), second.block, {}, &cpu, rows).ok());
   ASSERT_TRUE(device.Apply(keys, {}, Bytes(second.fresh), second.block, {}, out.data(), 3).ok());
   EXPECT_EQ(Bits({out.data(), 3 * kDim}), Bits(rows));
   ExpectSameCopy(cpu, device);
+
+  // A reply of no rows still drops the rows the server dropped.
+  const std::vector<uint64_t> none, dropped = {1};
+  std::vector<float> no_rows;
+  ASSERT_TRUE(DecodePull(spec.kind, none, {}, {}, dropped, &cpu, no_rows).ok());
+  ASSERT_TRUE(device.Apply(none, {}, {}, {}, dropped, out.data(), 0).ok());
+  ExpectSameCopy(cpu, device);
+  EXPECT_EQ(device.size(), 3u);  // 2, 3 and 4
   EXPECT_FALSE(Copy::Create(e, CodecKind::kNone, kDim).ok());
 }
 
