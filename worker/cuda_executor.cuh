@@ -309,11 +309,11 @@ class CudaExecutor {
    private:
     static constexpr size_t kInitialCapacity = size_t{1} << 16;
     BlockCodec(CudaExecutor* e, const CodecSpec& spec) : e_(e), spec_(spec) {}
+    // The old codec stays until the new one is made: a failed growth leaves it usable.
     absl::Status Grow(size_t capacity) {
-      e_->Finish();
-      codec_.reset();
       absl::StatusOr<std::unique_ptr<CudaCodec>> codec = CudaCodec::Create(spec_, capacity);
       if (!codec.ok()) return codec.status();
+      e_->Finish();
       codec_ = std::move(*codec);
       return absl::OkStatus();
     }
@@ -458,6 +458,12 @@ class CudaExecutor {
   cudaStream_t stream() const { return s_->stream; }
   cublasHandle_t blas() const { return s_->blas; }
 
+  // The device's free memory now (0 when it cannot be read).
+  size_t FreeBytes() const {
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
+    return free;
+  }
   void MarkUploadsBegin() { Record(0, s_->copy); }
   void MarkUploadsEnd() { Record(1, s_->copy); }
   void MarkDownloadsBegin() { Record(2, s_->stream); }

@@ -117,6 +117,7 @@ class DeviceModel final : public Model {
                                   absl::Span<const uint32_t> examples) const override {
     absl::MutexLock lock(&mu_);
     e_.Activate();
+    if (Resident(data)) return ResidentBatchKeys(data, examples);
     // ctr: the categorical ids (the dense entries' are values, not keys).
     const size_t skip = ctr() ? kCriteoDenseFields : 0;
     const size_t nnz = BatchFeatures(data, examples);
@@ -265,6 +266,30 @@ class DeviceModel final : public Model {
   int64_t rows_decoded() const {
     absl::MutexLock lock(&mu_);
     return pull_copy_ != nullptr ? pull_copy_->rows_decoded() : 0;
+  }
+
+  // The dataset's features go up once (when they fit in half the device's free memory), and
+  // a batch of it is gathered there: only its offsets, labels and example indices go up. Not
+  // for ctr (its partitions are streamed). Null forgets it.
+  bool KeepData(const Dataset* data) const override {
+    absl::MutexLock lock(&mu_);
+    e_.Activate();
+    // A batch staged from the data kept so far must not outlive it.
+    staged_.valid = false;
+    resident_host_ = nullptr;
+    if (data == nullptr || ctr() || data->size() == 0) return false;
+    if (device_step::ResidentData<E>::BytesFor(*data) > e_.FreeBytes() / 2) return false;
+    if (data->ids.size() > 0xFFFFFFFFu) return false;  // a batch's offsets are 32-bit
+    resident_.Upload(e_, *data);
+    e_.Finish();
+    resident_host_ = data;
+    return true;
+  }
+
+  // Batches (and BatchKeys calls) gathered from kept data so far (for tests).
+  int64_t batches_gathered() const {
+    absl::MutexLock lock(&mu_);
+    return batches_gathered_;
   }
 
   bool WantsPrefetch() const override { return prefetch_; }
@@ -467,21 +492,21 @@ class DeviceModel final : public Model {
       model_.e_.Activate();
       Read* read = Find(rows.data());
       if (read == nullptr) {
-        // A free one, or else the one begun first.
-        read = &reads_[0];
         for (Read& r : reads_) {
           if (!r.open) {
             read = &r;
             break;
           }
-          if (r.begun < read->begun) read = &r;
         }
       }
+      // A third read while two are open would drop one whose step is still to come, and that
+      // step would read the caller's rows, which no reply wrote.
+      model_internal::CheckOrDie(read != nullptr,
+                                 "a third compressed-pull read begun while two are open");
       read->host = rows.data();
       read->floats = rows.size();
       read->rows_done = 0;
       read->open = true;
-      read->begun = ++begun_;
       read->rows.Reserve(rows.size() + 1);
     }
 
@@ -521,7 +546,7 @@ class DeviceModel final : public Model {
       read->open = false;
       return read->rows.data();
     }
-    int64_t rows_decoded() const { return rows_decoded_; }
+    int64_t rows_decoded() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(model_.mu_) { return rows_decoded_; }
     const DevicePullCopy<E>& copy() const { return *copy_; }
 
    private:
@@ -530,10 +555,9 @@ class DeviceModel final : public Model {
       const float* host = nullptr;
       size_t floats = 0;
       size_t rows_done = 0;
-      uint64_t begun = 0;
       typename E::template Array<float> rows;
     };
-    Read* Find(const float* host) {
+    Read* Find(const float* host) ABSL_EXCLUSIVE_LOCKS_REQUIRED(model_.mu_) {
       for (Read& r : reads_) {
         if (r.open && r.host == host) return &r;
       }
@@ -542,9 +566,8 @@ class DeviceModel final : public Model {
 
     const DeviceModel& model_;
     std::unique_ptr<DevicePullCopy<E>> copy_;
-    Read reads_[2];
-    uint64_t begun_ = 0;
-    int64_t rows_decoded_ = 0;
+    Read reads_[2] ABSL_GUARDED_BY(model_.mu_);
+    int64_t rows_decoded_ ABSL_GUARDED_BY(model_.mu_) = 0;
   };
 
   class Evaluator final : public ModelEvaluator {
@@ -629,6 +652,77 @@ class DeviceModel final : public Model {
     return examples.size() * device_step::kCtrFields;
   }
 
+  // Whether `data` is the dataset kept on the device (KeepData).
+  bool Resident(const Dataset& data) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return resident_host_ == &data && data.size() == resident_.examples &&
+           data.ids.size() == resident_.nnz;
+  }
+
+  // A batch of the kept dataset: its offsets (from the dataset's), labels and example indices
+  // into pinned memory; its features are gathered on the device.
+  void FillResident(const Dataset& data, absl::Span<const uint32_t> examples,
+                    device_step::HostBatch<E>& host) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const size_t nnz = model_internal::CountFeatures(data, examples);
+    host.ReserveResident(examples.size(), nnz);
+    ++batches_gathered_;
+    uint32_t* offsets = host.offsets.data();
+    uint32_t at = 0;
+    for (size_t e = 0; e < examples.size(); ++e) {
+      const uint32_t example = examples[e];
+      offsets[e] = at;
+      host.examples.data()[e] = example;
+      at += static_cast<uint32_t>(data.row_offsets[example + 1] - data.row_offsets[example]);
+      host.labels.data()[e] = Label(data.labels[example]);
+    }
+    offsets[examples.size()] = at;
+  }
+
+  // The batch's keys from the kept dataset: the ids gathered and sorted unique on the device.
+  std::vector<uint64_t> ResidentBatchKeys(const Dataset& data,
+                                          absl::Span<const uint32_t> examples) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    FillResident(data, examples, host_keys_);
+    const size_t n = host_keys_.n, nnz = host_keys_.nnz;
+    key_offsets_.Reserve(n + 1);
+    key_examples_.Reserve(n + 1);
+    ids_.Reserve(nnz);
+    unique_.Reserve(nnz);
+    e_.Upload(key_offsets_.data(), host_keys_.offsets.data(), n + 1);
+    e_.Upload(key_examples_.data(), host_keys_.examples.data(), n);
+    e_.Fence();
+    resident_.Gather(e_, key_offsets_.data(), n, key_examples_.data(), nnz, ids_.data(), nullptr);
+    const size_t count = e_.SortUnique(ids_.data(), nnz, unique_.data());
+    std::vector<uint64_t> keys(count);
+    e_.Download(keys.data(), unique_.data(), count);
+    e_.Finish();
+    return keys;
+  }
+
+  int32_t Label(float label) const {
+    return binary() ? (label > 0.5f ? 1 : 0)
+                    : static_cast<int32_t>(model_internal::ClassLabel(label, num_classes()));
+  }
+
+  // The batch into pinned memory: packed (Pack), or its indices for a gather from the kept
+  // dataset (FillResident).
+  void Fill(const Dataset& data, absl::Span<const uint32_t> examples,
+            device_step::HostBatch<E>& host) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (Resident(data)) {
+      FillResident(data, examples, host);
+    } else {
+      Pack(data, examples, host);
+    }
+  }
+  // Uploads what Fill wrote, with the keys.
+  void UploadBatch(const device_step::HostBatch<E>& host, device_step::SparseBatch<E>& batch,
+                   const uint64_t* keys, size_t num_keys) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (host.resident) {
+      batch.UploadResident(e_, host, resident_, keys, num_keys);
+    } else {
+      batch.Upload(e_, host, keys, num_keys);
+    }
+  }
+
   // The batch's CSR and labels into pinned memory (ctr: its categorical ids as the features,
   // and its dense values apart).
   void Pack(const Dataset& data, absl::Span<const uint32_t> examples,
@@ -652,9 +746,7 @@ class DeviceModel final : public Model {
         ids[at] = data.ids[j];
         values[at] = ctr() ? 1.0f : data.values[j];
       }
-      const float label = data.labels[example];
-      labels[e] = binary() ? (label > 0.5f ? 1 : 0)
-                           : static_cast<int32_t>(model_internal::ClassLabel(label, num_classes()));
+      labels[e] = Label(data.labels[example]);
     }
     offsets[examples.size()] = at;
   }
@@ -669,12 +761,12 @@ class DeviceModel final : public Model {
                           absl::Span<const float> bias, const float* pulled = nullptr) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const bool staged = TakeStaged(data, examples, keys);
-    if (!staged) Pack(data, examples, host_);
+    if (!staged) Fill(data, examples, host_);
     if (pulled == nullptr) rows_.Reserve(rows.size());
     dense_.Reserve(bias.size());
     if (ctr()) ctr_.dense.Reserve(host_.n * kCriteoDenseFields);
     e_.MarkUploadsBegin();
-    if (!staged) batch_.Upload(e_, host_, keys.data(), keys.size());
+    if (!staged) UploadBatch(host_, batch_, keys.data(), keys.size());
     e_.Fence();
     batch_.Index(e_);
     if (ctr()) e_.Upload(ctr_.dense.data(), host_.dense.data(), host_.n * kCriteoDenseFields);
@@ -689,8 +781,8 @@ class DeviceModel final : public Model {
   // step computes (the host packs it meanwhile too): called once the step's kernels are issued.
   void StageNext() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!announced_.valid) return;
-    Pack(*announced_.data, announced_.examples, host_next_);
-    batch_next_.Upload(e_, host_next_, announced_.keys.data(), announced_.keys.size());
+    Fill(*announced_.data, announced_.examples, host_next_);
+    UploadBatch(host_next_, batch_next_, announced_.keys.data(), announced_.keys.size());
     std::swap(staged_, announced_);
     announced_.valid = false;
   }
@@ -729,6 +821,13 @@ class DeviceModel final : public Model {
   mutable device_step::SparseBatch<E> batch_next_ ABSL_GUARDED_BY(mu_);
   mutable int64_t prefetched_ ABSL_GUARDED_BY(mu_) = 0;
   mutable device_step::SparseBatch<E> batch_ ABSL_GUARDED_BY(mu_);
+  // The dataset kept on the device (KeepData), and what BatchKeys gathers its ids with.
+  mutable const Dataset* resident_host_ ABSL_GUARDED_BY(mu_) = nullptr;
+  mutable device_step::ResidentData<E> resident_ ABSL_GUARDED_BY(mu_);
+  mutable int64_t batches_gathered_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable device_step::HostBatch<E> host_keys_ ABSL_GUARDED_BY(mu_);
+  mutable typename E::template Array<uint32_t> key_offsets_ ABSL_GUARDED_BY(mu_), key_examples_
+      ABSL_GUARDED_BY(mu_);
   mutable device_step::Activations<E> act_ ABSL_GUARDED_BY(mu_);
   mutable device_step::CtrActivations<E> ctr_ ABSL_GUARDED_BY(mu_);
   mutable typename E::template Array<float> rows_ ABSL_GUARDED_BY(mu_), dense_ ABSL_GUARDED_BY(mu_),

@@ -643,6 +643,64 @@ TEST_P(DeviceModelTest, AStagedBatchComputesAsAnUnstagedOne) {
   }
 }
 
+// A dataset kept on the device (Model::KeepData): each batch's features gathered there from
+// its example indices give the bits of the batch packed on the host, for BatchKeys, a step and
+// a staged step, with examples out of order, repeated, and without features; a ctr model keeps
+// nothing; once forgotten, the data is packed again.
+TEST_P(DeviceModelTest, AKeptDatasetComputesAsPackedBatches) {
+  Pair m = MakeModels();
+  SKIP_WITHOUT_DEVICE(m);
+  Pair plain = MakeModels();
+  Dataset data = DataFor(*m.cpu, 43, 300, 120, 9);
+  if (m.cpu->name() == "ctr") {
+    EXPECT_FALSE(m.device->KeepData(&data)) << "ctr's partitions are streamed";
+    return;
+  }
+  // Examples 300 and 301 have no features.
+  for (int i = 0; i < 2; ++i) {
+    data.row_offsets.push_back(data.row_offsets.back());
+    data.labels.push_back(1.0f);
+  }
+  ASSERT_TRUE(m.device->KeepData(&data));
+  std::mt19937_64 rng(44);
+  std::vector<std::vector<uint32_t>> batches(3);
+  for (uint32_t i = 0; i < 302; ++i) batches[rng() % 3].push_back(i);
+  std::shuffle(batches[1].begin(), batches[1].end(), rng);
+  batches[2].push_back(batches[2].front());  // an example twice
+  batches.push_back({300, 5, 301});
+  auto step = [&](const Model& model, int b, const std::vector<uint64_t>& keys) {
+    const std::vector<float> rows = Uniform(80 + b, keys.size() * m.cpu->row_dim(), 0.3f);
+    const std::vector<float> bias = Uniform(90 + b, m.cpu->bias_dim(), 0.3f);
+    return RunStep(model, data, batches[b], keys, rows, bias);
+  };
+  auto expect_same = [&](const Step& got, const Step& want) {
+    EXPECT_EQ(got.loss, want.loss);
+    EXPECT_EQ(got.rows, want.rows);
+    EXPECT_EQ(got.dense, want.dense);
+  };
+  for (int b = 0; b < 4; ++b) {
+    SCOPED_TRACE(b);
+    const std::vector<uint64_t> keys = m.device->BatchKeys(data, batches[b]);
+    ASSERT_EQ(keys, plain.device->BatchKeys(data, batches[b]));
+    expect_same(step(*m.device, b, keys), step(*plain.device, b, keys));
+  }
+  // Staged during the step before: batch 1 during batch 0's step.
+  const std::vector<uint64_t> keys0 = m.device->BatchKeys(data, batches[0]);
+  const std::vector<uint64_t> keys1 = m.device->BatchKeys(data, batches[1]);
+  m.device->Prefetch(data, batches[1], keys1);
+  expect_same(step(*m.device, 0, keys0), step(*plain.device, 0, keys0));
+  expect_same(step(*m.device, 1, keys1), step(*plain.device, 1, keys1));
+  using HostModel = DeviceModel<HostExecutor>;
+  if (const auto* host = dynamic_cast<const HostModel*>(m.device.get())) {
+    EXPECT_EQ(host->prefetched(), 1);
+  }
+  // Forgotten: the same data is packed again (and a change to it is seen).
+  EXPECT_FALSE(m.device->KeepData(nullptr));
+  data.values[0] += 1.0f;
+  const std::vector<uint64_t> keys = m.device->BatchKeys(data, batches[0]);
+  expect_same(step(*m.device, 0, keys), step(*plain.device, 0, keys));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Models, DeviceModelTest,
     testing::Combine(testing::Values(Case{"logreg", ModelOptions{.num_classes = 2}},

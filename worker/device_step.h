@@ -139,6 +139,27 @@ struct ExampleOfFeature {
   }
 };
 
+// Feature j of a batch gathered from a dataset kept on the device (ResidentData): its example
+// is the last one whose batch offset is at most j (one binary search; empty examples share their
+// offset with the next), and the feature is that example's (j - offset)-th in the dataset.
+// values may be null (the ids alone: BatchKeys).
+struct GatherResident {
+  const uint32_t* offsets;  // n + 1, relative to the batch
+  size_t n;
+  const uint32_t* examples;     // n, indices into the dataset
+  const uint64_t* row_offsets;  // the dataset's
+  const uint64_t* data_ids;     // the dataset's
+  const float* data_values;     // the dataset's
+  uint64_t* ids;
+  float* values;
+  SYNCLINE_HD void operator()(size_t j) const {
+    const size_t e = UpperBound(offsets, n + 1, static_cast<uint32_t>(j)) - 1;
+    const uint64_t src = row_offsets[examples[e]] + (j - offsets[e]);
+    ids[j] = data_ids[src];
+    if (values != nullptr) values[j] = data_values[src];
+  }
+};
+
 // begins[u] = the first position in the slot-sorted features whose slot is >= u, for u in
 // [0, num_keys]: row u's features are sorted[begins[u], begins[u + 1]) (missing ones, kNoSlot,
 // sort last and belong to no row).
@@ -584,24 +605,71 @@ inline int BitsFor(uint64_t limit) {
 }
 
 // A batch as the host packs it for the device, in pinned memory: examples' features (CSR,
-// offsets relative to the batch) and labels as class indices (0/1 when binary).
+// offsets relative to the batch) and labels as class indices (0/1 when binary). A batch of a
+// dataset kept on the device (resident) has its offsets, labels and example indices only: its
+// features are gathered there.
 template <class E>
 struct HostBatch {
-  typename E::template PinnedArray<uint32_t> offsets;  // n + 1
-  typename E::template PinnedArray<uint64_t> ids;      // nnz
-  typename E::template PinnedArray<float> values;      // nnz
-  typename E::template PinnedArray<int32_t> labels;    // n
-  typename E::template PinnedArray<float> dense;       // ctr: [n][13]
+  typename E::template PinnedArray<uint32_t> offsets;   // n + 1
+  typename E::template PinnedArray<uint64_t> ids;       // nnz
+  typename E::template PinnedArray<float> values;       // nnz
+  typename E::template PinnedArray<int32_t> labels;     // n
+  typename E::template PinnedArray<float> dense;        // ctr: [n][13]
+  typename E::template PinnedArray<uint32_t> examples;  // resident: n
   size_t n = 0, nnz = 0;
+  bool resident = false;
 
-  void Reserve(size_t examples, size_t features, bool ctr) {
-    n = examples;
+  void Reserve(size_t examples_, size_t features, bool ctr) {
+    n = examples_;
     nnz = features;
+    resident = false;
     offsets.Reserve(n + 1);
     ids.Reserve(nnz);
     values.Reserve(nnz);
     labels.Reserve(n);
     if (ctr) dense.Reserve(n * kCtrDense);
+  }
+  void ReserveResident(size_t examples_, size_t features) {
+    n = examples_;
+    nnz = features;
+    resident = true;
+    offsets.Reserve(n + 1);
+    labels.Reserve(n);
+    examples.Reserve(n + 1);
+  }
+};
+
+// A dataset's examples on the device (DeviceModel's kept partition): its row offsets, ids and
+// values as the Dataset holds them.
+template <class E>
+struct ResidentData {
+  size_t examples = 0, nnz = 0;
+  typename E::template Array<uint64_t> row_offsets, ids;
+  typename E::template Array<float> values;
+
+  // Uploads `data`'s features (on the copy stream: a Fence() before they are read).
+  template <class Data>
+  void Upload(E& e, const Data& data) {
+    examples = data.size();
+    nnz = data.ids.size();
+    row_offsets.Reserve(examples + 1);
+    ids.Reserve(nnz + 1);
+    values.Reserve(nnz + 1);
+    e.Upload(row_offsets.data(), data.row_offsets.data(), examples + 1);
+    e.Upload(ids.data(), data.ids.data(), nnz);
+    e.Upload(values.data(), data.values.data(), nnz);
+  }
+  // The ids (and values) of a batch's features, from its offsets and examples on the device.
+  void Gather(E& e, const uint32_t* offsets, size_t n, const uint32_t* batch_examples,
+              size_t batch_nnz, uint64_t* out_ids, float* out_values) const {
+    e.ForEach(batch_nnz, GatherResident{offsets, n, batch_examples, row_offsets.data(), ids.data(),
+                                        values.data(), out_ids, out_values});
+  }
+  // Bytes it takes for `data`.
+  template <class Data>
+  static size_t BytesFor(const Data& data) {
+    return (data.size() + 1) * sizeof(uint64_t) +
+           data.ids.size() * (sizeof(uint64_t) + sizeof(float));
   }
 };
 
@@ -620,6 +688,7 @@ class SparseBatch {
     values_.Reserve(nnz_);
     labels_.Reserve(n_);
     keys_.Reserve(num_keys_);
+    gather_from_ = nullptr;
     e.Upload(offsets_.data(), batch.offsets.data(), n_ + 1);
     e.Upload(ids_.data(), batch.ids.data(), nnz_);
     e.Upload(values_.data(), batch.values.data(), nnz_);
@@ -627,8 +696,34 @@ class SparseBatch {
     e.Upload(keys_.data(), keys, num_keys_);
   }
 
-  // Finds each feature's row, and the features of each row in order.
+  // The same for a batch of a dataset kept on the device: its offsets, labels and example
+  // indices go up, and Index gathers its features from `data` (which must stay until then).
+  void UploadResident(E& e, const HostBatch<E>& batch, const ResidentData<E>& data,
+                      const uint64_t* keys, size_t num_keys) {
+    n_ = batch.n;
+    nnz_ = batch.nnz;
+    num_keys_ = num_keys;
+    offsets_.Reserve(n_ + 1);
+    ids_.Reserve(nnz_);
+    values_.Reserve(nnz_);
+    labels_.Reserve(n_);
+    keys_.Reserve(num_keys_);
+    examples_.Reserve(n_ + 1);
+    e.Upload(offsets_.data(), batch.offsets.data(), n_ + 1);
+    e.Upload(labels_.data(), batch.labels.data(), n_);
+    e.Upload(examples_.data(), batch.examples.data(), n_);
+    e.Upload(keys_.data(), keys, num_keys_);
+    gather_from_ = &data;
+  }
+
+  // Finds each feature's row, and the features of each row in order (gathering them first
+  // for a batch of resident data).
   void Index(E& e) {
+    if (gather_from_ != nullptr) {
+      gather_from_->Gather(e, offsets_.data(), n_, examples_.data(), nnz_, ids_.data(),
+                           values_.data());
+      gather_from_ = nullptr;
+    }
     slots_.Reserve(nnz_);
     sorted_slots_.Reserve(nnz_);
     order_.Reserve(nnz_);
@@ -707,7 +802,8 @@ class SparseBatch {
   size_t n_ = 0, nnz_ = 0, num_keys_ = 0;
   int scatter_columns_ = 0;
   typename E::template Array<uint32_t> offsets_, slots_, sorted_slots_, order_, example_of_,
-      begins_, pieces_, first_, several_, several_at_, multi_;
+      begins_, pieces_, first_, several_, several_at_, multi_, examples_;
+  const ResidentData<E>* gather_from_ = nullptr;  // UploadResident's, until Index
   typename E::template Array<PieceSpan> spans_;
   mutable typename E::template Array<float> partial_;  // SumPieces' partial sums
   typename E::template Array<uint64_t> ids_, keys_;

@@ -45,6 +45,11 @@ class ExampleSource {
   // Whether a slice stays valid for one more Next() (and a Rewind) than the contract above
   // says: until the second Next() after it. A trainer that reads a batch ahead needs that.
   virtual bool KeepsPreviousSlice() const { return false; }
+
+  // The one dataset every slice is of, which does not change while the source lives (a
+  // partition held in memory); null for sources that fill their slices (streamed files). A
+  // GPU model may keep it on the device (Model::KeepData).
+  virtual const Dataset* Resident() const { return nullptr; }
 };
 
 // A chunk's lines as read from a file, before they are parsed (ChunkedSource::ReadRaw).
@@ -92,6 +97,7 @@ class InMemorySource final : public ExampleSource {
   explicit InMemorySource(const Dataset& data) : data_(data) {}
 
   bool KeepsPreviousSlice() const override { return true; }
+  const Dataset* Resident() const override { return &data_; }
   uint64_t size() const override { return data_.size(); }
   absl::Status Rewind() override {
     next_ = 0;

@@ -140,6 +140,13 @@ class Model {
   // width). A new call replaces the decoder, with an empty copy.
   virtual PulledRowDecoder* DecodePulls(const PullDecoding& want) const { return nullptr; }
 
+  // From now on, steps and BatchKeys on `data` read its examples from a copy where the model
+  // computes (a GPU model: the features go up once, and a batch is gathered there from its
+  // example indices). `data` must not change, and must stay, until KeepData(nullptr) or
+  // another KeepData. False where the model keeps nothing (CPU models, ctr, data that does not
+  // fit): it reads `data` as ever.
+  virtual bool KeepData(const Dataset* data) const { return false; }
+
   // Whether the trainer should announce each next batch before the current step (Prefetch): a
   // device model packs and uploads it while the current step computes.
   virtual bool WantsPrefetch() const { return false; }

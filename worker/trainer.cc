@@ -171,6 +171,17 @@ absl::StatusOr<TrainResult> Trainer::Run(
   absl::Cleanup settle = [&] {
     if (!finished) backend_.Settle(kSettleTimeout);
   };
+  // A partition held in memory may stay where the model computes (a GPU's memory): then a
+  // batch goes up as its example indices. Until this run ends: the source's data may not
+  // outlive it.
+  if (const Dataset* resident = source.Resident();
+      resident != nullptr && model_.KeepData(resident)) {
+    SYNCLINE_LOG(INFO) << absl::StrFormat(
+        "the partition's %d examples (%.1f MB of features) stay on the model's device: a "
+        "batch goes up as its example indices",
+        resident->size(), (resident->ids.size() * 12.0 + resident->size() * 8.0) / 1e6);
+  }
+  absl::Cleanup forget = [&] { model_.KeepData(nullptr); };
   SlownessInjector slowness(options_.slowness);
   TrainResult result;
   TrainProgress progress;

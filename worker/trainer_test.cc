@@ -46,7 +46,30 @@ struct Checkpointing {
 // Where the workers' model computes: the CPU model, or the device steps on the host executor
 // (worker/device_model.h), which may keep its gradients and encode them itself.
 // kDeviceModelUnstaged: without the next batch staged during each step (Model::Prefetch).
-enum class Compute { kCpu, kDeviceModel, kDeviceModelEncoding, kDeviceModelUnstaged };
+// kDeviceModelPacked: from a source that does not say its data is resident, so that the model
+// packs every batch instead of keeping the partition on its device (Model::KeepData).
+enum class Compute {
+  kCpu,
+  kDeviceModel,
+  kDeviceModelEncoding,
+  kDeviceModelUnstaged,
+  kDeviceModelPacked
+};
+
+// An in-memory source that does not say so.
+class PackedSource final : public ExampleSource {
+ public:
+  explicit PackedSource(const Dataset& data) : source_(data) {}
+  bool KeepsPreviousSlice() const override { return true; }
+  uint64_t size() const override { return source_.size(); }
+  absl::Status Rewind() override { return source_.Rewind(); }
+  absl::StatusOr<DataSlice> Next(size_t max_examples) override {
+    return source_.Next(max_examples);
+  }
+
+ private:
+  InMemorySource source_;
+};
 
 // The tests' models: logreg, or an mlp whose dense table (1178 floats) is large enough to be
 // compressed.
@@ -163,7 +186,9 @@ std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
         return clock == ckpt.stop_at ? absl::CancelledError("crash") : absl::OkStatus();
       };
       Trainer trainer(worker_model, backend, options);
-      auto result = trainer.Run(data, nullptr);
+      PackedSource packed(data);
+      auto result = compute == Compute::kDeviceModelPacked ? trainer.Run(packed, nullptr)
+                                                           : trainer.Run(data, nullptr);
       if (ckpt.stop_at >= 0) {
         ASSERT_TRUE(absl::IsCancelled(result.status())) << result.status();
         return;
@@ -175,9 +200,15 @@ std::vector<float> Train(int servers, int workers, int64_t staleness, int batch,
             static_cast<const DeviceModel<device_step::HostExecutor>&>(*device).prefetched();
         const int64_t ran = result->steps - options.start_step;
         EXPECT_EQ(staged, compute == Compute::kDeviceModelUnstaged ? 0 : ran - 1);
+        // Every step's batch was gathered from the partition kept on the device, or none.
+        const auto& host = static_cast<const DeviceModel<device_step::HostExecutor>&>(*device);
+        if (compute == Compute::kDeviceModelPacked) {
+          EXPECT_EQ(host.batches_gathered(), 0);
+        } else {
+          EXPECT_GE(host.batches_gathered(), ran);
+        }
         // The rows of every training read were decoded by the model.
-        const int64_t decoded =
-            static_cast<const DeviceModel<device_step::HostExecutor>&>(*device).rows_decoded();
+        const int64_t decoded = host.rows_decoded();
         if (compute == Compute::kDeviceModelEncoding && pull.kind != CodecKind::kNone &&
             !layout.dense_rows) {
           EXPECT_GE(decoded, ran);
@@ -316,6 +347,23 @@ TEST(TrainerTest, SparseRowsEncodedByTheModelTrainTheBitsOfTheBackendsEncoding) 
   }
 }
 
+// A device model keeping the worker's partition on its device (each batch gathered there from
+// its example indices) trains the bits of one packing every batch on the host, under BSP and
+// with a read-ahead (one worker, so that the reads do not depend on timing).
+TEST(TrainerTest, APartitionKeptOnTheDeviceTrainsThePackedBatchesBits) {
+  for (const char* model : {"logreg", "mlp"}) {
+    SCOPED_TRACE(model);
+    EXPECT_EQ(Train(2, 2, 0, 20, OptimizerKind::kAdagrad, {}, {}, false, false,
+                    Compute::kDeviceModel, model),
+              Train(2, 2, 0, 20, OptimizerKind::kAdagrad, {}, {}, false, false,
+                    Compute::kDeviceModelPacked, model));
+    EXPECT_EQ(Train(2, 1, 2, 20, OptimizerKind::kAdagrad, {}, {}, true, false,
+                    Compute::kDeviceModel, model),
+              Train(2, 1, 2, 20, OptimizerKind::kAdagrad, {}, {}, true, false,
+                    Compute::kDeviceModelPacked, model));
+  }
+}
+
 // Compressed pulls decoded by a device model (the copy of the pulled rows on its device, the
 // rows of each read written there) train the bits of the client's own decoding, with rows
 // evicted from the servers' copies (60 rows each) and with the pushes compressed too.
@@ -342,8 +390,9 @@ TEST(TrainerTest, PullsDecodedByTheModelTrainTheBitsOfTheClientsDecoding) {
   }
 }
 
-// With a read-ahead (SSP), two reads are open at once: the next batch's replies are decoded
-// before the current one is computed. One worker, so that what each read sees does not depend
+// With a read-ahead (SSP), two reads are open at once: the next batch's read is begun before
+// the current one's step takes its rows (its replies are decoded after that step, in the next
+// Read's wait). One worker, so that what each read sees does not depend
 // on timing (its read of t + 1 reaches each server before its push of t).
 TEST(TrainerTest, PullsDecodedByTheModelWithAReadAheadTrainTheSameBits) {
   const CodecSpec pull = *ParseCodec("fp16");
