@@ -23,6 +23,9 @@
 // the replies uploaded as they came and decoded on the device (Model::DecodePulls), with the
 // bytes of rows each sends up.
 //
+// The GPU rows of the models with sparse batches (not ctr) are measured again with the data kept
+// on the GPU (Model::KeepData: a batch goes up as its example indices).
+//
 // Each figure is the rate over at least --seconds of steps (and 3 steps) after 2 untimed ones.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -560,6 +563,17 @@ int Main(int argc, char** argv) {
                    on_cpu.examples_per_second, on_gpu.examples_per_second,
                    on_gpu.examples_per_second / on_cpu.examples_per_second, on_gpu.keys_ms,
                    on_gpu.upload_ms, on_gpu.compute_ms, on_gpu.download_ms);
+      // The same with the data kept on the GPU (Model::KeepData): a batch goes up as its
+      // example indices, and its features are gathered there.
+      if (device->KeepData(&data)) {
+        const StepRate kept = Measure(*device, data, batch, seconds, seed);
+        device->KeepData(nullptr);
+        absl::PrintF(
+            "| %s, data kept on the GPU | %d | | %.0f | %.2f | %.3f | %.3f | %.3f | %.3f |\n",
+            c.label, batch, kept.examples_per_second,
+            kept.examples_per_second / on_cpu.examples_per_second, kept.keys_ms, kept.upload_ms,
+            kept.compute_ms, kept.download_ms);
+      }
     }
   }
   for (const bool sparse : {false, true}) {
