@@ -39,10 +39,11 @@
 namespace syncline {
 namespace device_step {
 
-// Per row i of a reply: a new row (from >= 0: row `from` of the new rows) is copied into its
-// slot; a held one (from < 0: row -1 - from of the decoded deltas) gets its delta added. Either
-// way the slot's row goes to row place[i] of `out`.
-struct ApplyPulledRow {
+// Per entry i of a reply's rows (row i / dim, column i % dim: neighbouring threads read
+// neighbouring floats): a new row's entry (from >= 0: row `from` of the new rows) is copied into
+// its slot; a held one's (from < 0: row -1 - from of the decoded deltas) gets its delta added.
+// Either way the slot's entry goes to row place[i / dim] of `out`.
+struct ApplyPulledEntry {
   const uint32_t* slot;
   const int32_t* from;
   const uint32_t* place;
@@ -52,23 +53,13 @@ struct ApplyPulledRow {
   float* rows;
   float* out;
   SYNCLINE_HD void operator()(size_t i) const {
-    float* row = rows + static_cast<size_t>(slot[i]) * dim;
-    float* o = out + static_cast<size_t>(place[i]) * dim;
-    const int32_t f = from[i];
-    if (f >= 0) {
-      const float* src = fresh + static_cast<size_t>(f) * dim;
-      for (uint32_t j = 0; j < dim; ++j) {
-        row[j] = src[j];
-        o[j] = src[j];
-      }
-    } else {
-      const float* d = delta + static_cast<size_t>(-1 - f) * dim;
-      for (uint32_t j = 0; j < dim; ++j) {
-        const float v = AddRn(row[j], d[j]);
-        row[j] = v;
-        o[j] = v;
-      }
-    }
+    const size_t r = i / dim, j = i % dim;
+    float* row = rows + static_cast<size_t>(slot[r]) * dim;
+    const int32_t f = from[r];
+    const float v = f >= 0 ? fresh[static_cast<size_t>(f) * dim + j]
+                           : AddRn(row[j], delta[static_cast<size_t>(-1 - f) * dim + j]);
+    row[j] = v;
+    out[static_cast<size_t>(place[r]) * dim + j] = v;
   }
 };
 
@@ -188,9 +179,9 @@ class DevicePullCopy {
     e_.Upload(fresh_.data(), reinterpret_cast<const float*>(fresh.data()), fresh_rows * dim_);
     e_.Fence();
     const uint32_t* device_meta = meta_.data();
-    e_.ForEach(n, device_step::ApplyPulledRow{
-                      device_meta, reinterpret_cast<const int32_t*>(device_meta + n),
-                      device_meta + 2 * n, fresh_.data(), delta, dim_, rows_.data(), out});
+    e_.ForEach(n * dim_, device_step::ApplyPulledEntry{
+                             device_meta, reinterpret_cast<const int32_t*>(device_meta + n),
+                             device_meta + 2 * n, fresh_.data(), delta, dim_, rows_.data(), out});
     // The staging arrays are written again by the next reply's uploads, on the copy stream.
     e_.Finish();
     Evict(evicted);
