@@ -164,7 +164,7 @@ run() {
   step codec_cuda_test 90 "$(bin compression_cuda_test)"
   step nccl_test 90 "$(bin nccl_communicator_test)"
   step launch_tests 240 "$(bin integration_test)" --gtest_filter='MlpLaunchTest.*:CtrLaunchTest.Gpu*'
-  step bench_gpu 150 "$(bin syncline-bench-gpu)" --seconds 0.3
+  step bench_gpu 180 "$(bin syncline-bench-gpu)" --seconds 0.3
   # ctr at batch 4096, 2 CPU servers, 2 workers, on GPUs (both on cuda:0 here) and on CPUs.
   local data=/tmp/syncline-gpu-check-data
   mkdir -p "$data"
