@@ -274,9 +274,13 @@ class DeviceModel final : public Model {
   bool KeepData(const Dataset* data) const override {
     absl::MutexLock lock(&mu_);
     e_.Activate();
-    // A batch staged from the data kept so far must not outlive it.
+    // No batch announced or staged from the data kept so far outlives it, nor does its copy
+    // (freed before a new one is measured against the free memory).
     staged_.valid = false;
+    announced_.valid = false;
     resident_host_ = nullptr;
+    e_.Finish();
+    resident_ = device_step::ResidentData<E>{};
     if (data == nullptr || ctr() || data->size() == 0) return false;
     if (device_step::ResidentData<E>::BytesFor(*data) > e_.FreeBytes() / 2) return false;
     if (data->ids.size() > 0xFFFFFFFFu) return false;  // a batch's offsets are 32-bit
@@ -286,7 +290,8 @@ class DeviceModel final : public Model {
     return true;
   }
 
-  // Batches (and BatchKeys calls) gathered from kept data so far (for tests).
+  // Steps' batches (staged ones included; not BatchKeys) gathered from kept data so far (for
+  // tests).
   int64_t batches_gathered() const {
     absl::MutexLock lock(&mu_);
     return batches_gathered_;
@@ -664,7 +669,6 @@ class DeviceModel final : public Model {
                     device_step::HostBatch<E>& host) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const size_t nnz = model_internal::CountFeatures(data, examples);
     host.ReserveResident(examples.size(), nnz);
-    ++batches_gathered_;
     uint32_t* offsets = host.offsets.data();
     uint32_t at = 0;
     for (size_t e = 0; e < examples.size(); ++e) {
@@ -709,6 +713,7 @@ class DeviceModel final : public Model {
             device_step::HostBatch<E>& host) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (Resident(data)) {
       FillResident(data, examples, host);
+      ++batches_gathered_;
     } else {
       Pack(data, examples, host);
     }

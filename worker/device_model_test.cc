@@ -691,14 +691,19 @@ TEST_P(DeviceModelTest, AKeptDatasetComputesAsPackedBatches) {
   expect_same(step(*m.device, 0, keys0), step(*plain.device, 0, keys0));
   expect_same(step(*m.device, 1, keys1), step(*plain.device, 1, keys1));
   using HostModel = DeviceModel<HostExecutor>;
-  if (const auto* host = dynamic_cast<const HostModel*>(m.device.get())) {
+  const auto* host = dynamic_cast<const HostModel*>(m.device.get());
+  if (host != nullptr) {
     EXPECT_EQ(host->prefetched(), 1);
+    EXPECT_EQ(host->batches_gathered(), 6);  // 4 steps, then a staged one and one more
   }
   // Forgotten: the same data is packed again (and a change to it is seen).
   EXPECT_FALSE(m.device->KeepData(nullptr));
   data.values[0] += 1.0f;
   const std::vector<uint64_t> keys = m.device->BatchKeys(data, batches[0]);
   expect_same(step(*m.device, 0, keys), step(*plain.device, 0, keys));
+  if (host != nullptr) {
+    EXPECT_EQ(host->batches_gathered(), 6);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
