@@ -376,8 +376,8 @@ int CompressedSteps(bool gpu, bool sparse, size_t batch, double seconds, uint64_
 // steps: the replies decoded on the CPU into the batch's rows, which the step uploads whole,
 // or (`decoder`, on the model's device) uploaded as they came and decoded there. Milliseconds
 // per step (decoding and step), and the bytes a step sends up for its rows either way: the
-// rows whole, or the replies' new rows, delta blocks and 12 bytes of slot, source and place a
-// row (the same replies, whichever way they were decoded).
+// rows whole, or the replies' new rows, delta blocks and 8 bytes a row (slot and place in the
+// batch: a shard's reply; the same replies, whichever way they were decoded).
 struct PullRate {
   double ms = 0;
   double whole_bytes = 0, reply_bytes = 0;
@@ -439,7 +439,7 @@ PullRate MeasurePulls(const Model& model, PulledRowDecoder* decoder, const Codec
       }
       whole_bytes += static_cast<double>(shard_keys[s].size() * dim * sizeof(float));
       reply_bytes +=
-          static_cast<double>(fresh.size() + replies[s].block.size() + 12 * shard_keys[s].size());
+          static_cast<double>(fresh.size() + replies[s].block.size() + 8 * shard_keys[s].size());
       if (!decoded.ok()) {
         absl::FPrintF(stderr, "decoding a compressed pull: %s\n", decoded.ToString());
         std::exit(1);

@@ -3,9 +3,10 @@
 // (worker/device_step.h): the CUDA GPU of a GPU worker, or the host executor in tests. A reply
 // is checked on the host as DecodePull checks it, and then only its own bytes go up: the new
 // rows whole, the delta block as it came (decoded there by E::BlockCodec, the CUDA codecs) and
-// three 32-bit words a row (its slot in the copy, where its data comes from, its place in the
-// batch); the copy is updated there and the rows of the pull are written where the step reads
-// them. The host keeps the copy's index (key to slot) only.
+// one 32-bit word a row (its slot in the copy, and whether it is new), two when the rows go to
+// other places in the batch (a shard's reply); the copy is updated there and the rows of the
+// pull are written where the step reads them. The host keeps the copy's index (key to slot)
+// only.
 //
 // The floats are DecodePull's to the bit: a new row is copied, a held one gets the decoded
 // delta added (without fusing: AddRn), as the CPU adds them.
@@ -39,14 +40,24 @@
 namespace syncline {
 namespace device_step {
 
-// Per entry i of a reply's rows (row i / dim, column i % dim: neighbouring threads read
-// neighbouring floats): a new row's entry (from >= 0: row `from` of the new rows) is copied into
-// its slot; a held one's (from < 0: row -1 - from of the decoded deltas) gets its delta added.
-// Either way the slot's entry goes to row place[i / dim] of `out`.
+// A row's word: its slot, with kNewRow set for a row new to the copy.
+inline constexpr uint32_t kNewRow = 0x80000000u;
+
+// flags[i] = 1 for a new row, else 0 (their exclusive scan numbers the new rows).
+struct NewRowFlags {
+  const uint32_t* words;
+  uint32_t* flags;
+  SYNCLINE_HD void operator()(size_t i) const { flags[i] = words[i] >> 31; }
+};
+
+// Per entry i of a reply's rows (row r = i / dim, column i % dim: neighbouring threads touch
+// neighbouring floats): a new row's entry (the new_before[r]-th new row) is copied into its
+// slot; a held one's (the (r - new_before[r])-th held row) gets its delta added. Either way the
+// slot's entry goes to row places[r] (places null: row r) of `out`.
 struct ApplyPulledEntry {
-  const uint32_t* slot;
-  const int32_t* from;
-  const uint32_t* place;
+  const uint32_t* words;
+  const uint32_t* new_before;
+  const uint32_t* places;
   const float* fresh;
   const float* delta;
   uint32_t dim;
@@ -54,12 +65,13 @@ struct ApplyPulledEntry {
   float* out;
   SYNCLINE_HD void operator()(size_t i) const {
     const size_t r = i / dim, j = i % dim;
-    float* row = rows + static_cast<size_t>(slot[r]) * dim;
-    const int32_t f = from[r];
-    const float v = f >= 0 ? fresh[static_cast<size_t>(f) * dim + j]
-                           : AddRn(row[j], delta[static_cast<size_t>(-1 - f) * dim + j]);
+    const uint32_t word = words[r];
+    float* row = rows + static_cast<size_t>(word & ~kNewRow) * dim;
+    const size_t before = new_before[r];
+    const float v = (word & kNewRow) != 0 ? fresh[before * dim + j]
+                                          : AddRn(row[j], delta[(r - before) * dim + j]);
     row[j] = v;
-    out[static_cast<size_t>(place[r]) * dim + j] = v;
+    out[static_cast<size_t>(places != nullptr ? places[r] : r) * dim + j] = v;
   }
 };
 
@@ -111,6 +123,12 @@ class DevicePullCopy {
     size_t known = 0;
     for (uint64_t k : keys) known += slot_of_.contains(k) ? 1 : 0;
     const size_t fresh_rows = n - known;
+    if (slots_used_ + fresh_rows >= device_step::kNewRow) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "compressed pull: the copy of the pulled rows would pass 2^31 rows (%d held, %d new); "
+          "lower --pull-copy-rows",
+          slot_of_.size(), fresh_rows));
+    }
     if (fresh.size() != fresh_rows * dim_ * sizeof(float)) {
       return absl::DataLossError(absl::StrFormat(
           "compressed pull: %d bytes of new rows, expected %d rows of %d floats (the copies of "
@@ -150,12 +168,13 @@ class DevicePullCopy {
       }
       delta = *decoded;
     }
-    // Slots: a held row keeps its own, a new one takes a freed one or the next.
-    host_meta_.Reserve(Room(3 * n));
-    uint32_t* slots = host_meta_.data();
-    int32_t* from = reinterpret_cast<int32_t*>(slots + n);
-    uint32_t* place = slots + 2 * n;
-    int32_t f = 0, d = 0;
+    // Slots: a held row keeps its own, a new one takes a freed one or the next. What goes up a
+    // row: its slot and whether it is new in one word, and its place among the batch's rows
+    // unless that is its own index (one server's reply).
+    const bool placed = !places.empty();
+    const size_t words = placed ? 2 * n : n;
+    host_meta_.Reserve(Room(words));
+    uint32_t* word = host_meta_.data();
     for (size_t i = 0; i < n; ++i) {
       auto [it, inserted] = slot_of_.try_emplace(keys[i], 0u);
       if (inserted) {
@@ -165,23 +184,23 @@ class DevicePullCopy {
           it->second = free_.back();
           free_.pop_back();
         }
-        from[i] = f++;
-      } else {
-        from[i] = -1 - d++;
       }
-      slots[i] = it->second;
-      place[i] = places.empty() ? static_cast<uint32_t>(i) : places[i];
+      word[i] = it->second | (inserted ? device_step::kNewRow : 0u);
+      if (placed) word[n + i] = places[i];
     }
     GrowRows();
-    meta_.Reserve(Room(3 * n));
+    meta_.Reserve(Room(words));
+    flags_.Reserve(Room(n + 1));
+    new_before_.Reserve(Room(n + 1));
     fresh_.Reserve(Room(fresh_rows * dim_ + 1));
-    e_.Upload(meta_.data(), host_meta_.data(), 3 * n);
+    e_.Upload(meta_.data(), host_meta_.data(), words);
     e_.Upload(fresh_.data(), reinterpret_cast<const float*>(fresh.data()), fresh_rows * dim_);
     e_.Fence();
-    const uint32_t* device_meta = meta_.data();
+    e_.ForEach(n, device_step::NewRowFlags{meta_.data(), flags_.data()});
+    e_.ExclusiveSum(flags_.data(), new_before_.data(), n);
     e_.ForEach(n * dim_, device_step::ApplyPulledEntry{
-                             device_meta, reinterpret_cast<const int32_t*>(device_meta + n),
-                             device_meta + 2 * n, fresh_.data(), delta, dim_, rows_.data(), out});
+                             meta_.data(), new_before_.data(), placed ? meta_.data() + n : nullptr,
+                             fresh_.data(), delta, dim_, rows_.data(), out});
     // The staging arrays are written again by the next reply's uploads, on the copy stream.
     e_.Finish();
     Evict(evicted);
@@ -238,7 +257,7 @@ class DevicePullCopy {
   size_t slots_used_ = 0;       // slots handed out (the highest + 1)
   size_t capacity_ = 0;         // rows_ holds capacity_ rows
   typename E::template Array<float> rows_;
-  typename E::template Array<uint32_t> meta_;
+  typename E::template Array<uint32_t> meta_, flags_, new_before_;
   typename E::template Array<float> fresh_;
   typename E::template PinnedArray<uint32_t> host_meta_;
 };
