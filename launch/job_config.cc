@@ -104,7 +104,8 @@ const std::array<Field, 65> kFields = {{
      "bytes per server)"},
     {"pull-copy-rows", &JobConfig::pull_copy_rows,
      "Rows a server keeps per worker of what that worker holds (--compress-pull); beyond it "
-     "the least recently pulled are dropped and sent whole again"},
+     "the least recently pulled are dropped and sent whole again (a GPU worker keeps its copy "
+     "on its GPU: at most rows x dim x 4 bytes per server)"},
     {"model", &JobConfig::model,
      "Model: logreg, softmax, ctr (DLRM-style; Criteo data) or mlp (multilayer perceptron, "
      "softmax output; --hidden)"},
