@@ -175,7 +175,8 @@ TEST(MlpLaunchTest, ACpuWorkerAndAnAutoWorkerTrainOneJob) {
 }
 
 // The acceptance at the job level: the same job and seed on GPU workers and on CPU
-// workers (BSP, 2 workers, 4 epochs of 32 steps) end at the same test loss, to 1e-4.
+// workers (BSP, 2 workers, 4 epochs of 32 steps) end at the same test loss, to 1e-4. The GPU
+// workers keep their partitions on the device, and say so.
 TEST(MlpLaunchTest, GpuWorkersTrainTheCpuWorkersModel) {
   if (!AutoTakesTheGpu()) {
     GTEST_SKIP() << (GpuModelsBuilt() ? "no CUDA device is visible" : "this build has no CUDA");
@@ -186,6 +187,9 @@ TEST(MlpLaunchTest, GpuWorkersTrainTheCpuWorkersModel) {
   ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
   auto gpu = RunMlp(data, "bsp", gpu_out, {"--device", "cuda"});
   ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
+  // The GPU workers keep their partitions on the device (a batch goes up as its indices).
+  EXPECT_EQ(cpu.output.find("stay on the model's device"), std::string::npos) << cpu.output;
+  EXPECT_NE(gpu.output.find("stay on the model's device"), std::string::npos) << gpu.output;
   const std::string summary = ReadFile(gpu_out + "/summary.json");
   EXPECT_NE(summary.find("\"device\": \"cuda:0\""), std::string::npos) << summary;
   const auto a = JsonNumber(ReadFile(cpu_out + "/summary.json"), "test_loss");
