@@ -131,11 +131,7 @@ class DeviceModel final : public Model {
     unique_.Reserve(nnz);
     e_.Upload(ids_.data(), host_ids_.data(), nnz);
     e_.Fence();
-    const size_t count = e_.SortUnique(ids_.data(), nnz, unique_.data());
-    std::vector<uint64_t> keys(count);
-    e_.Download(keys.data(), unique_.data(), count);
-    e_.Finish();
-    return keys;
+    return UniqueIds(nnz);
   }
 
   double LossAndGradient(const Dataset& data, absl::Span<const uint32_t> examples,
@@ -695,6 +691,11 @@ class DeviceModel final : public Model {
     e_.Upload(key_examples_.data(), host_keys_.examples.data(), n);
     e_.Fence();
     resident_.Gather(e_, key_offsets_.data(), n, key_examples_.data(), nnz, ids_.data(), nullptr);
+    return UniqueIds(nnz);
+  }
+
+  // The sorted unique values of ids_[0, nnz), brought down (BatchKeys' last part).
+  std::vector<uint64_t> UniqueIds(size_t nnz) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const size_t count = e_.SortUnique(ids_.data(), nnz, unique_.data());
     std::vector<uint64_t> keys(count);
     e_.Download(keys.data(), unique_.data(), count);

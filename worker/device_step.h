@@ -680,40 +680,20 @@ class SparseBatch {
   // Uploads `batch` and `keys` (sorted unique: the rows the model reads, in this order); Index
   // needs a Fence() after it.
   void Upload(E& e, const HostBatch<E>& batch, const uint64_t* keys, size_t num_keys) {
-    n_ = batch.n;
-    nnz_ = batch.nnz;
-    num_keys_ = num_keys;
-    offsets_.Reserve(n_ + 1);
-    ids_.Reserve(nnz_);
-    values_.Reserve(nnz_);
-    labels_.Reserve(n_);
-    keys_.Reserve(num_keys_);
+    UploadCommon(e, batch, keys, num_keys);
     gather_from_ = nullptr;
-    e.Upload(offsets_.data(), batch.offsets.data(), n_ + 1);
     e.Upload(ids_.data(), batch.ids.data(), nnz_);
     e.Upload(values_.data(), batch.values.data(), nnz_);
-    e.Upload(labels_.data(), batch.labels.data(), n_);
-    e.Upload(keys_.data(), keys, num_keys_);
   }
 
   // The same for a batch of a dataset kept on the device: its offsets, labels and example
   // indices go up, and Index gathers its features from `data` (which must stay until then).
   void UploadResident(E& e, const HostBatch<E>& batch, const ResidentData<E>& data,
                       const uint64_t* keys, size_t num_keys) {
-    n_ = batch.n;
-    nnz_ = batch.nnz;
-    num_keys_ = num_keys;
-    offsets_.Reserve(n_ + 1);
-    ids_.Reserve(nnz_);
-    values_.Reserve(nnz_);
-    labels_.Reserve(n_);
-    keys_.Reserve(num_keys_);
-    examples_.Reserve(n_ + 1);
-    e.Upload(offsets_.data(), batch.offsets.data(), n_ + 1);
-    e.Upload(labels_.data(), batch.labels.data(), n_);
-    e.Upload(examples_.data(), batch.examples.data(), n_);
-    e.Upload(keys_.data(), keys, num_keys_);
+    UploadCommon(e, batch, keys, num_keys);
     gather_from_ = &data;
+    examples_.Reserve(n_ + 1);
+    e.Upload(examples_.data(), batch.examples.data(), n_);
   }
 
   // Finds each feature's row, and the features of each row in order (gathering them first
@@ -799,6 +779,21 @@ class SparseBatch {
   const uint32_t* begins() const { return begins_.data(); }
 
  private:
+  // What both uploads do: the sizes, room for the features, and the offsets, labels and keys.
+  void UploadCommon(E& e, const HostBatch<E>& batch, const uint64_t* keys, size_t num_keys) {
+    n_ = batch.n;
+    nnz_ = batch.nnz;
+    num_keys_ = num_keys;
+    offsets_.Reserve(n_ + 1);
+    ids_.Reserve(nnz_);
+    values_.Reserve(nnz_);
+    labels_.Reserve(n_);
+    keys_.Reserve(num_keys_);
+    e.Upload(offsets_.data(), batch.offsets.data(), n_ + 1);
+    e.Upload(labels_.data(), batch.labels.data(), n_);
+    e.Upload(keys_.data(), keys, num_keys_);
+  }
+
   size_t n_ = 0, nnz_ = 0, num_keys_ = 0;
   int scatter_columns_ = 0;
   typename E::template Array<uint32_t> offsets_, slots_, sorted_slots_, order_, example_of_,
