@@ -486,15 +486,13 @@ void EncodePull(const Codec& codec, std::span<const uint64_t> keys, std::span<co
   std::sort(out->evicted.begin(), out->evicted.end());
 }
 
-absl::Status DecodePull(CodecKind kind, std::span<const uint64_t> keys,
-                        std::span<const std::byte> fresh, std::span<const std::byte> block,
-                        std::span<const uint64_t> evicted, RowTable* copy, std::span<float> out) {
-  const uint32_t dim = copy->dim();
-  if (out.size() != keys.size() * dim) {
-    return absl::InvalidArgumentError("compressed pull: output of the wrong size");
-  }
+absl::StatusOr<size_t> CheckPullReply(uint32_t dim, std::span<const uint64_t> keys,
+                                      std::span<const std::byte> fresh,
+                                      std::span<const std::byte> block,
+                                      std::span<const uint64_t> evicted,
+                                      absl::FunctionRef<bool(uint64_t)> holds) {
   size_t known = 0;
-  for (uint64_t k : keys) known += copy->Contains(k) ? 1 : 0;
+  for (uint64_t k : keys) known += holds(k) ? 1 : 0;
   const size_t fresh_rows = keys.size() - known;
   if (fresh.size() != fresh_rows * dim * sizeof(float)) {
     return absl::DataLossError(absl::StrFormat(
@@ -502,20 +500,36 @@ absl::Status DecodePull(CodecKind kind, std::span<const uint64_t> keys,
         "the rows held disagree)",
         fresh.size(), fresh_rows, dim));
   }
-  std::vector<float> sent;
-  if (known > 0) {
-    if (auto s = DecodeRows(kind, block, known, dim, &sent); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("compressed pull: ", s.message()));
-    }
-  } else if (!block.empty()) {
+  if (known == 0 && !block.empty()) {
     return absl::InvalidArgumentError("compressed pull: a delta block for no known rows");
   }
-  const absl::flat_hash_set<uint64_t> pulled(keys.begin(), keys.end());
-  for (uint64_t k : evicted) {
-    if (!copy->Contains(k) || pulled.contains(k)) {
-      return absl::DataLossError(
-          absl::StrFormat("compressed pull: the server dropped row %d, which this worker %s", k,
-                          pulled.contains(k) ? "is pulling" : "does not hold"));
+  if (!evicted.empty()) {
+    const absl::flat_hash_set<uint64_t> pulled(keys.begin(), keys.end());
+    for (uint64_t k : evicted) {
+      if (!holds(k) || pulled.contains(k)) {
+        return absl::DataLossError(
+            absl::StrFormat("compressed pull: the server dropped row %d, which this worker %s", k,
+                            pulled.contains(k) ? "is pulling" : "does not hold"));
+      }
+    }
+  }
+  return known;
+}
+
+absl::Status DecodePull(CodecKind kind, std::span<const uint64_t> keys,
+                        std::span<const std::byte> fresh, std::span<const std::byte> block,
+                        std::span<const uint64_t> evicted, RowTable* copy, std::span<float> out) {
+  const uint32_t dim = copy->dim();
+  if (out.size() != keys.size() * dim) {
+    return absl::InvalidArgumentError("compressed pull: output of the wrong size");
+  }
+  absl::StatusOr<size_t> known = CheckPullReply(dim, keys, fresh, block, evicted,
+                                                [copy](uint64_t k) { return copy->Contains(k); });
+  if (!known.ok()) return known.status();
+  std::vector<float> sent;
+  if (*known > 0) {
+    if (auto s = DecodeRows(kind, block, *known, dim, &sent); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("compressed pull: ", s.message()));
     }
   }
   size_t f = 0, d = 0;

@@ -46,7 +46,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "compression/codec.h"
 #include "optim/optimizer.h"
 
@@ -205,6 +207,16 @@ struct PulledRows {
 // Server side: `values` holds the current rows of `keys`.
 void EncodePull(const Codec& codec, std::span<const uint64_t> keys, std::span<const float> values,
                 uint64_t stamp, RowTable* copy, PulledRows* out);
+// The checks of a reply that need only which keys the worker's copy holds (`holds`): the size
+// of the new rows, a block only when some rows are held, and the dropped rows (held, and not
+// pulled). Returns how many of `keys` the copy holds: the rows the block encodes, which the
+// caller checks as it decodes them. An error names the part that does not fit. DecodePull's,
+// and a copy kept elsewhere (a GPU's: worker/device_pull_copy.h), so that both refuse alike.
+absl::StatusOr<size_t> CheckPullReply(uint32_t dim, std::span<const uint64_t> keys,
+                                      std::span<const std::byte> fresh,
+                                      std::span<const std::byte> block,
+                                      std::span<const uint64_t> evicted,
+                                      absl::FunctionRef<bool(uint64_t)> holds);
 // Worker side: checks the reply's parts against `keys` and `copy` (the sizes of fresh and of
 // the block, the block itself, evicted rows the copy holds) before it changes anything, then
 // updates `copy` and writes the rows of `keys` into `out` (keys.size() * dim). An error names

@@ -1,11 +1,11 @@
 // DevicePullCopy: the worker's side of compressed pulls (--compress-pull, DecodePull in
 // compression/sparse_rows.h) where the rows are used, on a device_step executor E
 // (worker/device_step.h): the CUDA GPU of a GPU worker, or the host executor in tests. A reply
-// is checked on the host as DecodePull checks it, and then only its own bytes go up: the new
-// rows whole, the delta block as it came (decoded there by E::BlockCodec, the CUDA codecs) and
-// one 32-bit word a row (its slot in the copy, and whether it is new), two when the rows go to
-// other places in the batch (a shard's reply); the copy is updated there and the rows of the
-// pull are written where the step reads them. The host keeps the copy's index (key to slot)
+// is checked on the host by DecodePull's own checks (CheckPullReply), and then only its own bytes
+// go up: the new rows whole, the delta block as it came (decoded there by E::BlockCodec, the CUDA
+// codecs) and one 32-bit word a row (its slot in the copy, and whether it is new), two when the
+// rows go to other places in the batch (a shard's reply); the copy is updated there and the rows of
+// the pull are written where the step reads them. The host keeps the copy's index (key to slot)
 // only.
 //
 // The floats are DecodePull's to the bit: a new row is copied, a held one gets the decoded
@@ -26,7 +26,6 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -90,7 +89,7 @@ class DevicePullCopy {
     }
     auto codec = E::BlockCodec::Create(e, CodecSpec{.kind = kind});
     if (!codec.ok()) return codec.status();
-    return std::unique_ptr<DevicePullCopy>(new DevicePullCopy(e, kind, dim, std::move(*codec)));
+    return std::unique_ptr<DevicePullCopy>(new DevicePullCopy(e, dim, std::move(*codec)));
   }
 
   uint32_t dim() const { return dim_; }
@@ -120,38 +119,17 @@ class DevicePullCopy {
             "compressed pull: row %d goes to row %d of a batch of %d rows", i, place, out_rows));
       }
     }
-    size_t known = 0;
-    for (uint64_t k : keys) known += slot_of_.contains(k) ? 1 : 0;
+    // DecodePull's checks, against the index; the block is checked as it is decoded below.
+    absl::StatusOr<size_t> held = CheckPullReply(
+        dim_, keys, fresh, block, evicted, [this](uint64_t k) { return slot_of_.contains(k); });
+    if (!held.ok()) return held.status();
+    const size_t known = *held;
     const size_t fresh_rows = n - known;
     if (slots_used_ + fresh_rows >= device_step::kNewRow) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "compressed pull: the copy of the pulled rows would pass 2^31 rows (%d held, %d new); "
           "lower --pull-copy-rows",
           slot_of_.size(), fresh_rows));
-    }
-    if (fresh.size() != fresh_rows * dim_ * sizeof(float)) {
-      return absl::DataLossError(absl::StrFormat(
-          "compressed pull: %d bytes of new rows, expected %d rows of %d floats (the copies of "
-          "the rows held disagree)",
-          fresh.size(), fresh_rows, dim_));
-    }
-    if (known == 0 && !block.empty()) {
-      return absl::InvalidArgumentError("compressed pull: a delta block for no known rows");
-    }
-    if (known > 0) {
-      if (auto s = ValidateBlock(kind_, block, known * dim_); !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("compressed pull: ", s.message()));
-      }
-    }
-    if (!evicted.empty()) {
-      const absl::flat_hash_set<uint64_t> pulled(keys.begin(), keys.end());
-      for (uint64_t k : evicted) {
-        if (!slot_of_.contains(k) || pulled.contains(k)) {
-          return absl::DataLossError(
-              absl::StrFormat("compressed pull: the server dropped row %d, which this worker %s", k,
-                              pulled.contains(k) ? "is pulling" : "does not hold"));
-        }
-      }
     }
     if (n == 0) {
       Evict(evicted);
@@ -223,8 +201,8 @@ class DevicePullCopy {
   }
 
  private:
-  DevicePullCopy(E& e, CodecKind kind, uint32_t dim, std::unique_ptr<typename E::BlockCodec> codec)
-      : e_(e), kind_(kind), dim_(dim), codec_(std::move(codec)) {}
+  DevicePullCopy(E& e, uint32_t dim, std::unique_ptr<typename E::BlockCodec> codec)
+      : e_(e), dim_(dim), codec_(std::move(codec)) {}
 
   // The rows a server dropped (checked to be held): their slots are free for later replies,
   // whose kernels run after this one's.
@@ -249,7 +227,6 @@ class DevicePullCopy {
   }
 
   E& e_;
-  const CodecKind kind_;
   const uint32_t dim_;
   std::unique_ptr<typename E::BlockCodec> codec_;
   absl::flat_hash_map<uint64_t, uint32_t> slot_of_;
