@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 
 #include "absl/strings/str_format.h"
 #include "core/tsan.h"
@@ -388,6 +389,25 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
     ApplyRange(range_, sum.data(), scale);
     return absl::OkStatus();
   }
+  size_t total_keys = 0;
+  size_t count = 0;
+  const Contribution* only = nullptr;  // the clock's contribution, when it has one
+  for (const auto& [worker, contributions] : aggregate) {
+    for (const Contribution& c : contributions) {
+      total_keys += c.keys.size();
+      if (count++ == 0) only = &c;
+    }
+  }
+  if (count == 1 && only->held.empty() &&
+      std::adjacent_find(only->keys.begin(), only->keys.end(), std::greater_equal<uint64_t>()) ==
+          only->keys.end()) {
+    // One push of distinct keys (a lone worker's, in increasing order as the client sends
+    // them): the sums are its values, in its order, without the index below. v + 0.0f is what
+    // the general path's sum holds (it turns -0 into +0), so both paths give the same bits.
+    std::vector<float> sum(only->values.begin(), only->values.end());
+    for (float& v : sum) v += 0.0f;
+    return Apply(only->keys, sum.data(), scale);
+  }
   absl::flat_hash_map<uint64_t, uint32_t> index;
   std::vector<uint64_t> keys;
   std::vector<float> sum;
@@ -395,6 +415,11 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
   // Per key: the squares the contributions stand for, sum of spread * |G|^2 / held (what the
   // pushes behind each one would have added), from which the combined spread follows.
   std::vector<double> squares;
+  index.reserve(total_keys);
+  keys.reserve(total_keys);
+  sum.reserve(total_keys * dim);
+  held.reserve(total_keys);
+  squares.reserve(total_keys);
   bool any_held = false;
   for (const auto& [worker, contributions] : aggregate) {
     for (const Contribution& c : contributions) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 #include "optim/optimizer.h"
@@ -126,6 +127,47 @@ std::vector<float> FloatsOf(Frame frame) {
   auto v = frame.As<float>();
   EXPECT_TRUE(v.ok());
   return std::vector<float>(v->begin(), v->end());
+}
+
+// A clock with one push of increasing keys (a lone worker's) skips the index that merges
+// several; its rows must take the same bits as when merged: a second worker's zeros, and the
+// same push in another order, go through the index.
+TEST(ShardTableTest, ALonePushOfAClockTakesTheBitsOfTheMergedSums) {
+  TableConfig c = Dense(0, 3);
+  c.dense = false;
+  c.init_scale = 0.1f;
+  c.optimizer.kind = OptimizerKind::kAdagrad;
+  c.optimizer.learning_rate = 0.05f;
+  auto alone = *ShardTable::Create(c, 0, 1);
+  auto merged = *ShardTable::Create(c, 0, 1);
+  auto reordered = *ShardTable::Create(c, 0, 1);
+  std::mt19937 rng(17);  // seed: replayable
+  std::normal_distribution<float> normal;
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; keys.size() < 200; k += 1 + rng() % 5) keys.push_back(k);
+  const std::vector<uint64_t> backwards(keys.rbegin(), keys.rend());
+  for (int64_t clock = 0; clock < 4; ++clock) {
+    std::vector<float> g(keys.size() * 3), zeros(g.size(), 0.0f), g_backwards(g.size());
+    for (float& v : g) v = normal(rng);
+    for (size_t i = 0; i < g.size(); i += 7) g[i] = -0.0f;  // the sum turns these into +0
+    for (size_t r = 0; r < keys.size(); ++r) {
+      std::copy_n(&g[(keys.size() - 1 - r) * 3], 3, &g_backwards[r * 3]);
+    }
+    alone->Accumulate(clock, 0, keys, g.data());
+    merged->Accumulate(clock, 0, keys, g.data());
+    merged->Accumulate(clock, 1, keys, zeros.data());
+    reordered->Accumulate(clock, 0, backwards, g_backwards.data());
+    for (auto* t : {&alone, &merged, &reordered}) {
+      ASSERT_TRUE((*t)->ApplyAggregates(clock + 1, [](int64_t) { return 0.5f; }).ok());
+    }
+  }
+  std::vector<float> a(keys.size() * 3), m(a.size()), r(a.size());
+  ASSERT_TRUE(alone->Read(keys, a.data()).ok());
+  ASSERT_TRUE(merged->Read(keys, m.data()).ok());
+  ASSERT_TRUE(reordered->Read(keys, r.data()).ok());
+  EXPECT_EQ(std::memcmp(a.data(), m.data(), a.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(a.data(), r.data(), a.size() * sizeof(float)), 0);
+  EXPECT_NE(a[0], 0.0f);
 }
 
 TEST(ShardTableTest, DenseBlocksGiveTheSameUpdatesAsOneArray) {
