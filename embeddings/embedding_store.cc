@@ -1,7 +1,6 @@
 #include "embeddings/embedding_store.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -9,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/log.h"
+#include "core/prefetch.h"
 #include "core/sharding.h"
 #include "optim/optimizer.h"
 #include "rocksdb/cache.h"
@@ -21,15 +21,17 @@
 namespace syncline {
 namespace {
 
-using Index = absl::flat_hash_map<uint64_t, uint32_t>;
-
 // Rows written per RocksDB batch by FlushAll and the expiry sweep.
 constexpr size_t kBatchRows = 1024;
 
-// Read and Apply look up a request's ids in order in an index sized for the whole budget, far
-// larger than the caches: nearly every lookup misses. Prefetching the index slot of the id this
-// far ahead overlaps the misses (a lookup costs about a memory latency; this many are in flight).
+// Read and Apply touch three places per id, each a likely cache miss in a table larger than the
+// caches: the index slot, the row's bookkeeping and its floats, and each depends on the one
+// before. They are fetched in two stages ahead of the id in hand: the index slot of the id
+// 2 * kPrefetchAhead on, then (its slot now cached) the bookkeeping and floats of the row
+// kPrefetchAhead on, so that about this many misses of each kind are in flight.
 constexpr size_t kPrefetchAhead = 8;
+// Of a row's floats, at most this many bytes are fetched ahead (the rest streams behind them).
+constexpr size_t kPrefetchRowBytes = 256;
 
 // Rows the index is first sized for (it grows from there; see Init).
 constexpr uint64_t kInitialIndexRows = 1 << 16;
@@ -43,27 +45,6 @@ absl::Status DiskError(const std::string& path, const char* operation, const roc
   if (s.IsNotSupported()) return absl::UnimplementedError(message);
   if (s.IsNoSpace()) return absl::ResourceExhaustedError(message);
   return absl::InternalError(message);
-}
-
-// Bytes a flat_hash_map's table occupies: one slot and one control byte per entry of its
-// capacity, plus the cloned control bytes at the end.
-uint64_t IndexBytes(const Index& index) {
-  if (index.capacity() == 0) return 0;
-  return index.capacity() * (sizeof(Index::value_type) + 1) + 16;
-}
-
-// Entries to reserve for `rows` rows so that the index never grows: abseil rehashes in place
-// (dropping tombstones) only while the table is at most 25/32 full, else it doubles.
-size_t IndexReserve(uint64_t rows) { return std::max<size_t>(rows + rows / 8 + 2, 32); }
-
-// IndexBytes() of an index reserved with IndexReserve(rows), by abseil's sizing rule: capacity
-// 2^k - 1 with at least 8/7 of the entries. stats().memory_bytes measures the real index, so
-// the tests notice if this rule ever differs from the library's.
-uint64_t IndexBytesFor(uint64_t rows) {
-  const uint64_t growth = IndexReserve(rows);
-  const uint64_t least = growth + (growth - 1) / 7;
-  const uint64_t capacity = std::bit_ceil(least + 1) - 1;
-  return capacity * (sizeof(Index::value_type) + 1) + 16;
 }
 
 std::string MetaKey(uint32_t table) {
@@ -98,7 +79,7 @@ EmbeddingStore::EmbeddingStore(const TableConfig& table, const EmbeddingStoreOpt
 EmbeddingStore::~EmbeddingStore() {
   if (!options_.warn_unflushed) return;
   uint64_t dirty = 0;
-  for (const auto& [id, slot] : index_) dirty += meta(slot).dirty ? 1 : 0;
+  index_.ForEachSlot([&](uint32_t slot) { dirty += meta(slot).dirty ? 1 : 0; });
   if (dirty > 0) {
     SYNCLINE_LOG(WARNING) << "embedding store " << options_.path << ": closing with " << dirty
                           << " changed rows in memory that were not flushed";
@@ -138,7 +119,7 @@ absl::Status EmbeddingStore::Init() {
   rows = std::min<uint64_t>(rows, std::numeric_limits<uint32_t>::max() - 1);
   auto total = [&](uint64_t c) {
     const uint64_t blocks = (c + kBlockRows - 1) / kBlockRows;
-    return c * per_row + blocks * sizeof(Block) + IndexBytesFor(c);
+    return c * per_row + blocks * sizeof(Block) + RowIndex::BytesFor(c);
   };
   if (options_.max_memory_bytes != 0) {
     rows = std::min<uint64_t>(rows, options_.max_memory_bytes / per_row);
@@ -157,7 +138,7 @@ absl::Status EmbeddingStore::Init() {
   // The index starts small and grows with the rows (FreeSlot), so that a table far below its
   // budget keeps a compact index: lookups into one sized for the whole budget miss the caches
   // and the TLB far more often (the 2+2 ctr job ran 6% faster with a budget near its rows).
-  index_.reserve(IndexReserve(std::min<uint64_t>(capacity_, kInitialIndexRows)));
+  index_.Reserve(std::min<uint64_t>(capacity_, kInitialIndexRows));
   blocks_.reserve((capacity_ + kBlockRows - 1) / kBlockRows);
   free_slots_.reserve(capacity_);
 
@@ -246,7 +227,7 @@ absl::Status EmbeddingStore::CheckIds(std::span<const uint64_t> ids) const {
 void EmbeddingStore::BuildLruList() {
   std::vector<uint32_t> slots;
   slots.reserve(index_.size());
-  for (const auto& [id, slot] : index_) slots.push_back(slot);
+  index_.ForEachSlot([&](uint32_t slot) { slots.push_back(slot); });
   // Stamps are unique, so the order is total: the list is exactly the one kept all along.
   std::sort(slots.begin(), slots.end(),
             [this](uint32_t a, uint32_t b) { return meta(a).touched < meta(b).touched; });
@@ -336,12 +317,6 @@ absl::StatusOr<uint32_t> EmbeddingStore::FreeSlot() {
       blocks_.push_back(std::move(block));
       block_bytes_ += n * (sizeof(SlotMeta) + shape_.floats() * sizeof(float));
     }
-    if (!index_reserved_ && 2 * (used_slots_ + 1) >= capacity_) {
-      // Half full: take the index's whole share of the budget now, before the growth of a
-      // full table (or tombstones of evicted rows) could make abseil double it past that.
-      index_.reserve(IndexReserve(capacity_));
-      index_reserved_ = true;
-    }
     return used_slots_++;
   }
   if (!lru_linked_) BuildLruList();
@@ -351,16 +326,43 @@ absl::StatusOr<uint32_t> EmbeddingStore::FreeSlot() {
     if (auto s = WriteRow(victim); !s.ok()) return s;
   }
   Unlink(victim);
-  index_.erase(m.id);
+  index_.Erase(m.id, Holds(m.id));
   ++stats_.evictions;
   return victim;
 }
 
+void EmbeddingStore::PrefetchRow(uint64_t id, size_t row_bytes) const {
+  // The first entry with the id's tag names the slot to fetch (a second id of one tag is a
+  // 2^-32 chance, and costs a wasted fetch); Acquire's lookup kPrefetchAhead ids later checks
+  // the slot's id, its bookkeeping cached by then. Nothing is kept between the two.
+  const uint32_t slot = index_.Find(id, [](uint32_t) { return true; });
+  if (slot == RowIndex::kNone) return;
+  const auto lines = [](const void* p, size_t bytes) {
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(p);
+    for (uintptr_t line = begin & ~uintptr_t{63}; line < begin + bytes; line += 64) {
+      PrefetchLine(reinterpret_cast<const void*>(line));
+    }
+  };
+  lines(&meta(slot), sizeof(SlotMeta));
+  lines(floats(slot), std::min(row_bytes, kPrefetchRowBytes));
+}
+
+void EmbeddingStore::PrefetchFirst(std::span<const uint64_t> ids, size_t row_bytes) const {
+  for (size_t i = 0; i < std::min(ids.size(), 2 * kPrefetchAhead); ++i) index_.Prefetch(ids[i]);
+  for (size_t i = 0; i < std::min(ids.size(), kPrefetchAhead); ++i) PrefetchRow(ids[i], row_bytes);
+}
+
+void EmbeddingStore::PrefetchAhead(std::span<const uint64_t> ids, size_t i,
+                                   size_t row_bytes) const {
+  if (i + 2 * kPrefetchAhead < ids.size()) index_.Prefetch(ids[i + 2 * kPrefetchAhead]);
+  if (i + kPrefetchAhead < ids.size()) PrefetchRow(ids[i + kPrefetchAhead], row_bytes);
+}
+
 absl::StatusOr<uint32_t> EmbeddingStore::Acquire(uint64_t id) {
-  if (auto it = index_.find(id); it != index_.end()) {
+  if (const uint32_t slot = index_.Find(id, Holds(id)); slot != RowIndex::kNone) {
     ++stats_.memory_hits;
-    Touch(it->second);
-    return it->second;
+    Touch(slot);
+    return slot;
   }
   if (stats_.rows_on_disk > 0) {
     char key[kRowKeySize];
@@ -390,7 +392,7 @@ absl::StatusOr<uint32_t> EmbeddingStore::Acquire(uint64_t id) {
         m.last_touch = last_touch;
         m.on_disk = true;
         m.dirty = false;
-        index_.emplace(id, *slot);
+        index_.Insert(id, *slot);
         if (lru_linked_) LinkFront(*slot);
         Touch(*slot);
         ++stats_.disk_hits;
@@ -415,7 +417,7 @@ absl::StatusOr<uint32_t> EmbeddingStore::Acquire(uint64_t id) {
   m.last_touch = step_;
   m.on_disk = false;
   m.dirty = true;
-  index_.emplace(id, *slot);
+  index_.Insert(id, *slot);
   if (lru_linked_) LinkFront(*slot);
   Touch(*slot);
   ++stats_.admitted;
@@ -425,8 +427,9 @@ absl::StatusOr<uint32_t> EmbeddingStore::Acquire(uint64_t id) {
 absl::Status EmbeddingStore::Read(std::span<const uint64_t> ids, float* out) {
   if (auto s = CheckIds(ids); !s.ok()) return s;
   const size_t dim = shape_.dim;
+  PrefetchFirst(ids, dim * sizeof(float));
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (i + kPrefetchAhead < ids.size()) index_.prefetch(ids[i + kPrefetchAhead]);
+    PrefetchAhead(ids, i, dim * sizeof(float));
     auto slot = Acquire(ids[i]);
     if (!slot.ok()) return slot.status();
     if (*slot == kNone) {
@@ -448,8 +451,10 @@ absl::Status EmbeddingStore::Apply(std::span<const uint64_t> ids, const float* g
                                                       held.size(), spread.size(), ids.size()));
   }
   const size_t dim = shape_.dim;
+  const size_t row_bytes = shape_.floats() * sizeof(float);
+  PrefetchFirst(ids, row_bytes);
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (i + kPrefetchAhead < ids.size()) index_.prefetch(ids[i + kPrefetchAhead]);
+    PrefetchAhead(ids, i, row_bytes);
     auto slot = Acquire(ids[i]);
     if (!slot.ok()) return slot.status();
     if (*slot == kNone) {
@@ -477,7 +482,7 @@ absl::Status EmbeddingStore::ExpireMemory() {
       if (auto s = DeleteFromDisk(m.id); !s.ok()) return s;
     }
     Unlink(slot);
-    index_.erase(m.id);
+    index_.Erase(m.id, Holds(m.id));
     free_slots_.push_back(slot);
     ++stats_.expired;
   }
@@ -503,7 +508,7 @@ absl::Status EmbeddingStore::SweepDisk() {
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
     uint64_t id = 0;
     if (!DecodeRowKey(it->key().data(), it->key().size(), config_.id, &id)) continue;
-    if (index_.contains(id)) continue;
+    if (Contains(id)) continue;
     int64_t step = 0, last_touch = 0;
     const rocksdb::Slice v = it->value();
     if (auto s = DecodeRowValue(shape_, id, v.data(), v.size(), &step, &last_touch, nullptr);
@@ -541,7 +546,9 @@ absl::Status EmbeddingStore::AdvanceStep() {
 
 absl::Status EmbeddingStore::ForEachRow(
     absl::FunctionRef<absl::Status(const EmbeddingRow&)> fn) const {
-  std::vector<std::pair<uint64_t, uint32_t>> memory(index_.begin(), index_.end());
+  std::vector<std::pair<uint64_t, uint32_t>> memory;
+  memory.reserve(index_.size());
+  index_.ForEachSlot([&](uint32_t slot) { memory.emplace_back(meta(slot).id, slot); });
   std::sort(memory.begin(), memory.end());
   const size_t dim = shape_.dim;
   auto emit_memory = [&](const std::pair<uint64_t, uint32_t>& entry) {
@@ -560,7 +567,7 @@ absl::Status EmbeddingStore::ForEachRow(
     for (; next < memory.size() && memory[next].first <= id; ++next) {
       if (auto s = emit_memory(memory[next]); !s.ok()) return s;
     }
-    if (index_.contains(id)) continue;  // the memory copy is the current one
+    if (Contains(id)) continue;  // the memory copy is the current one
     int64_t step = 0, last_touch = 0;
     const rocksdb::Slice v = it->value();
     if (auto s = DecodeRowValue(shape_, id, v.data(), v.size(), &step, &last_touch, buffer.data());
@@ -604,9 +611,13 @@ absl::Status EmbeddingStore::FlushAll() {
     return absl::OkStatus();
   };
   char key[kRowKeySize];
-  for (const auto& [id, slot] : index_) {
-    if (!meta(slot).dirty) continue;
-    EncodeRowKey(config_.id, id, key);
+  std::vector<uint32_t> slots;
+  slots.reserve(index_.size());
+  index_.ForEachSlot([&](uint32_t slot) {
+    if (meta(slot).dirty) slots.push_back(slot);
+  });
+  for (const uint32_t slot : slots) {
+    EncodeRowKey(config_.id, meta(slot).id, key);
     EncodeRowValue(shape_, meta(slot).step, meta(slot).last_touch, floats(slot), &value_buffer_);
     batch.Put(rocksdb::Slice(key, kRowKeySize), value_buffer_);
     pending.push_back(slot);
@@ -628,9 +639,9 @@ std::unique_ptr<EmbeddingSnapshot> EmbeddingStore::Capture() const {
   snap->store_ = this;
   snap->step_ = step_;
   std::vector<std::pair<uint64_t, uint32_t>> dirty;
-  for (const auto& [id, slot] : index_) {
-    if (meta(slot).dirty) dirty.emplace_back(id, slot);
-  }
+  index_.ForEachSlot([&](uint32_t slot) {
+    if (meta(slot).dirty) dirty.emplace_back(meta(slot).id, slot);
+  });
   std::sort(dirty.begin(), dirty.end());
   const size_t value_size = shape_.value_size();
   snap->memory_ids_.reserve(dirty.size());
@@ -711,7 +722,7 @@ absl::Status EmbeddingSnapshot::ForEachEntry(
 EmbeddingStoreStats EmbeddingStore::stats() const {
   EmbeddingStoreStats out = stats_;
   out.rows_in_memory = index_.size();
-  out.memory_bytes = IndexBytes(index_) + block_bytes_ + blocks_.capacity() * sizeof(Block) +
+  out.memory_bytes = index_.bytes() + block_bytes_ + blocks_.capacity() * sizeof(Block) +
                      free_slots_.capacity() * sizeof(uint32_t);
   return out;
 }

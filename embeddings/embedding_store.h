@@ -13,9 +13,9 @@
 // - Every RocksDB call's status becomes an absl::Status naming the path and the operation; a
 //   damaged value on disk is DataLoss naming the id and is never used.
 // - The memory tier holds at most memory_capacity_rows() rows and memory_bytes() bytes, which
-//   never exceed the budget. The index starts small and grows with the rows until the tier is
-//   half full, when it takes its whole share of the budget (one last rehash; while a rehash
-//   runs, the old and new arrays are both held). RocksDB's own memory (memtables, block cache)
+//   never exceed the budget. The index (a RowIndex) starts small and doubles with the rows, to
+//   at most its share of the budget at a full tier (while a rehash runs, the old and new arrays
+//   are both held). RocksDB's own memory (memtables, block cache)
 //   is bounded separately by the rocksdb_* options.
 // - Rows in memory reach the disk only when evicted or by FlushAll(); a store destroyed without
 //   FlushAll() loses the updates of its memory tier (a checkpoint, later, is the durable copy).
@@ -32,13 +32,13 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/table_config.h"
 #include "embeddings/admission_sketch.h"
 #include "embeddings/row_codec.h"
+#include "embeddings/row_index.h"
 
 namespace rocksdb {
 class DB;
@@ -251,6 +251,17 @@ class EmbeddingStore {
   float* floats(uint32_t slot) const {
     return blocks_[slot / kBlockRows].floats.get() + (slot % kBlockRows) * shape_.floats();
   }
+  // Cache prefetches for Read and Apply (see kPrefetchAhead): the bookkeeping and the first
+  // `row_bytes` of the floats of `id`'s row when memory holds it; every lookup of the first ids;
+  // then, at id i, the lookup of id i + 2 * kPrefetchAhead and the row of id i + kPrefetchAhead.
+  void PrefetchRow(uint64_t id, size_t row_bytes) const;
+  void PrefetchFirst(std::span<const uint64_t> ids, size_t row_bytes) const;
+  void PrefetchAhead(std::span<const uint64_t> ids, size_t i, size_t row_bytes) const;
+  // For index_'s lookups: whether a slot holds `id`.
+  auto Holds(uint64_t id) const {
+    return [this, id](uint32_t slot) { return meta(slot).id == id; };
+  }
+  bool Contains(uint64_t id) const { return index_.Find(id, Holds(id)) != RowIndex::kNone; }
   // The slot of `id`, loading or creating the row; kNone when the id is not admitted.
   absl::StatusOr<uint32_t> Acquire(uint64_t id);
   // A free slot, evicting the least recently used row when the tier is full.
@@ -274,8 +285,7 @@ class EmbeddingStore {
   std::unique_ptr<rocksdb::WriteOptions> write_options_;
   std::unique_ptr<AdmissionSketch> sketch_;
 
-  absl::flat_hash_map<uint64_t, uint32_t> index_;  // id -> slot
-  bool index_reserved_ = false;                    // the index holds its whole share of the budget
+  RowIndex index_;  // id -> slot
   std::vector<Block> blocks_;
   std::vector<uint32_t> free_slots_;
   uint32_t used_slots_ = 0;  // slots ever handed out
@@ -287,7 +297,6 @@ class EmbeddingStore {
   uint64_t touch_count_ = 0;
   uint32_t lru_head_ = kNone;  // most recently used
   uint32_t lru_tail_ = kNone;  // least recently used
-  uint64_t index_bytes_ = 0;
   uint64_t block_bytes_ = 0;
 
   int64_t step_ = 0;
