@@ -391,9 +391,9 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
   }
   size_t total_keys = 0;
   size_t count = 0;
-  const Contribution* only = nullptr;  // the clock's contribution, when it has one
-  for (const auto& [worker, contributions] : aggregate) {
-    for (const Contribution& c : contributions) {
+  Contribution* only = nullptr;  // the clock's contribution, when it has one
+  for (auto& [worker, contributions] : aggregate) {
+    for (Contribution& c : contributions) {
       total_keys += c.keys.size();
       if (count++ == 0) only = &c;
     }
@@ -402,11 +402,11 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
       std::adjacent_find(only->keys.begin(), only->keys.end(), std::greater_equal<uint64_t>()) ==
           only->keys.end()) {
     // One push of distinct keys (a lone worker's, in increasing order as the client sends
-    // them): the sums are its values, in its order, without the index below. v + 0.0f is what
-    // the general path's sum holds (it turns -0 into +0), so both paths give the same bits.
-    std::vector<float> sum(only->values.begin(), only->values.end());
-    for (float& v : sum) v += 0.0f;
-    return Apply(only->keys, sum.data(), scale);
+    // them): the sums are its values, in its order, without the index below, and in its own
+    // buffer (the aggregate is spent). v + 0.0f is what the general path's sum holds (it turns
+    // -0 into +0), so both paths give the same bits.
+    for (float& v : only->values) v += 0.0f;
+    return Apply(only->keys, only->values.data(), scale);
   }
   absl::flat_hash_map<uint64_t, uint32_t> index;
   std::vector<uint64_t> keys;

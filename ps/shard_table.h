@@ -195,6 +195,7 @@ class ShardTable {
   // Dense: the weights of the row at `row` (shard-relative), writable.
   float* WritableDenseRow(size_t row);
   void InitRow(uint64_t key, float* row) const;
+  // Applies one clock's aggregate; it may use the contributions' buffers (they are spent).
   absl::Status ApplyAggregate(Aggregate& aggregate, float scale);
 
   const TableConfig config_;
