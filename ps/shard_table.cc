@@ -381,6 +381,53 @@ void ShardTable::AddToShard(const std::vector<Contribution>& contributions, floa
   }
 }
 
+absl::Status ShardTable::ApplySortedAggregate(Aggregate& aggregate, size_t total_keys,
+                                              float scale) {
+  // The pushes as the client sends them (distinct, increasing keys, no held counts), merged in
+  // the general path's order (workers by rank, each in arrival order), so that every row's sum
+  // is the same sequence of additions: 0.0f, then each push's row in turn. A lone push (one
+  // worker) is applied from its own buffer, the aggregate being spent.
+  const uint32_t dim = config_.dim;
+  std::vector<uint64_t> keys, merged_keys;
+  std::vector<float> sum, merged_sum;
+  bool first = true;
+  for (auto& [worker, contributions] : aggregate) {
+    for (Contribution& c : contributions) {
+      if (first) {
+        keys = std::move(c.keys);
+        sum = std::move(c.values);
+        for (float& v : sum) v += 0.0f;  // 0.0f + v: turns -0 into +0, as a sum from 0 does
+        first = false;
+        continue;
+      }
+      merged_keys.clear();
+      merged_sum.clear();
+      merged_keys.reserve(std::min(total_keys, keys.size() + c.keys.size()));
+      merged_sum.reserve(merged_keys.capacity() * dim);
+      size_t a = 0, b = 0;
+      while (a < keys.size() || b < c.keys.size()) {
+        const float* mine = sum.data() + a * dim;
+        const float* theirs = c.values.data() + b * dim;
+        if (b == c.keys.size() || (a < keys.size() && keys[a] < c.keys[b])) {
+          merged_keys.push_back(keys[a++]);
+          merged_sum.insert(merged_sum.end(), mine, mine + dim);
+        } else if (a == keys.size() || c.keys[b] < keys[a]) {
+          merged_keys.push_back(c.keys[b++]);
+          for (uint32_t j = 0; j < dim; ++j) merged_sum.push_back(0.0f + theirs[j]);
+        } else {
+          merged_keys.push_back(keys[a]);
+          for (uint32_t j = 0; j < dim; ++j) merged_sum.push_back(mine[j] + theirs[j]);
+          ++a;
+          ++b;
+        }
+      }
+      keys.swap(merged_keys);
+      sum.swap(merged_sum);
+    }
+  }
+  return Apply(keys, sum.data(), scale);
+}
+
 absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
   const uint32_t dim = config_.dim;
   if (config_.dense) {
@@ -391,23 +438,18 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
   }
   size_t total_keys = 0;
   size_t count = 0;
-  Contribution* only = nullptr;  // the clock's contribution, when it has one
+  bool sorted = true;  // no held counts, and every push's keys distinct and increasing
   for (auto& [worker, contributions] : aggregate) {
     for (Contribution& c : contributions) {
       total_keys += c.keys.size();
-      if (count++ == 0) only = &c;
+      ++count;
+      sorted = sorted && c.held.empty() &&
+               std::adjacent_find(c.keys.begin(), c.keys.end(), std::greater_equal<uint64_t>()) ==
+                   c.keys.end();
     }
   }
-  if (count == 1 && only->held.empty() &&
-      std::adjacent_find(only->keys.begin(), only->keys.end(), std::greater_equal<uint64_t>()) ==
-          only->keys.end()) {
-    // One push of distinct keys (a lone worker's, in increasing order as the client sends
-    // them): the sums are its values, in its order, without the index below, and in its own
-    // buffer (the aggregate is spent). v + 0.0f is what the general path's sum holds (it turns
-    // -0 into +0), so both paths give the same bits.
-    for (float& v : only->values) v += 0.0f;
-    return Apply(only->keys, only->values.data(), scale);
-  }
+  if (sorted && count <= kMostMergedPushes)
+    return ApplySortedAggregate(aggregate, total_keys, scale);
   absl::flat_hash_map<uint64_t, uint32_t> index;
   std::vector<uint64_t> keys;
   std::vector<float> sum;

@@ -197,6 +197,11 @@ class ShardTable {
   void InitRow(uint64_t key, float* row) const;
   // Applies one clock's aggregate; it may use the contributions' buffers (they are spent).
   absl::Status ApplyAggregate(Aggregate& aggregate, float scale);
+  // ApplyAggregate of pushes of increasing keys without held counts: merged in order, without
+  // the hash map the general case needs. Up to kMostMergedPushes pushes (each merge copies the
+  // rows merged so far).
+  static constexpr size_t kMostMergedPushes = 8;
+  absl::Status ApplySortedAggregate(Aggregate& aggregate, size_t total_keys, float scale);
 
   const TableConfig config_;
   const int shard_;

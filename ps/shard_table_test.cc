@@ -129,15 +129,21 @@ std::vector<float> FloatsOf(Frame frame) {
   return std::vector<float>(v->begin(), v->end());
 }
 
-// A clock with one push of increasing keys (a lone worker's) skips the index that merges
-// several; its rows must take the same bits as when merged: a second worker's zeros, and the
-// same push in another order, go through the index.
-TEST(ShardTableTest, ALonePushOfAClockTakesTheBitsOfTheMergedSums) {
-  TableConfig c = Dense(0, 3);
+// A sparse table of `dim` floats a row, seeded rows, Adagrad: where sums' bits show.
+TableConfig SparseAdagrad(uint32_t dim) {
+  TableConfig c = Dense(0, dim);
   c.dense = false;
   c.init_scale = 0.1f;
   c.optimizer.kind = OptimizerKind::kAdagrad;
   c.optimizer.learning_rate = 0.05f;
+  return c;
+}
+
+// A clock with one push of increasing keys (a lone worker's) is applied as it came; its rows
+// must take the same bits as when merged with a second worker's zeros, and as the same push
+// in another order, which goes through the hash map.
+TEST(ShardTableTest, ALonePushOfAClockTakesTheBitsOfTheMergedSums) {
+  const TableConfig c = SparseAdagrad(3);
   auto alone = *ShardTable::Create(c, 0, 1);
   auto merged = *ShardTable::Create(c, 0, 1);
   auto reordered = *ShardTable::Create(c, 0, 1);
@@ -168,6 +174,48 @@ TEST(ShardTableTest, ALonePushOfAClockTakesTheBitsOfTheMergedSums) {
   EXPECT_EQ(std::memcmp(a.data(), m.data(), a.size() * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(a.data(), r.data(), a.size() * sizeof(float)), 0);
   EXPECT_NE(a[0], 0.0f);
+}
+
+// Several workers' pushes of increasing keys are merged in order, without the hash map; the
+// rows must take the bits of the hash map's sums (one push reversed sends them there).
+TEST(ShardTableTest, MergedSortedPushesTakeTheBitsOfTheHashedSums) {
+  const TableConfig c = SparseAdagrad(2);
+  auto merged = *ShardTable::Create(c, 0, 1);
+  auto hashed = *ShardTable::Create(c, 0, 1);
+  std::mt19937 rng(23);  // seed: replayable
+  std::normal_distribution<float> normal;
+  for (int64_t clock = 0; clock < 3; ++clock) {
+    // Workers 0..3 push overlapping random subsets of 0..99; worker 2 twice in one clock.
+    for (int push = 0; push < 5; ++push) {
+      const int worker = push < 4 ? push : 2;
+      std::vector<uint64_t> keys;
+      for (uint64_t k = 0; k < 100; ++k) {
+        if (rng() % 3 == 0) keys.push_back(k);
+      }
+      std::vector<float> g(keys.size() * 2);
+      for (float& v : g) v = rng() % 9 == 0 ? -0.0f : normal(rng);
+      merged->Accumulate(clock, worker, keys, g.data());
+      if (worker == 1) {
+        std::vector<uint64_t> back(keys.rbegin(), keys.rend());
+        std::vector<float> g_back(g.size());
+        for (size_t r = 0; r < keys.size(); ++r) {
+          std::copy_n(&g[(keys.size() - 1 - r) * 2], 2, &g_back[r * 2]);
+        }
+        hashed->Accumulate(clock, worker, back, g_back.data());
+      } else {
+        hashed->Accumulate(clock, worker, keys, g.data());
+      }
+    }
+    for (auto* t : {&merged, &hashed}) {
+      ASSERT_TRUE((*t)->ApplyAggregates(clock + 1, [](int64_t) { return 0.25f; }).ok());
+    }
+  }
+  std::vector<uint64_t> keys(100);
+  for (uint64_t k = 0; k < 100; ++k) keys[k] = k;
+  std::vector<float> m(200), h(200);
+  ASSERT_TRUE(merged->Read(keys, m.data()).ok());
+  ASSERT_TRUE(hashed->Read(keys, h.data()).ok());
+  EXPECT_EQ(std::memcmp(m.data(), h.data(), m.size() * sizeof(float)), 0);
 }
 
 TEST(ShardTableTest, DenseBlocksGiveTheSameUpdatesAsOneArray) {
