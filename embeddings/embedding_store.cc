@@ -116,7 +116,9 @@ absl::Status EmbeddingStore::Init() {
   const uint64_t per_row = row_bytes + sizeof(uint32_t);  // + its free-list entry
   uint64_t rows = options_.max_memory_rows ? options_.max_memory_rows
                                            : std::numeric_limits<uint32_t>::max() - 1;
-  rows = std::min<uint64_t>(rows, std::numeric_limits<uint32_t>::max() - 1);
+  // Slots are 32-bit, and RowIndex finds homes by a 32-bit tag: past 2^32 entries (2/3 of
+  // that in rows) its upper half would never be a home.
+  rows = std::min<uint64_t>(rows, RowIndex::kMostRows);
   auto total = [&](uint64_t c) {
     const uint64_t blocks = (c + kBlockRows - 1) / kBlockRows;
     return c * per_row + blocks * sizeof(Block) + RowIndex::BytesFor(c);
@@ -316,6 +318,12 @@ absl::StatusOr<uint32_t> EmbeddingStore::FreeSlot() {
       block.floats = std::make_unique<float[]>(n * shape_.floats());
       blocks_.push_back(std::move(block));
       block_bytes_ += n * (sizeof(SlotMeta) + shape_.floats() * sizeof(float));
+    }
+    if (2 * (used_slots_ + 1) >= capacity_) {
+      // Half full: the index takes its whole share of the budget now, while the rows not yet
+      // allocated cover the old array during the rehash (a last doubling at the final row
+      // would hold both arrays on top of every block). Once there, this is a no-op.
+      index_.Reserve(capacity_);
     }
     return used_slots_++;
   }

@@ -13,9 +13,10 @@
 // - Every RocksDB call's status becomes an absl::Status naming the path and the operation; a
 //   damaged value on disk is DataLoss naming the id and is never used.
 // - The memory tier holds at most memory_capacity_rows() rows and memory_bytes() bytes, which
-//   never exceed the budget. The index (a RowIndex) starts small and doubles with the rows, to
-//   at most its share of the budget at a full tier (while a rehash runs, the old and new arrays
-//   are both held). RocksDB's own memory (memtables, block cache)
+//   never exceed the budget. The index (a RowIndex) starts small and doubles with the rows
+//   until the tier is half full, when it takes its whole share of the budget (one last rehash;
+//   while a rehash runs, the old and new arrays are both held, which the rows not yet
+//   allocated cover). RocksDB's own memory (memtables, block cache)
 //   is bounded separately by the rocksdb_* options.
 // - Rows in memory reach the disk only when evicted or by FlushAll(); a store destroyed without
 //   FlushAll() loses the updates of its memory tier (a checkpoint, later, is the durable copy).

@@ -19,6 +19,7 @@
 #include <bit>
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "core/prefetch.h"
 #include "core/sharding.h"
@@ -28,6 +29,9 @@ namespace syncline {
 class RowIndex {
  public:
   static constexpr uint32_t kNone = ~uint32_t{0};
+  // The most rows an index holds well: at 2/3 full that is 2^32 entries, all of which a 32-bit
+  // tag can name as homes.
+  static constexpr uint64_t kMostRows = (uint64_t{1} << 33) / 3;
 
   RowIndex() { Rehash(kMinCapacity); }
 
@@ -128,9 +132,10 @@ class RowIndex {
   }
 
   void Rehash(uint64_t capacity) {
+    // The new array first: if its allocation throws, the index is as it was.
+    std::unique_ptr<Entry[]> fresh = std::make_unique<Entry[]>(capacity);
     const size_t old_capacity = entries_ == nullptr ? 0 : this->capacity();
-    std::unique_ptr<Entry[]> old = std::move(entries_);
-    entries_ = std::make_unique<Entry[]>(capacity);
+    std::unique_ptr<Entry[]> old = std::exchange(entries_, std::move(fresh));
     mask_ = capacity - 1;
     for (size_t i = 0; i < old_capacity; ++i) {
       if (old[i].slot != kNone) Place(old[i]);

@@ -437,11 +437,13 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
     return absl::OkStatus();
   }
   size_t total_keys = 0;
+  size_t largest = 0;  // keys of the largest push: a lower bound of the distinct keys
   size_t count = 0;
   bool sorted = true;  // no held counts, and every push's keys distinct and increasing
   for (auto& [worker, contributions] : aggregate) {
     for (Contribution& c : contributions) {
       total_keys += c.keys.size();
+      largest = std::max(largest, c.keys.size());
       ++count;
       sorted = sorted && c.held.empty() &&
                std::adjacent_find(c.keys.begin(), c.keys.end(), std::greater_equal<uint64_t>()) ==
@@ -457,11 +459,12 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
   // Per key: the squares the contributions stand for, sum of spread * |G|^2 / held (what the
   // pushes behind each one would have added), from which the combined spread follows.
   std::vector<double> squares;
-  index.reserve(total_keys);
-  keys.reserve(total_keys);
-  sum.reserve(total_keys * dim);
-  held.reserve(total_keys);
-  squares.reserve(total_keys);
+  // Reserved for the largest push, not all of them: with many workers most keys repeat.
+  index.reserve(largest);
+  keys.reserve(largest);
+  sum.reserve(largest * dim);
+  held.reserve(largest);
+  squares.reserve(largest);
   bool any_held = false;
   for (const auto& [worker, contributions] : aggregate) {
     for (const Contribution& c : contributions) {

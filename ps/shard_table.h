@@ -199,7 +199,10 @@ class ShardTable {
   absl::Status ApplyAggregate(Aggregate& aggregate, float scale);
   // ApplyAggregate of pushes of increasing keys without held counts: merged in order, without
   // the hash map the general case needs. Up to kMostMergedPushes pushes (each merge copies the
-  // rows merged so far).
+  // rows merged so far). The sums are the general case's to the bit; the rows are applied in
+  // increasing key order rather than in order of first appearance, which only moves what
+  // depends on the order of touches (which rows an embedding store evicts or its sketch
+  // admits first, and where a full table stops): deterministically either way.
   static constexpr size_t kMostMergedPushes = 8;
   absl::Status ApplySortedAggregate(Aggregate& aggregate, size_t total_keys, float scale);
 
