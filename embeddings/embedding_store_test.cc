@@ -285,6 +285,30 @@ INSTANTIATE_TEST_SUITE_P(Rules, OptimizerStateTest,
                            return std::string("Other");
                          });
 
+// The index takes its whole share of the budget by the time the tier is half full: a rehash
+// later (at the final row, say) would hold its old and new arrays on top of every block of
+// rows. So past half full, the store's memory grows only when a block of rows is allocated.
+TEST(EmbeddingStoreTest, TheIndexStopsGrowingAtHalfTheTier) {
+  constexpr uint64_t kRows = 100000;  // an index larger than the one Init starts with
+  constexpr uint64_t kBlockRows = 4096;
+  ScopedTempDir dir("embedding_store");
+  auto store = MustOpen(Table(1), Options(dir.Sub("db"), kRows));
+  ASSERT_NE(store, nullptr);
+  ASSERT_EQ(store->memory_capacity_rows(), kRows);
+  const float grad = 1.0f;
+  uint64_t before = store->stats().memory_bytes;
+  for (uint64_t id = 0; id < kRows; ++id) {
+    ASSERT_TRUE(store->Apply(std::span<const uint64_t>(&id, 1), &grad, 1.0f).ok());
+    const uint64_t now = store->stats().memory_bytes;
+    if (id + 1 > kRows / 2 + 1 && now != before) {
+      EXPECT_EQ(id % kBlockRows, 0u) << "the memory grew by " << now - before << " bytes at row "
+                                     << id + 1 << ", not a block's start";
+    }
+    before = now;
+  }
+  EXPECT_EQ(store->stats().rows_in_memory, kRows);
+}
+
 TEST(EmbeddingStoreTest, AdmissionAfterThreeSightings) {
   ScopedTempDir dir("embedding_store");
   TableConfig t = Table(4);
