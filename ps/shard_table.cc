@@ -381,51 +381,105 @@ void ShardTable::AddToShard(const std::vector<Contribution>& contributions, floa
   }
 }
 
+void ShardTable::AddRowTerms(const Contribution& c, size_t i, uint32_t dim, uint16_t* held,
+                             double* squares) {
+  const uint16_t k = c.held.empty() ? 1 : std::max<uint16_t>(c.held[i], 1);
+  const double r = c.spread.empty() ? 1.0 : c.spread[i];
+  const float* src = c.values.data() + i * dim;
+  double g2 = 0;
+  for (uint32_t j = 0; j < dim; ++j) g2 += double{src[j]} * src[j];
+  *held = std::max(*held, k);
+  *squares += r * g2 / k;
+}
+
+absl::Status ShardTable::ApplySums(std::span<const uint64_t> keys, const std::vector<float>& sum,
+                                   bool any_held, std::span<const uint16_t> held,
+                                   std::span<const double> squares, float scale) {
+  if (!any_held) return Apply(keys, sum.data(), scale);
+  // The combined row: the most steps any contribution held, and the spread that makes its
+  // held steps add those squares (clamped by ApplyHeldUpdate).
+  const uint32_t dim = config_.dim;
+  std::vector<float> spread(keys.size(), 1.0f);
+  for (size_t r = 0; r < keys.size(); ++r) {
+    double s2 = 0;
+    for (uint32_t j = 0; j < dim; ++j) s2 += double{sum[r * dim + j]} * sum[r * dim + j];
+    if (s2 > 0) spread[r] = static_cast<float>(held[r] * squares[r] / s2);
+  }
+  return Apply(keys, sum.data(), scale, held, spread);
+}
+
 absl::Status ShardTable::ApplySortedAggregate(Aggregate& aggregate, size_t total_keys,
-                                              float scale) {
-  // The pushes as the client sends them (distinct, increasing keys, no held counts), merged in
-  // the general path's order (workers by rank, each in arrival order), so that every row's sum
-  // is the same sequence of additions: 0.0f, then each push's row in turn. A lone push (one
-  // worker) is applied from its own buffer, the aggregate being spent.
+                                              bool any_held, float scale) {
+  // The pushes as the client sends them (distinct, increasing keys), merged in the general
+  // path's order (workers by rank, each in arrival order), so that every row's sum, held count
+  // and squares are the same sequence of operations: from 0.0f, 1 and 0.0, each push's row in
+  // turn. A lone push (one worker) is applied from its own buffer, the aggregate being spent.
   const uint32_t dim = config_.dim;
   std::vector<uint64_t> keys, merged_keys;
   std::vector<float> sum, merged_sum;
+  std::vector<uint16_t> held, merged_held;  // with any_held only
+  std::vector<double> squares, merged_squares;
   bool first = true;
   for (auto& [worker, contributions] : aggregate) {
     for (Contribution& c : contributions) {
       if (first) {
+        if (any_held) {
+          held.assign(c.keys.size(), 1);
+          squares.assign(c.keys.size(), 0.0);
+          for (size_t i = 0; i < c.keys.size(); ++i) {
+            AddRowTerms(c, i, dim, &held[i], &squares[i]);
+          }
+        }
         keys = std::move(c.keys);
         sum = std::move(c.values);
         for (float& v : sum) v += 0.0f;  // 0.0f + v: turns -0 into +0, as a sum from 0 does
         first = false;
         continue;
       }
+      const size_t most = std::min(total_keys, keys.size() + c.keys.size());
       merged_keys.clear();
       merged_sum.clear();
-      merged_keys.reserve(std::min(total_keys, keys.size() + c.keys.size()));
-      merged_sum.reserve(merged_keys.capacity() * dim);
+      merged_held.clear();
+      merged_squares.clear();
+      merged_keys.reserve(most);
+      merged_sum.reserve(most * dim);
+      if (any_held) {
+        merged_held.reserve(most);
+        merged_squares.reserve(most);
+      }
       size_t a = 0, b = 0;
       while (a < keys.size() || b < c.keys.size()) {
         const float* mine = sum.data() + a * dim;
         const float* theirs = c.values.data() + b * dim;
         if (b == c.keys.size() || (a < keys.size() && keys[a] < c.keys[b])) {
-          merged_keys.push_back(keys[a++]);
-          merged_sum.insert(merged_sum.end(), mine, mine + dim);
-        } else if (a == keys.size() || c.keys[b] < keys[a]) {
-          merged_keys.push_back(c.keys[b++]);
-          for (uint32_t j = 0; j < dim; ++j) merged_sum.push_back(0.0f + theirs[j]);
-        } else {
           merged_keys.push_back(keys[a]);
-          for (uint32_t j = 0; j < dim; ++j) merged_sum.push_back(mine[j] + theirs[j]);
+          merged_sum.insert(merged_sum.end(), mine, mine + dim);
+          if (any_held) {
+            merged_held.push_back(held[a]);
+            merged_squares.push_back(squares[a]);
+          }
           ++a;
-          ++b;
+          continue;
         }
+        const bool both = a < keys.size() && keys[a] == c.keys[b];
+        merged_keys.push_back(c.keys[b]);
+        for (uint32_t j = 0; j < dim; ++j)
+          merged_sum.push_back((both ? mine[j] : 0.0f) + theirs[j]);
+        if (any_held) {
+          merged_held.push_back(both ? held[a] : 1);
+          merged_squares.push_back(both ? squares[a] : 0.0);
+          AddRowTerms(c, b, dim, &merged_held.back(), &merged_squares.back());
+        }
+        a += both ? 1 : 0;
+        ++b;
       }
       keys.swap(merged_keys);
       sum.swap(merged_sum);
+      held.swap(merged_held);
+      squares.swap(merged_squares);
     }
   }
-  return Apply(keys, sum.data(), scale);
+  return ApplySums(keys, sum, any_held, held, squares, scale);
 }
 
 absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
@@ -439,19 +493,20 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
   size_t total_keys = 0;
   size_t largest = 0;  // keys of the largest push: a lower bound of the distinct keys
   size_t count = 0;
-  bool sorted = true;  // no held counts, and every push's keys distinct and increasing
+  bool any_held = false;
+  bool sorted = true;  // every push's keys distinct and increasing
   for (auto& [worker, contributions] : aggregate) {
     for (Contribution& c : contributions) {
       total_keys += c.keys.size();
       largest = std::max(largest, c.keys.size());
       ++count;
-      sorted = sorted && c.held.empty() &&
-               std::adjacent_find(c.keys.begin(), c.keys.end(), std::greater_equal<uint64_t>()) ==
-                   c.keys.end();
+      any_held = any_held || !c.held.empty();
+      sorted = sorted && std::adjacent_find(c.keys.begin(), c.keys.end(),
+                                            std::greater_equal<uint64_t>()) == c.keys.end();
     }
   }
   if (sorted && count <= kMostMergedPushes)
-    return ApplySortedAggregate(aggregate, total_keys, scale);
+    return ApplySortedAggregate(aggregate, total_keys, any_held, scale);
   absl::flat_hash_map<uint64_t, uint32_t> index;
   std::vector<uint64_t> keys;
   std::vector<float> sum;
@@ -465,10 +520,8 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
   sum.reserve(largest * dim);
   held.reserve(largest);
   squares.reserve(largest);
-  bool any_held = false;
   for (const auto& [worker, contributions] : aggregate) {
     for (const Contribution& c : contributions) {
-      any_held = any_held || !c.held.empty();
       for (size_t i = 0; i < c.keys.size(); ++i) {
         auto [it, inserted] = index.try_emplace(c.keys[i], static_cast<uint32_t>(keys.size()));
         if (inserted) {
@@ -477,30 +530,14 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
           held.push_back(1);
           squares.push_back(0);
         }
-        const uint16_t k = c.held.empty() ? 1 : std::max<uint16_t>(c.held[i], 1);
-        const double r = c.spread.empty() ? 1.0 : c.spread[i];
-        held[it->second] = std::max(held[it->second], k);
         float* __restrict dst = sum.data() + static_cast<size_t>(it->second) * dim;
         const float* __restrict src = c.values.data() + i * dim;
-        double g2 = 0;
-        for (uint32_t j = 0; j < dim; ++j) {
-          dst[j] += src[j];
-          g2 += double{src[j]} * src[j];
-        }
-        squares[it->second] += r * g2 / k;
+        for (uint32_t j = 0; j < dim; ++j) dst[j] += src[j];
+        if (any_held) AddRowTerms(c, i, dim, &held[it->second], &squares[it->second]);
       }
     }
   }
-  if (!any_held) return Apply(keys, sum.data(), scale);
-  // The combined row: the most steps any contribution held, and the spread that makes its
-  // held steps add those squares (clamped by ApplyHeldUpdate).
-  std::vector<float> spread(keys.size(), 1.0f);
-  for (size_t r = 0; r < keys.size(); ++r) {
-    double s2 = 0;
-    for (uint32_t j = 0; j < dim; ++j) s2 += double{sum[r * dim + j]} * sum[r * dim + j];
-    if (s2 > 0) spread[r] = static_cast<float>(held[r] * squares[r] / s2);
-  }
-  return Apply(keys, sum.data(), scale, held, spread);
+  return ApplySums(keys, sum, any_held, held, squares, scale);
 }
 
 void ShardTable::DropContributions(int64_t clock, int worker) {

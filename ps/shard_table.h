@@ -197,14 +197,24 @@ class ShardTable {
   void InitRow(uint64_t key, float* row) const;
   // Applies one clock's aggregate; it may use the contributions' buffers (they are spent).
   absl::Status ApplyAggregate(Aggregate& aggregate, float scale);
-  // ApplyAggregate of pushes of increasing keys without held counts: merged in order, without
+  // ApplyAggregate of pushes of increasing keys: merged in order, without
   // the hash map the general case needs. Up to kMostMergedPushes pushes (each merge copies the
   // rows merged so far). The sums are the general case's to the bit; the rows are applied in
   // increasing key order rather than in order of first appearance, which only moves what
   // depends on the order of touches (which rows an embedding store evicts or its sketch
   // admits first, and where a full table stops): deterministically either way.
   static constexpr size_t kMostMergedPushes = 8;
-  absl::Status ApplySortedAggregate(Aggregate& aggregate, size_t total_keys, float scale);
+  absl::Status ApplySortedAggregate(Aggregate& aggregate, size_t total_keys, bool any_held,
+                                    float scale);
+  // What row i of `c` adds to its key's held count (the most pushes any contribution holds)
+  // and squares (spread * |G|^2 / held: what the pushes behind it would have added).
+  static void AddRowTerms(const Contribution& c, size_t i, uint32_t dim, uint16_t* held,
+                          double* squares);
+  // Applies a clock's summed rows; with held counts, each row's steps and the spread that
+  // makes them add its squares.
+  absl::Status ApplySums(std::span<const uint64_t> keys, const std::vector<float>& sum,
+                         bool any_held, std::span<const uint16_t> held,
+                         std::span<const double> squares, float scale);
 
   const TableConfig config_;
   const int shard_;

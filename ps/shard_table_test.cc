@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <random>
+#include <type_traits>
 
 #include "optim/optimizer.h"
 
@@ -177,15 +178,28 @@ TEST(ShardTableTest, ALonePushOfAClockTakesTheBitsOfTheMergedSums) {
 }
 
 // Several workers' pushes of increasing keys are merged in order, without the hash map; the
-// rows must take the bits of the hash map's sums (one push reversed sends them there).
-TEST(ShardTableTest, MergedSortedPushesTakeTheBitsOfTheHashedSums) {
+// rows must take the bits of the hash map's sums (one push reversed sends them there), with
+// and without held counts (compressed pushes: each row's steps and spread come from them).
+class SortedMergeTest : public testing::TestWithParam<bool> {};
+
+TEST_P(SortedMergeTest, MergedSortedPushesTakeTheBitsOfTheHashedSums) {
+  const bool with_held = GetParam();
   const TableConfig c = SparseAdagrad(2);
   auto merged = *ShardTable::Create(c, 0, 1);
   auto hashed = *ShardTable::Create(c, 0, 1);
   std::mt19937 rng(23);  // seed: replayable
   std::normal_distribution<float> normal;
+  auto reversed = [](const auto& v, size_t width) {
+    std::remove_cvref_t<decltype(v)> out(v.size());
+    const size_t rows = v.size() / width;
+    for (size_t r = 0; r < rows; ++r) {
+      std::copy_n(&v[(rows - 1 - r) * width], width, &out[r * width]);
+    }
+    return out;
+  };
   for (int64_t clock = 0; clock < 3; ++clock) {
-    // Workers 0..3 push overlapping random subsets of 0..99; worker 2 twice in one clock.
+    // Workers 0..3 push overlapping random subsets of 0..99; worker 2 twice in one clock. With
+    // held counts, worker 3's pushes have none (as a mix of codecs would).
     for (int push = 0; push < 5; ++push) {
       const int worker = push < 4 ? push : 2;
       std::vector<uint64_t> keys;
@@ -194,16 +208,20 @@ TEST(ShardTableTest, MergedSortedPushesTakeTheBitsOfTheHashedSums) {
       }
       std::vector<float> g(keys.size() * 2);
       for (float& v : g) v = rng() % 9 == 0 ? -0.0f : normal(rng);
-      merged->Accumulate(clock, worker, keys, g.data());
-      if (worker == 1) {
-        std::vector<uint64_t> back(keys.rbegin(), keys.rend());
-        std::vector<float> g_back(g.size());
+      std::vector<uint16_t> held;
+      std::vector<float> spread;
+      if (with_held && worker != 3) {
         for (size_t r = 0; r < keys.size(); ++r) {
-          std::copy_n(&g[(keys.size() - 1 - r) * 2], 2, &g_back[r * 2]);
+          held.push_back(static_cast<uint16_t>(rng() % 5));  // 0 counts as 1
+          spread.push_back(0.5f + static_cast<float>(rng() % 100) / 50.0f);
         }
-        hashed->Accumulate(clock, worker, back, g_back.data());
+      }
+      merged->Accumulate(clock, worker, keys, g.data(), held, spread);
+      if (worker == 1) {
+        hashed->Accumulate(clock, worker, reversed(keys, 1), reversed(g, 2).data(),
+                           reversed(held, 1), reversed(spread, 1));
       } else {
-        hashed->Accumulate(clock, worker, keys, g.data());
+        hashed->Accumulate(clock, worker, keys, g.data(), held, spread);
       }
     }
     for (auto* t : {&merged, &hashed}) {
@@ -217,6 +235,9 @@ TEST(ShardTableTest, MergedSortedPushesTakeTheBitsOfTheHashedSums) {
   ASSERT_TRUE(hashed->Read(keys, h.data()).ok());
   EXPECT_EQ(std::memcmp(m.data(), h.data(), m.size() * sizeof(float)), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Held, SortedMergeTest, testing::Bool(),
+                         [](const auto& info) { return info.param ? "Counts" : "None"; });
 
 TEST(ShardTableTest, DenseBlocksGiveTheSameUpdatesAsOneArray) {
   // 7 rows of 3 in blocks of 2 rows (24 bytes): ranges and rows cross block edges.
