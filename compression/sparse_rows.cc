@@ -184,30 +184,51 @@ float* RowTable::Touch(uint64_t key, uint64_t stamp, bool* inserted) {
     slots_[s].key = key;
     slots_[s].meta = RowMeta{};
     std::fill_n(values_.data() + size_t{s} * dim_, dim_, 0.0f);
-  } else {
+  } else if (recency_linked_) {
     Unlink(it->second);
   }
-  slots_[it->second].stamp = stamp;
-  LinkNewest(it->second);
+  Slot& slot = slots_[it->second];
+  slot.stamp = stamp;
+  slot.touched = ++touches_;
+  if (recency_linked_) LinkNewest(it->second);
   return values_.data() + size_t{it->second} * dim_;
 }
 
 float* RowTable::Touch(uint64_t key, uint64_t stamp, const RowMeta& meta) {
   float* row = Touch(key, stamp);
-  slots_[tail_].meta = meta;  // Touch made it the newest
+  slots_[static_cast<size_t>(row - values_.data()) / dim_].meta = meta;
   return row;
 }
 
 bool RowTable::Erase(uint64_t key) {
   auto it = index_.find(key);
   if (it == index_.end()) return false;
-  Unlink(it->second);
+  if (recency_linked_) Unlink(it->second);
   free_.push_back(it->second);
   index_.erase(it);
   return true;
 }
 
-bool RowTable::Oldest(uint64_t* key, uint64_t* stamp) const {
+std::vector<uint32_t> RowTable::SlotsByRecency() const {
+  std::vector<uint32_t> order;
+  order.reserve(index_.size());
+  if (recency_linked_) {
+    for (uint32_t s = head_; s != kNil; s = slots_[s].next) order.push_back(s);
+    return order;
+  }
+  for (const auto& [key, s] : index_) order.push_back(s);
+  // Touch counts are unique: the order is total, the list's own.
+  std::sort(order.begin(), order.end(),
+            [this](uint32_t a, uint32_t b) { return slots_[a].touched < slots_[b].touched; });
+  return order;
+}
+
+bool RowTable::Oldest(uint64_t* key, uint64_t* stamp) {
+  if (!recency_linked_) {
+    head_ = tail_ = kNil;
+    for (const uint32_t s : SlotsByRecency()) LinkNewest(s);
+    recency_linked_ = true;
+  }
   if (head_ == kNil) return false;
   *key = slots_[head_].key;
   *stamp = slots_[head_].stamp;
@@ -216,7 +237,7 @@ bool RowTable::Oldest(uint64_t* key, uint64_t* stamp) const {
 
 void RowTable::ForEach(const std::function<void(uint64_t key, uint64_t stamp, const RowMeta& meta,
                                                 const float* row)>& f) const {
-  for (uint32_t s = head_; s != kNil; s = slots_[s].next) {
+  for (const uint32_t s : SlotsByRecency()) {
     f(slots_[s].key, slots_[s].stamp, slots_[s].meta, values_.data() + size_t{s} * dim_);
   }
 }
@@ -285,6 +306,8 @@ void RowTable::Clear() {
   slots_.clear();
   values_.clear();
   free_.clear();
+  touches_ = 0;
+  recency_linked_ = false;
   head_ = tail_ = kNil;
 }
 

@@ -92,8 +92,9 @@ class RowTable {
   float* Touch(uint64_t key, uint64_t stamp, const RowMeta& meta);
   // Removes the row; false when there was none.
   bool Erase(uint64_t key);
-  // The least recently touched row: false when the table is empty.
-  bool Oldest(uint64_t* key, uint64_t* stamp) const;
+  // The least recently touched row: false when the table is empty. The first call builds the
+  // recency list, which every later touch then keeps (see recency_linked_).
+  bool Oldest(uint64_t* key, uint64_t* stamp);
   // Every row, least recently touched first (the order Touch would rebuild).
   void ForEach(const std::function<void(uint64_t key, uint64_t stamp, const RowMeta& meta,
                                         const float* row)>& f) const;
@@ -104,11 +105,14 @@ class RowTable {
   struct Slot {
     uint64_t key = 0;
     uint64_t stamp = 0;
-    uint32_t prev = kNil, next = kNil;  // recency list: head_ is the oldest
+    uint64_t touched = 0;               // touches_ at the row's last touch: its recency
+    uint32_t prev = kNil, next = kNil;  // recency list, once linked: head_ is the oldest
     RowMeta meta;
   };
   void Unlink(uint32_t slot);
   void LinkNewest(uint32_t slot);
+  // The rows' slots, least recently touched first (from the list, or sorted by `touched`).
+  std::vector<uint32_t> SlotsByRecency() const;
 
   const uint32_t dim_;
   const size_t capacity_;
@@ -116,6 +120,12 @@ class RowTable {
   std::vector<Slot> slots_;
   std::vector<float> values_;  // slots_.size() * dim
   std::vector<uint32_t> free_;
+  // A touch only stamps its row with the touch count until something needs the oldest row (a
+  // bounded table over capacity); then the list is built from the counts, in the same order
+  // relinking every touch would have kept, and kept from then on. A table within its bound
+  // never pays the relinking: two writes into other rows at random places, per touch.
+  uint64_t touches_ = 0;
+  bool recency_linked_ = false;
   uint32_t head_ = kNil, tail_ = kNil;
 };
 
