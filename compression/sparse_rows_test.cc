@@ -141,7 +141,9 @@ TEST(RowTableTest, RecencyFromTouchCountsIsTheRelinkedListsOrder) {
     if (op == 2000) {  // from here on the list is kept at every touch
       uint64_t oldest = 0, stamp = 0;
       ASSERT_EQ(t.Oldest(&oldest, &stamp), !want.empty());
-      if (!want.empty()) EXPECT_EQ(oldest, want.front());
+      if (!want.empty()) {
+        EXPECT_EQ(oldest, want.front());
+      }
     }
     if (op > 2000 && op % 13 == 0 && !want.empty()) {
       uint64_t oldest = 0, stamp = 0;
