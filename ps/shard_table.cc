@@ -408,8 +408,7 @@ absl::Status ShardTable::ApplySums(std::span<const uint64_t> keys, const std::ve
   return Apply(keys, sum.data(), scale, held, spread);
 }
 
-absl::Status ShardTable::ApplySortedAggregate(Aggregate& aggregate, size_t total_keys,
-                                              bool any_held, float scale) {
+absl::Status ShardTable::ApplySortedAggregate(Aggregate& aggregate, bool any_held, float scale) {
   // The pushes as the client sends them (distinct, increasing keys), merged in the general
   // path's order (workers by rank, each in arrival order), so that every row's sum, held count
   // and squares are the same sequence of operations: from 0.0f, 1 and 0.0, each push's row in
@@ -436,7 +435,7 @@ absl::Status ShardTable::ApplySortedAggregate(Aggregate& aggregate, size_t total
         first = false;
         continue;
       }
-      const size_t most = std::min(total_keys, keys.size() + c.keys.size());
+      const size_t most = keys.size() + c.keys.size();
       merged_keys.clear();
       merged_sum.clear();
       merged_held.clear();
@@ -490,14 +489,12 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
     ApplyRange(range_, sum.data(), scale);
     return absl::OkStatus();
   }
-  size_t total_keys = 0;
   size_t largest = 0;  // keys of the largest push: a lower bound of the distinct keys
   size_t count = 0;
   bool any_held = false;
   bool sorted = true;  // every push's keys distinct and increasing
   for (auto& [worker, contributions] : aggregate) {
     for (Contribution& c : contributions) {
-      total_keys += c.keys.size();
       largest = std::max(largest, c.keys.size());
       ++count;
       any_held = any_held || !c.held.empty();
@@ -505,8 +502,7 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
                                             std::greater_equal<uint64_t>()) == c.keys.end();
     }
   }
-  if (sorted && count <= kMostMergedPushes)
-    return ApplySortedAggregate(aggregate, total_keys, any_held, scale);
+  if (sorted && count <= kMostMergedPushes) return ApplySortedAggregate(aggregate, any_held, scale);
   absl::flat_hash_map<uint64_t, uint32_t> index;
   std::vector<uint64_t> keys;
   std::vector<float> sum;

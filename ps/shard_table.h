@@ -197,15 +197,14 @@ class ShardTable {
   void InitRow(uint64_t key, float* row) const;
   // Applies one clock's aggregate; it may use the contributions' buffers (they are spent).
   absl::Status ApplyAggregate(Aggregate& aggregate, float scale);
-  // ApplyAggregate of pushes of increasing keys: merged in order, without
-  // the hash map the general case needs. Up to kMostMergedPushes pushes (each merge copies the
-  // rows merged so far). The sums are the general case's to the bit; the rows are applied in
+  // ApplyAggregate of pushes of increasing keys: merged in order, without the hash map the
+  // general case needs. Up to kMostMergedPushes pushes (each merge copies the rows merged so
+  // far). The sums are the general case's to the bit; the rows are applied in
   // increasing key order rather than in order of first appearance, which only moves what
   // depends on the order of touches (which rows an embedding store evicts or its sketch
   // admits first, and where a full table stops): deterministically either way.
   static constexpr size_t kMostMergedPushes = 8;
-  absl::Status ApplySortedAggregate(Aggregate& aggregate, size_t total_keys, bool any_held,
-                                    float scale);
+  absl::Status ApplySortedAggregate(Aggregate& aggregate, bool any_held, float scale);
   // What row i of `c` adds to its key's held count (the most pushes any contribution holds)
   // and squares (spread * |G|^2 / held: what the pushes behind it would have added).
   static void AddRowTerms(const Contribution& c, size_t i, uint32_t dim, uint16_t* held,
