@@ -222,6 +222,10 @@ absl::Status Coordinator::Register() {
   std::sort(nodes_.begin(), nodes_.end(), [](const auto& a, const auto& b) {
     return std::make_pair(a->role, a->rank) < std::make_pair(b->role, b->rank);
   });
+  // A node heartbeats from the moment the table reaches it, not from its registration: one that
+  // registered long before the last (a slow launcher, a busy machine) was waiting, not lost.
+  const absl::Time start = absl::Now();
+  for (const auto& n : nodes_) n->last_seen = start;
   for (const auto& n : nodes_) {
     table_.nodes.push_back(
         NodeInfo{n->role, n->rank, DataEndpointId(n->role, n->rank), n->address});

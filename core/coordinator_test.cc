@@ -220,6 +220,34 @@ TEST_F(CoordinatorTest, SilentNodeIsReportedByNameAndBspJobAborts) {
   EXPECT_EQ(w0->health().code(), absl::StatusCode::kAborted);
 }
 
+// Nodes heartbeat from the moment the job's table reaches them, not from their registration: a
+// node that registered long before the last one (a slow launcher, a busy machine) is not lost
+// at the start.
+TEST_F(CoordinatorTest, ANodeThatRegisteredLongBeforeTheLastIsNotLostAtTheStart) {
+  CoordinatorOptions options = SmallJob();
+  options.num_servers = 0;
+  options.num_workers = 2;
+  ASSERT_TRUE(Start(options).ok());
+  std::unique_ptr<ControlClient> early;
+  std::thread first([&] {
+    auto c =
+        ControlClient::Connect(*transport_, {coordinator_->address(), wire::Role::WORKER, 0, ""});
+    EXPECT_TRUE(c.ok()) << c.status();
+    if (c.ok()) early = std::move(*c);
+  });
+  absl::SleepFor(3 * options.heartbeat_timeout);
+  auto late =
+      ControlClient::Connect(*transport_, {coordinator_->address(), wire::Role::WORKER, 1, ""});
+  first.join();
+  ASSERT_TRUE(late.ok()) << late.status();
+  ASSERT_NE(early, nullptr);
+  for (ControlClient* c : {early.get(), late->get()}) c->ReportReady();
+  for (ControlClient* c : {early.get(), late->get()}) ASSERT_TRUE(c->WaitForStart(Soon()).ok());
+  absl::SleepFor(2 * options.heartbeat_timeout);
+  EXPECT_EQ(observer_->down_reason, "");
+  EXPECT_TRUE(early->health().ok()) << early->health();
+}
+
 // A worker's step split reaches the coordinator's observer as sent: the seconds since its last
 // report with each progress report, its totals and its device with its statistics.
 TEST_F(CoordinatorTest, ReportsCarryTheWorkersStepSplit) {
