@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstring>
 #include <functional>
+#include <limits>
 
 #include "absl/strings/str_format.h"
 #include "core/tsan.h"
@@ -392,10 +394,10 @@ void ShardTable::AddRowTerms(const Contribution& c, size_t i, uint32_t dim, uint
   *squares += r * g2 / k;
 }
 
-absl::Status ShardTable::ApplySums(std::span<const uint64_t> keys, const std::vector<float>& sum,
-                                   bool any_held, std::span<const uint16_t> held,
-                                   std::span<const double> squares, float scale) {
-  if (!any_held) return Apply(keys, sum.data(), scale);
+absl::Status ShardTable::ApplySums(std::span<const uint64_t> keys, const float* sum, bool any_held,
+                                   std::span<const uint16_t> held, std::span<const double> squares,
+                                   float scale) {
+  if (!any_held) return Apply(keys, sum, scale);
   // The combined row: the most steps any contribution held, and the spread that makes its
   // held steps add those squares (clamped by ApplyHeldUpdate).
   const uint32_t dim = config_.dim;
@@ -405,78 +407,102 @@ absl::Status ShardTable::ApplySums(std::span<const uint64_t> keys, const std::ve
     for (uint32_t j = 0; j < dim; ++j) s2 += double{sum[r * dim + j]} * sum[r * dim + j];
     if (s2 > 0) spread[r] = static_cast<float>(held[r] * squares[r] / s2);
   }
-  return Apply(keys, sum.data(), scale, held, spread);
+  return Apply(keys, sum, scale, held, spread);
 }
 
 absl::Status ShardTable::ApplySortedAggregate(Aggregate& aggregate, bool any_held, float scale) {
-  // The pushes as the client sends them (distinct, increasing keys), merged in the general
-  // path's order (workers by rank, each in arrival order), so that every row's sum, held count
-  // and squares are the same sequence of operations: from 0.0f, 1 and 0.0, each push's row in
-  // turn. A lone push (one worker) is applied from its own buffer, the aggregate being spent.
+  // The pushes as the client sends them (distinct, increasing keys), merged in one pass in the
+  // general path's order (workers by rank, each in arrival order), so that every row's sum,
+  // held count and squares are the same sequence of operations: from 0.0f, 1 and 0.0, each
+  // push's row in turn. A lone push (one worker) is applied from its own buffer, the aggregate
+  // being spent.
   const uint32_t dim = config_.dim;
-  std::vector<uint64_t> keys, merged_keys;
-  std::vector<float> sum, merged_sum;
-  std::vector<uint16_t> held, merged_held;  // with any_held only
-  std::vector<double> squares, merged_squares;
-  bool first = true;
+  std::vector<Contribution*> pushes;
+  size_t total = 0;
   for (auto& [worker, contributions] : aggregate) {
     for (Contribution& c : contributions) {
-      if (first) {
-        if (any_held) {
-          held.assign(c.keys.size(), 1);
-          squares.assign(c.keys.size(), 0.0);
-          for (size_t i = 0; i < c.keys.size(); ++i) {
-            AddRowTerms(c, i, dim, &held[i], &squares[i]);
-          }
-        }
-        keys = std::move(c.keys);
-        sum = std::move(c.values);
-        for (float& v : sum) v += 0.0f;  // 0.0f + v: turns -0 into +0, as a sum from 0 does
-        first = false;
-        continue;
-      }
-      const size_t most = keys.size() + c.keys.size();
-      merged_keys.clear();
-      merged_sum.clear();
-      merged_held.clear();
-      merged_squares.clear();
-      merged_keys.reserve(most);
-      merged_sum.reserve(most * dim);
-      if (any_held) {
-        merged_held.reserve(most);
-        merged_squares.reserve(most);
-      }
-      size_t a = 0, b = 0;
-      while (a < keys.size() || b < c.keys.size()) {
-        const float* mine = sum.data() + a * dim;
-        const float* theirs = c.values.data() + b * dim;
-        if (b == c.keys.size() || (a < keys.size() && keys[a] < c.keys[b])) {
-          merged_keys.push_back(keys[a]);
-          merged_sum.insert(merged_sum.end(), mine, mine + dim);
-          if (any_held) {
-            merged_held.push_back(held[a]);
-            merged_squares.push_back(squares[a]);
-          }
-          ++a;
-          continue;
-        }
-        const bool both = a < keys.size() && keys[a] == c.keys[b];
-        merged_keys.push_back(c.keys[b]);
-        for (uint32_t j = 0; j < dim; ++j)
-          merged_sum.push_back((both ? mine[j] : 0.0f) + theirs[j]);
-        if (any_held) {
-          merged_held.push_back(both ? held[a] : 1);
-          merged_squares.push_back(both ? squares[a] : 0.0);
-          AddRowTerms(c, b, dim, &merged_held.back(), &merged_squares.back());
-        }
-        a += both ? 1 : 0;
-        ++b;
-      }
-      keys.swap(merged_keys);
-      sum.swap(merged_sum);
-      held.swap(merged_held);
-      squares.swap(merged_squares);
+      if (c.keys.empty()) continue;
+      pushes.push_back(&c);
+      total += c.keys.size();
     }
+  }
+  std::vector<uint16_t> held;  // with any_held only
+  std::vector<double> squares;
+  if (pushes.empty()) return ApplySums({}, nullptr, any_held, held, squares, scale);
+  if (pushes.size() == 1) {
+    Contribution& c = *pushes[0];
+    if (any_held) {
+      held.assign(c.keys.size(), 1);
+      squares.assign(c.keys.size(), 0.0);
+      for (size_t i = 0; i < c.keys.size(); ++i) AddRowTerms(c, i, dim, &held[i], &squares[i]);
+    }
+    for (float& v : c.values) v += 0.0f;  // 0.0f + v: turns -0 into +0, as a sum from 0 does
+    return ApplySums(c.keys, c.values.data(), any_held, held, squares, scale);
+  }
+  // A tournament (loser) tree over the pushes' next rows: each node keeps the loser of the
+  // match below it, so replacing the winner replays one match a level, log2(pushes) compares
+  // without early exits. Ties go to the push earlier in that order, so a key's rows come out
+  // push by push. An exhausted push plays as the largest key with a place after every push.
+  struct Head {
+    uint64_t key;
+    uint64_t push;
+  };
+  auto before = [](const Head& a, const Head& b) {
+    return a.key < b.key || (a.key == b.key && a.push < b.push);
+  };
+  const size_t leaves = std::bit_ceil(pushes.size());
+  constexpr uint64_t kLast = std::numeric_limits<uint64_t>::max();
+  std::vector<size_t> next(pushes.size(), 0);
+  std::vector<Head> tree(2 * leaves);  // tree[1]: the root; tree[leaves + p]: push p's leaf
+  for (size_t p = 0; p < leaves; ++p) {
+    tree[leaves + p] = p < pushes.size() ? Head{pushes[p]->keys[0], p} : Head{kLast, leaves + p};
+  }
+  // Built bottom-up holding winners, then each node turned into the loser of its match.
+  std::vector<Head> winner(2 * leaves);
+  std::copy(tree.begin() + leaves, tree.end(), winner.begin() + leaves);
+  for (size_t n = leaves; n-- > 1;) {
+    const bool left = before(winner[2 * n], winner[2 * n + 1]);
+    winner[n] = left ? winner[2 * n] : winner[2 * n + 1];
+    tree[n] = left ? winner[2 * n + 1] : winner[2 * n];
+  }
+  Head top = winner[1];
+  // Sized for every row pushed (an upper bound of the distinct ones) and kept between clocks:
+  // no page is faulted in again and nothing moves as the sums grow.
+  std::vector<uint64_t>& keys = merge_keys_;
+  keys.clear();
+  keys.reserve(total);
+  if (merge_sums_.size() < total * dim) merge_sums_.resize(total * dim);
+  float* const sum = merge_sums_.data();
+  if (any_held) {
+    held.reserve(total);
+    squares.reserve(total);
+  }
+  float* dst = nullptr;
+  for (size_t emitted = 0; emitted < total; ++emitted) {
+    const Contribution& c = *pushes[top.push];
+    const size_t row = next[top.push]++;
+    const float* __restrict src = c.values.data() + row * dim;
+    if (keys.empty() || keys.back() != top.key) {
+      dst = sum + keys.size() * dim;
+      keys.push_back(top.key);
+      for (uint32_t j = 0; j < dim; ++j) dst[j] = 0.0f + src[j];
+      if (any_held) {
+        held.push_back(1);
+        squares.push_back(0.0);
+      }
+    } else {
+      for (uint32_t j = 0; j < dim; ++j) dst[j] += src[j];
+    }
+    if (any_held) AddRowTerms(c, row, dim, &held.back(), &squares.back());
+    Head challenger =
+        row + 1 < c.keys.size() ? Head{c.keys[row + 1], top.push} : Head{kLast, leaves + top.push};
+    for (size_t n = (leaves + top.push) / 2; n >= 1; n /= 2) {
+      const Head held_loser = tree[n];
+      const bool swap = before(held_loser, challenger);
+      tree[n] = swap ? challenger : held_loser;
+      challenger = swap ? held_loser : challenger;
+    }
+    top = challenger;
   }
   return ApplySums(keys, sum, any_held, held, squares, scale);
 }
@@ -490,19 +516,17 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
     return absl::OkStatus();
   }
   size_t largest = 0;  // keys of the largest push: a lower bound of the distinct keys
-  size_t count = 0;
   bool any_held = false;
   bool sorted = true;  // every push's keys distinct and increasing
   for (auto& [worker, contributions] : aggregate) {
     for (Contribution& c : contributions) {
       largest = std::max(largest, c.keys.size());
-      ++count;
       any_held = any_held || !c.held.empty();
       sorted = sorted && std::adjacent_find(c.keys.begin(), c.keys.end(),
                                             std::greater_equal<uint64_t>()) == c.keys.end();
     }
   }
-  if (sorted && count <= kMostMergedPushes) return ApplySortedAggregate(aggregate, any_held, scale);
+  if (sorted) return ApplySortedAggregate(aggregate, any_held, scale);
   absl::flat_hash_map<uint64_t, uint32_t> index;
   std::vector<uint64_t> keys;
   std::vector<float> sum;
@@ -533,7 +557,7 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
       }
     }
   }
-  return ApplySums(keys, sum, any_held, held, squares, scale);
+  return ApplySums(keys, sum.data(), any_held, held, squares, scale);
 }
 
 void ShardTable::DropContributions(int64_t clock, int worker) {

@@ -197,13 +197,12 @@ class ShardTable {
   void InitRow(uint64_t key, float* row) const;
   // Applies one clock's aggregate; it may use the contributions' buffers (they are spent).
   absl::Status ApplyAggregate(Aggregate& aggregate, float scale);
-  // ApplyAggregate of pushes of increasing keys: merged in order, without the hash map the
-  // general case needs. Up to kMostMergedPushes pushes (each merge copies the rows merged so
-  // far). The sums are the general case's to the bit; the rows are applied in
-  // increasing key order rather than in order of first appearance, which only moves what
-  // depends on the order of touches (which rows an embedding store evicts or its sketch
-  // admits first, and where a full table stops): deterministically either way.
-  static constexpr size_t kMostMergedPushes = 8;
+  // ApplyAggregate of pushes of increasing keys: merged in one pass (a tournament tree over
+  // the pushes' next rows), without the hash map the general case needs. The sums are the general
+  // case's to the bit; the rows are applied in increasing key order rather than in order of first
+  // appearance, which only moves what depends on the order of touches (which rows an
+  // embedding store evicts or its sketch admits first, and where a full table stops):
+  // deterministically either way.
   absl::Status ApplySortedAggregate(Aggregate& aggregate, bool any_held, float scale);
   // What row i of `c` adds to its key's held count (the most pushes any contribution holds)
   // and squares (spread * |G|^2 / held: what the pushes behind it would have added).
@@ -211,9 +210,9 @@ class ShardTable {
                           double* squares);
   // Applies a clock's summed rows; with held counts, each row's steps and the spread that
   // makes them add its squares.
-  absl::Status ApplySums(std::span<const uint64_t> keys, const std::vector<float>& sum,
-                         bool any_held, std::span<const uint16_t> held,
-                         std::span<const double> squares, float scale);
+  absl::Status ApplySums(std::span<const uint64_t> keys, const float* sum, bool any_held,
+                         std::span<const uint16_t> held, std::span<const double> squares,
+                         float scale);
 
   const TableConfig config_;
   const int shard_;
@@ -233,6 +232,10 @@ class ShardTable {
   std::vector<int64_t> steps_;  // sparse: per row; dense: one for the shard
   absl::flat_hash_map<uint64_t, uint32_t> sparse_rows_;
   std::map<int64_t, Aggregate> aggregates_;
+  // ApplySortedAggregate's merged keys and sums, kept between clocks (at most every row a
+  // clock's pushes held, which the pushes themselves held until then).
+  std::vector<uint64_t> merge_keys_;
+  std::vector<float> merge_sums_;
   std::unique_ptr<EmbeddingStore> store_;
 };
 

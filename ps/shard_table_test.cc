@@ -4,8 +4,10 @@
 
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <type_traits>
 
+#include "absl/strings/str_cat.h"
 #include "optim/optimizer.h"
 
 namespace syncline {
@@ -179,11 +181,12 @@ TEST(ShardTableTest, ALonePushOfAClockTakesTheBitsOfTheMergedSums) {
 
 // Several workers' pushes of increasing keys are merged in order, without the hash map; the
 // rows must take the bits of the hash map's sums (one push reversed sends them there), with
-// and without held counts (compressed pushes: each row's steps and spread come from them).
-class SortedMergeTest : public testing::TestWithParam<bool> {};
+// and without held counts (compressed pushes: each row's steps and spread come from them), for
+// a few pushes and many (the merge's heap several levels deep), one of them empty.
+class SortedMergeTest : public testing::TestWithParam<std::tuple<bool, int>> {};
 
 TEST_P(SortedMergeTest, MergedSortedPushesTakeTheBitsOfTheHashedSums) {
-  const bool with_held = GetParam();
+  const auto [with_held, pushes] = GetParam();
   const TableConfig c = SparseAdagrad(2);
   auto merged = *ShardTable::Create(c, 0, 1);
   auto hashed = *ShardTable::Create(c, 0, 1);
@@ -198,13 +201,14 @@ TEST_P(SortedMergeTest, MergedSortedPushesTakeTheBitsOfTheHashedSums) {
     return out;
   };
   for (int64_t clock = 0; clock < 3; ++clock) {
-    // Workers 0..3 push overlapping random subsets of 0..99; worker 2 twice in one clock. With
-    // held counts, worker 3's pushes have none (as a mix of codecs would).
-    for (int push = 0; push < 5; ++push) {
-      const int worker = push < 4 ? push : 2;
+    // Workers 0..pushes-2 push overlapping random subsets of 0..99; worker 2 twice in one
+    // clock, the second time nothing in clock 1. With held counts, worker 3's pushes have none
+    // (as a mix of codecs would).
+    for (int push = 0; push < pushes; ++push) {
+      const int worker = push < pushes - 1 ? push : 2;
       std::vector<uint64_t> keys;
       for (uint64_t k = 0; k < 100; ++k) {
-        if (rng() % 3 == 0) keys.push_back(k);
+        if (rng() % 3 == 0 && !(clock == 1 && push == pushes - 1)) keys.push_back(k);
       }
       std::vector<float> g(keys.size() * 2);
       for (float& v : g) v = rng() % 9 == 0 ? -0.0f : normal(rng);
@@ -236,8 +240,12 @@ TEST_P(SortedMergeTest, MergedSortedPushesTakeTheBitsOfTheHashedSums) {
   EXPECT_EQ(std::memcmp(m.data(), h.data(), m.size() * sizeof(float)), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Held, SortedMergeTest, testing::Bool(),
-                         [](const auto& info) { return info.param ? "Counts" : "None"; });
+INSTANTIATE_TEST_SUITE_P(Held, SortedMergeTest,
+                         testing::Combine(testing::Bool(), testing::Values(5, 21)),
+                         [](const auto& info) {
+                           return absl::StrCat(std::get<0>(info.param) ? "Counts" : "None",
+                                               std::get<1>(info.param), "Pushes");
+                         });
 
 TEST(ShardTableTest, DenseBlocksGiveTheSameUpdatesAsOneArray) {
   // 7 rows of 3 in blocks of 2 rows (24 bytes): ranges and rows cross block edges.
