@@ -347,6 +347,14 @@ TEST_F(LaunchTest, BadInputGetsAClearMessageAndExitCode2) {
   EXPECT_EQ(missing.exit_code, 2) << missing.output;
   EXPECT_NE(missing.output.find("nope.libsvm"), std::string::npos) << missing.output;
 
+  {
+    std::ofstream empty(dir + "/empty.libsvm");
+    empty << "# a comment, and no example\n\n";
+  }
+  auto empty = RunProcess({kLaunch, "--train", dir + "/empty.libsvm", "--out", dir + "/run"});
+  EXPECT_EQ(empty.exit_code, 2) << empty.output;
+  EXPECT_NE(empty.output.find("empty.libsvm holds no examples"), std::string::npos) << empty.output;
+
   auto flag = RunProcess({kLaunch, "--servers", "x"});
   EXPECT_EQ(flag.exit_code, 2) << flag.output;
   EXPECT_NE(flag.output.find("--servers"), std::string::npos) << flag.output;
@@ -357,6 +365,30 @@ TEST_F(LaunchTest, BadInputGetsAClearMessageAndExitCode2) {
   auto help = RunProcess({kLaunch, "--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.output.find("--train"), std::string::npos);
+}
+
+// A test feature past the training file's largest has no row on the servers: it counts as a
+// zero weight, under every mode, instead of failing the job once training is over.
+TEST_F(LaunchTest, TestFeaturesTheTrainingFileNeverHadCountAsZero) {
+  const std::string dir = TempDir("unseen");
+  {
+    std::ofstream train(dir + "/train.libsvm");
+    for (int i = 0; i < 200; ++i) train << (i % 2) << " " << 1 + i % 2 << ":1 3:0.5\n";
+    std::ofstream test(dir + "/test.libsvm");
+    test << "1 2:1 9:1\n0 1:1 3:1 40:2\n";
+  }
+  for (const char* sync : {"bsp", "asp", "gossip:ring"}) {
+    SCOPED_TRACE(sync);
+    const std::string out = dir + "/run_" + std::string(sync, 3);
+    auto r = RunProcess({kLaunch, "--servers", "1", "--workers", "2", "--sync", sync, "--train",
+                         dir + "/train.libsvm", "--test", dir + "/test.libsvm", "--batch-size",
+                         "20", "--out", out});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("2 features past the training file's 3 count as zero weights"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(JsonNumber(ReadFile(out + "/summary.json"), "test_examples"), 2);
+  }
 }
 
 struct KillResult {

@@ -178,6 +178,10 @@ absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(const std::stri
     if (!example.ok()) return example.status();
     reader->total_examples_ += *example;
   }
+  if (reader->total_examples_ == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s holds no examples (only blank lines)", path));
+  }
   const uint64_t p = static_cast<uint64_t>(options.partition);
   const uint64_t n = static_cast<uint64_t>(options.num_partitions);
   const uint64_t total = reader->total_examples_;

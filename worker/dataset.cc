@@ -127,6 +127,8 @@ class DatasetBuilder {
   }
 
   Dataset Release() { return std::move(data_); }
+  // Data lines seen, in every partition.
+  uint64_t lines_seen() const { return data_line_; }
 
  private:
   const std::string& path_;
@@ -302,6 +304,11 @@ absl::StatusOr<Dataset> Parse(const std::string& path, DatasetBuilder* builder) 
     return parser.ParseLine(line, line_no);
   });
   if (!status.ok()) return status;
+  if (builder->lines_seen() == 0) {
+    // Nothing to train on or to score: a wrong file, not a job of zero steps.
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s holds no examples (only blank lines, comments or a header)", path));
+  }
   return parser.Finish();
 }
 

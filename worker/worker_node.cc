@@ -184,10 +184,16 @@ absl::StatusOr<EvaluationReport> EvaluateModel(const JobSpec& spec, const Model&
     std::vector<uint32_t> all(data.test.size());
     for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
     std::vector<uint64_t> keys = UniqueKeys(data.test, all);
-    if (layout.dense_rows || spec.sync.serverless()) {
-      // A dense model has no rows for features the training data never had; the model
-      // treats missing keys as zero rows, as a server does for a feature it never saw.
+    if (layout.num_features > 0) {
+      // The training file bounds the model's features (its tables have no rows past them):
+      // a test feature it never had counts as a zero row, as a feature no example trained.
+      const size_t seen = keys.size();
       std::erase_if(keys, [&](uint64_t k) { return k >= layout.num_features; });
+      if (keys.size() < seen) {
+        SYNCLINE_LOG(INFO) << absl::StrFormat(
+            "%s: %d feature%s past the training file's %d count as zero weights", spec.data.test,
+            seen - keys.size(), seen - keys.size() == 1 ? "" : "s", layout.num_features);
+      }
     }
     std::vector<float> rows(keys.size() * model.row_dim());
     std::vector<float> bias(model.bias_dim());
