@@ -239,11 +239,11 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
   const auto& sl = s.slowness;
   for (const absl::Status& status : {
            s.sync.serverless() ? CheckInRange("servers", s.servers, 0, 0)
-                               : CheckAtLeast("servers", s.servers, 1),
-           CheckAtLeast("workers", s.workers, 1),
+                               : CheckInRange("servers", s.servers, 1, kMostNodes),
+           CheckInRange("workers", s.workers, 1, kMostNodes),
            CheckInRange("min-workers", s.min_workers, 0, s.workers),
            CheckInRange("max-restarts", s.max_restarts, 0, 1000),
-           s.max_workers != 0 ? CheckInRange("max-workers", s.max_workers, s.workers, 4096)
+           s.max_workers != 0 ? CheckInRange("max-workers", s.max_workers, s.workers, kMostNodes)
                               : absl::OkStatus(),
            s.sync.kind == SyncKind::kSsp ? CheckAtLeast("sync", s.sync.staleness, 0)
            : s.sync.hybrid()             ? CheckAtLeast("embedding-sync", s.sync.staleness, -1)
@@ -283,7 +283,7 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
   if (absl::Status status = CheckRobustness(s); !status.ok()) return status;
   if (s.model.kind == ModelKind::kLogreg && s.model.classes != 2) {
     return InvalidFlag("classes", absl::StrCat(s.model.classes),
-                       "needs --model softmax (logreg is binary)");
+                       "needs --model softmax or mlp (logreg is binary)");
   }
   if (s.timeouts.heartbeat_timeout_s <= s.timeouts.heartbeat_interval_s) {
     return InvalidFlag("heartbeat-timeout", absl::StrCat(s.timeouts.heartbeat_timeout_s),

@@ -32,6 +32,8 @@ bool RollsBackInPlace(const SyncMode& sync);
 int MinWorkers(const JobSpec& spec);
 // The most workers the job may have: --max-workers, or --workers when no worker may join.
 int MaxWorkers(const JobSpec& spec);
+// The most servers, and the most workers, a job may have.
+inline constexpr int kMostNodes = 4096;
 
 // Whether the job reads Criteo data: format criteo, a .tsv training file with format auto, or
 // (no training file) the synthetic data the launcher generates for the ctr model.

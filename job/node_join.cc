@@ -194,6 +194,22 @@ absl::Status NodeOptionsFromEnvironment(NodeOptions* options) {
 }
 
 absl::StatusOr<ZmqOptions> NodeTransportOptions(const NodeOptions& options) {
+  // The addresses first, so that a mistyped one is named as such (and is bad input).
+  if (!options.coordinator.empty()) {
+    if (auto hp = ParseTcpAddress(options.coordinator); !hp.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--coordinator: ", hp.status().message()));
+    }
+  }
+  if (!options.bind.empty()) {
+    if (auto hp = ParseTcpAddress(options.bind); !hp.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--bind: ", hp.status().message()));
+    }
+  }
+  if (!options.interface.empty()) {
+    if (auto ip = InterfaceAddress(options.interface); !ip.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--interface: ", ip.status().message()));
+    }
+  }
   ZmqOptions zmq;
   if (!options.key_file.empty()) {
     auto key = JobKey::Load(options.key_file);

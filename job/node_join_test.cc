@@ -91,6 +91,28 @@ TEST(NodeJoinTest, OffLoopbackANodeNeedsTheJobKeyOrInsecure) {
   EXPECT_EQ(local->key, nullptr);
 }
 
+// A mistyped address or interface is named as such, as bad input, before anything else (an
+// unparsable coordinator is not "off loopback").
+TEST(NodeJoinTest, AMistypedAddressOrInterfaceIsNamed) {
+  NodeOptions node;
+  for (const char* coordinator : {"foo", "tcp://127.0.0.1:99999"}) {
+    node.coordinator = coordinator;
+    auto bad = NodeTransportOptions(node);
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+    EXPECT_NE(bad.status().message().find("--coordinator: address"), std::string::npos)
+        << bad.status();
+  }
+  node.coordinator = "tcp://127.0.0.1:7000";
+  node.bind = "foo";
+  EXPECT_NE(NodeTransportOptions(node).status().message().find("--bind: address 'foo'"),
+            std::string::npos);
+  node.bind.clear();
+  node.interface = "nosuch0";
+  EXPECT_NE(NodeTransportOptions(node).status().message().find("--interface: "), std::string::npos);
+  node.interface = "lo";
+  EXPECT_TRUE(NodeTransportOptions(node).ok());
+}
+
 TEST(NodeJoinTest, ChoosesLoopbackForALocalCoordinatorAndTheNamedInterfaceOtherwise) {
   NodeOptions node;
   node.coordinator = "tcp://127.0.0.1:7000";

@@ -53,8 +53,8 @@ struct Field {
 };
 
 const std::array<Field, 65> kFields = {{
-    {"servers", &JobConfig::servers, "Number of parameter-server processes"},
-    {"workers", &JobConfig::workers, "Number of worker processes"},
+    {"servers", &JobConfig::servers, "Number of parameter-server processes (1 to 4096)"},
+    {"workers", &JobConfig::workers, "Number of worker processes (1 to 4096)"},
     {"min-workers", &JobConfig::min_workers,
      "Go on while at least this many workers are left (bsp, ssp, asp): a lost worker's "
      "remaining batches of the epoch, and its share of later epochs, go to the workers still "
@@ -116,8 +116,9 @@ const std::array<Field, 65> kFields = {{
      "Hidden layer widths, comma-separated, input side first: ctr one (the top MLP's, default "
      "64), mlp 1 to 8 (default 256,128); each in [1, 4096]"},
     {"device", &JobConfig::device,
-     "Where workers compute: auto, cpu, cuda or cuda:N. No model has GPU kernels yet: auto "
-     "computes on the CPU (and logs why), cuda is refused"},
+     "Where workers compute: auto (GPU rank % visible GPUs when the build has CUDA and a GPU is "
+     "visible, else the CPU; logs which and why), cpu, cuda or cuda:N (exits with code 2 naming "
+     "what is missing when there is no such GPU)"},
     {"train", &JobConfig::train, "Training data file; empty: synthetic data generated into --out"},
     {"test", &JobConfig::test, "Test data file (needs --train)"},
     {"format", &JobConfig::format,

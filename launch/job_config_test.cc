@@ -335,7 +335,12 @@ INSTANTIATE_TEST_SUITE_P(
     EveryCheck, ValidateTest,
     ::testing::Values(
         ValidateCase{"servers", [](JobConfig& c) { c.servers = 0; }, "--servers=0: must be >= 1"},
-        ValidateCase{"workers", [](JobConfig& c) { c.workers = -1; }, "--workers=-1: must be >= 1"},
+        ValidateCase{"workers", [](JobConfig& c) { c.workers = -1; },
+                     "--workers=-1: must be in [1, 4096]"},
+        ValidateCase{"workers_many", [](JobConfig& c) { c.workers = 100000; },
+                     "--workers=100000: must be in [1, 4096]"},
+        ValidateCase{"servers_many", [](JobConfig& c) { c.servers = 5000; },
+                     "--servers=5000: must be in [1, 4096]"},
         ValidateCase{"sync_name", [](JobConfig& c) { c.sync = "bulk"; },
                      "--sync='bulk': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
                      "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto], "
@@ -481,7 +486,7 @@ INSTANTIATE_TEST_SUITE_P(
                      },
                      "--classes=1: must be >= 2"},
         ValidateCase{"classes_logreg", [](JobConfig& c) { c.classes = 10; },
-                     "--classes=10: needs --model softmax (logreg is binary)"},
+                     "--classes=10: needs --model softmax or mlp (logreg is binary)"},
         ValidateCase{"format", [](JobConfig& c) { c.format = "json"; },
                      "--format='json': must be one of auto, libsvm, csv, criteo"},
         ValidateCase{"index_base", [](JobConfig& c) { c.index_base = "2"; },

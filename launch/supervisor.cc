@@ -156,6 +156,10 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
   };
   std::map<std::string, int> pids;  // by label, the latest child started
   for (const ProcessSpec& p : processes) {
+    // A signal stops the starting too: a job of many nodes takes a while to start.
+    if (const int sig = signal.load(); sig != 0) {
+      fail(absl::StrFormat("interrupted by signal %d", sig), 128 + sig);
+    }
     if (!out.failure.empty()) break;
     if (auto pid = group.Start(p); !pid.ok()) {
       fail(std::string(pid.status().message()), 1);
