@@ -139,8 +139,16 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
                      Coordinator& coordinator, RunReport& report, CheckpointTracker& checkpoints,
                      int64_t restore_clock, const std::atomic<int>& signal) {
   JobOutcome out;
-  ProcessGroup group([&report](std::string_view label, OutputStream, std::string_view line) {
+  // By child label: the last error line it logged ("E HH:MM:SS.mmm TAG message", core/log.h),
+  // from the tag on, which names a failure the node could not tell the coordinator (it failed
+  // before registering, e.g. with no free port).
+  std::map<std::string, std::string, std::less<>> last_error;
+  ProcessGroup group([&](std::string_view label, OutputStream, std::string_view line) {
     report.ChildLine(NodeOfLine(label, line), line);
+    constexpr size_t kPrefix = sizeof("E 00:00:00.000 ") - 1;
+    if (line.size() > kPrefix && line.starts_with("E ")) {
+      last_error[std::string(label)] = std::string(line.substr(kPrefix));
+    }
   });
   std::atomic<bool> job_done{false};
   const absl::Time start = absl::Now();
@@ -220,6 +228,7 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
   // error is the node's own words rather than only its exit code.
   std::string exit_failure;
   std::optional<std::pair<wire::Role, int>> exit_node;
+  std::string exit_label;
   int exit_code = 1;
   absl::Time exit_deadline = absl::InfiniteFuture();
   while (!job_done.load()) {
@@ -251,6 +260,7 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
       if (exit_failure.empty()) {
         exit_failure = describe(e);
         if (const auto node = NodeOfLabel(e.label)) exit_node = *node;
+        exit_label = e.label;
         if (!not_restarted.empty()) absl::StrAppend(&exit_failure, " (", not_restarted, ")");
         exit_code = job_stopper ? e.exit_code : 1;  // bad input or divergence, as it reported
         // A node killed by a signal said nothing: no reason to wait for.
@@ -264,6 +274,8 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
               exit_node ? coordinator.LastWords(exit_node->first, exit_node->second) : "";
           !words.empty()) {
         exit_failure = absl::StrCat(words, " (", exit_failure, ")");
+      } else if (auto said = last_error.find(exit_label); said != last_error.end()) {
+        exit_failure = absl::StrCat(said->second, " (", exit_failure, ")");
       }
       fail(exit_failure, exit_code);
     }

@@ -367,6 +367,17 @@ TEST_F(LaunchTest, BadInputGetsAClearMessageAndExitCode2) {
   EXPECT_NE(help.output.find("--train"), std::string::npos);
 }
 
+// A node that fails before it can tell the coordinator why (here: no free port for 4 nodes in a
+// range of 2) is named with its own last error line, not only with its exit code.
+TEST_F(LaunchTest, ANodeThatFailsBeforeRegisteringIsNamedWithItsError) {
+  const std::string out = TempDir("ports");
+  auto r = RunProcess({kLaunch, "--port-range", "40000-40001", "--train", Train(), "--out", out});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("syncline-launch: job failed: "), std::string::npos) << r.output;
+  const std::string last_line = r.output.substr(r.output.rfind("syncline-launch: job failed: "));
+  EXPECT_NE(last_line.find("no free port in 40000-40001"), std::string::npos) << r.output;
+}
+
 // A test feature past the training file's largest has no row on the servers: it counts as a
 // zero weight, under every mode, instead of failing the job once training is over.
 TEST_F(LaunchTest, TestFeaturesTheTrainingFileNeverHadCountAsZero) {
