@@ -149,6 +149,7 @@ void ControlClient::ReportWorkerDone(const WorkerDoneReport& r) {
   MessageBuilder b = FromThisNode(wire::MsgType::WORKER_DONE);
   auto stats = b.header().getBody().initWorkerStats();
   stats.setSteps(r.steps);
+  stats.setStepsTrained(r.steps_trained);
   stats.setExamples(r.examples);
   stats.setBytesPushed(r.bytes_pushed);
   stats.setBytesPulled(r.bytes_pulled);

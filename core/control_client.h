@@ -70,7 +70,8 @@ struct ProgressReport {
 
 // What a worker did, once it has trained its last step.
 struct WorkerDoneReport {
-  int64_t steps = 0;
+  int64_t steps = 0;          // the clock it stopped at
+  int64_t steps_trained = 0;  // iterations this process trained, from its first clock
   uint64_t examples = 0;
   uint64_t bytes_pushed = 0;
   uint64_t bytes_pulled = 0;

@@ -187,6 +187,9 @@ struct WorkerStats {
   examples @3 :UInt64;
   stepSeconds @4 :StepSeconds;  # the split of the iterations of its last run
   device @5 :Text;              # where it computed: "cpu", "cuda:0"
+  # Iterations this process trained (steps is the clock it stopped at, which counts a joiner's
+  # entry clock and a resumed checkpoint's); -1: as steps.
+  stepsTrained @6 :Int64 = -1;
 }
 
 struct Evaluation {

@@ -200,6 +200,7 @@ void RunReport::OnWorkerDone(int worker, wire::WorkerStats::Reader s) {
     WorkerState& w = workers_[worker];
     w.done = true;
     w.steps = s.getSteps();
+    w.steps_trained = s.getStepsTrained() >= 0 ? s.getStepsTrained() : s.getSteps();
     w.examples = s.getExamples();
     w.bytes_pushed = s.getBytesPushed();
     w.bytes_pulled = s.getBytesPulled();
@@ -473,7 +474,7 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
   double final_loss = 0;
   int reporting = 0;
   for (const auto& [rank, w] : workers_) {
-    steps += w.steps;
+    steps += w.steps_trained;
     max_steps = std::max(max_steps, w.steps);
     pushed += w.bytes_pushed;
     pulled += w.bytes_pulled;
@@ -663,7 +664,7 @@ std::string RunReport::SummaryText(absl::Duration wall) {
   int64_t steps = 0;
   uint64_t pushed = 0, pulled = 0;
   for (const auto& [rank, w] : workers_) {
-    steps += w.steps;
+    steps += w.steps_trained;
     pushed += w.bytes_pushed;
     pulled += w.bytes_pulled;
   }

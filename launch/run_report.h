@@ -100,9 +100,10 @@ class RunReport : public CoordinatorObserver {
     uint64_t reported_examples = 0;  // by its progress reports
     uint64_t bytes_pushed = 0;
     uint64_t bytes_pulled = 0;
-    int64_t steps = 0;
-    StepSplit split;     // done: of its last run (WorkerStats); else its reports' sum
-    std::string device;  // where it computed, once done
+    int64_t steps = 0;          // the clock it stopped at
+    int64_t steps_trained = 0;  // iterations it trained in this run (the summary's steps)
+    StepSplit split;            // done: of its last run (WorkerStats); else its reports' sum
+    std::string device;         // where it computed, once done
   };
   std::string ProgressText(absl::Duration elapsed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClearProgress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

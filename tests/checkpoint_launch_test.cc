@@ -185,6 +185,10 @@ TEST(CheckpointLaunchTest, AKilledServerResumesFromTheLastCheckpointAndEndsLikeA
   // Lost no more than the steps since the last checkpoint (the log trails the real clock by
   // up to log_every steps, and the newest checkpoint may still have been in flight).
   EXPECT_GE(from, reached - 2 * kEvery) << "reached " << reached << "\n" << summary;
+  // Its steps are those it trained: each worker's from the resumed clock on.
+  EXPECT_EQ(*JsonNumber(summary, "steps"),
+            *JsonNumber(summary, "workers") * (*JsonNumber(summary, "steps_per_worker") - from))
+      << summary;
   // BSP resumes exactly: the same final model, bit for bit (params.tsv holds every test
   // feature's weights with 9 significant digits, enough to tell any two floats apart).
   const std::string whole_params = ReadFile(whole + "/params.tsv");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -675,6 +676,16 @@ TEST_F(LaunchTest, AWorkerJoinsARunningAspJobAndTrainsAShareOfTheRest) {
     EXPECT_EQ(JsonNumber(summary, "examples_trained"), 2 * 20000) << summary;
     ASSERT_TRUE(JsonNumber(summary, "test_auc").has_value()) << summary;
     EXPECT_GT(*JsonNumber(summary, "test_auc"), 0.75) << summary;
+    // The summary's steps are the iterations the three workers trained, as each logs them (the
+    // joiner's from the clock it entered at; the job's output holds the joiner's lines too).
+    int64_t trained = 0;
+    const std::string& lines = job.output();
+    for (size_t at = lines.find("trained "); at != std::string::npos;
+         at = lines.find("trained ", at + 1)) {
+      int64_t n = 0;
+      if (std::sscanf(lines.c_str() + at, "trained %ld iterations", &n) == 1) trained += n;
+    }
+    EXPECT_EQ(JsonNumber(summary, "steps"), trained) << summary << job.output();
     const auto [rows, first_clock] = RowsOfJoiner(job.out(), 2);
     EXPECT_GT(rows, 5) << job.output();
     EXPECT_GT(first_clock, 1) << job.output();  // it entered at the others' clock

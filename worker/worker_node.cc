@@ -480,6 +480,10 @@ NodeExit WorkerNode::Run() {
   uint32_t generation = control->generation();
   std::string restore = spec.checkpoint.restore;
   bool started = false;
+  // Where this process began training (a resumed checkpoint's clock), and the bytes of the
+  // timelines rolled back: the report counts everything this process did.
+  std::optional<int64_t> first_step;
+  uint64_t earlier_pushed = 0, earlier_pulled = 0;
   while (true) {
     absl::StatusOr<Link> link = connect(generation);
     if (!link.ok()) return fail(link.status());
@@ -615,6 +619,7 @@ NodeExit WorkerNode::Run() {
       };
     }
     control->SetClock(trainer_options.start_step);
+    if (!first_step) first_step = trainer_options.start_step;
     // A trainer reads its partition from the start (and skips to its first batch).
     if (auto s = (*data)->source->Rewind(); !s.ok()) return fail(s, true);
     absl::StatusOr<TrainResult> result;
@@ -668,12 +673,19 @@ NodeExit WorkerNode::Run() {
     } else {
       // Requests that came after the last step can no longer be served.
       if (checkpoints) report_missed(std::numeric_limits<int64_t>::max());
-      control->ReportWorkerDone(WorkerDoneReport{.steps = result->steps,
-                                                 .examples = result->examples,
-                                                 .bytes_pushed = backend->bytes_pushed(),
-                                                 .bytes_pulled = backend->bytes_pulled(),
-                                                 .step_seconds = ToStepSeconds(result->times),
-                                                 .device = device->device});
+      // A replacement (generation > 0) redid its predecessor's steps from a checkpoint: the
+      // run's steps are counted from its start, as the predecessor's were.
+      const int64_t began = result->joined_at >= 0 ? result->joined_at
+                            : table.generation > 0 ? 0
+                                                   : *first_step;
+      control->ReportWorkerDone(
+          WorkerDoneReport{.steps = result->steps,
+                           .steps_trained = std::max<int64_t>(0, result->steps - began),
+                           .examples = result->examples,
+                           .bytes_pushed = earlier_pushed + backend->bytes_pushed(),
+                           .bytes_pulled = earlier_pulled + backend->bytes_pulled(),
+                           .step_seconds = ToStepSeconds(result->times),
+                           .device = device->device});
       SYNCLINE_LOG(INFO) << absl::StrFormat(
           "trained %d iterations (%s%s), last loss %.5f; step time: %s",
           result->steps - std::max<int64_t>(0, result->joined_at),
@@ -703,6 +715,8 @@ NodeExit WorkerNode::Run() {
     // Roll back: drop this timeline's connections and state, tell the coordinator, and wait
     // until every node has (a newer rollback may come first: that one is taken instead).
     backend->Settle(absl::ZeroDuration());
+    earlier_pushed += backend->bytes_pushed();
+    earlier_pulled += backend->bytes_pulled();
     link = absl::CancelledError("rolled back");
     while (true) {
       control->ReportRolledBack(back->generation);
