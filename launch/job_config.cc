@@ -610,15 +610,16 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
 
   // What only the launcher uses: the run folder, the data it generates, the files it is given.
   if (c.out.empty()) return InvalidFlag("out", "''", "must name a directory");
+  // The --gen-* flags shape the synthetic data, made only without --train.
   for (const absl::Status& status : {
            CheckAtLeast("gen-rows", c.gen_rows, 1),
            CheckAtLeast("gen-test-rows", c.gen_test_rows, 0),
            CheckAtLeast("gen-features", c.gen_features, 1),
            CheckAtLeast("gen-nnz", c.gen_nnz, 1),
        }) {
-    if (!status.ok()) return status;
+    if (!status.ok() && c.train.empty()) return status;
   }
-  if (c.gen_nnz > c.gen_features) {
+  if (c.train.empty() && c.gen_nnz > c.gen_features) {
     return InvalidFlag("gen-nnz", absl::StrCat(c.gen_nnz),
                        absl::StrCat("must be <= --gen-features (", c.gen_features, ")"));
   }

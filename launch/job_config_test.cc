@@ -538,6 +538,13 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"gen_nnz", [](JobConfig& c) { c.gen_nnz = 0; }, "--gen-nnz=0: must be >= 1"},
         ValidateCase{"gen_nnz_above_features", [](JobConfig& c) { c.gen_nnz = 20000; },
                      "--gen-nnz=20000: must be <= --gen-features (10000)"},
+        // With --train no data is generated: its flags are not checked (the file is, first).
+        ValidateCase{"gen_flags_with_train",
+                     [](JobConfig& c) {
+                       c.gen_features = 5;
+                       c.train = "/nonexistent/train.svm";
+                     },
+                     "--train=/nonexistent/train.svm: cannot read: No such file or directory"},
         ValidateCase{"train_missing", [](JobConfig& c) { c.train = "/nonexistent/train.svm"; },
                      "--train=/nonexistent/train.svm: cannot read: No such file or directory"},
         ValidateCase{"train_directory", [](JobConfig& c) { c.train = "/tmp"; },
