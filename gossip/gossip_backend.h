@@ -44,6 +44,9 @@ class GossipBackend : public SyncBackend {
                       float examples) override;
   // A joiner enters the graph at first_clock; this node, when it is the joiner, takes its
   // neighbours' models at its first Read (GossipMixer::Admit, Enter).
+  void WatchDownWorkers(std::function<std::vector<int>()> take) override {
+    mixer_.WatchDownPeers(std::move(take));
+  }
   absl::Status OnArrival(int worker, int64_t first_clock, std::span<const int> donors) override {
     return mixer_.Admit(worker, first_clock, donors);
   }

@@ -387,6 +387,16 @@ void GossipMixer::DeclareDead(int rank, int64_t from_step, const std::string& wh
   }
 }
 
+void GossipMixer::TakeDownPeers(int64_t from_step) {
+  if (!take_down_) return;
+  for (int rank : take_down_()) {
+    // The coordinator names only workers of the job; an initial rank or an admitted joiner.
+    if (rank < 0 || rank >= options_.num_peers || rank == options_.rank || dead_[rank]) continue;
+    if (joined_from_[rank] == kAlive) continue;
+    DeclareDead(rank, from_step, "the job's coordinator declared it down");
+  }
+}
+
 void GossipMixer::SendHeartbeats() {
   for (int r = 0; r < options_.num_peers; ++r) {
     if (!Reachable(r)) continue;
@@ -644,6 +654,7 @@ absl::Status GossipMixer::MixSynchronous(int64_t step, std::span<float> values) 
     if (!welcome_requests_.empty()) AnswerWelcomes(values);
   };
   while (true) {
+    TakeDownPeers(step + 1);
     // Who this step waits for: the graph's neighbours in the current view, and anyone who sent
     // this step's values (a peer whose view differs), less the dead and those who skipped.
     for (int r :
@@ -680,7 +691,10 @@ absl::Status GossipMixer::MixSynchronous(int64_t step, std::span<float> values) 
       deadline = std::min(deadline, std::max(start, last_heard_[r]) + options_.peer_timeout);
     }
     if (complete) break;
-    auto s = ReceiveOne(std::min(deadline, next_beat));
+    // With a coordinator's reports to watch, the wait wakes up to look at them.
+    const absl::Time poll =
+        take_down_ ? absl::Now() + absl::Milliseconds(100) : absl::InfiniteFuture();
+    auto s = ReceiveOne(std::min({deadline, next_beat, poll}));
     if (absl::IsDeadlineExceeded(s)) {
       const absl::Time now = absl::Now();
       if (now >= next_beat) {
@@ -895,6 +909,7 @@ void GossipMixer::MergeArrived(std::span<float> values) {
 
 absl::Status GossipMixer::MixPushSum(int64_t step, std::span<float> values) {
   if (auto s = DrainIncoming(values); !s.ok()) return s;
+  TakeDownPeers(step + 1);
   const std::vector<int> members = Members(step);
   const absl::Time now = absl::Now();
   for (int r : PushSumInPeers(options_.topology, members, options_.rank)) {

@@ -80,6 +80,7 @@
 #define SYNCLINE_GOSSIP_GOSSIP_MIXER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -127,6 +128,10 @@ class GossipMixer {
   // Idempotent; a rank declared dead stays dead. InvalidArgument for an initial rank, a rank
   // out of range, a negative step or a compressed (CHOCO) mixer.
   absl::Status Admit(int rank, int64_t first_step, std::span<const int> members);
+  // `take` returns ranks the job's coordinator declared down since its last call: each is
+  // declared dead here at once (from the next step), as if it had been silent for
+  // peer_timeout, and a synchronous step waiting for it stops waiting (polled every 100 ms).
+  void WatchDownPeers(std::function<std::vector<int>()> take) { take_down_ = std::move(take); }
   // A joiner (Admit of its own rank), before its first step: says hello to every member and
   // asks its neighbours of that step (push-sum: its in-peers) for their models, waiting at most
   // peer_timeout / 2. Synchronous: `values` become the mean of those that came (none: kept,
@@ -224,6 +229,8 @@ class GossipMixer {
   void MarkGone(int rank, int64_t from_step, bool dead, const std::string& why);
   // Declares `rank` dead from step from_step on and tells every live peer.
   void DeclareDead(int rank, int64_t from_step, const std::string& why);
+  // Declares dead, from step from_step, the ranks take_down_ returns (WatchDownPeers).
+  void TakeDownPeers(int64_t from_step);
   void RecordProxy(std::span<const float> values,
                    const std::vector<std::span<const float>>& received);
   std::string Name(int rank) const;
@@ -246,6 +253,7 @@ class GossipMixer {
   int64_t entry_step_ = -1;           // a joiner that has not entered: its first step
   std::vector<std::pair<int, int64_t>> welcome_requests_;  // (joiner, its first step)
   std::vector<bool> dead_;
+  std::function<std::vector<int>()> take_down_;  // WatchDownPeers
   std::vector<absl::Time> last_heard_;
   absl::Time start_time_;
   int64_t current_step_ = -1;

@@ -667,6 +667,41 @@ TEST(PeerFailureTest, ChocoExponentialGoesOnWhenAPeerFallsSilent) {
   KillOnePeer(GossipTopology::kExponential, false, "sign1", 1500, 1e-3);
 }
 
+// A peer that falls silent with its endpoint open is found only by the timeout, unless the job's
+// coordinator declares it down first (its process exited, its heartbeats stopped): then a step
+// waiting for it stops waiting at once. The timeout here is a minute; the survivors' rounds
+// must not wait for it.
+TEST(PeerFailureTest, APeerTheCoordinatorDeclaredDownIsNotWaitedFor) {
+  constexpr int n = 4, victim = 1, victim_rounds = 3, rounds = 10;
+  auto x = RandomVectors(n, 8, kSeed + 9);
+  GossipOptions o = Options(GossipTopology::kRing);
+  o.peer_timeout = absl::Seconds(60);
+  Cluster cluster(n, o);
+  std::atomic<bool> victim_stopped{false};
+  const absl::Time start = absl::Now();
+  cluster.Run([&](int r, GossipMixer& m) {
+    ASSERT_TRUE(m.Init(8).ok());
+    bool told = false;
+    m.WatchDownPeers([&victim_stopped, &told]() -> std::vector<int> {
+      if (told || !victim_stopped.load()) return {};
+      told = true;
+      return {victim, -1, n + 5};  // ranks outside the job are ignored
+    });
+    for (int t = 0; t < (r == victim ? victim_rounds : rounds); ++t) {
+      ASSERT_TRUE(m.MixOnce(t, x[r]).ok());
+    }
+    if (r == victim) {
+      victim_stopped.store(true);
+      return;
+    }
+    m.Leave(rounds);
+  });
+  for (int r = 0; r < n; ++r) {
+    if (r != victim) EXPECT_EQ(cluster.mixer(r).dead_peers(), std::vector<int>{victim}) << r;
+  }
+  EXPECT_LT(absl::Now() - start, o.peer_timeout / 4) << "the survivors waited for the timeout";
+}
+
 TEST(PeerFailureTest, PushSumSurvivorsReachConsensusWhenAPeerDies) {
   SCOPED_TRACE(testing::Message() << "seed " << kSeed);
   constexpr int n = 8, victim = 3;

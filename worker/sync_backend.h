@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -105,6 +106,12 @@ class SyncBackend {
   virtual absl::Status OnArrival(int worker, int64_t first_clock, std::span<const int> donors) {
     return absl::OkStatus();
   }
+
+  // `take` returns the workers the job's coordinator has declared down since its last call (a
+  // worker whose process exited or whose heartbeats stopped). Backends that wait for other
+  // workers themselves (gossip) poll it while they wait, and stop waiting for those at once
+  // rather than after their own timeout; others ignore it. Called from the training thread.
+  virtual void WatchDownWorkers(std::function<std::vector<int>()> take) {}
 
   // Iteration `clock` (covering `examples` examples) is over.
   virtual absl::Status EndIteration(int64_t clock, float examples) = 0;

@@ -488,6 +488,7 @@ NodeExit WorkerNode::Run() {
     absl::StatusOr<Link> link = connect(generation);
     if (!link.ok()) return fail(link.status());
     SyncBackend* backend = link->backend.get();
+    backend->WatchDownWorkers([control] { return control->TakeDownWorkers(); });
     if (!started) {
       control->ReportReady();
       // A replacement waits for the other nodes' rollback, which the coordinator bounds (its
