@@ -298,6 +298,7 @@ absl::StatusOr<std::optional<Message>> Coordinator::Step(absl::Time deadline) {
         if (node->role == wire::Role::WORKER && !stale && h.getClock() != node->clock) {
           node->clock = h.getClock();
           node->clock_since = absl::Now();
+          if (node->clock > latest_worker_clock_.load()) latest_worker_clock_.store(node->clock);
         }
         SendTo(node->control_id, MakeSimple(wire::MsgType::HEARTBEAT, wire::Role::COORDINATOR, 0));
         return std::optional<Message>();
@@ -616,6 +617,7 @@ void Coordinator::BeginRollback(NodeState& n, const RestartRequest& request) {
   ++generation_;
   recovering_ = true;
   recovering_flag_.store(true);
+  latest_worker_clock_.store(-1);  // the timeline past the checkpoint is undone
   rollback_clock_ = request.clock;
   rollback_dir_ = request.dir;
   recovery_start_ = now;

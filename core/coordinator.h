@@ -154,6 +154,9 @@ class Coordinator {
   bool CanRestart() const;
   // Whether a rollback is under way (no checkpoint should be asked for then).
   bool Recovering() const;
+  // The highest clock a worker's heartbeat has reported since the start or the last rollback
+  // (-1: none). Any thread.
+  int64_t LatestWorkerClock() const { return latest_worker_clock_.load(); }
   // Nodes (data endpoint ids, "ps1") that hang, with why, since the last call: while a restart
   // is possible a node whose heartbeats stop, or a worker stuck while others wait, is not
   // declared down at once but handed to the launcher to kill (its exit is then restarted). One
@@ -260,6 +263,7 @@ class Coordinator {
   // Whether a rollback is possible now: training, and no worker has left.
   std::atomic<bool> can_roll_back_{false};
   std::atomic<bool> recovering_flag_{false};  // recovering_, for other threads
+  std::atomic<int64_t> latest_worker_clock_{-1};
   // Failures reported by nodes that could have been restarted, by control id.
   absl::flat_hash_map<std::string, std::string> last_words_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::string, std::string>> hung_ ABSL_GUARDED_BY(mu_);

@@ -55,18 +55,33 @@ class CheckpointTimer {
     }
     const RunReport::Clocks clocks = report.WorkerClocks();
     const double elapsed = absl::ToDoubleSeconds(absl::Now() - start_);
-    const int64_t done_here = clocks.max_clock - std::max<int64_t>(restore_clock_, 0);
+    // The fastest worker's clock as last heard: from its progress reports (every log_every
+    // steps) or its heartbeats (every heartbeat interval), whichever is newer.
+    const int64_t latest = std::max(clocks.max_clock, coordinator.LatestWorkerClock());
+    const int64_t done_here = latest - std::max<int64_t>(restore_clock_, 0);
     if (done_here <= 0 || elapsed <= 0) return;
-    // Progress reports trail a worker by up to log_every steps; a second of steps covers the
-    // request's way to every node.
-    const int64_t lead =
-        2 * spec_.training.log_every + static_cast<int64_t>(std::ceil(done_here / elapsed)) + 1;
-    int64_t clock = clocks.max_clock + lead;
+    const double rate = done_here / elapsed;  // steps a second
+    // How far behind that clock may be (twice, for safety), and a quarter second of steps for
+    // the request's way to every node.
+    const int64_t trail = std::min<int64_t>(
+        spec_.training.log_every,
+        static_cast<int64_t>(std::ceil(rate * spec_.timeouts.heartbeat_interval_s)));
+    const int64_t lead = 2 * trail + static_cast<int64_t>(std::ceil(rate * 0.25)) + 1;
+    int64_t clock = latest + lead;
     // A periodic checkpoint would take that clock anyway.
     if (spec_.checkpoint.every > 0 && clock % spec_.checkpoint.every == 0) ++clock;
-    if (clock < clocks.min_total_steps) {
+    // The job's last step is known from the workers' progress reports; before the first (a
+    // --log-every longer than the job), the request goes out, and a worker that has finished
+    // before it reports it missed.
+    if (clocks.min_total_steps == 0 || clock < clocks.min_total_steps) {
       coordinator.RequestCheckpoint(clock);
       requested_ = clock;
+    } else if (!said_too_late_) {
+      said_too_late_ = true;
+      SYNCLINE_LOG(INFO) << absl::StrFormat(
+          "--checkpoint-seconds %g: the job ends (clock %d) before the next checkpoint's clock "
+          "(%d), so none is taken",
+          spec_.checkpoint.seconds, clocks.min_total_steps, clock);
     }
     next_ = absl::Now() + absl::Seconds(spec_.checkpoint.seconds);
   }
@@ -77,6 +92,7 @@ class CheckpointTimer {
   const int64_t restore_clock_;
   absl::Time next_;
   int64_t requested_ = -1;
+  bool said_too_late_ = false;
 };
 
 // The node a child's label names ("w3", "ps1"); nullopt for cluster launchers (mpirun, srun).
