@@ -697,7 +697,9 @@ TEST(PeerFailureTest, APeerTheCoordinatorDeclaredDownIsNotWaitedFor) {
     m.Leave(rounds);
   });
   for (int r = 0; r < n; ++r) {
-    if (r != victim) EXPECT_EQ(cluster.mixer(r).dead_peers(), std::vector<int>{victim}) << r;
+    if (r != victim) {
+      EXPECT_EQ(cluster.mixer(r).dead_peers(), std::vector<int>{victim}) << r;
+    }
   }
   EXPECT_LT(absl::Now() - start, o.peer_timeout / 4) << "the survivors waited for the timeout";
 }
