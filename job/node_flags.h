@@ -10,6 +10,8 @@
 #include <iostream>
 #include <optional>
 
+#include "absl/strings/numbers.h"
+#include "job/job_spec.h"
 #include "job/node_join.h"
 
 namespace syncline {
@@ -27,7 +29,7 @@ inline std::optional<int> AddNodeFlags(CLI::App& app, NodeOptions* options, cons
                  "[SYNCLINE_COORDINATOR]")
       ->required(options->coordinator.empty());
   app.add_option("--rank", options->rank, rank_help)
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0, kMostNodes - 1))
       ->capture_default_str();
   app.add_option("--bind", options->bind,
                  "ZeroMQ address this node's data endpoint listens on, e.g. tcp://10.0.0.2:0 "
@@ -57,7 +59,15 @@ inline std::optional<int> AddNodeFlags(CLI::App& app, NodeOptions* options, cons
          "--startup-timeout",
          [options](double seconds) { options->startup_timeout = absl::Seconds(seconds); },
          "seconds to wait for every node of the job to register (default 120)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            double seconds = 0;
+            if (!absl::SimpleAtod(text, &seconds) || !(seconds > 0) || seconds > 1e6) {
+              return "must be a number of seconds in (0, 1000000]";
+            }
+            return "";
+          },
+          "SECONDS"));
   return std::nullopt;
 }
 
