@@ -68,24 +68,133 @@ const char* ParseInteger(std::string_view token, int64_t* value) {
   return nullptr;
 }
 
+// The field and presence choose one of 52 independent hash functions of the value: salt
+// 2 * field + present.
+inline uint64_t Salt(int field, bool present) {
+  return Mix(0x5ca1ab1e00000000ULL + 2 * static_cast<uint64_t>(field) + present);
+}
+
+// Hex digit values by character; -1 for any other character.
+constexpr std::array<int8_t, 256> kHexValue = [] {
+  std::array<int8_t, 256> t{};
+  for (int c = 0; c < 256; ++c) {
+    t[c] = static_cast<int8_t>(c >= '0' && c <= '9'   ? c - '0'
+                               : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                               : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                                      : -1);
+  }
+  return t;
+}();
+
+// A line as the common case has it, parsed in one pass over its bytes: a label of 0 or 1, then
+// 13 integers of at most 18 digits (an optional sign) and 26 hex values of at most 16 digits,
+// any of them empty, 40 fields in all. False for anything else (or any doubt), which the
+// careful path of ParseCriteoLine then judges and names: both paths give the same example.
+// Without `values` (validation alone) the dense values and ids are not computed.
+bool ParseCommonLine(std::string_view line, bool values, float* label,
+                     float dense[kCriteoDenseFields],
+                     uint64_t categorical[kCriteoCategoricalFields]) {
+  static const std::array<uint64_t, 2 * kCriteoCategoricalFields> salts = [] {
+    std::array<uint64_t, 2 * kCriteoCategoricalFields> t;
+    for (int f = 0; f < kCriteoCategoricalFields; ++f) {
+      t[2 * f] = Salt(f, false);
+      t[2 * f + 1] = Salt(f, true);
+    }
+    return t;
+  }();
+  const char* p = line.data();
+  const char* const end = p + line.size();
+  if (end - p < 2 || (p[0] != '0' && p[0] != '1') || p[1] != '\t') return false;
+  *label = p[0] == '1' ? 1.0f : 0.0f;
+  p += 2;
+  for (int i = 0; i < kCriteoDenseFields; ++i) {
+    const char* const start = p;
+    bool negative = false;
+    if (p < end && (*p == '-' || *p == '+')) negative = *p++ == '-';
+    const char* const first = p;
+    int64_t x = 0;
+    while (p < end && *p != '\t') {
+      const unsigned d = static_cast<unsigned char>(*p) - '0';
+      if (d > 9) return false;
+      x = 10 * x + d;
+      ++p;
+    }
+    // A sign without digits, or a number from_chars might find out of range: the careful path.
+    if ((p == first && first != start) || p - first > 18) return false;
+    if (p == end) return false;  // the categorical fields follow
+    ++p;
+    if (values) dense[i] = DenseValue(negative ? -x : x);
+  }
+  for (int c = 0; c < kCriteoCategoricalFields; ++c) {
+    const char* const first = p;
+    uint64_t v = 0;
+    while (p < end && *p != '\t') {
+      const int d = kHexValue[static_cast<unsigned char>(*p)];
+      if (d < 0) return false;
+      v = v << 4 | static_cast<uint64_t>(d);
+      ++p;
+    }
+    if (p - first > 16) return false;
+    if (values) {
+      const bool present = p != first;
+      categorical[c] = Mix(salts[2 * c + present] ^ Mix(v)) | kCriteoCategoricalBit;
+    }
+    if (c + 1 < kCriteoCategoricalFields) {
+      if (p == end) return false;
+      ++p;
+    }
+  }
+  return p == end;
+}
+
 }  // namespace
 
 uint64_t CriteoCategoricalId(int field, uint64_t value, bool present) {
-  // The field and presence choose one of 52 independent hash functions of the value.
-  const uint64_t salt = Mix(0x5ca1ab1e00000000ULL + 2 * static_cast<uint64_t>(field) + present);
-  return Mix(salt ^ Mix(value)) | kCriteoCategoricalBit;
+  return Mix(Salt(field, present) ^ Mix(value)) | kCriteoCategoricalBit;
 }
 
 float CriteoDenseValue(int64_t x) {
   return x <= 0 ? 0.0f : static_cast<float>(std::log1p(static_cast<double>(x)));
 }
 
+namespace {
+
+void AppendExample(float label, const float dense[kCriteoDenseFields],
+                   const uint64_t categorical[kCriteoCategoricalFields], Dataset* out) {
+  if (out->row_offsets.empty()) out->row_offsets.push_back(0);
+  const size_t at = out->ids.size();
+  out->ids.resize(at + kCriteoEntries);
+  out->values.resize(at + kCriteoEntries);
+  uint64_t* ids = out->ids.data() + at;
+  float* values = out->values.data() + at;
+  for (int i = 0; i < kCriteoDenseFields; ++i) {
+    ids[i] = static_cast<uint64_t>(i);
+    values[i] = dense[i];
+  }
+  for (int c = 0; c < kCriteoCategoricalFields; ++c) {
+    ids[kCriteoDenseFields + c] = categorical[c];
+    values[kCriteoDenseFields + c] = 1.0f;
+  }
+  out->labels.push_back(label);
+  out->row_offsets.push_back(out->ids.size());
+}
+
+}  // namespace
+
 absl::StatusOr<bool> ParseCriteoLine(std::string_view line, const std::string& path,
                                      uint64_t line_no, Dataset* out) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   if (line.empty()) return false;
-  // Split first: a wrong field count is the likeliest mistake (a CSV, a libsvm file, a
-  // truncated line) and deserves its own message before any field is judged.
+  float label;
+  float dense[kCriteoDenseFields];
+  uint64_t categorical[kCriteoCategoricalFields];
+  if (ParseCommonLine(line, out != nullptr, &label, dense, categorical)) {
+    if (out != nullptr) AppendExample(label, dense, categorical, out);
+    return true;
+  }
+  // The careful path, which names what is wrong. Split first: a wrong field count is the likeliest
+  // mistake (a CSV, a libsvm file, a truncated line) and deserves its own message before any field
+  // is judged.
   std::string_view fields[kFields];
   int count = 0;
   for (size_t begin = 0;;) {
@@ -102,7 +211,6 @@ absl::StatusOr<bool> ParseCriteoLine(std::string_view line, const std::string& p
                                      kFields, count),
                      line);
   }
-  float label;
   if (fields[0] == "0") {
     label = 0;
   } else if (fields[0] == "1") {
@@ -110,7 +218,6 @@ absl::StatusOr<bool> ParseCriteoLine(std::string_view line, const std::string& p
   } else {
     return LineError(path, line_no, "label must be 0 or 1", fields[0]);
   }
-  float dense[kCriteoDenseFields];
   for (int i = 0; i < kCriteoDenseFields; ++i) {
     const std::string_view token = fields[1 + i];
     int64_t x = 0;
@@ -122,7 +229,6 @@ absl::StatusOr<bool> ParseCriteoLine(std::string_view line, const std::string& p
     }
     dense[i] = out != nullptr ? DenseValue(x) : 0.0f;
   }
-  uint64_t categorical[kCriteoCategoricalFields];
   for (int c = 0; c < kCriteoCategoricalFields; ++c) {
     const std::string_view token = fields[1 + kCriteoDenseFields + c];
     uint64_t value = 0;
@@ -135,24 +241,7 @@ absl::StatusOr<bool> ParseCriteoLine(std::string_view line, const std::string& p
     // Validation alone (Open's pass over every partition) needs no ids.
     categorical[c] = out != nullptr ? CriteoCategoricalId(c, value, !token.empty()) : 0;
   }
-  if (out != nullptr) {
-    if (out->row_offsets.empty()) out->row_offsets.push_back(0);
-    const size_t at = out->ids.size();
-    out->ids.resize(at + kCriteoEntries);
-    out->values.resize(at + kCriteoEntries);
-    uint64_t* ids = out->ids.data() + at;
-    float* values = out->values.data() + at;
-    for (int i = 0; i < kCriteoDenseFields; ++i) {
-      ids[i] = static_cast<uint64_t>(i);
-      values[i] = dense[i];
-    }
-    for (int c = 0; c < kCriteoCategoricalFields; ++c) {
-      ids[kCriteoDenseFields + c] = categorical[c];
-      values[kCriteoDenseFields + c] = 1.0f;
-    }
-    out->labels.push_back(label);
-    out->row_offsets.push_back(out->ids.size());
-  }
+  if (out != nullptr) AppendExample(label, dense, categorical, out);
   return true;
 }
 

@@ -1,7 +1,12 @@
 #include "worker/criteo.h"
 
+#include <cctype>
+#include <charconv>
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -9,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/dataset.h"
@@ -120,6 +126,129 @@ TEST(CriteoTest, ErrorsNameFileLineAndField) {
               HasSubstr("/nonexistent.tsv"));
   EXPECT_EQ(ReadDataset(WriteFile(Lines(1)), {.num_classes = 3}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Lines are parsed in one pass when they look as usual and judged field by field otherwise;
+// both ways must give the same example, and reject the same lines. Random lines mix the usual
+// tokens with the rarer ones (signs, 18 to 20 digits, upper-case hex, 16 and 17 hex digits, a
+// carriage return) and, now and then, a broken one; each is checked against a reference made
+// from the tokens alone. The seed is printed: a failure replays.
+TEST(CriteoTest, EveryLineParsesAsItsTokensSay) {
+  constexpr uint64_t kSeed = 20261205;
+  SCOPED_TRACE(absl::StrCat("seed ", kSeed));
+  std::mt19937_64 rng(kSeed);
+  auto pick = [&](int n) { return static_cast<int>(rng() % n); };
+  auto digits = [&](int n, const char* alphabet, int size) {
+    std::string s;
+    for (int i = 0; i < n; ++i) s += alphabet[pick(size)];
+    return s;
+  };
+  auto integer = [&]() -> std::string {
+    switch (pick(10)) {
+      case 0:
+        return "";
+      case 1:
+        return absl::StrCat("-", digits(1 + pick(5), "0123456789", 10));
+      case 2:
+        return absl::StrCat("+", digits(1 + pick(5), "0123456789", 10));
+      case 3:
+        return digits(18 + pick(3), "0123456789", 10);  // 18 to 20 digits
+      case 4:
+        return absl::StrCat("+-", digits(2, "0123456789", 10));
+      default:
+        return digits(1 + pick(4), "0123456789", 10);
+    }
+  };
+  auto hex = [&]() -> std::string {
+    switch (pick(8)) {
+      case 0:
+        return "";
+      case 1:
+        return digits(16 + pick(2), "0123456789abcdefABCDEF", 22);  // 16 or 17 digits
+      default:
+        return digits(1 + pick(8), "0123456789abcdef", 16);
+    }
+  };
+  int accepted = 0, rejected = 0;
+  for (int n = 0; n < 20000; ++n) {
+    std::string label = pick(2) ? "1" : "0";
+    std::vector<std::string> dense(kCriteoDenseFields), categorical(kCriteoCategoricalFields);
+    for (std::string& t : dense) t = integer();
+    for (std::string& t : categorical) t = hex();
+    std::string line = absl::StrCat(label, "\t", absl::StrJoin(dense, "\t"), "\t",
+                                    absl::StrJoin(categorical, "\t"));
+    // Now and then a broken line: a missing or extra field, a bad character, a bad label.
+    switch (pick(40)) {
+      case 0:
+        line += "\t";
+        break;
+      case 1:
+        line = line.substr(0, line.rfind('\t'));
+        break;
+      case 2:
+        line[pick(static_cast<int>(line.size()))] = 'x';
+        break;
+      case 3:
+        line[0] = '2';
+        break;
+      case 4:
+        line += "\r";
+        break;  // not broken: a carriage return is dropped
+      default:
+        break;
+    }
+    // The reference, from the tokens alone.
+    const std::vector<std::string> fields =
+        absl::StrSplit(line.substr(0, line.size() - (line.ends_with("\r") ? 1 : 0)), '\t');
+    bool valid = fields.size() == kCriteoEntries + 1 && (fields[0] == "0" || fields[0] == "1");
+    std::vector<float> values;
+    std::vector<uint64_t> ids;
+    for (int i = 0; valid && i < kCriteoDenseFields; ++i) {
+      std::string_view t = fields[1 + i];
+      int64_t x = 0;  // a field's value: its token, less a leading '+'
+      if (!t.empty()) {
+        if (t.front() == '+') t.remove_prefix(1);
+        const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), x);
+        valid = !t.empty() && ec == std::errc() && ptr == t.data() + t.size();
+      }
+      ids.push_back(static_cast<uint64_t>(i));
+      values.push_back(CriteoDenseValue(x));
+    }
+    for (int c = 0; valid && c < kCriteoCategoricalFields; ++c) {
+      const std::string& t = fields[1 + kCriteoDenseFields + c];
+      uint64_t v = 0;
+      valid = t.size() <= 16;
+      for (char ch : t) {
+        const int d = std::isxdigit(static_cast<unsigned char>(ch))
+                          ? std::stoi(std::string(1, ch), nullptr, 16)
+                          : -1;
+        valid = valid && d >= 0;
+        v = v << 4 | static_cast<uint64_t>(d < 0 ? 0 : d);
+      }
+      ids.push_back(CriteoCategoricalId(c, v, !t.empty()));
+      values.push_back(1.0f);
+    }
+    Dataset got;
+    absl::StatusOr<bool> parsed = ParseCriteoLine(line, "f.tsv", 7, &got);
+    absl::StatusOr<bool> validated = ParseCriteoLine(line, "f.tsv", 7, nullptr);
+    ASSERT_EQ(parsed.ok(), valid) << line << "\n" << parsed.status();
+    ASSERT_EQ(validated.ok(), valid) << line;
+    if (!valid) {
+      ++rejected;
+      EXPECT_THAT(parsed.status().message(), HasSubstr("f.tsv:7: ")) << line;
+      continue;
+    }
+    ++accepted;
+    ASSERT_EQ(got.size(), 1u) << line;
+    EXPECT_EQ(got.labels[0], fields[0] == "1" ? 1.0f : 0.0f) << line;
+    EXPECT_THAT(got.ids, ElementsAreArray(ids)) << line;
+    ASSERT_EQ(got.values.size(), values.size()) << line;
+    EXPECT_EQ(std::memcmp(got.values.data(), values.data(), values.size() * sizeof(float)), 0)
+        << line;
+  }
+  // Both kinds were seen in numbers.
+  EXPECT_GT(accepted, 1000);
+  EXPECT_GT(rejected, 1000);
 }
 
 // I1 of each example of a chunk, i.e. its line index in a Lines(n) file.
