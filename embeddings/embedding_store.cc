@@ -366,7 +366,7 @@ void EmbeddingStore::PrefetchAhead(std::span<const uint64_t> ids, size_t i,
   if (i + kPrefetchAhead < ids.size()) PrefetchRow(ids[i + kPrefetchAhead], row_bytes);
 }
 
-absl::StatusOr<uint32_t> EmbeddingStore::Acquire(uint64_t id) {
+absl::StatusOr<uint32_t> EmbeddingStore::Acquire(uint64_t id, bool sighting) {
   if (const uint32_t slot = index_.Find(id, Holds(id)); slot != RowIndex::kNone) {
     ++stats_.memory_hits;
     Touch(slot);
@@ -410,7 +410,7 @@ absl::StatusOr<uint32_t> EmbeddingStore::Acquire(uint64_t id) {
       return DiskError(options_.path, "Get", s);
     }
   }
-  if (sketch_ != nullptr && sketch_->Add(id) < options_.admit_after) {
+  if (sketch_ != nullptr && (!sighting || sketch_->Add(id) < options_.admit_after)) {
     ++stats_.rejected;
     return kNone;
   }
@@ -438,7 +438,7 @@ absl::Status EmbeddingStore::Read(std::span<const uint64_t> ids, float* out) {
   PrefetchFirst(ids, dim * sizeof(float));
   for (size_t i = 0; i < ids.size(); ++i) {
     PrefetchAhead(ids, i, dim * sizeof(float));
-    auto slot = Acquire(ids[i]);
+    auto slot = Acquire(ids[i], /*sighting=*/true);
     if (!slot.ok()) return slot.status();
     if (*slot == kNone) {
       InitialEmbeddingRow(config_, ids[i], out + i * dim);
@@ -463,7 +463,7 @@ absl::Status EmbeddingStore::Apply(std::span<const uint64_t> ids, const float* g
   PrefetchFirst(ids, row_bytes);
   for (size_t i = 0; i < ids.size(); ++i) {
     PrefetchAhead(ids, i, row_bytes);
-    auto slot = Acquire(ids[i]);
+    auto slot = Acquire(ids[i], /*sighting=*/false);
     if (!slot.ok()) return slot.status();
     if (*slot == kNone) {
       ++stats_.dropped_updates;

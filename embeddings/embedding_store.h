@@ -64,8 +64,11 @@ struct EmbeddingStoreOptions {
   // limit). Default 0. At least one of the two limits must be set; both apply when both are.
   uint64_t max_memory_bytes = 0;
 
-  // Admission: an id gets a row at its admit_after-th sighting (Read or Apply, each id of a
-  // call counts once per occurrence). 0 or 1: at the first. Default 0.
+  // Admission: an id gets a row at its admit_after-th sighting, a sighting being a Read (each
+  // id of a call counts once per occurrence). A training step reads each id of its batch once
+  // (the pull) and then updates it (the push), so it counts once; an Apply to an id without a
+  // row drops the update and is no sighting. 0 or 1: at the first touch, Read or Apply.
+  // Default 0.
   uint32_t admit_after = 0;
   // Count-min sketch for admission: counters per row (a power of two), rows, hash seed.
   // Defaults: 2^18 x 4 (4 MiB), seed 1. Allocated only when admit_after > 1.
@@ -264,7 +267,9 @@ class EmbeddingStore {
   }
   bool Contains(uint64_t id) const { return index_.Find(id, Holds(id)) != RowIndex::kNone; }
   // The slot of `id`, loading or creating the row; kNone when the id is not admitted.
-  absl::StatusOr<uint32_t> Acquire(uint64_t id);
+  // The slot of `id`: in memory, loaded from disk, or a new row; kNone when admission keeps it
+  // out (a `sighting` counts towards admission; see EmbeddingStoreOptions::admit_after).
+  absl::StatusOr<uint32_t> Acquire(uint64_t id, bool sighting);
   // A free slot, evicting the least recently used row when the tier is full.
   absl::StatusOr<uint32_t> FreeSlot();
   void LinkFront(uint32_t slot);

@@ -322,7 +322,9 @@ TEST(EmbeddingStoreTest, AdmissionAfterThreeSightings) {
   const std::vector<uint64_t> id = {5};
   ASSERT_TRUE(store->Read(id, out.data()).ok());  // 1st: initial values, nothing stored
   EXPECT_EQ(out, init);
-  ASSERT_TRUE(store->Apply(id, grad.data(), 1.0f).ok());  // 2nd: dropped
+  ASSERT_TRUE(store->Apply(id, grad.data(), 1.0f).ok());  // dropped, and no sighting
+  ASSERT_TRUE(store->Read(id, out.data()).ok());          // 2nd
+  ASSERT_TRUE(store->Apply(id, grad.data(), 1.0f).ok());  // dropped
   ASSERT_TRUE(store->Read(id, out.data()).ok());          // 3rd: admitted
   EXPECT_EQ(out, init);
   ASSERT_TRUE(store->Apply(id, grad.data(), 1.0f).ok());  // applied
@@ -330,24 +332,28 @@ TEST(EmbeddingStoreTest, AdmissionAfterThreeSightings) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i], init[i] - 1.0f);
   EmbeddingStoreStats s = store->stats();
   EXPECT_EQ(s.admitted, 1u);
-  EXPECT_EQ(s.rejected, 2u);
-  EXPECT_EQ(s.dropped_updates, 1u);
+  EXPECT_EQ(s.rejected, 4u);
+  EXPECT_EQ(s.dropped_updates, 2u);
   EXPECT_EQ(s.rows_in_memory, 1u);
 
-  // 200 ids pushed twice stay out; a third push admits all of them.
+  // 200 ids, each pulled and pushed twice (two training steps), stay out: a step is one
+  // sighting, not two. A third pull admits all of them, and its push is applied.
   std::vector<uint64_t> many(200);
   std::iota(many.begin(), many.end(), 1000);
-  std::vector<float> grads(many.size() * 4, 0.5f);
-  for (int k = 0; k < 2; ++k) ASSERT_TRUE(store->Apply(many, grads.data(), 1.0f).ok());
+  std::vector<float> grads(many.size() * 4, 0.5f), rows(many.size() * 4);
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_TRUE(store->Read(many, rows.data()).ok());
+    ASSERT_TRUE(store->Apply(many, grads.data(), 1.0f).ok());
+  }
   s = store->stats();
   EXPECT_EQ(s.admitted, 1u);
-  EXPECT_EQ(s.rejected, 2u + 400u);
-  EXPECT_EQ(s.dropped_updates, 1u + 400u);
+  EXPECT_EQ(s.dropped_updates, 2u + 400u);
   EXPECT_EQ(AllRows(*store).size(), 1u);
+  ASSERT_TRUE(store->Read(many, rows.data()).ok());
   ASSERT_TRUE(store->Apply(many, grads.data(), 1.0f).ok());
   s = store->stats();
   EXPECT_EQ(s.admitted, 201u);
-  EXPECT_EQ(s.dropped_updates, 401u);
+  EXPECT_EQ(s.dropped_updates, 402u);
   EXPECT_EQ(AllRows(*store).size(), 201u);
 }
 

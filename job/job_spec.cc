@@ -419,6 +419,9 @@ std::vector<std::pair<std::string, std::string>> ManifestEntries(const JobSpec& 
       {"lr", absl::StrFormat("%.9g", s.training.learning_rate)},
       {"l2", absl::StrFormat("%.9g", s.training.l2)},
       {"compress", CodecName(s.training.codec)},
+      // The pulled rows' copies are not in a checkpoint (a resumed run sends each row whole
+      // once): a resume under another pull codec would train another model still.
+      {"compress-pull", CodecName(s.training.pull_codec)},
       {"partition", PartitionName(s.data.partition)},
       {"aggregate", AggregateRuleName(s.aggregate)},
       {"byzantine", ByzantineName(s.byzantine)}};

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "compression/codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "job/federated.h"
@@ -305,6 +306,13 @@ TEST(JobSpecTest, ChecksTheHiddenLayersPerModel) {
     return "(none)";
   };
   EXPECT_EQ(hidden_entry(s), "(none)");
+  // --resume refuses a changed pull codec, as a changed push codec.
+  s.training.pull_codec = *ParseCodec("fp16");
+  bool has_pull_codec = false;
+  for (const auto& [key, value] : ManifestEntries(s)) {
+    has_pull_codec |= key == "compress-pull" && value == "fp16";
+  }
+  EXPECT_TRUE(has_pull_codec);
   s.model = {.kind = ModelKind::kMlp, .classes = 10};
   EXPECT_EQ(hidden_entry(s), "256,128");
   s.model.hidden = {64};
