@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
+#include "embeddings/row_index.h"
 
 namespace syncline {
 
@@ -30,6 +31,9 @@ absl::StatusOr<MemoryBudget> ParseMemoryBudget(const std::string& text) {
   MemoryBudget budget;
   if (unit == "rows" || unit == "row") {
     if (value != std::floor(value)) return bad("a row count must be a whole number");
+    if (value > static_cast<double>(RowIndex::kMostRows)) {
+      return bad(absl::StrFormat("at most %d rows", RowIndex::kMostRows).c_str());
+    }
     budget.rows = static_cast<uint64_t>(value);
     return budget;
   }

@@ -544,6 +544,11 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   if (!budget.ok()) {
     return InvalidFlag("embedding-memory", c.embedding_memory, budget.status().message());
   }
+  if (budget->bytes != 0 && budget->bytes < (uint64_t{1} << 20)) {
+    return InvalidFlag("embedding-memory", c.embedding_memory,
+                       "a byte budget must be at least 1MiB (the tier's rows, their bookkeeping "
+                       "and its index; give rows, e.g. 100rows, for a tiny tier)");
+  }
   s.embedding.memory_rows = budget->rows;
   s.embedding.memory_bytes = budget->bytes;
   if (!c.straggler.empty()) {

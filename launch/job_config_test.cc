@@ -499,6 +499,15 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"embedding_memory", [](JobConfig& c) { c.embedding_memory = "2"; },
                      "--embedding-memory=2: memory budget '2': give a unit (B, KiB, MiB, GiB, "
                      "TiB, KB, MB, GB, TB or rows) (examples: 2GiB, 512MiB, 1000000rows)"},
+        ValidateCase{"embedding_memory_tiny", [](JobConfig& c) { c.embedding_memory = "1B"; },
+                     "--embedding-memory=1B: a byte budget must be at least 1MiB (the tier's "
+                     "rows, their bookkeeping and its index; give rows, e.g. 100rows, for a tiny "
+                     "tier)"},
+        ValidateCase{"embedding_memory_rows",
+                     [](JobConfig& c) { c.embedding_memory = "18446744073709551615rows"; },
+                     "--embedding-memory=18446744073709551615rows: memory budget "
+                     "'18446744073709551615rows': at most 2863311530 rows (examples: 2GiB, "
+                     "512MiB, 1000000rows)"},
         ValidateCase{"embedding_admit", [](JobConfig& c) { c.embedding_admit_after = -1; },
                      "--embedding-admit-after=-1: must be >= 0"},
         ValidateCase{"checkpoint_every", [](JobConfig& c) { c.checkpoint_every = -5; },
