@@ -39,6 +39,10 @@ inline constexpr int kMostNodes = 4096;
 // (no training file) the synthetic data the launcher generates for the ctr model.
 bool UsesCriteoData(const JobSpec& spec);
 
+// Settings that are valid but likely not what the user wants, one line each (the launcher logs
+// them as warnings before the job starts).
+std::vector<std::string> JobSpecWarnings(const JobSpec& spec);
+
 // The settings a checkpoint's manifest records and --resume compares, as (flag, text) pairs:
 // the ones that would make a resumed run differ from the run it continues.
 std::vector<std::pair<std::string, std::string>> ManifestEntries(const JobSpec& spec);

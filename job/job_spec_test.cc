@@ -319,6 +319,26 @@ TEST(JobSpecTest, ChecksTheHiddenLayersPerModel) {
   EXPECT_EQ(hidden_entry(s), "64");
 }
 
+// Valid settings that are likely a mistake are named: a sparse top-K pull of a model with dense
+// layers under uncompressed pushes, and --hidden on a linear model.
+TEST(JobSpecTest, WarnsOfSettingsThatAreLikelyAMistake) {
+  JobSpec s;
+  EXPECT_THAT(JobSpecWarnings(s), testing::IsEmpty());
+  s.model = {.kind = ModelKind::kCtr, .classes = 2};
+  s.training.pull_codec = *ParseCodec("topk:0.01");
+  ASSERT_EQ(JobSpecWarnings(s).size(), 1u);
+  EXPECT_THAT(JobSpecWarnings(s)[0], HasSubstr("--compress-pull topk:0.01 with uncompressed"));
+  s.training.codec = *ParseCodec("topk:0.01");
+  EXPECT_THAT(JobSpecWarnings(s), testing::IsEmpty());
+  s.training.codec = {};
+  s.training.pull_codec = *ParseCodec("topk:0.1");
+  EXPECT_THAT(JobSpecWarnings(s), testing::IsEmpty());
+  s.model = {.kind = ModelKind::kLogreg, .classes = 2, .hidden = {64}};
+  s.training.pull_codec = *ParseCodec("topk:0.01");
+  ASSERT_EQ(JobSpecWarnings(s).size(), 1u);
+  EXPECT_THAT(JobSpecWarnings(s)[0], HasSubstr("--hidden has no effect on the logreg model"));
+}
+
 TEST(JobSpecTest, ChecksTheDevice) {
   JobSpec s;
   s.device = DeviceSpec{.kind = DeviceKind::kCuda, .index = 1024};

@@ -212,6 +212,7 @@ int Main(int argc, char** argv) {
   }
   absl::StatusOr<JobSpec> spec = BuildJobSpec(config);
   if (!spec.ok()) return Refuse(spec.status().message());
+  for (const std::string& warning : JobSpecWarnings(*spec)) SYNCLINE_LOG(WARNING) << warning;
   if (auto kind = ParseLauncher(launcher); kind.ok()) {
     cluster.kind = *kind;
   } else {
