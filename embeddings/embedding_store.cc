@@ -366,7 +366,7 @@ void EmbeddingStore::PrefetchAhead(std::span<const uint64_t> ids, size_t i,
   if (i + kPrefetchAhead < ids.size()) PrefetchRow(ids[i + kPrefetchAhead], row_bytes);
 }
 
-absl::StatusOr<uint32_t> EmbeddingStore::Acquire(uint64_t id, bool sighting) {
+absl::StatusOr<uint32_t> EmbeddingStore::Acquire(uint64_t id, bool sighting, bool create) {
   if (const uint32_t slot = index_.Find(id, Holds(id)); slot != RowIndex::kNone) {
     ++stats_.memory_hits;
     Touch(slot);
@@ -410,6 +410,7 @@ absl::StatusOr<uint32_t> EmbeddingStore::Acquire(uint64_t id, bool sighting) {
       return DiskError(options_.path, "Get", s);
     }
   }
+  if (!create) return kNone;
   if (sketch_ != nullptr && (!sighting || sketch_->Add(id) < options_.admit_after)) {
     ++stats_.rejected;
     return kNone;
@@ -432,13 +433,13 @@ absl::StatusOr<uint32_t> EmbeddingStore::Acquire(uint64_t id, bool sighting) {
   return *slot;
 }
 
-absl::Status EmbeddingStore::Read(std::span<const uint64_t> ids, float* out) {
+absl::Status EmbeddingStore::Read(std::span<const uint64_t> ids, float* out, bool create) {
   if (auto s = CheckIds(ids); !s.ok()) return s;
   const size_t dim = shape_.dim;
   PrefetchFirst(ids, dim * sizeof(float));
   for (size_t i = 0; i < ids.size(); ++i) {
     PrefetchAhead(ids, i, dim * sizeof(float));
-    auto slot = Acquire(ids[i], /*sighting=*/true);
+    auto slot = Acquire(ids[i], /*sighting=*/create, create);
     if (!slot.ok()) return slot.status();
     if (*slot == kNone) {
       InitialEmbeddingRow(config_, ids[i], out + i * dim);

@@ -199,9 +199,10 @@ class EmbeddingStore {
   int64_t step() const { return step_; }
 
   // Copies the weights of `ids` into `out` (ids.size() * dim floats), creating admitted rows
-  // that do not exist yet. InvalidArgument (nothing changed) for an id >= num_keys when the
-  // table has a key limit.
-  absl::Status Read(std::span<const uint64_t> ids, float* out);
+  // that do not exist yet. Without `create` (an evaluation's read) a missing row reads as its
+  // initial values and is neither created nor counted as a sighting. InvalidArgument (nothing
+  // changed) for an id >= num_keys when the table has a key limit.
+  absl::Status Read(std::span<const uint64_t> ids, float* out, bool create = true);
   // Applies a gradient sum (ids.size() * dim floats) with `scale` (1 / examples) through the
   // table's optimizer; repeated ids are applied one after the other, like ShardTable. `held`
   // (empty, or one per id): each row's sum holds that many pushes and is applied as that many
@@ -268,8 +269,9 @@ class EmbeddingStore {
   bool Contains(uint64_t id) const { return index_.Find(id, Holds(id)) != RowIndex::kNone; }
   // The slot of `id`, loading or creating the row; kNone when the id is not admitted.
   // The slot of `id`: in memory, loaded from disk, or a new row; kNone when admission keeps it
-  // out (a `sighting` counts towards admission; see EmbeddingStoreOptions::admit_after).
-  absl::StatusOr<uint32_t> Acquire(uint64_t id, bool sighting);
+  // out (a `sighting` counts towards admission; see EmbeddingStoreOptions::admit_after), or,
+  // without `create`, when there is no row.
+  absl::StatusOr<uint32_t> Acquire(uint64_t id, bool sighting, bool create = true);
   // A free slot, evicting the least recently used row when the tier is full.
   absl::StatusOr<uint32_t> FreeSlot();
   void LinkFront(uint32_t slot);

@@ -357,6 +357,31 @@ TEST(EmbeddingStoreTest, AdmissionAfterThreeSightings) {
   EXPECT_EQ(AllRows(*store).size(), 201u);
 }
 
+// An evaluation's read (create = false) gives a missing row's initial values and leaves the
+// store as it was: no row, no sighting.
+TEST(EmbeddingStoreTest, AReadThatMayNotCreateLeavesNoRowAndNoSighting) {
+  ScopedTempDir dir("embedding_store");
+  TableConfig t = Table(4);
+  t.init_scale = 0.5f;
+  EmbeddingStoreOptions o = Options(dir.Sub("db"), 1000);
+  o.admit_after = 2;
+  auto store = MustOpen(t, o);
+  std::vector<float> init(4), out(4);
+  InitialEmbeddingRow(t, 9, init.data());
+  const std::vector<uint64_t> id = {9};
+  for (int k = 0; k < 3; ++k) ASSERT_TRUE(store->Read(id, out.data(), /*create=*/false).ok());
+  EXPECT_EQ(out, init);
+  EXPECT_EQ(store->stats().admitted, 0u);
+  EXPECT_EQ(store->stats().rejected, 0u);
+  ASSERT_TRUE(store->Read(id, out.data()).ok());  // the first sighting
+  EXPECT_EQ(store->stats().admitted, 0u);
+  ASSERT_TRUE(store->Read(id, out.data()).ok());  // the second: admitted
+  EXPECT_EQ(store->stats().admitted, 1u);
+  ASSERT_TRUE(store->Read(id, out.data(), /*create=*/false).ok());  // an existing row reads
+  EXPECT_EQ(out, init);
+  EXPECT_EQ(AllRows(*store).size(), 1u);
+}
+
 // A restored store admits each id at the same sighting as the store it was captured from:
 // the sketch's counts travel in the snapshot (and through FlushAll and a reopen).
 TEST(EmbeddingStoreTest, AdmissionCountsSurviveASnapshotAndAReopen) {

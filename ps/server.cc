@@ -719,7 +719,9 @@ absl::Status ParameterServer::AnswerPull(const std::string& peer, Message& reque
     // as the copy itself.
     const size_t count = keys->size() * c.dim;
     std::shared_ptr<float[]> copy = std::make_shared_for_overwrite<float[]>(count);
-    if (auto s = table.Read(*keys, copy.get()); !s.ok()) return s;
+    // An evaluation's read (clock -1) creates no rows: a test set's ids the training never saw
+    // read as their initial values and leave the table as it was.
+    if (auto s = table.Read(*keys, copy.get(), /*create=*/h.getClock() >= 0); !s.ok()) return s;
     if (h.getPullCodec() != 0) {
       return AnswerCompressedPull(peer, request, c, *keys,
                                   std::span<const float>(copy.get(), count));

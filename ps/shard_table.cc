@@ -232,10 +232,14 @@ absl::StatusOr<uint32_t> ShardTable::RowOf(uint64_t key) {
   return row;
 }
 
-absl::Status ShardTable::Read(std::span<const uint64_t> keys, float* out) {
-  if (store_) return store_->Read(keys, out);
+absl::Status ShardTable::Read(std::span<const uint64_t> keys, float* out, bool create) {
+  if (store_) return store_->Read(keys, out, create);
   const uint32_t dim = config_.dim;
   for (size_t i = 0; i < keys.size(); ++i) {
+    if (!create && !config_.dense && !sparse_rows_.contains(keys[i])) {
+      InitRow(keys[i], out + i * dim);
+      continue;
+    }
     auto row = RowOf(keys[i]);
     if (!row.ok()) return row.status();
     const size_t at = static_cast<size_t>(*row) * dim;

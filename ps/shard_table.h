@@ -104,8 +104,9 @@ class ShardTable {
   absl::Status CheckRange(KeyRange range) const;
 
   // Copies the values of `keys` (sparse) or `range` (dense) into `out`, creating missing
-  // sparse rows. `out` holds keys.size() * dim floats.
-  absl::Status Read(std::span<const uint64_t> keys, float* out);
+  // sparse rows; without `create` (an evaluation's read) a missing row reads as its initial
+  // values and is not created. `out` holds keys.size() * dim floats.
+  absl::Status Read(std::span<const uint64_t> keys, float* out, bool create = true);
   void ReadRange(KeyRange range, float* out) const;
   // Dense: the values of `range` as a frame. A range inside one block that covers at least a
   // quarter of it references the block (no copy; a later write copies the block instead, see

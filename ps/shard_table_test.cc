@@ -142,6 +142,21 @@ TableConfig SparseAdagrad(uint32_t dim) {
   return c;
 }
 
+// An evaluation's read (create = false) gives a missing row's initial values and creates none.
+TEST(ShardTableTest, AReadThatMayNotCreateLeavesTheTableAsItWas) {
+  const TableConfig c = SparseAdagrad(3);
+  auto t = *ShardTable::Create(c, 0, 1);
+  const std::vector<uint64_t> keys = {4, 11};
+  std::vector<float> created(6), peeked(6);
+  ASSERT_TRUE(t->Read({&keys[1], 1}, peeked.data() + 3, /*create=*/false).ok());
+  EXPECT_TRUE(t->Capture()->row_ids.empty());
+  ASSERT_TRUE(t->Read(keys, created.data()).ok());
+  EXPECT_EQ(t->Capture()->row_ids.size(), 2u);
+  ASSERT_TRUE(t->Read({&keys[0], 1}, peeked.data(), /*create=*/false).ok());
+  EXPECT_EQ(peeked, created);  // the initial values, whether the row exists or not
+  EXPECT_NE(created[3], 0.0f);
+}
+
 // A clock with one push of increasing keys (a lone worker's) is applied as it came; its rows
 // must take the same bits as when merged with a second worker's zeros, and as the same push
 // in another order, which goes through the hash map.
