@@ -136,6 +136,17 @@ absl::Status Coordinator::Register() {
       absl::MutexLock lock(&mu_);
       return absl::AbortedError(abort_reason_);
     }
+    {
+      // A node the launcher saw exit before it registered will never register: even a job that
+      // goes on without lost workers cannot start without it (it would wait out the startup
+      // timeout, naming nobody's reason).
+      absl::MutexLock lock(&mu_);
+      for (const auto& [control_id, reason] : lost_) {
+        if (Find(control_id) == nullptr) {
+          return absl::UnavailableError(absl::StrCat("a node exited before registering: ", reason));
+        }
+      }
+    }
     const absl::Time now = absl::Now();
     if (now >= deadline) {
       std::vector<std::string> missing;

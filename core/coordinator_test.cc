@@ -375,6 +375,23 @@ TEST_F(CoordinatorTest, AWorkerStuckWhileOthersWaitIsNamedWithItsClock) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
+// A node the launcher saw exit before it registered (an unknown host, a missing binary) fails
+// the job at once with the launcher's reason, whatever the mode: no job starts without it.
+TEST_F(CoordinatorTest, ANodeLostBeforeRegisteringFailsTheStartNamingIt) {
+  CoordinatorOptions options = SmallJob();
+  options.num_servers = 0;
+  options.num_workers = 2;
+  options.staleness = -1;  // ASP: a lost worker would be dropped once the job runs
+  options.startup_timeout = absl::Seconds(60);
+  ASSERT_TRUE(Start(options).ok());
+  const absl::Time start = absl::Now();
+  coordinator_->ReportLost(wire::Role::WORKER, 1, "w1 exited with code 255");
+  const absl::Status result = Join();
+  EXPECT_EQ(result.code(), absl::StatusCode::kUnavailable) << result;
+  EXPECT_NE(result.message().find("w1 exited with code 255"), std::string::npos) << result;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30)) << "waited for the startup timeout";
+}
+
 TEST_F(CoordinatorTest, RejectsRanksOutsideTheJob) {
   ASSERT_TRUE(Start(SmallJob(), /*observe=*/false).ok());
   auto bad =

@@ -112,7 +112,7 @@ bool ParseCommonLine(std::string_view line, bool values, float* label,
     bool negative = false;
     if (p < end && (*p == '-' || *p == '+')) negative = *p++ == '-';
     const char* const first = p;
-    int64_t x = 0;
+    uint64_t x = 0;  // unsigned: past 18 digits it wraps (defined), and the line goes below
     while (p < end && *p != '\t') {
       const unsigned d = static_cast<unsigned char>(*p) - '0';
       if (d > 9) return false;
@@ -123,7 +123,8 @@ bool ParseCommonLine(std::string_view line, bool values, float* label,
     if ((p == first && first != start) || p - first > 18) return false;
     if (p == end) return false;  // the categorical fields follow
     ++p;
-    if (values) dense[i] = DenseValue(negative ? -x : x);
+    const auto value = static_cast<int64_t>(x);  // at most 18 digits: below 2^63
+    if (values) dense[i] = DenseValue(negative ? -value : value);
   }
   for (int c = 0; c < kCriteoCategoricalFields; ++c) {
     const char* const first = p;
