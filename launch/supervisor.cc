@@ -157,13 +157,19 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
   JobOutcome out;
   // By child label: the last error line it logged ("E HH:MM:SS.mmm TAG message", core/log.h),
   // from the tag on, which names a failure the node could not tell the coordinator (it failed
-  // before registering, e.g. with no free port).
-  std::map<std::string, std::string, std::less<>> last_error;
-  ProcessGroup group([&](std::string_view label, OutputStream, std::string_view line) {
+  // before registering, e.g. with no free port); else the last line it wrote to stderr that is
+  // not a log line, which is what a remote shell says when it cannot start the node ("ssh:
+  // connect to host ...", "command not found").
+  std::map<std::string, std::string, std::less<>> last_error, last_other;
+  ProcessGroup group([&](std::string_view label, OutputStream stream, std::string_view line) {
     report.ChildLine(NodeOfLine(label, line), line);
     constexpr size_t kPrefix = sizeof("E 00:00:00.000 ") - 1;
-    if (line.size() > kPrefix && line.starts_with("E ")) {
+    const bool log_line = line.size() > kPrefix && line[1] == ' ' &&
+                          (line[0] == 'I' || line[0] == 'W' || line[0] == 'E');
+    if (log_line && line[0] == 'E') {
       last_error[std::string(label)] = std::string(line.substr(kPrefix));
+    } else if (!log_line && stream == OutputStream::kStderr && !line.empty()) {
+      last_other[std::string(label)] = std::string(line.substr(0, 300));
     }
   });
   std::atomic<bool> job_done{false};
@@ -292,6 +298,8 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
         exit_failure = absl::StrCat(words, " (", exit_failure, ")");
       } else if (auto said = last_error.find(exit_label); said != last_error.end()) {
         exit_failure = absl::StrCat(said->second, " (", exit_failure, ")");
+      } else if (auto other = last_other.find(exit_label); other != last_other.end()) {
+        exit_failure = absl::StrCat(exit_label, ": ", other->second, " (", exit_failure, ")");
       }
       fail(exit_failure, exit_code);
     }

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -377,6 +378,24 @@ TEST_F(LaunchTest, ANodeThatFailsBeforeRegisteringIsNamedWithItsError) {
   EXPECT_NE(r.output.find("syncline-launch: job failed: "), std::string::npos) << r.output;
   const std::string last_line = r.output.substr(r.output.rfind("syncline-launch: job failed: "));
   EXPECT_NE(last_line.find("no free port in 40000-40001"), std::string::npos) << r.output;
+}
+
+// A remote shell that cannot start a node says why on its stderr, not in Syncline's log format:
+// the launcher names the node with that line.
+TEST_F(LaunchTest, ARemoteShellsOwnErrorNamesTheNodeItCouldNotStart) {
+  const std::string dir = TempDir("rsh");
+  const std::string rsh = dir + "/rsh";
+  {
+    std::ofstream script(rsh);
+    script << "#!/bin/sh\necho \"rsh: cannot reach host $1\" >&2\nexit 255\n";
+  }
+  std::filesystem::permissions(rsh, std::filesystem::perms::owner_all);
+  auto r = RunProcess({kLaunch, "--launcher", "ssh", "--hosts", "127.0.0.1:4", "--rsh", rsh,
+                       "--train", Train(), "--out", dir + "/run"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const size_t at = r.output.rfind("syncline-launch: job failed: ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rsh: cannot reach host 127.0.0.1", at), std::string::npos) << r.output;
 }
 
 // A test feature past the training file's largest has no row on the servers: it counts as a
