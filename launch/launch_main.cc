@@ -270,7 +270,6 @@ int Main(int argc, char** argv) {
                                                          .keep = spec->checkpoint.keep,
                                                          .job = ManifestEntries(*spec)});
   report.SetCheckpoints(&checkpoints, *restore_clock);
-  if (auto s = report.Open(); !s.ok()) return Refuse(s.message());
 
   absl::StatusOr<std::string> bind_ip = CoordinatorBindIp(cluster);
   if (!bind_ip.ok()) return Refuse(bind_ip.status().message());
@@ -303,6 +302,9 @@ int Main(int argc, char** argv) {
   }
   auto processes = NodeProcesses(*spec, cluster, (*coordinator)->address(), external_workers);
   if (!processes.ok()) return Refuse(processes.status().message());
+  // Only now the run's files: a launch refused above (a bad key file, too few host slots)
+  // leaves the previous run's metrics.csv as it was.
+  if (auto s = report.Open(); !s.ok()) return Refuse(s.message());
   if (cluster.kind != LauncherKind::kLocal) {
     std::cout << "coordinator " << (*coordinator)->address() << ", nodes by "
               << LauncherName(cluster.kind) << ", "

@@ -380,6 +380,25 @@ TEST_F(LaunchTest, ANodeThatFailsBeforeRegisteringIsNamedWithItsError) {
   EXPECT_NE(last_line.find("no free port in 40000-40001"), std::string::npos) << r.output;
 }
 
+// A launch refused for its cluster settings (here a job key others can read) leaves the run
+// folder's earlier results as they were.
+TEST_F(LaunchTest, ARefusedLaunchLeavesTheEarlierRunsMetrics) {
+  const std::string dir = TempDir("refused");
+  auto first = RunProcess({kLaunch, "--train", Train(), "--out", dir + "/run"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string metrics = ReadFile(dir + "/run/metrics.csv");
+  ASSERT_GT(std::count(metrics.begin(), metrics.end(), '\n'), 2);
+  {
+    std::ofstream key(dir + "/open.key");
+    key << "not a key\n";
+  }
+  std::filesystem::permissions(dir + "/open.key", std::filesystem::perms(0644));
+  auto refused = RunProcess(
+      {kLaunch, "--train", Train(), "--key-file", dir + "/open.key", "--out", dir + "/run"});
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_EQ(ReadFile(dir + "/run/metrics.csv"), metrics);
+}
+
 // A remote shell that cannot start a node says why on its stderr, not in Syncline's log format:
 // the launcher names the node with that line.
 TEST_F(LaunchTest, ARemoteShellsOwnErrorNamesTheNodeItCouldNotStart) {
