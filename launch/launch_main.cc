@@ -81,12 +81,6 @@ int Conclude(const JobOutcome& outcome, RunReport& report) {
   return 0;
 }
 
-// The coordinator's ZeroMQ address on `ip`: port 0 (any) or, with a range, its first port
-// (Coordinator::Create binds once; the nodes search their own ranges).
-std::string BindAddress(const std::string& ip, PortRange ports) {
-  return absl::StrCat("tcp://", ip, ":", ports.any() ? 0 : ports.first);
-}
-
 // --sbatch: a batch script that runs this very command with --launcher slurm inside the
 // allocation (the coordinator in the batch step, the nodes by srun), submitted with sbatch.
 int SubmitBatchJob(int argc, char** argv, const JobSpec& spec, const std::string& out,
@@ -294,8 +288,15 @@ int Main(int argc, char** argv) {
   ZmqTransport transport(transport_options);
   transport.AllowPeers(
       JobEndpointIds(spec->servers, MaxWorkers(*spec), MaxWorkers(*spec) > spec->workers));
-  auto coordinator = Coordinator::Create(transport, BindAddress(*bind_ip, cluster.ports),
-                                         CoordinatorOptionsFor(*spec), &report);
+  // The first free port of --port-range, as the nodes take theirs (any port without one).
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+      absl::UnavailableError("no port tried");
+  for (int port = cluster.ports.any() ? 0 : cluster.ports.first;
+       port <= (cluster.ports.any() ? 0 : cluster.ports.last); ++port) {
+    coordinator = Coordinator::Create(transport, absl::StrCat("tcp://", *bind_ip, ":", port),
+                                      CoordinatorOptionsFor(*spec), &report);
+    if (coordinator.ok() || !absl::IsUnavailable(coordinator.status())) break;
+  }
   if (!coordinator.ok()) {
     std::cerr << "syncline-launch: " << coordinator.status().message() << "\n";
     return 1;

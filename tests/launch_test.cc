@@ -1,6 +1,10 @@
 // End-to-end tests: real syncline-launch, syncline-ps and syncline-worker processes talking
 // over ZeroMQ on loopback.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -378,6 +382,25 @@ TEST_F(LaunchTest, ANodeThatFailsBeforeRegisteringIsNamedWithItsError) {
   EXPECT_NE(r.output.find("syncline-launch: job failed: "), std::string::npos) << r.output;
   const std::string last_line = r.output.substr(r.output.rfind("syncline-launch: job failed: "));
   EXPECT_NE(last_line.find("no free port in 40000-40001"), std::string::npos) << r.output;
+}
+
+// The coordinator takes the first free port of --port-range, as the nodes do: its first port
+// held by another program is no failure.
+TEST_F(LaunchTest, TheCoordinatorTakesTheFirstFreePortOfTheRange) {
+  const int held = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(held, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(40150);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  // Taken already by someone else is as good for this test.
+  (void)bind(held, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+  (void)listen(held, 1);
+  const std::string dir = TempDir("coordinator_port");
+  auto r = RunProcess(
+      {kLaunch, "--train", Train(), "--port-range", "40150-40180", "--out", dir + "/run"});
+  close(held);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 // A launch refused for its cluster settings (here a job key others can read) leaves the run
