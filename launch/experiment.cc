@@ -40,6 +40,16 @@ absl::StatusOr<JobConfig> ParseJob(const std::vector<std::string>& args) {
   CLI::App app;
   JobConfig job;
   if (absl::Status s = AddJobFlags(app, &job); !s.ok()) return s;
+  // Where each run's nodes run (syncline-launch's cluster flags, launch_main.cc) goes to every
+  // run as given; each run checks it when it starts.
+  std::string ignored;
+  for (const char* flag :
+       {"--launcher", "--hosts", "--hostfile", "--servers-per-host", "--rsh", "--interface",
+        "--coordinator-interface", "--port-range", "--launcher-args", "--key-file"}) {
+    app.add_option(flag, ignored);
+  }
+  bool insecure = false;
+  app.add_flag("--insecure", insecure);
   std::vector<const char*> argv = {"syncline-launch"};
   for (const std::string& a : args) argv.push_back(a.c_str());
   auto action = ParseJobCommandLine(static_cast<int>(argv.size()), argv.data(), app, &job);

@@ -291,12 +291,13 @@ TEST(ExperimentCommandTest, AFailedRunIsReportedAndTheExperimentExitsOne) {
   EXPECT_THAT(ReadFile(out + "/cmp/report.md"), HasSubstr("`asp` failed: "));
 }
 
+// The cluster flags go to every run as given (here a port range and the local launcher).
 TEST(ExperimentCommandTest, ComparesBspAndAspOnTheSameData) {
   const std::string out = TempDir("experiment_e2e");
-  auto r = RunProcess(
-      {SYNCLINE_LAUNCH_BIN, "experiment", "--sync", "bsp,asp", "--gen-rows", "4000",
-       "--gen-test-rows", "1000", "--gen-features", "2000", "--epochs", "1", "--out", out},
-      absl::Seconds(120));
+  auto r = RunProcess({SYNCLINE_LAUNCH_BIN, "experiment", "--sync", "bsp,asp", "--gen-rows", "4000",
+                       "--gen-test-rows", "1000", "--gen-features", "2000", "--epochs", "1",
+                       "--launcher", "local", "--port-range", "40300-40400", "--out", out},
+                      absl::Seconds(120));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("=== run 2/2: asp ==="));
   EXPECT_THAT(r.output, HasSubstr("[asp] "));
