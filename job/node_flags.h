@@ -58,7 +58,8 @@ inline std::optional<int> AddNodeFlags(CLI::App& app, NodeOptions* options, cons
   app.add_option_function<double>(
          "--startup-timeout",
          [options](double seconds) { options->startup_timeout = absl::Seconds(seconds); },
-         "seconds to wait for every node of the job to register (default 120)")
+         "seconds to wait for every node of the job to register (default 120) "
+         "[SYNCLINE_STARTUP_TIMEOUT]")
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {
             double seconds = 0;

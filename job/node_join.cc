@@ -183,6 +183,14 @@ absl::Status NodeOptionsFromEnvironment(NodeOptions* options) {
     }
     options->world_size = size;
   }
+  if (const char* t = env("SYNCLINE_STARTUP_TIMEOUT")) {
+    double seconds = 0;
+    if (!absl::SimpleAtod(t, &seconds) || !(seconds > 0) || seconds > 1e6) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SYNCLINE_STARTUP_TIMEOUT='", t, "' is not a number of seconds in (0, 1000000]"));
+    }
+    options->startup_timeout = absl::Seconds(seconds);
+  }
   if (const char* p = env("SYNCLINE_PORT_RANGE")) {
     auto ports = ParsePortRange(p);
     if (!ports.ok())

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -89,6 +90,22 @@ TEST(NodeJoinTest, OffLoopbackANodeNeedsTheJobKeyOrInsecure) {
   auto local = NodeTransportOptions(node);
   ASSERT_TRUE(local.ok());
   EXPECT_EQ(local->key, nullptr);
+}
+
+// The environment sets what the flags set (a cluster launcher's script exports them); a bad
+// value is named with its variable.
+TEST(NodeJoinTest, TheEnvironmentSetsTheStartupTimeoutAndTheRank) {
+  setenv("SYNCLINE_STARTUP_TIMEOUT", "7.5", 1);
+  setenv("SYNCLINE_RANK", "3", 1);
+  NodeOptions node;
+  ASSERT_TRUE(NodeOptionsFromEnvironment(&node).ok());
+  EXPECT_EQ(node.startup_timeout, absl::Seconds(7.5));
+  EXPECT_EQ(node.rank, 3);
+  setenv("SYNCLINE_STARTUP_TIMEOUT", "soon", 1);
+  const absl::Status bad = NodeOptionsFromEnvironment(&node);
+  EXPECT_NE(bad.message().find("SYNCLINE_STARTUP_TIMEOUT='soon'"), std::string::npos) << bad;
+  unsetenv("SYNCLINE_STARTUP_TIMEOUT");
+  unsetenv("SYNCLINE_RANK");
 }
 
 // A mistyped address or interface is named as such, as bad input, before anything else (an

@@ -169,7 +169,7 @@ int Main(int argc, char** argv) {
       ->add_option("--servers-per-host", cluster.servers_per_host,
                    "ssh: put the servers K to a host on the first hosts (default: round-robin "
                    "with the workers, one per host and turn)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, kMostNodes));
   where
       ->add_option("--rsh", cluster.rsh,
                    "ssh/mpirun: the command that runs COMMAND on HOST, called as RSH HOST "
