@@ -361,6 +361,13 @@ TEST_F(LaunchTest, BadInputGetsAClearMessageAndExitCode2) {
   EXPECT_EQ(empty.exit_code, 2) << empty.output;
   EXPECT_NE(empty.output.find("empty.libsvm holds no examples"), std::string::npos) << empty.output;
 
+  // A worker started by hand says which it is or joins: rank 0 by default would take over w0's
+  // place in a running job.
+  auto no_rank = RunProcess({kWorker, "--coordinator", "tcp://127.0.0.1:1"});
+  EXPECT_EQ(no_rank.exit_code, 2) << no_rank.output;
+  EXPECT_NE(no_rank.output.find("give --rank R (or SYNCLINE_RANK)"), std::string::npos)
+      << no_rank.output;
+
   auto flag = RunProcess({kLaunch, "--servers", "x"});
   EXPECT_EQ(flag.exit_code, 2) << flag.output;
   EXPECT_NE(flag.output.find("--servers"), std::string::npos) << flag.output;
