@@ -38,8 +38,9 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(
     if (!reply.ok()) {
       if (absl::IsDeadlineExceeded(reply.status())) {
         return absl::DeadlineExceededError(absl::StrFormat(
-            "no answer from the coordinator at %s within %s: is it running, and did every node "
-            "of the job start?",
+            "no answer from the coordinator at %s within %s: is it running, did every node of "
+            "the job start, and does this node have the job's key (--key-file; a node with "
+            "another job's key, or none where the job has one, is never answered)?",
             options.coordinator_address, absl::FormatDuration(options.startup_timeout)));
       }
       return reply.status();
