@@ -96,6 +96,16 @@ absl::StatusOr<std::pair<std::string, int>> SetAsideEarlierRun(const std::string
   return std::make_pair(to.string(), static_cast<int>(earlier.size()));
 }
 
+bool SameManifestSetting(const std::string& key, const std::string& recorded,
+                         const std::string& now) {
+  if (recorded == now) return true;
+  if (key != "train" || recorded.empty() || now.empty()) return false;
+  std::error_code a_error, b_error;
+  const fs::path a = fs::weakly_canonical(recorded, a_error);
+  const fs::path b = fs::weakly_canonical(now, b_error);
+  return !a_error && !b_error && a == b;
+}
+
 absl::StatusOr<int64_t> PrepareCheckpoints(JobSpec* spec, bool resume, bool resume_if_any) {
   const std::string& root = spec->checkpoint.dir;
   if (resume_if_any) {
@@ -139,7 +149,7 @@ absl::StatusOr<int64_t> PrepareCheckpoints(JobSpec* spec, bool resume, bool resu
     const std::string& value = entry.second;
     auto it = std::find_if(expected.begin(), expected.end(),
                            [&key](const auto& kv) { return kv.first == key; });
-    if (it != expected.end() && it->second != value) {
+    if (it != expected.end() && !SameManifestSetting(key, value, it->second)) {
       return absl::FailedPreconditionError(
           absl::StrCat("--resume: ", found->dir, " was written by a job with --", key, " ", value,
                        "; this job has ", it->second,

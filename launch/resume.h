@@ -36,6 +36,12 @@ absl::StatusOr<std::pair<std::string, int>> SetAsideEarlierRun(const std::string
 // post-mortem); returns the new names.
 std::vector<std::string> AbandonNewerCheckpoints(const std::string& root, int64_t clock);
 
+// Whether a checkpoint's manifest setting `key` (as it recorded it) is this run's `now`: the
+// same text, or for the training file the same file by another path (relative or absolute,
+// through links).
+bool SameManifestSetting(const std::string& key, const std::string& recorded,
+                         const std::string& now);
+
 // Gets the checkpoint folder ready for a run of `spec`: with `resume` (or `resume_if_any` and a
 // complete checkpoint there) finds the newest complete checkpoint, checks that the same job
 // wrote it (ManifestEntries, servers, workers, and for gossip that every peer is in it), sets
