@@ -7,10 +7,10 @@
 #define SYNCLINE_JOB_NODE_FLAGS_H_
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 
-#include "absl/strings/numbers.h"
 #include "job/job_spec.h"
 #include "job/node_join.h"
 
@@ -62,14 +62,17 @@ inline std::optional<int> AddNodeFlags(CLI::App& app, NodeOptions* options, cons
          "[SYNCLINE_STARTUP_TIMEOUT]")
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {
-            double seconds = 0;
-            if (!absl::SimpleAtod(text, &seconds) || !(seconds > 0) || seconds > 1e6) {
-              return "must be a number of seconds in (0, 1000000]";
-            }
-            return "";
+            return ParseStartupTimeout(text) ? "" : "must be a number of seconds in (0, 1000000]";
           },
           "SECONDS"));
   return std::nullopt;
+}
+
+// Whether the node was told its rank (--rank, or SYNCLINE_RANK): left to its default, a node
+// would take rank 0's place in a running job.
+inline bool RankGiven(const CLI::App& app) {
+  const char* env_rank = std::getenv("SYNCLINE_RANK");
+  return app.count("--rank") > 0 || (env_rank != nullptr && *env_rank != '\0');
 }
 
 }  // namespace syncline

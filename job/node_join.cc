@@ -157,6 +157,15 @@ CoordinatorOptions CoordinatorOptionsFor(const JobSpec& spec) {
   return o;
 }
 
+std::optional<absl::Duration> ParseStartupTimeout(std::string_view text) {
+  double seconds = 0;
+  if (!absl::SimpleAtod(absl::string_view(text.data(), text.size()), &seconds) || !(seconds > 0) ||
+      seconds > 1e6) {
+    return std::nullopt;
+  }
+  return absl::Seconds(seconds);
+}
+
 absl::Status NodeOptionsFromEnvironment(NodeOptions* options) {
   auto env = [](const char* name) -> const char* {
     const char* v = std::getenv(name);
@@ -184,12 +193,12 @@ absl::Status NodeOptionsFromEnvironment(NodeOptions* options) {
     options->world_size = size;
   }
   if (const char* t = env("SYNCLINE_STARTUP_TIMEOUT")) {
-    double seconds = 0;
-    if (!absl::SimpleAtod(t, &seconds) || !(seconds > 0) || seconds > 1e6) {
+    const std::optional<absl::Duration> timeout = ParseStartupTimeout(t);
+    if (!timeout) {
       return absl::InvalidArgumentError(absl::StrCat(
           "SYNCLINE_STARTUP_TIMEOUT='", t, "' is not a number of seconds in (0, 1000000]"));
     }
-    options->startup_timeout = absl::Seconds(seconds);
+    options->startup_timeout = *timeout;
   }
   if (const char* p = env("SYNCLINE_PORT_RANGE")) {
     auto ports = ParsePortRange(p);

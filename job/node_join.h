@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -87,9 +88,13 @@ CoordinatorOptions CoordinatorOptionsFor(const JobSpec& spec);
 
 // NodeOptions from the environment: SYNCLINE_COORDINATOR, SYNCLINE_RANK, SYNCLINE_BIND,
 // SYNCLINE_INTERFACE, SYNCLINE_PORT_RANGE, SYNCLINE_WORLD_SIZE, SYNCLINE_KEY_FILE,
-// SYNCLINE_INSECURE (1: true) (each left as it is when unset
+// SYNCLINE_INSECURE (1: true), SYNCLINE_STARTUP_TIMEOUT (each left as it is when unset
 // or empty). A value that does not parse is InvalidArgument naming the variable.
 absl::Status NodeOptionsFromEnvironment(NodeOptions* options);
+
+// --startup-timeout's value (also SYNCLINE_STARTUP_TIMEOUT): a number of seconds in
+// (0, 1000000]; nullopt otherwise.
+std::optional<absl::Duration> ParseStartupTimeout(std::string_view text);
 
 // The transport settings `options` ask for: CURVE with the job key of options.key_file, or
 // plaintext. FailedPrecondition when the coordinator is off loopback and there is neither a

@@ -2,7 +2,6 @@
 // the coordinator's address and its rank; the coordinator hands it the rest of the job (see
 // ps/server_node.h).
 #include <CLI/CLI.hpp>
-#include <cstdlib>
 
 #include "core/command_line.h"
 #include "core/log.h"
@@ -25,9 +24,7 @@ int Main(int argc, char** argv) {
     return *code;
   }
   if (auto exit_code = ParseCommandLine(app, argc, argv, "syncline-ps")) return *exit_code;
-  // A rank left to its default would take over ps0's place in a running job.
-  const char* env_rank = std::getenv("SYNCLINE_RANK");
-  if (app.count("--rank") == 0 && (env_rank == nullptr || *env_rank == '\0')) {
+  if (!RankGiven(app)) {
     std::cerr << "syncline-ps: give --rank R (or SYNCLINE_RANK)\n";
     return kExitBadInput;
   }

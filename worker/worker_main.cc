@@ -2,7 +2,6 @@
 // syncline-launch (or mpirun/srun) with the coordinator's address and its rank; the
 // coordinator hands it the rest of the job (see worker/worker_node.h).
 #include <CLI/CLI.hpp>
-#include <cstdlib>
 
 #include "collective/allreduce_backend.h"
 #include "collective/hybrid_backend.h"
@@ -54,10 +53,8 @@ int Main(int argc, char** argv) {
     }
     options.device = *spec;
   }
-  // A rank left to its default would take over rank 0's place in a running job (a key lets a
-  // node reconnect under its rank): a worker says which it is, or joins.
-  const char* env_rank = std::getenv("SYNCLINE_RANK");
-  if (!join && app.count("--rank") == 0 && (env_rank == nullptr || *env_rank == '\0')) {
+  // A worker says which it is, or joins.
+  if (!join && !RankGiven(app)) {
     std::cerr << "syncline-worker: give --rank R (or SYNCLINE_RANK) for a worker the job starts "
                  "with, or --join to join a running job\n";
     return kExitBadInput;
