@@ -117,13 +117,20 @@ std::optional<int> WorkerOfLabel(const std::string& label) {
 // The node a line of output came from. A child that is one node says so by its label; the
 // output of mpirun or srun mixes every rank's lines, which name their node after the level and
 // the time ("I 12:00:01.234 w3 ..."), so each node's lines still land in logs/NODE.log.
+// The length of a log line's level and time ("E 12:00:01.234 ", core/log.h).
+constexpr size_t kLogPrefix = sizeof("E 00:00:00.000 ") - 1;
+
+// Whether `line` is one of a node's log lines: its level and time first.
+bool IsLogLine(std::string_view line) {
+  return line.size() > kLogPrefix && (line[0] == 'I' || line[0] == 'W' || line[0] == 'E') &&
+         line[1] == ' ' && line[4] == ':' && line[7] == ':' && line[10] == '.';
+}
+
 std::string_view NodeOfLine(std::string_view label, std::string_view line) {
   if (label != "mpirun" && label != "srun") return label;
   // Open MPI's --tag-output and srun --label put "[1,3]<stderr>:" or "3: " first.
-  if (line.size() < 16 || line[1] != ' ' || line[4] != ':' || line[7] != ':' || line[10] != '.') {
-    return label;
-  }
-  const std::string_view rest = line.substr(15);
+  if (!IsLogLine(line)) return label;
+  const std::string_view rest = line.substr(kLogPrefix);
   const size_t space = rest.find(' ');
   const std::string_view tag = rest.substr(0, space);
   const bool node =
@@ -163,11 +170,9 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
   std::map<std::string, std::string, std::less<>> last_error, last_other;
   ProcessGroup group([&](std::string_view label, OutputStream stream, std::string_view line) {
     report.ChildLine(NodeOfLine(label, line), line);
-    constexpr size_t kPrefix = sizeof("E 00:00:00.000 ") - 1;
-    const bool log_line = line.size() > kPrefix && line[1] == ' ' &&
-                          (line[0] == 'I' || line[0] == 'W' || line[0] == 'E');
+    const bool log_line = IsLogLine(line);
     if (log_line && line[0] == 'E') {
-      last_error[std::string(label)] = std::string(line.substr(kPrefix));
+      last_error[std::string(label)] = std::string(line.substr(kLogPrefix));
     } else if (!log_line && stream == OutputStream::kStderr && !line.empty()) {
       last_other[std::string(label)] = std::string(line.substr(0, 300));
     }
@@ -184,12 +189,15 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
     out.failure_code = code;
     coordinator.Abort(out.failure);
   };
-  std::map<std::string, int> pids;  // by label, the latest child started
-  for (const ProcessSpec& p : processes) {
-    // A signal stops the starting too: a job of many nodes takes a while to start.
+  auto check_signal = [&] {
     if (const int sig = signal.load(); sig != 0) {
       fail(absl::StrFormat("interrupted by signal %d", sig), 128 + sig);
     }
+  };
+  std::map<std::string, int> pids;  // by label, the latest child started
+  for (const ProcessSpec& p : processes) {
+    // A signal stops the starting too: a job of many nodes takes a while to start.
+    check_signal();
     if (!out.failure.empty()) break;
     if (auto pid = group.Start(p); !pid.ok()) {
       fail(std::string(pid.status().message()), 1);
@@ -303,9 +311,7 @@ JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& proces
       }
       fail(exit_failure, exit_code);
     }
-    if (const int sig = signal.load(); sig != 0) {
-      fail(absl::StrFormat("interrupted by signal %d", sig), 128 + sig);
-    }
+    check_signal();
     report.DrawProgress(absl::Now() - start);
   }
   run.join();
