@@ -27,6 +27,7 @@
 #include "core/command_line.h"
 #if defined(SYNCLINE_HAVE_CUDA)
 #include "compression/codec_cuda.h"
+#include "job/options.h"
 #endif
 
 namespace syncline::bench {

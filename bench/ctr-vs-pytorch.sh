@@ -67,17 +67,17 @@ if ! "$py" -c "import torch" 2>/dev/null; then
 fi
 builds[0]="syncline=$build"
 for nb in "${builds[@]}"; do
-  b="${nb#*=}/launch/syncline-launch"
+  b="${nb#*=}/bin/syncline-launch"
   [ -x "$b" ] || { echo "ctr-vs-pytorch: $b is missing; build first" >&2; exit 1; }
 done
-for b in "$build/tools/syncline-gen"; do
+for b in "$build/bin/syncline-gen"; do
   [ -x "$b" ] || { echo "ctr-vs-pytorch: $b is missing; build first (ninja -C $build)" >&2; exit 1; }
 done
 mkdir -p "$out"
 train="$out/train.tsv"
 test="$out/test.tsv"
 if [ ! -s "$train" ] || [ ! -s "$test" ] || [ "$(wc -l <"$train")" != "$rows" ]; then
-  "$build/tools/syncline-gen" criteo --rows "$rows" --test-rows "$test_rows" --seed 7 \
+  "$build/bin/syncline-gen" criteo --rows "$rows" --test-rows "$test_rows" --seed 7 \
     --out "$train" --test-out "$test" >/dev/null
 fi
 echo "ctr-vs-pytorch: $rows train rows, $test_rows test rows, D=$dim H=$hidden batch $batch" \
@@ -106,7 +106,7 @@ for seed in $seeds; do
   printf 'pytorch\t%s\t%s\t%s\t\n' "$seed" "$rate" "$auc" | tee -a "$results"
   for nb in "${builds[@]}"; do
     name="${nb%%=*}"
-    launch="${nb#*=}/launch/syncline-launch"
+    launch="${nb#*=}/bin/syncline-launch"
     for sw in "1 1" "2 2"; do
       set -- $sw
       run="$out/$name-$1+$2-seed$seed"

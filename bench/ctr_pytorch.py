@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The baseline of bench/ctr-vs-pytorch.sh: Syncline's ctr model, written in PyTorch.
 
-The same shape and the same arithmetic as worker/ctr_model.cc:
+The same shape and the same arithmetic as models/ctr_model.cc:
   - 13 dense values log1p(max(I, 0)) through a linear layer to a D-vector x;
   - one row per categorical (field, value) of D embedding floats and one first-order weight;
   - the dot products of every pair among x and the 26 embeddings (351 numbers), with x, into one

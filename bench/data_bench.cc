@@ -21,10 +21,10 @@
 
 #include "absl/strings/str_format.h"
 #include "core/command_line.h"
+#include "data/criteo.h"
+#include "data/line_reader.h"
+#include "data/prefetching_source.h"
 #include "tools/criteo_gen.h"
-#include "worker/criteo.h"
-#include "worker/line_reader.h"
-#include "worker/prefetching_source.h"
 
 namespace syncline::bench {
 namespace {

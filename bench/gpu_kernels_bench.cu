@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_format.h"
 #include "bench/gpu_kernels_bench.h"
-#include "worker/cuda_executor.cuh"
-#include "worker/device_step.h"
+#include "device/cuda_executor.cuh"
+#include "device/device_step.h"
 
 namespace syncline::bench {
 namespace {

@@ -48,9 +48,10 @@
 #include "compression/codec.h"
 #include "compression/sparse_rows.h"
 #include "core/command_line.h"
-#include "worker/device.h"
-#include "worker/gpu_model.h"
-#include "worker/model.h"
+#include "device/cuda_model.h"
+#include "device/placement.h"
+#include "job/options.h"
+#include "models/model.h"
 
 namespace syncline::bench {
 namespace {
@@ -347,8 +348,8 @@ int CompressedSteps(bool gpu, bool sparse, size_t batch, double seconds, uint64_
       absl::PrintF("| %s | %.2f | not measured | not measured | | | |\n", name, on_cpu.ms);
       continue;
     }
-    auto downloaded = CreateGpuModel(model, options, 0);
-    auto kept = CreateGpuModel(model, options, 0);
+    auto downloaded = CreateCudaModel(model, options, 0);
+    auto kept = CreateCudaModel(model, options, 0);
     if (!downloaded.ok() || !kept.ok()) return 1;
     const size_t floats = data.num_features * 256;
     Encoder encoder;
@@ -481,8 +482,8 @@ int CompressedPulls(bool gpu, size_t batch, double seconds, uint64_t seed) {
                    on_cpu.whole_bytes, on_cpu.reply_bytes);
       continue;
     }
-    auto host = CreateGpuModel("ctr", options, 0);
-    auto kept = CreateGpuModel("ctr", options, 0);
+    auto host = CreateCudaModel("ctr", options, 0);
+    auto kept = CreateCudaModel("ctr", options, 0);
     if (!host.ok() || !kept.ok()) return 1;
     PulledRowDecoder* decoder = (*kept)->DecodePulls(PullDecoding{.codec = codec.kind, .dim = 16});
     if (decoder == nullptr) {
@@ -517,11 +518,11 @@ int Main(int argc, char** argv) {
     seconds = 0.02;
   }
   const DeviceProbe probe = ProbeDevices();
-  const bool gpu = GpuModelsBuilt() && probe.gpus > 0;
+  const bool gpu = CudaModelsBuilt() && probe.gpus > 0;
   absl::PrintF("# syncline-bench-gpu (seed %d)\n\nGPU: %s\n\n", seed,
-               !GpuModelsBuilt() ? "not measured (this build has no CUDA)"
-               : probe.gpus == 0 ? "not measured (no CUDA device is visible)"
-                                 : "cuda:0");
+               !CudaModelsBuilt() ? "not measured (this build has no CUDA)"
+               : probe.gpus == 0  ? "not measured (no CUDA device is visible)"
+                                  : "cuda:0");
   const std::vector<Config> configs = {
       {"logreg, sparse", "logreg", ModelOptions{}, Shape::kSparse},
       {"softmax K=10, pixels", "softmax", ModelOptions{.num_classes = 10}, Shape::kPixels},
@@ -542,7 +543,7 @@ int Main(int argc, char** argv) {
     }
     std::unique_ptr<Model> device;
     if (gpu) {
-      auto made = CreateGpuModel(c.model, c.options, 0);
+      auto made = CreateCudaModel(c.model, c.options, 0);
       if (!made.ok()) {
         absl::PrintF("%s: %s\n", c.label, made.status().ToString());
         return 1;

@@ -20,8 +20,8 @@
 
 recovery_setup() {
   local build=$1 out=$2 gen b
-  launch=$build/launch/syncline-launch
-  gen=$build/tools/syncline-gen
+  launch=$build/bin/syncline-launch
+  gen=$build/bin/syncline-gen
   for b in "$launch" "$gen"; do
     [ -x "$b" ] || { echo "${0##*/}: $b is not built (./syncline build)" >&2; exit 2; }
   done

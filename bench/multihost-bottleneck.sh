@@ -61,7 +61,7 @@ usage_error() { echo "multihost-bottleneck: $*" >&2; exit 2; }
 [[ $worker_counts =~ ^[[:space:]]*[1-4]([[:space:]]+[1-4])*[[:space:]]*$ ]] ||
   usage_error "--workers: a list of 1..4, got '$worker_counts'"
 build=$(cd "$build" && pwd)
-for b in launch/syncline-launch ps/syncline-ps bench/syncline-bench-link; do
+for b in bin/syncline-launch bin/syncline-ps bench/syncline-bench-link; do
   [[ -x $build/$b ]] || {
     echo "multihost-bottleneck: $build/$b is missing (ninja -C $build ${b##*/})" >&2
     exit 1
@@ -106,7 +106,7 @@ fail() {
 # A copy of the binaries, so that a rebuild while the sweep runs cannot mix builds (nodes of
 # another build are refused). syncline-launch finds syncline-ps beside itself.
 mkdir "$tmp/bin"
-for b in launch/syncline-launch ps/syncline-ps bench/syncline-bench-link; do
+for b in bin/syncline-launch bin/syncline-ps bench/syncline-bench-link; do
   cp "$build/$b" "$tmp/bin/" || fail "cannot copy $build/$b"
 done
 launch="$tmp/bin/syncline-launch"

@@ -176,7 +176,7 @@ if [[ -n $bin_src ]]; then
     cp "$bin_src/$b" "$tmp/bin/" || fail "cannot copy $bin_src/$b"
   done
 else
-  for b in launch/syncline-launch launch/syncline-node ps/syncline-ps worker/syncline-worker; do
+  for b in bin/syncline-launch bin/syncline-node bin/syncline-ps bin/syncline-worker; do
     cp "$build/$b" "$tmp/bin/" || fail "cannot copy $build/$b (ninja -C $build ${b##*/})"
   done
 fi

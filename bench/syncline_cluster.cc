@@ -11,8 +11,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/kv_client.h"
 #include "core/node_table.h"
-#include "worker/kv_client.h"
 
 namespace syncline::bench {
 namespace {

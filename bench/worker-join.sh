@@ -21,7 +21,7 @@ out=/tmp/syncline-worker-join
 # shellcheck source=bench/lib-recovery.sh
 . bench/lib-recovery.sh
 recovery_setup "$build" "$out"
-worker=$build/worker/syncline-worker
+worker=$build/bin/syncline-worker
 [ -x "$worker" ] || { echo "${0##*/}: $worker is not built (./syncline build)" >&2; exit 2; }
 job=(--servers 2 --workers 2 --max-workers 3 --train "$out/train.libsvm" --test "$out/test.libsvm"
   --epochs 3 --batch-size 64 --min-step-ms 10 --heartbeat-interval 0.1 --log-every 1)

@@ -3,11 +3,11 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "client/kv_client.h"
 #include "core/control_client.h"
 #include "core/table_config.h"
 #include "core/zmq_transport.h"
 #include "job/node_join.h"
-#include "worker/kv_client.h"
 
 namespace syncline {
 

@@ -7,13 +7,10 @@ include(CMakePackageConfigHelpers)
 
 install(TARGETS syncline-launch syncline-node syncline-ps syncline-worker syncline-gen
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-set(syncline_installed_libraries syncline_client syncline_worker syncline_worker_data
-    syncline_device syncline_gpu_model syncline_job syncline_core syncline_optim
-    syncline_compression syncline_checkpoint syncline_robust_aggregate)
-if(SYNCLINE_HAVE_CUDA)
-  # The GPU models encode row gradients with the CUDA codecs.
-  list(APPEND syncline_installed_libraries syncline_compression_cuda)
-endif()
+# The client and what it links: the core, the job, the codecs and the update rules; no model,
+# GPU library or trainer.
+set(syncline_installed_libraries syncline_client syncline_job syncline_core syncline_optim
+    syncline_compression)
 install(TARGETS ${syncline_installed_libraries}
         EXPORT synclineTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -17,7 +17,6 @@
 #include "core/net.h"
 #include "core/node_table.h"
 #include "core/tcp_transport.h"
-#include "gossip/gossip_peer.h"
 #ifdef SYNCLINE_HAVE_NCCL
 #include "collective/nccl_communicator.h"
 #endif
@@ -644,7 +643,7 @@ absl::StatusOr<DensePlane> ConnectDenseForWorker(const JobSpec& spec, Communicat
       cpu, mine, ordinal, absl::Seconds(std::min(spec.timeouts.request_s, spec.timeouts.peer_s)));
 }
 
-GossipBackendFactory MakeAllReduceBackendFactory(CollectivePlane plane) {
+ServerlessBackendFactory MakeAllReduceBackendFactory(CollectivePlane plane) {
   return [plane](const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
                  const std::string& device) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
     auto communicator = ConnectWorkersOverTcp(spec, table, rank, endpoint, plane);
@@ -671,15 +670,6 @@ GossipBackendFactory MakeAllReduceBackendFactory(CollectivePlane plane) {
     o.optimizer.l2 = static_cast<float>(spec.training.l2);
     return std::unique_ptr<SyncBackend>(
         std::make_unique<AllReduceBackend>(std::move(*communicator), o, std::move(dense->nccl)));
-  };
-}
-
-GossipBackendFactory MakeServerlessBackendFactory(CollectivePlane plane) {
-  return [gossip = MakeGossipBackendFactory(), allreduce = MakeAllReduceBackendFactory(plane)](
-             const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
-             const std::string& device) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
-    return spec.sync.allreduce() ? allreduce(spec, table, rank, endpoint, device)
-                                 : gossip(spec, table, rank, endpoint, device);
   };
 }
 

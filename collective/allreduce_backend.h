@@ -169,7 +169,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOverTcp(const JobSpe
                                                                     int rank, Endpoint& endpoint,
                                                                     CollectivePlane plane);
 
-// This rank's RankDevice from its resolved device (worker/device.h: "cpu" or "cuda:N") on
+// This rank's RankDevice from its resolved device (device/placement.h: "cpu" or "cuda:N") on
 // `host`, and in *ordinal the CUDA ordinal (-1 for the CPU). A CUDA device that cannot be
 // probed, or a build without NCCL, gives a CPU rank whose note says why.
 RankDevice ProbeRankDevice(std::string_view device, std::string host, int* ordinal);
@@ -188,7 +188,7 @@ struct DensePlane {
 absl::StatusOr<DensePlane> ConnectDenseCollective(Communicator& cpu, const RankDevice& mine,
                                                   int ordinal, absl::Duration timeout);
 
-// ConnectDenseCollective for a worker computing on `device` (worker/device.h's resolved
+// ConnectDenseCollective for a worker computing on `device` (device/placement.h's resolved
 // "cpu" or "cuda:N"), on this machine's host name, with the job's peer timeout. A job whose
 // --device is cpu trades nothing and keeps the CPU communicator.
 absl::StatusOr<DensePlane> ConnectDenseForWorker(const JobSpec& spec, Communicator& cpu,
@@ -197,10 +197,7 @@ absl::StatusOr<DensePlane> ConnectDenseForWorker(const JobSpec& spec, Communicat
 // Builds an AllReduceBackend from the job spec: a communicator over every worker's data
 // endpoint (or over `plane`), hosts told apart by the address each listens on (for the
 // hierarchical algorithm).
-GossipBackendFactory MakeAllReduceBackendFactory(CollectivePlane plane = {});
-
-// The backend factory of every serverless mode: gossip or all-reduce, as the spec says.
-GossipBackendFactory MakeServerlessBackendFactory(CollectivePlane plane = {});
+ServerlessBackendFactory MakeAllReduceBackendFactory(CollectivePlane plane = {});
 
 }  // namespace syncline
 

@@ -15,6 +15,7 @@
 #include "compression/codec.h"
 #include "core/inproc_transport.h"
 #include "core/node_table.h"
+#include "job/options.h"
 #include "testing/inproc_ranks.h"
 
 namespace syncline {

@@ -21,13 +21,6 @@ using compression_internal::StoreF32;
 using compression_internal::StoreU32;
 using compression_internal::StoreU64;
 
-absl::Status BadCodec(const std::string& text, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "bad codec \"%s\": %s (expected none, fp16, sign1, sign1:CHUNK with 1 <= CHUNK <= %d, "
-      "or topk:RATIO with 0 < RATIO <= 1)",
-      text, why, kMaxSign1Chunk));
-}
-
 class CodecBase : public Codec {
  public:
   explicit CodecBase(const CodecSpec& spec) : spec_(spec) {}
@@ -129,66 +122,6 @@ class Sign1Codec final : public CodecBase {
 };
 
 }  // namespace
-
-std::string ShortestDouble(double value) {
-  for (int precision = 1; precision < 17; ++precision) {
-    std::string text = absl::StrFormat("%.*g", precision, value);
-    if (std::strtod(text.c_str(), nullptr) == value) return text;
-  }
-  return absl::StrFormat("%.17g", value);
-}
-
-absl::StatusOr<CodecSpec> ParseCodec(const std::string& text) {
-  CodecSpec spec;
-  const size_t colon = text.find(':');
-  const std::string name = text.substr(0, colon);
-  const bool has_arg = colon != std::string::npos;
-  const std::string arg = has_arg ? text.substr(colon + 1) : std::string();
-  if (arg.find_first_of(" \t\n\r\f\v") != std::string::npos) {
-    return BadCodec(text, "unexpected whitespace");
-  }
-  if (name == "none" || name == "fp16") {
-    if (has_arg) return BadCodec(text, absl::StrCat(name, " takes no parameter"));
-    spec.kind = name == "none" ? CodecKind::kNone : CodecKind::kFp16;
-    return spec;
-  }
-  if (name == "sign1") {
-    spec.kind = CodecKind::kSign1;
-    if (has_arg) {
-      uint32_t chunk = 0;
-      if (!absl::SimpleAtoi(arg, &chunk) || chunk == 0 || chunk > kMaxSign1Chunk) {
-        return BadCodec(text, absl::StrCat("chunk \"", arg, "\" is not an integer in range"));
-      }
-      spec.chunk = chunk;
-    }
-    return spec;
-  }
-  if (name == "topk") {
-    spec.kind = CodecKind::kTopK;
-    double ratio = 0;
-    if (!has_arg) return BadCodec(text, "topk needs a ratio");
-    if (!absl::SimpleAtod(arg, &ratio) || !std::isfinite(ratio) || ratio <= 0 || ratio > 1) {
-      return BadCodec(text, absl::StrCat("ratio \"", arg, "\" is not a number in (0, 1]"));
-    }
-    spec.ratio = ratio;
-    return spec;
-  }
-  return BadCodec(text, "unknown codec");
-}
-
-std::string CodecName(const CodecSpec& spec) {
-  switch (spec.kind) {
-    case CodecKind::kNone:
-      return "none";
-    case CodecKind::kFp16:
-      return "fp16";
-    case CodecKind::kSign1:
-      return spec.chunk == CodecSpec{}.chunk ? "sign1" : absl::StrCat("sign1:", spec.chunk);
-    case CodecKind::kTopK:
-      return absl::StrCat("topk:", ShortestDouble(spec.ratio));
-  }
-  return absl::StrCat("unknown(", static_cast<int>(spec.kind), ")");
-}
 
 absl::Status ValidateCodecSpec(const CodecSpec& spec) {
   switch (spec.kind) {

@@ -44,17 +44,9 @@
 
 namespace syncline {
 
-// CodecKind, CodecSpec and kMaxSign1Chunk are option types (syncline/options.h).
+// CodecKind, CodecSpec and kMaxSign1Chunk are option types (syncline/options.h); their text
+// forms ("topk:0.01", ParseCodec and CodecName) are job/options.h's.
 
-// "none" | "topk:RATIO" | "sign1" | "sign1:CHUNK" | "fp16". Anything else, or a ratio or chunk
-// out of range, is InvalidArgument naming the text.
-absl::StatusOr<CodecSpec> ParseCodec(const std::string& text);
-// The inverse of ParseCodec: ParseCodec(CodecName(s)) == s for every valid spec. Fields that
-// do not belong to the kind are not part of the name (and come back as their defaults).
-std::string CodecName(const CodecSpec& spec);
-// The shortest "%g" text that parses back to exactly `value` ("0.01", "1e-05"): how CodecName
-// and the other option names (ps/robust_aggregate.h) print a fraction.
-std::string ShortestDouble(double value);
 // OK when the spec's kind is known and its ratio or chunk is in range.
 absl::Status ValidateCodecSpec(const CodecSpec& spec);
 // The kind for a header's codec byte; InvalidArgument for an unknown value.

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "compression/wire.h"
+#include "job/options.h"
 
 namespace syncline {
 namespace {

@@ -9,6 +9,7 @@
 
 #include "compression/codec.h"
 #include "compression/codec_cuda.h"
+#include "job/options.h"
 
 namespace syncline {
 namespace {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "compression/codec.h"
+#include "job/options.h"
 
 namespace syncline {
 namespace {

@@ -1,5 +1,5 @@
 // What the CPU's SparseErrorFeedback (compression/sparse_rows.cc) and the device's
-// (worker/device_row_feedback.h) compute alike, written once for both: g++ compiles it for the
+// (device/row_feedback.h) compute alike, written once for both: g++ compiles it for the
 // host, nvcc for the device too (SYNCLINE_HD), so that a GPU worker's pushes are the CPU's.
 //
 // Thread-safety: pure functions.

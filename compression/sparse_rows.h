@@ -221,7 +221,7 @@ void EncodePull(const Codec& codec, std::span<const uint64_t> keys, std::span<co
 // of the new rows, a block only when some rows are held, and the dropped rows (held, and not
 // pulled). Returns how many of `keys` the copy holds: the rows the block encodes, which the
 // caller checks as it decodes them. An error names the part that does not fit. DecodePull's,
-// and a copy kept elsewhere (a GPU's: worker/device_pull_copy.h), so that both refuse alike.
+// and a copy kept elsewhere (a GPU's: device/pull_copy.h), so that both refuse alike.
 absl::StatusOr<size_t> CheckPullReply(uint32_t dim, std::span<const uint64_t> keys,
                                       std::span<const std::byte> fresh,
                                       std::span<const std::byte> block,

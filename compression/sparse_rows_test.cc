@@ -11,6 +11,7 @@
 #include "compression/wire.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "job/options.h"
 
 namespace syncline {
 namespace {

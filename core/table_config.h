@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/syncline.capnp.h"
-#include "optim/optimizer.h"
+#include "syncline/options.h"
 
 namespace syncline {
 

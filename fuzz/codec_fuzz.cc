@@ -2,7 +2,7 @@
 // length; a block that is refused must leave the output untouched. Then the sparse rows' parts
 // (compression/sparse_rows.h) on the same bytes: compact keys, held counts, and a compressed
 // pull's reply against a worker's copy, which a refused reply must leave as it was, and the
-// same reply against the device's copy (worker/device_pull_copy.h, on the host executor), which
+// same reply against the device's copy (device/pull_copy.h, on the host executor), which
 // must take, refuse and decode exactly as the CPU does.
 #include <algorithm>
 #include <cstdint>
@@ -14,9 +14,9 @@
 #include "compression/codec.h"
 #include "compression/sparse_rows.h"
 #include "compression/wire.h"
+#include "device/host_executor.h"
+#include "device/pull_copy.h"
 #include "fuzz/fuzz_util.h"
-#include "worker/device_pull_copy.h"
-#include "worker/device_step_host.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   syncline::fuzz::Input in(data, size);

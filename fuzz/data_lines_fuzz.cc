@@ -3,9 +3,9 @@
 #include <cstdint>
 #include <string>
 
+#include "data/criteo.h"
+#include "data/dataset.h"
 #include "fuzz/fuzz_util.h"
-#include "worker/criteo.h"
-#include "worker/dataset.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static syncline::fuzz::MemFile* const file = new syncline::fuzz::MemFile();

@@ -7,7 +7,8 @@
 #include <thread>
 
 #include "core/inproc_transport.h"
-#include "worker/test_data.h"
+#include "data/test_data.h"
+#include "job/options.h"
 #include "worker/trainer.h"
 
 namespace syncline {

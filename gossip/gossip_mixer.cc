@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/log.h"
+#include "job/options.h"
 #include "worker/sync_backend.h"
 
 namespace syncline {

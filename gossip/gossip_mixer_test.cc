@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/inproc_transport.h"
+#include "job/options.h"
 
 namespace syncline {
 namespace {

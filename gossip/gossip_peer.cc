@@ -6,7 +6,7 @@
 
 namespace syncline {
 
-GossipBackendFactory MakeGossipBackendFactory() {
+ServerlessBackendFactory MakeGossipBackendFactory() {
   // Gossip averages on the CPU wherever the worker computes: `device` is not used.
   return [](const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
             const std::string& /*device*/) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {

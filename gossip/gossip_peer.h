@@ -10,7 +10,7 @@
 namespace syncline {
 
 // Builds a GossipBackend from the job spec and connects it to the peers it talks to.
-GossipBackendFactory MakeGossipBackendFactory();
+ServerlessBackendFactory MakeGossipBackendFactory();
 
 }  // namespace syncline
 

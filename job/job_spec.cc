@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "compression/codec.h"
+#include "job/aggregate_rule.h"
 #include "job/federated.h"
 #include "job/options.h"
-#include "ps/robust_aggregate.h"
 
 namespace syncline {
 namespace {

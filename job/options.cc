@@ -4,7 +4,9 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <string_view>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -28,7 +30,7 @@ absl::Status BadPartition(absl::string_view text, absl::string_view why) {
 }
 
 // The shortest decimal text that parses back to exactly `value` ("100", "0.1", "1e-05").
-std::string ShortestDouble(double value) {
+std::string ShortestRoundTrip(double value) {
   char buffer[32];
   const std::to_chars_result result = std::to_chars(buffer, buffer + sizeof(buffer), value);
   return std::string(buffer, result.ptr);
@@ -47,6 +49,22 @@ absl::StatusOr<T> ByName(const char* what, const std::string& text, const T (&va
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown ", what, " '", text, "' (expected ", allowed, ")"));
+}
+
+absl::Status BadCodec(const std::string& text, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "bad codec \"%s\": %s (expected none, fp16, sign1, sign1:CHUNK with 1 <= CHUNK <= %d, "
+      "or topk:RATIO with 0 < RATIO <= 1)",
+      text, why, kMaxSign1Chunk));
+}
+
+absl::StatusOr<std::pair<std::string, std::string>> SplitPair(const std::string& text,
+                                                              const char* flag, const char* form) {
+  std::vector<std::string> parts = absl::StrSplit(text, ':');
+  if (parts.size() != 2 || parts[0].empty() || parts[1].empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat("--%s='%s': expected %s", flag, text, form));
+  }
+  return std::make_pair(parts[0], parts[1]);
 }
 
 }  // namespace
@@ -375,11 +393,109 @@ std::string PartitionName(const PartitionSpec& spec) {
     case PartitionKind::kIid:
       return "iid";
     case PartitionKind::kDirichlet:
-      return absl::StrCat("dirichlet:", ShortestDouble(spec.alpha));
+      return absl::StrCat("dirichlet:", ShortestRoundTrip(spec.alpha));
     case PartitionKind::kShards:
       return absl::StrCat("shards:", spec.shards);
   }
   return absl::StrCat("unknown(", static_cast<int>(spec.kind), ")");
+}
+
+std::string ShortestDouble(double value) {
+  for (int precision = 1; precision < 17; ++precision) {
+    std::string text = absl::StrFormat("%.*g", precision, value);
+    if (std::strtod(text.c_str(), nullptr) == value) return text;
+  }
+  return absl::StrFormat("%.17g", value);
+}
+
+absl::StatusOr<CodecSpec> ParseCodec(const std::string& text) {
+  CodecSpec spec;
+  const size_t colon = text.find(':');
+  const std::string name = text.substr(0, colon);
+  const bool has_arg = colon != std::string::npos;
+  const std::string arg = has_arg ? text.substr(colon + 1) : std::string();
+  if (arg.find_first_of(" \t\n\r\f\v") != std::string::npos) {
+    return BadCodec(text, "unexpected whitespace");
+  }
+  if (name == "none" || name == "fp16") {
+    if (has_arg) return BadCodec(text, absl::StrCat(name, " takes no parameter"));
+    spec.kind = name == "none" ? CodecKind::kNone : CodecKind::kFp16;
+    return spec;
+  }
+  if (name == "sign1") {
+    spec.kind = CodecKind::kSign1;
+    if (has_arg) {
+      uint32_t chunk = 0;
+      if (!absl::SimpleAtoi(arg, &chunk) || chunk == 0 || chunk > kMaxSign1Chunk) {
+        return BadCodec(text, absl::StrCat("chunk \"", arg, "\" is not an integer in range"));
+      }
+      spec.chunk = chunk;
+    }
+    return spec;
+  }
+  if (name == "topk") {
+    spec.kind = CodecKind::kTopK;
+    double ratio = 0;
+    if (!has_arg) return BadCodec(text, "topk needs a ratio");
+    if (!absl::SimpleAtod(arg, &ratio) || !std::isfinite(ratio) || ratio <= 0 || ratio > 1) {
+      return BadCodec(text, absl::StrCat("ratio \"", arg, "\" is not a number in (0, 1]"));
+    }
+    spec.ratio = ratio;
+    return spec;
+  }
+  return BadCodec(text, "unknown codec");
+}
+
+std::string CodecName(const CodecSpec& spec) {
+  switch (spec.kind) {
+    case CodecKind::kNone:
+      return "none";
+    case CodecKind::kFp16:
+      return "fp16";
+    case CodecKind::kSign1:
+      return spec.chunk == CodecSpec{}.chunk ? "sign1" : absl::StrCat("sign1:", spec.chunk);
+    case CodecKind::kTopK:
+      return absl::StrCat("topk:", ShortestDouble(spec.ratio));
+  }
+  return absl::StrCat("unknown(", static_cast<int>(spec.kind), ")");
+}
+
+absl::StatusOr<std::pair<int, double>> ParseStraggler(const std::string& text) {
+  auto parts = SplitPair(text, "straggler", "RANK:FACTOR, e.g. 1:3");
+  if (!parts.ok()) return parts.status();
+  int rank = 0;
+  double factor = 0;
+  if (!absl::SimpleAtoi(parts->first, &rank) || rank < 0 ||
+      !absl::SimpleAtod(parts->second, &factor) || !std::isfinite(factor) || factor < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--straggler='%s': RANK must be >= 0 and FACTOR a number >= 1", text));
+  }
+  return std::make_pair(rank, factor);
+}
+
+absl::StatusOr<std::pair<double, double>> ParseJitter(const std::string& text) {
+  auto parts = SplitPair(text, "jitter", "P:FACTOR, e.g. 0.1:5");
+  if (!parts.ok()) return parts.status();
+  double p = 0, factor = 0;
+  if (!absl::SimpleAtod(parts->first, &p) || !(p >= 0 && p <= 1) ||
+      !absl::SimpleAtod(parts->second, &factor) || !std::isfinite(factor) || factor < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--jitter='%s': P must be in [0, 1] and FACTOR a number >= 1", text));
+  }
+  return std::make_pair(p, factor);
+}
+
+absl::StatusOr<std::pair<int, double>> ParseDelay(const std::string& text) {
+  auto parts = SplitPair(text, "delay", "RANK:MS, e.g. 1:20");
+  if (!parts.ok()) return parts.status();
+  int rank = 0;
+  double ms = 0;
+  if (!absl::SimpleAtoi(parts->first, &rank) || rank < 0 || !absl::SimpleAtod(parts->second, &ms) ||
+      !std::isfinite(ms) || ms < 0 || ms > 60000) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--delay='%s': RANK must be >= 0 and MS in [0, 60000]", text));
+  }
+  return std::make_pair(rank, ms);
 }
 
 }  // namespace syncline

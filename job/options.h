@@ -1,7 +1,7 @@
 // Text forms of the job's option types (syncline/options.h), as flags and job files write
 // them: "ssp:3", "gossip:exp:async", "adagrad", "ctr", "criteo", "1". Each Parse function is
 // the inverse of its Name function; a bad text is InvalidArgument naming it and what is
-// allowed. The codec's text form is compression/codec.h's ParseCodec and CodecName.
+// allowed.
 //
 // Thread-safety: stateless.
 #ifndef SYNCLINE_JOB_OPTIONS_H_
@@ -59,6 +59,23 @@ absl::StatusOr<PartitionSpec> ParsePartition(std::string_view text);
 // The inverse of ParsePartition: "dirichlet:0.1" (the shortest decimal that parses back to
 // alpha), "shards:2". Only the field of spec.kind is printed.
 std::string PartitionName(const PartitionSpec& spec);
+
+// "none" | "topk:RATIO" | "sign1" | "sign1:CHUNK" | "fp16". Anything else, or a ratio or chunk
+// out of range, is InvalidArgument naming the text.
+absl::StatusOr<CodecSpec> ParseCodec(const std::string& text);
+// The inverse of ParseCodec: ParseCodec(CodecName(s)) == s for every valid spec. Fields that
+// do not belong to the kind are not part of the name (and come back as their defaults).
+std::string CodecName(const CodecSpec& spec);
+// The shortest "%g" text that parses back to exactly `value` ("0.01", "1e-05"): how CodecName
+// and the other option names (job/aggregate_rule.h) print a fraction.
+std::string ShortestDouble(double value);
+
+// --straggler: "RANK:FACTOR" (factor >= 1), as in --straggler 1:3.
+absl::StatusOr<std::pair<int, double>> ParseStraggler(const std::string& text);
+// --jitter: "P:FACTOR" (0 <= P <= 1, factor >= 1), as in --jitter 0.1:5.
+absl::StatusOr<std::pair<double, double>> ParseJitter(const std::string& text);
+// --delay: "RANK:MS" (0 <= ms <= 60000), as in --delay 1:20.
+absl::StatusOr<std::pair<int, double>> ParseDelay(const std::string& text);
 
 }  // namespace syncline
 

@@ -29,7 +29,7 @@ std::vector<std::pair<std::string, std::string>> NodeEnvironment(const ClusterOp
   }
   if (!o.key_file.empty()) env.emplace_back("SYNCLINE_KEY_FILE", o.key_file);
   if (o.key_file.empty() && o.insecure) env.emplace_back("SYNCLINE_INSECURE", "1");
-  // The ctr model's matrix products run on one thread (worker/gemm.h); without this, OpenBLAS
+  // The ctr model's matrix products run on one thread (models/gemm.h); without this, OpenBLAS
   // starts a pool of a thread per core in every node process at load, only to leave it idle.
   // A value of the launcher's own environment is passed on.
   const char* blas_threads = std::getenv("OPENBLAS_NUM_THREADS");
@@ -280,7 +280,7 @@ absl::StatusOr<std::vector<ProcessSpec>> NodeProcesses(const JobSpec& spec,
       }
       for (const auto& [k, v] : env) p.argv.insert(p.argv.end(), {"-x", absl::StrCat(k, "=", v)});
       for (std::string& w : SplitWords(options.launcher_args)) p.argv.push_back(std::move(w));
-      p.argv.insert(p.argv.end(), {FindBinary("syncline-node", "launch"), "--servers",
+      p.argv.insert(p.argv.end(), {FindBinary("syncline-node"), "--servers",
                                    absl::StrCat(spec.servers), "--coordinator", coordinator});
       out.push_back(std::move(p));
       return out;
@@ -304,7 +304,7 @@ absl::StatusOr<std::vector<ProcessSpec>> NodeProcesses(const JobSpec& spec,
                 "--kill-on-bad-exit=1",
                 absl::StrCat("--chdir=", options.working_dir)};
       for (std::string& w : SplitWords(options.launcher_args)) p.argv.push_back(std::move(w));
-      p.argv.insert(p.argv.end(), {FindBinary("syncline-node", "launch"), "--servers",
+      p.argv.insert(p.argv.end(), {FindBinary("syncline-node"), "--servers",
                                    absl::StrCat(spec.servers), "--coordinator", coordinator});
       out.push_back(std::move(p));
       return out;

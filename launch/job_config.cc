@@ -31,12 +31,11 @@
 #include "absl/strings/string_view.h"
 #include "compression/codec.h"
 #include "embeddings/memory_budget.h"
+#include "job/aggregate_rule.h"
 #include "job/federated.h"
 #include "job/job_spec.h"
 #include "job/options.h"
-#include "ps/robust_aggregate.h"
 #include "toml++/toml.h"
-#include "worker/slowness.h"
 
 namespace syncline {
 namespace {

@@ -142,20 +142,13 @@ std::string_view NodeOfLine(std::string_view label, std::string_view line) {
 
 }  // namespace
 
-std::string FindBinary(const std::string& name, const std::string& subdir) {
-  const fs::path dir = BinaryDir();
-  for (const fs::path& p : {dir / name, dir.parent_path() / subdir / name}) {
-    if (fs::exists(p)) return p.string();
-  }
-  return (dir / name).string();
-}
+std::string FindBinary(const std::string& name) { return (BinaryDir() / name).string(); }
 
 ProcessSpec NodeProcess(wire::Role role, int rank, const std::string& coordinator) {
   const bool server = role == wire::Role::SERVER;
-  return ProcessSpec{
-      DataEndpointId(role, rank),
-      {FindBinary(server ? "syncline-ps" : "syncline-worker", server ? "ps" : "worker"),
-       "--coordinator", coordinator, "--rank", absl::StrCat(rank)}};
+  return ProcessSpec{DataEndpointId(role, rank),
+                     {FindBinary(server ? "syncline-ps" : "syncline-worker"), "--coordinator",
+                      coordinator, "--rank", absl::StrCat(rank)}};
 }
 
 JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& processes,

@@ -21,9 +21,9 @@
 
 namespace syncline {
 
-// The node binary `name` ("syncline-ps"): beside this program (an installed bin/), or in its
-// folder of the build tree (build/ps/syncline-ps). SYNCLINE_BIN_DIR overrides the folder.
-std::string FindBinary(const std::string& name, const std::string& subdir);
+// The node binary `name` ("syncline-ps"): beside this program, as in an installed bin/ and in
+// the build tree's BUILD/bin. SYNCLINE_BIN_DIR overrides the folder.
+std::string FindBinary(const std::string& name);
 
 // The child process of node (role, rank) of a job whose coordinator is at `coordinator`.
 ProcessSpec NodeProcess(wire::Role role, int rank, const std::string& coordinator);

@@ -15,18 +15,7 @@
 
 namespace syncline {
 
-// A rule and its hyperparameters.
-struct OptimizerConfig {
-  OptimizerKind kind = OptimizerKind::kSgd;
-  float learning_rate = 0.1f;
-  float l2 = 0.0f;         // weight decay added to the gradient
-  float beta1 = 0.9f;      // Adam
-  float beta2 = 0.999f;    // Adam
-  float epsilon = 1e-8f;   // Adam and Adagrad
-  float l1 = 0.0f;         // FTRL
-  float ftrl_beta = 1.0f;  // FTRL
-  bool operator==(const OptimizerConfig&) const = default;
-};
+// OptimizerConfig, a rule and its hyperparameters, is an option type (syncline/options.h).
 
 // Floats of optimizer state per weight.
 int StateFloatsPerWeight(OptimizerKind kind);

@@ -18,6 +18,7 @@
 #include "core/node_table.h"
 #include "core/sharding.h"
 #include "job/federated.h"
+#include "job/options.h"
 #include "optim/optimizer.h"
 #include "ps/robust_aggregate.h"
 

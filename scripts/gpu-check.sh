@@ -48,10 +48,10 @@ bundle() {
   set -e
   local build=${BUILD_DIR:-build}
   cmake -S . -B "$build" -G Ninja -DSYNCLINE_CUDA=ON >/dev/null
-  local tests=(worker/worker_cuda_executor_test worker/worker_device_model_test
+  local tests=(device/device_cuda_executor_test device/device_models_test
                compression/compression_cuda_test
                collective/nccl_communicator_test tests/integration_test)
-  local tools=(launch/syncline-launch ps/syncline-ps worker/syncline-worker tools/syncline-gen
+  local tools=(bin/syncline-launch bin/syncline-ps bin/syncline-worker bin/syncline-gen
                bench/syncline-bench-gpu bench/syncline-bench-codec bench/syncline-bench-data)
   local targets=()
   for t in "${tests[@]}" "${tools[@]}"; do targets+=("$(basename "$t")"); done
@@ -159,8 +159,8 @@ run() {
   }
   # Most telling first: the tests, the benchmark, the ctr job's split, then the sanitizers
   # (slowest), the codec benchmark last (measured on an H200 before).
-  step executor_test 60 "$(bin worker_cuda_executor_test)"
-  step device_model_test 120 "$(bin worker_device_model_test)"
+  step executor_test 60 "$(bin device_cuda_executor_test)"
+  step device_model_test 120 "$(bin device_models_test)"
   step codec_cuda_test 90 "$(bin compression_cuda_test)"
   step nccl_test 90 "$(bin nccl_communicator_test)"
   step launch_tests 240 "$(bin integration_test)" --gtest_filter='MlpLaunchTest.*:CtrLaunchTest.Gpu*'
@@ -196,13 +196,13 @@ run() {
               head -1)
   [ -n "$sanitizer" ] || { echo "compute-sanitizer not found: the sanitizer steps fail" | tee -a "$summary"; sanitizer=compute-sanitizer; }
   step memcheck_executor 60 "$sanitizer" --tool memcheck --error-exitcode 9 \
-    "$(bin worker_cuda_executor_test)"
+    "$(bin device_cuda_executor_test)"
   step memcheck_models 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
-    "$(bin worker_device_model_test)" --gtest_filter="$cuda_only"
+    "$(bin device_models_test)" --gtest_filter="$cuda_only"
   step racecheck_models 120 "$sanitizer" --tool racecheck --error-exitcode 9 \
-    "$(bin worker_device_model_test)" --gtest_filter="$cuda_only"
+    "$(bin device_models_test)" --gtest_filter="$cuda_only"
   step initcheck_models 120 "$sanitizer" --tool initcheck --error-exitcode 9 \
-    "$(bin worker_device_model_test)" --gtest_filter="$cuda_only"
+    "$(bin device_models_test)" --gtest_filter="$cuda_only"
   # NCCL's initialisation asks for the attributes of kernels its build has no image of for this
   # GPU (cudaErrorNoKernelImageForDevice, 4 times, handled by NCCL): API errors of NCCL's own,
   # not ours, so only memory errors count here.

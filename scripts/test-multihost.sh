@@ -45,7 +45,7 @@ cidr=$(netns_subnet_cidr)
 rsh="$tmp/rsh"
 netns_write_rsh "$rsh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-launch="$build/launch/syncline-launch"
+launch="$build/bin/syncline-launch"
 hosts=("--hosts" "${P}1:2,${P}2,${P}3" "--rsh" "$rsh" "--coordinator-interface" "${P}br")
 mpi_args="--mca oob_tcp_if_include $cidr --mca btl_tcp_if_include $cidr"
 common=(--servers 2 --workers 2 --sync bsp --gen-test-rows 1000 --seed 11)
@@ -184,7 +184,7 @@ coordinator=$(cat "$tmp/world/coordinator.address")
 printf '%s slots=2\n%s slots=2\n' "${P}1" "${P}2" >"$tmp/hostfile"
 start=$(date +%s.%N)
 timeout 60 mpirun --hostfile "$tmp/hostfile" -np 3 --map-by node --mca plm_rsh_agent "$rsh" \
-  --mca plm_rsh_no_tree_spawn 1 $mpi_args "$build/launch/syncline-node" --servers 2 \
+  --mca plm_rsh_no_tree_spawn 1 $mpi_args "$build/bin/syncline-node" --servers 2 \
   --coordinator "$coordinator" --key-file "$tmp/world/job.key" >"$tmp/world-mpirun.log" 2>&1 || true
 rc=0
 timeout 30 tail --pid="$launcher" -f /dev/null || true

@@ -30,7 +30,7 @@ fail() {
 }
 mkdir -p "$tmp/slurm"
 slurm_up "$tmp/slurm" >"$tmp/slurm-up.log" 2>&1 || fail "could not start Slurm: $(tail -5 "$tmp/slurm-up.log")"
-launch="$build/launch/syncline-launch"
+launch="$build/bin/syncline-launch"
 # Four tasks on a two-core node: --overcommit, for salloc and for the launcher's srun.
 job=(--servers 2 --workers 2 --sync bsp --epochs 2 --gen-rows 6000 --gen-test-rows 1000 --seed 11
   --checkpoint-every 20)

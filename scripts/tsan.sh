@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The tests of the code that runs threads of its own, under ThreadSanitizer (clang): the
-# prefetching reader (worker_criteo_test), the server with its update pool and checkpoint
+# prefetching reader (data_test), the server with its update pool and checkpoint
 # writer (ps_test), servers and workers on threads over the in-process transport
-# (consistency_property_test, worker_client_test). Exits non-zero on any report.
+# (consistency_property_test, client_test, worker_test). Exits non-zero on any report.
 # Environment: TSAN_BUILD_DIR (default build-tsan), JOBS (default: all cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${TSAN_BUILD_DIR:-build-tsan}
 jobs=${JOBS:-$(nproc)}
-targets=(worker_criteo_test ps_test consistency_property_test worker_client_test)
+targets=(data_test ps_test consistency_property_test client_test worker_test)
 scripts/install-deps.sh
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DSYNCLINE_TSAN=ON -DSYNCLINE_CUDA=OFF \

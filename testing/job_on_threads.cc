@@ -2,10 +2,9 @@
 
 #include <thread>
 
-#include "collective/allreduce_backend.h"
-#include "collective/hybrid_backend.h"
 #include "core/coordinator.h"
 #include "core/inproc_transport.h"
+#include "programs/worker_backends.h"
 #include "ps/server_node.h"
 #include "worker/worker_node.h"
 

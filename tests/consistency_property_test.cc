@@ -7,8 +7,8 @@
 #include <random>
 #include <thread>
 
+#include "client/kv_client.h"
 #include "testing/inproc_cluster.h"
-#include "worker/kv_client.h"
 
 namespace syncline {
 namespace {

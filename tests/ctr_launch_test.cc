@@ -12,9 +12,9 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "device/cuda_model.h"
+#include "device/placement.h"
 #include "testing/test_util.h"
-#include "worker/device.h"
-#include "worker/gpu_model.h"
 
 namespace syncline {
 namespace {
@@ -104,8 +104,8 @@ TEST(CtrLaunchTest, CtrLearnsTheInteractionsThatLogregMisses) {
 // the two devices compute to rounding. Their pulls are compressed (fp16 deltas) and decoded on
 // the device too, against the copy of the pulled rows kept there.
 TEST(CtrLaunchTest, GpuWorkersEncodeTheirEmbeddingRowsOnTheDevice) {
-  if (!GpuModelsBuilt() || ProbeDevices().gpus == 0) {
-    GTEST_SKIP() << (GpuModelsBuilt() ? "no CUDA device is visible" : "this build has no CUDA");
+  if (!CudaModelsBuilt() || ProbeDevices().gpus == 0) {
+    GTEST_SKIP() << (CudaModelsBuilt() ? "no CUDA device is visible" : "this build has no CUDA");
   }
   const std::string data = TempDir("ctr_gpu_rows_data");
   auto gen = RunProcess({kGen, "criteo", "--rows", "30000", "--test-rows", "5000", "--seed", "2",

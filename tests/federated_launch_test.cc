@@ -13,10 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "data/dataset.h"
+#include "data/partition.h"
 #include "job/federated.h"
 #include "testing/test_util.h"
-#include "worker/dataset.h"
-#include "worker/partition.h"
 
 namespace syncline {
 namespace {

@@ -8,10 +8,10 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "device/cuda_model.h"
+#include "device/placement.h"
 #include "launch/process_group.h"
 #include "testing/test_util.h"
-#include "worker/device.h"
-#include "worker/gpu_model.h"
 
 namespace syncline {
 namespace {
@@ -60,7 +60,7 @@ testing_util::RunResult RunMlp(const std::string& data, const std::string& sync,
 }
 
 // Whether --device auto puts a worker on the GPU here: a CUDA build and a visible GPU.
-bool AutoTakesTheGpu() { return GpuModelsBuilt() && ProbeDevices().gpus > 0; }
+bool AutoTakesTheGpu() { return CudaModelsBuilt() && ProbeDevices().gpus > 0; }
 
 TEST(MlpLaunchTest, MlpTrainsUnderBspAndReportsAccuracy) {
   const std::string data = MakeData();
@@ -165,7 +165,7 @@ TEST(MlpLaunchTest, ACpuWorkerAndAnAutoWorkerTrainOneJob) {
   ASSERT_TRUE(launcher_done) << output;
   ASSERT_EQ(launcher_code, 0) << output;
   EXPECT_NE(output.find("device: cpu (--device cpu"), std::string::npos) << output;
-  const bool gpu = GpuModelsBuilt() && ProbeDevices().gpus > 0;
+  const bool gpu = CudaModelsBuilt() && ProbeDevices().gpus > 0;
   EXPECT_NE(output.find(gpu ? "device: cuda:0 (--device auto" : "device: cpu (--device auto"),
             std::string::npos)
       << output;
@@ -179,7 +179,7 @@ TEST(MlpLaunchTest, ACpuWorkerAndAnAutoWorkerTrainOneJob) {
 // workers keep their partitions on the device, and say so.
 TEST(MlpLaunchTest, GpuWorkersTrainTheCpuWorkersModel) {
   if (!AutoTakesTheGpu()) {
-    GTEST_SKIP() << (GpuModelsBuilt() ? "no CUDA device is visible" : "this build has no CUDA");
+    GTEST_SKIP() << (CudaModelsBuilt() ? "no CUDA device is visible" : "this build has no CUDA");
   }
   const std::string data = MakeData();
   const std::string cpu_out = TempDir("mlp_on_cpu"), gpu_out = TempDir("mlp_on_gpu");
@@ -203,7 +203,7 @@ TEST(MlpLaunchTest, GpuWorkersTrainTheCpuWorkersModel) {
 // with the same codec (to rounding: top-K may pick another of two near-equal entries).
 TEST(MlpLaunchTest, GpuWorkersEncodeTheirCompressedGradientsOnTheDevice) {
   if (!AutoTakesTheGpu()) {
-    GTEST_SKIP() << (GpuModelsBuilt() ? "no CUDA device is visible" : "this build has no CUDA");
+    GTEST_SKIP() << (CudaModelsBuilt() ? "no CUDA device is visible" : "this build has no CUDA");
   }
   const std::string data = MakeData();
   const std::string cpu_out = TempDir("mlp_topk_cpu"), gpu_out = TempDir("mlp_topk_gpu");

@@ -5,12 +5,12 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "client/kv_client.h"
 #include "core/control_client.h"
 #include "core/coordinator.h"
 #include "core/zmq_transport.h"
 #include "job/node_join.h"
 #include "launch/process_group.h"
-#include "worker/kv_client.h"
 
 namespace syncline {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "tools/random.h"
+#include "core/random.h"
 
 namespace syncline {
 namespace {

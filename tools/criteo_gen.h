@@ -1,5 +1,5 @@
 // Synthetic Criteo-format click data drawn from a known random model, for trying and testing
-// the ctr model: lines "label \t I1..I13 \t C1..C26" as worker/criteo.h reads them.
+// the ctr model: lines "label \t I1..I13 \t C1..C26" as data/criteo.h reads them.
 //
 // The true model: each categorical field has its own vocabulary (from 3 to 1M values) with
 // Zipf-distributed popularity; every (field, value) has a latent vector and a bias drawn from a

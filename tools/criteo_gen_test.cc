@@ -5,10 +5,10 @@
 #include <string>
 
 #include "absl/strings/str_split.h"
+#include "data/criteo.h"
+#include "data/dataset.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/criteo.h"
-#include "worker/dataset.h"
 
 namespace syncline {
 namespace {

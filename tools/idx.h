@@ -1,6 +1,6 @@
 // Reading IDX files (the format of MNIST and Fashion-MNIST: a big-endian header, then raw
 // unsigned bytes), plain or gzip-compressed, and converting labeled images to the libsvm text
-// that the workers read (worker/dataset.h).
+// that the workers read (data/dataset.h).
 //
 // IDX layout: a 4-byte magic 0x00 0x00 TYPE DIMS (TYPE 0x08 = unsigned byte), then DIMS
 // big-endian uint32 sizes, then the elements in row-major order. Label files have magic

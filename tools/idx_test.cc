@@ -12,10 +12,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "data/dataset.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/scoped_temp_dir.h"
-#include "worker/dataset.h"
 
 namespace syncline {
 namespace {

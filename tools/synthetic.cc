@@ -9,7 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "tools/random.h"
+#include "core/random.h"
 
 namespace syncline {
 namespace {

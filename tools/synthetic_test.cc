@@ -9,11 +9,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "data/dataset.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/dataset.h"
-#include "worker/metrics.h"
-#include "worker/model.h"
+#include "models/metrics.h"
+#include "models/model.h"
 
 namespace syncline {
 namespace {

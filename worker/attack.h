@@ -10,9 +10,9 @@
 #include <span>
 #include <vector>
 
+#include "core/random.h"
+#include "data/dataset.h"
 #include "syncline/options.h"
-#include "tools/random.h"
-#include "worker/dataset.h"
 #include "worker/sync_backend.h"
 
 namespace syncline {

@@ -8,9 +8,9 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "core/log.h"
+#include "core/random.h"
 #include "job/federated.h"
 #include "optim/optimizer.h"
-#include "tools/random.h"
 #include "worker/attack.h"
 
 namespace syncline {

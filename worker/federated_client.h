@@ -21,9 +21,9 @@
 #include <functional>
 
 #include "absl/status/statusor.h"
+#include "data/example_source.h"
+#include "models/model.h"
 #include "syncline/job_spec.h"
-#include "worker/example_source.h"
-#include "worker/model.h"
 #include "worker/slowness.h"
 #include "worker/sync_backend.h"
 #include "worker/trainer.h"

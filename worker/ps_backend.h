@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "client/kv_client.h"
 #include "compression/codec.h"
 #include "compression/sparse_rows.h"
-#include "worker/kv_client.h"
 #include "worker/sync_backend.h"
 
 namespace syncline {

@@ -31,12 +31,7 @@ struct SlownessOptions {
   uint64_t seed = 1;
 };
 
-// "RANK:FACTOR" (factor >= 1), as in --straggler 1:3.
-absl::StatusOr<std::pair<int, double>> ParseStraggler(const std::string& text);
-// "P:FACTOR" (0 <= P <= 1, factor >= 1), as in --jitter 0.1:5.
-absl::StatusOr<std::pair<double, double>> ParseJitter(const std::string& text);
-// "RANK:MS" (ms >= 0), as in --delay 1:20.
-absl::StatusOr<std::pair<int, double>> ParseDelay(const std::string& text);
+// The text forms of --straggler, --jitter and --delay are job/options.h's.
 
 // This worker's slowness from the job's (validated) settings: the straggler and the delay apply
 // only when they name `rank`; the seed is derived from the job seed and the rank, so every

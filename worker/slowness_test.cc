@@ -4,6 +4,8 @@
 
 #include <optional>
 
+#include "job/options.h"
+
 namespace syncline {
 namespace {
 

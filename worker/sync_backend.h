@@ -22,8 +22,9 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "compression/gradient_encoder.h"
+#include "core/scoped_time.h"
 #include "core/table_config.h"
-#include "worker/gradient_encoder.h"
 
 namespace syncline {
 
@@ -144,20 +145,6 @@ class SyncBackend {
 
   virtual uint64_t bytes_pushed() const = 0;
   virtual uint64_t bytes_pulled() const = 0;
-};
-
-// Adds the time from its construction to the end of its scope to *total: how a backend counts
-// its codec time (TakeCodecTime). Thread-compatible.
-class ScopedTime {
- public:
-  explicit ScopedTime(absl::Duration* total) : total_(total), start_(absl::Now()) {}
-  ~ScopedTime() { *total_ += absl::Now() - start_; }
-  ScopedTime(const ScopedTime&) = delete;
-  ScopedTime& operator=(const ScopedTime&) = delete;
-
- private:
-  absl::Duration* const total_;
-  const absl::Time start_;
 };
 
 // Reads a SaveState() string back field by field (in this machine's byte order).

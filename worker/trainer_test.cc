@@ -15,15 +15,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint.h"
+#include "client/kv_client.h"
 #include "core/inproc_transport.h"
+#include "data/criteo.h"
+#include "data/test_data.h"
+#include "device/device_model.h"
+#include "device/host_executor.h"
+#include "job/options.h"
+#include "models/ctr_model.h"
 #include "ps/server.h"
-#include "worker/criteo.h"
-#include "worker/ctr_model.h"
-#include "worker/device_model.h"
-#include "worker/device_step_host.h"
-#include "worker/kv_client.h"
 #include "worker/ps_backend.h"
-#include "worker/test_data.h"
 #include "worker/worker_checkpoint.h"
 
 namespace syncline {
@@ -44,7 +45,7 @@ struct Checkpointing {
 };
 
 // Where the workers' model computes: the CPU model, or the device steps on the host executor
-// (worker/device_model.h), which may keep its gradients and encode them itself.
+// (device/device_model.h), which may keep its gradients and encode them itself.
 // kDeviceModelUnstaged: without the next batch staged during each step (Model::Prefetch).
 // kDeviceModelPacked: from a source that does not say its data is resident, so that the model
 // packs every batch instead of keeping the partition on its device (Model::KeepData).

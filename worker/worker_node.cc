@@ -13,23 +13,23 @@
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_requests.h"
+#include "client/kv_client.h"
 #include "compression/codec.h"
 #include "core/endpoint_split.h"
 #include "core/log.h"
+#include "data/criteo.h"
+#include "data/dataset.h"
+#include "data/partition.h"
+#include "data/prefetching_source.h"
+#include "device/cuda_model.h"
+#include "device/placement.h"
 #include "job/federated.h"
 #include "job/job_spec.h"
 #include "job/options.h"
+#include "models/metrics.h"
+#include "models/model.h"
 #include "worker/attack.h"
-#include "worker/criteo.h"
-#include "worker/dataset.h"
-#include "worker/device.h"
 #include "worker/federated_client.h"
-#include "worker/gpu_model.h"
-#include "worker/kv_client.h"
-#include "worker/metrics.h"
-#include "worker/model.h"
-#include "worker/partition.h"
-#include "worker/prefetching_source.h"
 #include "worker/ps_backend.h"
 #include "worker/slowness.h"
 #include "worker/trainer.h"
@@ -327,7 +327,7 @@ NodeExit WorkerNode::Run() {
       ChooseDevice(device_spec, (*model)->name(), ProbeDevices(), rank);
   if (!device.ok()) return fail(device.status(), true);
   if (device->gpu >= 0) {
-    auto gpu_model = CreateGpuModel((*model)->name(), model_options, device->gpu);
+    auto gpu_model = CreateCudaModel((*model)->name(), model_options, device->gpu);
     if (gpu_model.ok()) {
       model = std::move(gpu_model);
     } else if (device_spec.kind == DeviceKind::kCuda) {
@@ -413,11 +413,11 @@ NodeExit WorkerNode::Run() {
       if (!made.ok()) return made.status();
       link.backend = std::move(*made);
     } else if (spec.sync.serverless()) {
-      if (!gossip_backend_) {
+      if (!serverless_backend_) {
         return absl::FailedPreconditionError(
             "this worker was built without serverless backends (gossip, all-reduce)");
       }
-      auto made = gossip_backend_(spec, table, rank, endpoint, device->device);
+      auto made = serverless_backend_(spec, table, rank, endpoint, device->device);
       if (!made.ok()) return made.status();
       link.backend = std::move(*made);
     } else {

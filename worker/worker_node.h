@@ -1,8 +1,9 @@
 // WorkerNode: one worker as a node of a job. It joins the job (the coordinator hands it the
 // JobSpec), reads its partition of the training data, trains it in sync with the others through
-// a SyncBackend (the parameter servers, or gossip peers through `gossip_backend`), writes its
-// part of checkpoints, and when the coordinator asks, evaluates the final model on the test
-// set: what syncline-worker runs, and what a test runs on a thread over any Transport.
+// a SyncBackend (the parameter servers, or gossip or all-reduce peers through
+// `serverless_backend`), writes its part of checkpoints, and when the coordinator asks, evaluates
+// the final model on the test set: what syncline-worker runs, and what a test runs on a thread over
+// any Transport.
 //
 // Thread-safety: Run() is called once, from one thread.
 #ifndef SYNCLINE_WORKER_WORKER_NODE_H_
@@ -22,9 +23,9 @@ namespace syncline {
 
 // Makes the backend of a serverless (gossip) job for worker `rank`, whose data endpoint
 // `endpoint` is bound and listed in `table`; the factory connects it to the peers it needs.
-// `device` is where the worker computes, as worker/device.h resolved it ("cpu", "cuda:N"):
+// `device` is where the worker computes, as device/placement.h resolved it ("cpu", "cuda:N"):
 // the collectives take NCCL from it (collective/dense_collective.h).
-using GossipBackendFactory = std::function<absl::StatusOr<std::unique_ptr<SyncBackend>>(
+using ServerlessBackendFactory = std::function<absl::StatusOr<std::unique_ptr<SyncBackend>>(
     const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
     const std::string& device)>;
 
@@ -38,14 +39,14 @@ using HybridBackendFactory = std::function<absl::StatusOr<std::unique_ptr<SyncBa
 
 class WorkerNode {
  public:
-  // Without `gossip_backend` (or `hybrid_backend`), a job whose spec says gossip (hybrid)
+  // Without `serverless_backend` (or `hybrid_backend`), a job whose spec says gossip (hybrid)
   // fails with FailedPrecondition.
   WorkerNode(Transport& transport, NodeOptions options,
-             GossipBackendFactory gossip_backend = nullptr,
+             ServerlessBackendFactory serverless_backend = nullptr,
              HybridBackendFactory hybrid_backend = nullptr)
       : transport_(transport),
         options_(std::move(options)),
-        gossip_backend_(std::move(gossip_backend)),
+        serverless_backend_(std::move(serverless_backend)),
         hybrid_backend_(std::move(hybrid_backend)) {}
 
   NodeExit Run();
@@ -53,7 +54,7 @@ class WorkerNode {
  private:
   Transport& transport_;
   const NodeOptions options_;
-  const GossipBackendFactory gossip_backend_;
+  const ServerlessBackendFactory serverless_backend_;
   const HybridBackendFactory hybrid_backend_;
 };
 

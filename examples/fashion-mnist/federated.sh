@@ -33,8 +33,8 @@ while [[ $# -gt 0 ]]; do
     *) echo "federated.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-launch="$build/launch/syncline-launch"
-gen="$build/tools/syncline-gen"
+launch="$build/bin/syncline-launch"
+gen="$build/bin/syncline-gen"
 [[ -x "$launch" && -x "$gen" ]] || { echo "federated.sh: no build in $build" >&2; exit 2; }
 data="$out/data"
 mkdir -p "$data"

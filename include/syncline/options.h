@@ -84,6 +84,19 @@ enum class OptimizerKind {
   kFtrl,  // FTRL-Proximal (McMahan et al. 2013): per-weight z and n, L1 gives exact zeros
 };
 
+// A server-side update rule and its hyperparameters (optim/optimizer.h applies it).
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  float learning_rate = 0.1f;
+  float l2 = 0.0f;         // weight decay added to the gradient
+  float beta1 = 0.9f;      // Adam
+  float beta2 = 0.999f;    // Adam
+  float epsilon = 1e-8f;   // Adam and Adagrad
+  float l1 = 0.0f;         // FTRL
+  float ftrl_beta = 1.0f;  // FTRL
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
 enum class ModelKind {
   kLogreg,   // binary logistic regression on sparse features
   kSoftmax,  // multiclass logistic regression
@@ -131,7 +144,7 @@ enum class DataFormat {
   kAuto,    // By extension: ".csv" (any case) is CSV, ".tsv" Criteo, everything else libsvm.
   kLibsvm,  // "label id:value id:value ... [# comment]"
   kCsv,     // "label,f0,f1,..." dense rows, optional header line.
-  kCriteo,  // "label<TAB>13 integers<TAB>26 hex categories", binary; layout in worker/criteo.h.
+  kCriteo,  // "label<TAB>13 integers<TAB>26 hex categories", binary; layout in data/criteo.h.
 };
 
 // How libsvm feature ids are numbered in the file.

@@ -1,0 +1,16 @@
+#include "programs/worker_backends.h"
+
+#include "gossip/gossip_peer.h"
+
+namespace syncline {
+
+ServerlessBackendFactory MakeServerlessBackendFactory(CollectivePlane plane) {
+  return [gossip = MakeGossipBackendFactory(), allreduce = MakeAllReduceBackendFactory(plane)](
+             const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
+             const std::string& device) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
+    return spec.sync.allreduce() ? allreduce(spec, table, rank, endpoint, device)
+                                 : gossip(spec, table, rank, endpoint, device);
+  };
+}
+
+}  // namespace syncline
