@@ -92,12 +92,28 @@ MessageBuilder KVClient::NewMessage(wire::MsgType type, uint32_t table, int64_t 
   return b;
 }
 
-absl::Status KVClient::DeclareTable(const TableConfig& config, absl::Time deadline) {
+absl::Status KVClient::DeclareTable(const TableConfig& config, absl::Time deadline,
+                                    std::span<const float> initial, bool await_initial) {
+  if (!initial.empty() && (!config.dense || initial.size() != config.num_keys * config.dim)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "table %d: initial values are for a dense table, num_keys x dim = %d floats; got %d",
+        config.id, config.dense ? config.num_keys * config.dim : 0, initial.size()));
+  }
   tables_[config.id] = config;
   const Ticket ticket = NewTicket();
-  for (int s = 0; s < num_servers(); ++s) {
+  const int n = num_servers();
+  for (int s = 0; s < n; ++s) {
     MessageBuilder b = NewMessage(wire::MsgType::DECLARE_TABLE, config.id, 0, 0);
-    config.ToWire(b.header().getBody().initTable());
+    wire::TableSpec::Builder spec = b.header().getBody().initTable();
+    config.ToWire(spec);
+    if (!initial.empty()) {
+      spec.setInitial(wire::TableInit::VALUES);
+      const KeyRange range = DenseShardRange(config.num_keys, s, n);
+      b.AddFrame(Frame::Borrow(initial.data() + range.begin * config.dim,
+                               range.size() * config.dim * sizeof(float)));
+    } else if (await_initial) {
+      spec.setInitial(wire::TableInit::AWAIT_VALUES);
+    }
     if (auto st = SendRequest(ticket, s, b.Finish(), Request{}); !st.ok()) return st;
   }
   return Wait(ticket, deadline);
@@ -668,6 +684,29 @@ absl::Status KVClient::Finish(absl::Time deadline) {
     if (auto st = SendRequest(ticket, s, b.Finish(), Request{}); !st.ok()) return st;
   }
   return Wait(ticket, deadline);
+}
+
+absl::Status KVClient::PushSparse(uint32_t table, int server, uint32_t dim, const SparsePush& push,
+                                  int64_t clock, float weight, std::vector<Ticket>* tickets) {
+  if (!push.keys.empty()) {
+    auto t = PushRowsEncoded(table, server, push.keys, push.kind, push.block, push.held,
+                             push.spread, clock, weight);
+    if (!t.ok()) return t.status();
+    tickets->push_back(*t);
+  }
+  const size_t per_push = std::max<size_t>(1, kMaxWholeRowsBytes / (size_t{dim} * sizeof(float)));
+  for (size_t at = 0; at < push.flushed_keys.size(); at += per_push) {
+    const size_t rows = std::min(per_push, push.flushed_keys.size() - at);
+    auto t = PushRowsEncoded(
+        table, server, std::span<const uint64_t>(push.flushed_keys).subspan(at, rows),
+        CodecKind::kNone,
+        std::as_bytes(std::span<const float>(push.flushed_values).subspan(at * dim, rows * dim)),
+        std::span<const uint16_t>(push.flushed_held).subspan(at, rows),
+        std::span<const float>(push.flushed_spread).subspan(at, rows), clock, weight);
+    if (!t.ok()) return t.status();
+    tickets->push_back(*t);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace syncline

@@ -74,8 +74,13 @@ class KVClient {
   // `endpoint` must be connected to every server and outlive the client.
   KVClient(Endpoint* endpoint, KVClientOptions options);
 
-  // Declares a table on every server and waits for their answers.
-  absl::Status DeclareTable(const TableConfig& config, absl::Time deadline);
+  // Declares a table on every server and waits for their answers. A dense table that this
+  // declaration makes takes `initial` (num_keys * dim floats; empty: init_scale and seed);
+  // with `await_initial` the declaration waits until another one (with initial values) has
+  // made it. Either way, a table that exists already (or was restored from a checkpoint) keeps
+  // its values.
+  absl::Status DeclareTable(const TableConfig& config, absl::Time deadline,
+                            std::span<const float> initial = {}, bool await_initial = false);
 
   // Sparse tables: `values` / `out` hold keys.size() * dim floats.
   absl::StatusOr<Ticket> Push(uint32_t table, std::span<const uint64_t> keys,
@@ -127,6 +132,15 @@ class KVClient {
                                          std::span<const uint16_t> held,
                                          std::span<const float> spread, int64_t clock,
                                          float weight);
+  // The most bytes of values one push of rows sent whole carries (PushSparse's flushed rows).
+  static constexpr size_t kMaxWholeRowsBytes = size_t{64} << 20;
+  // Sends server `server`'s part of a compressed sparse push (compression/sparse_rows.h): its
+  // encoded rows (when it has any), then the rows it sends whole (flushed to stay within the
+  // residual's capacity, or drained at the end) in pushes of at most kMaxWholeRowsBytes of
+  // values, well inside a message's bound. Appends the requests' tickets to *tickets; `push`
+  // must stay valid until they are waited for.
+  absl::Status PushSparse(uint32_t table, int server, uint32_t dim, const SparsePush& push,
+                          int64_t clock, float weight, std::vector<Ticket>* tickets);
   // The server whose shard holds sparse key `key`.
   int SparseServerOf(uint64_t key) const;
 

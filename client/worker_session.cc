@@ -1,15 +1,49 @@
 #include "syncline/worker_session.h"
 
+#include <algorithm>
 #include <cmath>
+#include <deque>
+#include <numeric>
+#include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "client/kv_client.h"
+#include "compression/codec.h"
+#include "compression/sparse_rows.h"
 #include "core/control_client.h"
+#include "core/net.h"
+#include "core/sharding.h"
 #include "core/table_config.h"
 #include "core/zmq_transport.h"
 #include "job/node_join.h"
 
 namespace syncline {
+namespace {
+
+// A declared table and the error feedback of its compressed pushes.
+struct TableState {
+  TableConfig config;
+  // A sparse table under top-K or sign1: one residual table per server.
+  std::vector<SparseErrorFeedback> rows;
+  // A dense table under any codec: one residual per server's range.
+  std::vector<ErrorFeedback> ranges;
+  // The weight of the last compressed push: what Finish's drain is scaled by.
+  float last_weight = 1.0f;
+  bool pushed_compressed = false;
+};
+
+// What a session ticket waits for: the KV client's tickets, and the encoded bytes their
+// requests borrow until then.
+struct PendingTicket {
+  std::vector<Ticket> requests;
+  std::deque<SparsePush> sparse;  // a deque: the requests borrow its elements
+  std::vector<std::vector<std::byte>> blocks;
+};
+
+}  // namespace
 
 struct WorkerSession::State {
   std::unique_ptr<ZmqTransport> transport;
@@ -23,6 +57,24 @@ struct WorkerSession::State {
   double loss_examples = 0;
   uint64_t examples = 0;
   uint64_t unreported_examples = 0;
+  // --compress: null for none.
+  std::unique_ptr<Codec> codec;
+  absl::flat_hash_map<uint32_t, TableState> tables;
+  absl::flat_hash_map<WorkerSession::Ticket, PendingTicket> pending;
+  WorkerSession::Ticket next_ticket = 1;
+
+  WorkerSession::Ticket Issue(PendingTicket p) {
+    const WorkerSession::Ticket t = next_ticket++;
+    pending.emplace(t, std::move(p));
+    return t;
+  }
+  absl::StatusOr<TableState*> FindTable(uint32_t id) {
+    auto it = tables.find(id);
+    if (it == tables.end()) {
+      return absl::FailedPreconditionError(absl::StrFormat("table %d was not declared", id));
+    }
+    return &it->second;
+  }
 };
 
 absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(const SessionOptions& options) {
@@ -31,6 +83,15 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(const Session
   node.coordinator = options.coordinator;
   node.rank = options.rank;
   node.bind = options.bind;
+  node.interface = options.interface;
+  node.world_size = options.world_size;
+  if (!options.port_range.empty()) {
+    absl::StatusOr<PortRange> ports = ParsePortRange(options.port_range);
+    if (!ports.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("port range: ", ports.status().message()));
+    }
+    node.ports = *ports;
+  }
   node.startup_timeout = options.startup_timeout;
   node.key_file = options.key_file;
   node.insecure = options.insecure;
@@ -42,11 +103,13 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(const Session
   state->job = std::move(*joined);
   state->rank = options.rank;
   ControlClient* control = state->job.control.get();
-  if (state->job.spec.sync.serverless() || state->job.spec.sync.hybrid()) {
+  const JobSpec& spec = state->job.spec;
+  if (spec.sync.serverless() || spec.sync.hybrid()) {
     absl::Status s = absl::FailedPreconditionError(
-        state->job.spec.sync.hybrid()
+        spec.sync.hybrid()
             ? "a WorkerSession talks to parameter servers only; a hybrid job's workers also "
-              "all-reduce its dense layers every step (use syncline-worker)"
+              "all-reduce its dense layers every step (use syncline-worker or the Python "
+              "package's syncline.torch)"
             : "a WorkerSession needs parameter servers; this job is serverless (gossip or "
               "all-reduce)");
     control->ReportAbort(s);
@@ -56,6 +119,10 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(const Session
   if (!kv.ok()) {
     control->ReportAbort(kv.status());
     return kv.status();
+  }
+  kv->pull_codec = spec.training.pull_codec;
+  if (spec.training.codec.kind != CodecKind::kNone) {
+    state->codec = Codec::Create(spec.training.codec);
   }
   state->kv = std::make_unique<KVClient>(state->job.data.get(), *kv);
   control->ReportReady();
@@ -80,6 +147,21 @@ int WorkerSession::rank() const { return state_->rank; }
 int64_t WorkerSession::clock() const { return state_->clock; }
 
 absl::Status WorkerSession::DeclareTable(const TableOptions& t, absl::Time deadline) {
+  return Declare(t, {}, /*await_initial=*/false, deadline);
+}
+
+absl::Status WorkerSession::DeclareTableFrom(const TableOptions& t, std::span<const float> initial,
+                                             absl::Time deadline) {
+  if (!t.dense) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("table %d: only a dense table starts from given values", t.id));
+  }
+  return Declare(t, initial, /*await_initial=*/initial.empty(), deadline);
+}
+
+absl::Status WorkerSession::Declare(const TableOptions& t, std::span<const float> initial,
+                                    bool await_initial, absl::Time deadline) {
+  State& s = *state_;
   TableConfig c;
   c.id = t.id;
   c.dense = t.dense;
@@ -88,40 +170,172 @@ absl::Status WorkerSession::DeclareTable(const TableOptions& t, absl::Time deadl
   c.optimizer.kind = t.optimizer;
   c.optimizer.learning_rate = t.learning_rate;
   c.optimizer.l2 = t.l2;
+  c.optimizer.epsilon = t.epsilon;
+  c.optimizer.beta1 = t.beta1;
+  c.optimizer.beta2 = t.beta2;
   c.init_scale = t.init_scale;
   c.seed = t.seed;
-  return state_->kv->DeclareTable(c, deadline);
+  if (auto st = s.kv->DeclareTable(c, deadline, initial, await_initial); !st.ok()) return st;
+  TableState table;
+  table.config = c;
+  const int servers = s.kv->num_servers();
+  if (s.codec != nullptr && c.dense) {
+    table.ranges.assign(servers, ErrorFeedback());
+  } else if (s.codec != nullptr && s.codec->spec().kind != CodecKind::kFp16) {
+    for (int i = 0; i < servers; ++i) {
+      table.rows.emplace_back(c.dim, s.job.spec.training.residual_rows);
+    }
+  }
+  s.tables.insert_or_assign(t.id, std::move(table));
+  return absl::OkStatus();
 }
+
+namespace {
+
+// Sparse rows of a push, grouped by server and in ascending key order within each (as
+// SparseErrorFeedback takes them); rows of a key given twice are added up.
+struct ShardedRows {
+  std::vector<std::vector<uint64_t>> keys;
+  std::vector<std::vector<float>> values;
+};
+
+ShardedRows ShardRows(const KVClient& kv, std::span<const uint64_t> keys,
+                      std::span<const float> values, uint32_t dim) {
+  std::vector<uint32_t> order(keys.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return keys[a] < keys[b]; });
+  ShardedRows out;
+  out.keys.resize(kv.num_servers());
+  out.values.resize(kv.num_servers());
+  for (uint32_t i : order) {
+    const int server = kv.SparseServerOf(keys[i]);
+    std::vector<uint64_t>& k = out.keys[server];
+    std::vector<float>& v = out.values[server];
+    const float* row = values.data() + size_t{i} * dim;
+    if (!k.empty() && k.back() == keys[i]) {
+      float* into = v.data() + v.size() - dim;
+      for (uint32_t j = 0; j < dim; ++j) into[j] += row[j];
+      continue;
+    }
+    k.push_back(keys[i]);
+    v.insert(v.end(), row, row + dim);
+  }
+  return out;
+}
+
+}  // namespace
 
 absl::StatusOr<WorkerSession::Ticket> WorkerSession::Push(uint32_t table,
                                                           std::span<const uint64_t> keys,
                                                           std::span<const float> values,
                                                           float weight) {
-  return state_->kv->Push(table, keys, values, state_->clock, weight);
+  State& s = *state_;
+  absl::StatusOr<TableState*> t = s.FindTable(table);
+  if (!t.ok()) return t.status();
+  PendingTicket p;
+  if (!(*t)->rows.empty()) {
+    const uint32_t dim = (*t)->config.dim;
+    if (values.size() != keys.size() * dim) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("table %d: %d keys of dim %d need %d values, got %d", table, keys.size(),
+                          dim, keys.size() * dim, values.size()));
+    }
+    ShardedRows rows = ShardRows(*s.kv, keys, values, dim);
+    p.sparse.resize(rows.keys.size());
+    for (size_t server = 0; server < rows.keys.size(); ++server) {
+      if (rows.keys[server].empty()) continue;
+      (*t)->rows[server].Compress(*s.codec, rows.keys[server], rows.values[server],
+                                  &p.sparse[server], weight);
+    }
+    for (size_t server = 0; server < rows.keys.size(); ++server) {
+      if (auto st = s.kv->PushSparse(table, static_cast<int>(server), dim, p.sparse[server],
+                                     s.clock, weight, &p.requests);
+          !st.ok()) {
+        return st;
+      }
+    }
+    (*t)->last_weight = weight;
+    (*t)->pushed_compressed = true;
+    return s.Issue(std::move(p));
+  }
+  const bool half = s.codec != nullptr && s.codec->spec().kind == CodecKind::kFp16;
+  auto r = half ? s.kv->PushHalf(table, keys, values, s.clock, weight)
+                : s.kv->Push(table, keys, values, s.clock, weight);
+  if (!r.ok()) return r.status();
+  p.requests.push_back(*r);
+  return s.Issue(std::move(p));
 }
 
 absl::StatusOr<WorkerSession::Ticket> WorkerSession::Pull(uint32_t table,
                                                           std::span<const uint64_t> keys,
                                                           std::span<float> out) {
-  return state_->kv->Pull(table, keys, out, ReadClock());
+  State& s = *state_;
+  auto r = s.kv->Pull(table, keys, out, ReadClock());
+  if (!r.ok()) return r.status();
+  return s.Issue(PendingTicket{.requests = {*r}});
 }
 
 absl::StatusOr<WorkerSession::Ticket> WorkerSession::PushPull(uint32_t table,
                                                               std::span<const uint64_t> keys,
                                                               std::span<const float> values,
                                                               std::span<float> out, float weight) {
-  return state_->kv->PushPull(table, keys, values, out, state_->clock, weight);
+  State& s = *state_;
+  if (s.codec == nullptr) {
+    auto r = s.kv->PushPull(table, keys, values, out, s.clock, weight);
+    if (!r.ok()) return r.status();
+    return s.Issue(PendingTicket{.requests = {*r}});
+  }
+  // A compressed push is a request of its own; the pull follows it on every connection, so it
+  // reads what the push wrote, as one push-pull would.
+  absl::StatusOr<Ticket> pushed = Push(table, keys, values, weight);
+  if (!pushed.ok()) return pushed;
+  auto r = s.kv->Pull(table, keys, out, ReadClock());
+  if (!r.ok()) return r.status();
+  s.pending[*pushed].requests.push_back(*r);
+  return pushed;
 }
 
 absl::StatusOr<WorkerSession::Ticket> WorkerSession::PushDense(uint32_t table, uint64_t begin,
                                                                std::span<const float> values,
                                                                float weight) {
-  return state_->kv->PushDense(table, begin, values, state_->clock, weight);
+  State& s = *state_;
+  absl::StatusOr<TableState*> t = s.FindTable(table);
+  if (!t.ok()) return t.status();
+  const TableConfig& config = (*t)->config;
+  PendingTicket p;
+  if ((*t)->ranges.empty() || values.size() < kMinCompressedDenseValues ||
+      values.size() % config.dim != 0) {
+    auto r = s.kv->PushDense(table, begin, values, s.clock, weight);
+    if (!r.ok()) return r.status();
+    p.requests.push_back(*r);
+    return s.Issue(std::move(p));
+  }
+  // One compressed block per server's range the push covers, each with its residual.
+  const uint64_t end = begin + values.size() / config.dim;
+  const int servers = s.kv->num_servers();
+  for (int server = 0; server < servers; ++server) {
+    const KeyRange range = DenseShardRange(config.num_keys, server, servers);
+    const uint64_t lo = std::max(begin, range.begin), hi = std::min(end, range.end);
+    if (lo >= hi) continue;
+    std::span<const float> part = values.subspan((lo - begin) * config.dim, (hi - lo) * config.dim);
+    std::vector<std::byte>& block = p.blocks.emplace_back();
+    (*t)->ranges[server].Compress(*s.codec, part, &block);
+    auto r = s.kv->PushDenseEncoded(table, lo, hi, static_cast<uint8_t>(s.codec->spec().kind),
+                                    block, s.clock, weight);
+    if (!r.ok()) return r.status();
+    p.requests.push_back(*r);
+  }
+  (*t)->last_weight = weight;
+  (*t)->pushed_compressed = true;
+  return s.Issue(std::move(p));
 }
 
 absl::StatusOr<WorkerSession::Ticket> WorkerSession::PullDense(uint32_t table, uint64_t begin,
                                                                std::span<float> out) {
-  return state_->kv->PullDense(table, begin, out, ReadClock());
+  State& s = *state_;
+  auto r = s.kv->PullDense(table, begin, out, ReadClock());
+  if (!r.ok()) return r.status();
+  return s.Issue(PendingTicket{.requests = {*r}});
 }
 
 int64_t WorkerSession::ReadClock() const {
@@ -130,7 +344,18 @@ int64_t WorkerSession::ReadClock() const {
 }
 
 absl::Status WorkerSession::Wait(Ticket ticket, absl::Time deadline) {
-  return state_->kv->Wait(ticket, deadline);
+  State& s = *state_;
+  auto it = s.pending.find(ticket);
+  if (it == s.pending.end()) {
+    return absl::NotFoundError(
+        absl::StrFormat("ticket %d is not pending (waited for already, or never issued)", ticket));
+  }
+  absl::Status status;
+  for (Ticket request : it->second.requests) {
+    if (auto st = s.kv->Wait(request, deadline); !st.ok() && status.ok()) status = st;
+  }
+  s.pending.erase(it);
+  return status;
 }
 
 absl::Status WorkerSession::Clock(double examples, double train_loss) {
@@ -161,12 +386,64 @@ absl::Status WorkerSession::Clock(double examples, double train_loss) {
   return s.job.control->health();
 }
 
+// What the compressed pushes' residuals still hold goes to the servers whole, as the pushes of
+// one more iteration (of no examples of its own, weighted as the last push was), so that no
+// gradient is lost (PsBackend sends it with its last iteration, which it knows in advance).
+absl::Status WorkerSession::DrainResiduals(absl::Time deadline) {
+  State& s = *state_;
+  PendingTicket p;
+  std::deque<std::vector<float>> held;  // the dense residuals being sent
+  float weight = 0;
+  for (auto& [id, t] : s.tables) {
+    if (!t.pushed_compressed) continue;
+    weight = std::max(weight, t.last_weight);
+    const int servers = s.kv->num_servers();
+    for (int server = 0; server < static_cast<int>(t.rows.size()); ++server) {
+      SparsePush& push = p.sparse.emplace_back();
+      t.rows[server].Drain(&push, t.last_weight);
+      if (auto st =
+              s.kv->PushSparse(id, server, t.config.dim, push, s.clock, t.last_weight, &p.requests);
+          !st.ok()) {
+        return st;
+      }
+    }
+    for (int server = 0; server < static_cast<int>(t.ranges.size()); ++server) {
+      const std::span<const float> residual = t.ranges[server].residual();
+      if (residual.empty()) continue;
+      const KeyRange range = DenseShardRange(t.config.num_keys, server, servers);
+      if (residual.size() != range.size() * t.config.dim) continue;  // pushed parts of it only
+      const std::vector<float>& kept = held.emplace_back(residual.begin(), residual.end());
+      auto r = s.kv->PushDense(id, range.begin, kept, s.clock, t.last_weight);
+      if (!r.ok()) return r.status();
+      p.requests.push_back(*r);
+      t.ranges[server].Reset();
+    }
+  }
+  if (p.requests.empty()) return absl::OkStatus();
+  absl::Status status;
+  for (Ticket request : p.requests) {
+    if (auto st = s.kv->Wait(request, deadline); !st.ok() && status.ok()) status = st;
+  }
+  if (!status.ok()) return status;
+  return s.kv->Clock(s.clock + 1, weight);
+}
+
 absl::Status WorkerSession::Finish(std::function<absl::StatusOr<EvaluationResult>()> evaluate,
                                    absl::Duration timeout) {
   State& s = *state_;
   if (s.finished) return absl::FailedPreconditionError("Finish() was called already");
   const absl::Time deadline = absl::Now() + timeout;
   ControlClient* control = s.job.control.get();
+  // The caller's requests first: their errors are the caller's to see.
+  absl::Status pending;
+  for (auto& [ticket, p] : s.pending) {
+    for (Ticket request : p.requests) {
+      if (auto st = s.kv->Wait(request, deadline); !st.ok() && pending.ok()) pending = st;
+    }
+  }
+  s.pending.clear();
+  if (!pending.ok()) return pending;
+  if (auto st = DrainResiduals(deadline); !st.ok()) return st;
   if (auto st = s.kv->Finish(deadline); !st.ok()) return st;
   s.finished = true;
   control->ReportWorkerDone(WorkerDoneReport{.steps = s.clock,

@@ -283,6 +283,18 @@ struct TableSpec {
   maxRows @9 :UInt64;      # sparse: rows a shard may hold (0 = default bound)
   l1 @10 :Float32;         # FTRL: L1 strength
   ftrlBeta @11 :Float32;   # FTRL: the beta of its per-coordinate learning rate
+  # How a declaration that creates a dense table sets its values (not part of the table's spec:
+  # declarations that differ only in it are the same table).
+  initial @12 :TableInit;
+  epsilon @13 :Float32 = 1e-8;  # Adagrad and Adam
+  beta1 @14 :Float32 = 0.9;     # Adam
+  beta2 @15 :Float32 = 0.999;   # Adam
+}
+
+enum TableInit {
+  default @0;      # initScale and seed
+  values @1;       # the declaration's values frame: this server's range, numKeys x dim floats
+  awaitValues @2;  # answered once a declaration with values (or a default one) has made it
 }
 
 # The job: every setting of syncline/job_spec.h, as the coordinator hands it to each node at
@@ -420,4 +432,5 @@ struct JobSpec {
   hiddenLayers @82 :List(Int32);   # --hidden, input side first (empty: the model's default)
   deviceKind @83 :UInt8;           # --device (DeviceKind: 0 auto, 1 cpu, 2 cuda)
   deviceIndex @84 :Int32;          # --device cuda:N
+  workerCommand @85 :List(Text);   # syncline-launch ... -- COMMAND (empty: syncline-worker)
 }

@@ -21,6 +21,9 @@ void TableConfig::ToWire(wire::TableSpec::Builder out) const {
   out.setMaxRows(max_rows);
   out.setL1(optimizer.l1);
   out.setFtrlBeta(optimizer.ftrl_beta);
+  out.setEpsilon(optimizer.epsilon);
+  out.setBeta1(optimizer.beta1);
+  out.setBeta2(optimizer.beta2);
 }
 
 absl::StatusOr<TableConfig> TableConfig::FromWire(wire::TableSpec::Reader in) {
@@ -43,6 +46,9 @@ absl::StatusOr<TableConfig> TableConfig::FromWire(wire::TableSpec::Reader in) {
   c.optimizer.l2 = in.getL2();
   c.optimizer.l1 = in.getL1();
   c.optimizer.ftrl_beta = in.getFtrlBeta();
+  c.optimizer.epsilon = in.getEpsilon();
+  c.optimizer.beta1 = in.getBeta1();
+  c.optimizer.beta2 = in.getBeta2();
   c.init_scale = in.getInitScale();
   c.seed = in.getSeed();
   c.max_rows = in.getMaxRows() == 0 ? kDefaultMaxRows : in.getMaxRows();
@@ -68,6 +74,15 @@ absl::StatusOr<TableConfig> TableConfig::FromWire(wire::TableSpec::Reader in) {
       c.init_scale < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("table %d: l2 and init scale must be finite and >= 0", c.id));
+  }
+  if (!(c.optimizer.epsilon > 0) || !std::isfinite(c.optimizer.epsilon)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("table %d: epsilon must be finite and > 0", c.id));
+  }
+  if (!(c.optimizer.beta1 >= 0 && c.optimizer.beta1 < 1) ||
+      !(c.optimizer.beta2 >= 0 && c.optimizer.beta2 < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("table %d: Adam's beta1 and beta2 must be in [0, 1)", c.id));
   }
   if (!std::isfinite(c.optimizer.l1) || c.optimizer.l1 < 0 ||
       !std::isfinite(c.optimizer.ftrl_beta) || c.optimizer.ftrl_beta < 0) {

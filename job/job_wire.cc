@@ -44,6 +44,8 @@ void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
   out.setEmbeddingDim(s.model.embedding_dim);
   auto hidden = out.initHiddenLayers(s.model.hidden.size());
   for (size_t i = 0; i < s.model.hidden.size(); ++i) hidden.set(i, s.model.hidden[i]);
+  auto command = out.initWorkerCommand(s.worker_command.size());
+  for (size_t i = 0; i < s.worker_command.size(); ++i) command.set(i, s.worker_command[i]);
   out.setDeviceKind(static_cast<uint8_t>(s.device.kind));
   out.setDeviceIndex(s.device.index);
   out.setTrain(s.data.train);
@@ -150,6 +152,10 @@ absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
     return absl::InvalidArgumentError("job spec: too many hidden layers");
   }
   for (int32_t width : in.getHiddenLayers()) s.model.hidden.push_back(width);
+  if (in.getWorkerCommand().size() > kMaxWorkerCommandWords) {
+    return absl::InvalidArgumentError("job spec: the worker command has too many words");
+  }
+  for (auto word : in.getWorkerCommand()) s.worker_command.emplace_back(word.cStr());
   s.device.kind = static_cast<DeviceKind>(in.getDeviceKind());
   s.device.index = in.getDeviceIndex();
   s.data.train = in.getTrain();

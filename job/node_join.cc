@@ -150,7 +150,8 @@ CoordinatorOptions CoordinatorOptionsFor(const JobSpec& spec) {
   o.enter_at_latest_cut = spec.sync.gossip();
   o.heartbeat_interval = absl::Seconds(spec.timeouts.heartbeat_interval_s);
   o.heartbeat_timeout = absl::Seconds(spec.timeouts.heartbeat_timeout_s);
-  o.evaluate = !spec.data.test.empty();
+  // A user's worker program evaluates with its own test data (its Finish's callback).
+  o.evaluate = !spec.data.test.empty() || !spec.worker_command.empty();
   // Named before the waiting workers' own requests time out.
   o.stuck_timeout = absl::Seconds(0.9 * spec.timeouts.request_s);
   o.job_spec = JobSpecToBytes(spec);

@@ -37,6 +37,13 @@ std::vector<std::pair<std::string, std::string>> NodeEnvironment(const ClusterOp
   return env;
 }
 
+// syncline-node runs the job's worker command, after "--", on the workers' ranks.
+void AppendWorkerCommand(const JobSpec& spec, std::vector<std::string>* argv) {
+  if (spec.worker_command.empty()) return;
+  argv->push_back("--");
+  argv->insert(argv->end(), spec.worker_command.begin(), spec.worker_command.end());
+}
+
 absl::Status CheckHostName(absl::string_view name) {
   if (name.empty() || name.front() == '-' ||
       name.find_first_of(" \t'\"\\$`;&|<>()") != absl::string_view::npos) {
@@ -217,8 +224,8 @@ absl::StatusOr<std::vector<ProcessSpec>> NodeProcesses(const JobSpec& spec,
       for (wire::Role role : {wire::Role::SERVER, wire::Role::WORKER}) {
         const int n = role == wire::Role::SERVER ? spec.servers : workers;
         for (int r = 0; r < n; ++r) {
-          ProcessSpec p = NodeProcess(role, r, coordinator);
-          p.env = env;
+          ProcessSpec p = NodeProcess(role, r, coordinator, spec.worker_command);
+          p.env.insert(p.env.begin(), env.begin(), env.end());
           out.push_back(std::move(p));
         }
       }
@@ -231,11 +238,12 @@ absl::StatusOr<std::vector<ProcessSpec>> NodeProcesses(const JobSpec& spec,
       for (int g = 0; g < static_cast<int>(place->size()); ++g) {
         const wire::Role role = g < spec.servers ? wire::Role::SERVER : wire::Role::WORKER;
         const int rank = g < spec.servers ? g : g - spec.servers;
-        const ProcessSpec local = NodeProcess(role, rank, coordinator);
+        const ProcessSpec local = NodeProcess(role, rank, coordinator, spec.worker_command);
         // The remote shell runs the node in the same folder, with the transport's settings,
         // and becomes it (exec), so that the node's exit code is ssh's.
         std::string command = absl::StrCat("cd ", ShellQuote(options.working_dir), " && exec env");
         for (const auto& [k, v] : env) absl::StrAppend(&command, " ", k, "=", ShellQuote(v));
+        for (const auto& [k, v] : local.env) absl::StrAppend(&command, " ", k, "=", ShellQuote(v));
         for (const std::string& a : local.argv) absl::StrAppend(&command, " ", ShellQuote(a));
         ProcessSpec p;
         p.label = local.label;
@@ -282,6 +290,7 @@ absl::StatusOr<std::vector<ProcessSpec>> NodeProcesses(const JobSpec& spec,
       for (std::string& w : SplitWords(options.launcher_args)) p.argv.push_back(std::move(w));
       p.argv.insert(p.argv.end(), {FindBinary("syncline-node"), "--servers",
                                    absl::StrCat(spec.servers), "--coordinator", coordinator});
+      AppendWorkerCommand(spec, &p.argv);
       out.push_back(std::move(p));
       return out;
     }
@@ -306,6 +315,7 @@ absl::StatusOr<std::vector<ProcessSpec>> NodeProcesses(const JobSpec& spec,
       for (std::string& w : SplitWords(options.launcher_args)) p.argv.push_back(std::move(w));
       p.argv.insert(p.argv.end(), {FindBinary("syncline-node"), "--servers",
                                    absl::StrCat(spec.servers), "--coordinator", coordinator});
+      AppendWorkerCommand(spec, &p.argv);
       out.push_back(std::move(p));
       return out;
     }

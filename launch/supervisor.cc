@@ -144,8 +144,17 @@ std::string_view NodeOfLine(std::string_view label, std::string_view line) {
 
 std::string FindBinary(const std::string& name) { return (BinaryDir() / name).string(); }
 
-ProcessSpec NodeProcess(wire::Role role, int rank, const std::string& coordinator) {
+ProcessSpec NodeProcess(wire::Role role, int rank, const std::string& coordinator,
+                        const std::vector<std::string>& worker_command) {
   const bool server = role == wire::Role::SERVER;
+  if (!server && !worker_command.empty()) {
+    // A user's program joins through the worker session, which reads these (as syncline-worker
+    // reads its flags' variables).
+    return ProcessSpec{
+        DataEndpointId(role, rank),
+        worker_command,
+        {{"SYNCLINE_COORDINATOR", coordinator}, {"SYNCLINE_RANK", absl::StrCat(rank)}}};
+  }
   return ProcessSpec{DataEndpointId(role, rank),
                      {FindBinary(server ? "syncline-ps" : "syncline-worker"), "--coordinator",
                       coordinator, "--rank", absl::StrCat(rank)}};

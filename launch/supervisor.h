@@ -26,7 +26,10 @@ namespace syncline {
 std::string FindBinary(const std::string& name);
 
 // The child process of node (role, rank) of a job whose coordinator is at `coordinator`.
-ProcessSpec NodeProcess(wire::Role role, int rank, const std::string& coordinator);
+// A worker runs `worker_command` (a user's program: syncline-launch ... -- COMMAND) with
+// SYNCLINE_COORDINATOR and SYNCLINE_RANK set, when one is given.
+ProcessSpec NodeProcess(wire::Role role, int rank, const std::string& coordinator,
+                        const std::vector<std::string>& worker_command = {});
 
 struct JobOutcome {
   absl::Status status;            // the coordinator's verdict

@@ -25,6 +25,7 @@
 #include "core/zmq_transport.h"
 #include "job/job_spec.h"
 #include "job/node_join.h"
+#include "job/options.h"
 #include "launch/checkpoint_tracker.h"
 #include "launch/cluster.h"
 #include "launch/experiment.h"
@@ -54,7 +55,10 @@ constexpr char kAbout[] =
     "  syncline-launch --model ctr --format criteo --train a.tsv --test b.tsv \\\n"
     "      --embedding-dim 8 --hidden 64    # DLRM-style CTR model on Criteo data\n"
     "  syncline-launch --model mlp --hidden 256,128 --classes 10 \\\n"
-    "      --train a.libsvm --test b.libsvm  # multilayer perceptron, softmax output\n";
+    "      --train a.libsvm --test b.libsvm  # multilayer perceptron, softmax output\n"
+    "  syncline-launch --servers 2 --workers 2 --sync bsp -- python3 train.py --epochs 2\n"
+    "      # your own PyTorch worker (syncline.torch) as every worker, with\n"
+    "      # SYNCLINE_COORDINATOR and SYNCLINE_RANK set; everything after -- is its command\n";
 
 // Exit code 2 with the message: the job cannot start as given.
 int Refuse(absl::string_view message) {
@@ -136,7 +140,47 @@ int SubmitBatchJob(int argc, char** argv, const JobSpec& spec, const std::string
                              script.string(), ")"));
 }
 
+// Everything after the first "--" is the workers' command (a user's program); argc is cut there.
+std::vector<std::string> TakeWorkerCommand(int* argc, char** argv) {
+  for (int i = 1; i < *argc; ++i) {
+    if (std::string_view(argv[i]) == "--") {
+      std::vector<std::string> command(argv + i + 1, argv + *argc);
+      *argc = i;
+      return command;
+    }
+  }
+  return {};
+}
+
+// What a job whose workers run a user's command may not ask for.
+absl::Status CheckWorkerCommand(const JobSpec& spec, bool dash_dash, bool external_workers) {
+  if (!dash_dash) return absl::OkStatus();
+  if (spec.worker_command.empty()) {
+    return absl::InvalidArgumentError(
+        "-- must be followed by the workers' command, e.g. -- python3 train.py");
+  }
+  if (external_workers) {
+    return absl::InvalidArgumentError(
+        "give --external-workers (you start the workers) or -- COMMAND (the launcher starts "
+        "COMMAND as every worker), not both");
+  }
+  if (spec.sync.gossip() || spec.sync.fedavg()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--sync ", SyncModeName(spec.sync),
+        ": a worker command (syncline.torch) runs under --sync bsp, ssp:S, asp, hybrid or "
+        "allreduce"));
+  }
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
+  const bool dash_dash = [&] {
+    for (int i = 1; i < argc; ++i) {
+      if (std::string_view(argv[i]) == "--") return true;
+    }
+    return false;
+  }();
+  std::vector<std::string> worker_command = TakeWorkerCommand(&argc, argv);
   CLI::App app(kAbout);
   JobConfig config;
   bool resume = false, resume_if_any = false, external_workers = false;
@@ -206,6 +250,10 @@ int Main(int argc, char** argv) {
   }
   absl::StatusOr<JobSpec> spec = BuildJobSpec(config);
   if (!spec.ok()) return Refuse(spec.status().message());
+  spec->worker_command = std::move(worker_command);
+  if (auto s = CheckWorkerCommand(*spec, dash_dash, external_workers); !s.ok()) {
+    return Refuse(s.message());
+  }
   for (const std::string& warning : JobSpecWarnings(*spec)) SYNCLINE_LOG(WARNING) << warning;
   if (auto kind = ParseLauncher(launcher); kind.ok()) {
     cluster.kind = *kind;
@@ -251,7 +299,8 @@ int Main(int argc, char** argv) {
   if (auto s = LockRunFolders(*spec, config.out, resume || resume_if_any); !s.ok()) {
     return Refuse(s.message());
   }
-  if (spec->data.train.empty()) {
+  // A user's worker program reads its own data (or --train, which it may take from the spec).
+  if (spec->data.train.empty() && spec->worker_command.empty()) {
     if (auto s = GenerateData(config, &*spec); !s.ok()) return Refuse(s.message());
   }
   absl::StatusOr<int64_t> restore_clock = PrepareCheckpoints(&*spec, resume, resume_if_any);

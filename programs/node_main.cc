@@ -33,13 +33,44 @@ constexpr char kHelp[] =
     "The world rank and size come from the first of SYNCLINE_WORLD_RANK/_SIZE,\n"
     "OMPI_COMM_WORLD_RANK/_SIZE, PMIX_RANK, PMI_RANK/PMI_SIZE, SLURM_PROCID/SLURM_NTASKS.\n"
     "Every other flag (--coordinator, --interface, --port-range, --key-file, ...) is passed\n"
-    "to the node's program; see syncline-worker --help.\n";
+    "to the node's program; see syncline-worker --help.\n"
+    "  -- COMMAND ARGS  the workers' ranks run COMMAND (a user's worker program, as\n"
+    "                syncline-launch ... -- COMMAND starts it) instead of syncline-worker, with\n"
+    "                SYNCLINE_COORDINATOR and SYNCLINE_RANK set.\n";
+
+// Becomes the user's worker program (execvp: a bare name is searched in PATH), which joins through
+// the worker session and reads these variables; the node's other flags are for syncline-worker.
+int RunWorkerCommand(std::vector<std::string>& command, const std::string& coordinator,
+                     const NodeRank& node, const WorldRank& world) {
+  if (!coordinator.empty()) setenv("SYNCLINE_COORDINATOR", coordinator.c_str(), 1);
+  setenv("SYNCLINE_RANK", absl::StrCat(node.rank).c_str(), 1);
+  setenv("SYNCLINE_WORLD_SIZE", absl::StrCat(world.size).c_str(), 1);
+  std::vector<char*> args;
+  for (std::string& a : command) args.push_back(a.data());
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  std::cerr << "syncline-node: cannot run the workers' command '" << command[0] << "' (world rank "
+            << world.rank << " from " << world.source << " is "
+            << DataEndpointId(node.role, node.rank) << "): " << std::strerror(errno) << "\n";
+  return 1;
+}
 
 int Main(int argc, char** argv) {
   int servers = -1;
-  std::vector<std::string> rest;
+  std::vector<std::string> rest, command;
+  std::string coordinator;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (arg == "--") {
+      command.assign(argv + i + 1, argv + argc);
+      if (command.empty()) {
+        std::cerr << "syncline-node: -- must be followed by the workers' command\n";
+        return kExitBadInput;
+      }
+      break;
+    }
+    if (arg == "--coordinator" && i + 1 < argc) coordinator = argv[i + 1];
+    if (arg.rfind("--coordinator=", 0) == 0) coordinator = arg.substr(14);
     if (arg == "-h" || arg == "--help") {
       std::cout << kHelp;
       return 0;
@@ -74,6 +105,7 @@ int Main(int argc, char** argv) {
   }
   const NodeRank node = NodeOfWorldRank((*world)->rank, servers);
   const bool server = node.role == wire::Role::SERVER;
+  if (!server && !command.empty()) return RunWorkerCommand(command, coordinator, node, **world);
   const std::string program = FindBinary(server ? "syncline-ps" : "syncline-worker");
   setenv("SYNCLINE_RANK", absl::StrCat(node.rank).c_str(), 1);
   setenv("SYNCLINE_WORLD_SIZE", absl::StrCat((*world)->size).c_str(), 1);

@@ -334,12 +334,28 @@ absl::Status ParameterServer::DeclareTable(Message& message) {
   if (!h.getBody().isTable()) return absl::InvalidArgumentError("declareTable without a spec");
   auto config = TableConfig::FromWire(h.getBody().getTable());
   if (!config.ok()) return config.status();
+  const wire::TableInit initial = h.getBody().getTable().getInitial();
+  if (initial != wire::TableInit::DEFAULT && !config->dense) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("table %d: only a dense table takes initial values", config->id));
+  }
   auto it = tables_.find(config->id);
   if (it != tables_.end()) {
+    // Made already (or restored from a checkpoint): initial values do not apply.
     if (!(it->second->config() == *config)) {
       return absl::FailedPreconditionError(
           absl::StrFormat("table %d is already declared with a different spec", config->id));
     }
+  } else if (initial == wire::TableInit::AWAIT_VALUES) {
+    if (awaiting_count_ >= kMaxAwaitingDeclarations) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("table %d: %d declarations wait for tables' initial values already",
+                          config->id, awaiting_count_));
+    }
+    awaiting_declarations_[config->id].push_back(
+        AwaitingDeclaration{message.peer(), h.getRequestId(), *config});
+    ++awaiting_count_;
+    return absl::OkStatus();  // answered when the table is made
   } else {
     if (tables_.size() >= options_.max_tables) {
       return absl::ResourceExhaustedError("too many tables");
@@ -365,13 +381,62 @@ absl::Status ParameterServer::DeclareTable(Message& message) {
     }
     auto table = MakeTable(*config, "");
     if (!table.ok()) return table.status();
-    tables_.emplace(config->id, std::move(*table));
+    if (initial == wire::TableInit::VALUES) {
+      if (auto s = LoadInitialValues(**table, message); !s.ok()) return s;
+    }
+    it = tables_.emplace(config->id, std::move(*table)).first;
+    AnswerAwaitingDeclarations(*it->second);
   }
   MessageBuilder b(wire::MsgType::REPLY);
   b.header().setRequestId(h.getRequestId());
   b.header().setTable(config->id);
   Reply(message.peer(), b.Finish());
   return absl::OkStatus();
+}
+
+absl::Status ParameterServer::LoadInitialValues(ShardTable& table, Message& message) {
+  const TableConfig& config = table.config();
+  if (message.payload_count() < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "table %d: a declaration with initial values has no values frame", config.id));
+  }
+  auto values = message.payload(0).As<float>();
+  if (!values.ok()) return values.status();
+  const uint64_t expected = table.range().size() * config.dim;
+  if (values->size() != expected) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "table %d: %d initial values for this server's %d keys of dim %d (%d values)", config.id,
+        values->size(), table.range().size(), config.dim, expected));
+  }
+  for (size_t i = 0; i < values->size(); ++i) {
+    if (!std::isfinite((*values)[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("table %d: initial value %d (key %d) is not finite", config.id, i,
+                          table.range().begin + i / config.dim));
+    }
+  }
+  const std::vector<float> state(
+      expected * static_cast<uint64_t>(StateFloatsPerWeight(config.optimizer.kind)), 0.0f);
+  return table.LoadDense(*values, state, 0);
+}
+
+void ParameterServer::AnswerAwaitingDeclarations(const ShardTable& table) {
+  auto it = awaiting_declarations_.find(table.config().id);
+  if (it == awaiting_declarations_.end()) return;
+  for (const AwaitingDeclaration& d : it->second) {
+    const bool same = d.config == table.config();
+    MessageBuilder b(same ? wire::MsgType::REPLY : wire::MsgType::ERROR);
+    b.header().setRequestId(d.request_id);
+    b.header().setTable(table.config().id);
+    if (!same) {
+      b.header().setStatusCode(static_cast<int32_t>(absl::StatusCode::kFailedPrecondition));
+      b.header().setMessage(
+          absl::StrFormat("table %d is already declared with a different spec", d.config.id));
+    }
+    Reply(d.peer, b.Finish());
+  }
+  awaiting_count_ -= it->second.size();
+  awaiting_declarations_.erase(it);
 }
 
 absl::StatusOr<std::span<const uint64_t>> ParameterServer::KeysOf(Message& message,

@@ -197,6 +197,10 @@ class ParameterServer {
 
   absl::Status HandleRequest(Message& message);
   absl::Status DeclareTable(Message& message);
+  // A new dense table's values from a declaration's values frame (TableInit::values).
+  absl::Status LoadInitialValues(ShardTable& table, Message& message);
+  // Answers the declarations that waited for table `id` to be made (TableInit::awaitValues).
+  void AnswerAwaitingDeclarations(const ShardTable& table);
   // Validates and applies (or, under BSP, accumulates) the push in `message`. When `acked` is
   // not null and the push is a plain asynchronous one, it answers the push once the request is
   // validated and before the update runs, and sets *acked: the update cannot fail from there
@@ -249,6 +253,15 @@ class ParameterServer {
   std::vector<std::string> worker_ids_;      // "w<rank>", the routing id each worker must use
   std::unique_ptr<UpdatePool> update_pool_;  // null with one update thread; tables point to it
   absl::flat_hash_map<uint32_t, std::unique_ptr<ShardTable>> tables_;
+  // Declarations waiting for a table to be made with its initial values, by table id.
+  struct AwaitingDeclaration {
+    std::string peer;
+    uint64_t request_id = 0;
+    TableConfig config;
+  };
+  absl::flat_hash_map<uint32_t, std::vector<AwaitingDeclaration>> awaiting_declarations_;
+  size_t awaiting_count_ = 0;
+  static constexpr size_t kMaxAwaitingDeclarations = 4096;
   // Examples each clock covered, summed over workers (BSP scaling), and per worker (robust
   // aggregation normalises each worker's update by its own examples).
   std::map<int64_t, double> clock_weight_;

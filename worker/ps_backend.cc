@@ -237,25 +237,9 @@ absl::Status PsBackend::PushSparseRows(int64_t clock, std::span<const uint64_t> 
         sparse_feedback_[s].Drain(&push, examples);
       }
     }
-    if (!push.keys.empty()) {
-      auto t = client_->PushRowsEncoded(kRowsTable, s, push.keys, push.kind, push.block, push.held,
-                                        push.spread, clock, examples);
-      if (!t.ok()) return t.status();
-      pending_pushes_.push_back(*t);
-    }
-    // Rows sent whole (flushed, or the final drain of up to --residual-rows rows) go in
-    // pushes of at most kMaxFlushBytes of values, well inside a message's bound.
-    const size_t per_push = std::max<size_t>(1, kMaxFlushBytes / (size_t{dim} * sizeof(float)));
-    for (size_t at = 0; at < push.flushed_keys.size(); at += per_push) {
-      const size_t rows = std::min(per_push, push.flushed_keys.size() - at);
-      auto t = client_->PushRowsEncoded(
-          kRowsTable, s, std::span<const uint64_t>(push.flushed_keys).subspan(at, rows),
-          CodecKind::kNone,
-          std::as_bytes(std::span<const float>(push.flushed_values).subspan(at * dim, rows * dim)),
-          std::span<const uint16_t>(push.flushed_held).subspan(at, rows),
-          std::span<const float>(push.flushed_spread).subspan(at, rows), clock, examples);
-      if (!t.ok()) return t.status();
-      pending_pushes_.push_back(*t);
+    if (auto st = client_->PushSparse(kRowsTable, s, dim, push, clock, examples, &pending_pushes_);
+        !st.ok()) {
+      return st;
     }
   }
   return absl::OkStatus();

@@ -23,8 +23,6 @@ class PsBackend : public SyncBackend {
  public:
   static constexpr uint32_t kRowsTable = 1;
   static constexpr uint32_t kBiasTable = 2;
-  // The most bytes of values one push of rows sent whole carries.
-  static constexpr size_t kMaxFlushBytes = size_t{64} << 20;
 
   // `client` must outlive the backend; every request gets `request_timeout`. With a codec
   // other than none, row gradients are compressed with error feedback: dense rows keep one

@@ -18,6 +18,9 @@
 
 namespace syncline {
 
+// Words of a worker command (JobSpec::worker_command) at most.
+inline constexpr size_t kMaxWorkerCommandWords = 4096;
+
 struct JobSpec {
   // Each field's launcher flag in brackets.
   int servers = 2;  // [--servers] parameter-server shards (0 under gossip)
@@ -88,6 +91,11 @@ struct JobSpec {
   } training;
 
   uint64_t seed = 1;  // [--seed] of every random choice
+
+  // [syncline-launch ... -- COMMAND ARGS] The program every worker runs (a user's training
+  // script, which joins through the worker session: the Python package's syncline.torch);
+  // empty: syncline-worker and the built-in --model.
+  std::vector<std::string> worker_command;
 
   // --sync fedavg: workers are the clients of federated averaging (McMahan et al. 2017).
   struct Federated {

@@ -16,7 +16,10 @@
 // The servers apply each table's update rule to the pushed gradient sums (divided by the
 // pushed weight, the examples behind them) and keep the job's consistency model (BSP, SSP or
 // ASP, from the job spec): under BSP a pull of iteration c waits until every worker has
-// clocked c iterations. Push, Pull and PushPull return a ticket at once, so that requests
+// clocked c iterations. Pushes and pulls take the job's codecs (--compress, --compress-pull):
+// a top-K or sign1 push keeps its error-feedback residual here (per row of a sparse table, per
+// server's range of a dense one: push the same range every iteration) and Finish sends what is
+// left; an fp16 push keeps none. Push, Pull and PushPull return a ticket at once, so that requests
 // overlap; the arrays passed to them must stay alive and unchanged until Wait returns for
 // that ticket. Every call returns an absl::Status; nothing throws. The session heartbeats from
 // a thread of its own, so a long computation does not make the worker look dead, and a job that
@@ -46,9 +49,15 @@ struct SessionOptions {
   std::string coordinator;
   // This worker's rank, 0..workers-1; each rank joins once.
   int rank = 0;
-  // Where this worker's data endpoint listens (port 0: any free one). Empty: on the address
-  // whose route reaches the coordinator (loopback when it is on loopback).
+  // Where this worker's data endpoint listens (port 0: any free one). Empty: on `interface`'s
+  // address, or else on the address whose route reaches the coordinator (loopback when it is
+  // on loopback), at a port in `port_range`.
   std::string bind;
+  std::string interface;   // a network interface's name, as syncline-launch --interface
+  std::string port_range;  // "FIRST-LAST" or "PORT"; empty: any free port
+  // The number of ranks a cluster launcher started (mpirun, srun), checked by the
+  // coordinator; 0: not started as one world.
+  int world_size = 0;
   // How long to wait for every node of the job to join.
   absl::Duration startup_timeout = absl::Seconds(120);
   // The job key (syncline-launch's OUT/job.key) when the job is off loopback: connections are
@@ -67,9 +76,16 @@ struct TableOptions {
   bool dense = true;
   uint64_t num_keys = 0;
   uint32_t dim = 1;  // floats per key
+  // The rule the servers apply to this table's pushed gradients (optim/optimizer.h): w -=
+  // rule(g / weight + l2 w). Adagrad: h += g^2, w -= lr g / (sqrt(h) + epsilon), h from 0 (as
+  // torch.optim.Adagrad with initial_accumulator_value 0 and its eps; torch's default eps is
+  // 1e-10). Adam: beta1, beta2, epsilon as torch.optim.Adam, with one step count per row.
   OptimizerKind optimizer = OptimizerKind::kSgd;
   float learning_rate = 0.1f;
   float l2 = 0.0f;
+  float epsilon = 1e-8f;    // Adagrad and Adam
+  float beta1 = 0.9f;       // Adam
+  float beta2 = 0.999f;     // Adam
   float init_scale = 0.0f;  // rows start uniform in [-init_scale, init_scale]; 0: zeros
   uint64_t seed = 1;
 };
@@ -98,6 +114,12 @@ class WorkerSession {
   int64_t clock() const;
 
   absl::Status DeclareTable(const TableOptions& table, absl::Time deadline);
+  // A dense table that starts from values a worker holds (say, rank 0's model as it was
+  // initialised): the worker that passes `initial` (num_keys * dim floats) makes the table with
+  // them; the others pass none and wait until that declaration has arrived. A table that exists
+  // already (a job resumed from a checkpoint) keeps its values.
+  absl::Status DeclareTableFrom(const TableOptions& table, std::span<const float> initial,
+                                absl::Time deadline);
 
   // Reads of the current iteration wait as the consistency model says; after Finish() (in
   // the evaluation) they read the final model.
@@ -114,7 +136,8 @@ class WorkerSession {
                                    float weight);
   absl::StatusOr<Ticket> PullDense(uint32_t table, uint64_t begin, std::span<float> out);
 
-  // Completes a ticket: OK, the first error a server answered, or DeadlineExceeded.
+  // Completes a ticket: OK, the first error a server answered, or DeadlineExceeded. A ticket
+  // is waited for once; an unknown one is NotFound.
   absl::Status Wait(Ticket ticket, absl::Time deadline);
 
   // Ends this worker's current iteration, which trained on `examples` examples with mean
@@ -133,6 +156,9 @@ class WorkerSession {
  private:
   explicit WorkerSession(std::unique_ptr<State> state);
   int64_t ReadClock() const;
+  absl::Status DrainResiduals(absl::Time deadline);
+  absl::Status Declare(const TableOptions& table, std::span<const float> initial,
+                       bool await_initial, absl::Time deadline);
   std::unique_ptr<State> state_;
 };
 
