@@ -135,6 +135,14 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(const Session
 
 WorkerSession::WorkerSession(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
+void WorkerSession::Abort(const absl::Status& why) {
+  if (state_->finished) return;
+  state_->finished = true;  // the destructor reports nothing more
+  state_->job.control->ReportAbort(
+      why.ok() ? absl::AbortedError(absl::StrCat("w", state_->rank, " aborted")) : why);
+  (void)state_->job.control->Flush(absl::Now() + absl::Seconds(2));
+}
+
 WorkerSession::~WorkerSession() {
   if (!state_->finished) {
     state_->job.control->ReportAbort(absl::AbortedError(absl::StrCat(

@@ -9,13 +9,18 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libtomlplusplus-dev
   gnuplot-nox clang-format clang libsodium-dev libopenblas-dev zlib1g-dev
+  # The Python package (python/): pybind11 for Debian's python3.
+  python3-dev pybind11-dev
   # The images `syncline-gen fashion-mnist` converts (/usr/share/datasets/fashion-mnist, 30 MB).
   dataset-fashion-mnist
 )
 # What the multi-host tests run against: real Open MPI, a real single-node Slurm, network
 # namespaces for hosts (ip, python3 for socket checks), the all-reduce benchmark's baselines
-# (Gloo, MPI), and strace (the checkpoint test that watches for fsync). `--for-tests` adds them.
-TEST_PACKAGES=(openmpi-bin slurm-wlm munge iproute2 python3 libopenmpi-dev libgloo-dev strace)
+# (Gloo, MPI), strace (the checkpoint test that watches for fsync), and PyTorch with pytest for
+# the Python package's tests (libopenblas0-openmp: without it torch runs on the slow reference
+# BLAS). `--for-tests` adds them.
+TEST_PACKAGES=(openmpi-bin slurm-wlm munge iproute2 python3 libopenmpi-dev libgloo-dev strace
+  python3-torch python3-numpy python3-pytest libopenblas0-openmp)
 if [ "${1:-}" = "--for-tests" ]; then
   PACKAGES+=("${TEST_PACKAGES[@]}")
 fi

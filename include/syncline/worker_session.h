@@ -151,6 +151,10 @@ class WorkerSession {
   absl::Status Finish(std::function<absl::StatusOr<EvaluationResult>()> evaluate = nullptr,
                       absl::Duration timeout = absl::Minutes(10));
 
+  // Tells the coordinator that this worker failed, with `why` (say, the exception that ended
+  // the program), so that the job ends with that reason; later calls fail. No-op after Finish.
+  void Abort(const absl::Status& why);
+
   struct State;
 
  private:

@@ -266,6 +266,16 @@ class Session {
     return Keep(Unwrap(std::move(t)), std::move(o));
   }
 
+  void Abort(const std::string& why) {
+    if (finished_) return;
+    {
+      py::gil_scoped_release release;
+      session_->Abort(absl::AbortedError(why));
+    }
+    finished_ = true;
+    borrowed_.clear();
+  }
+
   void Wait(uint64_t ticket, double timeout) {
     const absl::Time deadline = Deadline(timeout);
     absl::Status status;
@@ -445,6 +455,8 @@ PYBIND11_MODULE(_native, m) {
       .def("clock", &Session::Clock, py::arg("examples"), py::arg("loss") = NAN,
            "Ends this worker's iteration, which trained `examples` examples with mean loss "
            "`loss` (for the job's progress and metrics).")
+      .def("abort", &Session::Abort, py::arg("why"),
+           "Tells the job that this worker failed, and why (the job ends with that reason).")
       .def("finish", &Session::Finish, py::arg("evaluate") = py::none(), py::arg("timeout") = 600.0,
            "Leaves the job; `evaluate()` (a dict of loss, auc or accuracy, examples) runs when "
            "the coordinator asks for the final model's evaluation.");

@@ -35,9 +35,12 @@ shape, device or layout of an argument raises TypeError or ValueError naming it.
 
 Thread-safety: call it from one thread (the training loop).
 """
+import atexit
 import math
+import sys
 import threading
 import time
+import traceback
 
 import numpy as np
 import torch
@@ -158,7 +161,42 @@ def init(coordinator=None, rank=None, *, key_file=None, insecure=None, bind=None
             key_file=key_file if key_file is not None else env["key_file"],
             insecure=bool(insecure if insecure is not None else env["insecure"]))
         _worker = _Worker(session)
+        _install_exit_hooks()
         return dict(_worker.spec)
+
+
+_hooks_installed = False
+
+
+def _install_exit_hooks():
+    """A script that raises, or exits without finish(), fails the job with the reason (its
+    exception's last line), instead of leaving the others to time out."""
+    global _hooks_installed
+    if _hooks_installed:
+        return
+    _hooks_installed = True
+    previous = sys.excepthook
+
+    def excepthook(kind, value, tb):
+        w = _worker
+        if w is not None and not w.finished:
+            last = traceback.format_exception_only(kind, value)[-1].strip()
+            w.finished = True
+            try:
+                w.session.abort(f"raised {last}")
+            except Exception:  # the job may be gone already; the exit code still says it
+                pass
+        previous(kind, value, tb)
+
+    def at_exit():
+        w = _worker
+        if w is not None and not w.finished:
+            w.finished = True
+            w.session.abort("the worker script ended without "
+                            "syncline.torch.finish()")
+
+    sys.excepthook = excepthook
+    atexit.register(at_exit)
 
 
 def is_initialized():
@@ -308,6 +346,8 @@ class _ShardedRows(torch.nn.Module):
             raise TypeError(f"{what}: expected a torch.Tensor of int64 ids, not {type(ids).__name__}")
         if ids.dtype != torch.int64:
             raise TypeError(f"{what}: dtype {ids.dtype}; expected torch.int64")
+        if ids.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"{what}: a tensor on {ids.device}; expected the CPU or a CUDA device")
 
     def pull(self, ids):
         """(unique ids' rows as a leaf tensor on ids' device, inverse index) for a batch."""
@@ -604,6 +644,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer: expected a torch.optim.Optimizer, not "
                             f"{type(optimizer).__name__}")
+        rule = _server_rule(optimizer) if w.mode in _PS_MODES else None
         if w.optimizer is not None:
             raise syncline.FailedPreconditionError(
                 "DistributedOptimizer(): this worker has one already (wrap one optimizer over "
@@ -626,7 +667,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._flat = _flat_copy(self._params)
         self._grad = torch.zeros(self._numel, dtype=torch.float32)
         if w.mode in _PS_MODES and self._numel > 0:
-            kind, lr, l2, eps, b1, b2 = _server_rule(optimizer)
+            kind, lr, l2, eps, b1, b2 = rule
             mine = w.session.rank == 0
             t0 = time.perf_counter()
             w.session.declare_table(_DENSE_TABLE, True, self._numel, 1, optimizer=kind, lr=lr,
