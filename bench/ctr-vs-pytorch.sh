@@ -6,6 +6,8 @@
 #   - bench/ctr_pytorch.py: the same model in PyTorch, one process, --threads (default 1);
 #   - syncline-launch with 1 server + 1 worker;
 #   - syncline-launch with 2 servers + 2 workers;
+#   - the same two jobs with the PyTorch model as every worker (examples/pytorch/dlrm.py through
+#     syncline.torch: rows on the servers, dense layers on them too), named syncline.torch;
 # all BSP (Syncline) or plain SGD steps (PyTorch) with Adagrad, the same batch, learning rate and
 # epochs. The seed changes the models' initial values (the data stays the same).
 #
@@ -120,6 +122,20 @@ for seed in $seeds; do
       printf '%s %s+%s\t%s\t%s\t%s\n' "$name" "$1" "$2" "$seed" "$(syncline_rate "$run")" \
         "$split" | tee -a "$results"
     done
+  done
+  # The PyTorch model as Syncline's workers (this build's Python package).
+  for sw in "1 1" "2 2"; do
+    set -- $sw
+    run="$out/torch-$1+$2-seed$seed"
+    rm -rf "$run"
+    # shellcheck disable=SC2086
+    PYTHONPATH="$build/python" "$build/bin/syncline-launch" --servers "$1" --workers "$2" \
+      --sync bsp $extra --out "$run" -- "$py" "$here/../examples/pytorch/dlrm.py" \
+      --train "$train" --test "$test" --embedding-dim "$dim" --hidden "$hidden" \
+      --batch-size "$batch" --lr "$lr" --epochs "$epochs" --seed "$seed" --threads "$threads" \
+      >"$run.log" 2>&1 || { tail -20 "$run.log" >&2; exit 1; }
+    printf 'syncline.torch %s+%s\t%s\t%s\t\n' "$1" "$2" "$seed" "$(syncline_rate "$run")" |
+      tee -a "$results"
   done
 done
 

@@ -13,9 +13,11 @@
 //
 // Thread-safety: a Session is thread-compatible, like the C++ session: one thread at a time.
 #include <pybind11/functional.h>
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -123,6 +125,111 @@ void InitialRows(uint32_t table, uint32_t dim, float init_scale, uint64_t seed, 
   config.seed = seed;
   std::span<float> rows = o.mutable_floats();
   for (size_t i = 0; i < k.size(); ++i) InitialRow(config, k.keys()[i], rows.data() + i * dim);
+}
+
+// The MurmurHash3 finaliser: a bijection of 64-bit values (syncline/torch.py's _mix).
+inline uint64_t Mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xFF51AFD7ED558CCDull;
+  x ^= x >> 33;
+  x *= 0xC4CEB9FE1A85EC53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+// A batch's ids as the table's keys: the distinct keys (in ascending order when `sorted`, as a
+// compressed pull needs them; else in the order they first occur) and, per id, the position of
+// its key. An unbounded
+// module's key is Mix(id ^ salt); a bounded one's (bound > 0) is the id itself, which must be
+// in [0, bound). One pass with a hash map, then a sort of the distinct keys: the glue of a
+// step, kept out of Python.
+py::tuple UniqueKeys(py::handle ids, uint64_t salt, int64_t bound, const std::string& name,
+                     bool sorted) {
+  Borrowed b = Keys(ids, "ids");
+  const std::span<const uint64_t> in = b.keys();
+  const size_t n = in.size();
+  py::array_t<int64_t> inverse(static_cast<py::ssize_t>(n));
+  std::vector<uint64_t> keys;
+  int64_t bad = -1;
+  if (!sorted) {
+    // The keys in the order they first occur: one pass with a hash map.
+    py::gil_scoped_release release;
+    absl::flat_hash_map<uint64_t, int64_t> slot;
+    slot.reserve(n);
+    int64_t* inv = inverse.mutable_data();
+    for (size_t i = 0; i < n && bad < 0; ++i) {
+      const uint64_t id = in[i];
+      if (bound > 0 && id >= static_cast<uint64_t>(bound)) {
+        bad = static_cast<int64_t>(id);
+        break;
+      }
+      const uint64_t key = bound > 0 ? id : Mix(id ^ salt);
+      auto [it, added] = slot.try_emplace(key, static_cast<int64_t>(keys.size()));
+      if (added) keys.push_back(key);
+      inv[i] = it->second;
+    }
+  } else {
+    py::gil_scoped_release release;
+    // (key, position) pairs sorted by key with an LSD radix sort of 11-bit digits (a pass is
+    // skipped where every key has the same digit), then the runs of equal keys numbered.
+    struct Pair {
+      uint64_t key;
+      uint64_t at;
+    };
+    std::vector<Pair> pairs(n), spare(n);
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t id = in[i];
+      if (bound > 0 && id >= static_cast<uint64_t>(bound)) {
+        bad = static_cast<int64_t>(id);
+        break;
+      }
+      pairs[i] = {bound > 0 ? id : Mix(id ^ salt), i};
+    }
+    if (bad < 0) {
+      constexpr int kBits = 11;
+      constexpr size_t kBuckets = size_t{1} << kBits;
+      std::vector<uint32_t> count(kBuckets);
+      for (int shift = 0; shift < 64; shift += kBits) {
+        std::fill(count.begin(), count.end(), 0);
+        for (const Pair& p : pairs) ++count[(p.key >> shift) & (kBuckets - 1)];
+        if (count[(pairs.empty() ? 0 : pairs[0].key >> shift) & (kBuckets - 1)] == n) continue;
+        uint32_t sum = 0;
+        for (uint32_t& c : count) sum += std::exchange(c, sum);
+        for (const Pair& p : pairs) spare[count[(p.key >> shift) & (kBuckets - 1)]++] = p;
+        pairs.swap(spare);
+      }
+      int64_t* inv = inverse.mutable_data();
+      for (const Pair& p : pairs) {
+        if (keys.empty() || keys.back() != p.key) keys.push_back(p.key);
+        inv[p.at] = static_cast<int64_t>(keys.size()) - 1;
+      }
+    }
+  }
+  if (bad >= 0) {
+    throw py::index_error(
+        absl::StrCat("ids: id ", bad, " is out of range for '", name, "', num_embeddings=", bound));
+  }
+  py::array_t<uint64_t> keys_out(static_cast<py::ssize_t>(keys.size()), keys.data());
+  return py::make_tuple(keys_out, inverse);
+}
+
+// Multiplies a float32 buffer by `factor` in place and returns -1, or, when a value is not
+// finite (NaN or infinite, before or after), returns its index (the buffer is then not to be
+// sent). What a step does to its gradients before they are pushed as sums of examples.
+int64_t ScaleFinite(py::handle buffer, float factor) {
+  Borrowed b = Floats(buffer, "buffer", /*writable=*/true);
+  std::span<float> v = b.mutable_floats();
+  py::gil_scoped_release release;
+  bool finite = true;
+  for (float& x : v) {
+    x *= factor;
+    finite &= std::isfinite(x);
+  }
+  if (finite) return -1;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v[i])) return static_cast<int64_t>(i);
+  }
+  return -1;
 }
 
 // A WorkerSession and the buffers its requests borrow.
@@ -408,6 +515,12 @@ PYBIND11_MODULE(_native, m) {
       "Syncline's worker session for Python (no libtorch: arrays cross as buffers). "
       "Use syncline.torch for PyTorch models.";
   syncline::python::RegisterErrors(m);
+  m.def("unique_keys", &syncline::python::UniqueKeys, py::arg("ids"), py::arg("salt"),
+        py::arg("bound"), py::arg("name"), py::arg("sorted") = true,
+        "(keys, inverse): a batch's ids as a table's distinct keys (ascending when `sorted`, "
+        "else in the order they first occur) and each id's position among them.");
+  m.def("scale_finite", &syncline::python::ScaleFinite, py::arg("buffer"), py::arg("factor"),
+        "Multiplies a float32 buffer in place; -1, or the index of a value that is not finite.");
   m.def("initial_rows", &syncline::python::InitialRows, py::arg("table"), py::arg("dim"),
         py::arg("init_scale"), py::arg("seed"), py::arg("keys"), py::arg("out"),
         "Writes into `out` the values the sparse rows `keys` of a table start from.");

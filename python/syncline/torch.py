@@ -291,6 +291,7 @@ class _ShardedRows(torch.nn.Module):
             raise ValueError(f"name: another sharded embedding is named '{name}' already")
         w.names.add(name)
         self.name = name
+        self._w = w
         self.dim = dim
         self.num_embeddings = num_embeddings
         self.init_scale = float(init_scale)
@@ -349,20 +350,30 @@ class _ShardedRows(torch.nn.Module):
         if ids.device.type not in ("cpu", "cuda"):
             raise ValueError(f"{what}: a tensor on {ids.device}; expected the CPU or a CUDA device")
 
+    def _unique_keys(self, ids):
+        """(sorted distinct keys, per id its key's position) of a batch's ids, on the CPU."""
+        flat = ids.reshape(-1)
+        if flat.is_cuda:
+            flat = flat.cpu()
+        # Compressed pulls need the keys ascending; other reads take them as they come.
+        sort = self._w.spec["compress_pull"] != "none"
+        return _native.unique_keys(flat.contiguous(), self.salt, self.num_embeddings or 0,
+                                   self.name, sort)
+
     def pull(self, ids):
         """(unique ids' rows as a leaf tensor on ids' device, inverse index) for a batch."""
         w = _require_worker(f"{self.name}.forward()")
         g0 = time.perf_counter()
-        flat = ids.reshape(-1)
-        unique, inverse = torch.unique(flat, sorted=True, return_inverse=True)
-        unique_cpu = unique.cpu()
+        keys, inverse = self._unique_keys(ids)
+        inverse = torch.from_numpy(inverse)
+        if ids.is_cuda:
+            inverse = inverse.to(ids.device, non_blocking=True)
         pre = getattr(self, "_prefetched", None)
         self._prefetched = None
-        if pre is not None and torch.equal(pre[0], unique_cpu):
-            _, keys, host, ticket = pre
+        if pre is not None and np.array_equal(pre[0], keys):
+            _, host, ticket = pre
             w.timings.glue += time.perf_counter() - g0
         else:
-            keys = self.keys_of(unique_cpu)
             host = torch.empty((len(keys), self.dim), dtype=torch.float32,
                                pin_memory=ids.is_cuda)
             w.timings.glue += time.perf_counter() - g0
@@ -388,15 +399,14 @@ class _ShardedRows(torch.nn.Module):
         self._check_ids(ids)
         if w.mode == "bsp" or (w.mode == "ssp" and int(w.spec["staleness"]) == 0):
             return
-        unique = torch.unique(ids.reshape(-1), sorted=True).cpu()
-        keys = self.keys_of(unique)
+        keys, _ = self._unique_keys(ids)
         host = torch.empty((len(keys), self.dim), dtype=torch.float32, pin_memory=ids.is_cuda)
         t0 = time.perf_counter()
         ticket = w.session.pull(self.table, keys, host.numpy())
         w.timings.pull += time.perf_counter() - t0
         if self._prefetched is not None:  # an unused prefetch: complete it, drop its rows
-            w.session.wait(self._prefetched[3], w.timeout)
-        self._prefetched = (unique, keys, host, ticket)
+            w.session.wait(self._prefetched[2], w.timeout)
+        self._prefetched = (keys, host, ticket)
 
 
 class ShardedEmbedding(_ShardedRows):
@@ -490,12 +500,12 @@ def _push_rows(w, examples):
             host = torch.empty(grad.shape, dtype=torch.float32, pin_memory=True)
             host.copy_(grad)
             grad = host
-        values = (grad * float(examples)).contiguous()
-        if not torch.isfinite(values).all():
-            bad = int((~torch.isfinite(values)).any(dim=1).nonzero()[0][0])
+        values = grad.contiguous()  # the step's own gradient: scaled in place
+        bad = _native.scale_finite(values.numpy(), float(examples))
+        if bad >= 0:
             raise syncline.InvalidArgumentError(
-                f"table {table}: the row gradient of key {int(keys[bad])} is not finite (NaN or "
-                "inf); nothing was pushed this step")
+                f"table {table}: the row gradient of key {int(keys[bad // values.shape[1]])} is "
+                "not finite (NaN or inf); nothing was pushed this step")
         pushes.append((table, keys, values))
     w.timings.glue += time.perf_counter() - g0
     t0 = time.perf_counter()
@@ -698,8 +708,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
             else:
                 self._grad[at:at + n].copy_(p.grad.detach().reshape(-1))
             at += n
-        if not torch.isfinite(self._grad).all():
-            bad = int((~torch.isfinite(self._grad)).nonzero()[0][0])
+
+    def _scale_grads(self, examples):
+        """The gathered gradient as a sum over `examples` examples, or an error naming the
+        first value that is not finite."""
+        bad = _native.scale_finite(self._grad.numpy(), float(examples))
+        if bad >= 0:
             raise syncline.InvalidArgumentError(
                 f"the dense gradient is not finite (NaN or inf) at parameter value {bad}; "
                 "nothing was pushed this step")
@@ -714,6 +728,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         g0 = time.perf_counter()
         if self._numel > 0:
             self._gather_grads()
+            self._scale_grads(examples)
         w.timings.glue += time.perf_counter() - g0
         if w.mode in _PS_MODES:
             self._step_on_servers(w, examples, loss)
@@ -723,10 +738,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def _step_on_servers(self, w, examples, loss):
         t0 = time.perf_counter()
         if self._numel > 0:
-            values = self._grad * float(examples)
-            w.pushes.append(w.session.push_dense(_DENSE_TABLE, 0, values.numpy(),
+            # self._grad stays as it is until the push is acknowledged (refresh() settles it).
+            w.pushes.append(w.session.push_dense(_DENSE_TABLE, 0, self._grad.numpy(),
                                                  float(examples)))
-            self._pushed = values  # alive until the push is acknowledged
         w.timings.push += time.perf_counter() - t0
         _push_rows(w, examples)
         _clock(w, examples, loss)
@@ -751,7 +765,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             # The mean over workers of each worker's gradient sum, divided by the mean
             # examples: the gradient of the union batch, as BSP computes it.
             buf = torch.empty(self._numel + 1, dtype=torch.float32)
-            buf[:self._numel] = self._grad * float(examples)
+            buf[:self._numel] = self._grad
             buf[self._numel] = float(examples)
             w.session.allreduce(buf.numpy(), "sum")
             total = float(buf[self._numel])
