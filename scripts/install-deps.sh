@@ -14,8 +14,10 @@ PACKAGES=(
 )
 # What the multi-host tests run against: real Open MPI, a real single-node Slurm, network
 # namespaces for hosts (ip, python3 for socket checks), the all-reduce benchmark's baselines
-# (Gloo, MPI), and strace (the checkpoint test that watches for fsync). `--for-tests` adds them.
-TEST_PACKAGES=(openmpi-bin slurm-wlm munge iproute2 python3 libopenmpi-dev libgloo-dev strace)
+# (Gloo, MPI), strace (the checkpoint test that watches for fsync), and universal-ctags
+# (scripts/long-functions.sh). `--for-tests` adds them.
+TEST_PACKAGES=(openmpi-bin slurm-wlm munge iproute2 python3 libopenmpi-dev libgloo-dev strace
+  universal-ctags)
 if [ "${1:-}" = "--for-tests" ]; then
   PACKAGES+=("${TEST_PACKAGES[@]}")
 fi
