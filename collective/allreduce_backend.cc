@@ -1,27 +1,16 @@
 #include "collective/allreduce_backend.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
-#include <map>
-#include <tuple>
 
-#include "absl/strings/escaping.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "compression/half.h"
 #include "compression/sparse_rows.h"
 #include "core/log.h"
-#include "core/net.h"
-#include "core/node_table.h"
-#include "core/tcp_transport.h"
-#ifdef SYNCLINE_HAVE_NCCL
-#include "collective/nccl_communicator.h"
-#endif
 
 namespace syncline {
+
 AllReduceBackend::AllReduceBackend(std::unique_ptr<Communicator> communicator,
                                    AllReduceOptions options, std::unique_ptr<DenseCollective> dense)
     : communicator_(std::move(communicator)),
@@ -81,42 +70,7 @@ absl::Status AllReduceBackend::Update(int64_t clock, std::span<const uint64_t> k
 absl::Status AllReduceBackend::Round(bool training, float examples) {
   buffer_[examples_at_] = training ? examples : 0.0f;
   buffer_[training_at_] = training ? 1.0f : 0.0f;
-  const uint32_t dim = model_.layout().row_dim;
-  const uint64_t features = model_.layout().num_features;
-  if (codec_ != nullptr) {
-    // The row gradients as codec blocks, all-gathered; the rest summed as it is.
-    std::span<float> rows(buffer_.data(), bias_at_);
-    {
-      ScopedTime timed(&codec_time_);
-      if (encoder_ == nullptr) {
-        feedback_.Compress(*codec_, rows, &block_);
-      } else if (auto s = encoder_->Compress(0, &block_); !s.ok()) {
-        return s;
-      }
-    }
-    PackSmallSums();
-    absl::Status s = communicator_->AllReduce(std::span<float>(small_), Algorithm::kAuto);
-    if (s.ok()) s = communicator_->AllGatherBytes(block_, &blocks_);
-    if (!s.ok()) return s;
-    std::fill(rows.begin(), rows.end(), 0.0f);
-    {
-      ScopedTime timed(&codec_time_);
-      for (int r = 0; r < communicator_->size(); ++r) {
-        std::span<const std::byte> b(blocks_.data() + r * block_.size(), block_.size());
-        if (auto d = codec_->DecodeAdd(b, rows); !d.ok()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("all-reduce: the block of w", r, " does not decode: ", d.message()));
-        }
-      }
-    }
-    UnpackSmallSums();
-    for (uint64_t key = 0; key < features; ++key) {
-      bool any = codec_->spec().kind == CodecKind::kSign1;
-      for (uint32_t j = 0; j < dim && !any; ++j) any = rows[key * dim + j] != 0.0f;
-      buffer_[touched_at_ + key] = any ? 1.0f : 0.0f;
-    }
-    return Apply(/*by_union=*/false);
-  }
+  if (codec_ != nullptr) return CompressedRound();
   if (options_.rows == AllReduceOptions::Rows::kDense) {
     absl::Status s =
         dense_collective_->AllReduce(std::span<float>(buffer_), options_.algorithm, options_.wire);
@@ -139,6 +93,51 @@ absl::Status AllReduceBackend::Round(bool training, float examples) {
   }
   UnpackSmallSums();
   const std::span<const float> counts(small_.data() + counts_at, 2 * n);
+  const bool sparse = GathersRows(counts);
+  if (auto s = ExchangeRows(sparse, counts); !s.ok()) return s;
+  return Apply(/*by_union=*/sparse);
+}
+
+// The row gradients as codec blocks, all-gathered; the rest summed as it is.
+absl::Status AllReduceBackend::CompressedRound() {
+  const uint32_t dim = model_.layout().row_dim;
+  const uint64_t features = model_.layout().num_features;
+  std::span<float> rows(buffer_.data(), bias_at_);
+  {
+    ScopedTime timed(&codec_time_);
+    if (encoder_ == nullptr) {
+      feedback_.Compress(*codec_, rows, &block_);
+    } else if (auto s = encoder_->Compress(0, &block_); !s.ok()) {
+      return s;
+    }
+  }
+  PackSmallSums();
+  absl::Status s = communicator_->AllReduce(std::span<float>(small_), Algorithm::kAuto);
+  if (s.ok()) s = communicator_->AllGatherBytes(block_, &blocks_);
+  if (!s.ok()) return s;
+  std::fill(rows.begin(), rows.end(), 0.0f);
+  {
+    ScopedTime timed(&codec_time_);
+    for (int r = 0; r < communicator_->size(); ++r) {
+      std::span<const std::byte> b(blocks_.data() + r * block_.size(), block_.size());
+      if (auto d = codec_->DecodeAdd(b, rows); !d.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("all-reduce: the block of w", r, " does not decode: ", d.message()));
+      }
+    }
+  }
+  UnpackSmallSums();
+  for (uint64_t key = 0; key < features; ++key) {
+    bool any = codec_->spec().kind == CodecKind::kSign1;
+    for (uint32_t j = 0; j < dim && !any; ++j) any = rows[key * dim + j] != 0.0f;
+    buffer_[touched_at_ + key] = any ? 1.0f : 0.0f;
+  }
+  return Apply(/*by_union=*/false);
+}
+
+bool AllReduceBackend::GathersRows(std::span<const float> counts) const {
+  const uint32_t dim = model_.layout().row_dim;
+  const int n = communicator_->size();
   float most_rows = 0, most_key_bytes = 0;
   for (int r = 0; r < n; ++r) {
     most_rows = std::max(most_rows, counts[2 * r]);
@@ -149,10 +148,8 @@ absl::Status AllReduceBackend::Round(bool training, float examples) {
   const double width = options_.wire == WireType::kFloat16 ? 2 : 4;
   const double block_bytes = 8 + most_key_bytes + most_rows * dim * width;
   const bool exact = most_rows < (1 << 24) && most_key_bytes < (1 << 24);
-  const bool sparse = exact && (options_.rows == AllReduceOptions::Rows::kSparse ||
-                                n * block_bytes < 2.0 * buffer_.size() * width);
-  if (auto s = ExchangeRows(sparse, counts); !s.ok()) return s;
-  return Apply(/*by_union=*/sparse);
+  return exact && (options_.rows == AllReduceOptions::Rows::kSparse ||
+                   n * block_bytes < 2.0 * buffer_.size() * width);
 }
 
 size_t AllReduceBackend::PackSmallSums() {
@@ -168,22 +165,7 @@ void AllReduceBackend::UnpackSmallSums() {
 }
 
 absl::Status AllReduceBackend::ExchangeRows(bool sparse, std::span<const float> counts) {
-  const uint32_t dim = model_.layout().row_dim;
-  const uint64_t features = model_.layout().num_features;
-  if (!sparse) {
-    ++dense_rounds_;
-    // The bias, examples and flag are summed already: all-reduce zeros in their place.
-    std::vector<float> summed(buffer_.begin() + bias_at_, buffer_.begin() + touched_at_);
-    const float training = buffer_[training_at_];
-    std::fill(buffer_.begin() + bias_at_, buffer_.begin() + touched_at_, 0.0f);
-    buffer_[training_at_] = 0.0f;
-    absl::Status s =
-        dense_collective_->AllReduce(std::span<float>(buffer_), options_.algorithm, options_.wire);
-    if (!s.ok()) return s;
-    std::copy(summed.begin(), summed.end(), buffer_.begin() + bias_at_);
-    buffer_[training_at_] = training;
-    return absl::OkStatus();
-  }
+  if (!sparse) return AllReduceRows();
   ++sparse_rounds_;
   // Block: u32 rows, u32 key bytes, the compact keys (compression/sparse_rows.h) padded to the
   // largest rank's, then rows * dim values (float32, or fp16 under --compress fp16) padded to
@@ -194,12 +176,43 @@ absl::Status AllReduceBackend::ExchangeRows(bool sparse, std::span<const float> 
     most_rows = std::max(most_rows, static_cast<size_t>(counts[2 * r]));
     most_key_bytes = std::max(most_key_bytes, static_cast<size_t>(counts[2 * r + 1]));
   }
-  const bool half = options_.wire == WireType::kFloat16;
-  const size_t width = half ? sizeof(uint16_t) : sizeof(float);
-  const size_t values_at = 8 + most_key_bytes;
+  const RowBlockLayout block{.values_at = 8 + most_key_bytes,
+                             .half = options_.wire == WireType::kFloat16};
+  PackRowBlock(block, most_rows);
+  if (auto s = communicator_->AllGatherBytes(block_, &blocks_); !s.ok()) return s;
+  // This rank's rows are in its own block too: sum every block in rank order.
+  const uint32_t dim = model_.layout().row_dim;
+  for (uint64_t key : step_keys_) std::fill_n(buffer_.data() + key * dim, dim, 0.0f);
+  union_.clear();
+  for (int r = 0; r < n; ++r) {
+    if (auto s = AddRowBlock(r, block, counts); !s.ok()) return s;
+  }
+  std::sort(union_.begin(), union_.end());
+  union_.erase(std::unique(union_.begin(), union_.end()), union_.end());
+  return absl::OkStatus();
+}
+
+absl::Status AllReduceBackend::AllReduceRows() {
+  ++dense_rounds_;
+  // The bias, examples and flag are summed already: all-reduce zeros in their place.
+  std::vector<float> summed(buffer_.begin() + bias_at_, buffer_.begin() + touched_at_);
+  const float training = buffer_[training_at_];
+  std::fill(buffer_.begin() + bias_at_, buffer_.begin() + touched_at_, 0.0f);
+  buffer_[training_at_] = 0.0f;
+  absl::Status s =
+      dense_collective_->AllReduce(std::span<float>(buffer_), options_.algorithm, options_.wire);
+  if (!s.ok()) return s;
+  std::copy(summed.begin(), summed.end(), buffer_.begin() + bias_at_);
+  buffer_[training_at_] = training;
+  return absl::OkStatus();
+}
+
+void AllReduceBackend::PackRowBlock(const RowBlockLayout& layout, size_t most_rows) {
+  const uint32_t dim = model_.layout().row_dim;
+  const size_t width = layout.width();
   keys_block_.clear();
   EncodeKeys(step_keys_, &keys_block_);
-  block_.assign(values_at + most_rows * dim * width, std::byte{0});
+  block_.assign(layout.values_at + most_rows * dim * width, std::byte{0});
   const auto rows = static_cast<uint32_t>(step_keys_.size());
   const auto key_bytes = static_cast<uint32_t>(keys_block_.size());
   std::memcpy(block_.data(), &rows, 4);
@@ -207,9 +220,9 @@ absl::Status AllReduceBackend::ExchangeRows(bool sparse, std::span<const float> 
   if (!keys_block_.empty()) std::memcpy(block_.data() + 8, keys_block_.data(), key_bytes);
   for (size_t i = 0; i < step_keys_.size(); ++i) {
     const float* row = buffer_.data() + step_keys_[i] * dim;
-    std::byte* dst = block_.data() + values_at + i * dim * width;
+    std::byte* dst = block_.data() + layout.values_at + i * dim * width;
     for (uint32_t j = 0; j < dim; ++j) {
-      if (half) {
+      if (layout.half) {
         const uint16_t h = compression_internal::FloatToHalf(row[j]);
         std::memcpy(dst + j * width, &h, width);
       } else {
@@ -217,49 +230,48 @@ absl::Status AllReduceBackend::ExchangeRows(bool sparse, std::span<const float> 
       }
     }
   }
-  if (auto s = communicator_->AllGatherBytes(block_, &blocks_); !s.ok()) return s;
-  // This rank's rows are in its own block too: sum every block in rank order.
-  for (uint64_t key : step_keys_) std::fill_n(buffer_.data() + key * dim, dim, 0.0f);
-  union_.clear();
-  for (int r = 0; r < n; ++r) {
-    const std::byte* b = blocks_.data() + r * block_.size();
-    uint32_t k = 0, kb = 0;
-    std::memcpy(&k, b, 4);
-    std::memcpy(&kb, b + 4, 4);
-    if (k != counts[2 * r] || kb != counts[2 * r + 1]) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("all-reduce: w%d's block holds %d rows in %d key bytes; it announced "
-                          "%g and %g",
-                          r, k, kb, counts[2 * r], counts[2 * r + 1]));
-    }
-    if (auto s = DecodeKeys(std::span<const std::byte>(b + 8, kb), k, &gathered_keys_); !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("all-reduce: w", r, "'s keys do not decode: ", s.message()));
-    }
-    if (!gathered_keys_.empty() && gathered_keys_.back() >= features) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("all-reduce: w%d's block holds key %d, beyond the %d features", r,
-                          gathered_keys_.back(), features));
-    }
-    for (uint32_t i = 0; i < k; ++i) {
-      float* dst = buffer_.data() + gathered_keys_[i] * dim;
-      const std::byte* src = b + values_at + size_t{i} * dim * width;
-      for (uint32_t j = 0; j < dim; ++j) {
-        if (half) {
-          uint16_t h;
-          std::memcpy(&h, src + j * width, width);
-          dst[j] += compression_internal::HalfToFloat(h);
-        } else {
-          float v;
-          std::memcpy(&v, src + j * width, width);
-          dst[j] += v;
-        }
+}
+
+absl::Status AllReduceBackend::AddRowBlock(int r, const RowBlockLayout& layout,
+                                           std::span<const float> counts) {
+  const uint32_t dim = model_.layout().row_dim;
+  const uint64_t features = model_.layout().num_features;
+  const size_t width = layout.width();
+  const std::byte* b = blocks_.data() + r * block_.size();
+  uint32_t k = 0, kb = 0;
+  std::memcpy(&k, b, 4);
+  std::memcpy(&kb, b + 4, 4);
+  if (k != counts[2 * r] || kb != counts[2 * r + 1]) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("all-reduce: w%d's block holds %d rows in %d key bytes; it announced "
+                        "%g and %g",
+                        r, k, kb, counts[2 * r], counts[2 * r + 1]));
+  }
+  if (auto s = DecodeKeys(std::span<const std::byte>(b + 8, kb), k, &gathered_keys_); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("all-reduce: w", r, "'s keys do not decode: ", s.message()));
+  }
+  if (!gathered_keys_.empty() && gathered_keys_.back() >= features) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("all-reduce: w%d's block holds key %d, beyond the %d features", r,
+                        gathered_keys_.back(), features));
+  }
+  for (uint32_t i = 0; i < k; ++i) {
+    float* dst = buffer_.data() + gathered_keys_[i] * dim;
+    const std::byte* src = b + layout.values_at + size_t{i} * dim * width;
+    for (uint32_t j = 0; j < dim; ++j) {
+      if (layout.half) {
+        uint16_t h;
+        std::memcpy(&h, src + j * width, width);
+        dst[j] += compression_internal::HalfToFloat(h);
+      } else {
+        float v;
+        std::memcpy(&v, src + j * width, width);
+        dst[j] += v;
       }
     }
-    union_.insert(union_.end(), gathered_keys_.begin(), gathered_keys_.end());
   }
-  std::sort(union_.begin(), union_.end());
-  union_.erase(std::unique(union_.begin(), union_.end()), union_.end());
+  union_.insert(union_.end(), gathered_keys_.begin(), gathered_keys_.end());
   return absl::OkStatus();
 }
 
@@ -372,275 +384,6 @@ absl::Status AllReduceBackend::RestoreState(std::string_view state) {
     feedback_.SetResidual(residual);
   }
   return absl::OkStatus();
-}
-
-Algorithm AlgorithmOf(AllReduceAlgorithm algorithm) {
-  switch (algorithm) {
-    case AllReduceAlgorithm::kAuto:
-      return Algorithm::kAuto;
-    case AllReduceAlgorithm::kRing:
-      return Algorithm::kRing;
-    case AllReduceAlgorithm::kDoubling:
-      return Algorithm::kRecursiveDoubling;
-    case AllReduceAlgorithm::kHierarchical:
-      return Algorithm::kHierarchical;
-  }
-  return Algorithm::kAuto;
-}
-
-namespace {
-
-// Labels each worker rank by the host of the address it registered (for the hierarchical
-// algorithm): ranks that share an IP share a host.
-std::vector<int> HostsOfWorkers(const NodeTable& table) {
-  std::vector<int> host_of_rank(table.num_workers, 0);
-  std::map<std::string, int> hosts;
-  for (const NodeInfo& n : table.nodes) {
-    if (n.role != wire::Role::WORKER || n.rank < 0 || n.rank >= table.num_workers) continue;
-    auto hp = ParseTcpAddress(n.address);
-    const std::string host = hp.ok() ? hp->host : n.address;
-    host_of_rank[n.rank] = hosts.try_emplace(host, static_cast<int>(hosts.size())).first->second;
-  }
-  return host_of_rank;
-}
-
-CommunicatorOptions CollectiveOptions(const JobSpec& spec, const NodeTable& table) {
-  CommunicatorOptions c;
-  c.timeout = absl::Seconds(std::min(spec.timeouts.request_s, spec.timeouts.peer_s));
-  c.host_of_rank = HostsOfWorkers(table);
-  return c;
-}
-
-std::vector<std::string> WorkerIds(const NodeTable& table) {
-  std::vector<std::string> peers;
-  for (int w = 0; w < table.num_workers; ++w) {
-    peers.push_back(DataEndpointId(wire::Role::WORKER, w));
-  }
-  return peers;
-}
-
-// A TcpTransport and this worker's endpoint on it; the endpoint goes first.
-struct TcpPlane {
-  TcpTransport transport;
-  std::unique_ptr<Endpoint> endpoint;
-};
-
-// This worker's TCP plane, listening on the host of its registered address at a port in
-// `ports`, and the address it listens at.
-absl::StatusOr<std::pair<std::shared_ptr<TcpPlane>, std::string>> ListenOnTcpPlane(
-    const NodeTable& table, int rank, const std::vector<std::string>& peers, PortRange ports) {
-  std::string host = "127.0.0.1";
-  for (const NodeInfo& node : table.nodes) {
-    if (node.role != wire::Role::WORKER || node.rank != rank) continue;
-    if (auto hp = ParseTcpAddress(node.address); hp.ok()) host = hp->host;
-  }
-  auto plane = std::make_shared<TcpPlane>();
-  plane->transport.AllowPeers(peers);
-  auto made = plane->transport.CreateEndpoint(peers[rank]);
-  if (!made.ok()) return made.status();
-  plane->endpoint = *std::move(made);
-  absl::StatusOr<std::string> address = BindInRange(
-      *plane->endpoint, host.find(':') == std::string::npos ? host : "[" + host + "]", ports);
-  if (!address.ok()) return address.status();
-  return std::make_pair(std::move(plane), *std::move(address));
-}
-
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkers(const JobSpec& spec,
-                                                             const NodeTable& table, int rank,
-                                                             Endpoint& endpoint) {
-  for (const NodeInfo& n : table.nodes) {
-    if (n.role != wire::Role::WORKER || n.rank < 0 || n.rank >= table.num_workers) continue;
-    // One connection per pair, opened by the lower rank (two ROUTERs connected both ways
-    // under the same ids trip ZeroMQ); the higher rank answers over the one it accepted.
-    if (n.rank > rank) {
-      if (auto s = endpoint.Connect(n.id, n.address); !s.ok()) return s;
-    }
-  }
-  return std::make_unique<Communicator>(&endpoint, rank, WorkerIds(table),
-                                        CollectiveOptions(spec, table));
-}
-
-absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOverTcp(const JobSpec& spec,
-                                                                    const NodeTable& table,
-                                                                    int rank, Endpoint& endpoint,
-                                                                    CollectivePlane plane) {
-  auto rendezvous = ConnectWorkers(spec, table, rank, endpoint);
-  if (!rendezvous.ok() || table.num_workers == 1) return rendezvous;
-  const std::vector<std::string> peers = WorkerIds(table);
-  // Every rank offers the address of its TCP plane, or nothing (a job with a key, or no free
-  // port); the plane is used only when every rank offers one, so that all ranks agree.
-  std::shared_ptr<TcpPlane> tcp;
-  std::string offer;
-  if (plane.tcp) {
-    auto listening = ListenOnTcpPlane(table, rank, peers, plane.ports);
-    if (listening.ok()) {
-      std::tie(tcp, offer) = *std::move(listening);
-    } else {
-      SYNCLINE_LOG(WARNING) << "collectives stay on the data endpoint: their TCP plane "
-                            << listening.status();
-    }
-  }
-  constexpr size_t kBlock = 256;  // every rank's offer, in blocks of one size
-  if (offer.size() >= kBlock) {
-    SYNCLINE_LOG(WARNING) << "collectives stay on the data endpoint: address too long: " << offer;
-    offer.clear();
-  }
-  std::vector<std::byte> mine(kBlock, std::byte{0}), all;
-  std::memcpy(mine.data(), offer.data(), offer.size());
-  if (auto s = (*rendezvous)->AllGatherBytes(mine, &all); !s.ok()) {
-    return absl::Status(s.code(),
-                        absl::StrCat("trading the collectives' TCP addresses: ", s.message()));
-  }
-  std::vector<std::string> addresses;
-  for (int w = 0; w < table.num_workers; ++w) {
-    const char* block = reinterpret_cast<const char*>(all.data() + w * kBlock);
-    addresses.emplace_back(block, strnlen(block, kBlock));
-  }
-  for (int w = 0; w < table.num_workers; ++w) {
-    if (addresses[w].empty()) {
-      if (tcp != nullptr) {
-        SYNCLINE_LOG(INFO) << "collectives stay on the data endpoint: " << peers[w]
-                           << " offers no TCP plane";
-      }
-      return rendezvous;
-    }
-    if (w != rank && !ParseTcpAddress(addresses[w]).ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          peers[w], " sent '", absl::CEscape(addresses[w]), "' as its collectives' TCP address"));
-    }
-  }
-  for (int w = 0; w < table.num_workers; ++w) {
-    if (w == rank) continue;
-    if (auto s = tcp->endpoint->Connect(peers[w], addresses[w]); !s.ok()) return s;
-  }
-  SYNCLINE_LOG(INFO) << "collectives over direct TCP at " << offer;
-  auto communicator = std::make_unique<Communicator>(tcp->endpoint.get(), rank, peers,
-                                                     CollectiveOptions(spec, table));
-  communicator->Own(std::move(tcp));
-  return communicator;
-}
-
-RankDevice ProbeRankDevice(std::string_view device, std::string host, int* ordinal) {
-  *ordinal = -1;
-  RankDevice mine{.host = std::move(host)};
-  if (!device.starts_with("cuda")) return mine;  // "cpu"
-  int n = 0;
-  if (device != "cuda" && (!device.starts_with("cuda:") ||
-                           !absl::SimpleAtoi(std::string(device.substr(5)), &n) || n < 0)) {
-    mine.note = absl::StrCat("device '", std::string(device), "' is not cpu or cuda:N");
-    return mine;
-  }
-#ifdef SYNCLINE_HAVE_NCCL
-  absl::StatusOr<RankDevice> gpu = ProbeCudaDevice(n, mine.host);
-  if (!gpu.ok()) {
-    mine.note = absl::StrCat(std::string(device), " could not be probed: ", gpu.status().message());
-    return mine;
-  }
-  *ordinal = n;
-  return *std::move(gpu);
-#else
-  mine.note = absl::StrCat(std::string(device), ", but this build has no NCCL");
-  return mine;
-#endif
-}
-
-#ifdef SYNCLINE_HAVE_NCCL
-namespace {
-
-// Every rank's flag (one byte in a word), traded over `cpu`: true when all are set.
-absl::StatusOr<bool> AllAgree(Communicator& cpu, bool mine) {
-  std::vector<std::byte> block(4, std::byte{0}), all;
-  block[0] = std::byte{mine ? uint8_t{1} : uint8_t{0}};
-  if (auto s = cpu.AllGatherBytes(block, &all); !s.ok()) return s;
-  for (int r = 0; r < cpu.size(); ++r) {
-    if (all[r * 4] != std::byte{1}) return false;
-  }
-  return true;
-}
-
-}  // namespace
-#endif  // SYNCLINE_HAVE_NCCL
-
-absl::StatusOr<DensePlane> ConnectDenseCollective(Communicator& cpu, const RankDevice& mine,
-                                                  int ordinal, absl::Duration timeout) {
-  absl::StatusOr<std::vector<RankDevice>> devices = ExchangeRankDevices(cpu, mine);
-  if (!devices.ok()) return devices.status();
-  DensePlane plane;
-  plane.choice = ChooseDenseCollective(*devices);
-  const bool some_gpu = std::any_of(devices->begin(), devices->end(),
-                                    [](const RankDevice& d) { return d.gpu() || !d.note.empty(); });
-  if (!plane.choice.nccl) {
-    if (some_gpu) SYNCLINE_LOG(WARNING) << plane.choice.reason;
-    return plane;
-  }
-  auto fall_back = [&plane](const std::string& why) {
-    plane.nccl.reset();
-    plane.choice = {false, absl::StrCat(why,
-                                        ", so the dense collectives run on the CPU with "
-                                        "host staging")};
-    SYNCLINE_LOG(WARNING) << plane.choice.reason;
-  };
-#ifdef SYNCLINE_HAVE_NCCL
-  // Rank 0's NCCL id, or why it has none, to every rank: [1 if made][id][its error's text].
-  constexpr size_t kBlock = 1 + kNcclIdBytes + 255;
-  std::vector<std::byte> block(kBlock, std::byte{0}), all;
-  if (cpu.rank() == 0) {
-    absl::StatusOr<NcclId> id = NewNcclId();
-    if (id.ok()) {
-      block[0] = std::byte{1};
-      std::memcpy(block.data() + 1, id->data(), kNcclIdBytes);
-    } else {
-      const std::string why(id.status().message().substr(0, kBlock - 1 - kNcclIdBytes - 1));
-      std::memcpy(block.data() + 1 + kNcclIdBytes, why.data(), why.size());
-    }
-  }
-  if (auto s = cpu.AllGatherBytes(block, &all); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("handing out the NCCL id: ", s.message()));
-  }
-  if (all[0] != std::byte{1}) {
-    const char* text = reinterpret_cast<const char*>(all.data() + 1 + kNcclIdBytes);
-    fall_back(absl::StrCat("w0 could not make an NCCL id (",
-                           absl::CEscape(std::string(text, strnlen(text, 254))), ")"));
-    return plane;
-  }
-  NcclId id;
-  std::memcpy(id.data(), all.data() + 1, kNcclIdBytes);
-  absl::StatusOr<std::unique_ptr<NcclCommunicator>> nccl = NcclCommunicator::Create(
-      cpu.rank(), cpu.size(), ordinal, id, NcclOptions{.timeout = timeout});
-  if (!nccl.ok()) SYNCLINE_LOG(WARNING) << "joining the NCCL communicator: " << nccl.status();
-  // Every rank learns whether all joined, so that all use NCCL or none does.
-  absl::StatusOr<bool> joined = AllAgree(cpu, nccl.ok());
-  if (!joined.ok()) return joined.status();
-  if (!*joined) {
-    fall_back("a rank could not join the NCCL communicator");
-    return plane;
-  }
-  plane.nccl = *std::move(nccl);
-  SYNCLINE_LOG(INFO) << "dense all-reduces over NCCL: " << plane.choice.reason;
-  return plane;
-#else
-  (void)ordinal;
-  (void)timeout;
-  fall_back("this build has no NCCL");
-  return plane;
-#endif
-}
-
-absl::StatusOr<DensePlane> ConnectDenseForWorker(const JobSpec& spec, Communicator& cpu,
-                                                 std::string_view device) {
-  // Every rank decides from the spec alone whether to trade devices at all: a job on the CPU
-  // (--device cpu) keeps today's collectives without a word more on the wire.
-  if (spec.device.kind == DeviceKind::kCpu) {
-    return DensePlane{.nccl = nullptr, .choice = {false, "--device cpu"}};
-  }
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  int ordinal = -1;
-  const RankDevice mine = ProbeRankDevice(device, host, &ordinal);
-  return ConnectDenseCollective(
-      cpu, mine, ordinal, absl::Seconds(std::min(spec.timeouts.request_s, spec.timeouts.peer_s)));
 }
 
 ServerlessBackendFactory MakeAllReduceBackendFactory(CollectivePlane plane) {

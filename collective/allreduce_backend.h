@@ -36,8 +36,8 @@
 
 #include "collective/communicator.h"
 #include "collective/dense_collective.h"
+#include "collective/planes.h"
 #include "compression/codec.h"
-#include "core/net.h"
 #include "optim/optimizer.h"
 #include "worker/replicated_model.h"
 #include "worker/sync_backend.h"
@@ -112,6 +112,26 @@ class AllReduceBackend : public SyncBackend {
   // all-reduces every row; leaves the summed rows in buffer_ and, sparse, the keys some rank
   // touched in union_ (ascending).
   absl::Status ExchangeRows(bool sparse, std::span<const float> counts);
+  // Compressed (top-K, sign1): the row gradients as codec blocks, all-gathered; the rest
+  // all-reduced as it is.
+  absl::Status CompressedRound();
+  // Whether this round all-gathers the touched rows as (key, gradient) pairs rather than
+  // all-reducing every row: every rank decides alike from every rank's `counts`.
+  bool GathersRows(std::span<const float> counts) const;
+  // All-reduces every row of buffer_ (its small sums are summed already).
+  absl::Status AllReduceRows();
+  // A sparse round's block: where its values start (after the largest rank's keys), and
+  // whether they travel as fp16.
+  struct RowBlockLayout {
+    size_t values_at = 0;
+    bool half = false;
+    size_t width() const { return half ? sizeof(uint16_t) : sizeof(float); }
+  };
+  // This rank's touched rows into block_, with room for `most_rows`.
+  void PackRowBlock(const RowBlockLayout& layout, size_t most_rows);
+  // Adds rank r's block in blocks_ into buffer_, and its keys to union_; InvalidArgument when
+  // it does not hold what r announced in `counts`, or does not decode.
+  absl::Status AddRowBlock(int r, const RowBlockLayout& layout, std::span<const float> counts);
   // The bias gradient, examples and flag of buffer_ into small_ (returns its size, where
   // callers may append), and small_'s first ones back after it was summed.
   size_t PackSmallSums();
@@ -139,60 +159,6 @@ class AllReduceBackend : public SyncBackend {
   std::vector<std::byte> keys_block_;
   uint64_t sparse_rounds_ = 0, dense_rounds_ = 0;
 };
-
-// A communicator among every worker of the job over `endpoint` (this worker's data endpoint,
-// or its side of one), hosts told apart by the address each listens on (for the hierarchical
-// algorithm); connects to the workers of higher rank.
-absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkers(const JobSpec& spec,
-                                                             const NodeTable& table, int rank,
-                                                             Endpoint& endpoint);
-Algorithm AlgorithmOf(AllReduceAlgorithm algorithm);
-
-// Where `--sync allreduce` workers' collectives travel.
-struct CollectivePlane {
-  // Offer a TcpTransport of their own (core/tcp_transport.h: no I/O thread between the socket
-  // and the collective, docs/COLLECTIVES.md measures it against ZeroMQ). It neither encrypts
-  // nor authenticates, so a job with a key keeps its collectives on the CURVE-encrypted data
-  // endpoint (false).
-  bool tcp = false;
-  // The plane's listening port comes from these (the node's --ports); any: a free one.
-  PortRange ports;
-};
-
-// As ConnectWorkers; then, with more than one worker, the workers trade the addresses of
-// their TCP planes (each listening on the host of the address it registered) with an
-// all-gather over `endpoint`. When every worker offers one, every pair connects both ways and
-// the communicator runs over the plane and owns it; when any worker offers none (a key, no
-// free port), all stay on `endpoint`, so the ranks always agree.
-absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOverTcp(const JobSpec& spec,
-                                                                    const NodeTable& table,
-                                                                    int rank, Endpoint& endpoint,
-                                                                    CollectivePlane plane);
-
-// This rank's RankDevice from its resolved device (device/placement.h: "cpu" or "cuda:N") on
-// `host`, and in *ordinal the CUDA ordinal (-1 for the CPU). A CUDA device that cannot be
-// probed, or a build without NCCL, gives a CPU rank whose note says why.
-RankDevice ProbeRankDevice(std::string_view device, std::string host, int* ordinal);
-
-// How a rank's dense all-reduces travel: `nccl`, or the CPU communicator when it is null.
-struct DensePlane {
-  std::unique_ptr<DenseCollective> nccl;
-  DenseChoice choice;
-};
-
-// Every rank calls it with its own RankDevice (`mine`) and CUDA ordinal: the ranks trade their
-// devices over `cpu`, choose alike (ChooseDenseCollective), log a fallback, and when NCCL is
-// chosen rank 0's NCCL id travels to every rank over `cpu` and each joins the NCCL
-// communicator (waiting up to `timeout`). When any rank fails to make or join it, every rank
-// falls back to the CPU collective, saying why; an error only when `cpu` itself fails.
-absl::StatusOr<DensePlane> ConnectDenseCollective(Communicator& cpu, const RankDevice& mine,
-                                                  int ordinal, absl::Duration timeout);
-
-// ConnectDenseCollective for a worker computing on `device` (device/placement.h's resolved
-// "cpu" or "cuda:N"), on this machine's host name, with the job's peer timeout. A job whose
-// --device is cpu trades nothing and keeps the CPU communicator.
-absl::StatusOr<DensePlane> ConnectDenseForWorker(const JobSpec& spec, Communicator& cpu,
-                                                 std::string_view device);
 
 // Builds an AllReduceBackend from the job spec: a communicator over every worker's data
 // endpoint (or over `plane`), hosts told apart by the address each listens on (for the

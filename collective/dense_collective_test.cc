@@ -11,6 +11,7 @@
 
 #include "collective/allreduce_backend.h"
 #include "collective/communicator.h"
+#include "collective/planes.h"
 #include "testing/inproc_ranks.h"
 
 namespace syncline {

@@ -34,6 +34,7 @@
 
 #include "collective/allreduce_backend.h"
 #include "collective/communicator.h"
+#include "collective/planes.h"
 #include "optim/optimizer.h"
 #include "worker/sync_backend.h"
 #include "worker/worker_node.h"

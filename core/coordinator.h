@@ -22,6 +22,10 @@
 // The observer sees progress, results and failures as they come (the launcher turns them into
 // a progress line, metrics.csv and summary.json).
 //
+// The implementation is spread by concept: coordinator.cc (the run and its message pump),
+// coordinator_rendezvous.cc, coordinator_supervision.cc, coordinator_joins.cc and
+// coordinator_recovery.cc (restarts and rollbacks).
+//
 // Thread-safety: Run() is called from one thread; Abort() may be called from any thread.
 #ifndef SYNCLINE_CORE_COORDINATOR_H_
 #define SYNCLINE_CORE_COORDINATOR_H_
@@ -167,22 +171,21 @@ class Coordinator {
   std::string LastWords(wire::Role role, int rank);
 
  private:
+  // What the coordinator knows of a node (core/coordinator_node_state.h).
   struct NodeState;
   Coordinator(std::unique_ptr<Endpoint> endpoint, std::string address, CoordinatorOptions options,
               CoordinatorObserver* observer);
 
-  absl::Status Register();
-  absl::Status AwaitReady();
-  absl::Status Supervise();
+  // The run and its message pump (coordinator.cc).
   absl::Status Shutdown();
   // Receives one message until `deadline`, handling heartbeats, failures and reports.
   // Returns the message for the caller when it is something else, else nullopt.
   absl::StatusOr<std::optional<Message>> Step(absl::Time deadline);
-  absl::Status CheckHeartbeats();
-  absl::Status CheckStuckWorkers(absl::Time now);
-  absl::Status MarkDown(NodeState& node, const std::string& reason);
-  // The fewest workers the job goes on with.
-  int MinWorkers() const;
+  // Step's handling of a message from a registered node that is up.
+  absl::StatusOr<std::optional<Message>> Handle(NodeState& node, Message& message);
+  // A node reported that it failed: it is to be restarted, or a worker leaves a job that goes
+  // on (OK), or the job fails (the error).
+  absl::Status OnNodeFailed(NodeState& node, const wire::Header::Reader& header);
   absl::Status Fail(absl::Status status);
   // To every node that is up (with `only`, of that role), except joiners not yet announced.
   void Broadcast(const Message& message, std::optional<wire::Role> only = std::nullopt);
@@ -190,6 +193,37 @@ class Coordinator {
   void SendTo(const std::string& control_id, Message message);
   NodeState* Find(const std::string& control_id);
   void OnCheckpointed(const NodeState& node, const wire::Header::Reader& header);
+
+  // Rendezvous (coordinator_rendezvous.cc): every node registers, gets the table, is ready.
+  absl::Status Register();
+  // A registration: the node is taken, or told why not (OK either way); an error stops the job
+  // (a cluster launcher started the wrong number of ranks).
+  absl::Status Admit(Message& message);
+  // Why the registration `reg` from endpoint `peer` cannot be taken; OK when it can.
+  absl::Status RegistrationProblem(const std::string& peer, wire::Role role, int rank,
+                                   wire::Register::Reader reg);
+  // DeadlineExceeded naming the nodes that have not registered.
+  absl::Status MissingNodes();
+  // Builds the node table and sends it to every node.
+  void PublishTable();
+  absl::Status AwaitReady();
+
+  // Supervision (coordinator_supervision.cc): heartbeats, stuck workers, lost nodes, the end of
+  // training and the evaluation.
+  absl::Status Supervise();
+  // A message Step handed back while the workers train.
+  void OnTrainingMessage(Message& message);
+  absl::Status EvaluateFinalModel();
+  absl::Status CheckHeartbeats();
+  absl::Status CheckStuckWorkers(absl::Time now);
+  absl::Status MarkDown(NodeState& node, const std::string& reason);
+  // Tells every node that worker `node` left a job that goes on, and who takes its batches.
+  void AnnounceDeparture(NodeState& node, const std::string& reason,
+                         const std::vector<int>& takers);
+  // The fewest workers the job goes on with.
+  int MinWorkers() const;
+
+  // Restarts and rollbacks (coordinator_recovery.cc).
   struct RestartRequest {
     std::string control_id;
     std::string reason;
@@ -208,8 +242,11 @@ class Coordinator {
   // Ends the recovery once every node has restored; fails it past its deadline.
   absl::Status AdvanceRecovery();
 
-  // Joins: a `join` request from the joiner's first endpoint, answered with a rank or why not.
+  // Joins (coordinator_joins.cc): a `join` request from the joiner's first endpoint, answered
+  // with a rank or why not.
   void HandleJoinRequest(Message& message);
+  // Why a join request cannot be taken now; OK when it can.
+  absl::Status JoinRefusal(const wire::Header::Reader& header) const;
   // The joiner registered under its rank: every training worker is asked for its cut.
   void BeginArrival(NodeState& joiner, Message& message);
   // A worker answered (cut), finished, or went down: the arrival completes once none is left.
@@ -220,6 +257,9 @@ class Coordinator {
   void OnArrivalTaken(const NodeState& server, int64_t worker);
   // Sends the arrival to every worker, then the joiner its table and every plan event so far.
   void AnnounceArrival();
+  // An arrival whose cuts or servers are late past a heartbeat timeout: it goes on without the
+  // late workers' cuts; servers that have not taken the joiner in fail the job.
+  absl::Status CheckArrival(absl::Time now);
   // Whether `n` is the joiner whose arrival is being gathered or announced.
   bool InArrival(const NodeState& n) const;
   bool training_ = false;  // Supervise() runs: joins are taken

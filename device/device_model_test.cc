@@ -1,4 +1,4 @@
-// The device models against the CPU models, on two executors: the host's (device_step_host.h),
+// The device models against the CPU models, on two executors: the host's (device/host_executor.h),
 // which checks the GPU kernels' index arithmetic and step order on any machine, and CUDA's
 // (gpu_model.h), whose tests skip, saying why, where the build has no CUDA or the machine no
 // GPU. scripts/gpu-check.sh runs them under compute-sanitizer.

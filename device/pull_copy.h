@@ -33,7 +33,7 @@
 #include "compression/codec.h"
 #include "compression/held_rows.h"
 #include "compression/sparse_rows.h"
-#include "device/device_step.h"
+#include "device/kernels.h"
 #include "device/row_feedback.h"
 
 namespace syncline {

@@ -52,7 +52,7 @@
 #include "compression/held_rows.h"
 #include "compression/sparse_rows.h"
 #include "compression/wire.h"
-#include "device/device_step.h"
+#include "device/kernels.h"
 #include "optim/optimizer.h"
 
 namespace syncline {

@@ -75,6 +75,10 @@
 // admitted again, and a rank not admitted is never counted dead. CHOCO refuses joins (a joiner
 // has no public copies to start from).
 //
+// The implementation is spread by concept: gossip_mixer.cc (options, messages, a round's
+// dispatch), gossip_membership.cc (joins, leaves, deaths), gossip_synchronous.cc (D-PSGD),
+// gossip_choco.cc (CHOCO) and gossip_push_sum.cc.
+//
 // Thread-safety: thread-compatible; the endpoint must be used by nobody else meanwhile.
 #ifndef SYNCLINE_GOSSIP_GOSSIP_MIXER_H_
 #define SYNCLINE_GOSSIP_GOSSIP_MIXER_H_
@@ -84,6 +88,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -195,7 +200,21 @@ class GossipMixer {
     std::vector<float> theirs;
   };
 
+  // Synchronous (gossip_synchronous.cc): a round, phase by phase.
+  struct SyncRound;
   absl::Status MixSynchronous(int64_t step, std::span<float> values);
+  // Adds to round.expected the peers this step waits for, and drops the lost.
+  void ExpectPeers(SyncRound& round);
+  // Sends this step's values to the expected peers not sent to yet; false when a send failed
+  // (that peer is declared dead, and the expected peers change).
+  bool SendRound(SyncRound& round, std::span<const float> values, const Frame& payload);
+  // Receives one message, or at its deadline sends heartbeats and declares dead the expected
+  // peers silent for peer_timeout.
+  absl::Status AwaitRound(SyncRound& round);
+  // Files what Handle() has collected: this step's values, skips, later steps' values.
+  void FileArrivals(SyncRound& round, std::span<const float> values);
+  // D-PSGD: `values` move to the Metropolis-Hastings average with the values received.
+  void MixAverage(std::span<float> values, const std::map<int, Incoming>& got);
   absl::Status MixPushSum(int64_t step, std::span<float> values);
   // CHOCO: the block for edge `peer` at this step; its decoded value goes to *sent.
   Frame EncodeDifference(int peer, std::span<const float> values, std::vector<float>* sent);
@@ -220,6 +239,13 @@ class GossipMixer {
   void AnswerWelcomes(std::span<const float> values);
   // Whether this node sends to `rank` now: alive, admitted, not gone and heard from.
   bool Reachable(int rank) const;
+  // A joiner's hello to every member of `step`, asking those in `asked` for their models;
+  // returns those asked that the hello reached.
+  std::set<int> Greet(int64_t step, const std::vector<int>& members, const std::vector<int>& asked);
+  // Waits (up to peer_timeout / 2) for the models of `waiting`, which loses those that came;
+  // synchronous: their vectors (push-sum: none, the shares stay in arrived_).
+  absl::StatusOr<std::vector<std::vector<float>>> AwaitWelcomes(int64_t step,
+                                                                std::set<int>& waiting);
   // Bit r set: rank r (< 64) is known dead here.
   uint64_t DeadMask() const;
   void SendSkip(int peer, int64_t step);

@@ -9,6 +9,7 @@
 
 #include "collective/allreduce_backend.h"
 #include "collective/hybrid_backend.h"
+#include "collective/planes.h"
 #include "worker/worker_node.h"
 
 namespace syncline {

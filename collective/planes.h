@@ -1,0 +1,84 @@
+// Where the workers' collectives travel (--sync allreduce and hybrid): the communicator among
+// every worker, over their data endpoints or a TCP plane of their own, and the plane of the
+// dense all-reduces, NCCL when every rank computes on a GPU of its own, else that communicator.
+// The backends (collective/allreduce_backend.h, collective/hybrid_backend.h) take what these
+// connect.
+//
+// Thread-safety: each function is called by one rank's thread; every rank of the job calls it
+// alike (the ranks trade what they offer, so that all choose the same plane).
+#ifndef SYNCLINE_COLLECTIVE_PLANES_H_
+#define SYNCLINE_COLLECTIVE_PLANES_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "collective/communicator.h"
+#include "collective/dense_collective.h"
+#include "core/net.h"
+#include "core/node_table.h"
+#include "core/transport.h"
+#include "syncline/job_spec.h"
+
+namespace syncline {
+
+// A communicator among every worker of the job over `endpoint` (this worker's data endpoint,
+// or its side of one), hosts told apart by the address each listens on (for the hierarchical
+// algorithm); connects to the workers of higher rank.
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkers(const JobSpec& spec,
+                                                             const NodeTable& table, int rank,
+                                                             Endpoint& endpoint);
+// The communicator's algorithm named by --sync allreduce:ALGORITHM.
+Algorithm AlgorithmOf(AllReduceAlgorithm algorithm);
+
+// Where `--sync allreduce` workers' collectives travel.
+struct CollectivePlane {
+  // Offer a TcpTransport of their own (core/tcp_transport.h: no I/O thread between the socket
+  // and the collective, docs/COLLECTIVES.md measures it against ZeroMQ). It neither encrypts
+  // nor authenticates, so a job with a key keeps its collectives on the CURVE-encrypted data
+  // endpoint (false).
+  bool tcp = false;
+  // The plane's listening port comes from these (the node's --ports); any: a free one.
+  PortRange ports;
+};
+
+// As ConnectWorkers; then, with more than one worker, the workers trade the addresses of
+// their TCP planes (each listening on the host of the address it registered) with an
+// all-gather over `endpoint`. When every worker offers one, every pair connects both ways and
+// the communicator runs over the plane and owns it; when any worker offers none (a key, no
+// free port), all stay on `endpoint`, so the ranks always agree.
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOverTcp(const JobSpec& spec,
+                                                                    const NodeTable& table,
+                                                                    int rank, Endpoint& endpoint,
+                                                                    CollectivePlane plane);
+
+// This rank's RankDevice from its resolved device (device/placement.h: "cpu" or "cuda:N") on
+// `host`, and in *ordinal the CUDA ordinal (-1 for the CPU). A CUDA device that cannot be
+// probed, or a build without NCCL, gives a CPU rank whose note says why.
+RankDevice ProbeRankDevice(std::string_view device, std::string host, int* ordinal);
+
+// How a rank's dense all-reduces travel: `nccl`, or the CPU communicator when it is null.
+struct DensePlane {
+  std::unique_ptr<DenseCollective> nccl;
+  DenseChoice choice;
+};
+
+// Every rank calls it with its own RankDevice (`mine`) and CUDA ordinal: the ranks trade their
+// devices over `cpu`, choose alike (ChooseDenseCollective), log a fallback, and when NCCL is
+// chosen rank 0's NCCL id travels to every rank over `cpu` and each joins the NCCL
+// communicator (waiting up to `timeout`). When any rank fails to make or join it, every rank
+// falls back to the CPU collective, saying why; an error only when `cpu` itself fails.
+absl::StatusOr<DensePlane> ConnectDenseCollective(Communicator& cpu, const RankDevice& mine,
+                                                  int ordinal, absl::Duration timeout);
+
+// ConnectDenseCollective for a worker computing on `device` (device/placement.h's resolved
+// "cpu" or "cuda:N"), on this machine's host name, with the job's peer timeout. A job whose
+// --device is cpu trades nothing and keeps the CPU communicator.
+absl::StatusOr<DensePlane> ConnectDenseForWorker(const JobSpec& spec, Communicator& cpu,
+                                                 std::string_view device);
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_COLLECTIVE_PLANES_H_
