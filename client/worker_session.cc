@@ -11,14 +11,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/kv_client.h"
+#include "client/peer_context.h"
 #include "compression/codec.h"
 #include "compression/sparse_rows.h"
 #include "core/control_client.h"
+#include "core/endpoint_split.h"
 #include "core/net.h"
 #include "core/sharding.h"
 #include "core/table_config.h"
 #include "core/zmq_transport.h"
 #include "job/node_join.h"
+#include "job/options.h"
 
 namespace syncline {
 namespace {
@@ -48,7 +51,13 @@ struct PendingTicket {
 struct WorkerSession::State {
   std::unique_ptr<ZmqTransport> transport;
   JoinedJob job;
-  std::unique_ptr<KVClient> kv;
+  // A hybrid worker hears the servers (its KV client) and the workers (its collectives) on one
+  // data endpoint: each side hears only its own.
+  std::unique_ptr<EndpointSplit> split;
+  std::unique_ptr<KVClient> kv;            // null in a job without servers (--sync allreduce)
+  std::unique_ptr<PeerCollectives> peers;  // null in a job of servers only
+  bool encrypted = false;                  // the job's connections have a key
+  PortRange ports;                         // where this worker may listen
   int rank = 0;
   int64_t clock = 0;
   bool finished = false;
@@ -68,6 +77,12 @@ struct WorkerSession::State {
     pending.emplace(t, std::move(p));
     return t;
   }
+  absl::Status NeedServers(const char* call) const {
+    if (kv != nullptr) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        call, ": this job has no parameter servers (--sync ", SyncModeName(job.spec.sync),
+        "): its workers sync with collectives (AllReduce, Broadcast)"));
+  }
   absl::StatusOr<TableState*> FindTable(uint32_t id) {
     auto it = tables.find(id);
     if (it == tables.end()) {
@@ -76,6 +91,57 @@ struct WorkerSession::State {
     return &it->second;
   }
 };
+
+// What the session talks to: the servers (a KV client), the other workers (collectives), or
+// both (hybrid, over one endpoint split in two).
+absl::Status WorkerSession::ConnectSession(State& s, const SessionOptions& options) {
+  const JobSpec& spec = s.job.spec;
+  ControlClient& control = *s.job.control;
+  if (spec.sync.gossip() || spec.sync.fedavg()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a WorkerSession does not run --sync ", SyncModeName(spec.sync),
+        " jobs: use bsp, ssp:S, asp, hybrid or allreduce (or syncline-worker's built-in models)"));
+  }
+  const bool servers = !spec.sync.serverless();
+  const bool collectives = spec.sync.serverless() || spec.sync.hybrid();
+  if (collectives && !options.peers) {
+    return absl::FailedPreconditionError(
+        spec.sync.hybrid()
+            ? "a hybrid job's workers all-reduce its dense layers every step: this session was "
+              "joined without collectives (SessionOptions::peers; the Python package's "
+              "syncline.torch has them, or use syncline-worker)"
+            : "a WorkerSession of an all-reduce job needs collectives among the workers "
+              "(SessionOptions::peers; the Python package's syncline.torch has them)");
+  }
+  Endpoint* to_servers = s.job.data.get();
+  Endpoint* to_workers = s.job.data.get();
+  if (servers && collectives) {
+    s.split = std::make_unique<EndpointSplit>(s.job.data.get(), [](const std::string& peer) {
+      return peer.starts_with("ps") ? 0 : 1;  // DataEndpointId's: "ps<rank>", "w<rank>"
+    });
+    to_servers = &s.split->side(0);
+    to_workers = &s.split->side(1);
+  }
+  if (servers) {
+    absl::StatusOr<KVClientOptions> kv = ConnectToServers(*to_servers, control, s.rank);
+    if (!kv.ok()) return kv.status();
+    kv->pull_codec = spec.training.pull_codec;
+    s.kv = std::make_unique<KVClient>(to_servers, *kv);
+  }
+  if (spec.training.codec.kind != CodecKind::kNone) s.codec = Codec::Create(spec.training.codec);
+  if (collectives) {
+    absl::StatusOr<std::unique_ptr<PeerCollectives>> peers =
+        options.peers(PeerContext{.spec = spec,
+                                  .table = control.table(),
+                                  .rank = s.rank,
+                                  .endpoint = *to_workers,
+                                  .encrypted = s.encrypted,
+                                  .ports = s.ports});
+    if (!peers.ok()) return peers.status();
+    s.peers = std::move(*peers);
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(const SessionOptions& options) {
   auto state = std::make_unique<State>();
@@ -97,34 +163,18 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(const Session
   node.insecure = options.insecure;
   absl::StatusOr<ZmqOptions> transport = NodeTransportOptions(node);
   if (!transport.ok()) return transport.status();
+  state->encrypted = transport->key != nullptr;
+  state->ports = node.ports;
   state->transport = std::make_unique<ZmqTransport>(*transport);
   auto joined = JoinJob(*state->transport, wire::Role::WORKER, node);
   if (!joined.ok()) return joined.status();
   state->job = std::move(*joined);
   state->rank = options.rank;
   ControlClient* control = state->job.control.get();
-  const JobSpec& spec = state->job.spec;
-  if (spec.sync.serverless() || spec.sync.hybrid()) {
-    absl::Status s = absl::FailedPreconditionError(
-        spec.sync.hybrid()
-            ? "a WorkerSession talks to parameter servers only; a hybrid job's workers also "
-              "all-reduce its dense layers every step (use syncline-worker or the Python "
-              "package's syncline.torch)"
-            : "a WorkerSession needs parameter servers; this job is serverless (gossip or "
-              "all-reduce)");
+  if (auto s = ConnectSession(*state, options); !s.ok()) {
     control->ReportAbort(s);
     return s;
   }
-  absl::StatusOr<KVClientOptions> kv = ConnectToServers(*state->job.data, *control, options.rank);
-  if (!kv.ok()) {
-    control->ReportAbort(kv.status());
-    return kv.status();
-  }
-  kv->pull_codec = spec.training.pull_codec;
-  if (spec.training.codec.kind != CodecKind::kNone) {
-    state->codec = Codec::Create(spec.training.codec);
-  }
-  state->kv = std::make_unique<KVClient>(state->job.data.get(), *kv);
   control->ReportReady();
   if (auto s = control->WaitForStart(absl::Now() + options.startup_timeout); !s.ok()) {
     control->ReportAbort(s);
@@ -170,6 +220,7 @@ absl::Status WorkerSession::DeclareTableFrom(const TableOptions& t, std::span<co
 absl::Status WorkerSession::Declare(const TableOptions& t, std::span<const float> initial,
                                     bool await_initial, absl::Time deadline) {
   State& s = *state_;
+  if (auto st = s.NeedServers("DeclareTable"); !st.ok()) return st;
   TableConfig c;
   c.id = t.id;
   c.dense = t.dense;
@@ -238,6 +289,7 @@ absl::StatusOr<WorkerSession::Ticket> WorkerSession::Push(uint32_t table,
                                                           std::span<const float> values,
                                                           float weight) {
   State& s = *state_;
+  if (auto st = s.NeedServers("Push"); !st.ok()) return st;
   absl::StatusOr<TableState*> t = s.FindTable(table);
   if (!t.ok()) return t.status();
   PendingTicket p;
@@ -278,6 +330,7 @@ absl::StatusOr<WorkerSession::Ticket> WorkerSession::Pull(uint32_t table,
                                                           std::span<const uint64_t> keys,
                                                           std::span<float> out) {
   State& s = *state_;
+  if (auto st = s.NeedServers("Pull"); !st.ok()) return st;
   auto r = s.kv->Pull(table, keys, out, ReadClock());
   if (!r.ok()) return r.status();
   return s.Issue(PendingTicket{.requests = {*r}});
@@ -288,6 +341,7 @@ absl::StatusOr<WorkerSession::Ticket> WorkerSession::PushPull(uint32_t table,
                                                               std::span<const float> values,
                                                               std::span<float> out, float weight) {
   State& s = *state_;
+  if (auto st = s.NeedServers("PushPull"); !st.ok()) return st;
   if (s.codec == nullptr) {
     auto r = s.kv->PushPull(table, keys, values, out, s.clock, weight);
     if (!r.ok()) return r.status();
@@ -307,6 +361,7 @@ absl::StatusOr<WorkerSession::Ticket> WorkerSession::PushDense(uint32_t table, u
                                                                std::span<const float> values,
                                                                float weight) {
   State& s = *state_;
+  if (auto st = s.NeedServers("PushDense"); !st.ok()) return st;
   absl::StatusOr<TableState*> t = s.FindTable(table);
   if (!t.ok()) return t.status();
   const TableConfig& config = (*t)->config;
@@ -341,9 +396,38 @@ absl::StatusOr<WorkerSession::Ticket> WorkerSession::PushDense(uint32_t table, u
 absl::StatusOr<WorkerSession::Ticket> WorkerSession::PullDense(uint32_t table, uint64_t begin,
                                                                std::span<float> out) {
   State& s = *state_;
+  if (auto st = s.NeedServers("PullDense"); !st.ok()) return st;
   auto r = s.kv->PullDense(table, begin, out, ReadClock());
   if (!r.ok()) return r.status();
   return s.Issue(PendingTicket{.requests = {*r}});
+}
+
+absl::Status WorkerSession::AllReduce(std::span<float> data, bool compress, uint32_t residual) {
+  State& s = *state_;
+  if (s.peers == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("AllReduce: the workers of this job (--sync ", SyncModeName(s.job.spec.sync),
+                     ") sync through the parameter servers, not among themselves"));
+  }
+  if (s.finished) return absl::FailedPreconditionError("AllReduce after Finish()");
+  if (auto st = s.peers->AllReduce(data, compress, residual); !st.ok()) return st;
+  return s.job.control->health();
+}
+
+absl::Status WorkerSession::Broadcast(std::span<float> data, int root) {
+  State& s = *state_;
+  if (s.peers == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Broadcast: the workers of this job (--sync ", SyncModeName(s.job.spec.sync),
+                     ") sync through the parameter servers, not among themselves"));
+  }
+  if (root < 0 || root >= s.job.spec.workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Broadcast: root ", root, " is not a worker's rank, 0..", s.job.spec.workers - 1));
+  }
+  if (s.finished) return absl::FailedPreconditionError("Broadcast after Finish()");
+  if (auto st = s.peers->Broadcast(data, root); !st.ok()) return st;
+  return s.job.control->health();
 }
 
 int64_t WorkerSession::ReadClock() const {
@@ -372,7 +456,9 @@ absl::Status WorkerSession::Clock(double examples, double train_loss) {
     return absl::InvalidArgumentError(absl::StrCat("Clock: examples must be >= 0, not ", examples));
   }
   ++s.clock;
-  if (auto st = s.kv->Clock(s.clock, static_cast<float>(examples)); !st.ok()) return st;
+  if (s.kv != nullptr) {
+    if (auto st = s.kv->Clock(s.clock, static_cast<float>(examples)); !st.ok()) return st;
+  }
   s.job.control->SetClock(s.clock);  // heartbeats carry it: a stuck program is named
   s.examples += static_cast<uint64_t>(examples);
   s.unreported_examples += static_cast<uint64_t>(examples);
@@ -387,7 +473,7 @@ absl::Status WorkerSession::Clock(double examples, double train_loss) {
                        .train_loss = s.loss_examples > 0 ? s.loss_sum / s.loss_examples : 0,
                        .examples = s.unreported_examples,
                        .total_steps = 0,  // unknown: the caller's loop decides
-                       .staleness = s.kv->TakeMeanStaleness()});
+                       .staleness = s.kv != nullptr ? s.kv->TakeMeanStaleness() : 0});
     s.loss_sum = s.loss_examples = 0;
     s.unreported_examples = 0;
   }
@@ -399,6 +485,7 @@ absl::Status WorkerSession::Clock(double examples, double train_loss) {
 // gradient is lost (PsBackend sends it with its last iteration, which it knows in advance).
 absl::Status WorkerSession::DrainResiduals(absl::Time deadline) {
   State& s = *state_;
+  if (s.kv == nullptr) return absl::OkStatus();
   PendingTicket p;
   std::deque<std::vector<float>> held;  // the dense residuals being sent
   float weight = 0;
@@ -452,12 +539,16 @@ absl::Status WorkerSession::Finish(std::function<absl::StatusOr<EvaluationResult
   s.pending.clear();
   if (!pending.ok()) return pending;
   if (auto st = DrainResiduals(deadline); !st.ok()) return st;
-  if (auto st = s.kv->Finish(deadline); !st.ok()) return st;
+  if (s.kv != nullptr) {
+    if (auto st = s.kv->Finish(deadline); !st.ok()) return st;
+  }
   s.finished = true;
-  control->ReportWorkerDone(WorkerDoneReport{.steps = s.clock,
-                                             .examples = s.examples,
-                                             .bytes_pushed = s.kv->bytes_pushed(),
-                                             .bytes_pulled = s.kv->bytes_pulled()});
+  // A worker's collectives count as its pushes (what it sends) and pulls (what it receives).
+  const uint64_t pushed = (s.kv ? s.kv->bytes_pushed() : 0) + (s.peers ? s.peers->bytes_sent() : 0);
+  const uint64_t pulled =
+      (s.kv ? s.kv->bytes_pulled() : 0) + (s.peers ? s.peers->bytes_received() : 0);
+  control->ReportWorkerDone(WorkerDoneReport{
+      .steps = s.clock, .examples = s.examples, .bytes_pushed = pushed, .bytes_pulled = pulled});
   while (true) {
     absl::StatusOr<Command> command = control->WaitForCommand(deadline);
     if (!command.ok()) return command.status();

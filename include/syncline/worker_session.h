@@ -44,6 +44,29 @@
 
 namespace syncline {
 
+// Collectives among a job's workers, for the dense layers of an all-reduce or hybrid job: the
+// session makes them, when it joins such a job, with SessionOptions::peers (Syncline's Python
+// package passes one, built on collective/). Every worker calls them in the same order.
+class PeerCollectives {
+ public:
+  virtual ~PeerCollectives() = default;
+  // Sums `data` over every worker, in place, with the job's algorithm (--sync allreduce:ALGO);
+  // every worker ends with bitwise the same values. `compress`: with the job's --compress
+  // codec (fp16 on the wire; top-K or sign1 with an error-feedback residual kept per
+  // `residual`, one per buffer that is all-reduced again and again).
+  virtual absl::Status AllReduce(std::span<float> data, bool compress, uint32_t residual) = 0;
+  // Every worker's `data` becomes worker `root`'s.
+  virtual absl::Status Broadcast(std::span<float> data, int root) = 0;
+  virtual uint64_t bytes_sent() const = 0;
+  virtual uint64_t bytes_received() const = 0;
+};
+
+// What a PeerCollectives connector is given (client/peer_context.h): the job, its node table,
+// this worker's rank and the side of its data endpoint that hears the other workers.
+struct PeerContext;
+using PeerConnector =
+    std::function<absl::StatusOr<std::unique_ptr<PeerCollectives>>(const PeerContext&)>;
+
 struct SessionOptions {
   // The coordinator's address, as syncline-launch --external-workers prints it.
   std::string coordinator;
@@ -65,6 +88,9 @@ struct SessionOptions {
   // `insecure`.
   std::string key_file;
   bool insecure = false;
+  // Connects the workers' collectives. A job whose workers sync dense layers among themselves
+  // (--sync allreduce, hybrid) is refused without it; in one with servers only, it is not used.
+  PeerConnector peers;
 };
 
 // A parameter table on the servers. Every worker declares the same tables (the first
@@ -136,6 +162,11 @@ class WorkerSession {
                                    float weight);
   absl::StatusOr<Ticket> PullDense(uint32_t table, uint64_t begin, std::span<float> out);
 
+  // Collectives among the workers (an all-reduce or hybrid job's; FailedPrecondition in a job
+  // of servers only): see PeerCollectives.
+  absl::Status AllReduce(std::span<float> data, bool compress = false, uint32_t residual = 0);
+  absl::Status Broadcast(std::span<float> data, int root);
+
   // Completes a ticket: OK, the first error a server answered, or DeadlineExceeded. A ticket
   // is waited for once; an unknown one is NotFound.
   absl::Status Wait(Ticket ticket, absl::Time deadline);
@@ -163,6 +194,7 @@ class WorkerSession {
   absl::Status DrainResiduals(absl::Time deadline);
   absl::Status Declare(const TableOptions& table, std::span<const float> initial,
                        bool await_initial, absl::Time deadline);
+  static absl::Status ConnectSession(State& state, const SessionOptions& options);
   std::unique_ptr<State> state_;
 };
 

@@ -38,6 +38,7 @@
 #include "job/world.h"
 #include "python/native/buffers.h"
 #include "python/native/errors.h"
+#include "python/native/peers.h"
 #include "syncline/worker_session.h"
 
 namespace py = pybind11;
@@ -253,6 +254,7 @@ class Session {
     o.startup_timeout = absl::Seconds(startup_timeout);
     o.key_file = key_file;
     o.insecure = insecure;
+    o.peers = CommunicatorPeers();
     absl::StatusOr<std::unique_ptr<WorkerSession>> session;
     {
       py::gil_scoped_release release;
@@ -381,6 +383,36 @@ class Session {
     }
     finished_ = true;
     borrowed_.clear();
+  }
+
+  // Collectives among the workers (all-reduce and hybrid jobs).
+  void AllReduce(py::handle data, const std::string& op, bool compress, uint32_t residual) {
+    CheckOpen("allreduce");
+    if (op != "sum" && op != "mean") {
+      throw py::value_error(absl::StrCat("op: '", op, "'; expected 'sum' or 'mean'"));
+    }
+    Borrowed d = Floats(data, "data", /*writable=*/true);
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = session_->AllReduce(d.mutable_floats(), compress, residual);
+      if (status.ok() && op == "mean") {
+        const float inv = 1.0f / static_cast<float>(session_->spec().workers);
+        for (float& x : d.mutable_floats()) x *= inv;
+      }
+    }
+    Check(status);
+  }
+
+  void Broadcast(py::handle data, int root) {
+    CheckOpen("broadcast");
+    Borrowed d = Floats(data, "data", /*writable=*/true);
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = session_->Broadcast(d.mutable_floats(), root);
+    }
+    Check(status);
   }
 
   void Wait(uint64_t ticket, double timeout) {
@@ -568,6 +600,14 @@ PYBIND11_MODULE(_native, m) {
       .def("clock", &Session::Clock, py::arg("examples"), py::arg("loss") = NAN,
            "Ends this worker's iteration, which trained `examples` examples with mean loss "
            "`loss` (for the job's progress and metrics).")
+      .def("allreduce", &Session::AllReduce, py::arg("data"), py::arg("op") = "sum",
+           py::arg("compress") = false, py::arg("residual") = 0,
+           "Sums (op='sum') or averages (op='mean') a float32 buffer over every worker, in place, "
+           "with the job's algorithm; compress=True: with the job's --compress codec (fp16, or "
+           "top-K and sign1 with an error-feedback residual per `residual` id). All-reduce and "
+           "hybrid jobs only.")
+      .def("broadcast", &Session::Broadcast, py::arg("data"), py::arg("root") = 0,
+           "Every worker's float32 buffer becomes worker `root`'s (all-reduce and hybrid jobs).")
       .def("abort", &Session::Abort, py::arg("why"),
            "Tells the job that this worker failed, and why (the job ends with that reason).")
       .def("finish", &Session::Finish, py::arg("evaluate") = py::none(), py::arg("timeout") = 600.0,

@@ -642,8 +642,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     values, and the servers apply the wrapped optimizer's kind and settings (SGD without
     momentum, Adagrad, Adam; another is refused with the reason). Under allreduce and hybrid the
     gradients are all-reduced (mean) with the job's algorithm and codec, then the wrapped
-    optimizer steps on every worker; call broadcast_parameters(model) first so that every
-    worker starts from rank 0's values.
+    optimizer steps on every worker; the parameters start from rank 0's values (a broadcast
+    when the optimizer is made; broadcast_parameters() does it for other tensors).
 
     step(examples, loss) also pushes the sharded embeddings' gradients and ends the iteration:
     the job's progress, metrics.csv and summary.json show it as a built-in worker's.
@@ -676,6 +676,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.defaults = optimizer.defaults
         self._flat = _flat_copy(self._params)
         self._grad = torch.zeros(self._numel, dtype=torch.float32)
+        self._buf = torch.zeros(self._numel + 1, dtype=torch.float32)
         if w.mode in _PS_MODES and self._numel > 0:
             kind, lr, l2, eps, b1, b2 = rule
             mine = w.session.rank == 0
@@ -687,6 +688,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
             # Every worker starts from the table (rank 0's values, or a resumed job's).
             w.session.wait(w.session.pull_dense(_DENSE_TABLE, 0, self._flat.numpy()), w.timeout)
             w.timings.push += time.perf_counter() - t0
+            _assign_flat(self._params, self._flat)
+        elif self._numel > 0:
+            # Every worker starts from rank 0's parameters.
+            t0 = time.perf_counter()
+            w.session.broadcast(self._flat.numpy(), 0)
+            w.timings.collective += time.perf_counter() - t0
             _assign_flat(self._params, self._flat)
         w.optimizer = self
 
@@ -762,14 +769,19 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def _step_by_allreduce(self, w, examples, loss):
         t0 = time.perf_counter()
         if self._numel > 0:
-            # The mean over workers of each worker's gradient sum, divided by the mean
-            # examples: the gradient of the union batch, as BSP computes it.
-            buf = torch.empty(self._numel + 1, dtype=torch.float32)
-            buf[:self._numel] = self._grad
-            buf[self._numel] = float(examples)
-            w.session.allreduce(buf.numpy(), "sum")
-            total = float(buf[self._numel])
-            self._grad.copy_(buf[:self._numel] / total)
+            # Every worker's gradient sum, added up, over every worker's examples: the gradient
+            # of the union batch, as BSP computes it.
+            if w.spec["compress"] == "none":
+                self._buf[:self._numel] = self._grad
+                self._buf[self._numel] = float(examples)
+                w.session.allreduce(self._buf.numpy(), "sum")
+                total = float(self._buf[self._numel])
+                torch.div(self._buf[:self._numel], total, out=self._grad)
+            else:  # the gradient with the job's codec (and its residual); the count exactly
+                count = np.array([examples], dtype=np.float32)
+                w.session.allreduce(self._grad.numpy(), "sum", compress=True, residual=0)
+                w.session.allreduce(count, "sum")
+                self._grad.div_(float(count[0]))
         w.timings.collective += time.perf_counter() - t0
         g0 = time.perf_counter()
         at = 0
