@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -10,6 +11,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_requests.h"
+#include "checkpoint/worker_part.h"
 #include "client/kv_client.h"
 #include "client/peer_context.h"
 #include "compression/codec.h"
@@ -58,6 +62,11 @@ struct WorkerSession::State {
   std::unique_ptr<PeerCollectives> peers;  // null in a job of servers only
   bool encrypted = false;                  // the job's connections have a key
   PortRange ports;                         // where this worker may listen
+  // Checkpoints: the program's state, the coordinator's requested clocks, and what a resumed
+  // job restored.
+  std::function<absl::StatusOr<std::string>()> save;
+  CheckpointRequests requests;
+  std::optional<std::string> restored;
   int rank = 0;
   int64_t clock = 0;
   bool finished = false;
@@ -143,6 +152,25 @@ absl::Status WorkerSession::ConnectSession(State& s, const SessionOptions& optio
   return absl::OkStatus();
 }
 
+// A job resumed from a checkpoint: the session starts at its clock, with what this worker saved
+// there (a worker the checkpoint holds nothing of starts at the checkpoint's clock).
+absl::Status WorkerSession::Resume(State& s) {
+  const std::string& restore = s.job.spec.checkpoint.restore;
+  if (restore.empty()) return absl::OkStatus();
+  absl::StatusOr<Manifest> manifest = ReadManifest(restore);
+  if (!manifest.ok()) return manifest.status();
+  const std::string me = absl::StrCat("w", s.rank);
+  s.clock = manifest->clock;
+  if (std::find(manifest->nodes.begin(), manifest->nodes.end(), me) != manifest->nodes.end()) {
+    absl::StatusOr<WorkerCheckpoint> saved = ReadWorkerCheckpoint(restore, s.rank);
+    if (!saved.ok()) return saved.status();
+    s.clock = saved->clock;
+    s.restored = std::move(saved->state);
+  }
+  s.job.control->SetClock(s.clock);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(const SessionOptions& options) {
   auto state = std::make_unique<State>();
   NodeOptions node;
@@ -172,6 +200,10 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(const Session
   state->rank = options.rank;
   ControlClient* control = state->job.control.get();
   if (auto s = ConnectSession(*state, options); !s.ok()) {
+    control->ReportAbort(s);
+    return s;
+  }
+  if (auto s = Resume(*state); !s.ok()) {
     control->ReportAbort(s);
     return s;
   }
@@ -402,6 +434,42 @@ absl::StatusOr<WorkerSession::Ticket> WorkerSession::PullDense(uint32_t table, u
   return s.Issue(PendingTicket{.requests = {*r}});
 }
 
+void WorkerSession::SetCheckpointState(std::function<absl::StatusOr<std::string>()> save) {
+  state_->save = std::move(save);
+}
+
+const std::optional<std::string>& WorkerSession::restored_state() const { return state_->restored; }
+
+// This worker's part of checkpoint `clock` when it is one: every --checkpoint-every clocks, or
+// the clocks the coordinator asked for (time-based checkpoints). A part that cannot be written is
+// reported (the launcher never completes that checkpoint); training goes on.
+void WorkerSession::MaybeCheckpoint() {
+  State& s = *state_;
+  ReportMissedCheckpoints(s.clock);
+  const int every = s.job.spec.checkpoint.every;
+  if (!((every > 0 && s.clock % every == 0) || s.requests.Consume(s.clock))) return;
+  absl::StatusOr<std::string> state = s.save ? s.save() : std::string();
+  absl::Status status = state.status();
+  if (status.ok()) {
+    status = WriteWorkerCheckpoint(s.job.spec.checkpoint.dir, s.rank, {s.clock, *state, ""});
+  }
+  s.job.control->ReportCheckpointed(s.clock, status);
+  s.requests.Taken(s.clock);
+}
+
+// Takes the coordinator's new checkpoint requests, and reports those for clocks before `before`
+// that this worker had passed when they arrived.
+void WorkerSession::ReportMissedCheckpoints(int64_t before) {
+  State& s = *state_;
+  for (int64_t c : s.job.control->TakeCheckpointRequests()) s.requests.Request(c);
+  for (int64_t missed : s.requests.TakeMissedBefore(before)) {
+    s.job.control->ReportCheckpointed(
+        missed,
+        absl::FailedPreconditionError(absl::StrFormat(
+            "w%d had finished clock %d before the request for it arrived", s.rank, missed)));
+  }
+}
+
 absl::Status WorkerSession::AllReduce(std::span<float> data, bool compress, uint32_t residual) {
   State& s = *state_;
   if (s.peers == nullptr) {
@@ -460,6 +528,7 @@ absl::Status WorkerSession::Clock(double examples, double train_loss) {
     if (auto st = s.kv->Clock(s.clock, static_cast<float>(examples)); !st.ok()) return st;
   }
   s.job.control->SetClock(s.clock);  // heartbeats carry it: a stuck program is named
+  if (s.job.spec.checkpoint.enabled()) MaybeCheckpoint();
   s.examples += static_cast<uint64_t>(examples);
   s.unreported_examples += static_cast<uint64_t>(examples);
   if (std::isfinite(train_loss)) {
@@ -539,6 +608,7 @@ absl::Status WorkerSession::Finish(std::function<absl::StatusOr<EvaluationResult
   s.pending.clear();
   if (!pending.ok()) return pending;
   if (auto st = DrainResiduals(deadline); !st.ok()) return st;
+  if (s.job.spec.checkpoint.enabled()) ReportMissedCheckpoints(std::numeric_limits<int64_t>::max());
   if (s.kv != nullptr) {
     if (auto st = s.kv->Finish(deadline); !st.ok()) return st;
   }

@@ -7,10 +7,10 @@ include(CMakePackageConfigHelpers)
 
 install(TARGETS syncline-launch syncline-node syncline-ps syncline-worker syncline-gen
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-# The client and what it links: the core, the job, the codecs and the update rules; no model,
-# GPU library or trainer.
+# The client and what it links: the core, the job, the codecs, the update rules and the
+# checkpoint format (a worker's part of a checkpoint); no model, GPU library or trainer.
 set(syncline_installed_libraries syncline_client syncline_job syncline_core syncline_optim
-    syncline_compression)
+    syncline_compression syncline_checkpoint)
 install(TARGETS ${syncline_installed_libraries}
         EXPORT synclineTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -164,6 +164,17 @@ absl::Status CheckWorkerCommand(const JobSpec& spec, bool dash_dash, bool extern
         "give --external-workers (you start the workers) or -- COMMAND (the launcher starts "
         "COMMAND as every worker), not both");
   }
+  if (spec.max_restarts > 0) {
+    return absl::InvalidArgumentError(
+        "--max-restarts: a worker command cannot roll back in place (its process would have to "
+        "undo its own steps); checkpoint it (--checkpoint-every, syncline.torch."
+        "checkpoint_state) and start the job again with --resume");
+  }
+  if (spec.max_workers > spec.workers) {
+    return absl::InvalidArgumentError(
+        "--max-workers: workers that join run syncline-worker's built-in models, not the "
+        "worker command");
+  }
   if (spec.sync.gossip() || spec.sync.fedavg()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--sync ", SyncModeName(spec.sync),

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -182,6 +183,15 @@ class WorkerSession {
   absl::Status Finish(std::function<absl::StatusOr<EvaluationResult>()> evaluate = nullptr,
                       absl::Duration timeout = absl::Minutes(10));
 
+  // Checkpoints (--checkpoint-every, --checkpoint-seconds). At each checkpoint clock the session
+  // calls `save` for this program's own state (its place in its data, its dense parameters
+  // under all-reduce, its optimizer's state: any bytes) and writes it with the clock as this
+  // worker's part of the checkpoint, while the servers write theirs; without `save` the part
+  // holds the clock alone. A job resumed from a checkpoint (--resume) starts the session at the
+  // checkpoint's clock (clock()), and restored_state() is what `save` gave then.
+  void SetCheckpointState(std::function<absl::StatusOr<std::string>()> save);
+  const std::optional<std::string>& restored_state() const;
+
   // Tells the coordinator that this worker failed, with `why` (say, the exception that ended
   // the program), so that the job ends with that reason; later calls fail. No-op after Finish.
   void Abort(const absl::Status& why);
@@ -195,6 +205,9 @@ class WorkerSession {
   absl::Status Declare(const TableOptions& table, std::span<const float> initial,
                        bool await_initial, absl::Time deadline);
   static absl::Status ConnectSession(State& state, const SessionOptions& options);
+  static absl::Status Resume(State& state);
+  void MaybeCheckpoint();
+  void ReportMissedCheckpoints(int64_t before);
   std::unique_ptr<State> state_;
 };
 

@@ -415,6 +415,34 @@ class Session {
     Check(status);
   }
 
+  // `save()` returns bytes: this worker's part of each checkpoint. Called, with the GIL, from
+  // clock(); an exception it raises is kept and raised again from clock().
+  void SetCheckpointState(py::object save) {
+    CheckOpen("set_checkpoint_state");
+    if (save.is_none()) {
+      session_->SetCheckpointState(nullptr);
+      return;
+    }
+    session_->SetCheckpointState([this, save]() -> absl::StatusOr<std::string> {
+      py::gil_scoped_acquire acquire;
+      try {
+        py::object state = save();
+        if (!py::isinstance<py::bytes>(state)) {
+          return absl::InvalidArgumentError("the checkpoint's save() must return bytes");
+        }
+        return std::string(state.cast<py::bytes>());
+      } catch (py::error_already_set& e) {
+        return absl::InternalError(absl::StrCat("the checkpoint's save() raised ", e.what()));
+      }
+    });
+  }
+
+  py::object RestoredState() const {
+    const std::optional<std::string>& state = session_->restored_state();
+    if (!state.has_value()) return py::none();
+    return py::bytes(*state);
+  }
+
   void Wait(uint64_t ticket, double timeout) {
     const absl::Time deadline = Deadline(timeout);
     absl::Status status;
@@ -573,6 +601,12 @@ PYBIND11_MODULE(_native, m) {
                              "Iterations this worker has ended with clock().")
       .def_property_readonly("spec", &Session::spec, "The job's settings, as a dict.")
       .def_property_readonly("finished", &Session::finished)
+      .def_property_readonly("restored_state", &Session::RestoredState,
+                             "What this worker saved in the checkpoint the job resumed from "
+                             "(bytes), or None.")
+      .def("set_checkpoint_state", &Session::SetCheckpointState, py::arg("save"),
+           "save() -> bytes: this worker's own state, written as its part of each checkpoint "
+           "(--checkpoint-every) at the clock it is taken; None: the clock alone.")
       .def("declare_table", &Session::DeclareTable, py::arg("id"), py::arg("dense"),
            py::arg("num_keys"), py::arg("dim"), py::arg("optimizer") = "sgd", py::arg("lr") = 0.1f,
            py::arg("l2") = 0.0f, py::arg("eps") = 1e-8f, py::arg("beta1") = 0.9f,

@@ -49,7 +49,7 @@ import syncline
 from syncline import _native
 
 __all__ = [
-    "init", "rank", "world_size", "spec", "is_initialized", "ShardedEmbedding",
+    "init", "rank", "world_size", "spec", "is_initialized", "iteration", "checkpoint_state", "ShardedEmbedding",
     "ShardedEmbeddingBag", "DistributedOptimizer", "broadcast_parameters", "step", "finish",
     "timings",
 ]
@@ -197,6 +197,33 @@ def _install_exit_hooks():
 
     sys.excepthook = excepthook
     atexit.register(at_exit)
+
+
+def iteration():
+    """Iterations this worker has ended: 0 at the start, the checkpoint's clock in a job resumed
+    from one (--resume), so that a training loop can go on from there."""
+    return _require_worker("iteration()").session.iteration
+
+
+def checkpoint_state(save, load=None):
+    """Makes this worker's own state part of the job's checkpoints (--checkpoint-every,
+    --checkpoint-seconds): `save()` returns a picklable object (its dense parameters under
+    all-reduce, its optimizer's state, its place in its data, its random generators), which is
+    written with the clock as this worker's part of each checkpoint (save() runs inside the
+    step() that ends that clock: update what it saves before step()); the servers write the
+    rest (the sharded embeddings, and under bsp/ssp/asp the dense table). In a job resumed
+    from a checkpoint (--resume), `load(obj)` is called at once with what `save` gave then;
+    iteration() tells where the run stood. A BSP job killed and resumed this way ends with the
+    parameters of an uninterrupted run."""
+    w = _require_worker("checkpoint_state()")
+    if not callable(save) or (load is not None and not callable(load)):
+        raise TypeError("save and load must be callables (load may be None)")
+    import pickle
+
+    w.session.set_checkpoint_state(lambda: pickle.dumps(save(), protocol=4))
+    restored = w.session.restored_state
+    if load is not None and restored is not None and len(restored) > 0:
+        load(pickle.loads(restored))
 
 
 def is_initialized():
