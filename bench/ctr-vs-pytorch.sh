@@ -134,8 +134,9 @@ for seed in $seeds; do
       --train "$train" --test "$test" --embedding-dim "$dim" --hidden "$hidden" \
       --batch-size "$batch" --lr "$lr" --epochs "$epochs" --seed "$seed" --threads "$threads" \
       >"$run.log" 2>&1 || { tail -20 "$run.log" >&2; exit 1; }
-    printf 'syncline.torch %s+%s\t%s\t%s\t\n' "$1" "$2" "$seed" "$(syncline_rate "$run")" |
-      tee -a "$results"
+    split=$(grep -h "step time:" "$run"/logs/w0.log | sed 's/.*step time: //' | head -1)
+    printf 'syncline.torch %s+%s\t%s\t%s\t%s\n' "$1" "$2" "$seed" "$(syncline_rate "$run")" \
+      "$split" | tee -a "$results"
   done
 done
 
@@ -153,22 +154,23 @@ for s in systems:
     print(f"| {s} | {med[s]:.0f} | {med[s] / med['pytorch']:.2f} | {statistics.median(aucs):.4f} |"
           f" {statistics.mean(aucs):.4f} |"
           f" {min(aucs):.4f}..{max(aucs):.4f} | {len(aucs)} |")
-phases = ["batch", "read", "compute", "update", "end"]
 split_rows = []
 for s in systems:
     splits = [r["step_time"] for r in rows if r["system"] == s and r.get("step_time")]
     if not splits:
         continue
-    share = {p: statistics.mean(float(re.search(p + r" (\d+)%", x).group(1)) for x in splits)
-             for p in phases}
+    shares = [dict((k, float(v)) for k, v in re.findall(r"([a-z]+) ([\d.]+)%", x)) for x in splits]
+    share = {p: statistics.mean(x.get(p, 0.0) for x in shares) for p in shares[0]}
     secs = statistics.mean(float(re.search(r"of ([\d.]+) s", x).group(1)) for x in splits)
-    split_rows.append(f"| {s} | " + " | ".join(f"{share[p]:.0f}%" for p in phases) +
+    split_rows.append(f"| {s} | " + ", ".join(f"{p} {v:.1f}%" for p, v in share.items()) +
                       f" | {secs:.2f} |")
 if split_rows:
     print()
-    print("Worker 0's step time, mean over the seeds (read: the pull; end: the clock):")
+    print("Worker 0's step time, mean over the seeds (built-in workers: the worker log's split;")
+    print("syncline.torch: glue = the package's own Python and native glue, pull/push/clock =")
+    print("Syncline's calls, compute = PyTorch and the rest of the loop):")
     print()
-    print("| system | batch | read | compute | update | end | training s |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| system | split | training s |")
+    print("| --- | --- | ---: |")
     print("\n".join(split_rows))
 EOF

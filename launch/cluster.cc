@@ -217,7 +217,12 @@ absl::StatusOr<std::vector<ProcessSpec>> NodeProcesses(const JobSpec& spec,
                                                        const std::string& coordinator,
                                                        bool external_workers) {
   const int workers = external_workers ? 0 : spec.workers;
-  const auto env = NodeEnvironment(options);
+  auto env = NodeEnvironment(options);
+  // A worker command finds its Python package where the launcher's does (a shared folder).
+  if (const char* path = std::getenv("PYTHONPATH");
+      !spec.worker_command.empty() && path != nullptr && *path != '\0') {
+    env.emplace_back("PYTHONPATH", path);
+  }
   std::vector<ProcessSpec> out;
   switch (options.kind) {
     case LauncherKind::kLocal:

@@ -191,6 +191,7 @@ int Main(int argc, char** argv) {
     }
     return false;
   }();
+  const int full_argc = argc;  // a batch script runs the whole command line, -- COMMAND too
   std::vector<std::string> worker_command = TakeWorkerCommand(&argc, argv);
   CLI::App app(kAbout);
   JobConfig config;
@@ -298,7 +299,7 @@ int Main(int argc, char** argv) {
     if (!ports.ok()) return Refuse(absl::StrCat("--port-range: ", ports.status().message()));
     cluster.ports = *ports;
   }
-  if (sbatch) return SubmitBatchJob(argc, argv, *spec, config.out, sbatch_args);
+  if (sbatch) return SubmitBatchJob(full_argc, argv, *spec, config.out, sbatch_args);
   std::error_code cwd_error;
   cluster.working_dir = fs::current_path(cwd_error).string();
   cluster.out = fs::absolute(config.out).string();

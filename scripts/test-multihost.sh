@@ -130,6 +130,31 @@ address_of() {
   return 1
 }
 
+step "PyTorch workers (syncline.torch, syncline-launch -- COMMAND) over ssh and mpirun: the local model"
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  torch_job=(--servers 2 --workers 2 --sync bsp --seed 11 --
+    /usr/bin/python3 "$root/python/tests/workers/parity.py" adagrad 20 32)
+  export PYTHONPATH="$build/python"
+  timeout 120 "$launch" --out "$tmp/torch-local" "${torch_job[@]}" >"$tmp/torch-local.log" 2>&1 ||
+    fail "local PyTorch job failed"
+  timeout 120 "$launch" --launcher ssh "${hosts[@]}" --out "$tmp/torch-ssh" "${torch_job[@]}" \
+    >"$tmp/torch-ssh.log" 2>&1 || fail "PyTorch job over ssh failed"
+  timeout 120 "$launch" --launcher mpirun --hosts "${P}1:2,${P}2:2" --rsh "$rsh" \
+    --coordinator-interface "${P}br" --launcher-args "$mpi_args" --out "$tmp/torch-mpi" \
+    "${torch_job[@]}" >"$tmp/torch-mpi.log" 2>&1 || fail "PyTorch job under mpirun failed"
+  unset PYTHONPATH
+  grep -qh "w1 on [^ ]* listening at tcp://$(netns_host_ip "$P" 1):" "$tmp"/torch-ssh/logs/w1.log ||
+    fail "the ssh PyTorch job's w1 did not run on host 1"
+  # Worker 0's result line (under mpirun a script's own output lands in mpirun's log).
+  for run in torch-ssh torch-mpi; do
+    [ "$(grep -h '^RESULT {"rank": 0' "$tmp"/torch-local/logs/*.log)" = \
+      "$(grep -h '^RESULT {"rank": 0' "$tmp/$run"/logs/*.log)" ] ||
+      fail "$run's model differs from the local one"
+  done
+else
+  echo "   skipped: /usr/bin/python3 has no torch (install-deps.sh --for-tests installs it)"
+fi
+
 step "strangers under a worker's id: no key, another job's key, the server's public key"
 "$launch" "${slow[@]}" --launcher ssh "${hosts[@]}" --out "$tmp/guarded" \
   >"$tmp/guarded.log" 2>&1 &

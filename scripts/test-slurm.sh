@@ -46,6 +46,25 @@ timeout 180 salloc -n 4 --overcommit "$launch" "${job[@]}" --launcher slurm \
 grep -q "nodes by slurm" "$tmp/alloc.log" || fail "the launcher did not use srun"
 cmp "$tmp/local/params.tsv" "$tmp/alloc/params.tsv" || fail "params.tsv differs from local"
 
+step "PyTorch workers (syncline-launch -- COMMAND) inside an allocation: the local model"
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  torch_job=(--servers 2 --workers 2 --sync bsp --seed 11 --
+    /usr/bin/python3 "$root/python/tests/workers/parity.py" adagrad 20 32)
+  export PYTHONPATH="$build/python"
+  timeout 120 "$launch" --out "$tmp/torch-local" "${torch_job[@]}" >"$tmp/torch-local.log" 2>&1 ||
+    fail "local PyTorch job failed"
+  timeout 180 salloc -n 4 --overcommit "$launch" --launcher slurm --launcher-args "--overcommit" \
+    --out "$tmp/torch-alloc" "${torch_job[@]}" >"$tmp/torch-alloc.log" 2>&1 ||
+    fail "the PyTorch job in an allocation failed"
+  unset PYTHONPATH
+  # Worker 0's result line (under srun a script's own output lands in srun's log).
+  [ "$(grep -h '^RESULT {"rank": 0' "$tmp"/torch-local/logs/*.log)" = \
+    "$(grep -h '^RESULT {"rank": 0' "$tmp"/torch-alloc/logs/*.log)" ] ||
+    fail "the PyTorch model under Slurm differs from the local one"
+else
+  echo "   skipped: /usr/bin/python3 has no torch (install-deps.sh --for-tests installs it)"
+fi
+
 step "--sbatch: a batch script, submitted, resuming when requeued"
 timeout 180 "$launch" "${job[@]}" --sbatch --sbatch-args "--wait --overcommit" \
   --launcher-args "--overcommit" --out "$tmp/sbatch" >"$tmp/sbatch.log" 2>&1 ||

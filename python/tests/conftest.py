@@ -43,7 +43,7 @@ def run_job(tmp_path, script, flags, workers=1, args=(), timeout=120, expect_ok=
     the launcher's `--`: syncline-launch FLAGS -- python3 SCRIPT ARGS."""
     out = tmp_path / name
     cmd = [str(LAUNCH), "--workers", str(workers), "--out", str(out), *flags, "--",
-           PYTHON, str(WORKERS / script), *map(str, args)]
+           PYTHON, str(WORKERS / script), *map(str, args)]  # an absolute script stays as it is
     proc = subprocess.run(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           timeout=timeout, text=True)
     summary = {}
