@@ -50,4 +50,8 @@ grep -q '"status": "ok"' "$summary" || fail "the job did not end ok: $(cat "$sum
 loss=$(sed -n 's/.*"test_loss": \([0-9.eE+-]*\).*/\1/p' "$summary")
 awk -v l="$loss" 'BEGIN { exit !(l > 0 && l < 0.6931) }' ||
   fail "test loss '$loss' is no better than a constant guess"
+# The Python package installs beside the C++ one and imports from there.
+PYTHONPATH="$tmp/prefix/lib/python3/dist-packages" /usr/bin/python3 -c \
+  "import syncline, syncline._native; assert syncline._native.__file__.startswith('$tmp/prefix')" ||
+  fail "the installed Python package does not import"
 echo "test-embed-client: ok (2 external workers, test loss $loss; $(cat "$tmp/w0.log"))"
