@@ -369,6 +369,229 @@ absl::Status CheckReadableFile(absl::string_view flag, const std::string& path) 
   return absl::OkStatus();
 }
 
+// The phases of BuildJobSpec, each of one kind of option: the first error found is the one
+// reported, so their order is the flags' order of checking.
+
+// The options that are one of a few names.
+absl::Status ParseNamedOptions(const JobConfig& c, JobSpec& s) {
+  for (const absl::Status& status : {
+           CheckAtLeast("servers", c.servers, 1),
+           ParseOneOf("model", c.model, ParseModel, "logreg, softmax, ctr, mlp", &s.model.kind),
+           ParseOneOf("format", c.format, ParseDataFormat, "auto, libsvm, csv, criteo",
+                      &s.data.format),
+           ParseOneOf("index-base", c.index_base, ParseIndexBase, "auto, 0, 1", &s.data.index_base),
+           ParseOneOf("optimizer", c.optimizer, ParseOptimizer, "sgd, adagrad, adam, ftrl",
+                      &s.training.optimizer),
+       }) {
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+// --sync, and the options of one mode's exchange that change its text: --allreduce-rows and
+// --embedding-sync; also --hidden and --device, which the mode's checks read.
+absl::Status ParseSyncAndModel(const JobConfig& c, JobSpec& s) {
+  absl::StatusOr<SyncMode> sync = ParseSyncMode(c.sync);
+  if (!sync.ok()) {
+    std::string rule =
+        "must be bsp, asp, ssp:S with an integer staleness S >= 0, "
+        "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto], "
+        "hybrid[:asp|:ssp:S] or fedavg";
+    // A gossip or all-reduce mode's own error says which part is wrong.
+    if (c.sync.starts_with("gossip"))
+      rule = std::string(ParseGossipMode(c.sync).status().message());
+    if (c.sync.starts_with("allreduce") || c.sync.starts_with("hybrid")) {
+      rule = std::string(sync.status().message());
+    }
+    return InvalidFlag("sync", absl::StrCat("'", c.sync, "'"), rule);
+  }
+  s.sync = *sync;
+  absl::StatusOr<std::vector<int>> hidden = ParseHidden(c.hidden);
+  if (!hidden.ok()) return InvalidFlag("hidden", c.hidden, hidden.status().message());
+  // Given here or not, the spec says the widths (the workers and the manifest read them).
+  s.model.hidden = hidden->empty() ? DefaultHidden(s.model.kind) : *hidden;
+  absl::StatusOr<DeviceSpec> device = ParseDevice(c.device);
+  if (!device.ok()) return InvalidFlag("device", c.device, device.status().message());
+  s.device = *device;
+  if (auto rows = ParseOneOf("allreduce-rows", c.allreduce_rows, ParseAllReduceRows,
+                             "auto, dense, pairs", &s.sync.allreduce_rows);
+      !rows.ok()) {
+    return rows;
+  }
+  if (c.embedding_sync.empty()) return absl::OkStatus();
+  if (!s.sync.hybrid() || c.sync.starts_with("hybrid:")) {
+    return InvalidFlag(
+        "embedding-sync", c.embedding_sync,
+        s.sync.hybrid() ? "is given twice: also by --sync " + c.sync : "is for --sync hybrid");
+  }
+  auto embedding = ParseSyncMode("hybrid:" + c.embedding_sync);
+  if (!embedding.ok()) {
+    return InvalidFlag("embedding-sync", c.embedding_sync, "must be asp or ssp:S (S >= 0)");
+  }
+  s.sync.staleness = embedding->staleness;
+  return absl::OkStatus();
+}
+
+// The codecs and the state they keep, and --read-ahead.
+absl::Status ParseCompression(const JobConfig& c, JobSpec& s) {
+  absl::StatusOr<CodecSpec> codec = ParseCodec(c.compress);
+  if (!codec.ok()) return InvalidFlag("compress", c.compress, codec.status().message());
+  s.training.codec = *codec;
+  absl::StatusOr<CodecSpec> pull_codec = ParseCodec(c.compress_pull);
+  if (!pull_codec.ok()) {
+    return InvalidFlag("compress-pull", c.compress_pull, pull_codec.status().message());
+  }
+  s.training.pull_codec = *pull_codec;
+  s.training.residual_rows = c.residual_rows;
+  s.sync.consensus_step = c.consensus_step;
+  s.training.pull_copy_rows = c.pull_copy_rows;
+  if (c.read_ahead != "on" && c.read_ahead != "off") {
+    return InvalidFlag("read-ahead", absl::StrCat("'", c.read_ahead, "'"), "must be on or off");
+  }
+  s.training.read_ahead = c.read_ahead == "on";
+  return absl::OkStatus();
+}
+
+// How the examples are split, how updates are combined and attacked, and federated rounds.
+absl::Status ParsePartitionAndRounds(const JobConfig& c, JobSpec& s) {
+  absl::StatusOr<PartitionSpec> partition = ParsePartition(c.partition);
+  if (!partition.ok()) return InvalidFlag("partition", c.partition, partition.status().message());
+  s.data.partition = *partition;
+  absl::StatusOr<AggregateRule> aggregate = ParseAggregateRule(c.aggregate);
+  if (!aggregate.ok()) return InvalidFlag("aggregate", c.aggregate, aggregate.status().message());
+  s.aggregate = *aggregate;
+  absl::StatusOr<JobSpec::Byzantine> byzantine = ParseByzantine(c.byzantine);
+  if (!byzantine.ok()) return InvalidFlag("byzantine", c.byzantine, byzantine.status().message());
+  s.byzantine = *byzantine;
+  s.federated = JobSpec::Federated{.rounds = c.rounds,
+                                   .participation = c.participation,
+                                   .local_epochs = c.local_epochs,
+                                   .local_steps = c.local_steps,
+                                   .round_timeout_s = c.round_timeout_s,
+                                   .client_dropout = c.client_dropout,
+                                   .prox_mu = c.prox_mu,
+                                   .server_lr = c.server_lr};
+  return absl::OkStatus();
+}
+
+// The sizes a server holds: its replies, parked pulls and backlog, and its embeddings' memory.
+absl::Status ParseServerSizes(const JobConfig& c, JobSpec& s) {
+  for (const auto& [flag, text, out] :
+       {std::tuple{"max-reply", &c.max_reply, &s.limits.reply_bytes},
+        std::tuple{"max-parked", &c.max_parked, &s.limits.parked_bytes_per_worker},
+        std::tuple{"reply-backlog", &c.reply_backlog, &s.limits.reply_backlog_bytes}}) {
+    absl::StatusOr<MemoryBudget> size = ParseMemoryBudget(*text);
+    if (!size.ok() || size->bytes == 0) {
+      return InvalidFlag(flag, *text, "must be a size in bytes, e.g. 512MiB or 2GiB");
+    }
+    *out = size->bytes;
+  }
+  absl::StatusOr<MemoryBudget> budget = ParseMemoryBudget(c.embedding_memory);
+  if (!budget.ok()) {
+    return InvalidFlag("embedding-memory", c.embedding_memory, budget.status().message());
+  }
+  if (budget->bytes != 0 && budget->bytes < (uint64_t{1} << 20)) {
+    return InvalidFlag("embedding-memory", c.embedding_memory,
+                       "a byte budget must be at least 1MiB (the tier's rows, their bookkeeping "
+                       "and its index; give rows, e.g. 100rows, for a tiny tier)");
+  }
+  s.embedding.memory_rows = budget->rows;
+  s.embedding.memory_bytes = budget->bytes;
+  return absl::OkStatus();
+}
+
+// The slowness injected for experiments; a rank must name one of the workers.
+absl::Status ParseSlowness(const JobConfig& c, JobSpec& s) {
+  if (!c.straggler.empty()) {
+    auto straggler = ParseStraggler(c.straggler);
+    if (!straggler.ok()) return straggler.status();
+    if (straggler->first >= c.workers) {
+      return InvalidFlag("straggler", c.straggler,
+                         absl::StrCat("names no worker (", c.workers, " workers)"));
+    }
+    std::tie(s.slowness.straggler_rank, s.slowness.straggler_factor) = *straggler;
+  }
+  if (!c.delay.empty()) {
+    auto delay = ParseDelay(c.delay);
+    if (!delay.ok()) return delay.status();
+    if (delay->first >= c.workers) {
+      return InvalidFlag("delay", c.delay,
+                         absl::StrCat("names no worker (", c.workers, " workers)"));
+    }
+    std::tie(s.slowness.delay_rank, s.slowness.delay_ms) = *delay;
+  }
+  if (!c.jitter.empty()) {
+    auto jitter = ParseJitter(c.jitter);
+    if (!jitter.ok()) return jitter.status();
+    std::tie(s.slowness.jitter_probability, s.slowness.jitter_factor) = *jitter;
+  }
+  s.slowness.min_step_ms = c.min_step_ms;
+  return absl::OkStatus();
+}
+
+// The options that are numbers or paths as they are.
+void CopyPlainOptions(const JobConfig& c, JobSpec& s) {
+  // Gossip peers are serverless.
+  s.servers = s.sync.serverless() ? 0 : c.servers;
+  s.workers = c.workers;
+  s.min_workers = c.min_workers;
+  s.max_restarts = c.max_restarts;
+  s.max_workers = c.max_workers;
+  s.model.classes = c.classes;
+  s.model.embedding_dim = c.embedding_dim;
+  s.data.train = c.train;
+  s.data.test = c.test;
+  s.training.epochs = c.epochs;
+  s.training.batch_size = c.batch_size;
+  s.training.learning_rate = c.learning_rate;
+  s.training.l2 = c.l2;
+  s.training.log_every = c.log_every;
+  s.seed = c.seed;
+  s.timeouts.request_s = c.request_timeout_s;
+  s.timeouts.heartbeat_interval_s = c.heartbeat_interval_s;
+  s.timeouts.heartbeat_timeout_s = c.heartbeat_timeout_s;
+  s.timeouts.peer_s = c.peer_timeout_s;
+  s.embedding.admit_after = c.embedding_admit_after;
+  s.embedding.expire_steps = c.embedding_expire_steps;
+  s.update_threads = c.update_threads;
+  s.checkpoint.every = c.checkpoint_every;
+  s.checkpoint.seconds = c.checkpoint_seconds;
+  s.checkpoint.keep = c.checkpoint_keep;
+  // Where the run's files go, all under --out unless said otherwise.
+  const std::filesystem::path out(c.out);
+  s.embedding.dir = (out / "embeddings").string();
+  s.checkpoint.dir = c.checkpoint_dir.empty() ? (out / "checkpoints").string() : c.checkpoint_dir;
+  if (!c.test.empty()) s.data.params_out = (out / "params.tsv").string();
+  if (s.data.partition.kind != PartitionKind::kStrided) {
+    s.data.histograms_out = (out / "label_histograms.tsv").string();
+  }
+}
+
+// What only the launcher uses: the run folder, the data it generates, the files it is given.
+absl::Status CheckLauncherInputs(const JobConfig& c) {
+  if (c.out.empty()) return InvalidFlag("out", "''", "must name a directory");
+  // The --gen-* flags shape the synthetic data, made only without --train.
+  for (const absl::Status& status : {
+           CheckAtLeast("gen-rows", c.gen_rows, 1),
+           CheckAtLeast("gen-test-rows", c.gen_test_rows, 0),
+           CheckAtLeast("gen-features", c.gen_features, 1),
+           CheckAtLeast("gen-nnz", c.gen_nnz, 1),
+       }) {
+    if (!status.ok() && c.train.empty()) return status;
+  }
+  if (c.train.empty() && c.gen_nnz > c.gen_features) {
+    return InvalidFlag("gen-nnz", absl::StrCat(c.gen_nnz),
+                       absl::StrCat("must be <= --gen-features (", c.gen_features, ")"));
+  }
+  if (!c.train.empty()) {
+    if (absl::Status status = CheckReadableFile("train", c.train); !status.ok()) return status;
+  }
+  if (!c.test.empty()) {
+    if (absl::Status status = CheckReadableFile("test", c.test); !status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool UsesCriteoData(const JobConfig& c) {
@@ -447,192 +670,14 @@ absl::StatusOr<CommandLineAction> ParseJobCommandLine(int argc, const char* cons
 absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   JobSpec s;
   // The texts first: each is parsed once, here.
-  for (const absl::Status& status : {
-           CheckAtLeast("servers", c.servers, 1),
-           ParseOneOf("model", c.model, ParseModel, "logreg, softmax, ctr, mlp", &s.model.kind),
-           ParseOneOf("format", c.format, ParseDataFormat, "auto, libsvm, csv, criteo",
-                      &s.data.format),
-           ParseOneOf("index-base", c.index_base, ParseIndexBase, "auto, 0, 1", &s.data.index_base),
-           ParseOneOf("optimizer", c.optimizer, ParseOptimizer, "sgd, adagrad, adam, ftrl",
-                      &s.training.optimizer),
-       }) {
-    if (!status.ok()) return status;
+  for (absl::Status (*parse)(const JobConfig&, JobSpec&) :
+       {ParseNamedOptions, ParseSyncAndModel, ParseCompression, ParsePartitionAndRounds,
+        ParseServerSizes, ParseSlowness}) {
+    if (absl::Status status = parse(c, s); !status.ok()) return status;
   }
-  absl::StatusOr<SyncMode> sync = ParseSyncMode(c.sync);
-  if (!sync.ok()) {
-    std::string rule =
-        "must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-        "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto], "
-        "hybrid[:asp|:ssp:S] or fedavg";
-    // A gossip or all-reduce mode's own error says which part is wrong.
-    if (c.sync.starts_with("gossip"))
-      rule = std::string(ParseGossipMode(c.sync).status().message());
-    if (c.sync.starts_with("allreduce") || c.sync.starts_with("hybrid")) {
-      rule = std::string(sync.status().message());
-    }
-    return InvalidFlag("sync", absl::StrCat("'", c.sync, "'"), rule);
-  }
-  s.sync = *sync;
-  absl::StatusOr<std::vector<int>> hidden = ParseHidden(c.hidden);
-  if (!hidden.ok()) return InvalidFlag("hidden", c.hidden, hidden.status().message());
-  // Given here or not, the spec says the widths (the workers and the manifest read them).
-  s.model.hidden = hidden->empty() ? DefaultHidden(s.model.kind) : *hidden;
-  absl::StatusOr<DeviceSpec> device = ParseDevice(c.device);
-  if (!device.ok()) return InvalidFlag("device", c.device, device.status().message());
-  s.device = *device;
-  if (auto rows = ParseOneOf("allreduce-rows", c.allreduce_rows, ParseAllReduceRows,
-                             "auto, dense, pairs", &s.sync.allreduce_rows);
-      !rows.ok()) {
-    return rows;
-  }
-  if (!c.embedding_sync.empty()) {
-    if (!s.sync.hybrid() || c.sync.starts_with("hybrid:")) {
-      return InvalidFlag(
-          "embedding-sync", c.embedding_sync,
-          s.sync.hybrid() ? "is given twice: also by --sync " + c.sync : "is for --sync hybrid");
-    }
-    auto embedding = ParseSyncMode("hybrid:" + c.embedding_sync);
-    if (!embedding.ok()) {
-      return InvalidFlag("embedding-sync", c.embedding_sync, "must be asp or ssp:S (S >= 0)");
-    }
-    s.sync.staleness = embedding->staleness;
-  }
-  absl::StatusOr<CodecSpec> codec = ParseCodec(c.compress);
-  if (!codec.ok()) return InvalidFlag("compress", c.compress, codec.status().message());
-  s.training.codec = *codec;
-  absl::StatusOr<CodecSpec> pull_codec = ParseCodec(c.compress_pull);
-  if (!pull_codec.ok()) {
-    return InvalidFlag("compress-pull", c.compress_pull, pull_codec.status().message());
-  }
-  s.training.pull_codec = *pull_codec;
-  s.training.residual_rows = c.residual_rows;
-  s.sync.consensus_step = c.consensus_step;
-  s.training.pull_copy_rows = c.pull_copy_rows;
-  if (c.read_ahead != "on" && c.read_ahead != "off") {
-    return InvalidFlag("read-ahead", absl::StrCat("'", c.read_ahead, "'"), "must be on or off");
-  }
-  s.training.read_ahead = c.read_ahead == "on";
-  absl::StatusOr<PartitionSpec> partition = ParsePartition(c.partition);
-  if (!partition.ok()) return InvalidFlag("partition", c.partition, partition.status().message());
-  s.data.partition = *partition;
-  absl::StatusOr<AggregateRule> aggregate = ParseAggregateRule(c.aggregate);
-  if (!aggregate.ok()) return InvalidFlag("aggregate", c.aggregate, aggregate.status().message());
-  s.aggregate = *aggregate;
-  absl::StatusOr<JobSpec::Byzantine> byzantine = ParseByzantine(c.byzantine);
-  if (!byzantine.ok()) return InvalidFlag("byzantine", c.byzantine, byzantine.status().message());
-  s.byzantine = *byzantine;
-  s.federated = JobSpec::Federated{.rounds = c.rounds,
-                                   .participation = c.participation,
-                                   .local_epochs = c.local_epochs,
-                                   .local_steps = c.local_steps,
-                                   .round_timeout_s = c.round_timeout_s,
-                                   .client_dropout = c.client_dropout,
-                                   .prox_mu = c.prox_mu,
-                                   .server_lr = c.server_lr};
-  for (const auto& [flag, text, out] :
-       {std::tuple{"max-reply", &c.max_reply, &s.limits.reply_bytes},
-        std::tuple{"max-parked", &c.max_parked, &s.limits.parked_bytes_per_worker},
-        std::tuple{"reply-backlog", &c.reply_backlog, &s.limits.reply_backlog_bytes}}) {
-    absl::StatusOr<MemoryBudget> size = ParseMemoryBudget(*text);
-    if (!size.ok() || size->bytes == 0) {
-      return InvalidFlag(flag, *text, "must be a size in bytes, e.g. 512MiB or 2GiB");
-    }
-    *out = size->bytes;
-  }
-  absl::StatusOr<MemoryBudget> budget = ParseMemoryBudget(c.embedding_memory);
-  if (!budget.ok()) {
-    return InvalidFlag("embedding-memory", c.embedding_memory, budget.status().message());
-  }
-  if (budget->bytes != 0 && budget->bytes < (uint64_t{1} << 20)) {
-    return InvalidFlag("embedding-memory", c.embedding_memory,
-                       "a byte budget must be at least 1MiB (the tier's rows, their bookkeeping "
-                       "and its index; give rows, e.g. 100rows, for a tiny tier)");
-  }
-  s.embedding.memory_rows = budget->rows;
-  s.embedding.memory_bytes = budget->bytes;
-  if (!c.straggler.empty()) {
-    auto straggler = ParseStraggler(c.straggler);
-    if (!straggler.ok()) return straggler.status();
-    if (straggler->first >= c.workers) {
-      return InvalidFlag("straggler", c.straggler,
-                         absl::StrCat("names no worker (", c.workers, " workers)"));
-    }
-    std::tie(s.slowness.straggler_rank, s.slowness.straggler_factor) = *straggler;
-  }
-  if (!c.delay.empty()) {
-    auto delay = ParseDelay(c.delay);
-    if (!delay.ok()) return delay.status();
-    if (delay->first >= c.workers) {
-      return InvalidFlag("delay", c.delay,
-                         absl::StrCat("names no worker (", c.workers, " workers)"));
-    }
-    std::tie(s.slowness.delay_rank, s.slowness.delay_ms) = *delay;
-  }
-  if (!c.jitter.empty()) {
-    auto jitter = ParseJitter(c.jitter);
-    if (!jitter.ok()) return jitter.status();
-    std::tie(s.slowness.jitter_probability, s.slowness.jitter_factor) = *jitter;
-  }
-  s.slowness.min_step_ms = c.min_step_ms;
-
-  // Gossip peers are serverless.
-  s.servers = s.sync.serverless() ? 0 : c.servers;
-  s.workers = c.workers;
-  s.min_workers = c.min_workers;
-  s.max_restarts = c.max_restarts;
-  s.max_workers = c.max_workers;
-  s.model.classes = c.classes;
-  s.model.embedding_dim = c.embedding_dim;
-  s.data.train = c.train;
-  s.data.test = c.test;
-  s.training.epochs = c.epochs;
-  s.training.batch_size = c.batch_size;
-  s.training.learning_rate = c.learning_rate;
-  s.training.l2 = c.l2;
-  s.training.log_every = c.log_every;
-  s.seed = c.seed;
-  s.timeouts.request_s = c.request_timeout_s;
-  s.timeouts.heartbeat_interval_s = c.heartbeat_interval_s;
-  s.timeouts.heartbeat_timeout_s = c.heartbeat_timeout_s;
-  s.timeouts.peer_s = c.peer_timeout_s;
-  s.embedding.admit_after = c.embedding_admit_after;
-  s.embedding.expire_steps = c.embedding_expire_steps;
-  s.update_threads = c.update_threads;
-  s.checkpoint.every = c.checkpoint_every;
-  s.checkpoint.seconds = c.checkpoint_seconds;
-  s.checkpoint.keep = c.checkpoint_keep;
-  // Where the run's files go, all under --out unless said otherwise.
-  const std::filesystem::path out(c.out);
-  s.embedding.dir = (out / "embeddings").string();
-  s.checkpoint.dir = c.checkpoint_dir.empty() ? (out / "checkpoints").string() : c.checkpoint_dir;
-  if (!c.test.empty()) s.data.params_out = (out / "params.tsv").string();
-  if (s.data.partition.kind != PartitionKind::kStrided) {
-    s.data.histograms_out = (out / "label_histograms.tsv").string();
-  }
-
+  CopyPlainOptions(c, s);
   if (absl::Status status = ValidateJobSpec(s); !status.ok()) return status;
-
-  // What only the launcher uses: the run folder, the data it generates, the files it is given.
-  if (c.out.empty()) return InvalidFlag("out", "''", "must name a directory");
-  // The --gen-* flags shape the synthetic data, made only without --train.
-  for (const absl::Status& status : {
-           CheckAtLeast("gen-rows", c.gen_rows, 1),
-           CheckAtLeast("gen-test-rows", c.gen_test_rows, 0),
-           CheckAtLeast("gen-features", c.gen_features, 1),
-           CheckAtLeast("gen-nnz", c.gen_nnz, 1),
-       }) {
-    if (!status.ok() && c.train.empty()) return status;
-  }
-  if (c.train.empty() && c.gen_nnz > c.gen_features) {
-    return InvalidFlag("gen-nnz", absl::StrCat(c.gen_nnz),
-                       absl::StrCat("must be <= --gen-features (", c.gen_features, ")"));
-  }
-  if (!c.train.empty()) {
-    if (absl::Status status = CheckReadableFile("train", c.train); !status.ok()) return status;
-  }
-  if (!c.test.empty()) {
-    if (absl::Status status = CheckReadableFile("test", c.test); !status.ok()) return status;
-  }
+  if (absl::Status status = CheckLauncherInputs(c); !status.ok()) return status;
   return s;
 }
 
