@@ -79,7 +79,9 @@ struct ReportOptions {
   std::string dir;
   // The swept flag, without dashes. Default "sync".
   std::string flag = "sync";
-  // The loss the runs race to. nullopt: the worst final training loss among the successful runs.
+  // The loss the runs race to. nullopt: the worst final training loss among the successful runs
+  // that learned (closed at least half of the way from their first loss to the best run's final
+  // one; all of them when none did).
   std::optional<double> target_loss;
   // The flags every run shared, shown in report.md.
   std::vector<std::string> job_args;

@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -236,6 +237,33 @@ TEST(ExperimentReportTest, AGivenTargetNobodyReachesIsReportedAsNever) {
   const std::string md = ReadFile((dir / "report.md").string());
   EXPECT_THAT(md, HasSubstr("No run reached the target."));
   EXPECT_THAT(md, HasSubstr("| never |"));
+}
+
+// Robust aggregators against an attacked mean: the mean's loss barely falls, and it is not
+// the others' target (it would be theirs from the start); it never reaches the one they set.
+TEST(ExperimentReportTest, ARunThatDidNotLearnSetsNoTargetForTheOthers) {
+  const fs::path dir = TempDir("report_attacked");
+  const std::string header = "wall_seconds,worker,clock,epoch,train_loss,examples\n";
+  for (const auto& [folder, first, last] :
+       {std::tuple{"mean", 0.69, 0.64}, std::tuple{"median", 0.69, 0.40},
+        std::tuple{"krum_2", 0.69, 0.45}}) {
+    WriteFile(dir / folder / "summary.json", FakeSummary("ok", "", 4.0, 100, 0.4, 0));
+    WriteFile(dir / folder / "metrics.csv",
+              absl::StrFormat("%s1,0,10,0,%g,1\n1,1,10,0,%g,1\n3,0,50,0,%g,1\n3,1,50,0,%g,1\n",
+                              header, first, first, last, last));
+  }
+  ReportOptions options;
+  options.dir = dir.string();
+  options.flag = "aggregate";
+  auto result = WriteExperimentReport(
+      options, {{{"mean", "mean"}, ""}, {{"median", "median"}, ""}, {{"krum:2", "krum_2"}, ""}});
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_TRUE(result->target_loss.has_value());
+  EXPECT_DOUBLE_EQ(*result->target_loss, 0.45);
+  EXPECT_THAT(result->commentary, HasSubstr("among the runs that learned; `mean` closed less"));
+  auto rows = ReadCsv((dir / "summary.csv").string());
+  EXPECT_EQ(rows[0]["time_to_target_seconds"], "");  // mean: never
+  EXPECT_EQ(rows[1]["time_to_target_seconds"], "3.000");
 }
 
 TEST(ExperimentReportTest, GnuplotDrawsBothPlots) {

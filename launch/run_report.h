@@ -117,7 +117,8 @@ class RunReport : public CoordinatorObserver {
    private:
     std::vector<std::string> lines_;
   };
-  // The workers' figures summed: steps trained in this run, bytes, and their latest losses.
+  // The workers' figures summed: steps trained in this run (of a worker that did not finish, up
+  // to its last report), bytes, and their latest losses.
   struct WorkerTotals {
     int64_t steps = 0, max_steps = 0;
     uint64_t pushed = 0, pulled = 0, examples = 0;

@@ -78,6 +78,11 @@ std::vector<std::pair<std::string, std::string>> StepSplitMembers(const RunRepor
   return out;
 }
 
+// "1 server", "2 servers".
+std::string Count(int64_t n, absl::string_view thing) {
+  return absl::StrCat(n, " ", thing, n == 1 ? "" : "s");
+}
+
 std::string HumanBytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -101,8 +106,14 @@ std::string RunReport::JsonMembers::Text() const {
 RunReport::WorkerTotals RunReport::SumWorkers() const {
   WorkerTotals t;
   for (const auto& [rank, w] : workers_) {
-    t.steps += w.steps_trained;
-    t.max_steps = std::max(t.max_steps, w.steps);
+    // A worker that did not say it was done (the job was interrupted, or it was lost) trained
+    // up to its last progress report, from where it started: the resumed clock, or the one it
+    // joined at.
+    const auto joined = joined_.find(rank);
+    const int64_t first =
+        joined != joined_.end() ? joined->second : std::max<int64_t>(0, resumed_from_);
+    t.steps += w.done ? w.steps_trained : std::max<int64_t>(0, w.clock - first);
+    t.max_steps = std::max(t.max_steps, w.done ? w.steps : w.clock);
     t.pushed += w.bytes_pushed;
     t.pulled += w.bytes_pulled;
     t.examples += w.examples;
@@ -315,12 +326,12 @@ std::string RunReport::SummaryText(absl::Duration wall) {
   const int64_t steps = t.steps;
   const uint64_t pushed = t.pushed, pulled = t.pulled;
   std::string s = absl::StrFormat(
-      "Syncline run finished: %s, %d servers, %d workers, model %s\n"
+      "Syncline run finished: %s, %s, %s, model %s\n"
       "  %d steps in %.2f s (%.0f steps/s)\n"
       "  pushed %s, pulled %s\n",
-      SyncModeName(job_.sync), job_.servers, job_.workers, ModelName(job_.model.kind), steps,
-      absl::ToDoubleSeconds(wall), steps / std::max(1e-9, absl::ToDoubleSeconds(wall)),
-      HumanBytes(pushed), HumanBytes(pulled));
+      SyncModeName(job_.sync), Count(job_.servers, "server"), Count(job_.workers, "worker"),
+      ModelName(job_.model.kind), steps, absl::ToDoubleSeconds(wall),
+      steps / std::max(1e-9, absl::ToDoubleSeconds(wall)), HumanBytes(pushed), HumanBytes(pulled));
   if (have_evaluation_) {
     s += absl::StrFormat("  test: %d examples, loss %.4f", test_examples_, test_loss_);
     if (test_auc_ >= 0) s += absl::StrFormat(", AUC %.4f", test_auc_);
