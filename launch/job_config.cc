@@ -35,6 +35,7 @@
 #include "job/federated.h"
 #include "job/job_spec.h"
 #include "job/options.h"
+#include "launch/spelling.h"
 #include "toml++/toml.h"
 
 namespace syncline {
@@ -47,161 +48,184 @@ using FieldMember = std::variant<int JobConfig::*, uint64_t JobConfig::*, double
 // drift apart.
 struct Field {
   absl::string_view name;  // flag without "--", and job-file key
+  FlagGroup group;
   FieldMember member;
   const char* help;
 };
 
 const std::array<Field, 65> kFields = {{
-    {"servers", &JobConfig::servers, "Number of parameter-server processes (1 to 4096)"},
-    {"workers", &JobConfig::workers, "Number of worker processes (1 to 4096)"},
-    {"min-workers", &JobConfig::min_workers,
-     "Go on while at least this many workers are left (bsp, ssp, asp): a lost worker's "
-     "remaining batches of the epoch, and its share of later epochs, go to the workers still "
-     "training (docs/FAULT_TOLERANCE.md). 0: the mode's default, every worker under bsp and ssp:0 "
-     "(a "
-     "lost worker stops the job), 1 under ssp:S with S >= 1 and asp"},
-    {"max-restarts", &JobConfig::max_restarts,
-     "Restart up to this many failed nodes (workers or servers) in place, in all: the launcher "
-     "starts a replacement, which restores the newest complete checkpoint, and every other node "
-     "rolls back to it without restarting (bsp, ssp, asp; needs --checkpoint-every or "
-     "--checkpoint-seconds; launcher local or ssh). Under bsp the result is that of a run "
-     "without failures, bit for bit. 0: a failed node is handled as --min-workers says"},
-    {"max-workers", &JobConfig::max_workers,
-     "Let workers join the running job, up to this many workers in all: start one with "
-     "`syncline-worker --coordinator ADDR --join` (the launcher logs ADDR). It enters at the "
-     "others' clock with the current model (gossip: every peer takes it into its graph at one "
-     "step, and it starts from its neighbours' models), and the workers still training give it "
-     "every (n+1)-th of their remaining batches (bsp, ssp, asp, gossip; not with checkpoints, "
-     "--max-restarts or gossip's --compress topk/sign1). 0: --workers, no joins"},
-    {"sync", &JobConfig::sync,
+    {"servers", FlagGroup::kJob, &JobConfig::servers,
+     "Number of parameter-server processes (1 to 4096); gossip and allreduce have none"},
+    {"workers", FlagGroup::kJob, &JobConfig::workers, "Number of worker processes (1 to 4096)"},
+    {"seed", FlagGroup::kJob, &JobConfig::seed,
+     "Random seed of data generation, initialization and shuffling"},
+    {"request-timeout", FlagGroup::kJob, &JobConfig::request_timeout_s,
+     "Deadline of one push or pull, seconds"},
+    {"max-reply", FlagGroup::kJob, &JobConfig::max_reply,
+     "The largest pull reply a server builds, e.g. 1GiB (a larger pull is refused)"},
+    {"max-parked", FlagGroup::kJob, &JobConfig::max_parked,
+     "What one worker's pulls waiting for slow workers may weigh on a server (requests and "
+     "replies), e.g. 2GiB"},
+    {"reply-backlog", FlagGroup::kJob, &JobConfig::reply_backlog,
+     "Bytes of replies a server holds for a worker that is not reading them before it drops "
+     "them, e.g. 256MiB"},
+    {"update-threads", FlagGroup::kJob, &JobConfig::update_threads,
+     "Threads per server that share a large dense update (1: the server's own only)"},
+    {"train", FlagGroup::kData, &JobConfig::train,
+     "Training data file; empty: synthetic data generated into --out"},
+    {"test", FlagGroup::kData, &JobConfig::test, "Test data file (needs --train)"},
+    {"format", FlagGroup::kData, &JobConfig::format,
+     "Data file format: auto (.csv is CSV, .tsv Criteo), libsvm, csv or criteo (streamed)"},
+    {"index-base", FlagGroup::kData, &JobConfig::index_base,
+     "First libsvm feature index: auto, 0 or 1"},
+    {"gen-rows", FlagGroup::kData, &JobConfig::gen_rows, "Synthetic data: training examples"},
+    {"gen-test-rows", FlagGroup::kData, &JobConfig::gen_test_rows,
+     "Synthetic data: test examples (0: none)"},
+    {"gen-features", FlagGroup::kData, &JobConfig::gen_features,
+     "Synthetic data: feature dimension"},
+    {"gen-nnz", FlagGroup::kData, &JobConfig::gen_nnz,
+     "Synthetic data: nonzero features per example"},
+    {"partition", FlagGroup::kData, &JobConfig::partition,
+     "How training examples are split among workers: strided (i % workers), iid (seeded "
+     "shuffle), dirichlet:ALPHA (per label, Dirichlet(ALPHA) shares; small ALPHA: skewed) or "
+     "shards:K (K label-sorted shards per worker); histograms in OUT/label_histograms.tsv"},
+    {"model", FlagGroup::kModel, &JobConfig::model,
+     "Model: logreg, softmax, ctr (DLRM-style; Criteo data) or mlp (multilayer perceptron, "
+     "softmax output; --hidden)"},
+    {"classes", FlagGroup::kModel, &JobConfig::classes,
+     "Number of classes (more than 2 needs --model softmax or mlp)"},
+    {"embedding-dim", FlagGroup::kModel, &JobConfig::embedding_dim,
+     "ctr: floats per categorical embedding"},
+    {"hidden", FlagGroup::kModel, &JobConfig::hidden,
+     "Hidden layer widths, comma-separated, input side first: ctr one (the top MLP's, default "
+     "64), mlp 1 to 8 (default 256,128); each in [1, 4096]"},
+    {"device", FlagGroup::kModel, &JobConfig::device,
+     "Where workers compute: auto (GPU rank % visible GPUs when the build has CUDA and a GPU is "
+     "visible, else the CPU; logs which and why), cpu, cuda or cuda:N (exits with code 2 naming "
+     "what is missing when there is no such GPU)"},
+    {"epochs", FlagGroup::kModel, &JobConfig::epochs, "Passes over the training data"},
+    {"batch-size", FlagGroup::kModel, &JobConfig::batch_size, "Examples per worker step"},
+    {"optimizer", FlagGroup::kModel, &JobConfig::optimizer,
+     "Server-side update rule: sgd, adagrad, adam or ftrl"},
+    {"lr", FlagGroup::kModel, &JobConfig::learning_rate, "Learning rate"},
+    {"l2", FlagGroup::kModel, &JobConfig::l2, "L2 regularization strength"},
+    {"sync", FlagGroup::kSync, &JobConfig::sync,
      "Consistency model: bsp, asp, ssp:S (workers at most S steps ahead of the slowest), or "
      "serverless gossip:ring|exp|random (D-PSGD; :async for push-sum), or serverless "
      "allreduce[:ring|doubling|hier|auto] (synchronous SGD, the same model as bsp), or hybrid "
      "(embeddings on the servers under --embedding-sync, the dense layers all-reduced every "
      "step), or fedavg (federated averaging: workers are clients that train locally for a "
      "round; see --rounds)"},
-    {"allreduce-rows", &JobConfig::allreduce_rows,
+    {"allreduce-rows", FlagGroup::kSync, &JobConfig::allreduce_rows,
      "--sync allreduce: auto all-gathers the rows a step touched as (key, gradient) pairs "
      "when that moves fewer bytes than all-reducing every row (sparse batches), dense always "
      "all-reduces every row, pairs always all-gathers"},
-    {"embedding-sync", &JobConfig::embedding_sync,
+    {"embedding-sync", FlagGroup::kSync, &JobConfig::embedding_sync,
      "--sync hybrid: the embeddings' consistency model on the servers, asp or ssp:S (the "
      "dense layers are all-reduced every step whatever it is)"},
-    {"compress", &JobConfig::compress,
-     "Gradient compression with error feedback: none, topk:R, sign1[:CHUNK] or fp16 (sparse "
-     "rows stay sparse: top-K and sign1 keep a residual per row, see --residual-rows)"},
-    {"compress-pull", &JobConfig::compress_pull,
-     "Compressed pulls of sparse rows: none, fp16, topk:R or sign1[:CHUNK]. Servers answer "
-     "with the change since the worker's last pull, keeping what they did not send (error "
-     "feedback per worker; see --pull-copy-rows)"},
-    {"consensus-step", &JobConfig::consensus_step,
+    {"consensus-step", FlagGroup::kSync, &JobConfig::consensus_step,
      "Gossip with --compress topk:R or sign1 (CHOCO-SGD): the consensus step in (0, 1]; 0 "
      "picks the codec's (min(1, 2R) for topk:R, 0.1 for sign1)"},
-    {"residual-rows", &JobConfig::residual_rows,
-     "Error-feedback rows a worker keeps per server for compressed sparse pushes; beyond it "
-     "the oldest are sent whole (a GPU worker keeps them on its GPU: about 2 x rows x dim x 4 "
-     "bytes per server)"},
-    {"pull-copy-rows", &JobConfig::pull_copy_rows,
-     "Rows a server keeps per worker of what that worker holds (--compress-pull); beyond it "
-     "the least recently pulled are dropped and sent whole again (a GPU worker keeps its copy "
-     "on its GPU: at most rows x dim x 4 bytes per server)"},
-    {"model", &JobConfig::model,
-     "Model: logreg, softmax, ctr (DLRM-style; Criteo data) or mlp (multilayer perceptron, "
-     "softmax output; --hidden)"},
-    {"classes", &JobConfig::classes,
-     "Number of classes (more than 2 needs --model softmax or mlp)"},
-    {"embedding-dim", &JobConfig::embedding_dim, "ctr: floats per categorical embedding"},
-    {"hidden", &JobConfig::hidden,
-     "Hidden layer widths, comma-separated, input side first: ctr one (the top MLP's, default "
-     "64), mlp 1 to 8 (default 256,128); each in [1, 4096]"},
-    {"device", &JobConfig::device,
-     "Where workers compute: auto (GPU rank % visible GPUs when the build has CUDA and a GPU is "
-     "visible, else the CPU; logs which and why), cpu, cuda or cuda:N (exits with code 2 naming "
-     "what is missing when there is no such GPU)"},
-    {"train", &JobConfig::train, "Training data file; empty: synthetic data generated into --out"},
-    {"test", &JobConfig::test, "Test data file (needs --train)"},
-    {"format", &JobConfig::format,
-     "Data file format: auto (.csv is CSV, .tsv Criteo), libsvm, csv or criteo (streamed)"},
-    {"index-base", &JobConfig::index_base, "First libsvm feature index: auto, 0 or 1"},
-    {"epochs", &JobConfig::epochs, "Passes over the training data"},
-    {"batch-size", &JobConfig::batch_size, "Examples per worker step"},
-    {"optimizer", &JobConfig::optimizer, "Server-side update rule: sgd, adagrad, adam or ftrl"},
-    {"lr", &JobConfig::learning_rate, "Learning rate"},
-    {"l2", &JobConfig::l2, "L2 regularization strength"},
-    {"out", &JobConfig::out, "Output directory for metrics, logs and synthetic data"},
-    {"seed", &JobConfig::seed, "Random seed of data generation, initialization and shuffling"},
-    {"log-every", &JobConfig::log_every, "Steps between metrics rows and progress updates"},
-    {"read-ahead", &JobConfig::read_ahead,
+    {"read-ahead", FlagGroup::kSync, &JobConfig::read_ahead,
      "on: under asp and ssp:S (S >= 1) pull the next batch while the current one computes "
      "(faster steps, one more step of staleness); off: every pull in its own step (bsp never "
      "reads ahead)"},
-    {"request-timeout", &JobConfig::request_timeout_s, "Deadline of one push or pull, seconds"},
-    {"heartbeat-interval", &JobConfig::heartbeat_interval_s, "Seconds between heartbeats"},
-    {"heartbeat-timeout", &JobConfig::heartbeat_timeout_s,
-     "Seconds without a heartbeat before a node is declared dead"},
-    {"peer-timeout", &JobConfig::peer_timeout_s,
-     "Gossip: seconds of silence before a neighbour is declared dead and dropped"},
-    {"gen-rows", &JobConfig::gen_rows, "Synthetic data: training examples"},
-    {"gen-test-rows", &JobConfig::gen_test_rows, "Synthetic data: test examples (0: none)"},
-    {"gen-features", &JobConfig::gen_features, "Synthetic data: feature dimension"},
-    {"gen-nnz", &JobConfig::gen_nnz, "Synthetic data: nonzero features per example"},
-    {"straggler", &JobConfig::straggler,
+    {"straggler", FlagGroup::kSync, &JobConfig::straggler,
      "Experiments: RANK:FACTOR makes worker RANK always FACTOR times slower"},
-    {"jitter", &JobConfig::jitter,
+    {"jitter", FlagGroup::kSync, &JobConfig::jitter,
      "Experiments: P:FACTOR makes each step FACTOR times slower with probability P"},
-    {"delay", &JobConfig::delay,
+    {"delay", FlagGroup::kSync, &JobConfig::delay,
      "Experiments: RANK:MS delays each request of worker RANK by MS milliseconds"},
-    {"min-step-ms", &JobConfig::min_step_ms,
+    {"min-step-ms", FlagGroup::kSync, &JobConfig::min_step_ms,
      "Experiments: pad each step's compute to at least this many milliseconds"},
-    {"embedding-memory", &JobConfig::embedding_memory,
+    {"compress", FlagGroup::kCompression, &JobConfig::compress,
+     "Gradient compression with error feedback: none, topk:R, sign1[:CHUNK] or fp16 (sparse "
+     "rows stay sparse: top-K and sign1 keep a residual per row, see --residual-rows)"},
+    {"compress-pull", FlagGroup::kCompression, &JobConfig::compress_pull,
+     "Compressed pulls of sparse rows: none, fp16, topk:R or sign1[:CHUNK]. Servers answer "
+     "with the change since the worker's last pull, keeping what they did not send (error "
+     "feedback per worker; see --pull-copy-rows)"},
+    {"residual-rows", FlagGroup::kCompression, &JobConfig::residual_rows,
+     "Error-feedback rows a worker keeps per server for compressed sparse pushes; beyond it "
+     "the oldest are sent whole (a GPU worker keeps them on its GPU: about 2 x rows x dim x 4 "
+     "bytes per server)"},
+    {"pull-copy-rows", FlagGroup::kCompression, &JobConfig::pull_copy_rows,
+     "Rows a server keeps per worker of what that worker holds (--compress-pull); beyond it "
+     "the least recently pulled are dropped and sent whole again (a GPU worker keeps its copy "
+     "on its GPU: at most rows x dim x 4 bytes per server)"},
+    {"embedding-memory", FlagGroup::kEmbeddings, &JobConfig::embedding_memory,
      "Memory budget of each server's embedding table: bytes (2GiB) or rows (1000000rows); the "
      "rest lives in RocksDB"},
-    {"embedding-admit-after", &JobConfig::embedding_admit_after,
+    {"embedding-admit-after", FlagGroup::kEmbeddings, &JobConfig::embedding_admit_after,
      "Create an embedding row only at the N-th sighting of its id (0: at the first)"},
-    {"embedding-expire-steps", &JobConfig::embedding_expire_steps,
+    {"embedding-expire-steps", FlagGroup::kEmbeddings, &JobConfig::embedding_expire_steps,
      "Delete embedding rows not touched for this many steps (0: never)"},
-    {"max-reply", &JobConfig::max_reply,
-     "The largest pull reply a server builds, e.g. 1GiB (a larger pull is refused)"},
-    {"max-parked", &JobConfig::max_parked,
-     "What one worker's pulls waiting for slow workers may weigh on a server (requests and "
-     "replies), e.g. 2GiB"},
-    {"reply-backlog", &JobConfig::reply_backlog,
-     "Bytes of replies a server holds for a worker that is not reading them before it drops "
-     "them, e.g. 256MiB"},
-    {"update-threads", &JobConfig::update_threads,
-     "Threads per server that share a large dense update (1: the server's own only)"},
-    {"checkpoint-every", &JobConfig::checkpoint_every,
-     "Checkpoint every this many steps (0: never)"},
-    {"checkpoint-seconds", &JobConfig::checkpoint_seconds,
+    {"min-workers", FlagGroup::kCheckpoints, &JobConfig::min_workers,
+     "Go on while at least this many workers are left (bsp, ssp, asp): a lost worker's "
+     "remaining batches of the epoch, and its share of later epochs, go to the workers still "
+     "training (docs/FAULT_TOLERANCE.md). 0: the mode's default, every worker under bsp and ssp:0 "
+     "(a "
+     "lost worker stops the job), 1 under ssp:S with S >= 1 and asp"},
+    {"max-restarts", FlagGroup::kCheckpoints, &JobConfig::max_restarts,
+     "Restart up to this many failed nodes (workers or servers) in place, in all: the launcher "
+     "starts a replacement, which restores the newest complete checkpoint, and every other node "
+     "rolls back to it without restarting (bsp, ssp, asp; needs --checkpoint-every or "
+     "--checkpoint-seconds; launcher local or ssh). Under bsp the result is that of a run "
+     "without failures, bit for bit. 0: a failed node is handled as --min-workers says"},
+    {"max-workers", FlagGroup::kCheckpoints, &JobConfig::max_workers,
+     "Let workers join the running job, up to this many workers in all: start one with "
+     "`syncline-worker --coordinator ADDR --join` (the launcher logs ADDR). It enters at the "
+     "others' clock with the current model (gossip: every peer takes it into its graph at one "
+     "step, and it starts from its neighbours' models), and the workers still training give it "
+     "every (n+1)-th of their remaining batches (bsp, ssp, asp, gossip; not with checkpoints, "
+     "--max-restarts or gossip's --compress topk/sign1). 0: --workers, no joins"},
+    {"heartbeat-interval", FlagGroup::kCheckpoints, &JobConfig::heartbeat_interval_s,
+     "Seconds between heartbeats"},
+    {"heartbeat-timeout", FlagGroup::kCheckpoints, &JobConfig::heartbeat_timeout_s,
+     "Seconds without a heartbeat before a node is declared dead"},
+    {"peer-timeout", FlagGroup::kCheckpoints, &JobConfig::peer_timeout_s,
+     "Gossip: seconds of silence before a neighbour is declared dead and dropped"},
+    {"checkpoint-every", FlagGroup::kCheckpoints, &JobConfig::checkpoint_every,
+     "Checkpoint every this many steps (0: never); the launcher warns when the job ends "
+     "before the first"},
+    {"checkpoint-seconds", FlagGroup::kCheckpoints, &JobConfig::checkpoint_seconds,
      "Also checkpoint about every this many seconds (0: never)"},
-    {"checkpoint-dir", &JobConfig::checkpoint_dir, "Checkpoint folder (default: OUT/checkpoints)"},
-    {"checkpoint-keep", &JobConfig::checkpoint_keep, "Complete checkpoints to keep"},
-    {"partition", &JobConfig::partition,
-     "How training examples are split among workers: strided (i % workers), iid (seeded "
-     "shuffle), dirichlet:ALPHA (per label, Dirichlet(ALPHA) shares; small ALPHA: skewed) or "
-     "shards:K (K label-sorted shards per worker); histograms in OUT/label_histograms.tsv"},
-    {"aggregate", &JobConfig::aggregate,
+    {"checkpoint-dir", FlagGroup::kCheckpoints, &JobConfig::checkpoint_dir,
+     "Checkpoint folder (default: OUT/checkpoints)"},
+    {"checkpoint-keep", FlagGroup::kCheckpoints, &JobConfig::checkpoint_keep,
+     "Complete checkpoints to keep"},
+    {"aggregate", FlagGroup::kFederated, &JobConfig::aggregate,
      "How servers combine a bsp clock's or fedavg round's updates: mean, median, "
      "trimmed-mean:B, krum:F, multi-krum:F:M or bulyan:F (Byzantine-robust rules)"},
-    {"byzantine", &JobConfig::byzantine,
+    {"byzantine", FlagGroup::kFederated, &JobConfig::byzantine,
      "Experiments: RANKS:ATTACK makes those workers send crafted updates; ATTACK is signflip, "
      "gaussian:SIGMA, scale:K or labelflip (e.g. 1,2:signflip)"},
-    {"rounds", &JobConfig::rounds, "fedavg: communication rounds"},
-    {"participation", &JobConfig::participation,
+    {"rounds", FlagGroup::kFederated, &JobConfig::rounds, "fedavg: communication rounds"},
+    {"participation", FlagGroup::kFederated, &JobConfig::participation,
      "fedavg: fraction of the clients picked (seeded) for each round"},
-    {"local-epochs", &JobConfig::local_epochs,
+    {"local-epochs", FlagGroup::kFederated, &JobConfig::local_epochs,
      "fedavg: epochs over its own examples a picked client trains per round"},
-    {"local-steps", &JobConfig::local_steps,
+    {"local-steps", FlagGroup::kFederated, &JobConfig::local_steps,
      "fedavg: steps a picked client trains per round instead (0: use --local-epochs)"},
-    {"round-timeout", &JobConfig::round_timeout_s,
+    {"round-timeout", FlagGroup::kFederated, &JobConfig::round_timeout_s,
      "fedavg: seconds the servers wait for a round's clients before aggregating without them"},
-    {"client-dropout", &JobConfig::client_dropout,
+    {"client-dropout", FlagGroup::kFederated, &JobConfig::client_dropout,
      "fedavg experiments: probability that a picked client vanishes from a round (seeded)"},
-    {"prox-mu", &JobConfig::prox_mu,
+    {"prox-mu", FlagGroup::kFederated, &JobConfig::prox_mu,
      "fedavg: FedProx proximal weight mu in the clients' local steps (0: plain FedAvg)"},
-    {"server-lr", &JobConfig::server_lr,
+    {"server-lr", FlagGroup::kFederated, &JobConfig::server_lr,
      "fedavg: the servers' step on the averaged client update (1: the model becomes the average)"},
+    {"out", FlagGroup::kOutput, &JobConfig::out,
+     "Output directory for metrics, logs and synthetic data"},
+    {"log-every", FlagGroup::kOutput, &JobConfig::log_every,
+     "Steps between metrics rows and progress updates"},
 }};
+
+std::vector<std::string> FieldNames() {
+  std::vector<std::string> names;
+  for (const Field& field : kFields) names.emplace_back(field.name);
+  return names;
+}
 
 const Field* FindField(absl::string_view name) {
   for (const Field& field : kFields) {
@@ -322,19 +346,28 @@ absl::Status ApplyJobFile(const std::string& path,
     const absl::string_view name(key.str().data(), key.str().size());
     const Field* field = FindField(name);
     if (field == nullptr) {
-      std::string message = absl::StrFormat("unknown key '%s'", name);
-      const std::string dashed = absl::StrReplaceAll(name, {{"_", "-"}});
-      if (FindField(dashed) != nullptr) {
-        absl::StrAppend(&message, " (did you mean '", dashed, "'?)");
-      }
-      errors.emplace_back(key.source().begin.line, std::move(message));
+      errors.emplace_back(key.source().begin.line,
+                          absl::StrCat("unknown key '", name, "'", DidYouMean(name, FieldNames())));
       continue;
     }
     JobConfig scratch;
-    JobConfig* target = set_by_flag(field->name) ? &scratch : config;
+    const bool overridden = set_by_flag(field->name);
+    JobConfig* target = overridden ? &scratch : config;
     const std::string error = std::visit(FieldAssigner(node, target), field->member);
     if (!error.empty()) {
       errors.emplace_back(node.source().begin.line, absl::StrCat(field->name, ": ", error));
+      continue;
+    }
+    if (overridden) continue;
+    const int line = static_cast<int>(node.source().begin.line);
+    config->given[std::string(field->name)] = JobConfig::Origin{path, line};
+    // A job file names its data and folders as seen from where it lies, wherever it is run
+    // from.
+    if (IsPathOption(field->name)) {
+      std::string& value = config->*std::get<std::string JobConfig::*>(field->member);
+      if (!value.empty() && std::filesystem::path(value).is_relative()) {
+        value = (std::filesystem::path(path).parent_path() / value).lexically_normal().string();
+      }
     }
   }
   if (errors.empty()) return absl::OkStatus();
@@ -344,6 +377,32 @@ absl::Status ApplyJobFile(const std::string& path,
       errors, "\n", [&](std::string* out, const std::pair<uint32_t, std::string>& error) {
         absl::StrAppendFormat(out, "%s:%d: %s", path, error.first, error.second);
       }));
+}
+
+// " (did you mean '--servers'?)" for the unknown flags among what `app` did not take, each
+// with the flag it is close to ("... '--servers' for --severs, '--workers' for --wrokers").
+std::string SuggestFlags(const CLI::App& app) {
+  std::vector<std::string> known;
+  for (const CLI::Option* option : app.get_options()) {
+    for (const std::string& name : option->get_lnames()) known.push_back(name);
+  }
+  std::vector<std::pair<std::string, std::string>> suggestions;  // typed, meant
+  for (const std::string& arg : app.remaining()) {
+    if (!arg.starts_with("--")) continue;
+    const std::string typed = arg.substr(0, arg.find('='));
+    if (std::optional<std::string> meant = ClosestName(typed.substr(2), known)) {
+      suggestions.emplace_back(typed, "--" + *meant);
+    }
+  }
+  if (suggestions.empty()) return "";
+  if (suggestions.size() == 1)
+    return absl::StrCat(" (did you mean '", suggestions[0].second, "'?)");
+  return absl::StrCat(" (did you mean ",
+                      absl::StrJoin(suggestions, ", ",
+                                    [](std::string* out, const auto& s) {
+                                      absl::StrAppend(out, "'", s.second, "' for ", s.first);
+                                    }),
+                      "?)");
 }
 
 // Parses the text of `flag` with `parse` into `*out`; a bad text is "--flag='text': must be one
@@ -623,14 +682,19 @@ absl::Status AddJobFlags(CLI::App& app, JobConfig* config) {
             return added;
           },
           field.member);
-      option->capture_default_str()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+      option->capture_default_str()
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+          ->group(FlagGroupName(field.group));
     }
     CLI::Option* config_flag =
         app.add_option("--config", config->job_file,
                        "TOML job file: keys are the flag names without dashes; flags win over it")
-            ->type_name("FILE");
-    CLI::Option* positional = app.add_option("job-file", config->job_file, "Same as --config FILE")
-                                  ->type_name("JOB.toml");
+            ->type_name("FILE")
+            ->group(FlagGroupName(FlagGroup::kJob));
+    CLI::Option* positional =
+        app.add_option("job-file", config->job_file,
+                       "Same as --config FILE; the file's paths are relative to its folder")
+            ->type_name("JOB.toml");
     config_flag->excludes(positional);
   } catch (const CLI::Error& e) {
     return absl::AlreadyExistsError(e.what());
@@ -644,8 +708,14 @@ absl::StatusOr<CommandLineAction> ParseJobCommandLine(int argc, const char* cons
     app.parse(argc, argv);
   } catch (const CLI::Success&) {
     return CommandLineAction::kShowHelp;
+  } catch (const CLI::ExtrasError& e) {
+    return absl::InvalidArgumentError(absl::StrCat(e.what(), SuggestFlags(app)));
   } catch (const CLI::ParseError& e) {
     return absl::InvalidArgumentError(e.what());
+  }
+  for (const Field& field : kFields) {
+    const CLI::Option* option = app.get_option_no_throw(absl::StrCat("--", field.name));
+    if (option != nullptr && option->count() > 0) config->given[std::string(field.name)] = {};
   }
   if (config->job_file.empty()) return CommandLineAction::kRun;
   // Only a positional job file needs the suffix (--config takes any name). Checked here rather
@@ -673,14 +743,62 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   for (absl::Status (*parse)(const JobConfig&, JobSpec&) :
        {ParseNamedOptions, ParseSyncAndModel, ParseCompression, ParsePartitionAndRounds,
         ParseServerSizes, ParseSlowness}) {
-    if (absl::Status status = parse(c, s); !status.ok()) return status;
+    if (absl::Status status = parse(c, s); !status.ok()) return AttributeToJobFile(status, c);
   }
   CopyPlainOptions(c, s);
-  if (absl::Status status = ValidateJobSpec(s); !status.ok()) return status;
-  if (absl::Status status = CheckLauncherInputs(c); !status.ok()) return status;
+  if (absl::Status status = ValidateJobSpec(s); !status.ok()) return AttributeToJobFile(status, c);
+  if (absl::Status status = CheckLauncherInputs(c); !status.ok()) {
+    return AttributeToJobFile(status, c);
+  }
   return s;
 }
 
 absl::Status Validate(const JobConfig& c) { return BuildJobSpec(c).status(); }
+
+absl::Status AttributeToJobFile(const absl::Status& status, const JobConfig& config) {
+  const absl::string_view message = status.message();
+  if (status.ok() || !absl::StartsWith(message, "--")) return status;
+  const size_t end = message.find_first_of("=: ", 2);
+  if (end == absl::string_view::npos) return status;
+  const auto origin = config.given.find(message.substr(2, end - 2));
+  if (origin == config.given.end() || origin->second.file.empty()) return status;
+  // "job.toml:3: workers = 0: must be ...": the key as the file has it.
+  std::string said(message.substr(2));
+  if (message[end] == '=') said.replace(end - 2, 1, " = ");
+  return absl::Status(status.code(),
+                      absl::StrFormat("%s:%d: %s", origin->second.file, origin->second.line, said));
+}
+
+bool IsJobFileKey(absl::string_view name) { return FindField(name) != nullptr; }
+
+bool IsPathOption(absl::string_view name) {
+  return name == "train" || name == "test" || name == "out" || name == "checkpoint-dir";
+}
+
+const char* FlagGroupName(FlagGroup group) {
+  switch (group) {
+    case FlagGroup::kJob:
+      return "Job";
+    case FlagGroup::kData:
+      return "Data";
+    case FlagGroup::kModel:
+      return "Model";
+    case FlagGroup::kSync:
+      return "Sync";
+    case FlagGroup::kCompression:
+      return "Compression";
+    case FlagGroup::kEmbeddings:
+      return "Embeddings";
+    case FlagGroup::kCheckpoints:
+      return "Checkpoints and faults";
+    case FlagGroup::kCluster:
+      return "Cluster";
+    case FlagGroup::kFederated:
+      return "Federated";
+    case FlagGroup::kOutput:
+      return "Output";
+  }
+  return "Other";
+}
 
 }  // namespace syncline

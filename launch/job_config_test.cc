@@ -1,6 +1,7 @@
 #include "launch/job_config.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -18,6 +19,7 @@ namespace syncline {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 // absl::string_view is not std::string_view in this Abseil build, and gmock's string matchers
@@ -29,6 +31,11 @@ std::string WriteFile(const std::string& name, const std::string& content) {
   const std::string path = absl::StrCat(::testing::TempDir(), "/", name);
   std::ofstream(path) << content;
   return path;
+}
+
+// `path` without "." and ".." parts and doubled slashes.
+std::string Normal(const std::string& path) {
+  return std::filesystem::path(path).lexically_normal().string();
 }
 
 // Parses `args` (without the program name) into `*config` through a fresh CLI::App.
@@ -227,9 +234,74 @@ out = "runs/toml"
   EXPECT_DOUBLE_EQ(config.l2, 0.5);
   EXPECT_EQ(config.index_base, "1");
   EXPECT_EQ(config.seed, 42u);
-  EXPECT_EQ(config.out, "runs/toml");
+  // Relative to the job file's folder, not to where the launcher runs.
+  EXPECT_EQ(config.out, Normal(absl::StrCat(::testing::TempDir(), "/runs/toml")));
   EXPECT_EQ(config.epochs, 1);  // not in the file: default
   EXPECT_TRUE(Validate(config).ok()) << Validate(config);
+}
+
+TEST(JobConfigTest, JobFilePathsAreRelativeToItsFolderAndFlagPathsToTheCurrentOne) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/paths");
+  std::filesystem::create_directories(dir + "/data");
+  std::ofstream(dir + "/data/train.libsvm") << "1 1:1\n";
+  std::ofstream(dir + "/data/test.libsvm") << "0 2:1\n";
+  const std::string path = WriteFile("paths/job.toml", R"(train = "data/train.libsvm"
+test = "./data/test.libsvm"
+out = "../runs/x"
+checkpoint-dir = "/abs/ckpt"
+)");
+  JobConfig config;
+  ASSERT_TRUE(Parse({path}, &config).ok());
+  EXPECT_EQ(config.train, Normal(dir + "/data/train.libsvm"));
+  EXPECT_EQ(config.test, Normal(dir + "/data/test.libsvm"));
+  EXPECT_EQ(config.out, Normal(absl::StrCat(::testing::TempDir(), "/runs/x")));
+  EXPECT_EQ(config.checkpoint_dir, "/abs/ckpt");  // absolute: as it is
+  EXPECT_TRUE(Validate(config).ok()) << Validate(config);
+  // Where each came from.
+  EXPECT_EQ(config.given.at("train").file, path);
+  EXPECT_EQ(config.given.at("train").line, 1);
+  EXPECT_EQ(config.given.at("out").line, 3);
+
+  JobConfig flags;
+  ASSERT_TRUE(Parse({path, "--out", "runs/y"}, &flags).ok());
+  EXPECT_EQ(flags.out, "runs/y");
+  EXPECT_TRUE(flags.given.at("out").file.empty());
+  EXPECT_EQ(flags.given.count("epochs"), 0u);
+}
+
+TEST(JobConfigTest, AnErrorAboutAJobFileValueNamesItsFileAndLine) {
+  const std::string path = WriteFile("bad_value.toml", "servers = 2\n\nworkers = 0\n");
+  JobConfig config;
+  ASSERT_TRUE(Parse({path}, &config).ok());
+  EXPECT_EQ(Message(Validate(config)), absl::StrCat(path, ":3: workers = 0: must be in [1, 4096]"));
+  const std::string missing = WriteFile("missing_train.toml", "\ntrain = \"no/such.libsvm\"\n");
+  JobConfig missing_train;
+  ASSERT_TRUE(Parse({missing}, &missing_train).ok());
+  EXPECT_THAT(Message(Validate(missing_train)), StartsWith(absl::StrCat(missing, ":2: train = ")));
+  // The same value by flag names the flag, as before.
+  JobConfig by_flag;
+  ASSERT_TRUE(Parse({"--workers", "0"}, &by_flag).ok());
+  EXPECT_EQ(Message(Validate(by_flag)), "--workers=0: must be in [1, 4096]");
+}
+
+TEST(JobConfigTest, AMistypedFlagOrKeyGetsTheClosestName) {
+  JobConfig config;
+  absl::StatusOr<CommandLineAction> action = Parse({"--severs", "2"}, &config);
+  ASSERT_FALSE(action.ok());
+  EXPECT_THAT(Message(action.status()), HasSubstr("--severs (did you mean '--servers'?)"));
+  action = Parse({"--wrokers=3", "--chekpoint-every", "5"}, &config);
+  ASSERT_FALSE(action.ok());
+  EXPECT_THAT(Message(action.status()),
+              HasSubstr("(did you mean '--workers' for --wrokers, '--checkpoint-every' for "
+                        "--chekpoint-every?)"));
+  action = Parse({"--no-such-thing-at-all", "1"}, &config);
+  ASSERT_FALSE(action.ok());
+  EXPECT_THAT(Message(action.status()), Not(HasSubstr("did you mean")));
+  const std::string path = WriteFile("typo.toml", "sever = 2\n");
+  action = Parse({path}, &config);
+  ASSERT_FALSE(action.ok());
+  EXPECT_EQ(Message(action.status()),
+            absl::StrCat(path, ":1: unknown key 'sever' (did you mean 'servers'?)"));
 }
 
 TEST(JobConfigTest, ConfigFlagNamesTheJobFile) {
