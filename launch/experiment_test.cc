@@ -76,6 +76,31 @@ TEST(ParseSweepListTest, RejectsBadValuesNamingThem) {
   EXPECT_THAT(Message(ParseSweepList("epochs", "1,2").status()), HasSubstr("cannot be swept"));
 }
 
+// A flag that some runs' modes ignore (and the launcher would refuse) is left out of those
+// runs only; one that no run uses is refused up front, as the launcher would.
+TEST(ParseSweepListTest, LeavesAFlagOutOfTheRunsWhoseModeIgnoresIt) {
+  auto values = ParseSweepList("sync", "bsp,gossip:ring,fedavg",
+                               {"--servers", "3", "--epochs=2", "--workers", "3"});
+  ASSERT_TRUE(values.ok()) << values.status();
+  ASSERT_EQ(values->size(), 3u);
+  EXPECT_THAT((*values)[0].left_out, ElementsAre());
+  EXPECT_THAT((*values)[1].left_out, ElementsAre("servers"));
+  EXPECT_THAT((*values)[2].left_out, ElementsAre("epochs"));
+  auto none = ParseSweepList("sync", "gossip:ring,allreduce", {"--servers", "3"});
+  ASSERT_FALSE(none.ok());
+  EXPECT_THAT(Message(none.status()), HasSubstr("--servers is for --sync bsp"));
+  EXPECT_THAT(Message(none.status()), HasSubstr("no run of the experiment uses it"));
+  // The swept flag itself, ignored by the fixed mode.
+  EXPECT_THAT(Message(ParseSweepList("aggregate", "mean,median", {"--sync", "asp"}).status()),
+              HasSubstr("--aggregate is for --sync bsp and fedavg, not asp"));
+}
+
+TEST(WithoutFlagsTest, DropsTheNamedFlagsAndTheirValues) {
+  EXPECT_THAT(WithoutFlags({"--servers", "3", "--epochs=2", "--workers", "4", "--lr", "0.1"},
+                           {"servers", "epochs"}),
+              ElementsAre("--workers", "4", "--lr", "0.1"));
+}
+
 TEST(RunFolderNameTest, IsFilesystemSafe) {
   EXPECT_EQ(RunFolderName("ssp:1"), "ssp_1");
   EXPECT_EQ(RunFolderName("topk:0.01"), "topk_0.01");

@@ -1,5 +1,6 @@
 #include "launch/job_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,11 +15,14 @@
 #include "gtest/gtest.h"
 #include "job/job_wire.h"
 #include "job/options.h"
+#include "launch/flag_modes.h"
 
 namespace syncline {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using ::testing::Not;
 using ::testing::StartsWith;
 
@@ -841,6 +845,95 @@ TEST(JobConfigTest, CriteoDataIsTheFormatFlagOrATsvFileOrWhatCtrGenerates) {
   EXPECT_FALSE(UsesCriteoData(config));
   config.format = "criteo";
   EXPECT_TRUE(UsesCriteoData(config));
+}
+
+// The job of `args` as the launcher reads it, and the launcher's verdict on its flags.
+// (--external-workers, the launcher's own flag, as the launcher records it.)
+absl::StatusOr<std::vector<std::string>> Check(std::vector<std::string> args) {
+  JobConfig config;
+  const auto external = std::find(args.begin(), args.end(), "--external-workers");
+  if (external != args.end()) {
+    args.erase(external);
+    config.given["external-workers"] = {};
+  }
+  auto action = Parse(args, &config);
+  if (!action.ok()) return action.status();
+  absl::StatusOr<SyncMode> sync = ParseSyncMode(config.sync);
+  if (!sync.ok()) return sync.status();
+  return CheckFlagsApply(*sync, config);
+}
+
+TEST(FlagModesTest, AFlagForAnotherModeOnTheCommandLineIsRefusedNamingWhereItApplies) {
+  auto servers = Check({"--sync", "allreduce", "--servers", "3"});
+  ASSERT_FALSE(servers.ok());
+  EXPECT_EQ(servers.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(servers.status()),
+              HasSubstr("--servers is for --sync bsp, asp, ssp, hybrid and fedavg, not allreduce "
+                        "(gossip and allreduce have no parameter servers)"));
+  // --rounds without fedavg, and --epochs under it (the mode by default, too).
+  EXPECT_THAT(Message(Check({"--rounds", "5"}).status()),
+              HasSubstr("--rounds is for --sync fedavg, not bsp"));
+  EXPECT_THAT(Message(Check({"--sync", "fedavg", "--epochs", "3"}).status()),
+              HasSubstr("--epochs is for --sync bsp, asp, ssp, gossip, allreduce and hybrid, not "
+                        "fedavg"));
+  for (const char* sync : {"gossip:ring", "allreduce", "hybrid", "fedavg"}) {
+    SCOPED_TRACE(sync);
+    EXPECT_THAT(Message(Check({"--sync", sync, "--external-workers"}).status()),
+                HasSubstr("--external-workers is for --sync bsp, asp and ssp"));
+  }
+  EXPECT_THAT(Message(Check({"--sync", "asp", "--aggregate", "median"}).status()),
+              HasSubstr("--aggregate is for --sync bsp and fedavg, not asp"));
+}
+
+TEST(FlagModesTest, FlagsOfTheModeOrOfEveryModePass) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {},
+           {"--sync", "allreduce", "--workers", "4", "--epochs", "2"},
+           {"--sync", "fedavg", "--rounds", "5", "--servers", "1"},
+           {"--sync", "gossip:ring", "--peer-timeout", "3", "--consensus-step", "0.5"},
+           {"--sync", "ssp:2", "--read-ahead", "on", "--servers", "3"},
+           {"--external-workers", "--sync", "asp"},
+       }) {
+    SCOPED_TRACE(testing::PrintToString(args));
+    auto warnings = Check(args);
+    ASSERT_TRUE(warnings.ok()) << warnings.status();
+    EXPECT_THAT(*warnings, IsEmpty());
+  }
+}
+
+TEST(FlagModesTest, AHarmlessMismatchIsAWarning) {
+  auto warnings =
+      Check({"--sync", "bsp", "--read-ahead", "on", "--train", "/dev/null", "--gen-rows", "100"});
+  ASSERT_TRUE(warnings.ok()) << warnings.status();
+  EXPECT_THAT(*warnings,
+              ElementsAre(HasSubstr("--read-ahead is for --sync asp, ssp and hybrid, not bsp"),
+                          HasSubstr("--gen-rows shapes generated data, and --train is given: "
+                                    "ignored")));
+}
+
+// A job file may hold settings of other modes than the one the command line picks: those are
+// ignored with a warning. The same mismatch within the file is refused.
+TEST(FlagModesTest, AJobFilesSettingForAnotherModeThanTheCommandLinesIsAWarning) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/modes.toml");
+  std::ofstream(path) << "servers = 3\nepochs = 2\n";
+  auto warnings = Check({path, "--sync", "allreduce"});
+  ASSERT_TRUE(warnings.ok()) << warnings.status();
+  EXPECT_THAT(*warnings,
+              ElementsAre(absl::StrCat(
+                  path,
+                  ":1: servers is for --sync bsp, asp, ssp, hybrid and fedavg, not "
+                  "allreduce (gossip and allreduce have no parameter servers): ignored")));
+  std::ofstream(path) << "sync = \"allreduce\"\nservers = 3\n";
+  auto refused = Check({path});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(Message(refused.status()), HasSubstr(absl::StrCat(path, ":2: servers is for")));
+}
+
+TEST(FlagModesTest, TheDocsTableHasARowPerFlagAndAColumnPerMode) {
+  const std::string md = FlagModesMarkdown();
+  EXPECT_THAT(md, HasSubstr("| flag | bsp | asp | ssp | gossip | allreduce | hybrid | fedavg |"));
+  EXPECT_THAT(md, HasSubstr("| `--servers` | ✓ | ✓ | ✓ | | | ✓ | ✓ | refused:"));
+  EXPECT_THAT(md, HasSubstr("| `--rounds` | | | | | | | ✓ | refused:"));
 }
 
 }  // namespace

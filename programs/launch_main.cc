@@ -13,8 +13,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "core/coordinator.h"
@@ -25,13 +30,18 @@
 #include "core/zmq_transport.h"
 #include "job/job_spec.h"
 #include "job/node_join.h"
+#include "job/options.h"
 #include "launch/checkpoint_tracker.h"
 #include "launch/cluster.h"
 #include "launch/experiment.h"
+#include "launch/flag_help.h"
+#include "launch/flag_modes.h"
 #include "launch/generate_data.h"
 #include "launch/job_config.h"
+#include "launch/launch_flags.h"
 #include "launch/resume.h"
 #include "launch/run_report.h"
+#include "launch/spelling.h"
 #include "launch/supervisor.h"
 
 namespace syncline {
@@ -134,76 +144,6 @@ int SubmitBatchJob(int argc, char** argv, const JobSpec& spec, const std::string
   execvp("sbatch", cargv.data());
   return Refuse(absl::StrCat("cannot run sbatch: ", std::strerror(errno), " (the script is at ",
                              script.string(), ")"));
-}
-
-// What the command line asks of the launcher besides the job itself: where the nodes run,
-// and how this run relates to earlier ones.
-struct LaunchFlags {
-  JobConfig config;
-  ClusterOptions cluster;
-  std::string launcher = "local", hosts, hostfile, port_range, sbatch_args;
-  bool sbatch = false, insecure = false;
-  bool resume = false, resume_if_any = false, external_workers = false;
-};
-
-void AddRunFlags(CLI::App& app, LaunchFlags& f) {
-  app.add_flag("--external-workers", f.external_workers,
-               "Start the coordinator and the servers only, print the coordinator's address, and "
-               "wait for --workers programs of your own to join it (include/syncline/"
-               "worker_session.h; examples/embed_client)");
-  app.add_flag("--resume", f.resume,
-               "Restart the job from the newest complete checkpoint in --checkpoint-dir "
-               "(damaged or partial ones are reported and skipped)");
-  app.add_flag("--resume-if-any", f.resume_if_any,
-               "Like --resume when --checkpoint-dir holds a complete checkpoint, else start "
-               "afresh: one command for every attempt of a job that a scheduler may requeue");
-}
-
-void AddClusterFlags(CLI::App& app, LaunchFlags& f) {
-  ClusterOptions& cluster = f.cluster;
-  auto* where =
-      app.add_option_group("Where the nodes run (see \"Run on a cluster\" in the README)");
-  where
-      ->add_option("--launcher", f.launcher,
-                   "What starts the nodes: local (children of this process), ssh (one --rsh per "
-                   "node on --hosts), mpirun (Open MPI across --hosts), slurm (srun inside an "
-                   "allocation)")
-      ->capture_default_str();
-  where->add_option("--hosts", f.hosts,
-                    "ssh/mpirun: hosts to spread the nodes over, HOST[:SLOTS],... e.g. h1,h2:4");
-  where->add_option("--hostfile", f.hostfile,
-                    "ssh/mpirun: an Open MPI hostfile (lines 'HOST slots=N') instead of --hosts");
-  where
-      ->add_option("--servers-per-host", cluster.servers_per_host,
-                   "ssh: put the servers K to a host on the first hosts (default: round-robin "
-                   "with the workers, one per host and turn)")
-      ->check(CLI::Range(0, kMostNodes));
-  where
-      ->add_option("--rsh", cluster.rsh,
-                   "ssh/mpirun: the command that runs COMMAND on HOST, called as RSH HOST "
-                   "COMMAND (mpirun: its plm_rsh_agent)")
-      ->capture_default_str();
-  where->add_option("--interface", cluster.interface,
-                    "network interface the coordinator and the nodes listen on (default: the one "
-                    "whose route reaches the first host; loopback for a local job)");
-  where->add_option("--coordinator-interface", cluster.coordinator_interface,
-                    "the coordinator's interface, when it is not the nodes' --interface (a "
-                    "launcher on a login node)");
-  where->add_option("--port-range", f.port_range,
-                    "listen only on ports FIRST-LAST (coordinator and nodes), for firewalls");
-  where->add_option("--launcher-args", cluster.launcher_args,
-                    "mpirun/slurm: extra arguments for mpirun or srun, e.g. '--mca "
-                    "btl_tcp_if_include eth0' or '--overcommit'");
-  where->add_flag("--sbatch", f.sbatch,
-                  "slurm: write OUT/job.sbatch, a batch script that runs this job with "
-                  "--launcher slurm (and --resume-if-any when it checkpoints, so that a requeued "
-                  "job resumes), and submit it with sbatch");
-  where->add_option("--sbatch-args", f.sbatch_args, "extra arguments for sbatch, e.g. '--wait'");
-  where->add_flag("--insecure", f.insecure,
-                  "Off loopback, send plaintext without authentication (trusted networks only). "
-                  "Default: CURVE encryption with a per-job key, OUT/job.key");
-  where->add_option("--key-file", cluster.key_file,
-                    "the job key to use instead of a new OUT/job.key (a file every host can read)");
 }
 
 // The cluster flags into f.cluster: what starts the nodes, on which hosts, on which ports.
@@ -377,19 +317,86 @@ int RunJob(LaunchFlags& f, const JobSpec& spec, int64_t restore_clock) {
   return Conclude(outcome, report);
 }
 
+// The subcommands, for --help, docs/FLAGS.md and the suggestion for a mistyped one.
+constexpr std::pair<const char*, const char*> kSubcommands[] = {
+    {"experiment",
+     "runs the job once per value of a swept flag (--sync bsp,asp,ssp:1, --compress, "
+     "--aggregate, ...) on the same data and compares the runs: OUT/summary.csv, OUT/report.md "
+     "and plots. Its flags: syncline-launch experiment --help"},
+};
+
+std::string SubcommandsText() {
+  std::string text = "Subcommands:\n";
+  for (const auto& [name, what] : kSubcommands) {
+    absl::StrAppend(&text, "  ", absl::StrFormat("%-12s", name), " ", what, "\n");
+  }
+  absl::StrAppend(&text,
+                  "\nEvery flag, and the sync modes each applies to: docs/FLAGS.md "
+                  "(syncline-launch --help-markdown).");
+  return text;
+}
+
+constexpr char kMarkdownIntro[] =
+    "<!-- Generated by `syncline-launch --help-markdown` from the flags' own help (launch/\n"
+    "     job_config.cc, launch/launch_flags.cc, launch/flag_modes.cc); do not edit by hand.\n"
+    "     Regenerate: build/bin/syncline-launch --help-markdown > docs/FLAGS.md -->\n"
+    "# syncline-launch flags\n\n"
+    "`syncline-launch [OPTIONS] [JOB.toml]` runs one training job; `syncline-launch experiment`\n"
+    "runs it once per value of a swept flag ([Subcommands](#subcommands)). A flag with a job-file\n"
+    "key may also be set in a TOML job file (`key = value`, the flag's name without dashes); a\n"
+    "flag on the command line wins over the file. Paths in a job file (`train`, `test`, `out`,\n"
+    "`checkpoint-dir`) are relative to the file's folder, and an error about a value from the\n"
+    "file names the file and line. A flag that the job's sync mode ignores is refused or warned\n"
+    "about: [Which flags apply to which sync mode](#which-flags-apply-to-which-sync-mode).\n\n";
+
+std::string MarkdownOutro() {
+  std::string md = "\n## Subcommands\n\n";
+  for (const auto& [name, what] : kSubcommands) {
+    absl::StrAppend(&md, "- `syncline-launch ", name, "`: ", what, ".\n");
+  }
+  absl::StrAppend(
+      &md,
+      "\n## Which flags apply to which sync mode\n\n"
+      "Every flag not listed applies to every mode. A flag given for a mode that ignores it is\n"
+      "refused (exit code 2) when the mismatch is explicit: the flag and `--sync` both on the\n"
+      "command line, or both in the job file. A job file's setting for another mode than the\n"
+      "command line's `--sync` is ignored with a warning, and so is a flag whose row says\n"
+      "\"warning\". `syncline-launch experiment` leaves a flag out of the runs whose mode ignores\n"
+      "it, and says so. The `--gen-*` flags are ignored, with a warning, when no data is\n"
+      "generated: with `--train`, or `--external-workers`.\n\n",
+      FlagModesMarkdown());
+  return md;
+}
+
+// The flags that the job's mode ignores: refused, or logged as warnings.
+absl::Status CheckTheFlagsApply(const JobConfig& config) {
+  absl::StatusOr<SyncMode> sync = ParseSyncMode(config.sync);
+  if (!sync.ok()) return absl::OkStatus();  // BuildJobSpec names what is wrong with it
+  absl::StatusOr<std::vector<std::string>> warnings = CheckFlagsApply(*sync, config);
+  if (!warnings.ok()) return warnings.status();
+  for (const std::string& warning : *warnings) SYNCLINE_LOG(WARNING) << warning;
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   CLI::App app(kAbout);
+  app.formatter(GroupedHelpFormatter());
+  app.footer(SubcommandsText());
+  app.get_help_ptr()->group(FlagGroupName(FlagGroup::kJob));
   LaunchFlags f;
-  AddRunFlags(app, f);
-  AddClusterFlags(app, f);
+  AddLaunchFlags(app, &f);
+  bool markdown = false;
+  app.add_flag("--help-markdown", markdown, "docs/FLAGS.md")->group("");  // hidden
   if (auto s = AddJobFlags(app, &f.config); !s.ok()) return Refuse(s.message());
   auto action = ParseJobCommandLine(argc, argv, app, &f.config);
   if (!action.ok())
     return Refuse(absl::StrCat(action.status().message(), "\nRun with --help for usage."));
-  if (*action == CommandLineAction::kShowHelp) {
-    std::cout << app.help();
+  if (*action == CommandLineAction::kShowHelp || markdown) {
+    std::cout << (markdown ? FlagsMarkdown(app, kMarkdownIntro, MarkdownOutro()) : app.help());
     return 0;
   }
+  if (f.external_workers) f.config.given["external-workers"] = {};
+  if (auto s = CheckTheFlagsApply(f.config); !s.ok()) return Refuse(s.message());
   absl::StatusOr<JobSpec> spec = BuildJobSpec(f.config);
   if (!spec.ok()) return Refuse(spec.status().message());
   for (const std::string& warning : JobSpecWarnings(*spec)) SYNCLINE_LOG(WARNING) << warning;
@@ -403,6 +410,20 @@ int Main(int argc, char** argv) {
   return RunJob(f, *spec, *restore_clock);
 }
 
+// A first argument that is neither a flag nor a job file, close to a subcommand's name, is
+// that subcommand mistyped.
+std::optional<int> RefuseMistypedSubcommand(int argc, char** argv) {
+  if (argc < 2) return std::nullopt;
+  const std::string first = argv[1];
+  if (first.empty() || first[0] == '-' || first.ends_with(".toml")) return std::nullopt;
+  std::vector<std::string> names;
+  for (const auto& [name, what] : kSubcommands) names.emplace_back(name);
+  const std::string suggestion = DidYouMean(first, names);
+  if (suggestion.empty()) return std::nullopt;
+  return Refuse(
+      absl::StrCat("unknown subcommand '", first, "'", suggestion, "\nRun with --help for usage."));
+}
+
 }  // namespace
 }  // namespace syncline
 
@@ -410,5 +431,6 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "experiment") {
     return syncline::RunExperiment(argc - 1, argv + 1);
   }
+  if (auto refused = syncline::RefuseMistypedSubcommand(argc, argv)) return *refused;
   return syncline::Main(argc, argv);
 }

@@ -460,9 +460,21 @@ TEST_F(LaunchTest, TestFeaturesTheTrainingFileNeverHadCountAsZero) {
   for (const char* sync : {"bsp", "asp", "gossip:ring"}) {
     SCOPED_TRACE(sync);
     const std::string out = dir + "/run_" + std::string(sync, 3);
-    auto r = RunProcess({kLaunch, "--servers", "1", "--workers", "2", "--sync", sync, "--train",
-                         dir + "/train.libsvm", "--test", dir + "/test.libsvm", "--batch-size",
-                         "20", "--out", out});
+    std::vector<std::string> argv = {kLaunch,
+                                     "--workers",
+                                     "2",
+                                     "--sync",
+                                     sync,
+                                     "--train",
+                                     dir + "/train.libsvm",
+                                     "--test",
+                                     dir + "/test.libsvm",
+                                     "--batch-size",
+                                     "20",
+                                     "--out",
+                                     out};
+    for (const std::string& a : testing_util::ServersFlag(sync, 1)) argv.push_back(a);
+    auto r = RunProcess(argv);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("2 features past the training file's 3 count as zero weights"),
               std::string::npos)
@@ -491,8 +503,6 @@ KillResult KillWorkerMidRun(const std::string& sync, const std::string& train,
     k.output += '\n';
   });
   std::vector<std::string> argv = {kLaunch,
-                                   "--servers",
-                                   "2",
                                    "--workers",
                                    absl::StrCat(workers),
                                    "--sync",
@@ -509,6 +519,7 @@ KillResult KillWorkerMidRun(const std::string& sync, const std::string& train,
                                    "2",
                                    "--out",
                                    k.out};
+  for (const std::string& a : testing_util::ServersFlag(sync, 2)) argv.push_back(a);
   argv.insert(argv.end(), extra.begin(), extra.end());
   auto launcher = group.Start(ProcessSpec{"launch", argv});
   EXPECT_TRUE(launcher.ok());
@@ -625,9 +636,9 @@ class JoinableJob {
           output_.append(label.data(), label.size()).append(": ");
           output_.append(line.data(), line.size()).append("\n");
         }) {
-    std::vector<std::string> argv = {kLaunch};
+    std::vector<std::string> argv = testing_util::ServersFlag(sync, 2);
+    argv.insert(argv.begin(), kLaunch);
     for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
-             {"--servers", "2"},
              {"--workers", absl::StrCat(workers)},
              {"--max-workers", absl::StrCat(workers + 1)},
              {"--sync", sync},
@@ -917,6 +928,27 @@ TEST_F(LaunchTest, UnderBspTwoWorkersKilledAtSeededMomentsLeaveNoExampleUntraine
   ASSERT_TRUE(JsonNumber(summary, "test_auc").has_value()) << summary;
   EXPECT_GT(*JsonNumber(summary, "test_auc"), 0.75) << summary;
   for (const auto& [pid, cmd] : children) EXPECT_FALSE(testing_util::Alive(pid)) << cmd;
+}
+
+// Flags that the mode ignores are refused up front (exit 2), before anything starts: workers
+// of one's own need parameter servers, and all-reduce has none.
+TEST_F(LaunchTest, FlagsTheModeIgnoresAreRefusedUpFront) {
+  for (const char* sync : {"gossip:ring", "allreduce", "hybrid"}) {
+    SCOPED_TRACE(sync);
+    const std::string out = TempDir("external_refused");
+    auto r = RunProcess({kLaunch, "--sync", sync, "--external-workers", "--out", out});
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("--external-workers is for --sync bsp, asp and ssp"), std::string::npos)
+        << r.output;
+    EXPECT_FALSE(std::filesystem::exists(out + "/coordinator.address"));
+  }
+  auto servers = RunProcess({kLaunch, "--sync", "allreduce", "--servers", "3"});
+  EXPECT_EQ(servers.exit_code, 2) << servers.output;
+  EXPECT_NE(servers.output.find("--servers is for --sync bsp, asp, ssp, hybrid and fedavg"),
+            std::string::npos)
+      << servers.output;
+  auto rounds = RunProcess({kLaunch, "--rounds", "5"});
+  EXPECT_EQ(rounds.exit_code, 2) << rounds.output;
 }
 
 }  // namespace
