@@ -87,6 +87,8 @@ void RunReport::OnWorkerDone(int worker, wire::WorkerStats::Reader s) {
 }
 
 void RunReport::OnEvaluation(int worker, wire::Evaluation::Reader e) {
+  // A program of one's own (WorkerSession::Finish without an evaluation) answers with none.
+  if (e.getExamples() == 0) return;
   absl::MutexLock lock(&mu_);
   have_evaluation_ = true;
   test_loss_ = e.getLoss();

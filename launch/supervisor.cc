@@ -95,6 +95,34 @@ class CheckpointTimer {
   bool said_too_late_ = false;
 };
 
+// --checkpoint-every past the job's end: said once, as soon as the workers' progress reports
+// tell where the job ends, so that nobody waits for a checkpoint (or a --resume) that cannot
+// come.
+class CheckpointPlanCheck {
+ public:
+  CheckpointPlanCheck(const JobSpec& spec, int64_t restore_clock)
+      : every_(spec.checkpoint.every), restore_clock_(restore_clock) {}
+
+  void Poll(RunReport& report) {
+    if (said_ || every_ <= 0) return;
+    const int64_t end = report.WorkerClocks().min_total_steps;
+    if (end <= 0) return;  // no report yet
+    said_ = true;
+    const int64_t first = (std::max<int64_t>(restore_clock_, 0) / every_ + 1) * every_;
+    if (first <= end) return;
+    SYNCLINE_LOG(WARNING) << absl::StrFormat(
+        "--checkpoint-every %d is past the job's end: the workers stop at clock %d, before the "
+        "first checkpoint's (%d), so this run writes no checkpoint (and --resume would find "
+        "none); give --checkpoint-every %d or less, or train longer",
+        every_, end, first, end);
+  }
+
+ private:
+  const int64_t every_;
+  const int64_t restore_clock_;
+  bool said_ = false;
+};
+
 // The node a child's label names ("w3", "ps1"); nullopt for cluster launchers (mpirun, srun).
 std::optional<std::pair<wire::Role, int>> NodeOfLabel(const std::string& label) {
   int rank = 0;
@@ -172,7 +200,8 @@ class Supervision {
           OnLine(label, stream, line);
         }),
         start_(absl::Now()),
-        timer_(spec, start_, restore_clock) {}
+        timer_(spec, start_, restore_clock),
+        plan_check_(spec, restore_clock) {}
 
   JobOutcome Run() {
     std::thread run([&] {
@@ -242,6 +271,7 @@ class Supervision {
   // One turn of the loop while the job runs.
   void Watch() {
     timer_.Poll(coordinator_, report_, checkpoints_);
+    plan_check_.Poll(report_);
     StopHungNodes();
     std::vector<ExitEvent> exited;
     (void)group_.Poll(absl::Milliseconds(200), &exited);
@@ -390,6 +420,7 @@ class Supervision {
   ProcessGroup group_;
   const absl::Time start_;
   CheckpointTimer timer_;
+  CheckpointPlanCheck plan_check_;
   JobOutcome out_;
   std::atomic<bool> job_done_{false};
   std::map<std::string, int> pids_;  // by label, the latest child started

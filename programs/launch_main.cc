@@ -33,6 +33,7 @@
 #include "job/options.h"
 #include "launch/checkpoint_tracker.h"
 #include "launch/cluster.h"
+#include "launch/earlier_results.h"
 #include "launch/experiment.h"
 #include "launch/flag_help.h"
 #include "launch/flag_modes.h"
@@ -200,7 +201,9 @@ absl::StatusOr<int64_t> PrepareRunFolder(const LaunchFlags& f, JobSpec& spec) {
   }
   SetLogTag("launch");
   if (auto s = LockRunFolders(spec, f.config.out, resumes); !s.ok()) return s;
-  if (spec.data.train.empty()) {
+  // Workers of one's own bring their data: generated files would be named in the summary
+  // although no worker read them.
+  if (spec.data.train.empty() && !f.external_workers) {
     if (auto s = GenerateData(f.config, &spec); !s.ok()) return s;
   }
   return PrepareCheckpoints(&spec, f.resume, f.resume_if_any);
@@ -232,19 +235,28 @@ absl::StatusOr<ZmqOptions> TransportOptions(LaunchFlags& f, bool loopback) {
 // The coordinator on the first free port of --port-range, as the nodes take theirs (any port
 // without one).
 absl::StatusOr<std::unique_ptr<Coordinator>> CreateCoordinator(ZmqTransport& transport,
-                                                               const ClusterOptions& cluster,
+                                                               const LaunchFlags& f,
                                                                const std::string& bind_ip,
                                                                const JobSpec& spec,
                                                                RunReport& report) {
+  const ClusterOptions& cluster = f.cluster;
+  CoordinatorOptions options = CoordinatorOptionsFor(spec);
+  // Workers of one's own evaluate on test data of their own (WorkerSession::Finish), which
+  // the job's spec does not name.
+  if (f.external_workers) options.evaluate = true;
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
       absl::UnavailableError("no port tried");
   for (int port = cluster.ports.any() ? 0 : cluster.ports.first;
        port <= (cluster.ports.any() ? 0 : cluster.ports.last); ++port) {
     coordinator = Coordinator::Create(transport, absl::StrCat("tcp://", bind_ip, ":", port),
-                                      CoordinatorOptionsFor(spec), &report);
+                                      options, &report);
     if (coordinator.ok() || !absl::IsUnavailable(coordinator.status())) break;
   }
   return coordinator;
+}
+
+std::string CoordinatorAddressFile(const std::string& out) {
+  return (fs::path(out) / "coordinator.address").string();
 }
 
 // Tells people (a line) and scripts (OUT/coordinator.address) where the coordinator is, when
@@ -261,8 +273,9 @@ void AnnounceCoordinator(const LaunchFlags& f, const JobSpec& spec, const std::s
   }
   const bool joins = MaxWorkers(spec) > spec.workers;
   if (f.external_workers || joins) {
-    // Scripts read the address from the file; people from the line.
-    std::ofstream((fs::path(f.config.out) / "coordinator.address").string()) << address << "\n";
+    // Scripts read the address from the file; people from the line. It is there while the job
+    // runs (RunJob removes it at the end).
+    std::ofstream(CoordinatorAddressFile(f.config.out)) << address << "\n";
   }
   if (joins) {
     std::cout << "up to " << MaxWorkers(spec) - spec.workers
@@ -294,7 +307,7 @@ int RunJob(LaunchFlags& f, const JobSpec& spec, int64_t restore_clock) {
   ZmqTransport transport(*transport_options);
   transport.AllowPeers(
       JobEndpointIds(spec.servers, MaxWorkers(spec), MaxWorkers(spec) > spec.workers));
-  auto coordinator = CreateCoordinator(transport, f.cluster, *bind_ip, spec, report);
+  auto coordinator = CreateCoordinator(transport, f, *bind_ip, spec, report);
   if (!coordinator.ok()) {
     std::cerr << "syncline-launch: " << coordinator.status().message() << "\n";
     return 1;
@@ -304,6 +317,14 @@ int RunJob(LaunchFlags& f, const JobSpec& spec, int64_t restore_clock) {
   if (!processes.ok()) return Refuse(processes.status().message());
   // Only now the run's files: a launch refused above (a bad key file, too few host slots)
   // leaves the previous run's metrics.csv as it was.
+  if (restore_clock < 0) {
+    absl::StatusOr<std::vector<std::string>> moved = SetAsideEarlierResults(f.config.out);
+    if (!moved.ok()) return Refuse(moved.status().message());
+    if (!moved->empty()) {
+      std::cerr << "syncline-launch: moved an earlier run's " << absl::StrJoin(*moved, ", ")
+                << " to " << (fs::path(f.config.out) / "previous-run").string() << "\n";
+    }
+  }
   if (auto s = report.Open(); !s.ok()) return Refuse(s.message());
   AnnounceCoordinator(f, spec, address, *transport_options, loopback);
   struct sigaction sa = {};
@@ -312,6 +333,9 @@ int RunJob(LaunchFlags& f, const JobSpec& spec, int64_t restore_clock) {
   sigaction(SIGTERM, &sa, nullptr);
   const JobOutcome outcome =
       Supervise(spec, *processes, **coordinator, report, checkpoints, restore_clock, g_signal);
+  // A worker started with its address after the job's end would wait for its startup timeout.
+  std::error_code ec;
+  fs::remove(CoordinatorAddressFile(f.config.out), ec);
   report.EndProgress();
   checkpoints.Flush();  // manifests decided so far are on disk before the summary counts them
   return Conclude(outcome, report);

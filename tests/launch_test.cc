@@ -930,6 +930,41 @@ TEST_F(LaunchTest, UnderBspTwoWorkersKilledAtSeededMomentsLeaveNoExampleUntraine
   for (const auto& [pid, cmd] : children) EXPECT_FALSE(testing_util::Alive(pid)) << cmd;
 }
 
+// A run folder used again holds this run's results only: the earlier run's (here its
+// params.tsv, which a run without a test set does not write) move to OUT/previous-run/.
+TEST_F(LaunchTest, AReusedOutFolderHoldsThisRunsResultsOnly) {
+  const std::string out = TempDir("reused");
+  auto first = RunProcess({kLaunch, "--train", Train(), "--test", Test(), "--out", out});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ASSERT_FALSE(ReadFile(out + "/params.tsv").empty());
+  auto second = RunProcess({kLaunch, "--train", Train(), "--out", out});
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_FALSE(std::filesystem::exists(out + "/params.tsv"));
+  EXPECT_FALSE(ReadFile(out + "/previous-run/params.tsv").empty());
+  EXPECT_NE(ReadFile(out + "/summary.json").find("\"test\": \"\""), std::string::npos);
+  const size_t moved = second.output.find("moved an earlier run's summary.json, metrics.csv");
+  ASSERT_NE(moved, std::string::npos) << second.output;
+  EXPECT_LT(second.output.find("params.tsv", moved), second.output.find('\n', moved));
+}
+
+// The coordinator's address is in OUT/coordinator.address while the job runs, not after; a
+// joiner says where it asks, and for how long it waits.
+TEST_F(LaunchTest, AJoinerSaysWhatItWaitsForAndTheAddressGoesWithTheJob) {
+  const std::string out = TempDir("address");
+  auto job = RunProcess({kLaunch, "--sync", "asp", "--workers", "2", "--max-workers", "3",
+                         "--train", Train(), "--out", out});
+  ASSERT_EQ(job.exit_code, 0) << job.output;
+  EXPECT_NE(job.output.find("more workers may join"), std::string::npos) << job.output;
+  EXPECT_FALSE(std::filesystem::exists(out + "/coordinator.address"));
+  auto joiner = RunProcess(
+      {kWorker, "--coordinator", "tcp://127.0.0.1:1", "--join", "--startup-timeout", "1"});
+  EXPECT_NE(joiner.exit_code, 0) << joiner.output;
+  EXPECT_NE(joiner.output.find("asking the coordinator at tcp://127.0.0.1:1 for a place in its "
+                               "running job; waiting up to 1 s"),
+            std::string::npos)
+      << joiner.output;
+}
+
 // Flags that the mode ignores are refused up front (exit 2), before anything starts: workers
 // of one's own need parameter servers, and all-reduce has none.
 TEST_F(LaunchTest, FlagsTheModeIgnoresAreRefusedUpFront) {
@@ -949,6 +984,23 @@ TEST_F(LaunchTest, FlagsTheModeIgnoresAreRefusedUpFront) {
       << servers.output;
   auto rounds = RunProcess({kLaunch, "--rounds", "5"});
   EXPECT_EQ(rounds.exit_code, 2) << rounds.output;
+}
+
+// 20k examples over 2 workers at batch 256 end at clock 40: a checkpoint every 100 steps never
+// comes, and the launcher says so while the job runs.
+TEST_F(LaunchTest, ACheckpointIntervalPastTheJobsEndIsSaid) {
+  const std::string out = TempDir("checkpoint_past_end");
+  auto r = RunProcess({kLaunch, "--train", Train(), "--checkpoint-every", "100", "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--checkpoint-every 100 is past the job's end: the workers stop at "
+                          "clock 40"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(JsonNumber(ReadFile(out + "/summary.json"), "checkpoints_written"), 0);
+  auto fits = RunProcess({kLaunch, "--train", Train(), "--checkpoint-every", "20", "--out", out});
+  ASSERT_EQ(fits.exit_code, 0) << fits.output;
+  EXPECT_EQ(fits.output.find("past the job's end"), std::string::npos) << fits.output;
+  EXPECT_EQ(JsonNumber(ReadFile(out + "/summary.json"), "checkpoints_written"), 2);
 }
 
 }  // namespace
