@@ -110,6 +110,13 @@ class CheckpointPlanCheck {
     said_ = true;
     const int64_t first = (std::max<int64_t>(restore_clock_, 0) / every_ + 1) * every_;
     if (first <= end) return;
+    if (restore_clock_ >= 0) {  // the run it resumes checkpointed; this one ends first
+      SYNCLINE_LOG(INFO) << absl::StrFormat(
+          "--checkpoint-every %d: the job ends at clock %d, before the next checkpoint's (%d): "
+          "this run adds none",
+          every_, end, first);
+      return;
+    }
     SYNCLINE_LOG(WARNING) << absl::StrFormat(
         "--checkpoint-every %d is past the job's end: the workers stop at clock %d, before the "
         "first checkpoint's (%d), so this run writes no checkpoint (and --resume would find "
