@@ -28,6 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "job/options.h"
+#include "launch/flag_help.h"
 #include "launch/flag_modes.h"
 #include "launch/job_config.h"
 #include "launch/launch_flags.h"
@@ -259,27 +260,39 @@ struct ExperimentPlan {
 constexpr char kMe[] = "syncline-launch experiment";
 
 // Parses and checks the command line: the plan, or an exit code (0 for --help, 2 for bad flags).
+// The experiment's own flags, bound to where their values go; the others are the runs'.
+struct ExperimentFlags {
+  std::map<std::string, std::string> lists;  // by sweepable flag
+  std::map<std::string, CLI::Option*> list_options;
+  double target_loss = std::numeric_limits<double>::quiet_NaN();
+  CLI::Option* target_option = nullptr;
+};
+
+void AddExperimentFlags(CLI::App& app, ExperimentFlags& f, std::string* out) {
+  for (const char* flag : kSweepableFlags) {
+    f.list_options[flag] = app.add_option(absl::StrCat("--", flag), f.lists[flag],
+                                          absl::StrCat("Comma-separated values of --", flag,
+                                                       " to compare, e.g. ", SweepExample(flag)))
+                               ->type_name("LIST")
+                               ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  }
+  f.target_option = app.add_option("--target-loss", f.target_loss,
+                                   "Training loss the runs race to; default: the worst final "
+                                   "loss among the runs that learned")
+                        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--out", *out, "Experiment folder")
+      ->capture_default_str()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+}
+
 std::variant<ExperimentPlan, int> ParseExperiment(int argc, char** argv) {
   ExperimentPlan plan;
   CLI::App app(kExperimentHelp, kMe);
   app.allow_extras();
-  std::map<std::string, std::string> lists;
-  std::map<std::string, CLI::Option*> list_options;
-  for (const char* flag : kSweepableFlags) {
-    list_options[flag] = app.add_option(absl::StrCat("--", flag), lists[flag],
-                                        absl::StrCat("Comma-separated values of --", flag,
-                                                     " to compare, e.g. ", SweepExample(flag)))
-                             ->type_name("LIST")
-                             ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  }
-  double target_loss = std::numeric_limits<double>::quiet_NaN();
-  CLI::Option* target_option =
-      app.add_option("--target-loss", target_loss,
-                     "Training loss the runs race to; default: the worst final loss among them")
-          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--out", plan.out, "Experiment folder")
-      ->capture_default_str()
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  ExperimentFlags flags;
+  AddExperimentFlags(app, flags, &plan.out);
+  std::map<std::string, std::string>& lists = flags.lists;
+  const std::map<std::string, CLI::Option*>& list_options = flags.list_options;
   auto usage = [](const std::string& message) {
     std::cerr << kMe << ": " << message << "\nRun with --help for usage.\n";
     return 2;
@@ -325,9 +338,9 @@ std::variant<ExperimentPlan, int> ParseExperiment(int argc, char** argv) {
       plan.job_args.insert(plan.job_args.begin(), {absl::StrCat("--", flag), lists[flag]});
     }
   }
-  if (target_option->count() > 0) {
-    if (!std::isfinite(target_loss)) return usage("--target-loss must be a number");
-    plan.target_loss = target_loss;
+  if (flags.target_option->count() > 0) {
+    if (!std::isfinite(flags.target_loss)) return usage("--target-loss must be a number");
+    plan.target_loss = flags.target_loss;
   }
   if (plan.out.empty()) return usage("--out must name a directory");
   auto values = ParseSweepList(plan.flag, lists[plan.flag], plan.job_args);
@@ -428,6 +441,17 @@ int Report(const ExperimentPlan& plan, const std::vector<ExperimentRun>& runs) {
 }
 
 }  // namespace
+
+std::string ExperimentFlagsMarkdown() {
+  CLI::App app;
+  ExperimentFlags flags;
+  std::string out = ExperimentPlan().out;
+  AddExperimentFlags(app, flags, &out);
+  const CLI::App& view = app;  // whose get_options gives const options
+  return OptionsMarkdownTable(
+      view.get_options([](const CLI::Option* option) { return option->nonpositional(); }),
+      /*job_file_keys=*/false);
+}
 
 int RunExperiment(int argc, char** argv) {
   std::variant<ExperimentPlan, int> parsed = ParseExperiment(argc, argv);

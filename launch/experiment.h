@@ -119,6 +119,10 @@ absl::StatusOr<ReportResult> WriteExperimentReport(const ReportOptions& options,
 // The path of `program` in $PATH, or nullopt.
 std::optional<std::string> FindOnPath(const std::string& program);
 
+// The experiment's own flags (the swept lists, --target-loss, --out) as a Markdown table, for
+// docs/FLAGS.md; every other flag is a run's.
+std::string ExperimentFlagsMarkdown();
+
 // Entry point of `syncline-launch experiment ...`; argv[0] is "experiment". Returns the exit
 // code: 0 when every run succeeded, 1 when any failed, 2 for bad flags, 128+N on signal N.
 int RunExperiment(int argc, char** argv);

@@ -245,8 +245,9 @@ std::string Ratio(double v) { return absl::StrFormat("%.2f×", v); }
 // The loss the runs race to by default: the worst final training loss among the runs that
 // learned, so that a run that did not (an attacked mean among robust aggregators, a diverged
 // one) does not hand every other run its loss as a target reached at once. A run learned when
-// its loss closed at least half of the way from its first point to the best run's final loss;
-// when none did, every run counts. `not_learned` gets the values of the runs left out.
+// its loss closed at least half of the way from its first point to the best run's final loss,
+// or ended within 5% of it (a run of one point counts); when none did, every run counts.
+// `not_learned` gets the values of the runs left out.
 std::optional<double> DefaultTarget(const std::vector<RunData>& runs,
                                     std::vector<std::string>* not_learned) {
   std::optional<double> best, target, any;
@@ -256,8 +257,11 @@ std::optional<double> DefaultTarget(const std::vector<RunData>& runs,
   for (const RunData& r : runs) {
     if (!r.ok || !r.final_loss) continue;
     any = std::max(any.value_or(*r.final_loss), *r.final_loss);
+    // A curve of one point says nothing of learning, and a final loss within 5% of the best
+    // is the noise of short runs: such runs count.
     const double first = r.curve.empty() ? *r.final_loss : r.curve.front().loss;
-    if (first > *best && first - *r.final_loss < 0.5 * (first - *best)) {
+    if (r.curve.size() >= 2 && *r.final_loss > 1.05 * *best &&
+        first - *r.final_loss < 0.5 * (first - *best)) {
       not_learned->push_back(r.sweep.value);
       continue;
     }

@@ -72,6 +72,27 @@ std::shared_ptr<CLI::Formatter> GroupedHelpFormatter() {
   return std::make_shared<GroupedFormatter>();
 }
 
+std::string OptionsMarkdownTable(const std::vector<const CLI::Option*>& options,
+                                 bool job_file_keys) {
+  std::string md = job_file_keys
+                       ? "| flag | value | default | job file | meaning |\n| --- | --- | --- | --- "
+                         "| --- |\n"
+                       : "| flag | value | default | meaning |\n| --- | --- | --- | --- |\n";
+  for (const CLI::Option* option : options) {
+    const std::string key = option->get_lnames().empty() ? "" : option->get_lnames().front();
+    const std::string name = key.empty() ? option->get_name() : "--" + key;
+    const std::string value = option->get_type_size() == 0 ? "" : option->get_type_name();
+    const std::string fallback = option->get_default_str();
+    absl::StrAppend(&md, "| `", name, "` | ", Cell(value), " | ",
+                    fallback.empty() ? "" : absl::StrCat("`", Cell(fallback), "`"), " | ",
+                    !job_file_keys      ? ""
+                    : IsJobFileKey(key) ? absl::StrCat("`", key, "` | ")
+                                        : " | ",
+                    Cell(option->get_description()), " |\n");
+  }
+  return md;
+}
+
 std::string FlagsMarkdown(const CLI::App& app, const std::string& intro, const std::string& outro) {
   std::string md = intro;
   std::vector<std::string> contents;
@@ -84,19 +105,7 @@ std::string FlagsMarkdown(const CLI::App& app, const std::string& intro, const s
   for (const std::string& group : OrderedGroups(app)) {
     const std::vector<const CLI::Option*> options = OptionsOf(app, group);
     if (options.empty()) continue;
-    absl::StrAppend(&md, "\n## ", group, "\n\n| flag | value | default | job file | meaning |\n",
-                    "| --- | --- | --- | --- | --- |\n");
-    for (const CLI::Option* option : options) {
-      const std::string name =
-          option->get_lnames().empty() ? option->get_name() : "--" + option->get_lnames().front();
-      const std::string key = option->get_lnames().empty() ? "" : option->get_lnames().front();
-      const std::string value = option->get_type_size() == 0 ? "" : option->get_type_name();
-      const std::string fallback = option->get_default_str();
-      absl::StrAppend(&md, "| `", name, "` | ", Cell(value), " | ",
-                      fallback.empty() ? "" : absl::StrCat("`", Cell(fallback), "`"), " | ",
-                      IsJobFileKey(key) ? absl::StrCat("`", key, "`") : "", " | ",
-                      Cell(option->get_description()), " |\n");
-    }
+    absl::StrAppend(&md, "\n## ", group, "\n\n", OptionsMarkdownTable(options));
   }
   absl::StrAppend(&md, outro);
   return md;

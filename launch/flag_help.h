@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 
@@ -17,6 +18,11 @@ namespace syncline {
 // by section in the order of kFlagGroups (options of another group after them, hidden ones not
 // at all), then the footer.
 std::shared_ptr<CLI::Formatter> GroupedHelpFormatter();
+
+// A Markdown table of `options`: flag, value, default, meaning, and with `job_file_keys` the key
+// of each in a job file.
+std::string OptionsMarkdownTable(const std::vector<const CLI::Option*>& options,
+                                 bool job_file_keys = true);
 
 // docs/FLAGS.md: `intro`, then a table per section of every visible option of `app` (flag,
 // value, default, job-file key, meaning), then `outro`.

@@ -378,6 +378,11 @@ std::string MarkdownOutro() {
   for (const auto& [name, what] : kSubcommands) {
     absl::StrAppend(&md, "- `syncline-launch ", name, "`: ", what, ".\n");
   }
+  absl::StrAppend(&md,
+                  "\n### syncline-launch experiment\n\n"
+                  "Its own flags; every other flag goes to each run as given (a flag that a "
+                  "run's mode ignores is left out of that run).\n\n",
+                  ExperimentFlagsMarkdown());
   absl::StrAppend(
       &md,
       "\n## Which flags apply to which sync mode\n\n"
