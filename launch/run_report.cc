@@ -226,6 +226,9 @@ RunReport::Clocks RunReport::WorkerClocks() {
   Clocks c;
   bool first = true;
   for (const auto& [rank, w] : workers_) {
+    if (w.done && w.steps > 0) {
+      c.min_finished_at = c.min_finished_at == 0 ? w.steps : std::min(c.min_finished_at, w.steps);
+    }
     // Workers that finished, or have not reported yet (or never will: lost early, or resumed
     // past their last step), do not bound the clock.
     if (w.done || w.total_steps == 0) continue;

@@ -81,6 +81,9 @@ class RunReport : public CoordinatorObserver {
   struct Clocks {
     int64_t max_clock = 0;
     int64_t min_total_steps = 0;
+    // The fewest steps a worker that finished stopped at (0: none finished yet), for a job
+    // shorter than --log-every, whose workers report no progress before they finish.
+    int64_t min_finished_at = 0;
   };
   Clocks WorkerClocks();
 

@@ -103,10 +103,15 @@ class CheckpointPlanCheck {
   CheckpointPlanCheck(const JobSpec& spec, int64_t restore_clock)
       : every_(spec.checkpoint.every), restore_clock_(restore_clock) {}
 
-  void Poll(RunReport& report) {
-    if (said_ || every_ <= 0) return;
-    const int64_t end = report.WorkerClocks().min_total_steps;
-    if (end <= 0) return;  // no report yet
+  // While the job runs, from the workers' progress reports.
+  void Poll(RunReport& report) { Check(report.WorkerClocks().min_total_steps); }
+  // After a job that succeeded, for one shorter than --log-every (no progress reports).
+  void Finish(RunReport& report) { Check(report.WorkerClocks().min_finished_at); }
+
+ private:
+  // `end`: the clock the job ends at, as far as is known (0: not yet).
+  void Check(int64_t end) {
+    if (said_ || every_ <= 0 || end <= 0) return;
     said_ = true;
     const int64_t first = (std::max<int64_t>(restore_clock_, 0) / every_ + 1) * every_;
     if (first <= end) return;
@@ -124,7 +129,6 @@ class CheckpointPlanCheck {
         every_, end, first, end);
   }
 
- private:
   const int64_t every_;
   const int64_t restore_clock_;
   bool said_ = false;
@@ -218,6 +222,7 @@ class Supervision {
     StartAll();
     while (!job_done_.load()) Watch();
     run.join();
+    if (out_.status.ok() && out_.failure.empty()) plan_check_.Finish(report_);
     if (out_.failure.empty() && !exit_failure_.empty()) {
       // The coordinator ended the job first, with the failed node's own reason.
       out_.failure = out_.status.ok()

@@ -997,6 +997,12 @@ TEST_F(LaunchTest, ACheckpointIntervalPastTheJobsEndIsSaid) {
             std::string::npos)
       << r.output;
   EXPECT_EQ(JsonNumber(ReadFile(out + "/summary.json"), "checkpoints_written"), 0);
+  // A job shorter than --log-every reports no progress: it is said when the workers finish.
+  auto quiet = RunProcess({kLaunch, "--train", Train(), "--checkpoint-every", "100", "--log-every",
+                           "100", "--out", out});
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.output;
+  EXPECT_NE(quiet.output.find("--checkpoint-every 100 is past the job's end"), std::string::npos)
+      << quiet.output;
   auto fits = RunProcess({kLaunch, "--train", Train(), "--checkpoint-every", "20", "--out", out});
   ASSERT_EQ(fits.exit_code, 0) << fits.output;
   EXPECT_EQ(fits.output.find("past the job's end"), std::string::npos) << fits.output;
