@@ -169,7 +169,9 @@ absl::Status WorkerSession::Finish(std::function<absl::StatusOr<EvaluationResult
   ControlClient* control = s.job.control.get();
   if (auto st = s.kv->Finish(deadline); !st.ok()) return st;
   s.finished = true;
+  // Every clock of a session is one it trained (a session neither resumes nor joins late).
   control->ReportWorkerDone(WorkerDoneReport{.steps = s.clock,
+                                             .steps_trained = s.clock,
                                              .examples = s.examples,
                                              .bytes_pushed = s.kv->bytes_pushed(),
                                              .bytes_pulled = s.kv->bytes_pulled()});

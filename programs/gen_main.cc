@@ -21,6 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/command_line.h"
 #include "tools/criteo_gen.h"
 #include "tools/idx.h"
 #include "tools/synthetic.h"
@@ -95,12 +96,7 @@ int CriteoMain(int argc, char** argv) {
   app.add_option("--zipf", options.zipf, "Zipf exponent of value popularity, > 0 and not 1");
   app.add_option("--interaction", options.interaction,
                  "Scale of the pairwise terms; 0 leaves a first-order model");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : kExitUsage;
-  }
+  if (auto code = ParseCommandLine(app, argc, argv, "syncline-gen criteo")) return *code;
   if (absl::Status s = ValidateCriteoGenOptions(options); !s.ok()) {
     std::cerr << "syncline-gen criteo: " << s.message()
               << "\nRun with --help for more information.\n";
@@ -204,12 +200,7 @@ int FashionMnistMain(int argc, char** argv) {
                      "all rows when not given")
           ->check(NotNegative())
           ->default_str("");  // Not "=0": the default is no limit, and 0 is refused.
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : kExitUsage;
-  }
+  if (auto code = ParseCommandLine(app, argc, argv, "syncline-gen fashion-mnist")) return *code;
   if (limit_option->count() > 0 && limit == 0) {
     std::cerr << "syncline-gen fashion-mnist: --limit must be at least 1"
               << "\nRun with --help for more information.\n";
@@ -323,12 +314,7 @@ int Main(int argc, char** argv) {
   app.add_option("--values", values, "Feature values: ones, or gaussian for N(0, 1)")
       ->check(CLI::IsMember({"ones", "gaussian"}));
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);  // Prints help to stdout, or the error to stderr.
-    return code == 0 ? 0 : kExitUsage;
-  }
+  if (auto code = ParseCommandLine(app, argc, argv, "syncline-gen")) return *code;
   // Same rule as ReadDataset's DataFormat::kAuto, so the file reads back without flags.
   if (format == "auto") format = absl::EndsWithIgnoreCase(out_path, ".csv") ? "csv" : "libsvm";
   options.format = format == "csv" ? SyntheticFormat::kCsv : SyntheticFormat::kLibsvm;
