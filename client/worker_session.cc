@@ -67,6 +67,7 @@ struct WorkerSession::State {
   std::function<absl::StatusOr<std::string>()> save;
   CheckpointRequests requests;
   std::optional<std::string> restored;
+  int64_t start_clock = 0;  // the checkpoint's clock in a resumed job
   int rank = 0;
   int64_t clock = 0;
   bool finished = false;
@@ -167,6 +168,7 @@ absl::Status WorkerSession::Resume(State& s) {
     s.clock = saved->clock;
     s.restored = std::move(saved->state);
   }
+  s.start_clock = s.clock;
   s.job.control->SetClock(s.clock);
   return absl::OkStatus();
 }
@@ -617,8 +619,12 @@ absl::Status WorkerSession::Finish(std::function<absl::StatusOr<EvaluationResult
   const uint64_t pushed = (s.kv ? s.kv->bytes_pushed() : 0) + (s.peers ? s.peers->bytes_sent() : 0);
   const uint64_t pulled =
       (s.kv ? s.kv->bytes_pulled() : 0) + (s.peers ? s.peers->bytes_received() : 0);
-  control->ReportWorkerDone(WorkerDoneReport{
-      .steps = s.clock, .examples = s.examples, .bytes_pushed = pushed, .bytes_pulled = pulled});
+  // A resumed session trained the clocks since its checkpoint's.
+  control->ReportWorkerDone(WorkerDoneReport{.steps = s.clock,
+                                             .steps_trained = s.clock - s.start_clock,
+                                             .examples = s.examples,
+                                             .bytes_pushed = pushed,
+                                             .bytes_pulled = pulled});
   while (true) {
     absl::StatusOr<Command> command = control->WaitForCommand(deadline);
     if (!command.ok()) return command.status();

@@ -455,6 +455,8 @@ absl::StatusOr<int> RequestJoin(Transport& transport, const std::string& coordin
         last = absl::DeadlineExceededError(absl::StrFormat(
             "no answer from the coordinator at %s to the join request: is the job running?",
             coordinator));
+        // Said once, so that a joiner of a job that has ended does not wait in silence.
+        if (attempt == 0) SYNCLINE_LOG(WARNING) << last.message() << " (asking again)";
         break;
       }
       if (!reply->Parse().ok()) continue;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <mutex>
 
 #include "absl/time/clock.h"
@@ -43,6 +44,26 @@ LogLine::~LogLine() {
   // One write per line: atomic for pipes up to PIPE_BUF bytes.
   ssize_t ignored = write(STDERR_FILENO, text.data(), text.size());
   (void)ignored;
+}
+
+std::string ReadableDuration(absl::Duration d) {
+  if (d == absl::InfiniteDuration()) return "forever";
+  if (d < absl::ZeroDuration()) return "-" + ReadableDuration(-d);
+  char text[64];
+  if (d < absl::Seconds(1)) {
+    std::snprintf(text, sizeof(text), "%.3g ms", absl::ToDoubleMilliseconds(d));
+  } else if (d < absl::Seconds(59.95)) {
+    std::snprintf(text, sizeof(text), "%.3g s", absl::ToDoubleSeconds(d));
+  } else if (d < absl::Hours(1)) {
+    const int64_t s = absl::ToInt64Seconds(d + absl::Milliseconds(500));
+    std::snprintf(text, sizeof(text), "%d min %d s", static_cast<int>(s / 60),
+                  static_cast<int>(s % 60));
+  } else {
+    const int64_t m = absl::ToInt64Minutes(d + absl::Seconds(30));
+    std::snprintf(text, sizeof(text), "%d h %d min", static_cast<int>(m / 60),
+                  static_cast<int>(m % 60));
+  }
+  return text;
 }
 
 }  // namespace syncline

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 
 namespace syncline {
 
@@ -38,6 +39,10 @@ class LogLine {
   LogLevel level_;
   std::ostringstream stream_;
 };
+
+// A duration as people read it in a log line: "117 ms", "2.35 s", "3 min 20 s", "2 h 5 min"
+// (three significant digits below a minute), where absl's "117.254536ms" is too precise.
+std::string ReadableDuration(absl::Duration d);
 
 // Turns a LogLine expression into void; & binds looser than <<.
 struct LogVoidify {

@@ -271,8 +271,9 @@ class CsvParser {
       if (column == label_column) continue;
       float value;
       if (const char* what = ParseValue(fields_[column], &value)) {
+        // Counted from 1, as editors, `cut -f` and spreadsheets count columns.
         return LineError(b_.path(), line_no,
-                         absl::StrFormat("bad value in column %d: %s", column, what),
+                         absl::StrFormat("bad value in column %d: %s", column + 1, what),
                          fields_[column]);
       }
       if (keep && value != 0) {

@@ -284,7 +284,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFileCase{"CsvTooFewColumns", "y,a,b\n1,2,3\n0,1\n", ".csv", 3, "'0,1'"},
         BadFileCase{"CsvTooManyColumnsWithoutHeader", "1,2\n0,1,5\n", ".csv", 2, "'0,1,5'"},
         BadFileCase{"CsvBadValue", "1,2\n0,x\n", ".csv", 2, "'x'"},
-        BadFileCase{"CsvEmptyField", "1,2,3\n0,,1\n", ".csv", 2, "column 1"},
+        BadFileCase{"CsvEmptyField", "1,2,3\n0,,1\n", ".csv", 2, "column 2"},
         BadFileCase{"CsvNanValue", "1,2\n0,NaN\n", ".csv", 2, "'NaN'"},
         BadFileCase{"CsvBadLabel", "1,2\n5,1\n", ".csv", 2, "'5'"}),
     [](const testing::TestParamInfo<BadFileCase>& info) { return info.param.name; });

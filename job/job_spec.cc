@@ -234,9 +234,11 @@ int MinWorkers(const JobSpec& s) {
 
 int MaxWorkers(const JobSpec& s) { return std::max(s.workers, s.max_workers); }
 
-absl::Status ValidateJobSpec(const JobSpec& s) {
+namespace {
+
+// Each number within its range, in the order of the flags' table.
+absl::Status CheckRanges(const JobSpec& s) {
   const auto& t = s.training;
-  const auto& sl = s.slowness;
   for (const absl::Status& status : {
            s.sync.serverless() ? CheckInRange("servers", s.servers, 0, 0)
                                : CheckInRange("servers", s.servers, 1, kMostNodes),
@@ -278,9 +280,11 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
        }) {
     if (!status.ok()) return status;
   }
-  if (absl::Status status = CheckCriteo(s); !status.ok()) return status;
-  if (absl::Status status = CheckFederated(s); !status.ok()) return status;
-  if (absl::Status status = CheckRobustness(s); !status.ok()) return status;
+  return absl::OkStatus();
+}
+
+// Combinations of the model's settings and of the timeouts.
+absl::Status CheckModelAndTimeouts(const JobSpec& s) {
   if (s.model.kind == ModelKind::kLogreg && s.model.classes != 2) {
     return InvalidFlag("classes", absl::StrCat(s.model.classes),
                        "needs --model softmax or mlp (logreg is binary)");
@@ -290,6 +294,12 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
                        absl::StrCat("must be more than --heartbeat-interval (",
                                     s.timeouts.heartbeat_interval_s, ")"));
   }
+  return absl::OkStatus();
+}
+
+// The push and pull codecs, and where a compressed pull cannot go.
+absl::Status CheckCodecs(const JobSpec& s) {
+  const auto& t = s.training;
   if (absl::Status codec = ValidateCodecSpec(t.codec); !codec.ok()) {
     return InvalidFlag("compress", CodecName(t.codec), codec.message());
   }
@@ -305,6 +315,13 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
     if (csv) why = "compresses sparse rows; CSV data keeps its rows in a dense table";
     if (!why.empty()) return InvalidFlag("compress-pull", CodecName(t.pull_codec), why);
   }
+  return absl::OkStatus();
+}
+
+// Workers that leave (--min-workers), fail and come back (--max-restarts) or join
+// (--max-workers): each only in the modes that can take it.
+absl::Status CheckMembership(const JobSpec& s) {
+  const auto& t = s.training;
   if (s.min_workers > 0 && s.min_workers < s.workers && !HandsOverBatches(s.sync)) {
     return InvalidFlag(
         "min-workers", absl::StrCat(s.min_workers),
@@ -321,32 +338,36 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
                        "needs checkpoints to roll back to: add --checkpoint-every N or "
                        "--checkpoint-seconds S");
   }
-  if (s.max_workers > s.workers) {
-    const std::string value = absl::StrCat(s.max_workers);
-    if (!HandsOverBatches(s.sync)) {
-      return InvalidFlag("max-workers", value,
-                         "is for --sync bsp, ssp, asp and gossip: a worker joins a "
-                         "parameter-server or gossip job (joins of all-reduce ranks are not "
-                         "built)");
-    }
-    if (s.sync.gossip() &&
-        (t.codec.kind == CodecKind::kTopK || t.codec.kind == CodecKind::kSign1)) {
-      return InvalidFlag("max-workers", value,
-                         absl::StrCat("cannot be combined with gossip's compressed differences "
-                                      "(--compress ",
-                                      CodecName(t.codec),
-                                      ", CHOCO): a joiner has no public copies to start from; "
-                                      "use --compress none or fp16"));
-    }
-    if (s.checkpoint.enabled() || s.max_restarts > 0 || !s.checkpoint.restore.empty()) {
-      return InvalidFlag("max-workers", value,
-                         "cannot be combined with checkpoints, --resume or --max-restarts yet: "
-                         "a checkpoint does not hold a joined worker's part");
-    }
+  if (s.max_workers <= s.workers) return absl::OkStatus();
+  const std::string value = absl::StrCat(s.max_workers);
+  if (!HandsOverBatches(s.sync)) {
+    return InvalidFlag("max-workers", value,
+                       "is for --sync bsp, ssp, asp and gossip: a worker joins a "
+                       "parameter-server or gossip job (joins of all-reduce ranks are not "
+                       "built)");
   }
-  if (s.sync.allreduce_rows != AllReduceRows::kAuto &&
-      (!s.sync.allreduce() || t.codec.kind == CodecKind::kTopK ||
-       t.codec.kind == CodecKind::kSign1)) {
+  if (s.sync.gossip() && (t.codec.kind == CodecKind::kTopK || t.codec.kind == CodecKind::kSign1)) {
+    return InvalidFlag("max-workers", value,
+                       absl::StrCat("cannot be combined with gossip's compressed differences "
+                                    "(--compress ",
+                                    CodecName(t.codec),
+                                    ", CHOCO): a joiner has no public copies to start from; "
+                                    "use --compress none or fp16"));
+  }
+  if (s.checkpoint.enabled() || s.max_restarts > 0 || !s.checkpoint.restore.empty()) {
+    return InvalidFlag("max-workers", value,
+                       "cannot be combined with checkpoints, --resume or --max-restarts yet: "
+                       "a checkpoint does not hold a joined worker's part");
+  }
+  return absl::OkStatus();
+}
+
+// The settings of one sync mode's exchange: all-reduce's rows, gossip's consensus step and
+// codecs, and the bounds of the workers' compression state.
+absl::Status CheckExchange(const JobSpec& s) {
+  const auto& t = s.training;
+  const bool sparsifies = t.codec.kind == CodecKind::kTopK || t.codec.kind == CodecKind::kSign1;
+  if (s.sync.allreduce_rows != AllReduceRows::kAuto && (!s.sync.allreduce() || sparsifies)) {
     return InvalidFlag("allreduce-rows", AllReduceRowsName(s.sync.allreduce_rows),
                        "is for --sync allreduce without top-K or sign1 (which all-gather their "
                        "own blocks)");
@@ -355,14 +376,11 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
     return InvalidFlag("consensus-step", absl::StrCat(s.sync.consensus_step),
                        "must be in [0, 1] (0: the codec's default)");
   }
-  if (s.sync.consensus_step != 0 &&
-      !(s.sync.gossip() && !s.sync.asynchronous &&
-        (t.codec.kind == CodecKind::kTopK || t.codec.kind == CodecKind::kSign1))) {
+  if (s.sync.consensus_step != 0 && !(s.sync.gossip() && !s.sync.asynchronous && sparsifies)) {
     return InvalidFlag("consensus-step", absl::StrCat(s.sync.consensus_step),
                        "is for synchronous gossip with --compress topk:R or sign1");
   }
-  if (s.sync.gossip() && s.sync.asynchronous &&
-      (t.codec.kind == CodecKind::kTopK || t.codec.kind == CodecKind::kSign1)) {
+  if (s.sync.gossip() && s.sync.asynchronous && sparsifies) {
     return InvalidFlag("compress", CodecName(t.codec),
                        "push-sum gossip (:async) exchanges whole parameters: none or fp16");
   }
@@ -374,6 +392,12 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
     return InvalidFlag("pull-copy-rows", absl::StrCat(t.pull_copy_rows),
                        "must be between 1 and 2^40");
   }
+  return absl::OkStatus();
+}
+
+// The slowness injected for experiments names real workers and sane factors.
+absl::Status CheckSlowness(const JobSpec& s) {
+  const auto& sl = s.slowness;
   if (sl.straggler_rank >= s.workers || sl.straggler_rank < -1 ||
       !(sl.straggler_factor >= 1 && std::isfinite(sl.straggler_factor))) {
     return InvalidFlag("straggler", absl::StrCat(sl.straggler_rank, ":", sl.straggler_factor),
@@ -394,6 +418,11 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
   if (!(sl.min_step_ms >= 0) || sl.min_step_ms > 60000) {
     return InvalidFlag("min-step-ms", absl::StrCat(sl.min_step_ms), "must be in [0, 60000]");
   }
+  return absl::OkStatus();
+}
+
+// A test set needs its training set; asynchronous gossip has no consistent state to save.
+absl::Status CheckDataAndCheckpoints(const JobSpec& s) {
   if (!s.data.test.empty() && s.data.train.empty()) {
     return InvalidFlag("test", s.data.test,
                        "needs --train (synthetic data brings its own test set)");
@@ -401,6 +430,18 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
   if (s.sync.gossip() && s.sync.asynchronous &&
       (s.checkpoint.enabled() || !s.checkpoint.restore.empty())) {
     return InvalidFlag("sync", SyncModeName(s.sync), AsyncGossipCannotCheckpoint(s.sync));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// The phases in a fixed order: the first error found is the one reported.
+absl::Status ValidateJobSpec(const JobSpec& s) {
+  for (absl::Status (*check)(const JobSpec&) :
+       {CheckRanges, CheckCriteo, CheckFederated, CheckRobustness, CheckModelAndTimeouts,
+        CheckCodecs, CheckMembership, CheckExchange, CheckSlowness, CheckDataAndCheckpoints}) {
+    if (absl::Status status = check(s); !status.ok()) return status;
   }
   return absl::OkStatus();
 }

@@ -27,7 +27,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
+#include "job/options.h"
+#include "launch/flag_help.h"
+#include "launch/flag_modes.h"
 #include "launch/job_config.h"
+#include "launch/launch_flags.h"
 #include "launch/process_group.h"
 #include "launch/summary_json.h"
 
@@ -36,29 +40,50 @@ namespace {
 
 namespace fs = std::filesystem;
 
-absl::StatusOr<JobConfig> ParseJob(const std::vector<std::string>& args) {
+// The job of `args` as the launcher reads its command line, checked (`validate`: as BuildJobSpec
+// checks it) or not.
+absl::StatusOr<JobConfig> ParseJob(const std::vector<std::string>& args, bool validate = true) {
   CLI::App app;
-  JobConfig job;
-  if (absl::Status s = AddJobFlags(app, &job); !s.ok()) return s;
-  // Where each run's nodes run (syncline-launch's cluster flags, launch_main.cc) goes to every
-  // run as given; each run checks it when it starts.
-  std::string ignored;
-  for (const char* flag :
-       {"--launcher", "--hosts", "--hostfile", "--servers-per-host", "--rsh", "--interface",
-        "--coordinator-interface", "--port-range", "--launcher-args", "--key-file"}) {
-    app.add_option(flag, ignored);
-  }
-  bool insecure = false;
-  app.add_flag("--insecure", insecure);
+  // Where each run's nodes run (syncline-launch's cluster flags) goes to every run as given;
+  // each run checks it when it starts.
+  LaunchFlags flags;
+  AddLaunchFlags(app, &flags);
+  if (absl::Status s = AddJobFlags(app, &flags.config); !s.ok()) return s;
   std::vector<const char*> argv = {"syncline-launch"};
   for (const std::string& a : args) argv.push_back(a.c_str());
-  auto action = ParseJobCommandLine(static_cast<int>(argv.size()), argv.data(), app, &job);
+  auto action = ParseJobCommandLine(static_cast<int>(argv.size()), argv.data(), app, &flags.config);
   if (!action.ok()) return action.status();
   if (*action == CommandLineAction::kShowHelp) {
     return absl::InvalidArgumentError("--help is not a job flag");
   }
-  if (absl::Status s = Validate(job); !s.ok()) return s;
-  return job;
+  // Each run starts afresh in its own folder, and its workers are the launcher's own.
+  for (const char* flag : {"--resume", "--resume-if-any", "--external-workers", "--sbatch"}) {
+    if (app.count(flag) > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, " is not for an experiment's runs"));
+    }
+  }
+  if (!validate) return flags.config;
+  if (absl::Status s = Validate(flags.config); !s.ok()) return s;
+  return flags.config;
+}
+
+// The flags of `args` that the mode of the run with --`flag` `value` ignores, and that the
+// launcher would refuse; with `refusals`, also why, by flag.
+absl::StatusOr<std::vector<std::string>> IgnoredByTheRun(
+    const std::string& flag, const std::string& value, std::vector<std::string> args,
+    std::map<std::string, std::string>* refusals = nullptr) {
+  args.insert(args.end(), {absl::StrCat("--", flag), value});
+  absl::StatusOr<JobConfig> job = ParseJob(args, /*validate=*/false);
+  if (!job.ok()) return job.status();
+  absl::StatusOr<SyncMode> sync = ParseSyncMode(job->sync);
+  std::vector<std::string> ignored;
+  if (!sync.ok()) return ignored;  // the check of the whole job names what is wrong with it
+  for (const IgnoredFlag& i : IgnoredFlags(*sync, *job)) {
+    if (!i.refused) continue;
+    ignored.push_back(i.flag);
+    if (refusals != nullptr) refusals->emplace(i.flag, i.message);
+  }
+  return ignored;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -157,25 +182,56 @@ absl::StatusOr<std::vector<SweepValue>> ParseSweepList(const std::string& flag,
   }
   std::vector<SweepValue> values;
   std::set<std::string> folders;
+  std::map<std::string, int> left_out;         // by flag: the runs that leave it out
+  std::map<std::string, std::string> refusal;  // by flag: why the launcher refuses it
   for (absl::string_view piece : absl::StrSplit(list, ',')) {
     const std::string value(absl::StripAsciiWhitespace(piece));
     if (value.empty()) {
       return absl::InvalidArgumentError(
           absl::StrFormat("--%s=%s: empty value in the list", flag, list));
     }
-    // With the job's other flags: whether a value is valid may depend on them (krum:3 needs
-    // enough workers, for one).
-    std::vector<std::string> args = job_args;
+    // A flag that this value's mode ignores stays out of its run; with the job's other flags:
+    // whether a value is valid may depend on them (krum:3 needs enough workers, for one).
+    absl::StatusOr<std::vector<std::string>> ignored =
+        IgnoredByTheRun(flag, value, job_args, &refusal);
+    if (!ignored.ok()) return ignored.status();
+    if (std::find(ignored->begin(), ignored->end(), flag) != ignored->end()) {
+      return absl::InvalidArgumentError(refusal[flag]);  // the swept flag itself
+    }
+    for (const std::string& f : *ignored) ++left_out[f];
+    std::vector<std::string> args = WithoutFlags(job_args, *ignored);
     args.insert(args.end(), {absl::StrCat("--", flag), value});
     if (auto job = ParseJob(args); !job.ok()) return job.status();
-    SweepValue v{value, RunFolderName(value)};
+    SweepValue v{value, RunFolderName(value), *std::move(ignored)};
     if (!folders.insert(v.folder).second) {
       return absl::InvalidArgumentError(
           absl::StrFormat("--%s=%s: '%s' is listed twice", flag, list, value));
     }
     values.push_back(std::move(v));
   }
+  for (const auto& [f, runs] : left_out) {
+    if (runs == static_cast<int>(values.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(refusal[f], "; no run of the experiment uses it: leave it out, or sweep --",
+                       flag, " over a mode that does"));
+    }
+  }
   return values;
+}
+
+std::vector<std::string> WithoutFlags(const std::vector<std::string>& args,
+                                      const std::vector<std::string>& flags) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const std::string name = a.starts_with("--") ? a.substr(2, a.find('=') - 2) : "";
+    if (std::find(flags.begin(), flags.end(), name) == flags.end()) {
+      out.push_back(a);
+    } else if (a.find('=') == std::string::npos) {
+      ++i;  // its value
+    }
+  }
+  return out;
 }
 
 namespace {
@@ -204,27 +260,39 @@ struct ExperimentPlan {
 constexpr char kMe[] = "syncline-launch experiment";
 
 // Parses and checks the command line: the plan, or an exit code (0 for --help, 2 for bad flags).
+// The experiment's own flags, bound to where their values go; the others are the runs'.
+struct ExperimentFlags {
+  std::map<std::string, std::string> lists;  // by sweepable flag
+  std::map<std::string, CLI::Option*> list_options;
+  double target_loss = std::numeric_limits<double>::quiet_NaN();
+  CLI::Option* target_option = nullptr;
+};
+
+void AddExperimentFlags(CLI::App& app, ExperimentFlags& f, std::string* out) {
+  for (const char* flag : kSweepableFlags) {
+    f.list_options[flag] = app.add_option(absl::StrCat("--", flag), f.lists[flag],
+                                          absl::StrCat("Comma-separated values of --", flag,
+                                                       " to compare, e.g. ", SweepExample(flag)))
+                               ->type_name("LIST")
+                               ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  }
+  f.target_option = app.add_option("--target-loss", f.target_loss,
+                                   "Training loss the runs race to; default: the worst final "
+                                   "loss among the runs that learned")
+                        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--out", *out, "Experiment folder")
+      ->capture_default_str()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+}
+
 std::variant<ExperimentPlan, int> ParseExperiment(int argc, char** argv) {
   ExperimentPlan plan;
   CLI::App app(kExperimentHelp, kMe);
   app.allow_extras();
-  std::map<std::string, std::string> lists;
-  std::map<std::string, CLI::Option*> list_options;
-  for (const char* flag : kSweepableFlags) {
-    list_options[flag] = app.add_option(absl::StrCat("--", flag), lists[flag],
-                                        absl::StrCat("Comma-separated values of --", flag,
-                                                     " to compare, e.g. ", SweepExample(flag)))
-                             ->type_name("LIST")
-                             ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  }
-  double target_loss = std::numeric_limits<double>::quiet_NaN();
-  CLI::Option* target_option =
-      app.add_option("--target-loss", target_loss,
-                     "Training loss the runs race to; default: the worst final loss among them")
-          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--out", plan.out, "Experiment folder")
-      ->capture_default_str()
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  ExperimentFlags flags;
+  AddExperimentFlags(app, flags, &plan.out);
+  std::map<std::string, std::string>& lists = flags.lists;
+  const std::map<std::string, CLI::Option*>& list_options = flags.list_options;
   auto usage = [](const std::string& message) {
     std::cerr << kMe << ": " << message << "\nRun with --help for usage.\n";
     return 2;
@@ -270,9 +338,9 @@ std::variant<ExperimentPlan, int> ParseExperiment(int argc, char** argv) {
       plan.job_args.insert(plan.job_args.begin(), {absl::StrCat("--", flag), lists[flag]});
     }
   }
-  if (target_option->count() > 0) {
-    if (!std::isfinite(target_loss)) return usage("--target-loss must be a number");
-    plan.target_loss = target_loss;
+  if (flags.target_option->count() > 0) {
+    if (!std::isfinite(flags.target_loss)) return usage("--target-loss must be a number");
+    plan.target_loss = flags.target_loss;
   }
   if (plan.out.empty()) return usage("--out must name a directory");
   auto values = ParseSweepList(plan.flag, lists[plan.flag], plan.job_args);
@@ -282,7 +350,8 @@ std::variant<ExperimentPlan, int> ParseExperiment(int argc, char** argv) {
   for (const SweepValue& v : plan.values) {
     std::vector<std::string> args = {absl::StrCat("--", plan.flag), v.value, "--out",
                                      (fs::path(plan.out) / v.folder).string()};
-    args.insert(args.end(), plan.job_args.begin(), plan.job_args.end());
+    const std::vector<std::string> job_args = WithoutFlags(plan.job_args, v.left_out);
+    args.insert(args.end(), job_args.begin(), job_args.end());
     auto job = ParseJob(args);
     if (!job.ok()) return usage(std::string(job.status().message()));
     plan.generate_data = job->train.empty();
@@ -307,12 +376,18 @@ std::vector<ExperimentRun> RunSweep(const ExperimentPlan& plan, int* interrupted
          {"summary.json", "metrics.csv", "data/train.libsvm", "data/test.libsvm"}) {
       fs::remove(run_dir / stale, ec);
     }
-    std::cerr << absl::StrFormat("=== run %d/%d: %s ===", i + 1, plan.values.size(), v.value)
+    std::cerr << absl::StrFormat(
+                     "=== run %d/%d: %s%s ===", i + 1, plan.values.size(), v.value,
+                     v.left_out.empty()
+                         ? ""
+                         : absl::StrCat(" (without --", absl::StrJoin(v.left_out, ", --"),
+                                        ", which it ignores)"))
               << std::endl;
     std::vector<std::string> args = {launcher, absl::StrCat("--", plan.flag), v.value, "--out",
                                      run_dir.string()};
     args.insert(args.end(), data_args.begin(), data_args.end());
-    args.insert(args.end(), plan.job_args.begin(), plan.job_args.end());
+    const std::vector<std::string> job_args = WithoutFlags(plan.job_args, v.left_out);
+    args.insert(args.end(), job_args.begin(), job_args.end());
     ChildOutcome outcome = RunChild(v.value, std::move(args));
     *interrupted = outcome.signal;
     runs.push_back(ExperimentRun{v, outcome.failure});
@@ -366,6 +441,17 @@ int Report(const ExperimentPlan& plan, const std::vector<ExperimentRun>& runs) {
 }
 
 }  // namespace
+
+std::string ExperimentFlagsMarkdown() {
+  CLI::App app;
+  ExperimentFlags flags;
+  std::string out = ExperimentPlan().out;
+  AddExperimentFlags(app, flags, &out);
+  const CLI::App& view = app;  // whose get_options gives const options
+  return OptionsMarkdownTable(
+      view.get_options([](const CLI::Option* option) { return option->nonpositional(); }),
+      /*job_file_keys=*/false);
+}
 
 int RunExperiment(int argc, char** argv) {
   std::variant<ExperimentPlan, int> parsed = ParseExperiment(argc, argv);

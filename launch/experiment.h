@@ -33,15 +33,25 @@ inline constexpr std::array<const char*, 8> kSweepableFlags = {
 struct SweepValue {
   std::string value;   // as the job flag takes it, e.g. "ssp:1"
   std::string folder;  // a filesystem-safe name for it, e.g. "ssp_1"
+  // Flags of the job's (without dashes) that this value's sync mode ignores and the launcher
+  // would refuse (launch/flag_modes.h): left out of this run, e.g. --servers of a gossip run
+  // in `--sync bsp,gossip:ring --servers 4`.
+  std::vector<std::string> left_out;
 };
 
 // Splits a comma-separated list of values of job flag `flag` ("sync") and checks each one as the
 // launcher would with the job's other flags `job_args` (an InvalidArgument error naming the flag
-// and the value otherwise). Empty items, duplicates, and values whose folder names collide are
-// errors too.
+// and the value otherwise), less the flags that the value's mode ignores. Empty items,
+// duplicates, values whose folder names collide, and a flag that every value's mode ignores
+// (and the launcher refuses) are errors too.
 absl::StatusOr<std::vector<SweepValue>> ParseSweepList(
     const std::string& flag, const std::string& list,
     const std::vector<std::string>& job_args = {});
+
+// `args` (flags and their values) without the flags named in `flags` (names without dashes),
+// given as "--name VALUE" or "--name=VALUE".
+std::vector<std::string> WithoutFlags(const std::vector<std::string>& args,
+                                      const std::vector<std::string>& flags);
 
 // "ssp:1" -> "ssp_1": letters, digits, '.', '-' and '_' are kept, anything else becomes '_'.
 std::string RunFolderName(const std::string& value);
@@ -79,7 +89,9 @@ struct ReportOptions {
   std::string dir;
   // The swept flag, without dashes. Default "sync".
   std::string flag = "sync";
-  // The loss the runs race to. nullopt: the worst final training loss among the successful runs.
+  // The loss the runs race to. nullopt: the worst final training loss among the successful runs
+  // that learned (closed at least half of the way from their first loss to the best run's final
+  // one; all of them when none did).
   std::optional<double> target_loss;
   // The flags every run shared, shown in report.md.
   std::vector<std::string> job_args;
@@ -106,6 +118,10 @@ absl::StatusOr<ReportResult> WriteExperimentReport(const ReportOptions& options,
 
 // The path of `program` in $PATH, or nullopt.
 std::optional<std::string> FindOnPath(const std::string& program);
+
+// The experiment's own flags (the swept lists, --target-loss, --out) as a Markdown table, for
+// docs/FLAGS.md; every other flag is a run's.
+std::string ExperimentFlagsMarkdown();
 
 // Entry point of `syncline-launch experiment ...`; argv[0] is "experiment". Returns the exit
 // code: 0 when every run succeeded, 1 when any failed, 2 for bad flags, 128+N on signal N.

@@ -242,9 +242,39 @@ std::string MarkdownTable(const std::vector<RunData>& runs, const std::string& f
 
 std::string Ratio(double v) { return absl::StrFormat("%.2f×", v); }
 
+// The loss the runs race to by default: the worst final training loss among the runs that
+// learned, so that a run that did not (an attacked mean among robust aggregators, a diverged
+// one) does not hand every other run its loss as a target reached at once. A run learned when
+// its loss closed at least half of the way from its first point to the best run's final loss,
+// or ended within 5% of it (a run of one point counts); when none did, every run counts.
+// `not_learned` gets the values of the runs left out.
+std::optional<double> DefaultTarget(const std::vector<RunData>& runs,
+                                    std::vector<std::string>* not_learned) {
+  std::optional<double> best, target, any;
+  for (const RunData& r : runs) {
+    if (r.ok && r.final_loss) best = std::min(best.value_or(*r.final_loss), *r.final_loss);
+  }
+  for (const RunData& r : runs) {
+    if (!r.ok || !r.final_loss) continue;
+    any = std::max(any.value_or(*r.final_loss), *r.final_loss);
+    // A curve of one point says nothing of learning, and a final loss within 5% of the best
+    // is the noise of short runs: such runs count.
+    const double first = r.curve.empty() ? *r.final_loss : r.curve.front().loss;
+    if (r.curve.size() >= 2 && *r.final_loss > 1.05 * *best &&
+        first - *r.final_loss < 0.5 * (first - *best)) {
+      not_learned->push_back(r.sweep.value);
+      continue;
+    }
+    target = std::max(target.value_or(*r.final_loss), *r.final_loss);
+  }
+  if (!target) not_learned->clear();
+  return target ? target : any;
+}
+
 // One sentence per line: which run reached the target first, and speeds relative to the baseline.
 std::string Commentary(const std::vector<RunData>& runs, const std::string& flag,
-                       std::optional<double> target, bool target_given) {
+                       std::optional<double> target, bool target_given,
+                       const std::vector<std::string>& not_learned) {
   std::vector<std::string> lines;
   const RunData* baseline = nullptr;
   for (const RunData& r : runs) {
@@ -258,9 +288,16 @@ std::string Commentary(const std::vector<RunData>& runs, const std::string& flag
   } else if (!target) {
     lines.push_back("No run reported a training loss, so there is no target to race to.");
   } else {
-    lines.push_back(absl::StrFormat(
-        "Target training loss: %.4f (%s).", *target,
-        target_given ? "--target-loss" : "the worst final training loss among the runs"));
+    std::string source = "--target-loss";
+    if (!target_given) {
+      source = not_learned.empty()
+                   ? "the worst final training loss among the runs"
+                   : absl::StrCat("the worst final training loss among the runs that learned; `",
+                                  absl::StrJoin(not_learned, "`, `"),
+                                  "` closed less than half of the way from its first loss to "
+                                  "the best run's");
+    }
+    lines.push_back(absl::StrFormat("Target training loss: %.4f (%s).", *target, source));
     const RunData* first = nullptr;
     for (const RunData& r : runs) {
       if (r.ok && r.time_to_target && (!first || *r.time_to_target < *first->time_to_target)) {
@@ -590,19 +627,14 @@ absl::StatusOr<ReportResult> WriteExperimentReport(const ReportOptions& options,
   for (const ExperimentRun& run : runs) data.push_back(LoadRun(dir, run, &result.warnings));
 
   result.target_loss = options.target_loss;
-  if (!result.target_loss) {
-    for (const RunData& r : data) {
-      if (r.ok && r.final_loss) {
-        result.target_loss = std::max(result.target_loss.value_or(*r.final_loss), *r.final_loss);
-      }
-    }
-  }
+  std::vector<std::string> not_learned;
+  if (!result.target_loss) result.target_loss = DefaultTarget(data, &not_learned);
   for (RunData& r : data) {
     if (!r.ok) ++result.failed_runs;
     if (r.ok && result.target_loss) r.time_to_target = TimeToTarget(r.curve, *result.target_loss);
   }
-  result.commentary =
-      Commentary(data, options.flag, result.target_loss, options.target_loss.has_value());
+  result.commentary = Commentary(data, options.flag, result.target_loss,
+                                 options.target_loss.has_value(), not_learned);
 
   std::vector<const RunData*> plotted;
   for (const RunData& r : data) {

@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -73,6 +74,31 @@ TEST(ParseSweepListTest, RejectsBadValuesNamingThem) {
               HasSubstr("has 2 (workers)"));
   EXPECT_TRUE(ParseSweepList("aggregate", "median,krum:3", {"--workers", "10"}).ok());
   EXPECT_THAT(Message(ParseSweepList("epochs", "1,2").status()), HasSubstr("cannot be swept"));
+}
+
+// A flag that some runs' modes ignore (and the launcher would refuse) is left out of those
+// runs only; one that no run uses is refused up front, as the launcher would.
+TEST(ParseSweepListTest, LeavesAFlagOutOfTheRunsWhoseModeIgnoresIt) {
+  auto values = ParseSweepList("sync", "bsp,gossip:ring,fedavg",
+                               {"--servers", "3", "--epochs=2", "--workers", "3"});
+  ASSERT_TRUE(values.ok()) << values.status();
+  ASSERT_EQ(values->size(), 3u);
+  EXPECT_THAT((*values)[0].left_out, ElementsAre());
+  EXPECT_THAT((*values)[1].left_out, ElementsAre("servers"));
+  EXPECT_THAT((*values)[2].left_out, ElementsAre("epochs"));
+  auto none = ParseSweepList("sync", "gossip:ring,allreduce", {"--servers", "3"});
+  ASSERT_FALSE(none.ok());
+  EXPECT_THAT(Message(none.status()), HasSubstr("--servers is for --sync bsp"));
+  EXPECT_THAT(Message(none.status()), HasSubstr("no run of the experiment uses it"));
+  // The swept flag itself, ignored by the fixed mode.
+  EXPECT_THAT(Message(ParseSweepList("aggregate", "mean,median", {"--sync", "asp"}).status()),
+              HasSubstr("--aggregate is for --sync bsp and fedavg, not asp"));
+}
+
+TEST(WithoutFlagsTest, DropsTheNamedFlagsAndTheirValues) {
+  EXPECT_THAT(WithoutFlags({"--servers", "3", "--epochs=2", "--workers", "4", "--lr", "0.1"},
+                           {"servers", "epochs"}),
+              ElementsAre("--workers", "4", "--lr", "0.1"));
 }
 
 TEST(RunFolderNameTest, IsFilesystemSafe) {
@@ -236,6 +262,33 @@ TEST(ExperimentReportTest, AGivenTargetNobodyReachesIsReportedAsNever) {
   const std::string md = ReadFile((dir / "report.md").string());
   EXPECT_THAT(md, HasSubstr("No run reached the target."));
   EXPECT_THAT(md, HasSubstr("| never |"));
+}
+
+// Robust aggregators against an attacked mean: the mean's loss barely falls, and it is not
+// the others' target (it would be theirs from the start); it never reaches the one they set.
+TEST(ExperimentReportTest, ARunThatDidNotLearnSetsNoTargetForTheOthers) {
+  const fs::path dir = TempDir("report_attacked");
+  const std::string header = "wall_seconds,worker,clock,epoch,train_loss,examples\n";
+  for (const auto& [folder, first, last] :
+       {std::tuple{"mean", 0.69, 0.64}, std::tuple{"median", 0.69, 0.40},
+        std::tuple{"krum_2", 0.69, 0.45}}) {
+    WriteFile(dir / folder / "summary.json", FakeSummary("ok", "", 4.0, 100, 0.4, 0));
+    WriteFile(dir / folder / "metrics.csv",
+              absl::StrFormat("%s1,0,10,0,%g,1\n1,1,10,0,%g,1\n3,0,50,0,%g,1\n3,1,50,0,%g,1\n",
+                              header, first, first, last, last));
+  }
+  ReportOptions options;
+  options.dir = dir.string();
+  options.flag = "aggregate";
+  auto result = WriteExperimentReport(
+      options, {{{"mean", "mean"}, ""}, {{"median", "median"}, ""}, {{"krum:2", "krum_2"}, ""}});
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_TRUE(result->target_loss.has_value());
+  EXPECT_DOUBLE_EQ(*result->target_loss, 0.45);
+  EXPECT_THAT(result->commentary, HasSubstr("among the runs that learned; `mean` closed less"));
+  auto rows = ReadCsv((dir / "summary.csv").string());
+  EXPECT_EQ(rows[0]["time_to_target_seconds"], "");  // mean: never
+  EXPECT_EQ(rows[1]["time_to_target_seconds"], "3.000");
 }
 
 TEST(ExperimentReportTest, GnuplotDrawsBothPlots) {

@@ -35,6 +35,7 @@
 #include "job/federated.h"
 #include "job/job_spec.h"
 #include "job/options.h"
+#include "launch/spelling.h"
 #include "toml++/toml.h"
 
 namespace syncline {
@@ -47,161 +48,184 @@ using FieldMember = std::variant<int JobConfig::*, uint64_t JobConfig::*, double
 // drift apart.
 struct Field {
   absl::string_view name;  // flag without "--", and job-file key
+  FlagGroup group;
   FieldMember member;
   const char* help;
 };
 
 const std::array<Field, 65> kFields = {{
-    {"servers", &JobConfig::servers, "Number of parameter-server processes (1 to 4096)"},
-    {"workers", &JobConfig::workers, "Number of worker processes (1 to 4096)"},
-    {"min-workers", &JobConfig::min_workers,
-     "Go on while at least this many workers are left (bsp, ssp, asp): a lost worker's "
-     "remaining batches of the epoch, and its share of later epochs, go to the workers still "
-     "training (docs/FAULT_TOLERANCE.md). 0: the mode's default, every worker under bsp and ssp:0 "
-     "(a "
-     "lost worker stops the job), 1 under ssp:S with S >= 1 and asp"},
-    {"max-restarts", &JobConfig::max_restarts,
-     "Restart up to this many failed nodes (workers or servers) in place, in all: the launcher "
-     "starts a replacement, which restores the newest complete checkpoint, and every other node "
-     "rolls back to it without restarting (bsp, ssp, asp; needs --checkpoint-every or "
-     "--checkpoint-seconds; launcher local or ssh). Under bsp the result is that of a run "
-     "without failures, bit for bit. 0: a failed node is handled as --min-workers says"},
-    {"max-workers", &JobConfig::max_workers,
-     "Let workers join the running job, up to this many workers in all: start one with "
-     "`syncline-worker --coordinator ADDR --join` (the launcher logs ADDR). It enters at the "
-     "others' clock with the current model (gossip: every peer takes it into its graph at one "
-     "step, and it starts from its neighbours' models), and the workers still training give it "
-     "every (n+1)-th of their remaining batches (bsp, ssp, asp, gossip; not with checkpoints, "
-     "--max-restarts or gossip's --compress topk/sign1). 0: --workers, no joins"},
-    {"sync", &JobConfig::sync,
+    {"servers", FlagGroup::kJob, &JobConfig::servers,
+     "Number of parameter-server processes (1 to 4096); gossip and allreduce have none"},
+    {"workers", FlagGroup::kJob, &JobConfig::workers, "Number of worker processes (1 to 4096)"},
+    {"seed", FlagGroup::kJob, &JobConfig::seed,
+     "Random seed of data generation, initialization and shuffling"},
+    {"request-timeout", FlagGroup::kJob, &JobConfig::request_timeout_s,
+     "Deadline of one push or pull, seconds"},
+    {"max-reply", FlagGroup::kJob, &JobConfig::max_reply,
+     "The largest pull reply a server builds, e.g. 1GiB (a larger pull is refused)"},
+    {"max-parked", FlagGroup::kJob, &JobConfig::max_parked,
+     "What one worker's pulls waiting for slow workers may weigh on a server (requests and "
+     "replies), e.g. 2GiB"},
+    {"reply-backlog", FlagGroup::kJob, &JobConfig::reply_backlog,
+     "Bytes of replies a server holds for a worker that is not reading them before it drops "
+     "them, e.g. 256MiB"},
+    {"update-threads", FlagGroup::kJob, &JobConfig::update_threads,
+     "Threads per server that share a large dense update (1: the server's own only)"},
+    {"train", FlagGroup::kData, &JobConfig::train,
+     "Training data file; empty: synthetic data generated into --out"},
+    {"test", FlagGroup::kData, &JobConfig::test, "Test data file (needs --train)"},
+    {"format", FlagGroup::kData, &JobConfig::format,
+     "Data file format: auto (.csv is CSV, .tsv Criteo), libsvm, csv or criteo (streamed)"},
+    {"index-base", FlagGroup::kData, &JobConfig::index_base,
+     "First libsvm feature index: auto, 0 or 1"},
+    {"gen-rows", FlagGroup::kData, &JobConfig::gen_rows, "Synthetic data: training examples"},
+    {"gen-test-rows", FlagGroup::kData, &JobConfig::gen_test_rows,
+     "Synthetic data: test examples (0: none)"},
+    {"gen-features", FlagGroup::kData, &JobConfig::gen_features,
+     "Synthetic data: feature dimension"},
+    {"gen-nnz", FlagGroup::kData, &JobConfig::gen_nnz,
+     "Synthetic data: nonzero features per example"},
+    {"partition", FlagGroup::kData, &JobConfig::partition,
+     "How training examples are split among workers: strided (i % workers), iid (seeded "
+     "shuffle), dirichlet:ALPHA (per label, Dirichlet(ALPHA) shares; small ALPHA: skewed) or "
+     "shards:K (K label-sorted shards per worker); histograms in OUT/label_histograms.tsv"},
+    {"model", FlagGroup::kModel, &JobConfig::model,
+     "Model: logreg, softmax, ctr (DLRM-style; Criteo data) or mlp (multilayer perceptron, "
+     "softmax output; --hidden)"},
+    {"classes", FlagGroup::kModel, &JobConfig::classes,
+     "Number of classes (more than 2 needs --model softmax or mlp)"},
+    {"embedding-dim", FlagGroup::kModel, &JobConfig::embedding_dim,
+     "ctr: floats per categorical embedding"},
+    {"hidden", FlagGroup::kModel, &JobConfig::hidden,
+     "Hidden layer widths, comma-separated, input side first: ctr one (the top MLP's, default "
+     "64), mlp 1 to 8 (default 256,128); each in [1, 4096]"},
+    {"device", FlagGroup::kModel, &JobConfig::device,
+     "Where workers compute: auto (GPU rank % visible GPUs when the build has CUDA and a GPU is "
+     "visible, else the CPU; logs which and why), cpu, cuda or cuda:N (exits with code 2 naming "
+     "what is missing when there is no such GPU)"},
+    {"epochs", FlagGroup::kModel, &JobConfig::epochs, "Passes over the training data"},
+    {"batch-size", FlagGroup::kModel, &JobConfig::batch_size, "Examples per worker step"},
+    {"optimizer", FlagGroup::kModel, &JobConfig::optimizer,
+     "Server-side update rule: sgd, adagrad, adam or ftrl"},
+    {"lr", FlagGroup::kModel, &JobConfig::learning_rate, "Learning rate"},
+    {"l2", FlagGroup::kModel, &JobConfig::l2, "L2 regularization strength"},
+    {"sync", FlagGroup::kSync, &JobConfig::sync,
      "Consistency model: bsp, asp, ssp:S (workers at most S steps ahead of the slowest), or "
      "serverless gossip:ring|exp|random (D-PSGD; :async for push-sum), or serverless "
      "allreduce[:ring|doubling|hier|auto] (synchronous SGD, the same model as bsp), or hybrid "
      "(embeddings on the servers under --embedding-sync, the dense layers all-reduced every "
      "step), or fedavg (federated averaging: workers are clients that train locally for a "
      "round; see --rounds)"},
-    {"allreduce-rows", &JobConfig::allreduce_rows,
+    {"allreduce-rows", FlagGroup::kSync, &JobConfig::allreduce_rows,
      "--sync allreduce: auto all-gathers the rows a step touched as (key, gradient) pairs "
      "when that moves fewer bytes than all-reducing every row (sparse batches), dense always "
      "all-reduces every row, pairs always all-gathers"},
-    {"embedding-sync", &JobConfig::embedding_sync,
+    {"embedding-sync", FlagGroup::kSync, &JobConfig::embedding_sync,
      "--sync hybrid: the embeddings' consistency model on the servers, asp or ssp:S (the "
      "dense layers are all-reduced every step whatever it is)"},
-    {"compress", &JobConfig::compress,
-     "Gradient compression with error feedback: none, topk:R, sign1[:CHUNK] or fp16 (sparse "
-     "rows stay sparse: top-K and sign1 keep a residual per row, see --residual-rows)"},
-    {"compress-pull", &JobConfig::compress_pull,
-     "Compressed pulls of sparse rows: none, fp16, topk:R or sign1[:CHUNK]. Servers answer "
-     "with the change since the worker's last pull, keeping what they did not send (error "
-     "feedback per worker; see --pull-copy-rows)"},
-    {"consensus-step", &JobConfig::consensus_step,
+    {"consensus-step", FlagGroup::kSync, &JobConfig::consensus_step,
      "Gossip with --compress topk:R or sign1 (CHOCO-SGD): the consensus step in (0, 1]; 0 "
      "picks the codec's (min(1, 2R) for topk:R, 0.1 for sign1)"},
-    {"residual-rows", &JobConfig::residual_rows,
-     "Error-feedback rows a worker keeps per server for compressed sparse pushes; beyond it "
-     "the oldest are sent whole (a GPU worker keeps them on its GPU: about 2 x rows x dim x 4 "
-     "bytes per server)"},
-    {"pull-copy-rows", &JobConfig::pull_copy_rows,
-     "Rows a server keeps per worker of what that worker holds (--compress-pull); beyond it "
-     "the least recently pulled are dropped and sent whole again (a GPU worker keeps its copy "
-     "on its GPU: at most rows x dim x 4 bytes per server)"},
-    {"model", &JobConfig::model,
-     "Model: logreg, softmax, ctr (DLRM-style; Criteo data) or mlp (multilayer perceptron, "
-     "softmax output; --hidden)"},
-    {"classes", &JobConfig::classes,
-     "Number of classes (more than 2 needs --model softmax or mlp)"},
-    {"embedding-dim", &JobConfig::embedding_dim, "ctr: floats per categorical embedding"},
-    {"hidden", &JobConfig::hidden,
-     "Hidden layer widths, comma-separated, input side first: ctr one (the top MLP's, default "
-     "64), mlp 1 to 8 (default 256,128); each in [1, 4096]"},
-    {"device", &JobConfig::device,
-     "Where workers compute: auto (GPU rank % visible GPUs when the build has CUDA and a GPU is "
-     "visible, else the CPU; logs which and why), cpu, cuda or cuda:N (exits with code 2 naming "
-     "what is missing when there is no such GPU)"},
-    {"train", &JobConfig::train, "Training data file; empty: synthetic data generated into --out"},
-    {"test", &JobConfig::test, "Test data file (needs --train)"},
-    {"format", &JobConfig::format,
-     "Data file format: auto (.csv is CSV, .tsv Criteo), libsvm, csv or criteo (streamed)"},
-    {"index-base", &JobConfig::index_base, "First libsvm feature index: auto, 0 or 1"},
-    {"epochs", &JobConfig::epochs, "Passes over the training data"},
-    {"batch-size", &JobConfig::batch_size, "Examples per worker step"},
-    {"optimizer", &JobConfig::optimizer, "Server-side update rule: sgd, adagrad, adam or ftrl"},
-    {"lr", &JobConfig::learning_rate, "Learning rate"},
-    {"l2", &JobConfig::l2, "L2 regularization strength"},
-    {"out", &JobConfig::out, "Output directory for metrics, logs and synthetic data"},
-    {"seed", &JobConfig::seed, "Random seed of data generation, initialization and shuffling"},
-    {"log-every", &JobConfig::log_every, "Steps between metrics rows and progress updates"},
-    {"read-ahead", &JobConfig::read_ahead,
+    {"read-ahead", FlagGroup::kSync, &JobConfig::read_ahead,
      "on: under asp and ssp:S (S >= 1) pull the next batch while the current one computes "
      "(faster steps, one more step of staleness); off: every pull in its own step (bsp never "
      "reads ahead)"},
-    {"request-timeout", &JobConfig::request_timeout_s, "Deadline of one push or pull, seconds"},
-    {"heartbeat-interval", &JobConfig::heartbeat_interval_s, "Seconds between heartbeats"},
-    {"heartbeat-timeout", &JobConfig::heartbeat_timeout_s,
-     "Seconds without a heartbeat before a node is declared dead"},
-    {"peer-timeout", &JobConfig::peer_timeout_s,
-     "Gossip: seconds of silence before a neighbour is declared dead and dropped"},
-    {"gen-rows", &JobConfig::gen_rows, "Synthetic data: training examples"},
-    {"gen-test-rows", &JobConfig::gen_test_rows, "Synthetic data: test examples (0: none)"},
-    {"gen-features", &JobConfig::gen_features, "Synthetic data: feature dimension"},
-    {"gen-nnz", &JobConfig::gen_nnz, "Synthetic data: nonzero features per example"},
-    {"straggler", &JobConfig::straggler,
+    {"straggler", FlagGroup::kSync, &JobConfig::straggler,
      "Experiments: RANK:FACTOR makes worker RANK always FACTOR times slower"},
-    {"jitter", &JobConfig::jitter,
+    {"jitter", FlagGroup::kSync, &JobConfig::jitter,
      "Experiments: P:FACTOR makes each step FACTOR times slower with probability P"},
-    {"delay", &JobConfig::delay,
+    {"delay", FlagGroup::kSync, &JobConfig::delay,
      "Experiments: RANK:MS delays each request of worker RANK by MS milliseconds"},
-    {"min-step-ms", &JobConfig::min_step_ms,
+    {"min-step-ms", FlagGroup::kSync, &JobConfig::min_step_ms,
      "Experiments: pad each step's compute to at least this many milliseconds"},
-    {"embedding-memory", &JobConfig::embedding_memory,
+    {"compress", FlagGroup::kCompression, &JobConfig::compress,
+     "Gradient compression with error feedback: none, topk:R, sign1[:CHUNK] or fp16 (sparse "
+     "rows stay sparse: top-K and sign1 keep a residual per row, see --residual-rows)"},
+    {"compress-pull", FlagGroup::kCompression, &JobConfig::compress_pull,
+     "Compressed pulls of sparse rows: none, fp16, topk:R or sign1[:CHUNK]. Servers answer "
+     "with the change since the worker's last pull, keeping what they did not send (error "
+     "feedback per worker; see --pull-copy-rows)"},
+    {"residual-rows", FlagGroup::kCompression, &JobConfig::residual_rows,
+     "Error-feedback rows a worker keeps per server for compressed sparse pushes; beyond it "
+     "the oldest are sent whole (a GPU worker keeps them on its GPU: about 2 x rows x dim x 4 "
+     "bytes per server)"},
+    {"pull-copy-rows", FlagGroup::kCompression, &JobConfig::pull_copy_rows,
+     "Rows a server keeps per worker of what that worker holds (--compress-pull); beyond it "
+     "the least recently pulled are dropped and sent whole again (a GPU worker keeps its copy "
+     "on its GPU: at most rows x dim x 4 bytes per server)"},
+    {"embedding-memory", FlagGroup::kEmbeddings, &JobConfig::embedding_memory,
      "Memory budget of each server's embedding table: bytes (2GiB) or rows (1000000rows); the "
      "rest lives in RocksDB"},
-    {"embedding-admit-after", &JobConfig::embedding_admit_after,
+    {"embedding-admit-after", FlagGroup::kEmbeddings, &JobConfig::embedding_admit_after,
      "Create an embedding row only at the N-th sighting of its id (0: at the first)"},
-    {"embedding-expire-steps", &JobConfig::embedding_expire_steps,
+    {"embedding-expire-steps", FlagGroup::kEmbeddings, &JobConfig::embedding_expire_steps,
      "Delete embedding rows not touched for this many steps (0: never)"},
-    {"max-reply", &JobConfig::max_reply,
-     "The largest pull reply a server builds, e.g. 1GiB (a larger pull is refused)"},
-    {"max-parked", &JobConfig::max_parked,
-     "What one worker's pulls waiting for slow workers may weigh on a server (requests and "
-     "replies), e.g. 2GiB"},
-    {"reply-backlog", &JobConfig::reply_backlog,
-     "Bytes of replies a server holds for a worker that is not reading them before it drops "
-     "them, e.g. 256MiB"},
-    {"update-threads", &JobConfig::update_threads,
-     "Threads per server that share a large dense update (1: the server's own only)"},
-    {"checkpoint-every", &JobConfig::checkpoint_every,
-     "Checkpoint every this many steps (0: never)"},
-    {"checkpoint-seconds", &JobConfig::checkpoint_seconds,
+    {"min-workers", FlagGroup::kCheckpoints, &JobConfig::min_workers,
+     "Go on while at least this many workers are left (bsp, ssp, asp): a lost worker's "
+     "remaining batches of the epoch, and its share of later epochs, go to the workers still "
+     "training (docs/FAULT_TOLERANCE.md). 0: the mode's default, every worker under bsp and ssp:0 "
+     "(a "
+     "lost worker stops the job), 1 under ssp:S with S >= 1 and asp"},
+    {"max-restarts", FlagGroup::kCheckpoints, &JobConfig::max_restarts,
+     "Restart up to this many failed nodes (workers or servers) in place, in all: the launcher "
+     "starts a replacement, which restores the newest complete checkpoint, and every other node "
+     "rolls back to it without restarting (bsp, ssp, asp; needs --checkpoint-every or "
+     "--checkpoint-seconds; launcher local or ssh). Under bsp the result is that of a run "
+     "without failures, bit for bit. 0: a failed node is handled as --min-workers says"},
+    {"max-workers", FlagGroup::kCheckpoints, &JobConfig::max_workers,
+     "Let workers join the running job, up to this many workers in all: start one with "
+     "`syncline-worker --coordinator ADDR --join` (the launcher logs ADDR). It enters at the "
+     "others' clock with the current model (gossip: every peer takes it into its graph at one "
+     "step, and it starts from its neighbours' models), and the workers still training give it "
+     "every (n+1)-th of their remaining batches (bsp, ssp, asp, gossip; not with checkpoints, "
+     "--max-restarts or gossip's --compress topk/sign1). 0: --workers, no joins"},
+    {"heartbeat-interval", FlagGroup::kCheckpoints, &JobConfig::heartbeat_interval_s,
+     "Seconds between heartbeats"},
+    {"heartbeat-timeout", FlagGroup::kCheckpoints, &JobConfig::heartbeat_timeout_s,
+     "Seconds without a heartbeat before a node is declared dead"},
+    {"peer-timeout", FlagGroup::kCheckpoints, &JobConfig::peer_timeout_s,
+     "Gossip: seconds of silence before a neighbour is declared dead and dropped"},
+    {"checkpoint-every", FlagGroup::kCheckpoints, &JobConfig::checkpoint_every,
+     "Checkpoint every this many steps (0: never); the launcher warns when the job ends "
+     "before the first"},
+    {"checkpoint-seconds", FlagGroup::kCheckpoints, &JobConfig::checkpoint_seconds,
      "Also checkpoint about every this many seconds (0: never)"},
-    {"checkpoint-dir", &JobConfig::checkpoint_dir, "Checkpoint folder (default: OUT/checkpoints)"},
-    {"checkpoint-keep", &JobConfig::checkpoint_keep, "Complete checkpoints to keep"},
-    {"partition", &JobConfig::partition,
-     "How training examples are split among workers: strided (i % workers), iid (seeded "
-     "shuffle), dirichlet:ALPHA (per label, Dirichlet(ALPHA) shares; small ALPHA: skewed) or "
-     "shards:K (K label-sorted shards per worker); histograms in OUT/label_histograms.tsv"},
-    {"aggregate", &JobConfig::aggregate,
+    {"checkpoint-dir", FlagGroup::kCheckpoints, &JobConfig::checkpoint_dir,
+     "Checkpoint folder (default: OUT/checkpoints)"},
+    {"checkpoint-keep", FlagGroup::kCheckpoints, &JobConfig::checkpoint_keep,
+     "Complete checkpoints to keep"},
+    {"aggregate", FlagGroup::kFederated, &JobConfig::aggregate,
      "How servers combine a bsp clock's or fedavg round's updates: mean, median, "
      "trimmed-mean:B, krum:F, multi-krum:F:M or bulyan:F (Byzantine-robust rules)"},
-    {"byzantine", &JobConfig::byzantine,
+    {"byzantine", FlagGroup::kFederated, &JobConfig::byzantine,
      "Experiments: RANKS:ATTACK makes those workers send crafted updates; ATTACK is signflip, "
      "gaussian:SIGMA, scale:K or labelflip (e.g. 1,2:signflip)"},
-    {"rounds", &JobConfig::rounds, "fedavg: communication rounds"},
-    {"participation", &JobConfig::participation,
+    {"rounds", FlagGroup::kFederated, &JobConfig::rounds, "fedavg: communication rounds"},
+    {"participation", FlagGroup::kFederated, &JobConfig::participation,
      "fedavg: fraction of the clients picked (seeded) for each round"},
-    {"local-epochs", &JobConfig::local_epochs,
+    {"local-epochs", FlagGroup::kFederated, &JobConfig::local_epochs,
      "fedavg: epochs over its own examples a picked client trains per round"},
-    {"local-steps", &JobConfig::local_steps,
+    {"local-steps", FlagGroup::kFederated, &JobConfig::local_steps,
      "fedavg: steps a picked client trains per round instead (0: use --local-epochs)"},
-    {"round-timeout", &JobConfig::round_timeout_s,
+    {"round-timeout", FlagGroup::kFederated, &JobConfig::round_timeout_s,
      "fedavg: seconds the servers wait for a round's clients before aggregating without them"},
-    {"client-dropout", &JobConfig::client_dropout,
+    {"client-dropout", FlagGroup::kFederated, &JobConfig::client_dropout,
      "fedavg experiments: probability that a picked client vanishes from a round (seeded)"},
-    {"prox-mu", &JobConfig::prox_mu,
+    {"prox-mu", FlagGroup::kFederated, &JobConfig::prox_mu,
      "fedavg: FedProx proximal weight mu in the clients' local steps (0: plain FedAvg)"},
-    {"server-lr", &JobConfig::server_lr,
+    {"server-lr", FlagGroup::kFederated, &JobConfig::server_lr,
      "fedavg: the servers' step on the averaged client update (1: the model becomes the average)"},
+    {"out", FlagGroup::kOutput, &JobConfig::out,
+     "Output directory for metrics, logs and synthetic data"},
+    {"log-every", FlagGroup::kOutput, &JobConfig::log_every,
+     "Steps between metrics rows and progress updates"},
 }};
+
+std::vector<std::string> FieldNames() {
+  std::vector<std::string> names;
+  for (const Field& field : kFields) names.emplace_back(field.name);
+  return names;
+}
 
 const Field* FindField(absl::string_view name) {
   for (const Field& field : kFields) {
@@ -322,19 +346,28 @@ absl::Status ApplyJobFile(const std::string& path,
     const absl::string_view name(key.str().data(), key.str().size());
     const Field* field = FindField(name);
     if (field == nullptr) {
-      std::string message = absl::StrFormat("unknown key '%s'", name);
-      const std::string dashed = absl::StrReplaceAll(name, {{"_", "-"}});
-      if (FindField(dashed) != nullptr) {
-        absl::StrAppend(&message, " (did you mean '", dashed, "'?)");
-      }
-      errors.emplace_back(key.source().begin.line, std::move(message));
+      errors.emplace_back(key.source().begin.line,
+                          absl::StrCat("unknown key '", name, "'", DidYouMean(name, FieldNames())));
       continue;
     }
     JobConfig scratch;
-    JobConfig* target = set_by_flag(field->name) ? &scratch : config;
+    const bool overridden = set_by_flag(field->name);
+    JobConfig* target = overridden ? &scratch : config;
     const std::string error = std::visit(FieldAssigner(node, target), field->member);
     if (!error.empty()) {
       errors.emplace_back(node.source().begin.line, absl::StrCat(field->name, ": ", error));
+      continue;
+    }
+    if (overridden) continue;
+    const int line = static_cast<int>(node.source().begin.line);
+    config->given[std::string(field->name)] = JobConfig::Origin{path, line};
+    // A job file names its data and folders as seen from where it lies, wherever it is run
+    // from.
+    if (IsPathOption(field->name)) {
+      std::string& value = config->*std::get<std::string JobConfig::*>(field->member);
+      if (!value.empty() && std::filesystem::path(value).is_relative()) {
+        value = (std::filesystem::path(path).parent_path() / value).lexically_normal().string();
+      }
     }
   }
   if (errors.empty()) return absl::OkStatus();
@@ -344,6 +377,32 @@ absl::Status ApplyJobFile(const std::string& path,
       errors, "\n", [&](std::string* out, const std::pair<uint32_t, std::string>& error) {
         absl::StrAppendFormat(out, "%s:%d: %s", path, error.first, error.second);
       }));
+}
+
+// " (did you mean '--servers'?)" for the unknown flags among what `app` did not take, each
+// with the flag it is close to ("... '--servers' for --severs, '--workers' for --wrokers").
+std::string SuggestFlags(const CLI::App& app) {
+  std::vector<std::string> known;
+  for (const CLI::Option* option : app.get_options()) {
+    for (const std::string& name : option->get_lnames()) known.push_back(name);
+  }
+  std::vector<std::pair<std::string, std::string>> suggestions;  // typed, meant
+  for (const std::string& arg : app.remaining()) {
+    if (!arg.starts_with("--")) continue;
+    const std::string typed = arg.substr(0, arg.find('='));
+    if (std::optional<std::string> meant = ClosestName(typed.substr(2), known)) {
+      suggestions.emplace_back(typed, "--" + *meant);
+    }
+  }
+  if (suggestions.empty()) return "";
+  if (suggestions.size() == 1)
+    return absl::StrCat(" (did you mean '", suggestions[0].second, "'?)");
+  return absl::StrCat(" (did you mean ",
+                      absl::StrJoin(suggestions, ", ",
+                                    [](std::string* out, const auto& s) {
+                                      absl::StrAppend(out, "'", s.second, "' for ", s.first);
+                                    }),
+                      "?)");
 }
 
 // Parses the text of `flag` with `parse` into `*out`; a bad text is "--flag='text': must be one
@@ -369,84 +428,11 @@ absl::Status CheckReadableFile(absl::string_view flag, const std::string& path) 
   return absl::OkStatus();
 }
 
-}  // namespace
+// The phases of BuildJobSpec, each of one kind of option: the first error found is the one
+// reported, so their order is the flags' order of checking.
 
-bool UsesCriteoData(const JobConfig& c) {
-  JobSpec spec;
-  spec.data.train = c.train;
-  (void)ParseOneOf("format", c.format, ParseDataFormat, "", &spec.data.format);
-  (void)ParseOneOf("model", c.model, ParseModel, "", &spec.model.kind);
-  return UsesCriteoData(spec);
-}
-
-absl::Status AddJobFlags(CLI::App& app, JobConfig* config) {
-  try {
-    for (const Field& field : kFields) {
-      CLI::Option* option = std::visit(
-          [&](auto member) {
-            CLI::Option* added =
-                app.add_option(absl::StrCat("--", field.name), config->*member, field.help);
-            // CLI11 2.1 converts with strtoull, which takes "-1" as 2^64-1 and saturates on
-            // overflow; absl rejects both.
-            if constexpr (std::is_same_v<decltype(member), uint64_t JobConfig::*>) {
-              added->check(CLI::Validator(
-                  [](std::string& value) -> std::string {
-                    uint64_t parsed;
-                    if (absl::SimpleAtoi(value, &parsed)) return "";
-                    return absl::StrFormat("'%s' is not an integer in [0, 2^64)", value);
-                  },
-                  "", "uint64"));
-            }
-            return added;
-          },
-          field.member);
-      option->capture_default_str()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    }
-    CLI::Option* config_flag =
-        app.add_option("--config", config->job_file,
-                       "TOML job file: keys are the flag names without dashes; flags win over it")
-            ->type_name("FILE");
-    CLI::Option* positional = app.add_option("job-file", config->job_file, "Same as --config FILE")
-                                  ->type_name("JOB.toml");
-    config_flag->excludes(positional);
-  } catch (const CLI::Error& e) {
-    return absl::AlreadyExistsError(e.what());
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<CommandLineAction> ParseJobCommandLine(int argc, const char* const* argv,
-                                                      CLI::App& app, JobConfig* config) {
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success&) {
-    return CommandLineAction::kShowHelp;
-  } catch (const CLI::ParseError& e) {
-    return absl::InvalidArgumentError(e.what());
-  }
-  if (config->job_file.empty()) return CommandLineAction::kRun;
-  // Only a positional job file needs the suffix (--config takes any name). Checked here rather
-  // than by a CLI11 validator, which would run before CLI11 reports unknown flags: "--severs 2"
-  // would then complain about the stray "2" instead of "--severs".
-  const CLI::Option* positional = app.get_option_no_throw("job-file");
-  if (positional != nullptr && positional->count() > 0 && !config->job_file.ends_with(".toml")) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "unexpected argument '%s' (a job file must end in .toml)", config->job_file));
-  }
-  absl::Status status = ApplyJobFile(
-      config->job_file,
-      [&app](absl::string_view name) {
-        const CLI::Option* option = app.get_option_no_throw(absl::StrCat("--", name));
-        return option != nullptr && option->count() > 0;
-      },
-      config);
-  if (!status.ok()) return status;
-  return CommandLineAction::kRun;
-}
-
-absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
-  JobSpec s;
-  // The texts first: each is parsed once, here.
+// The options that are one of a few names.
+absl::Status ParseNamedOptions(const JobConfig& c, JobSpec& s) {
   for (const absl::Status& status : {
            CheckAtLeast("servers", c.servers, 1),
            ParseOneOf("model", c.model, ParseModel, "logreg, softmax, ctr, mlp", &s.model.kind),
@@ -458,6 +444,12 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
        }) {
     if (!status.ok()) return status;
   }
+  return absl::OkStatus();
+}
+
+// --sync, and the options of one mode's exchange that change its text: --allreduce-rows and
+// --embedding-sync; also --hidden and --device, which the mode's checks read.
+absl::Status ParseSyncAndModel(const JobConfig& c, JobSpec& s) {
   absl::StatusOr<SyncMode> sync = ParseSyncMode(c.sync);
   if (!sync.ok()) {
     std::string rule =
@@ -485,18 +477,22 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
       !rows.ok()) {
     return rows;
   }
-  if (!c.embedding_sync.empty()) {
-    if (!s.sync.hybrid() || c.sync.starts_with("hybrid:")) {
-      return InvalidFlag(
-          "embedding-sync", c.embedding_sync,
-          s.sync.hybrid() ? "is given twice: also by --sync " + c.sync : "is for --sync hybrid");
-    }
-    auto embedding = ParseSyncMode("hybrid:" + c.embedding_sync);
-    if (!embedding.ok()) {
-      return InvalidFlag("embedding-sync", c.embedding_sync, "must be asp or ssp:S (S >= 0)");
-    }
-    s.sync.staleness = embedding->staleness;
+  if (c.embedding_sync.empty()) return absl::OkStatus();
+  if (!s.sync.hybrid() || c.sync.starts_with("hybrid:")) {
+    return InvalidFlag(
+        "embedding-sync", c.embedding_sync,
+        s.sync.hybrid() ? "is given twice: also by --sync " + c.sync : "is for --sync hybrid");
   }
+  auto embedding = ParseSyncMode("hybrid:" + c.embedding_sync);
+  if (!embedding.ok()) {
+    return InvalidFlag("embedding-sync", c.embedding_sync, "must be asp or ssp:S (S >= 0)");
+  }
+  s.sync.staleness = embedding->staleness;
+  return absl::OkStatus();
+}
+
+// The codecs and the state they keep, and --read-ahead.
+absl::Status ParseCompression(const JobConfig& c, JobSpec& s) {
   absl::StatusOr<CodecSpec> codec = ParseCodec(c.compress);
   if (!codec.ok()) return InvalidFlag("compress", c.compress, codec.status().message());
   s.training.codec = *codec;
@@ -512,6 +508,11 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
     return InvalidFlag("read-ahead", absl::StrCat("'", c.read_ahead, "'"), "must be on or off");
   }
   s.training.read_ahead = c.read_ahead == "on";
+  return absl::OkStatus();
+}
+
+// How the examples are split, how updates are combined and attacked, and federated rounds.
+absl::Status ParsePartitionAndRounds(const JobConfig& c, JobSpec& s) {
   absl::StatusOr<PartitionSpec> partition = ParsePartition(c.partition);
   if (!partition.ok()) return InvalidFlag("partition", c.partition, partition.status().message());
   s.data.partition = *partition;
@@ -529,6 +530,11 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
                                    .client_dropout = c.client_dropout,
                                    .prox_mu = c.prox_mu,
                                    .server_lr = c.server_lr};
+  return absl::OkStatus();
+}
+
+// The sizes a server holds: its replies, parked pulls and backlog, and its embeddings' memory.
+absl::Status ParseServerSizes(const JobConfig& c, JobSpec& s) {
   for (const auto& [flag, text, out] :
        {std::tuple{"max-reply", &c.max_reply, &s.limits.reply_bytes},
         std::tuple{"max-parked", &c.max_parked, &s.limits.parked_bytes_per_worker},
@@ -550,6 +556,11 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   }
   s.embedding.memory_rows = budget->rows;
   s.embedding.memory_bytes = budget->bytes;
+  return absl::OkStatus();
+}
+
+// The slowness injected for experiments; a rank must name one of the workers.
+absl::Status ParseSlowness(const JobConfig& c, JobSpec& s) {
   if (!c.straggler.empty()) {
     auto straggler = ParseStraggler(c.straggler);
     if (!straggler.ok()) return straggler.status();
@@ -574,7 +585,11 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
     std::tie(s.slowness.jitter_probability, s.slowness.jitter_factor) = *jitter;
   }
   s.slowness.min_step_ms = c.min_step_ms;
+  return absl::OkStatus();
+}
 
+// The options that are numbers or paths as they are.
+void CopyPlainOptions(const JobConfig& c, JobSpec& s) {
   // Gossip peers are serverless.
   s.servers = s.sync.serverless() ? 0 : c.servers;
   s.workers = c.workers;
@@ -609,10 +624,10 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   if (s.data.partition.kind != PartitionKind::kStrided) {
     s.data.histograms_out = (out / "label_histograms.tsv").string();
   }
+}
 
-  if (absl::Status status = ValidateJobSpec(s); !status.ok()) return status;
-
-  // What only the launcher uses: the run folder, the data it generates, the files it is given.
+// What only the launcher uses: the run folder, the data it generates, the files it is given.
+absl::Status CheckLauncherInputs(const JobConfig& c) {
   if (c.out.empty()) return InvalidFlag("out", "''", "must name a directory");
   // The --gen-* flags shape the synthetic data, made only without --train.
   for (const absl::Status& status : {
@@ -633,9 +648,157 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   if (!c.test.empty()) {
     if (absl::Status status = CheckReadableFile("test", c.test); !status.ok()) return status;
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool UsesCriteoData(const JobConfig& c) {
+  JobSpec spec;
+  spec.data.train = c.train;
+  (void)ParseOneOf("format", c.format, ParseDataFormat, "", &spec.data.format);
+  (void)ParseOneOf("model", c.model, ParseModel, "", &spec.model.kind);
+  return UsesCriteoData(spec);
+}
+
+absl::Status AddJobFlags(CLI::App& app, JobConfig* config) {
+  try {
+    for (const Field& field : kFields) {
+      CLI::Option* option = std::visit(
+          [&](auto member) {
+            CLI::Option* added =
+                app.add_option(absl::StrCat("--", field.name), config->*member, field.help);
+            // CLI11 2.1 converts with strtoull, which takes "-1" as 2^64-1 and saturates on
+            // overflow; absl rejects both.
+            if constexpr (std::is_same_v<decltype(member), uint64_t JobConfig::*>) {
+              added->check(CLI::Validator(
+                  [](std::string& value) -> std::string {
+                    uint64_t parsed;
+                    if (absl::SimpleAtoi(value, &parsed)) return "";
+                    return absl::StrFormat("'%s' is not an integer in [0, 2^64)", value);
+                  },
+                  "", "uint64"));
+            }
+            return added;
+          },
+          field.member);
+      option->capture_default_str()
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+          ->group(FlagGroupName(field.group));
+    }
+    CLI::Option* config_flag =
+        app.add_option("--config", config->job_file,
+                       "TOML job file: keys are the flag names without dashes; flags win over it")
+            ->type_name("FILE")
+            ->group(FlagGroupName(FlagGroup::kJob));
+    CLI::Option* positional =
+        app.add_option("job-file", config->job_file,
+                       "Same as --config FILE; the file's paths are relative to its folder")
+            ->type_name("JOB.toml");
+    config_flag->excludes(positional);
+  } catch (const CLI::Error& e) {
+    return absl::AlreadyExistsError(e.what());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CommandLineAction> ParseJobCommandLine(int argc, const char* const* argv,
+                                                      CLI::App& app, JobConfig* config) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success&) {
+    return CommandLineAction::kShowHelp;
+  } catch (const CLI::ExtrasError& e) {
+    return absl::InvalidArgumentError(absl::StrCat(e.what(), SuggestFlags(app)));
+  } catch (const CLI::ParseError& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  for (const Field& field : kFields) {
+    const CLI::Option* option = app.get_option_no_throw(absl::StrCat("--", field.name));
+    if (option != nullptr && option->count() > 0) config->given[std::string(field.name)] = {};
+  }
+  if (config->job_file.empty()) return CommandLineAction::kRun;
+  // Only a positional job file needs the suffix (--config takes any name). Checked here rather
+  // than by a CLI11 validator, which would run before CLI11 reports unknown flags: "--severs 2"
+  // would then complain about the stray "2" instead of "--severs".
+  const CLI::Option* positional = app.get_option_no_throw("job-file");
+  if (positional != nullptr && positional->count() > 0 && !config->job_file.ends_with(".toml")) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "unexpected argument '%s' (a job file must end in .toml)", config->job_file));
+  }
+  absl::Status status = ApplyJobFile(
+      config->job_file,
+      [&app](absl::string_view name) {
+        const CLI::Option* option = app.get_option_no_throw(absl::StrCat("--", name));
+        return option != nullptr && option->count() > 0;
+      },
+      config);
+  if (!status.ok()) return status;
+  return CommandLineAction::kRun;
+}
+
+absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
+  JobSpec s;
+  // The texts first: each is parsed once, here.
+  for (absl::Status (*parse)(const JobConfig&, JobSpec&) :
+       {ParseNamedOptions, ParseSyncAndModel, ParseCompression, ParsePartitionAndRounds,
+        ParseServerSizes, ParseSlowness}) {
+    if (absl::Status status = parse(c, s); !status.ok()) return AttributeToJobFile(status, c);
+  }
+  CopyPlainOptions(c, s);
+  if (absl::Status status = ValidateJobSpec(s); !status.ok()) return AttributeToJobFile(status, c);
+  if (absl::Status status = CheckLauncherInputs(c); !status.ok()) {
+    return AttributeToJobFile(status, c);
+  }
   return s;
 }
 
 absl::Status Validate(const JobConfig& c) { return BuildJobSpec(c).status(); }
+
+absl::Status AttributeToJobFile(const absl::Status& status, const JobConfig& config) {
+  const absl::string_view message = status.message();
+  if (status.ok() || !absl::StartsWith(message, "--")) return status;
+  const size_t end = message.find_first_of("=: ", 2);
+  if (end == absl::string_view::npos) return status;
+  const auto origin = config.given.find(message.substr(2, end - 2));
+  if (origin == config.given.end() || origin->second.file.empty()) return status;
+  // "job.toml:3: workers = 0: must be ...": the key as the file has it.
+  std::string said(message.substr(2));
+  if (message[end] == '=') said.replace(end - 2, 1, " = ");
+  return absl::Status(status.code(),
+                      absl::StrFormat("%s:%d: %s", origin->second.file, origin->second.line, said));
+}
+
+bool IsJobFileKey(absl::string_view name) { return FindField(name) != nullptr; }
+
+bool IsPathOption(absl::string_view name) {
+  return name == "train" || name == "test" || name == "out" || name == "checkpoint-dir";
+}
+
+const char* FlagGroupName(FlagGroup group) {
+  switch (group) {
+    case FlagGroup::kJob:
+      return "Job";
+    case FlagGroup::kData:
+      return "Data";
+    case FlagGroup::kModel:
+      return "Model";
+    case FlagGroup::kSync:
+      return "Sync";
+    case FlagGroup::kCompression:
+      return "Compression";
+    case FlagGroup::kEmbeddings:
+      return "Embeddings";
+    case FlagGroup::kCheckpoints:
+      return "Checkpoints and faults";
+    case FlagGroup::kCluster:
+      return "Cluster";
+    case FlagGroup::kFederated:
+      return "Federated";
+    case FlagGroup::kOutput:
+      return "Output";
+  }
+  return "Other";
+}
 
 }  // namespace syncline

@@ -9,6 +9,8 @@
 #define SYNCLINE_LAUNCH_JOB_CONFIG_H_
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -17,6 +19,27 @@
 #include "syncline/job_spec.h"
 
 namespace syncline {
+
+// The sections of `syncline-launch --help` and of docs/FLAGS.md, in their order; every flag
+// of the launcher is in one.
+enum class FlagGroup {
+  kJob,
+  kData,
+  kModel,
+  kSync,
+  kCompression,
+  kEmbeddings,
+  kCheckpoints,  // checkpoints and faults
+  kCluster,
+  kFederated,
+  kOutput,
+};
+inline constexpr FlagGroup kFlagGroups[] = {
+    FlagGroup::kJob,         FlagGroup::kData,       FlagGroup::kModel,       FlagGroup::kSync,
+    FlagGroup::kCompression, FlagGroup::kEmbeddings, FlagGroup::kCheckpoints, FlagGroup::kCluster,
+    FlagGroup::kFederated,   FlagGroup::kOutput};
+// The heading: "Job", ..., "Checkpoints and faults", ...
+const char* FlagGroupName(FlagGroup group);
 
 // Each field's flag is given in brackets; a TOML job file uses the same name without the dashes,
 // e.g. `batch-size = 64`.
@@ -168,6 +191,15 @@ struct JobConfig {
   // [--config FILE, or a positional argument ending in .toml] The TOML job file the values above
   // were read from; empty when there was none. Not a key of the job file itself.
   std::string job_file;
+
+  // Where an option that was given came from: a flag (no file), or a line of the job file.
+  struct Origin {
+    std::string file;
+    int line = 0;
+  };
+  // The options given, by name (the flag without dashes); an option left at its default is
+  // absent. ParseJobCommandLine fills it; the launcher adds its own flags (--external-workers).
+  std::map<std::string, Origin, std::less<>> given;
 };
 
 // Registers one flag per JobConfig field on `app`, bound to `*config` and showing its default, plus
@@ -182,9 +214,11 @@ enum class CommandLineAction {
 
 // Parses the command line into `*config`, which AddJobFlags(app, config) must have bound to `app`:
 // the flags, then the job file for every option that no flag set, so flags win over the file.
-// Errors (unknown flag, malformed value, unreadable job file, a TOML syntax error, unknown key or
-// wrong type, reported as "FILE:LINE: ...") come back as a status whose message is meant for the
-// user; the launcher prints it and exits 2. Does not call Validate().
+// Paths in the job file (train, test, out, checkpoint-dir) are relative to the job file's folder.
+// Fills config->given. Errors (unknown flag or key, with the closest known name; malformed value,
+// unreadable job file, a TOML syntax error or wrong type, reported as "FILE:LINE: ...") come back
+// as a status whose message is meant for the user; the launcher prints it and exits 2. Does not
+// call Validate().
 absl::StatusOr<CommandLineAction> ParseJobCommandLine(int argc, const char* const* argv,
                                                       CLI::App& app, JobConfig* config);
 
@@ -196,10 +230,22 @@ bool UsesCriteoData(const JobConfig& config);
 // (ValidateJobSpec), and that the given data files are readable. The run's files go under
 // `out`: OUT/embeddings (the servers' RocksDB tier), OUT/checkpoints unless --checkpoint-dir,
 // OUT/params.tsv when there is a test set. The InvalidArgument error names the flag and the bad
-// value. Without --train the spec has no data yet: the launcher generates it and fills it in.
+// value, and for a value from the job file, its file and line ("job.toml:3: workers = 0: ...").
+// Without --train the spec has no data yet: the launcher generates it and fills it in.
 absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& config);
 // BuildJobSpec's verdict alone.
 absl::Status Validate(const JobConfig& config);
+
+// `status` with "FILE:LINE: " first when its message is about an option ("--name=...") whose
+// value came from the job file; `status` itself otherwise.
+absl::Status AttributeToJobFile(const absl::Status& status, const JobConfig& config);
+
+// Whether `name` (a flag without dashes) is also a key of the job file.
+bool IsJobFileKey(absl::string_view name);
+
+// Whether the job-file key (or flag without dashes) `name` is a path, resolved against the job
+// file's folder.
+bool IsPathOption(absl::string_view name);
 
 }  // namespace syncline
 

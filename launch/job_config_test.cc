@@ -1,6 +1,8 @@
 #include "launch/job_config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -13,11 +15,15 @@
 #include "gtest/gtest.h"
 #include "job/job_wire.h"
 #include "job/options.h"
+#include "launch/flag_modes.h"
 
 namespace syncline {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 // absl::string_view is not std::string_view in this Abseil build, and gmock's string matchers
@@ -29,6 +35,11 @@ std::string WriteFile(const std::string& name, const std::string& content) {
   const std::string path = absl::StrCat(::testing::TempDir(), "/", name);
   std::ofstream(path) << content;
   return path;
+}
+
+// `path` without "." and ".." parts and doubled slashes.
+std::string Normal(const std::string& path) {
+  return std::filesystem::path(path).lexically_normal().string();
 }
 
 // Parses `args` (without the program name) into `*config` through a fresh CLI::App.
@@ -227,9 +238,74 @@ out = "runs/toml"
   EXPECT_DOUBLE_EQ(config.l2, 0.5);
   EXPECT_EQ(config.index_base, "1");
   EXPECT_EQ(config.seed, 42u);
-  EXPECT_EQ(config.out, "runs/toml");
+  // Relative to the job file's folder, not to where the launcher runs.
+  EXPECT_EQ(config.out, Normal(absl::StrCat(::testing::TempDir(), "/runs/toml")));
   EXPECT_EQ(config.epochs, 1);  // not in the file: default
   EXPECT_TRUE(Validate(config).ok()) << Validate(config);
+}
+
+TEST(JobConfigTest, JobFilePathsAreRelativeToItsFolderAndFlagPathsToTheCurrentOne) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/paths");
+  std::filesystem::create_directories(dir + "/data");
+  std::ofstream(dir + "/data/train.libsvm") << "1 1:1\n";
+  std::ofstream(dir + "/data/test.libsvm") << "0 2:1\n";
+  const std::string path = WriteFile("paths/job.toml", R"(train = "data/train.libsvm"
+test = "./data/test.libsvm"
+out = "../runs/x"
+checkpoint-dir = "/abs/ckpt"
+)");
+  JobConfig config;
+  ASSERT_TRUE(Parse({path}, &config).ok());
+  EXPECT_EQ(config.train, Normal(dir + "/data/train.libsvm"));
+  EXPECT_EQ(config.test, Normal(dir + "/data/test.libsvm"));
+  EXPECT_EQ(config.out, Normal(absl::StrCat(::testing::TempDir(), "/runs/x")));
+  EXPECT_EQ(config.checkpoint_dir, "/abs/ckpt");  // absolute: as it is
+  EXPECT_TRUE(Validate(config).ok()) << Validate(config);
+  // Where each came from.
+  EXPECT_EQ(config.given.at("train").file, path);
+  EXPECT_EQ(config.given.at("train").line, 1);
+  EXPECT_EQ(config.given.at("out").line, 3);
+
+  JobConfig flags;
+  ASSERT_TRUE(Parse({path, "--out", "runs/y"}, &flags).ok());
+  EXPECT_EQ(flags.out, "runs/y");
+  EXPECT_TRUE(flags.given.at("out").file.empty());
+  EXPECT_EQ(flags.given.count("epochs"), 0u);
+}
+
+TEST(JobConfigTest, AnErrorAboutAJobFileValueNamesItsFileAndLine) {
+  const std::string path = WriteFile("bad_value.toml", "servers = 2\n\nworkers = 0\n");
+  JobConfig config;
+  ASSERT_TRUE(Parse({path}, &config).ok());
+  EXPECT_EQ(Message(Validate(config)), absl::StrCat(path, ":3: workers = 0: must be in [1, 4096]"));
+  const std::string missing = WriteFile("missing_train.toml", "\ntrain = \"no/such.libsvm\"\n");
+  JobConfig missing_train;
+  ASSERT_TRUE(Parse({missing}, &missing_train).ok());
+  EXPECT_THAT(Message(Validate(missing_train)), StartsWith(absl::StrCat(missing, ":2: train = ")));
+  // The same value by flag names the flag, as before.
+  JobConfig by_flag;
+  ASSERT_TRUE(Parse({"--workers", "0"}, &by_flag).ok());
+  EXPECT_EQ(Message(Validate(by_flag)), "--workers=0: must be in [1, 4096]");
+}
+
+TEST(JobConfigTest, AMistypedFlagOrKeyGetsTheClosestName) {
+  JobConfig config;
+  absl::StatusOr<CommandLineAction> action = Parse({"--severs", "2"}, &config);
+  ASSERT_FALSE(action.ok());
+  EXPECT_THAT(Message(action.status()), HasSubstr("--severs (did you mean '--servers'?)"));
+  action = Parse({"--wrokers=3", "--chekpoint-every", "5"}, &config);
+  ASSERT_FALSE(action.ok());
+  EXPECT_THAT(Message(action.status()),
+              HasSubstr("(did you mean '--workers' for --wrokers, '--checkpoint-every' for "
+                        "--chekpoint-every?)"));
+  action = Parse({"--no-such-thing-at-all", "1"}, &config);
+  ASSERT_FALSE(action.ok());
+  EXPECT_THAT(Message(action.status()), Not(HasSubstr("did you mean")));
+  const std::string path = WriteFile("typo.toml", "sever = 2\n");
+  action = Parse({path}, &config);
+  ASSERT_FALSE(action.ok());
+  EXPECT_EQ(Message(action.status()),
+            absl::StrCat(path, ":1: unknown key 'sever' (did you mean 'servers'?)"));
 }
 
 TEST(JobConfigTest, ConfigFlagNamesTheJobFile) {
@@ -769,6 +845,95 @@ TEST(JobConfigTest, CriteoDataIsTheFormatFlagOrATsvFileOrWhatCtrGenerates) {
   EXPECT_FALSE(UsesCriteoData(config));
   config.format = "criteo";
   EXPECT_TRUE(UsesCriteoData(config));
+}
+
+// The job of `args` as the launcher reads it, and the launcher's verdict on its flags.
+// (--external-workers, the launcher's own flag, as the launcher records it.)
+absl::StatusOr<std::vector<std::string>> Check(std::vector<std::string> args) {
+  JobConfig config;
+  const auto external = std::find(args.begin(), args.end(), "--external-workers");
+  if (external != args.end()) {
+    args.erase(external);
+    config.given["external-workers"] = {};
+  }
+  auto action = Parse(args, &config);
+  if (!action.ok()) return action.status();
+  absl::StatusOr<SyncMode> sync = ParseSyncMode(config.sync);
+  if (!sync.ok()) return sync.status();
+  return CheckFlagsApply(*sync, config);
+}
+
+TEST(FlagModesTest, AFlagForAnotherModeOnTheCommandLineIsRefusedNamingWhereItApplies) {
+  auto servers = Check({"--sync", "allreduce", "--servers", "3"});
+  ASSERT_FALSE(servers.ok());
+  EXPECT_EQ(servers.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(servers.status()),
+              HasSubstr("--servers is for --sync bsp, asp, ssp, hybrid and fedavg, not allreduce "
+                        "(gossip and allreduce have no parameter servers)"));
+  // --rounds without fedavg, and --epochs under it (the mode by default, too).
+  EXPECT_THAT(Message(Check({"--rounds", "5"}).status()),
+              HasSubstr("--rounds is for --sync fedavg, not bsp"));
+  EXPECT_THAT(Message(Check({"--sync", "fedavg", "--epochs", "3"}).status()),
+              HasSubstr("--epochs is for --sync bsp, asp, ssp, gossip, allreduce and hybrid, not "
+                        "fedavg"));
+  for (const char* sync : {"gossip:ring", "allreduce", "hybrid", "fedavg"}) {
+    SCOPED_TRACE(sync);
+    EXPECT_THAT(Message(Check({"--sync", sync, "--external-workers"}).status()),
+                HasSubstr("--external-workers is for --sync bsp, asp and ssp"));
+  }
+  EXPECT_THAT(Message(Check({"--sync", "asp", "--aggregate", "median"}).status()),
+              HasSubstr("--aggregate is for --sync bsp and fedavg, not asp"));
+}
+
+TEST(FlagModesTest, FlagsOfTheModeOrOfEveryModePass) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {},
+           {"--sync", "allreduce", "--workers", "4", "--epochs", "2"},
+           {"--sync", "fedavg", "--rounds", "5", "--servers", "1"},
+           {"--sync", "gossip:ring", "--peer-timeout", "3", "--consensus-step", "0.5"},
+           {"--sync", "ssp:2", "--read-ahead", "on", "--servers", "3"},
+           {"--external-workers", "--sync", "asp"},
+       }) {
+    SCOPED_TRACE(testing::PrintToString(args));
+    auto warnings = Check(args);
+    ASSERT_TRUE(warnings.ok()) << warnings.status();
+    EXPECT_THAT(*warnings, IsEmpty());
+  }
+}
+
+TEST(FlagModesTest, AHarmlessMismatchIsAWarning) {
+  auto warnings =
+      Check({"--sync", "bsp", "--read-ahead", "on", "--train", "/dev/null", "--gen-rows", "100"});
+  ASSERT_TRUE(warnings.ok()) << warnings.status();
+  EXPECT_THAT(*warnings,
+              ElementsAre(HasSubstr("--read-ahead is for --sync asp, ssp and hybrid, not bsp"),
+                          HasSubstr("--gen-rows shapes generated data, and --train is given: "
+                                    "ignored")));
+}
+
+// A job file may hold settings of other modes than the one the command line picks: those are
+// ignored with a warning. The same mismatch within the file is refused.
+TEST(FlagModesTest, AJobFilesSettingForAnotherModeThanTheCommandLinesIsAWarning) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/modes.toml");
+  std::ofstream(path) << "servers = 3\nepochs = 2\n";
+  auto warnings = Check({path, "--sync", "allreduce"});
+  ASSERT_TRUE(warnings.ok()) << warnings.status();
+  EXPECT_THAT(*warnings,
+              ElementsAre(absl::StrCat(
+                  path,
+                  ":1: servers is for --sync bsp, asp, ssp, hybrid and fedavg, not "
+                  "allreduce (gossip and allreduce have no parameter servers): ignored")));
+  std::ofstream(path) << "sync = \"allreduce\"\nservers = 3\n";
+  auto refused = Check({path});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(Message(refused.status()), HasSubstr(absl::StrCat(path, ":2: servers is for")));
+}
+
+TEST(FlagModesTest, TheDocsTableHasARowPerFlagAndAColumnPerMode) {
+  const std::string md = FlagModesMarkdown();
+  EXPECT_THAT(md, HasSubstr("| flag | bsp | asp | ssp | gossip | allreduce | hybrid | fedavg |"));
+  EXPECT_THAT(md, HasSubstr("| `--servers` | ✓ | ✓ | ✓ | | | ✓ | ✓ | refused:"));
+  EXPECT_THAT(md, HasSubstr("| `--rounds` | | | | | | | ✓ | refused:"));
 }
 
 }  // namespace

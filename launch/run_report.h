@@ -30,6 +30,9 @@ class RunReport : public CoordinatorObserver {
   // Where a worker's iterations spent their time (wire::StepSeconds, checked): seconds per part,
   // in the order batch, upload, compute, compress, download, network.
   struct StepSplit {
+    // The parts, as summary.json names them; metrics.csv's columns add "_s".
+    static constexpr std::array<const char*, 6> kParts = {"batch",    "upload",   "compute",
+                                                          "compress", "download", "network"};
     int64_t steps = 0;
     std::array<double, 6> seconds{};
     StepSplit& operator+=(const StepSplit& other);
@@ -78,6 +81,9 @@ class RunReport : public CoordinatorObserver {
   struct Clocks {
     int64_t max_clock = 0;
     int64_t min_total_steps = 0;
+    // The fewest steps a worker that finished stopped at (0: none finished yet), for a job
+    // shorter than --log-every, whose workers report no progress before they finish.
+    int64_t min_finished_at = 0;
   };
   Clocks WorkerClocks();
 
@@ -105,6 +111,36 @@ class RunReport : public CoordinatorObserver {
     StepSplit split;            // done: of its last run (WorkerStats); else its reports' sum
     std::string device;         // where it computed, once done
   };
+  // summary.json's members, one a line, in the order added (values are JSON already).
+  class JsonMembers {
+   public:
+    void Add(std::string_view key, std::string json);
+    std::string Text() const;
+
+   private:
+    std::vector<std::string> lines_;
+  };
+  // The workers' figures summed: steps trained in this run (of a worker that did not finish, up
+  // to its last report), bytes, and their latest losses.
+  struct WorkerTotals {
+    int64_t steps = 0, max_steps = 0;
+    uint64_t pushed = 0, pulled = 0, examples = 0;
+    double loss_sum = 0;
+    int reporting = 0;  // workers with a loss reported
+  };
+  WorkerTotals SumWorkers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // summary.json's sections, in order (run_report_summary.cc).
+  void AddJobMembers(JsonMembers& j, const std::string& failure, const std::string& status) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddProgressMembers(JsonMembers& j, const WorkerTotals& t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddResultMembers(JsonMembers& j, absl::Duration wall, const WorkerTotals& t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddTrafficMembers(JsonMembers& j, const WorkerTotals& t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddStepMembers(JsonMembers& j) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddRecoveryMembers(JsonMembers& j) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   std::string ProgressText(absl::Duration elapsed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClearProgress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Appends a server's embedding figures to OUT/embedding.csv (when it has embedding tables).

@@ -124,6 +124,28 @@ TEST(RunReportTest, WritesTheStepSplitToMetricsAndSummary) {
   EXPECT_EQ(fields->at("device").text, "cpu");
 }
 
+// An interrupted run's workers never say they are done: its steps are those their progress
+// reports counted, from the clock the run resumed from. The closing text counts in words.
+TEST(RunReportTest, AnInterruptedRunCountsTheStepsItsWorkersReported) {
+  const std::string out = TempOut("interrupted");
+  JobSpec job;
+  job.servers = 1;
+  job.workers = 2;
+  RunReport report(job, out, /*interactive=*/false);
+  report.SetCheckpoints(nullptr, /*resumed_from=*/100);
+  ASSERT_TRUE(report.Open().ok());
+  Progress(report, 0, 400, {10, 0, 0, 1, 0, 0, 1});
+  Progress(report, 1, 390, {10, 0, 0, 1, 0, 0, 1});
+  ASSERT_TRUE(report.WriteSummary(absl::Seconds(1), "interrupted by signal 2", "failed").ok());
+  auto fields = ParseSummaryJson(ReadAll(out + "/summary.json"));
+  ASSERT_TRUE(fields.ok()) << fields.status();
+  EXPECT_EQ(fields->at("steps").number, 300 + 290);
+  EXPECT_EQ(fields->at("steps_per_worker").number, 400);
+  EXPECT_NE(report.SummaryText(absl::Seconds(1)).find("bsp, 1 server, 2 workers, model"),
+            std::string::npos)
+      << report.SummaryText(absl::Seconds(1));
+}
+
 // summary.json's device is where the workers computed: every device a worker reported.
 TEST(RunReportTest, TheJobsDeviceIsTheWorkersDevices) {
   const std::string out = TempOut("devices");

@@ -95,6 +95,45 @@ class CheckpointTimer {
   bool said_too_late_ = false;
 };
 
+// --checkpoint-every past the job's end: said once, as soon as the workers' progress reports
+// tell where the job ends, so that nobody waits for a checkpoint (or a --resume) that cannot
+// come.
+class CheckpointPlanCheck {
+ public:
+  CheckpointPlanCheck(const JobSpec& spec, int64_t restore_clock)
+      : every_(spec.checkpoint.every), restore_clock_(restore_clock) {}
+
+  // While the job runs, from the workers' progress reports.
+  void Poll(RunReport& report) { Check(report.WorkerClocks().min_total_steps); }
+  // After a job that succeeded, for one shorter than --log-every (no progress reports).
+  void Finish(RunReport& report) { Check(report.WorkerClocks().min_finished_at); }
+
+ private:
+  // `end`: the clock the job ends at, as far as is known (0: not yet).
+  void Check(int64_t end) {
+    if (said_ || every_ <= 0 || end <= 0) return;
+    said_ = true;
+    const int64_t first = (std::max<int64_t>(restore_clock_, 0) / every_ + 1) * every_;
+    if (first <= end) return;
+    if (restore_clock_ >= 0) {  // the run it resumes checkpointed; this one ends first
+      SYNCLINE_LOG(INFO) << absl::StrFormat(
+          "--checkpoint-every %d: the job ends at clock %d, before the next checkpoint's (%d): "
+          "this run adds none",
+          every_, end, first);
+      return;
+    }
+    SYNCLINE_LOG(WARNING) << absl::StrFormat(
+        "--checkpoint-every %d is past the job's end: the workers stop at clock %d, before the "
+        "first checkpoint's (%d), so this run writes no checkpoint (and --resume would find "
+        "none); give --checkpoint-every %d or less, or train longer",
+        every_, end, first, end);
+  }
+
+  const int64_t every_;
+  const int64_t restore_clock_;
+  bool said_ = false;
+};
+
 // The node a child's label names ("w3", "ps1"); nullopt for cluster launchers (mpirun, srun).
 std::optional<std::pair<wire::Role, int>> NodeOfLabel(const std::string& label) {
   int rank = 0;
@@ -160,194 +199,270 @@ ProcessSpec NodeProcess(wire::Role role, int rank, const std::string& coordinato
                       coordinator, "--rank", absl::StrCat(rank)}};
 }
 
-JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& processes,
-                     Coordinator& coordinator, RunReport& report, CheckpointTracker& checkpoints,
-                     int64_t restore_clock, const std::atomic<int>& signal) {
-  JobOutcome out;
-  // By child label: the last error line it logged ("E HH:MM:SS.mmm TAG message", core/log.h),
-  // from the tag on, which names a failure the node could not tell the coordinator (it failed
-  // before registering, e.g. with no free port); else the last line it wrote to stderr that is
-  // not a log line, which is what a remote shell says when it cannot start the node ("ssh:
-  // connect to host ...", "command not found").
-  std::map<std::string, std::string, std::less<>> last_error, last_other;
-  ProcessGroup group([&](std::string_view label, OutputStream stream, std::string_view line) {
-    report.ChildLine(NodeOfLine(label, line), line);
+namespace {
+
+// One job's supervision, in phases: start the children, watch them and the coordinator until
+// the job ends (restarting failed nodes, handing lost workers over, failing the job with the
+// failed node's own words), then give the children a moment to exit.
+class Supervision {
+ public:
+  Supervision(const JobSpec& spec, const std::vector<ProcessSpec>& processes,
+              Coordinator& coordinator, RunReport& report, CheckpointTracker& checkpoints,
+              int64_t restore_clock, const std::atomic<int>& signal)
+      : spec_(spec),
+        processes_(processes),
+        coordinator_(coordinator),
+        report_(report),
+        checkpoints_(checkpoints),
+        restore_clock_(restore_clock),
+        signal_(signal),
+        group_([this](std::string_view label, OutputStream stream, std::string_view line) {
+          OnLine(label, stream, line);
+        }),
+        start_(absl::Now()),
+        timer_(spec, start_, restore_clock),
+        plan_check_(spec, restore_clock) {}
+
+  JobOutcome Run() {
+    std::thread run([&] {
+      out_.status = coordinator_.Run();
+      job_done_.store(true);
+    });
+    StartAll();
+    while (!job_done_.load()) Watch();
+    run.join();
+    if (out_.status.ok() && out_.failure.empty()) plan_check_.Finish(report_);
+    if (out_.failure.empty() && !exit_failure_.empty()) {
+      // The coordinator ended the job first, with the failed node's own reason.
+      out_.failure = out_.status.ok()
+                         ? exit_failure_
+                         : absl::StrCat(out_.status.message(), " (", exit_failure_, ")");
+      out_.failure_code = exit_code_;
+    }
+    LetChildrenExit();
+    out_.wall = absl::Now() - start_;
+    if (!out_.status.ok() && out_.failure.empty()) {
+      out_.failure = std::string(out_.status.message());
+    }
+    return out_;
+  }
+
+ private:
+  // A child's line goes to the report. By child label, the last error line it logged ("E
+  // HH:MM:SS.mmm TAG message", core/log.h), from the tag on, names a failure the node could
+  // not tell the coordinator (it failed before registering, e.g. with no free port); else the
+  // last line it wrote to stderr that is not a log line, which is what a remote shell says
+  // when it cannot start the node ("ssh: connect to host ...", "command not found").
+  void OnLine(std::string_view label, OutputStream stream, std::string_view line) {
+    report_.ChildLine(NodeOfLine(label, line), line);
     const bool log_line = IsLogLine(line);
     if (log_line && line[0] == 'E') {
-      last_error[std::string(label)] = std::string(line.substr(kLogPrefix));
+      last_error_[std::string(label)] = std::string(line.substr(kLogPrefix));
     } else if (!log_line && stream == OutputStream::kStderr && !line.empty()) {
-      last_other[std::string(label)] = std::string(line.substr(0, 300));
-    }
-  });
-  std::atomic<bool> job_done{false};
-  const absl::Time start = absl::Now();
-  std::thread run([&] {
-    out.status = coordinator.Run();
-    job_done.store(true);
-  });
-  auto fail = [&](std::string reason, int code) {
-    if (!out.failure.empty()) return;
-    out.failure = std::move(reason);
-    out.failure_code = code;
-    coordinator.Abort(out.failure);
-  };
-  auto check_signal = [&] {
-    if (const int sig = signal.load(); sig != 0) {
-      fail(absl::StrFormat("interrupted by signal %d", sig), 128 + sig);
-    }
-  };
-  std::map<std::string, int> pids;  // by label, the latest child started
-  for (const ProcessSpec& p : processes) {
-    // A signal stops the starting too: a job of many nodes takes a while to start.
-    check_signal();
-    if (!out.failure.empty()) break;
-    if (auto pid = group.Start(p); !pid.ok()) {
-      fail(std::string(pid.status().message()), 1);
-    } else {
-      pids[p.label] = *pid;
+      last_other_[std::string(label)] = std::string(line.substr(0, 300));
     }
   }
-  // Hung nodes the launcher was asked to stop for a restart, and why (their exit's reason).
-  std::map<std::string, std::string> hung;
-  auto describe = [&hung](const ExitEvent& e) {
-    auto h = hung.find(e.label);
-    return h == hung.end() ? DescribeExit(e)
-                           : absl::StrCat(h->second, "; stopped (", DescribeExit(e), ")");
-  };
 
-  CheckpointTimer timer(spec, start, restore_clock);
-  // --max-restarts: a failed node's child is started again, and every other node rolls back to
-  // the newest complete checkpoint (this run's, or the one it resumed from). True when it was.
-  std::string not_restarted;  // why the last failed node was not restarted, when it could be
-  auto restart = [&](const ExitEvent& e) {
-    const auto node = NodeOfLabel(e.label);
-    if (!node || !coordinator.CanRestart()) return false;
-    checkpoints.Flush();  // a manifest decided is on disk before a replacement reads it
-    int64_t clock = checkpoints.last_clock();
-    std::string dir = clock >= 0 ? CheckpointDir(spec.checkpoint.dir, clock) : "";
-    if (clock < 0 && restore_clock >= 0) {
-      clock = restore_clock;
-      dir = spec.checkpoint.restore;
+  void Fail(std::string reason, int code) {
+    if (!out_.failure.empty()) return;
+    out_.failure = std::move(reason);
+    out_.failure_code = code;
+    coordinator_.Abort(out_.failure);
+  }
+
+  void CheckSignal() {
+    if (const int sig = signal_.load(); sig != 0) {
+      Fail(absl::StrFormat("interrupted by signal %d", sig), 128 + sig);
     }
-    const std::string reason = describe(e);
-    if (clock < 0) {
-      not_restarted = "not restarted: no complete checkpoint to roll back to yet";
-      SYNCLINE_LOG(ERROR) << "cannot restart " << e.label << " (" << reason
-                          << "): " << not_restarted;
-      return false;
+  }
+
+  void StartAll() {
+    for (const ProcessSpec& p : processes_) {
+      // A signal stops the starting too: a job of many nodes takes a while to start.
+      CheckSignal();
+      if (!out_.failure.empty()) break;
+      if (auto pid = group_.Start(p); !pid.ok()) {
+        Fail(std::string(pid.status().message()), 1);
+      } else {
+        pids_[p.label] = *pid;
+      }
     }
-    auto child = std::find_if(processes.begin(), processes.end(),
-                              [&](const ProcessSpec& p) { return p.label == e.label; });
-    if (child == processes.end() ||
-        !coordinator.Restart(node->first, node->second, reason, clock, dir)) {
-      return false;
-    }
-    timer.OnRollback();
-    ++out.restarts;
-    hung.erase(e.label);
-    report.OnRestart(e.label);
-    if (auto pid = group.Start(*child); !pid.ok()) {
-      // The coordinator waits for a replacement that will not come: the job stops, named.
-      fail(absl::StrCat("cannot restart ", e.label, ": ", pid.status().message()), 1);
-    } else {
-      pids[e.label] = *pid;
-    }
-    return true;
-  };
-  std::vector<ExitEvent> exited;
-  // A node that failed on its own has usually told the coordinator why (a bad line of its
-  // data, say) just before it exited: give that reason a moment to arrive, so that the job's
-  // error is the node's own words rather than only its exit code.
-  std::string exit_failure;
-  std::optional<std::pair<wire::Role, int>> exit_node;
-  std::string exit_label;
-  int exit_code = 1;
-  absl::Time exit_deadline = absl::InfiniteFuture();
-  while (!job_done.load()) {
-    timer.Poll(coordinator, report, checkpoints);
-    for (auto& [id, why] : coordinator.TakeHungNodes()) {
-      // Only a child of its own (local, or the ssh client of a remote node) can be stopped; the
-      // coordinator declares a node down that is still there after another timeout.
-      auto pid = pids.find(id);
-      if (pid == pids.end()) continue;
+  }
+
+  // One turn of the loop while the job runs.
+  void Watch() {
+    timer_.Poll(coordinator_, report_, checkpoints_);
+    plan_check_.Poll(report_);
+    StopHungNodes();
+    std::vector<ExitEvent> exited;
+    (void)group_.Poll(absl::Milliseconds(200), &exited);
+    for (const ExitEvent& e : exited) OnExit(e);
+    if (!exit_failure_.empty() && absl::Now() >= exit_deadline_) FailWithTheNodesWords();
+    CheckSignal();
+    report_.DrawProgress(absl::Now() - start_);
+  }
+
+  // Hung nodes the coordinator wants restarted. Only a child of its own (local, or the ssh
+  // client of a remote node) can be stopped; the coordinator declares a node down that is
+  // still there after another timeout.
+  void StopHungNodes() {
+    for (auto& [id, why] : coordinator_.TakeHungNodes()) {
+      auto pid = pids_.find(id);
+      if (pid == pids_.end()) continue;
       SYNCLINE_LOG(WARNING) << "stopping " << id << " (pid " << pid->second << ") to restart it";
-      hung[id] = why;
+      hung_[id] = why;
       ::kill(pid->second, SIGKILL);
     }
-    exited.clear();
-    (void)group.Poll(absl::Milliseconds(200), &exited);
-    for (const ExitEvent& e : exited) {
-      report.OnChildExit(e.label, e.max_rss_kib);
-      if (e.success()) continue;
-      const std::optional<int> worker = WorkerOfLabel(e.label);
-      const bool job_stopper = e.exit_code == kExitBadInput || e.exit_code == kExitDiverged;
-      if (out.failure.empty() && !job_stopper && restart(e)) continue;
-      if (out.failure.empty() && worker && MinWorkers(spec) < spec.workers && !job_stopper) {
-        // ASP/SSP, gossip and --min-workers go on without a lost worker: the coordinator counts
-        // those left, tells the servers and hands its batches over.
-        out.lost.push_back(DescribeExit(e));
-        coordinator.ReportLost(wire::Role::WORKER, *worker, out.lost.back());
-        continue;
-      }
-      if (exit_failure.empty()) {
-        exit_failure = describe(e);
-        if (const auto node = NodeOfLabel(e.label)) exit_node = *node;
-        exit_label = e.label;
-        if (!not_restarted.empty()) absl::StrAppend(&exit_failure, " (", not_restarted, ")");
-        exit_code = job_stopper ? e.exit_code : 1;  // bad input or divergence, as it reported
-        // A node killed by a signal said nothing: no reason to wait for.
-        exit_deadline = absl::Now() + (e.signal == 0 ? absl::Seconds(1) : absl::ZeroDuration());
-      }
-    }
-    if (!exit_failure.empty() && absl::Now() >= exit_deadline) {
-      // A node that could have been restarted told the coordinator why it failed, which went
-      // on waiting for the restart: its words name the failure.
-      if (const std::string words =
-              exit_node ? coordinator.LastWords(exit_node->first, exit_node->second) : "";
-          !words.empty()) {
-        exit_failure = absl::StrCat(words, " (", exit_failure, ")");
-      } else if (auto said = last_error.find(exit_label); said != last_error.end()) {
-        exit_failure = absl::StrCat(said->second, " (", exit_failure, ")");
-      } else if (auto other = last_other.find(exit_label); other != last_other.end()) {
-        exit_failure = absl::StrCat(exit_label, ": ", other->second, " (", exit_failure, ")");
-      }
-      fail(exit_failure, exit_code);
-    }
-    check_signal();
-    report.DrawProgress(absl::Now() - start);
   }
-  run.join();
-  if (out.failure.empty() && !exit_failure.empty()) {
-    // The coordinator ended the job first, with the failed node's own reason.
-    out.failure = out.status.ok() ? exit_failure
-                                  : absl::StrCat(out.status.message(), " (", exit_failure, ")");
-    out.failure_code = exit_code;
+
+  std::string Describe(const ExitEvent& e) const {
+    auto h = hung_.find(e.label);
+    return h == hung_.end() ? DescribeExit(e)
+                            : absl::StrCat(h->second, "; stopped (", DescribeExit(e), ")");
   }
+
+  // A child exited while the job runs: restarted, lost, or the job's failure.
+  void OnExit(const ExitEvent& e) {
+    report_.OnChildExit(e.label, e.max_rss_kib);
+    if (e.success()) return;
+    const std::optional<int> worker = WorkerOfLabel(e.label);
+    const bool job_stopper = e.exit_code == kExitBadInput || e.exit_code == kExitDiverged;
+    if (out_.failure.empty() && !job_stopper && Restart(e)) return;
+    if (out_.failure.empty() && worker && MinWorkers(spec_) < spec_.workers && !job_stopper) {
+      // ASP/SSP, gossip and --min-workers go on without a lost worker: the coordinator counts
+      // those left, tells the servers and hands its batches over.
+      out_.lost.push_back(DescribeExit(e));
+      coordinator_.ReportLost(wire::Role::WORKER, *worker, out_.lost.back());
+      return;
+    }
+    if (!exit_failure_.empty()) return;
+    // A node that failed on its own has usually told the coordinator why (a bad line of its
+    // data, say) just before it exited: give that reason a moment to arrive, so that the job's
+    // error is the node's own words rather than only its exit code.
+    exit_failure_ = Describe(e);
+    if (const auto node = NodeOfLabel(e.label)) exit_node_ = *node;
+    exit_label_ = e.label;
+    if (!not_restarted_.empty()) absl::StrAppend(&exit_failure_, " (", not_restarted_, ")");
+    exit_code_ = job_stopper ? e.exit_code : 1;  // bad input or divergence, as it reported
+    // A node killed by a signal said nothing: no reason to wait for.
+    exit_deadline_ = absl::Now() + (e.signal == 0 ? absl::Seconds(1) : absl::ZeroDuration());
+  }
+
+  // The failed node's words, as the coordinator heard them or as it logged them, name the
+  // failure; its exit follows in brackets.
+  void FailWithTheNodesWords() {
+    if (const std::string words =
+            exit_node_ ? coordinator_.LastWords(exit_node_->first, exit_node_->second) : "";
+        !words.empty()) {
+      exit_failure_ = absl::StrCat(words, " (", exit_failure_, ")");
+    } else if (auto said = last_error_.find(exit_label_); said != last_error_.end()) {
+      exit_failure_ = absl::StrCat(said->second, " (", exit_failure_, ")");
+    } else if (auto other = last_other_.find(exit_label_); other != last_other_.end()) {
+      exit_failure_ = absl::StrCat(exit_label_, ": ", other->second, " (", exit_failure_, ")");
+    }
+    Fail(exit_failure_, exit_code_);
+  }
+
+  // --max-restarts: a failed node's child is started again, and every other node rolls back
+  // to the newest complete checkpoint (this run's, or the one it resumed from). True when it
+  // was.
+  bool Restart(const ExitEvent& e) {
+    const auto node = NodeOfLabel(e.label);
+    if (!node || !coordinator_.CanRestart()) return false;
+    checkpoints_.Flush();  // a manifest decided is on disk before a replacement reads it
+    int64_t clock = checkpoints_.last_clock();
+    std::string dir = clock >= 0 ? CheckpointDir(spec_.checkpoint.dir, clock) : "";
+    if (clock < 0 && restore_clock_ >= 0) {
+      clock = restore_clock_;
+      dir = spec_.checkpoint.restore;
+    }
+    const std::string reason = Describe(e);
+    if (clock < 0) {
+      not_restarted_ = "not restarted: no complete checkpoint to roll back to yet";
+      SYNCLINE_LOG(ERROR) << "cannot restart " << e.label << " (" << reason
+                          << "): " << not_restarted_;
+      return false;
+    }
+    auto child = std::find_if(processes_.begin(), processes_.end(),
+                              [&](const ProcessSpec& p) { return p.label == e.label; });
+    if (child == processes_.end() ||
+        !coordinator_.Restart(node->first, node->second, reason, clock, dir)) {
+      return false;
+    }
+    timer_.OnRollback();
+    ++out_.restarts;
+    hung_.erase(e.label);
+    report_.OnRestart(e.label);
+    if (auto pid = group_.Start(*child); !pid.ok()) {
+      // The coordinator waits for a replacement that will not come: the job stops, named.
+      Fail(absl::StrCat("cannot restart ", e.label, ": ", pid.status().message()), 1);
+    } else {
+      pids_[e.label] = *pid;
+    }
+    return true;
+  }
+
   // Nodes exit on their own after the shutdown or the abort; give them a moment. After a
   // failure, a node that had not registered yet never hears of the abort (it would wait for
   // its startup timeout): those get a second, then SIGTERM.
-  const bool failed = !out.status.ok() || !out.failure.empty();
-  const absl::Time grace = absl::Now() + (failed ? absl::Seconds(1) : absl::Seconds(10));
-  while (group.running() > 0 && absl::Now() < grace) {
-    exited.clear();
-    (void)group.Poll(absl::Milliseconds(100), &exited);
-    for (const ExitEvent& e : exited) {
-      report.OnChildExit(e.label, e.max_rss_kib);
-      if (!e.success() && out.failure.empty() && out.status.ok()) out.failure = DescribeExit(e);
-      // A node that rejected its input (exit 2) may have told the coordinator first: the job
-      // failed over bad input all the same.
-      if (!e.success() && (e.exit_code == kExitBadInput || e.exit_code == kExitDiverged) &&
-          out.failure_code == 1) {
-        out.failure_code = e.exit_code;
+  void LetChildrenExit() {
+    const bool failed = !out_.status.ok() || !out_.failure.empty();
+    const absl::Time grace = absl::Now() + (failed ? absl::Seconds(1) : absl::Seconds(10));
+    std::vector<ExitEvent> exited;
+    while (group_.running() > 0 && absl::Now() < grace) {
+      exited.clear();
+      (void)group_.Poll(absl::Milliseconds(100), &exited);
+      for (const ExitEvent& e : exited) {
+        report_.OnChildExit(e.label, e.max_rss_kib);
+        if (!e.success() && out_.failure.empty() && out_.status.ok()) {
+          out_.failure = DescribeExit(e);
+        }
+        // A node that rejected its input (exit 2) may have told the coordinator first: the job
+        // failed over bad input all the same.
+        if (!e.success() && (e.exit_code == kExitBadInput || e.exit_code == kExitDiverged) &&
+            out_.failure_code == 1) {
+          out_.failure_code = e.exit_code;
+        }
       }
     }
+    exited.clear();
+    group_.TerminateAll(absl::Seconds(2), &exited);
+    for (const ExitEvent& e : exited) report_.OnChildExit(e.label, e.max_rss_kib);
   }
-  exited.clear();
-  group.TerminateAll(absl::Seconds(2), &exited);
-  for (const ExitEvent& e : exited) report.OnChildExit(e.label, e.max_rss_kib);
-  out.wall = absl::Now() - start;
-  if (!out.status.ok() && out.failure.empty()) out.failure = std::string(out.status.message());
-  return out;
+
+  const JobSpec& spec_;
+  const std::vector<ProcessSpec>& processes_;
+  Coordinator& coordinator_;
+  RunReport& report_;
+  CheckpointTracker& checkpoints_;
+  const int64_t restore_clock_;
+  const std::atomic<int>& signal_;
+  std::map<std::string, std::string, std::less<>> last_error_, last_other_;
+  ProcessGroup group_;
+  const absl::Time start_;
+  CheckpointTimer timer_;
+  CheckpointPlanCheck plan_check_;
+  JobOutcome out_;
+  std::atomic<bool> job_done_{false};
+  std::map<std::string, int> pids_;  // by label, the latest child started
+  // Hung nodes the launcher was asked to stop for a restart, and why (their exit's reason).
+  std::map<std::string, std::string> hung_;
+  std::string not_restarted_;  // why the last failed node was not restarted, when it could be
+  // The first node that failed on its own, waited on until exit_deadline_ for its words.
+  std::string exit_failure_;
+  std::optional<std::pair<wire::Role, int>> exit_node_;
+  std::string exit_label_;
+  int exit_code_ = 1;
+  absl::Time exit_deadline_ = absl::InfiniteFuture();
+};
+
+}  // namespace
+
+JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& processes,
+                     Coordinator& coordinator, RunReport& report, CheckpointTracker& checkpoints,
+                     int64_t restore_clock, const std::atomic<int>& signal) {
+  return Supervision(spec, processes, coordinator, report, checkpoints, restore_clock, signal)
+      .Run();
 }
 
 }  // namespace syncline

@@ -1,5 +1,7 @@
 #include "programs/gen_common.h"
 
+#include "core/command_line.h"
+
 #include <cerrno>
 #include <cstring>
 #include <iostream>
@@ -27,14 +29,8 @@ CLI::Validator NotNegative() {
       "", "NOT_NEGATIVE");
 }
 
-std::optional<int> Parse(CLI::App& app, int argc, char** argv) {
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);  // Prints help to stdout, or the error to stderr.
-    return code == 0 ? 0 : kExitUsage;
-  }
-  return std::nullopt;
+std::optional<int> Parse(CLI::App& app, int argc, char** argv, const char* program) {
+  return ParseCommandLine(app, argc, argv, program);
 }
 
 }  // namespace syncline::gen

@@ -29,8 +29,9 @@ std::unique_ptr<std::ofstream> OpenOutput(const std::string& path);
 CLI::Validator NotNegative();
 
 // Parses the command line into `app`: nullopt to go on, else the exit code (0 after --help,
-// which goes to standard output; kExitUsage after the error, on standard error).
-std::optional<int> Parse(CLI::App& app, int argc, char** argv);
+// which goes to standard output; kExitUsage after the error, on standard error, which names
+// `program`, e.g. "syncline-gen criteo").
+std::optional<int> Parse(CLI::App& app, int argc, char** argv, const char* program);
 
 // The subcommands; argv[0] is the subcommand's name ("criteo", "fashion-mnist"), or the
 // program's for the synthetic data of a sparse model.

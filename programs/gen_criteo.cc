@@ -73,7 +73,7 @@ int CriteoMain(int argc, char** argv) {
   app.add_option("--zipf", options.zipf, "Zipf exponent of value popularity, > 0 and not 1");
   app.add_option("--interaction", options.interaction,
                  "Scale of the pairwise terms; 0 leaves a first-order model");
-  if (std::optional<int> exit = Parse(app, argc, argv)) return *exit;
+  if (std::optional<int> exit = Parse(app, argc, argv, "syncline-gen criteo")) return *exit;
   if (absl::Status s = ValidateCriteoGenOptions(options); !s.ok()) {
     std::cerr << "syncline-gen criteo: " << s.message()
               << "\nRun with --help for more information.\n";

@@ -141,7 +141,7 @@ int FashionMnistMain(int argc, char** argv) {
                      "all rows when not given")
           ->check(NotNegative())
           ->default_str("");  // Not "=0": the default is no limit, and 0 is refused.
-  if (std::optional<int> exit = Parse(app, argc, argv)) return *exit;
+  if (std::optional<int> exit = Parse(app, argc, argv, "syncline-gen fashion-mnist")) return *exit;
   if (limit_option->count() > 0 && limit == 0) {
     std::cerr << "syncline-gen fashion-mnist: --limit must be at least 1"
               << "\nRun with --help for more information.\n";

@@ -114,7 +114,7 @@ int SyntheticMain(int argc, char** argv) {
       "syncline-gen");
   SyntheticFlags f;
   AddSyntheticFlags(app, f);
-  if (std::optional<int> exit = Parse(app, argc, argv)) return *exit;
+  if (std::optional<int> exit = Parse(app, argc, argv, "syncline-gen")) return *exit;
   // Same rule as ReadDataset's DataFormat::kAuto, so the file reads back without flags.
   if (f.format == "auto") {
     f.format = absl::EndsWithIgnoreCase(f.out_path, ".csv") ? "csv" : "libsvm";

@@ -13,8 +13,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "core/coordinator.h"
@@ -28,11 +33,16 @@
 #include "job/options.h"
 #include "launch/checkpoint_tracker.h"
 #include "launch/cluster.h"
+#include "launch/earlier_results.h"
 #include "launch/experiment.h"
+#include "launch/flag_help.h"
+#include "launch/flag_modes.h"
 #include "launch/generate_data.h"
 #include "launch/job_config.h"
+#include "launch/launch_flags.h"
 #include "launch/resume.h"
 #include "launch/run_report.h"
+#include "launch/spelling.h"
 #include "launch/supervisor.h"
 
 namespace syncline {
@@ -140,8 +150,269 @@ int SubmitBatchJob(int argc, char** argv, const JobSpec& spec, const std::string
                              script.string(), ")"));
 }
 
+// The cluster flags into f.cluster: what starts the nodes, on which hosts, on which ports.
+absl::Status ResolveCluster(const CLI::App& app, const JobSpec& spec, LaunchFlags& f) {
+  ClusterOptions& cluster = f.cluster;
+  absl::StatusOr<LauncherKind> kind = ParseLauncher(f.launcher);
+  if (!kind.ok()) return kind.status();
+  cluster.kind = *kind;
+  cluster.rsh_given = app.get_option("--rsh")->count() > 0;
+  if (!f.hosts.empty() && !f.hostfile.empty()) {
+    return absl::InvalidArgumentError("give --hosts or --hostfile, not both");
+  }
+  if (!f.hosts.empty() || !f.hostfile.empty()) {
+    auto parsed = f.hosts.empty() ? ReadHostfile(f.hostfile) : ParseHosts(f.hosts);
+    if (!parsed.ok()) return parsed.status();
+    cluster.hosts = std::move(*parsed);
+  }
+  const bool needs_hosts =
+      cluster.kind == LauncherKind::kSsh || cluster.kind == LauncherKind::kMpirun;
+  if (needs_hosts && cluster.hosts.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--launcher ", f.launcher, " needs --hosts or --hostfile"));
+  }
+  if (!needs_hosts && !cluster.hosts.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--hosts and --hostfile are for --launcher ssh or mpirun, not ", f.launcher));
+  }
+  if (spec.max_restarts > 0 &&
+      (cluster.kind == LauncherKind::kMpirun || cluster.kind == LauncherKind::kSlurm)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-restarts needs --launcher local or ssh: ", f.launcher,
+                     " starts every node as one world, which cannot restart one of them"));
+  }
+  if (!f.port_range.empty()) {
+    auto ports = ParsePortRange(f.port_range);
+    if (!ports.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--port-range: ", ports.status().message()));
+    }
+    cluster.ports = *ports;
+  }
+  return absl::OkStatus();
+}
+
+// The run folder and the checkpoints for this run: locked, data generated where there is no
+// --train, and the checkpoint to restore found. Returns the clock the run starts from (-1:
+// afresh).
+absl::StatusOr<int64_t> PrepareRunFolder(const LaunchFlags& f, JobSpec& spec) {
+  if (f.resume && f.resume_if_any) {
+    return absl::InvalidArgumentError("give --resume or --resume-if-any, not both");
+  }
+  const bool resumes = f.resume || f.resume_if_any;
+  if (resumes && spec.sync.gossip() && spec.sync.asynchronous) {
+    return absl::InvalidArgumentError(AsyncGossipCannotCheckpoint(spec.sync));
+  }
+  SetLogTag("launch");
+  if (auto s = LockRunFolders(spec, f.config.out, resumes); !s.ok()) return s;
+  // Workers of one's own, or a user's worker command, bring their data: generated files would
+  // be named in the summary although no worker read them.
+  if (spec.data.train.empty() && !f.external_workers && spec.worker_command.empty()) {
+    if (auto s = GenerateData(f.config, &spec); !s.ok()) return s;
+  }
+  return PrepareCheckpoints(&spec, f.resume, f.resume_if_any);
+}
+
+// The transport's settings. Off loopback every connection is authenticated and encrypted,
+// with a key of this job's own unless one was given (a file all hosts can read: a shared
+// folder).
+absl::StatusOr<ZmqOptions> TransportOptions(LaunchFlags& f, bool loopback) {
+  ClusterOptions& cluster = f.cluster;
+  cluster.insecure = f.insecure;
+  ZmqOptions transport_options;
+  if (!cluster.key_file.empty() || (!f.insecure && !loopback)) {
+    absl::StatusOr<JobKey> key = absl::UnknownError("");
+    if (cluster.key_file.empty()) {
+      cluster.key_file = (fs::absolute(f.config.out) / "job.key").string();
+      key = JobKey::Generate();
+      if (auto s = key->Save(cluster.key_file); !s.ok()) return s;
+    } else {
+      cluster.key_file = fs::absolute(cluster.key_file).string();
+      key = JobKey::Load(cluster.key_file);
+      if (!key.ok()) return key.status();
+    }
+    transport_options.key = std::make_shared<const JobKey>(*std::move(key));
+  }
+  return transport_options;
+}
+
+// The coordinator on the first free port of --port-range, as the nodes take theirs (any port
+// without one).
+absl::StatusOr<std::unique_ptr<Coordinator>> CreateCoordinator(ZmqTransport& transport,
+                                                               const LaunchFlags& f,
+                                                               const std::string& bind_ip,
+                                                               const JobSpec& spec,
+                                                               RunReport& report) {
+  const ClusterOptions& cluster = f.cluster;
+  CoordinatorOptions options = CoordinatorOptionsFor(spec);
+  // Workers of one's own evaluate on test data of their own (WorkerSession::Finish), which
+  // the job's spec does not name.
+  if (f.external_workers) options.evaluate = true;
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+      absl::UnavailableError("no port tried");
+  for (int port = cluster.ports.any() ? 0 : cluster.ports.first;
+       port <= (cluster.ports.any() ? 0 : cluster.ports.last); ++port) {
+    coordinator = Coordinator::Create(transport, absl::StrCat("tcp://", bind_ip, ":", port),
+                                      options, &report);
+    if (coordinator.ok() || !absl::IsUnavailable(coordinator.status())) break;
+  }
+  return coordinator;
+}
+
+std::string CoordinatorAddressFile(const std::string& out) {
+  return (fs::path(out) / "coordinator.address").string();
+}
+
+// Tells people (a line) and scripts (OUT/coordinator.address) where the coordinator is, when
+// nodes of their own are to join it.
+void AnnounceCoordinator(const LaunchFlags& f, const JobSpec& spec, const std::string& address,
+                         const ZmqOptions& transport_options, bool loopback) {
+  const ClusterOptions& cluster = f.cluster;
+  if (cluster.kind != LauncherKind::kLocal) {
+    std::cout << "coordinator " << address << ", nodes by " << LauncherName(cluster.kind) << ", "
+              << (transport_options.key ? "CURVE with key " + cluster.key_file
+                  : loopback            ? std::string("plaintext on loopback")
+                                        : std::string("plaintext (--insecure)"))
+              << std::endl;
+  }
+  const bool joins = MaxWorkers(spec) > spec.workers;
+  if (f.external_workers || joins) {
+    // Scripts read the address from the file; people from the line. It is there while the job
+    // runs (RunJob removes it at the end).
+    std::ofstream(CoordinatorAddressFile(f.config.out)) << address << "\n";
+  }
+  if (joins) {
+    std::cout << "up to " << MaxWorkers(spec) - spec.workers
+              << " more workers may join: syncline-worker --coordinator " << address << " --join"
+              << (transport_options.key ? " --key-file " + cluster.key_file : std::string())
+              << std::endl;
+  }
+  if (f.external_workers) {
+    std::cout << "coordinator " << address << "  (waiting for " << spec.workers
+              << " external workers, ranks 0.." << spec.workers - 1 << ")" << std::endl;
+  }
+}
+
+// Starts the coordinator and the nodes, supervises the job to its end and writes its
+// summary; returns the launcher's exit code.
+int RunJob(LaunchFlags& f, const JobSpec& spec, int64_t restore_clock) {
+  RunReport report(spec, f.config.out, isatty(STDERR_FILENO) != 0);
+  CheckpointTracker checkpoints(CheckpointTrackerOptions{.root = spec.checkpoint.dir,
+                                                         .servers = spec.servers,
+                                                         .workers = spec.workers,
+                                                         .keep = spec.checkpoint.keep,
+                                                         .job = ManifestEntries(spec)});
+  report.SetCheckpoints(&checkpoints, restore_clock);
+  absl::StatusOr<std::string> bind_ip = CoordinatorBindIp(f.cluster);
+  if (!bind_ip.ok()) return Refuse(bind_ip.status().message());
+  const bool loopback = IsLoopbackHost(*bind_ip);
+  absl::StatusOr<ZmqOptions> transport_options = TransportOptions(f, loopback);
+  if (!transport_options.ok()) return Refuse(transport_options.status().message());
+  ZmqTransport transport(*transport_options);
+  transport.AllowPeers(
+      JobEndpointIds(spec.servers, MaxWorkers(spec), MaxWorkers(spec) > spec.workers));
+  auto coordinator = CreateCoordinator(transport, f, *bind_ip, spec, report);
+  if (!coordinator.ok()) {
+    std::cerr << "syncline-launch: " << coordinator.status().message() << "\n";
+    return 1;
+  }
+  const std::string address = (*coordinator)->address();
+  auto processes = NodeProcesses(spec, f.cluster, address, f.external_workers);
+  if (!processes.ok()) return Refuse(processes.status().message());
+  // Only now the run's files: a launch refused above (a bad key file, too few host slots)
+  // leaves the previous run's metrics.csv as it was.
+  if (restore_clock < 0) {
+    absl::StatusOr<std::vector<std::string>> moved = SetAsideEarlierResults(f.config.out);
+    if (!moved.ok()) return Refuse(moved.status().message());
+    if (!moved->empty()) {
+      std::cerr << "syncline-launch: moved an earlier run's " << absl::StrJoin(*moved, ", ")
+                << " to " << (fs::path(f.config.out) / "previous-run").string() << "\n";
+    }
+  }
+  if (auto s = report.Open(); !s.ok()) return Refuse(s.message());
+  AnnounceCoordinator(f, spec, address, *transport_options, loopback);
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  const JobOutcome outcome =
+      Supervise(spec, *processes, **coordinator, report, checkpoints, restore_clock, g_signal);
+  // A worker started with its address after the job's end would wait for its startup timeout.
+  std::error_code ec;
+  fs::remove(CoordinatorAddressFile(f.config.out), ec);
+  report.EndProgress();
+  checkpoints.Flush();  // manifests decided so far are on disk before the summary counts them
+  return Conclude(outcome, report);
+}
+
+// The subcommands, for --help, docs/FLAGS.md and the suggestion for a mistyped one.
+constexpr std::pair<const char*, const char*> kSubcommands[] = {
+    {"experiment",
+     "runs the job once per value of a swept flag (--sync bsp,asp,ssp:1, --compress, "
+     "--aggregate, ...) on the same data and compares the runs: OUT/summary.csv, OUT/report.md "
+     "and plots. Its flags: syncline-launch experiment --help"},
+};
+
+std::string SubcommandsText() {
+  std::string text = "Subcommands:\n";
+  for (const auto& [name, what] : kSubcommands) {
+    absl::StrAppend(&text, "  ", absl::StrFormat("%-12s", name), " ", what, "\n");
+  }
+  absl::StrAppend(&text,
+                  "\nEvery flag, and the sync modes each applies to: docs/FLAGS.md "
+                  "(syncline-launch --help-markdown).");
+  return text;
+}
+
+constexpr char kMarkdownIntro[] =
+    "<!-- Generated by `syncline-launch --help-markdown` from the flags' own help (launch/\n"
+    "     job_config.cc, launch/launch_flags.cc, launch/flag_modes.cc); do not edit by hand.\n"
+    "     Regenerate: build/bin/syncline-launch --help-markdown > docs/FLAGS.md -->\n"
+    "# syncline-launch flags\n\n"
+    "`syncline-launch [OPTIONS] [JOB.toml]` runs one training job; `syncline-launch experiment`\n"
+    "runs it once per value of a swept flag ([Subcommands](#subcommands)). A flag with a job-file\n"
+    "key may also be set in a TOML job file (`key = value`, the flag's name without dashes); a\n"
+    "flag on the command line wins over the file. Paths in a job file (`train`, `test`, `out`,\n"
+    "`checkpoint-dir`) are relative to the file's folder, and an error about a value from the\n"
+    "file names the file and line. A flag that the job's sync mode ignores is refused or warned\n"
+    "about: [Which flags apply to which sync mode](#which-flags-apply-to-which-sync-mode).\n\n";
+
+std::string MarkdownOutro() {
+  std::string md = "\n## Subcommands\n\n";
+  for (const auto& [name, what] : kSubcommands) {
+    absl::StrAppend(&md, "- `syncline-launch ", name, "`: ", what, ".\n");
+  }
+  absl::StrAppend(&md,
+                  "\n### syncline-launch experiment\n\n"
+                  "Its own flags; every other flag goes to each run as given (a flag that a "
+                  "run's mode ignores is left out of that run).\n\n",
+                  ExperimentFlagsMarkdown());
+  absl::StrAppend(
+      &md,
+      "\n## Which flags apply to which sync mode\n\n"
+      "Every flag not listed applies to every mode. A flag given for a mode that ignores it is\n"
+      "refused (exit code 2) when the mismatch is explicit: the flag and `--sync` both on the\n"
+      "command line, or both in the job file. A job file's setting for another mode than the\n"
+      "command line's `--sync` is ignored with a warning, and so is a flag whose row says\n"
+      "\"warning\". `syncline-launch experiment` leaves a flag out of the runs whose mode ignores\n"
+      "it, and says so. The `--gen-*` flags are ignored, with a warning, when no data is\n"
+      "generated: with `--train`, or `--external-workers`.\n\n",
+      FlagModesMarkdown());
+  return md;
+}
+
+// The flags that the job's mode ignores: refused, or logged as warnings.
+absl::Status CheckTheFlagsApply(const JobConfig& config) {
+  absl::StatusOr<SyncMode> sync = ParseSyncMode(config.sync);
+  if (!sync.ok()) return absl::OkStatus();  // BuildJobSpec names what is wrong with it
+  absl::StatusOr<std::vector<std::string>> warnings = CheckFlagsApply(*sync, config);
+  if (!warnings.ok()) return warnings.status();
+  for (const std::string& warning : *warnings) SYNCLINE_LOG(WARNING) << warning;
+  return absl::OkStatus();
+}
+
 // Everything after the first "--" is the workers' command (a user's program); argc is cut there.
-std::vector<std::string> TakeWorkerCommand(int* argc, char** argv) {
+// nullopt without a "--".
+std::optional<std::vector<std::string>> TakeWorkerCommand(int* argc, char** argv) {
   for (int i = 1; i < *argc; ++i) {
     if (std::string_view(argv[i]) == "--") {
       std::vector<std::string> command(argv + i + 1, argv + *argc);
@@ -149,17 +420,16 @@ std::vector<std::string> TakeWorkerCommand(int* argc, char** argv) {
       return command;
     }
   }
-  return {};
+  return std::nullopt;
 }
 
 // What a job whose workers run a user's command may not ask for.
-absl::Status CheckWorkerCommand(const JobSpec& spec, bool dash_dash, bool external_workers) {
-  if (!dash_dash) return absl::OkStatus();
+absl::Status CheckWorkerCommand(const JobSpec& spec, const LaunchFlags& f) {
   if (spec.worker_command.empty()) {
     return absl::InvalidArgumentError(
         "-- must be followed by the workers' command, e.g. -- python3 train.py");
   }
-  if (external_workers) {
+  if (f.external_workers) {
     return absl::InvalidArgumentError(
         "give --external-workers (you start the workers) or -- COMMAND (the launcher starts "
         "COMMAND as every worker), not both");
@@ -185,222 +455,55 @@ absl::Status CheckWorkerCommand(const JobSpec& spec, bool dash_dash, bool extern
 }
 
 int Main(int argc, char** argv) {
-  const bool dash_dash = [&] {
-    for (int i = 1; i < argc; ++i) {
-      if (std::string_view(argv[i]) == "--") return true;
-    }
-    return false;
-  }();
   const int full_argc = argc;  // a batch script runs the whole command line, -- COMMAND too
-  std::vector<std::string> worker_command = TakeWorkerCommand(&argc, argv);
+  std::optional<std::vector<std::string>> worker_command = TakeWorkerCommand(&argc, argv);
   CLI::App app(kAbout);
-  JobConfig config;
-  bool resume = false, resume_if_any = false, external_workers = false;
-  app.add_flag("--external-workers", external_workers,
-               "Start the coordinator and the servers only, print the coordinator's address, and "
-               "wait for --workers programs of your own to join it (include/syncline/"
-               "worker_session.h; examples/embed_client)");
-  app.add_flag("--resume", resume,
-               "Restart the job from the newest complete checkpoint in --checkpoint-dir "
-               "(damaged or partial ones are reported and skipped)");
-  app.add_flag("--resume-if-any", resume_if_any,
-               "Like --resume when --checkpoint-dir holds a complete checkpoint, else start "
-               "afresh: one command for every attempt of a job that a scheduler may requeue");
-  ClusterOptions cluster;
-  std::string launcher = "local", hosts, hostfile, port_range, sbatch_args;
-  bool sbatch = false, insecure = false;
-  auto* where =
-      app.add_option_group("Where the nodes run (see \"Run on a cluster\" in the README)");
-  where
-      ->add_option("--launcher", launcher,
-                   "What starts the nodes: local (children of this process), ssh (one --rsh per "
-                   "node on --hosts), mpirun (Open MPI across --hosts), slurm (srun inside an "
-                   "allocation)")
-      ->capture_default_str();
-  where->add_option("--hosts", hosts,
-                    "ssh/mpirun: hosts to spread the nodes over, HOST[:SLOTS],... e.g. h1,h2:4");
-  where->add_option("--hostfile", hostfile,
-                    "ssh/mpirun: an Open MPI hostfile (lines 'HOST slots=N') instead of --hosts");
-  where
-      ->add_option("--servers-per-host", cluster.servers_per_host,
-                   "ssh: put the servers K to a host on the first hosts (default: round-robin "
-                   "with the workers, one per host and turn)")
-      ->check(CLI::Range(0, kMostNodes));
-  where
-      ->add_option("--rsh", cluster.rsh,
-                   "ssh/mpirun: the command that runs COMMAND on HOST, called as RSH HOST "
-                   "COMMAND (mpirun: its plm_rsh_agent)")
-      ->capture_default_str();
-  where->add_option("--interface", cluster.interface,
-                    "network interface the coordinator and the nodes listen on (default: the one "
-                    "whose route reaches the first host; loopback for a local job)");
-  where->add_option("--coordinator-interface", cluster.coordinator_interface,
-                    "the coordinator's interface, when it is not the nodes' --interface (a "
-                    "launcher on a login node)");
-  where->add_option("--port-range", port_range,
-                    "listen only on ports FIRST-LAST (coordinator and nodes), for firewalls");
-  where->add_option("--launcher-args", cluster.launcher_args,
-                    "mpirun/slurm: extra arguments for mpirun or srun, e.g. '--mca "
-                    "btl_tcp_if_include eth0' or '--overcommit'");
-  where->add_flag("--sbatch", sbatch,
-                  "slurm: write OUT/job.sbatch, a batch script that runs this job with "
-                  "--launcher slurm (and --resume-if-any when it checkpoints, so that a requeued "
-                  "job resumes), and submit it with sbatch");
-  where->add_option("--sbatch-args", sbatch_args, "extra arguments for sbatch, e.g. '--wait'");
-  where->add_flag("--insecure", insecure,
-                  "Off loopback, send plaintext without authentication (trusted networks only). "
-                  "Default: CURVE encryption with a per-job key, OUT/job.key");
-  where->add_option("--key-file", cluster.key_file,
-                    "the job key to use instead of a new OUT/job.key (a file every host can read)");
-  if (auto s = AddJobFlags(app, &config); !s.ok()) return Refuse(s.message());
-  auto action = ParseJobCommandLine(argc, argv, app, &config);
+  app.formatter(GroupedHelpFormatter());
+  app.footer(SubcommandsText());
+  app.get_help_ptr()->group(FlagGroupName(FlagGroup::kJob));
+  LaunchFlags f;
+  AddLaunchFlags(app, &f);
+  bool markdown = false;
+  app.add_flag("--help-markdown", markdown, "docs/FLAGS.md")->group("");  // hidden
+  if (auto s = AddJobFlags(app, &f.config); !s.ok()) return Refuse(s.message());
+  auto action = ParseJobCommandLine(argc, argv, app, &f.config);
   if (!action.ok())
     return Refuse(absl::StrCat(action.status().message(), "\nRun with --help for usage."));
-  if (*action == CommandLineAction::kShowHelp) {
-    std::cout << app.help();
+  if (*action == CommandLineAction::kShowHelp || markdown) {
+    std::cout << (markdown ? FlagsMarkdown(app, kMarkdownIntro, MarkdownOutro()) : app.help());
     return 0;
   }
-  absl::StatusOr<JobSpec> spec = BuildJobSpec(config);
+  if (f.external_workers) f.config.given["external-workers"] = {};
+  if (auto s = CheckTheFlagsApply(f.config); !s.ok()) return Refuse(s.message());
+  absl::StatusOr<JobSpec> spec = BuildJobSpec(f.config);
   if (!spec.ok()) return Refuse(spec.status().message());
-  spec->worker_command = std::move(worker_command);
-  if (auto s = CheckWorkerCommand(*spec, dash_dash, external_workers); !s.ok()) {
-    return Refuse(s.message());
+  if (worker_command.has_value()) {
+    spec->worker_command = std::move(*worker_command);
+    if (auto s = CheckWorkerCommand(*spec, f); !s.ok()) return Refuse(s.message());
   }
   for (const std::string& warning : JobSpecWarnings(*spec)) SYNCLINE_LOG(WARNING) << warning;
-  if (auto kind = ParseLauncher(launcher); kind.ok()) {
-    cluster.kind = *kind;
-  } else {
-    return Refuse(kind.status().message());
-  }
-  cluster.rsh_given = app.get_option("--rsh")->count() > 0;
-  if (!hosts.empty() && !hostfile.empty()) return Refuse("give --hosts or --hostfile, not both");
-  if (!hosts.empty() || !hostfile.empty()) {
-    auto parsed = hosts.empty() ? ReadHostfile(hostfile) : ParseHosts(hosts);
-    if (!parsed.ok()) return Refuse(parsed.status().message());
-    cluster.hosts = std::move(*parsed);
-  }
-  const bool needs_hosts =
-      cluster.kind == LauncherKind::kSsh || cluster.kind == LauncherKind::kMpirun;
-  if (needs_hosts && cluster.hosts.empty()) {
-    return Refuse(absl::StrCat("--launcher ", launcher, " needs --hosts or --hostfile"));
-  }
-  if (!needs_hosts && !cluster.hosts.empty()) {
-    return Refuse(
-        absl::StrCat("--hosts and --hostfile are for --launcher ssh or mpirun, not ", launcher));
-  }
-  if (spec->max_restarts > 0 &&
-      (cluster.kind == LauncherKind::kMpirun || cluster.kind == LauncherKind::kSlurm)) {
-    return Refuse(absl::StrCat("--max-restarts needs --launcher local or ssh: ", launcher,
-                               " starts every node as one world, which cannot restart one of "
-                               "them"));
-  }
-  if (!port_range.empty()) {
-    auto ports = ParsePortRange(port_range);
-    if (!ports.ok()) return Refuse(absl::StrCat("--port-range: ", ports.status().message()));
-    cluster.ports = *ports;
-  }
-  if (sbatch) return SubmitBatchJob(full_argc, argv, *spec, config.out, sbatch_args);
+  if (auto s = ResolveCluster(app, *spec, f); !s.ok()) return Refuse(s.message());
+  if (f.sbatch) return SubmitBatchJob(full_argc, argv, *spec, f.config.out, f.sbatch_args);
   std::error_code cwd_error;
-  cluster.working_dir = fs::current_path(cwd_error).string();
-  cluster.out = fs::absolute(config.out).string();
-  if (resume && resume_if_any) return Refuse("give --resume or --resume-if-any, not both");
-  if ((resume || resume_if_any) && spec->sync.gossip() && spec->sync.asynchronous) {
-    return Refuse(AsyncGossipCannotCheckpoint(spec->sync));
-  }
-  SetLogTag("launch");
-  if (auto s = LockRunFolders(*spec, config.out, resume || resume_if_any); !s.ok()) {
-    return Refuse(s.message());
-  }
-  // A user's worker program reads its own data (or --train, which it may take from the spec).
-  if (spec->data.train.empty() && spec->worker_command.empty()) {
-    if (auto s = GenerateData(config, &*spec); !s.ok()) return Refuse(s.message());
-  }
-  absl::StatusOr<int64_t> restore_clock = PrepareCheckpoints(&*spec, resume, resume_if_any);
+  f.cluster.working_dir = fs::current_path(cwd_error).string();
+  f.cluster.out = fs::absolute(f.config.out).string();
+  absl::StatusOr<int64_t> restore_clock = PrepareRunFolder(f, *spec);
   if (!restore_clock.ok()) return Refuse(restore_clock.status().message());
+  return RunJob(f, *spec, *restore_clock);
+}
 
-  RunReport report(*spec, config.out, isatty(STDERR_FILENO) != 0);
-  CheckpointTracker checkpoints(CheckpointTrackerOptions{.root = spec->checkpoint.dir,
-                                                         .servers = spec->servers,
-                                                         .workers = spec->workers,
-                                                         .keep = spec->checkpoint.keep,
-                                                         .job = ManifestEntries(*spec)});
-  report.SetCheckpoints(&checkpoints, *restore_clock);
-
-  absl::StatusOr<std::string> bind_ip = CoordinatorBindIp(cluster);
-  if (!bind_ip.ok()) return Refuse(bind_ip.status().message());
-  cluster.insecure = insecure;
-  const bool loopback = IsLoopbackHost(*bind_ip);
-  ZmqOptions transport_options;
-  if (!cluster.key_file.empty() || (!insecure && !loopback)) {
-    // Off loopback every connection is authenticated and encrypted, with a key of this job's
-    // own unless one was given (a file all hosts can read: a shared folder).
-    absl::StatusOr<JobKey> key = absl::UnknownError("");
-    if (cluster.key_file.empty()) {
-      cluster.key_file = (fs::absolute(config.out) / "job.key").string();
-      key = JobKey::Generate();
-      if (auto s = key->Save(cluster.key_file); !s.ok()) return Refuse(s.message());
-    } else {
-      cluster.key_file = fs::absolute(cluster.key_file).string();
-      key = JobKey::Load(cluster.key_file);
-      if (!key.ok()) return Refuse(key.status().message());
-    }
-    transport_options.key = std::make_shared<const JobKey>(*std::move(key));
-  }
-  ZmqTransport transport(transport_options);
-  transport.AllowPeers(
-      JobEndpointIds(spec->servers, MaxWorkers(*spec), MaxWorkers(*spec) > spec->workers));
-  // The first free port of --port-range, as the nodes take theirs (any port without one).
-  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
-      absl::UnavailableError("no port tried");
-  for (int port = cluster.ports.any() ? 0 : cluster.ports.first;
-       port <= (cluster.ports.any() ? 0 : cluster.ports.last); ++port) {
-    coordinator = Coordinator::Create(transport, absl::StrCat("tcp://", *bind_ip, ":", port),
-                                      CoordinatorOptionsFor(*spec), &report);
-    if (coordinator.ok() || !absl::IsUnavailable(coordinator.status())) break;
-  }
-  if (!coordinator.ok()) {
-    std::cerr << "syncline-launch: " << coordinator.status().message() << "\n";
-    return 1;
-  }
-  auto processes = NodeProcesses(*spec, cluster, (*coordinator)->address(), external_workers);
-  if (!processes.ok()) return Refuse(processes.status().message());
-  // Only now the run's files: a launch refused above (a bad key file, too few host slots)
-  // leaves the previous run's metrics.csv as it was.
-  if (auto s = report.Open(); !s.ok()) return Refuse(s.message());
-  if (cluster.kind != LauncherKind::kLocal) {
-    std::cout << "coordinator " << (*coordinator)->address() << ", nodes by "
-              << LauncherName(cluster.kind) << ", "
-              << (transport_options.key ? "CURVE with key " + cluster.key_file
-                  : loopback            ? std::string("plaintext on loopback")
-                                        : std::string("plaintext (--insecure)"))
-              << std::endl;
-  }
-  const bool joins = MaxWorkers(*spec) > spec->workers;
-  if (external_workers || joins) {
-    // Scripts read the address from the file; people from the line.
-    std::ofstream((fs::path(config.out) / "coordinator.address").string())
-        << (*coordinator)->address() << "\n";
-  }
-  if (joins) {
-    std::cout << "up to " << MaxWorkers(*spec) - spec->workers
-              << " more workers may join: syncline-worker --coordinator "
-              << (*coordinator)->address() << " --join"
-              << (transport_options.key ? " --key-file " + cluster.key_file : std::string())
-              << std::endl;
-  }
-  if (external_workers) {
-    std::cout << "coordinator " << (*coordinator)->address() << "  (waiting for " << spec->workers
-              << " external workers, ranks 0.." << spec->workers - 1 << ")" << std::endl;
-  }
-  struct sigaction sa = {};
-  sa.sa_handler = OnSignal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  const JobOutcome outcome =
-      Supervise(*spec, *processes, **coordinator, report, checkpoints, *restore_clock, g_signal);
-  report.EndProgress();
-  checkpoints.Flush();  // manifests decided so far are on disk before the summary counts them
-  return Conclude(outcome, report);
+// A first argument that is neither a flag nor a job file, close to a subcommand's name, is
+// that subcommand mistyped.
+std::optional<int> RefuseMistypedSubcommand(int argc, char** argv) {
+  if (argc < 2) return std::nullopt;
+  const std::string first = argv[1];
+  if (first.empty() || first[0] == '-' || first.ends_with(".toml")) return std::nullopt;
+  std::vector<std::string> names;
+  for (const auto& [name, what] : kSubcommands) names.emplace_back(name);
+  const std::string suggestion = DidYouMean(first, names);
+  if (suggestion.empty()) return std::nullopt;
+  return Refuse(
+      absl::StrCat("unknown subcommand '", first, "'", suggestion, "\nRun with --help for usage."));
 }
 
 }  // namespace
@@ -410,5 +513,6 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "experiment") {
     return syncline::RunExperiment(argc - 1, argv + 1);
   }
+  if (auto refused = syncline::RefuseMistypedSubcommand(argc, argv)) return *refused;
   return syncline::Main(argc, argv);
 }

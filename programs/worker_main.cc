@@ -71,6 +71,11 @@ int Main(int argc, char** argv) {
   ZmqTransport transport(*transport_options);
   if (join) {
     transport.AllowPeers({kCoordinatorId});
+    // Silence while the coordinator does not answer (a job that ended) would look like a hang.
+    SYNCLINE_LOG(INFO) << "asking the coordinator at " << options.coordinator
+                       << " for a place in its running job; waiting up to "
+                       << absl::ToDoubleSeconds(options.startup_timeout)
+                       << " s for an answer (--startup-timeout)";
     absl::StatusOr<int> rank = RequestJoin(transport, options.coordinator, options.startup_timeout);
     if (!rank.ok()) {
       SYNCLINE_LOG(ERROR) << rank.status();

@@ -153,7 +153,7 @@ NodeExit ServerNode::Run() {
       }
       control->ReportRolledBack(back->generation);
       SYNCLINE_LOG(INFO) << "rolled back to checkpoint " << back->clock << " in "
-                         << absl::FormatDuration(absl::Now() - begin);
+                         << ReadableDuration(absl::Now() - begin);
     }
     ParameterServer& server = *shard;
     if (auto s = server.ServeUntil(absl::Now() + absl::Milliseconds(50)); !s.ok()) {

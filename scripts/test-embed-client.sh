@@ -25,8 +25,8 @@ cmake -S "$root/examples/embed_client" -B "$tmp/embed" -G Ninja \
   -DCMAKE_PREFIX_PATH="$tmp/prefix" >"$tmp/configure.log" 2>&1 || fail "configuring the example failed"
 cmake --build "$tmp/embed" >"$tmp/build.log" 2>&1 || fail "building the example failed"
 
-"$tmp/prefix/bin/syncline-launch" --external-workers --workers 2 --sync bsp --gen-rows 2000 \
-  --gen-test-rows 500 --out "$tmp/run" >"$tmp/launch.log" 2>&1 &
+"$tmp/prefix/bin/syncline-launch" --external-workers --workers 2 --sync bsp \
+  --out "$tmp/run" >"$tmp/launch.log" 2>&1 &
 launcher=$!
 pids+=("$launcher")
 for _ in $(seq 200); do
@@ -47,6 +47,10 @@ done
 wait "$launcher" || fail "syncline-launch --external-workers failed"
 summary="$tmp/run/summary.json"
 grep -q '"status": "ok"' "$summary" || fail "the job did not end ok: $(cat "$summary")"
+# The clients' own steps, and no data file that no client read.
+grep -q '^  "steps": 0,' "$summary" && fail "the summary counts no steps: $(cat "$summary")"
+grep -q '"train": "",' "$summary" || fail "the summary names a training file: $(cat "$summary")"
+[ -e "$tmp/run/coordinator.address" ] && fail "coordinator.address outlived the job"
 loss=$(sed -n 's/.*"test_loss": \([0-9.eE+-]*\).*/\1/p' "$summary")
 awk -v l="$loss" 'BEGIN { exit !(l > 0 && l < 0.6931) }' ||
   fail "test loss '$loss' is no better than a constant guess"

@@ -55,6 +55,13 @@ inline RunResult RunProcess(std::vector<std::string> argv,
 }
 
 // A fresh empty directory under the test's temp dir.
+// {"--servers", N} for a job whose --sync has parameter servers; nothing for the serverless
+// gossip and all-reduce, for which the launcher refuses --servers.
+inline std::vector<std::string> ServersFlag(const std::string& sync, int servers) {
+  if (sync.starts_with("gossip") || sync.starts_with("allreduce")) return {};
+  return {"--servers", std::to_string(servers)};
+}
+
 inline std::string TempDir(const std::string& name) {
   const char* base = std::getenv("TEST_TMPDIR");
   std::filesystem::path p = std::filesystem::path(base ? base : "/tmp") /

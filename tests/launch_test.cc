@@ -460,9 +460,21 @@ TEST_F(LaunchTest, TestFeaturesTheTrainingFileNeverHadCountAsZero) {
   for (const char* sync : {"bsp", "asp", "gossip:ring"}) {
     SCOPED_TRACE(sync);
     const std::string out = dir + "/run_" + std::string(sync, 3);
-    auto r = RunProcess({kLaunch, "--servers", "1", "--workers", "2", "--sync", sync, "--train",
-                         dir + "/train.libsvm", "--test", dir + "/test.libsvm", "--batch-size",
-                         "20", "--out", out});
+    std::vector<std::string> argv = {kLaunch,
+                                     "--workers",
+                                     "2",
+                                     "--sync",
+                                     sync,
+                                     "--train",
+                                     dir + "/train.libsvm",
+                                     "--test",
+                                     dir + "/test.libsvm",
+                                     "--batch-size",
+                                     "20",
+                                     "--out",
+                                     out};
+    for (const std::string& a : testing_util::ServersFlag(sync, 1)) argv.push_back(a);
+    auto r = RunProcess(argv);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("2 features past the training file's 3 count as zero weights"),
               std::string::npos)
@@ -491,8 +503,6 @@ KillResult KillWorkerMidRun(const std::string& sync, const std::string& train,
     k.output += '\n';
   });
   std::vector<std::string> argv = {kLaunch,
-                                   "--servers",
-                                   "2",
                                    "--workers",
                                    absl::StrCat(workers),
                                    "--sync",
@@ -509,6 +519,7 @@ KillResult KillWorkerMidRun(const std::string& sync, const std::string& train,
                                    "2",
                                    "--out",
                                    k.out};
+  for (const std::string& a : testing_util::ServersFlag(sync, 2)) argv.push_back(a);
   argv.insert(argv.end(), extra.begin(), extra.end());
   auto launcher = group.Start(ProcessSpec{"launch", argv});
   EXPECT_TRUE(launcher.ok());
@@ -625,9 +636,9 @@ class JoinableJob {
           output_.append(label.data(), label.size()).append(": ");
           output_.append(line.data(), line.size()).append("\n");
         }) {
-    std::vector<std::string> argv = {kLaunch};
+    std::vector<std::string> argv = testing_util::ServersFlag(sync, 2);
+    argv.insert(argv.begin(), kLaunch);
     for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
-             {"--servers", "2"},
              {"--workers", absl::StrCat(workers)},
              {"--max-workers", absl::StrCat(workers + 1)},
              {"--sync", sync},
@@ -917,6 +928,85 @@ TEST_F(LaunchTest, UnderBspTwoWorkersKilledAtSeededMomentsLeaveNoExampleUntraine
   ASSERT_TRUE(JsonNumber(summary, "test_auc").has_value()) << summary;
   EXPECT_GT(*JsonNumber(summary, "test_auc"), 0.75) << summary;
   for (const auto& [pid, cmd] : children) EXPECT_FALSE(testing_util::Alive(pid)) << cmd;
+}
+
+// A run folder used again holds this run's results only: the earlier run's (here its
+// params.tsv, which a run without a test set does not write) move to OUT/previous-run/.
+TEST_F(LaunchTest, AReusedOutFolderHoldsThisRunsResultsOnly) {
+  const std::string out = TempDir("reused");
+  auto first = RunProcess({kLaunch, "--train", Train(), "--test", Test(), "--out", out});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ASSERT_FALSE(ReadFile(out + "/params.tsv").empty());
+  auto second = RunProcess({kLaunch, "--train", Train(), "--out", out});
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_FALSE(std::filesystem::exists(out + "/params.tsv"));
+  EXPECT_FALSE(ReadFile(out + "/previous-run/params.tsv").empty());
+  EXPECT_NE(ReadFile(out + "/summary.json").find("\"test\": \"\""), std::string::npos);
+  const size_t moved = second.output.find("moved an earlier run's summary.json, metrics.csv");
+  ASSERT_NE(moved, std::string::npos) << second.output;
+  EXPECT_LT(second.output.find("params.tsv", moved), second.output.find('\n', moved));
+}
+
+// The coordinator's address is in OUT/coordinator.address while the job runs, not after; a
+// joiner says where it asks, and for how long it waits.
+TEST_F(LaunchTest, AJoinerSaysWhatItWaitsForAndTheAddressGoesWithTheJob) {
+  const std::string out = TempDir("address");
+  auto job = RunProcess({kLaunch, "--sync", "asp", "--workers", "2", "--max-workers", "3",
+                         "--train", Train(), "--out", out});
+  ASSERT_EQ(job.exit_code, 0) << job.output;
+  EXPECT_NE(job.output.find("more workers may join"), std::string::npos) << job.output;
+  EXPECT_FALSE(std::filesystem::exists(out + "/coordinator.address"));
+  auto joiner = RunProcess(
+      {kWorker, "--coordinator", "tcp://127.0.0.1:1", "--join", "--startup-timeout", "1"});
+  EXPECT_NE(joiner.exit_code, 0) << joiner.output;
+  EXPECT_NE(joiner.output.find("asking the coordinator at tcp://127.0.0.1:1 for a place in its "
+                               "running job; waiting up to 1 s"),
+            std::string::npos)
+      << joiner.output;
+}
+
+// Flags that the mode ignores are refused up front (exit 2), before anything starts: workers
+// of one's own need parameter servers, and all-reduce has none.
+TEST_F(LaunchTest, FlagsTheModeIgnoresAreRefusedUpFront) {
+  for (const char* sync : {"gossip:ring", "allreduce", "hybrid"}) {
+    SCOPED_TRACE(sync);
+    const std::string out = TempDir("external_refused");
+    auto r = RunProcess({kLaunch, "--sync", sync, "--external-workers", "--out", out});
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("--external-workers is for --sync bsp, asp and ssp"), std::string::npos)
+        << r.output;
+    EXPECT_FALSE(std::filesystem::exists(out + "/coordinator.address"));
+  }
+  auto servers = RunProcess({kLaunch, "--sync", "allreduce", "--servers", "3"});
+  EXPECT_EQ(servers.exit_code, 2) << servers.output;
+  EXPECT_NE(servers.output.find("--servers is for --sync bsp, asp, ssp, hybrid and fedavg"),
+            std::string::npos)
+      << servers.output;
+  auto rounds = RunProcess({kLaunch, "--rounds", "5"});
+  EXPECT_EQ(rounds.exit_code, 2) << rounds.output;
+}
+
+// 20k examples over 2 workers at batch 256 end at clock 40: a checkpoint every 100 steps never
+// comes, and the launcher says so while the job runs.
+TEST_F(LaunchTest, ACheckpointIntervalPastTheJobsEndIsSaid) {
+  const std::string out = TempDir("checkpoint_past_end");
+  auto r = RunProcess({kLaunch, "--train", Train(), "--checkpoint-every", "100", "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--checkpoint-every 100 is past the job's end: the workers stop at "
+                          "clock 40"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(JsonNumber(ReadFile(out + "/summary.json"), "checkpoints_written"), 0);
+  // A job shorter than --log-every reports no progress: it is said when the workers finish.
+  auto quiet = RunProcess({kLaunch, "--train", Train(), "--checkpoint-every", "100", "--log-every",
+                           "100", "--out", out});
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.output;
+  EXPECT_NE(quiet.output.find("--checkpoint-every 100 is past the job's end"), std::string::npos)
+      << quiet.output;
+  auto fits = RunProcess({kLaunch, "--train", Train(), "--checkpoint-every", "20", "--out", out});
+  ASSERT_EQ(fits.exit_code, 0) << fits.output;
+  EXPECT_EQ(fits.output.find("past the job's end"), std::string::npos) << fits.output;
+  EXPECT_EQ(JsonNumber(ReadFile(out + "/summary.json"), "checkpoints_written"), 2);
 }
 
 }  // namespace

@@ -52,7 +52,8 @@ std::vector<std::string> MlpJob(const std::string& data, const std::string& out)
 // flags).
 testing_util::RunResult RunMlp(const std::string& data, const std::string& sync,
                                const std::string& out, std::vector<std::string> extra = {}) {
-  std::vector<std::string> argv = {kLaunch, "--servers", "2", "--workers", "2", "--sync", sync};
+  std::vector<std::string> argv = {kLaunch, "--workers", "2", "--sync", sync};
+  for (const std::string& a : testing_util::ServersFlag(sync, 2)) argv.push_back(a);
   argv.insert(argv.end(), extra.begin(), extra.end());
   const std::vector<std::string> job = MlpJob(data, out);
   argv.insert(argv.end(), job.begin(), job.end());
