@@ -8,7 +8,7 @@ def params(run, rank):
 
 
 def test_allreduce_keeps_every_worker_bitwise_equal_and_trains_the_model_of_bsp(job):
-    ar = job("dense.py", ["--servers", "1", "--sync", "allreduce"], workers=2,
+    ar = job("dense.py", ["--sync", "allreduce"], workers=2,
              args=["sgd", 30, 32], name="allreduce")
     bsp = job("dense.py", ["--servers", "1", "--sync", "bsp"], workers=2,
               args=["sgd", 30, 32], name="bsp")
