@@ -61,11 +61,11 @@ std::string Get(int port, std::string_view request) {
 
 std::map<std::string, HttpPage> MetricsPage(std::atomic<int>* scrapes = nullptr) {
   std::map<std::string, HttpPage> pages;
-  pages["/metrics"] = HttpPage{.content_type = "text/plain; version=0.0.4; charset=utf-8",
-                               .body = [scrapes] {
-                                 if (scrapes) ++*scrapes;
-                                 return std::string("syncline_up 1\n");
-                               }};
+  pages["/metrics"] =
+      HttpPage{.content_type = "text/plain; version=0.0.4; charset=utf-8", .body = [scrapes] {
+                 if (scrapes) ++*scrapes;
+                 return std::string("syncline_up 1\n");
+               }};
   return pages;
 }
 

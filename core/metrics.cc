@@ -121,12 +121,12 @@ Histogram::Histogram(std::vector<double> bounds)
   for (size_t i = 0; i <= bounds_.size(); ++i) buckets_[i].store(0, std::memory_order_relaxed);
 }
 
-void Histogram::Observe(double v) {
-  if (std::isnan(v)) return;
+void Histogram::ObserveMany(double v, uint64_t n) {
+  if (std::isnan(v) || n == 0) return;
   // Prometheus's buckets are `le`: a value equal to a bound falls in that bound's bucket.
   const size_t bucket = std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin();
-  buckets_[bucket].fetch_add(1, std::memory_order_relaxed);
-  sum_.fetch_add(v, std::memory_order_relaxed);
+  buckets_[bucket].fetch_add(n, std::memory_order_relaxed);
+  sum_.fetch_add(v * static_cast<double>(n), std::memory_order_relaxed);
 }
 
 Histogram::Snapshot Histogram::Take() const {

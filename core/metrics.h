@@ -61,7 +61,9 @@ class Histogram {
  public:
   // `bounds`: the buckets' upper bounds, increasing (a +Inf bucket is always added).
   explicit Histogram(std::vector<double> bounds);
-  void Observe(double v);
+  void Observe(double v) { ObserveMany(v, 1); }
+  // `n` observations of `v` at once (counts kept elsewhere, added to the page in batches).
+  void ObserveMany(double v, uint64_t n);
   const std::vector<double>& bounds() const { return bounds_; }
 
   // The cumulative counts per bound, then +Inf; count is the +Inf bucket's, so the two agree

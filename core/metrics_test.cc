@@ -53,14 +53,15 @@ TEST(MetricsTest, HistogramBucketsAreCumulativeAndInfEqualsCount) {
                                 {{"role", "worker"}});
   for (double v : {0.05, 0.1, 0.5, 2.0, 20.0}) h->Observe(v);
   const std::string page = r.Exposition();
-  EXPECT_THAT(page, HasSubstr("# TYPE syncline_step_duration_seconds histogram\n"
-                              "syncline_step_duration_seconds_bucket{role=\"worker\",le=\"0.1\"} 2\n"
-                              "syncline_step_duration_seconds_bucket{role=\"worker\",le=\"1\"} 3\n"
-                              "syncline_step_duration_seconds_bucket{role=\"worker\",le=\"10\"} 4\n"
-                              "syncline_step_duration_seconds_bucket{role=\"worker\",le=\"+Inf\"} "
-                              "5\n"
-                              "syncline_step_duration_seconds_sum{role=\"worker\"} 22.65\n"
-                              "syncline_step_duration_seconds_count{role=\"worker\"} 5\n"));
+  EXPECT_THAT(page,
+              HasSubstr("# TYPE syncline_step_duration_seconds histogram\n"
+                        "syncline_step_duration_seconds_bucket{role=\"worker\",le=\"0.1\"} 2\n"
+                        "syncline_step_duration_seconds_bucket{role=\"worker\",le=\"1\"} 3\n"
+                        "syncline_step_duration_seconds_bucket{role=\"worker\",le=\"10\"} 4\n"
+                        "syncline_step_duration_seconds_bucket{role=\"worker\",le=\"+Inf\"} "
+                        "5\n"
+                        "syncline_step_duration_seconds_sum{role=\"worker\"} 22.65\n"
+                        "syncline_step_duration_seconds_count{role=\"worker\"} 5\n"));
 }
 
 TEST(MetricsTest, HistogramStaysConsistentUnderConcurrentObservations) {
@@ -73,7 +74,8 @@ TEST(MetricsTest, HistogramStaysConsistentUnderConcurrentObservations) {
   }
   for (int i = 0; i < 50; ++i) {
     const Histogram::Snapshot s = h.Take();
-    for (size_t b = 1; b < s.cumulative.size(); ++b) ASSERT_LE(s.cumulative[b - 1], s.cumulative[b]);
+    for (size_t b = 1; b < s.cumulative.size(); ++b)
+      ASSERT_LE(s.cumulative[b - 1], s.cumulative[b]);
     ASSERT_EQ(s.cumulative.back(), s.count);
   }
   for (auto& t : threads) t.join();
