@@ -93,11 +93,12 @@ TEST_F(LaunchTest, LogregConvergesAndTheRunIsDocumented) {
   ASSERT_GT(lines.size(), 10u);
   EXPECT_EQ(lines[0],
             "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus,world_size,"
-            "batch_s,upload_s,compute_s,compress_s,download_s,network_s");
+            "batch_s,upload_s,compute_s,compress_s,download_s,network_s,bytes,test_loss,test_auc,"
+            "test_accuracy,eval_s");
   double compute = 0;
   for (size_t i = 1; i < lines.size(); ++i) {
     const std::vector<std::string> f = absl::StrSplit(lines[i], ',');
-    ASSERT_EQ(f.size(), 15u) << lines[i];
+    ASSERT_EQ(f.size(), 20u) << lines[i];
     for (size_t c = 9; c < f.size(); ++c) EXPECT_GE(std::stod(f[c]), 0) << lines[i];
     compute += std::stod(f[11]);
   }
