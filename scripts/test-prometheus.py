@@ -310,8 +310,11 @@ def run(tmp, procs, prometheus, promtool):
     if w1_pid is None:
         fail("cannot find w1's process among the launcher's children")
     os.kill(w1_pid, signal.SIGKILL)
+    # Over the last minute: the target may already have left the file (and its series gone
+    # stale) by the time this looks.
     wait_for("up{node=\"w1\"} == 0",
-             lambda: any(r["value"][1] == "0" for r in query(prom, 'up{node="w1"}')), 30)
+             lambda: any(r["value"][1] == "0"
+                         for r in query(prom, 'min_over_time(up{node="w1"}[1m])')), 30)
     wait_for("w1 out of targets.json",
              lambda: (t := targets()) is not None and "w1" not in
              {x["labels"]["node"] for x in t}, 30)
