@@ -18,6 +18,10 @@ namespace syncline {
 // "read" (the parameters, from the servers or peers; BSP's wait is here), "next batch" and
 // "read ahead" (the next iteration's, prepared early), "compute", "push" (the gradients and
 // the end of the iteration), "checkpoint"; a WorkerSession's: "wait" (its waits for tickets).
+// "end iteration" (kEndIterationPhase) is the tail of "push" and marked after it: the end of the
+// iteration, where the all-reduce, hybrid and gossip backends run their collective.
+inline constexpr char kEndIterationPhase[] = "end iteration";
+
 struct StepPhase {
   const char* name = "";
   absl::Time begin;
@@ -32,7 +36,7 @@ struct StepRecord {
   absl::Duration batch, upload, compute, compress, download, network;
   double loss = 0;  // summed over its examples
   uint64_t examples = 0;
-  absl::Span<const StepPhase> phases;  // in the order they ran
+  absl::Span<const StepPhase> phases;  // in the order they were marked
 };
 
 class StepObserver {

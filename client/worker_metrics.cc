@@ -1,17 +1,23 @@
 #include "client/worker_metrics.h"
 
 #include <algorithm>
+#include <string_view>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 
 namespace syncline {
 
 WorkerMetrics::WorkerMetrics(MetricsRegistry* registry, TraceRecorder* trace, int64_t trace_first,
-                             int64_t trace_end)
-    : trace_(trace), trace_first_(trace_first), trace_end_(trace_end) {
+                             int64_t trace_end, std::string collective)
+    : trace_(trace),
+      trace_first_(trace_first),
+      trace_end_(trace_end),
+      collective_(std::move(collective)) {
   if (trace_ != nullptr) {
     steps_track_ = trace_->Track("steps");
     evaluation_track_ = trace_->Track("held-out evaluation");
+    if (!collective_.empty()) collectives_track_ = trace_->Track("collectives");
   }
   if (registry == nullptr) return;
   MetricsRegistry& r = *registry;
@@ -79,7 +85,12 @@ void WorkerMetrics::Trace(const StepRecord& step) {
       steps_track_, absl::StrFormat("step %d", step.step), "step", step.begin, step.end,
       absl::StrFormat("\"step\":%d,\"examples\":%d,\"loss\":%.6g", step.step, step.examples, mean));
   for (const StepPhase& p : step.phases) {
-    trace_->Slice(steps_track_, p.name, "phase", p.begin, p.end);
+    if (std::string_view(p.name) != kEndIterationPhase) {
+      trace_->Slice(steps_track_, p.name, "phase", p.begin, p.end);
+    } else if (!collective_.empty()) {
+      trace_->Slice(collectives_track_, collective_, "collective", p.begin, p.end,
+                    absl::StrFormat("\"step\":%d", step.step));
+    }
   }
 }
 
@@ -97,6 +108,12 @@ void WorkerMetrics::OnEvaluation(int64_t clock, const EvaluationReport& report, 
     trace_->Slice(evaluation_track_, "held-out evaluation", "evaluation", begin, end,
                   absl::StrFormat("\"clock\":%d,\"loss\":%.6g", clock, report.loss));
   }
+}
+
+std::string CollectiveName(const SyncMode& sync) {
+  if (sync.allreduce() || sync.hybrid()) return "all-reduce";
+  if (sync.gossip()) return "gossip exchange";
+  return "";
 }
 
 }  // namespace syncline

@@ -23,11 +23,13 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "client/step_observer.h"
 #include "core/control_client.h"
 #include "core/metrics.h"
 #include "core/trace.h"
+#include "syncline/options.h"
 
 namespace syncline {
 
@@ -38,9 +40,12 @@ class WorkerMetrics : public StepObserver {
       "batch", "upload", "compute", "compress", "download", "network", "wait"};
 
   // `registry` (may be null: no page) and `trace` (may be null: no trace; else steps
-  // [trace_first, trace_end) go into it) must outlive this.
+  // [trace_first, trace_end) go into it) must outlive this. `collective` names the collective
+  // each iteration ends with ("all-reduce", "gossip exchange"): its time (the step's "end
+  // iteration" phase) goes on a track of its own, "collectives"; empty (the parameter-server
+  // modes, whose iterations end with a clock message): no such track.
   WorkerMetrics(MetricsRegistry* registry, TraceRecorder* trace, int64_t trace_first,
-                int64_t trace_end);
+                int64_t trace_end, std::string collective = "");
 
   void OnStep(const StepRecord& step) override;
   // A held-out evaluation after `clock` iterations, which ran from `begin` to `end`.
@@ -68,9 +73,16 @@ class WorkerMetrics : public StepObserver {
   TraceRecorder* const trace_;
   const int64_t trace_first_;
   const int64_t trace_end_;
+  const std::string collective_;
   int steps_track_ = 0;
+  int collectives_track_ = 0;
   int evaluation_track_ = 0;
 };
+
+// The collective an iteration of `sync` ends with, as WorkerMetrics names it: "all-reduce"
+// (--sync allreduce, and hybrid's dense parameters), "gossip exchange"; empty for the
+// parameter-server modes.
+std::string CollectiveName(const SyncMode& sync);
 
 }  // namespace syncline
 

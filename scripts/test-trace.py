@@ -4,7 +4,9 @@ writes OUT/trace.json, and the test checks that it is valid JSON in the Chrome t
 format; that every event has name, ph, ts, pid and tid; that there is one process per node, named
 "w0 on HOST"; that the slices on each track nest; that each worker has exactly B - A step slices,
 each with its phases inside it; that the servers' requests and the async slices of parked pulls
-are there, every begin with its end. Prints the trace's size, its event counts and one step.
+are there, every begin with its end. Then an all-reduce job of 2 workers: each worker's
+"collectives" track has one all-reduce slice per step of the window, inside that step's push.
+Prints the trace's size, its event counts and one step.
 Usage: scripts/test-trace.py BUILD_DIR"""
 import collections
 import json
@@ -95,6 +97,8 @@ def main():
         checkpoints = [e for e in events if e.get("cat") == "checkpoint"]
         if not checkpoints:
             fail("no checkpoint slices (checkpoint 10 and 20 are in the window)")
+        if any(e.get("cat") == "collective" for e in events):
+            fail("collective slices in a parameter-server job")
         # What the report quotes: the size, the counts, one step.
         print(f"trace.json: {path.stat().st_size} bytes, {len(events)} events")
         by_kind = collections.Counter((names[e["pid"]].split(" on ")[0], e.get("cat", e["name"]),
@@ -109,9 +113,44 @@ def main():
             print("  " + json.dumps(e))
         print(f"parked pulls: {sum(begins.values())} async slices; the servers' requests: "
               f"{sum(counts[(pid_of[p], 'request', 'X')] for p in ('ps0', 'ps1'))}")
+        check_collectives(tmp / "allreduce")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("test-trace: OK")
+
+
+def check_collectives(out):
+    """An all-reduce job: per worker, a "collectives" track with one all-reduce per traced step,
+    each inside the push of its step on the steps track."""
+    r = subprocess.run(
+        [str(LAUNCH), "--workers", "2", "--sync", "allreduce", "--trace", "on", "--trace-steps",
+         f"{FIRST}:{END}", "--gen-rows", "8000", "--gen-test-rows", "500", "--batch-size", "100",
+         "--epochs", "1", "--seed", "3", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
+    if r.returncode != 0:
+        fail(f"the all-reduce job failed (exit {r.returncode}):\n{r.stdout[-3000:]}")
+    events = json.loads((out / "trace.json").read_text())["traceEvents"]
+    check_nesting(events)
+    names = {e["pid"]: e["args"]["name"].split(" on ")[0] for e in events
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+              if e["ph"] == "M" and e["name"] == "thread_name"}
+    for pid, node in names.items():
+        collectives = [e for e in events if e["pid"] == pid and e.get("cat") == "collective"]
+        if [c["args"]["step"] for c in collectives] != list(range(FIRST, END)):
+            fail(f"{node}: collective slices of steps {[c['args']['step'] for c in collectives]}")
+        steps = {e["args"]["step"]: e for e in events if e["pid"] == pid and e.get("cat") == "step"}
+        pushes = [e for e in events if e["pid"] == pid and e.get("name") == "push"]
+        for c in collectives:
+            if tracks.get((pid, c["tid"])) != "collectives" or c["name"] != "all-reduce":
+                fail(f"{node}: {c} is not an all-reduce on the collectives track")
+            step = steps[c["args"]["step"]]
+            if not any(step["ts"] <= p["ts"] <= c["ts"] and
+                       c["ts"] + c["dur"] <= p["ts"] + p["dur"] <= step["ts"] + step["dur"]
+                       for p in pushes):
+                fail(f"{node}: the all-reduce of step {c['args']['step']} is not inside its push")
+    print(f"all-reduce job: {len(names)} workers, {END - FIRST} all-reduce slices each, every one "
+          "inside its step's push")
 
 
 if __name__ == "__main__":

@@ -210,7 +210,7 @@ class TrainingRun {
   uint64_t examples_since_report_ = 0;
   StepTimes times_since_report_;
   // The phases of the iteration in progress, for options_.observer.
-  std::array<StepPhase, 8> phases_;
+  std::array<StepPhase, 10> phases_;
   size_t phase_count_ = 0;
   void Mark(const char* name, absl::Time begin, absl::Time end) {
     if (phase_count_ < phases_.size()) phases_[phase_count_++] = StepPhase{name, begin, end};
@@ -467,9 +467,14 @@ absl::Status TrainingRun::Push(int64_t step, const Buffers& b, StepTimes& times)
   slowness_.BeforeRequest();
   const absl::Time t1 = absl::Now();
   if (auto s = backend_.Update(step, b.keys, b.grads, b.bias_grad, n); !s.ok()) return s;
+  const absl::Time t2 = absl::Now();
   if (auto s = backend_.EndIteration(step, n); !s.ok()) return s;
   AddBackendTime(backend_, t1, &times, options_.local_backend);
-  Mark("push", t1, absl::Now());
+  const absl::Time t3 = absl::Now();
+  Mark("push", t1, t3);
+  // Inside the push: the iteration's end, where the serverless and hybrid backends run their
+  // collective (the trace's collectives track, client/worker_metrics.h).
+  Mark(kEndIterationPhase, t2, t3);
   return absl::OkStatus();
 }
 

@@ -102,7 +102,8 @@ class WorkerRun {
         metrics_(joined.metrics || trace
                      ? std::make_unique<WorkerMetrics>(
                            joined.metrics ? &joined.metrics->registry() : nullptr, trace,
-                           spec_.observe.trace_first, spec_.observe.trace_end)
+                           spec_.observe.trace_first, spec_.observe.trace_end,
+                           CollectiveName(spec_.sync))
                      : nullptr),
         held_out_(spec_, rank_, control_, metrics_.get()) {}
 
