@@ -181,6 +181,16 @@ absl::Status ParameterServer::ServeUntil(absl::Time deadline) {
 
 void ParameterServer::Reply(const std::string& peer, Message reply) {
   auto it = backlogs_.find(peer);
+  // What the transport still holds for the peer counts against the limit too: ZeroMQ queues
+  // up to its high-water mark of messages, far more than the limit's bytes, before TrySend
+  // reports the queue full. One reply goes out whatever its size when nothing is queued.
+  const uint64_t queued = endpoint_->QueuedBytes(peer);
+  if (it == backlogs_.end() && queued > 0 &&
+      queued + reply.ByteSize() > options_.max_reply_backlog_bytes) {
+    ++stats_.replies_dropped;
+    LogUnreadReplies(peer, queued, reply.ByteSize());
+    return;
+  }
   if (it == backlogs_.end()) {
     absl::Status s = endpoint_->TrySend(peer, &reply);
     if (s.ok()) return;
@@ -195,7 +205,7 @@ void ParameterServer::Reply(const std::string& peer, Message reply) {
   backlog.bytes += reply.ByteSize();
   backlog.replies.push_back(std::move(reply));
   ++stats_.replies_backlogged;
-  if (backlog.bytes > options_.max_reply_backlog_bytes) {
+  if (backlog.bytes + queued > options_.max_reply_backlog_bytes) {
     SYNCLINE_LOG(ERROR) << absl::StrFormat(
         "%s is not reading its replies: %d of them (%d bytes) are past the backlog limit of %d "
         "bytes (--reply-backlog, ServerOptions::max_reply_backlog_bytes) and are dropped; its "
@@ -206,12 +216,27 @@ void ParameterServer::Reply(const std::string& peer, Message reply) {
   }
 }
 
+void ParameterServer::LogUnreadReplies(const std::string& peer, uint64_t queued,
+                                       uint64_t reply_bytes) {
+  // Once per peer (a bounded set: strangers may use many ids); the count goes on in the stats.
+  if (unread_logged_.size() >= kMaxUnreadLogged || !unread_logged_.insert(peer).second) return;
+  SYNCLINE_LOG(ERROR) << absl::StrFormat(
+      "%s is not reading its replies: %d bytes wait for it, and a reply of %d bytes would pass "
+      "the limit of %d bytes (--reply-backlog, ServerOptions::max_reply_backlog_bytes); replies "
+      "past it are dropped (ServerStats::replies_dropped) and its requests will time out (said "
+      "once per peer)",
+      peer, queued, reply_bytes, options_.max_reply_backlog_bytes);
+}
+
 void ParameterServer::FlushBacklogs() {
   for (auto it = backlogs_.begin(); it != backlogs_.end();) {
     Backlog& backlog = it->second;
     while (!backlog.replies.empty()) {
       Message& front = backlog.replies.front();
       const uint64_t bytes = front.ByteSize();
+      // Held back while what the transport holds for the peer would pass the limit.
+      const uint64_t queued = endpoint_->QueuedBytes(it->first);
+      if (queued > 0 && queued + bytes > options_.max_reply_backlog_bytes) break;
       absl::Status s = endpoint_->TrySend(it->first, &front);
       if (absl::IsResourceExhausted(s)) break;
       if (!s.ok()) SYNCLINE_LOG(WARNING) << "reply to " << it->first << " not sent: " << s;

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "checkpoint/checkpoint_requests.h"
@@ -66,8 +67,9 @@ struct ServerOptions {
   // The largest pull reply a server builds; a larger pull is refused (ResourceExhausted).
   uint64_t max_reply_bytes = uint64_t{1} << 30;
   // Replies wait in a backlog per peer while the peer's queue is full (it is not reading), so
-  // that one slow or hung peer never stalls the server for the others; a peer whose backlog
-  // grows past this many bytes is taken as stuck and its backlog is dropped (counted, and
+  // that one slow or hung peer never stalls the server for the others. What the transport
+  // still holds for the peer (Endpoint::QueuedBytes) and the backlog together are bounded by
+  // this many bytes: a reply past it is dropped, and a backlog past it too (counted, and
   // logged naming the peer and this limit). Its requests then time out on its side.
   uint64_t max_reply_backlog_bytes = uint64_t{256} << 20;
   // Compressed pulls (--compress-pull): a sparse pull that asks for this codec is answered
@@ -237,6 +239,8 @@ class ParameterServer {
   void StartCheckpoint(int64_t clock);
   void MissCheckpoint(int64_t clock);
   void Reply(const std::string& peer, Message reply);
+  // Logs, once per peer, that its unread replies passed the backlog limit.
+  void LogUnreadReplies(const std::string& peer, uint64_t queued, uint64_t reply_bytes);
   // Sends what the backlogs hold, in order, while the peers' queues take it.
   void FlushBacklogs();
   void ReplyError(const std::string& peer, const wire::Header::Reader& request,
@@ -279,6 +283,8 @@ class ParameterServer {
     uint64_t bytes = 0;
   };
   absl::flat_hash_map<std::string, Backlog> backlogs_;
+  static constexpr size_t kMaxUnreadLogged = 4096;
+  absl::flat_hash_set<std::string> unread_logged_;  // peers told of in LogUnreadReplies
   ServerStats stats_;
   int64_t last_checkpoint_clock_ = 0;
   CheckpointRequests checkpoint_requests_;

@@ -1,0 +1,288 @@
+#include "core/connection_guard.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/log.h"
+
+namespace syncline {
+namespace {
+
+// The descriptor limit an accept is held against.
+int DescriptorLimit(const ConnectionLimits& limits) {
+  if (limits.descriptor_limit > 0) return limits.descriptor_limit;
+  struct rlimit rl = {};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+      rl.rlim_cur > (1u << 30)) {
+    return 1 << 30;
+  }
+  return static_cast<int>(rl.rlim_cur);
+}
+
+// The port of a local address such as tcp://10.0.0.1:7000 (0 when there is none).
+int PortOf(std::string_view address) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == std::string_view::npos) return 0;
+  const std::string_view digits = address.substr(colon + 1);
+  if (!absl::SimpleAtoi(absl::string_view(digits.data(), digits.size()), &port)) {
+    return 0;
+  }
+  return port;
+}
+
+int PortOf(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
+  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
+  return 0;
+}
+
+std::string HostOf(const sockaddr_storage& a) {
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* ip =
+      a.ss_family == AF_INET
+          ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in&>(a).sin_addr)
+          : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6&>(a).sin6_addr);
+  if (inet_ntop(a.ss_family, ip, text, sizeof(text)) == nullptr) return "?";
+  return text;
+}
+
+enum Reason { kDescriptors = 0, kRate = 1, kPending = 2, kReasons = 3 };
+
+}  // namespace
+
+class ConnectionGuard::State {
+ public:
+  State(zmq::socket_t events, std::string name, ConnectionLimits limits,
+        std::shared_ptr<const std::atomic<int>> expected_peers)
+      : events(std::move(events)),
+        name_(std::move(name)),
+        limits_(limits),
+        expected_peers_(std::move(expected_peers)) {}
+
+  zmq::socket_t events;  // the monitor's events, read by the guard's thread only
+
+  void OnAccepted(int fd, std::string_view listener, ConnectionGuardStats& stats) {
+    stats.accepted.fetch_add(1, std::memory_order_relaxed);
+    sockaddr_storage local = {}, peer = {};
+    socklen_t local_size = sizeof(local), peer_size = sizeof(peer);
+    // The descriptor must still be a connection to this listener's port: ZeroMQ may have
+    // closed it since, and the number may belong to something else now.
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_size) != 0 ||
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_size) != 0 ||
+        (peer.ss_family != AF_INET && peer.ss_family != AF_INET6) ||
+        PortOf(local) != PortOf(listener)) {
+      return;
+    }
+    Forget(fd);
+    const absl::Time now = absl::Now();
+    Expire(now);
+    const std::string host = HostOf(peer);
+
+    const int limit = DescriptorLimit(limits_);
+    const int reserve = std::min(limits_.descriptor_reserve, limit / 4);
+    if (reserve > 0 && fd >= limit - reserve) {
+      stats.aborted_descriptors.fetch_add(1, std::memory_order_relaxed);
+      Abort(fd, host, kDescriptors,
+            absl::StrFormat("its descriptor %d is inside the reserve of the last %d below the "
+                            "limit of %d (RLIMIT_NOFILE, ulimit -n), kept for checkpoints and "
+                            "embedding stores (ConnectionLimits::descriptor_reserve)",
+                            fd, reserve, limit));
+      return;
+    }
+    const int peers = expected_peers_ != nullptr ? expected_peers_->load() : 0;
+    const int per_address = std::max(limits_.max_pending_per_address, peers > 0 ? peers + 16 : 0);
+    const int total = std::max(limits_.max_pending, 2 * per_address);
+    if (addresses_.size() > kMaxAddresses) SweepAddresses(now, per_address);
+    auto [it, fresh] = addresses_.try_emplace(host);
+    Address& a = it->second;
+    if (fresh) {
+      a.tokens = per_address;
+    } else {
+      a.tokens = std::min<double>(per_address, a.tokens + absl::ToDoubleSeconds(now - a.refilled) *
+                                                              limits_.accepts_per_second);
+    }
+    a.refilled = now;
+    if (a.tokens < 1) {
+      stats.aborted_rate.fetch_add(1, std::memory_order_relaxed);
+      Abort(fd, host, kRate,
+            absl::StrFormat("it opens connections faster than %g a second after a burst of %d "
+                            "(ConnectionLimits::accepts_per_second)",
+                            limits_.accepts_per_second, per_address));
+      return;
+    }
+    if (a.pending >= per_address || pending_ >= total) {
+      stats.aborted_pending.fetch_add(1, std::memory_order_relaxed);
+      Abort(fd, host, kPending,
+            a.pending >= per_address
+                ? absl::StrFormat("%d connections from it are still in their handshake, the "
+                                  "limit per address (ConnectionLimits::max_pending_per_address)",
+                                  a.pending)
+                : absl::StrFormat("%d connections are still in their handshake, the limit "
+                                  "(ConnectionLimits::max_pending)",
+                                  pending_));
+      return;
+    }
+    a.tokens -= 1;
+    ++a.pending;
+    ++pending_;
+    young_.emplace_back(now, fd);
+    connections_[fd] = Connection{host, now};
+  }
+
+  void OnDisconnected(int fd) {
+    Forget(fd);
+    Expire(absl::Now());
+  }
+
+ private:
+  struct Connection {
+    std::string host;
+    absl::Time accepted;
+  };
+  struct Address {
+    double tokens = 0;
+    absl::Time refilled;
+    int pending = 0;  // connections inside their handshake
+    bool logged[kReasons] = {};
+  };
+  static constexpr size_t kMaxAddresses = 8192;
+
+  // A connection that ended (or whose descriptor is being reused) leaves the counts.
+  void Forget(int fd) {
+    auto it = connections_.find(fd);
+    if (it == connections_.end()) return;
+    auto a = addresses_.find(it->second.host);
+    if (a != addresses_.end()) --a->second.pending;
+    --pending_;
+    connections_.erase(it);
+  }
+
+  // Connections older than the handshake timeout have finished their handshake (ZeroMQ closed
+  // the others): they leave the counts.
+  void Expire(absl::Time now) {
+    while (!young_.empty() && now - young_.front().first >= limits_.handshake_timeout) {
+      const auto [accepted, fd] = young_.front();
+      young_.pop_front();
+      auto it = connections_.find(fd);
+      if (it != connections_.end() && it->second.accepted == accepted) Forget(fd);
+    }
+  }
+
+  // Addresses with nothing pending and a full bucket carry no state worth keeping.
+  void SweepAddresses(absl::Time now, int burst) {
+    const absl::Duration refill = absl::Seconds(burst / std::max(limits_.accepts_per_second, 1e-3));
+    absl::erase_if(addresses_, [&](const auto& entry) {
+      return entry.second.pending == 0 && now - entry.second.refilled >= refill;
+    });
+  }
+
+  void Abort(int fd, const std::string& host, Reason reason, const std::string& why) {
+    sockaddr unspec = {};
+    unspec.sa_family = AF_UNSPEC;
+    (void)connect(fd, &unspec, sizeof(unspec));
+    ++aborted_;
+    bool& logged = addresses_[host].logged[reason];
+    // The first of each kind per address, then one line per thousand.
+    if (!logged || aborted_ % 1000 == 0) {
+      logged = true;
+      SYNCLINE_LOG(WARNING) << name_ << ": reset a connection from " << host << ": " << why << " ("
+                            << aborted_ << " reset so far)";
+    }
+  }
+
+  const std::string name_;
+  const ConnectionLimits limits_;
+  const std::shared_ptr<const std::atomic<int>> expected_peers_;
+  absl::flat_hash_map<int, Connection> connections_;     // inside their handshake, by descriptor
+  std::deque<std::pair<absl::Time, int>> young_;         // accept order
+  absl::flat_hash_map<std::string, Address> addresses_;  // bounded by kMaxAddresses
+  int pending_ = 0;
+  uint64_t aborted_ = 0;
+};
+
+absl::StatusOr<std::unique_ptr<ConnectionGuard>> ConnectionGuard::Start(
+    zmq::context_t& context, zmq::socket_t& socket, std::string name, ConnectionLimits limits,
+    std::shared_ptr<const std::atomic<int>> expected_peers, ConnectionGuardStats* stats) {
+  // The socket's handle makes the address unique among live sockets of the context.
+  const std::string address = absl::StrFormat("inproc://syncline-guard-%p", socket.handle());
+  try {
+    socket.set(zmq::sockopt::handshake_ivl,
+               static_cast<int>(
+                   std::max<int64_t>(1, absl::ToInt64Milliseconds(limits.handshake_timeout))));
+    if (zmq_socket_monitor(socket.handle(), address.c_str(),
+                           ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot watch the connections of ", name, ": ", zmq_strerror(zmq_errno())));
+    }
+    zmq::socket_t events(context, zmq::socket_type::pair);
+    // ZeroMQ's monitor blocks its I/O thread when the events' queue is full: it has none.
+    events.set(zmq::sockopt::rcvhwm, 0);
+    events.set(zmq::sockopt::linger, 0);
+    events.connect(address);
+    auto state = std::make_unique<State>(std::move(events), std::move(name), limits,
+                                         std::move(expected_peers));
+    return std::unique_ptr<ConnectionGuard>(
+        new ConnectionGuard(socket.handle(), std::move(state), stats));
+  } catch (const zmq::error_t& e) {
+    zmq_socket_monitor(socket.handle(), nullptr, 0);
+    return absl::InternalError(
+        absl::StrCat("cannot watch the connections of ", name, ": ", e.what()));
+  }
+}
+
+ConnectionGuard::ConnectionGuard(void* socket, std::unique_ptr<State> state,
+                                 ConnectionGuardStats* stats)
+    : socket_(socket), state_(std::move(state)), stats_(stats) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+ConnectionGuard::~ConnectionGuard() {
+  zmq_socket_monitor(socket_, nullptr, 0);
+  stop_.store(true);
+  thread_.join();
+}
+
+void ConnectionGuard::Loop() {
+  zmq::socket_t& events = state_->events;
+  while (!stop_.load()) {
+    zmq::pollitem_t item = {events.handle(), 0, ZMQ_POLLIN, 0};
+    try {
+      zmq::poll(&item, 1, std::chrono::milliseconds(100));
+    } catch (const zmq::error_t&) {
+      continue;  // EINTR
+    }
+    while (!stop_.load()) {
+      zmq::message_t head, address;
+      try {
+        if (!events.recv(head, zmq::recv_flags::dontwait)) break;
+        if (!head.more() || !events.recv(address, zmq::recv_flags::dontwait)) continue;
+      } catch (const zmq::error_t&) {
+        break;
+      }
+      if (head.size() < 6) continue;
+      uint16_t event = 0;
+      uint32_t value = 0;
+      std::memcpy(&event, head.data(), sizeof(event));
+      std::memcpy(&value, static_cast<const char*>(head.data()) + 2, sizeof(value));
+      if (event == ZMQ_EVENT_ACCEPTED) {
+        state_->OnAccepted(static_cast<int>(value), address.to_string_view(), *stats_);
+      } else if (event == ZMQ_EVENT_DISCONNECTED) {
+        state_->OnDisconnected(static_cast<int>(value));
+      }
+    }
+  }
+}
+
+}  // namespace syncline
