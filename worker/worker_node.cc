@@ -31,6 +31,7 @@
 #include "worker/attack.h"
 #include "worker/federated_client.h"
 #include "worker/ps_backend.h"
+#include "worker/replicated_model.h"
 #include "worker/slowness.h"
 #include "worker/trainer.h"
 #include "worker/worker_checkpoint.h"
@@ -454,6 +455,13 @@ NodeExit WorkerNode::Run() {
   layout.optimizer.learning_rate = static_cast<float>(spec.training.learning_rate);
   layout.optimizer.l2 = static_cast<float>(spec.training.l2);
   layout.seed = spec.seed;
+  if (spec.sync.serverless()) {
+    // Every peer keeps the whole model: bad input, named with the line that sized it.
+    const std::string where = absl::StrCat(spec.data.train, ":", (*data)->train.largest_id_line);
+    if (auto s = CheckReplicatedModelFits(layout, layout.optimizer.kind, where); !s.ok()) {
+      return fail(s, true);
+    }
+  }
   // Federated clients train locally with the job's optimizer; the servers step on the
   // averaged update with SGD at --server-lr.
   const OptimizerConfig local_optimizer = layout.optimizer;
