@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -14,20 +13,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/descriptor_limit.h"
 #include "core/log.h"
 
 namespace syncline {
 namespace {
 
 // The descriptor limit an accept is held against.
-int DescriptorLimit(const ConnectionLimits& limits) {
-  if (limits.descriptor_limit > 0) return limits.descriptor_limit;
-  struct rlimit rl = {};
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
-      rl.rlim_cur > (1u << 30)) {
-    return 1 << 30;
-  }
-  return static_cast<int>(rl.rlim_cur);
+int LimitFor(const ConnectionLimits& limits) {
+  return limits.descriptor_limit > 0 ? limits.descriptor_limit : DescriptorLimit();
 }
 
 // The port of a local address such as tcp://10.0.0.1:7000 (0 when there is none).
@@ -90,7 +84,7 @@ class ConnectionGuard::State {
     Expire(now);
     const std::string host = HostOf(peer);
 
-    const int limit = DescriptorLimit(limits_);
+    const int limit = LimitFor(limits_);
     const int reserve = std::min(limits_.descriptor_reserve, limit / 4);
     if (reserve > 0 && fd >= limit - reserve) {
       stats.aborted_descriptors.fetch_add(1, std::memory_order_relaxed);

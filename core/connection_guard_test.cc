@@ -1,7 +1,6 @@
 #include "core/connection_guard.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -12,6 +11,7 @@
 #include <zmq.hpp>
 
 #include "absl/time/clock.h"
+#include "core/descriptor_limit.h"
 #include "core/job_key.h"
 #include "core/net.h"
 #include "core/zmq_transport.h"
@@ -62,14 +62,6 @@ int WaitForEnded(const std::vector<int>& fds, int want, absl::Duration within) {
     if (n >= want || absl::Now() >= deadline) return n;
     absl::SleepFor(absl::Milliseconds(20));
   }
-}
-
-int OpenDescriptors() {
-  int n = 0;
-  DIR* d = opendir("/proc/self/fd");
-  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-  closedir(d);
-  return n - 1;  // the listing's own
 }
 
 class ConnectionGuardTest : public testing::Test {
@@ -150,7 +142,7 @@ TEST_F(ConnectionGuardTest, AnAddressThatReconnectsFasterThanItsRateIsReset) {
 
 // The flood comes from another process, so that its own descriptors do not count here.
 TEST_F(ConnectionGuardTest, AFloodNeverTakesTheDescriptorsKeptForFiles) {
-  const int base = OpenDescriptors();
+  const int base = OpenDescriptorCount();
   ConnectionLimits limits;
   limits.max_pending_per_address = 1000;
   limits.max_pending = 1000;
@@ -159,7 +151,7 @@ TEST_F(ConnectionGuardTest, AFloodNeverTakesTheDescriptorsKeptForFiles) {
   limits.descriptor_limit = base + 120;
   limits.descriptor_reserve = 30;
   Listen(limits);
-  const int listening = OpenDescriptors();
+  const int listening = OpenDescriptorCount();
   int sync[2];
   ASSERT_EQ(pipe(sync), 0);
   const pid_t child = fork();
@@ -179,10 +171,10 @@ TEST_F(ConnectionGuardTest, AFloodNeverTakesTheDescriptorsKeptForFiles) {
   close(sync[0]);
   // Until the count of descriptors settles (ZeroMQ closes what the guard reset).
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  int open = OpenDescriptors(), same = 0;
+  int open = OpenDescriptorCount(), same = 0;
   while (same < 10 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(50));
-    const int now = OpenDescriptors();
+    const int now = OpenDescriptorCount();
     same = now == open ? same + 1 : 0;
     open = now;
   }

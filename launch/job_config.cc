@@ -51,7 +51,7 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 65> kFields = {{
+const std::array<Field, 67> kFields = {{
     {"servers", &JobConfig::servers, "Number of parameter-server processes (1 to 4096)"},
     {"workers", &JobConfig::workers, "Number of worker processes (1 to 4096)"},
     {"min-workers", &JobConfig::min_workers,
@@ -168,6 +168,13 @@ const std::array<Field, 65> kFields = {{
     {"reply-backlog", &JobConfig::reply_backlog,
      "Bytes of replies a server holds for a worker that is not reading them before it drops "
      "them, e.g. 256MiB"},
+    {"max-table-memory", &JobConfig::max_table_memory,
+     "What a server allocates for the tables declared to it, all together (dense values and "
+     "optimizer state), e.g. 8GiB; a declaration past it is refused. auto: half of each "
+     "server's machine's memory"},
+    {"max-stores", &JobConfig::max_stores,
+     "Embedding stores (one RocksDB per sparse table, under OUT/embeddings) a server opens; a "
+     "declaration past it is refused (1 to 1024)"},
     {"update-threads", &JobConfig::update_threads,
      "Threads per server that share a large dense update (1: the server's own only)"},
     {"checkpoint-every", &JobConfig::checkpoint_every,
@@ -539,6 +546,15 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
     }
     *out = size->bytes;
   }
+  if (c.max_table_memory != "auto") {
+    absl::StatusOr<MemoryBudget> size = ParseMemoryBudget(c.max_table_memory);
+    if (!size.ok() || size->bytes == 0) {
+      return InvalidFlag("max-table-memory", c.max_table_memory,
+                         "must be auto or a size in bytes, e.g. 8GiB");
+    }
+    s.limits.table_bytes = size->bytes;
+  }
+  s.limits.stores = c.max_stores;
   absl::StatusOr<MemoryBudget> budget = ParseMemoryBudget(c.embedding_memory);
   if (!budget.ok()) {
     return InvalidFlag("embedding-memory", c.embedding_memory, budget.status().message());

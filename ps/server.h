@@ -60,6 +60,13 @@ struct ServerOptions {
   uint64_t max_parked_bytes_per_peer = uint64_t{2} << 30;
   // Tables a server accepts.
   size_t max_tables = 1024;
+  // What the declared tables may allocate together (dense values and optimizer state), and the
+  // embedding stores (a RocksDB each, with its memory and descriptors) a server opens: a key
+  // holder's thousand small declarations took a server from 16 MB to 1.24 GB and 6,016
+  // descriptors. A declaration past either is refused, naming the limit. max_table_bytes 0:
+  // half of this machine's memory.
+  uint64_t max_table_bytes = 0;
+  size_t max_stores = 16;
   // The largest part of one dense table (values and optimizer state) this shard allocates
   // when a worker declares it; a larger one is refused (ResourceExhausted). 0: half of this
   // machine's memory.
@@ -234,6 +241,12 @@ class ParameterServer {
   absl::Status AdvanceRounds();
   void OpenRound(int64_t round);
   absl::StatusOr<ShardTable*> FindTable(uint32_t id);
+  // Refuses a table past max_table_bytes (the dense part, returned in *dense_bytes), max_stores
+  // or the descriptors a store needs.
+  absl::Status ReserveForTable(const TableConfig& config, bool opens_store, uint64_t* dense_bytes);
+  static constexpr int kStoreDescriptors = 32;
+  absl::StatusOr<std::unique_ptr<ShardTable>> MakeTableUnchecked(const TableConfig& config,
+                                                                 const std::string& restore_from);
   absl::StatusOr<std::unique_ptr<ShardTable>> MakeTable(const TableConfig& config,
                                                         const std::string& restore_from);
   void StartCheckpoint(int64_t clock);
@@ -253,6 +266,8 @@ class ParameterServer {
   std::vector<std::string> worker_ids_;      // "w<rank>", the routing id each worker must use
   std::unique_ptr<UpdatePool> update_pool_;  // null with one update thread; tables point to it
   absl::flat_hash_map<uint32_t, std::unique_ptr<ShardTable>> tables_;
+  uint64_t table_bytes_ = 0;  // what the tables' dense parts allocated (max_table_bytes)
+  size_t stores_ = 0;         // embedding stores open (max_stores)
   // Examples each clock covered, summed over workers (BSP scaling), and per worker (robust
   // aggregation normalises each worker's update by its own examples).
   std::map<int64_t, double> clock_weight_;

@@ -945,6 +945,49 @@ TEST(ParameterServerTest, ADeclarationOfADenseTableTooLargeForTheShardIsRefusedN
   EXPECT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);
 }
 
+// Declarations are small messages that make a server allocate: the tables together are
+// bounded (--max-table-memory), and so are the embedding stores (--max-stores), each a RocksDB
+// with its memory and descriptors (the audit's 1,000 declarations took 1.24 GB).
+TEST(ParameterServerTest, DeclaredTablesAreBoundedInAllByBytesAndStores) {
+  ServerOptions options{.rank = 0, .num_servers = 1, .num_workers = 1, .staleness = -1};
+  options.max_table_bytes = 3 << 20;
+  const std::string root = testing::TempDir() + "declared_stores_" + std::to_string(getpid());
+  std::filesystem::remove_all(root);
+  options.embedding.emplace();
+  options.embedding->path = root;
+  options.max_stores = 3;
+  ServerHarness h(options);
+  const auto declare = [&h](TableConfig c) {
+    h.Send(0, Declare(0, c));
+    h.Serve();
+    auto reply = h.Reply(0);
+    EXPECT_TRUE(reply.has_value());
+    return reply.has_value() && reply->header().getType() == wire::MsgType::ERROR
+               ? std::string(reply->header().getMessage().cStr())
+               : std::string();
+  };
+  // Declares `count` tables like `c` with ids from `first`, then one more: its error.
+  const auto declare_past = [&](TableConfig c, uint32_t first, uint32_t count) {
+    for (uint32_t i = 0; i < count; ++i) {
+      c.id = first + i;
+      EXPECT_EQ(declare(c), "") << c.id;
+    }
+    c.id = first + count;
+    return declare(c);
+  };
+  TableConfig dense;
+  dense.dense = true;
+  dense.num_keys = 1 << 18;  // 1 MiB of floats with SGD: each alone is far below the limit
+  const std::string too_much = declare_past(dense, 10, 3);
+  EXPECT_THAT(too_much, HasSubstr("the tables declared before hold 3 MiB"));
+  EXPECT_THAT(too_much, HasSubstr("--max-table-memory"));
+  const std::string stores = declare_past(SparseTable(), 20, 3);
+  EXPECT_THAT(stores, HasSubstr("3 embedding stores open"));
+  EXPECT_THAT(stores, HasSubstr("--max-stores"));
+  EXPECT_FALSE(std::filesystem::exists(root + "/table-23"));
+  std::filesystem::remove_all(root);
+}
+
 TEST(ParameterServerTest, UnderBspAPushForAFarFutureClockIsRefused) {
   ServerHarness h({.rank = 0, .num_servers = 1, .num_workers = 2, .staleness = 0});
   h.Send(0, Declare(0, SparseTable()));
