@@ -1,5 +1,6 @@
 #include "job/node_join.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "core/descriptor_limit.h"
 #include "core/log.h"
 #include "core/node_table.h"
 #include "job/job_spec.h"
@@ -38,6 +40,11 @@ absl::Status CheckPeersReachable(wire::Role role, int rank, const JoinedJob& job
 }
 
 }  // namespace
+
+void PrepareProcess() {
+  RaiseDescriptorLimit();
+  umask(077);
+}
 
 absl::StatusOr<JoinedJob> JoinJob(Transport& transport, wire::Role role,
                                   const NodeOptions& options) {

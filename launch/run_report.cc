@@ -639,6 +639,7 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
   if (checkpoints_ != nullptr) {
     const int64_t last = checkpoints_->last_clock();
     j << "  \"checkpoints_written\": " << checkpoints_->checkpoints_written() << ",\n";
+    j << "  \"checkpoints_failed\": " << checkpoints_->checkpoints_failed() << ",\n";
     j << "  \"last_checkpoint_clock\": " << (last >= 0 ? std::to_string(last) : "null") << ",\n";
     j << "  \"checkpoint_pause_seconds\": " << JsonNumber(checkpoint_pause_s_) << ",\n";
   }

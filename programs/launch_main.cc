@@ -63,12 +63,17 @@ int Refuse(absl::string_view message) {
 }
 
 // Writes the summary and says how the job ended; returns the launcher's exit code.
-int Conclude(const JobOutcome& outcome, RunReport& report) {
+int Conclude(const JobOutcome& outcome, RunReport& report, const CheckpointTracker& checkpoints) {
   if (!outcome.failure.empty()) {
     std::cerr << "syncline-launch: job failed: " << outcome.failure << "\n";
     (void)report.WriteSummary(outcome.wall, outcome.failure,
                               outcome.failure_code == kExitDiverged ? "diverged" : "failed");
     return outcome.failure_code;
+  }
+  if (absl::Status s = checkpoints.Verdict(); !s.ok()) {
+    std::cerr << "syncline-launch: the job trained, but " << s.message() << "\n";
+    (void)report.WriteSummary(outcome.wall, std::string(s.message()), "checkpoints_failed");
+    return kExitCheckpointsFailed;
   }
   if (auto s = report.WriteSummary(outcome.wall, ""); !s.ok()) {
     std::cerr << "syncline-launch: " << s.message() << "\n";
@@ -137,6 +142,7 @@ int SubmitBatchJob(int argc, char** argv, const JobSpec& spec, const std::string
 }
 
 int Main(int argc, char** argv) {
+  PrepareProcess();
   CLI::App app(kAbout);
   JobConfig config;
   bool resume = false, resume_if_any = false, external_workers = false;
@@ -339,7 +345,7 @@ int Main(int argc, char** argv) {
       Supervise(*spec, *processes, **coordinator, report, checkpoints, *restore_clock, g_signal);
   report.EndProgress();
   checkpoints.Flush();  // manifests decided so far are on disk before the summary counts them
-  return Conclude(outcome, report);
+  return Conclude(outcome, report, checkpoints);
 }
 
 }  // namespace
