@@ -241,12 +241,24 @@ absl::StatusOr<ZmqOptions> NodeTransportOptions(const NodeOptions& options) {
     zmq.key = std::make_shared<const JobKey>(*std::move(key));
     return zmq;
   }
-  if (!options.insecure && !options.coordinator.empty() &&
-      !IsLoopbackAddress(options.coordinator)) {
+  if (options.insecure) return zmq;
+  // Plaintext only where nothing of this node's traffic leaves the machine: the coordinator's
+  // address and the one it listens on.
+  std::string off;
+  if (!options.coordinator.empty() && !IsLoopbackAddress(options.coordinator)) {
+    off = absl::StrCat("the coordinator ", options.coordinator, " is off loopback");
+  } else if (!options.bind.empty() && !IsLoopbackAddress(options.bind)) {
+    off = absl::StrCat("--bind ", options.bind, " listens off loopback");
+  } else if (!options.interface.empty()) {
+    if (auto ip = InterfaceAddress(options.interface); ip.ok() && !IsLoopbackHost(*ip)) {
+      off = absl::StrCat("--interface ", options.interface, " (", *ip, ") is off loopback");
+    }
+  }
+  if (!off.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the coordinator ", options.coordinator,
-        " is off loopback: give the job key (--key-file or SYNCLINE_KEY_FILE, the launcher's "
-        "OUT/job.key) or, on a trusted network, --insecure"));
+        off,
+        ": give the job key (--key-file or SYNCLINE_KEY_FILE, the launcher's OUT/job.key) or, "
+        "on a trusted network, --insecure"));
   }
   return zmq;
 }

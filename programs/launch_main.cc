@@ -274,7 +274,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::string> bind_ip = CoordinatorBindIp(cluster);
   if (!bind_ip.ok()) return Refuse(bind_ip.status().message());
   cluster.insecure = insecure;
-  const bool loopback = IsLoopbackHost(*bind_ip);
+  const bool loopback = ListensOnlyOnLoopback(cluster, *bind_ip);
   ZmqOptions transport_options;
   if (!cluster.key_file.empty() || (!insecure && !loopback)) {
     // Off loopback every connection is authenticated and encrypted, with a key of this job's
