@@ -34,6 +34,7 @@
 #include "job/aggregate_rule.h"
 #include "job/federated.h"
 #include "job/job_spec.h"
+#include "job/option_text.h"
 #include "job/options.h"
 #include "toml++/toml.h"
 
@@ -215,6 +216,19 @@ const Field* FindField(absl::string_view name) {
     if (field.name == name) return &field;
   }
   return nullptr;
+}
+
+// Every text option, from a flag or a job file, without control characters (job/option_text.h).
+absl::Status CheckOptionTexts(const JobConfig& c) {
+  for (const Field& field : kFields) {
+    const auto* member = std::get_if<std::string JobConfig::*>(&field.member);
+    if (member == nullptr) continue;
+    if (absl::Status s = RefuseControlCharacters(absl::StrCat("--", field.name), c.**member);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::string_view TypeName(toml::node_type type) {
@@ -452,6 +466,7 @@ absl::StatusOr<CommandLineAction> ParseJobCommandLine(int argc, const char* cons
 }
 
 absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
+  if (absl::Status texts = CheckOptionTexts(c); !texts.ok()) return texts;
   JobSpec s;
   // The texts first: each is parsed once, here.
   for (const absl::Status& status : {

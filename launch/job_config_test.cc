@@ -232,6 +232,24 @@ out = "runs/toml"
   EXPECT_TRUE(Validate(config).ok()) << Validate(config);
 }
 
+// The audit's job file: `out` with a newline put "touch PWNED" on a line of job.sbatch of its
+// own. No option's text may hold a control character, from a job file or a flag.
+TEST(JobConfigTest, ControlCharactersInAnyTextOptionAreRefusedNamingIt) {
+  const std::string path = WriteFile("inject.toml", "out = \"runs/x\\ntouch PWNED #\"\n");
+  JobConfig config;
+  ASSERT_TRUE(Parse({path}, &config).ok());
+  const absl::Status s = Validate(config);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("--out: holds the control character 0x0a at byte 6"),
+            std::string::npos)
+      << s;
+  JobConfig flags;
+  ASSERT_TRUE(Parse({"--train", "a\tb.libsvm"}, &flags).ok());
+  EXPECT_NE(Validate(flags).message().find("--train: holds the control character 0x09"),
+            std::string::npos)
+      << Validate(flags);
+}
+
 TEST(JobConfigTest, ConfigFlagNamesTheJobFile) {
   const std::string path = WriteFile("by_flag.job", "epochs = 9\n");
   JobConfig config;

@@ -25,6 +25,8 @@
 #include "core/zmq_transport.h"
 #include "job/job_spec.h"
 #include "job/node_join.h"
+#include "job/option_text.h"
+#include "launch/batch_script.h"
 #include "launch/checkpoint_tracker.h"
 #include "launch/cluster.h"
 #include "launch/experiment.h"
@@ -109,24 +111,16 @@ int SubmitBatchJob(int argc, char** argv, const JobSpec& spec, const std::string
   args.insert(args.end(), {"--launcher", "slurm"});
   // A requeued job resumes from its newest complete checkpoint.
   if (!resumes && spec.checkpoint.enabled()) args.emplace_back("--resume-if-any");
-  std::string command = ShellQuote(fs::canonical("/proc/self/exe", ec).string());
-  for (const std::string& a : args) absl::StrAppend(&command, " ", ShellQuote(a));
+  if (auto s = CheckRunFolder(out); !s.ok()) return Refuse(s.message());
   const fs::path script = fs::absolute(fs::path(out) / "job.sbatch");
-  {
-    std::ofstream f(script, std::ios::trunc);
-    f << "#!/bin/bash\n"
-      << "# Written by syncline-launch --sbatch: the job's coordinator runs in this batch step,\n"
-      << "# its nodes in the allocation's tasks (srun).\n"
-      << "#SBATCH --job-name=syncline\n"
-      << "#SBATCH --ntasks=" << spec.servers + spec.workers << "\n"
-      << "#SBATCH --output=" << (fs::absolute(out) / "slurm-%j.out").string() << "\n"
-      << "#SBATCH --open-mode=append\n"
-      << "#SBATCH --requeue\n"
-      << "cd " << ShellQuote(fs::current_path(ec).string()) << " || exit 1\n"
-      << "exec " << command << "\n";
-    if (!f) return Refuse(absl::StrCat("cannot write ", script.string()));
-  }
-  fs::permissions(script, fs::perms::owner_all | fs::perms::group_read, ec);
+  absl::StatusOr<std::string> text =
+      BatchScriptText({.launcher = fs::canonical("/proc/self/exe", ec).string(),
+                       .args = std::move(args),
+                       .working_dir = fs::current_path(ec).string(),
+                       .output = (fs::absolute(out) / "slurm-%j.out").string(),
+                       .tasks = spec.servers + spec.workers});
+  if (!text.ok()) return Refuse(text.status().message());
+  if (auto s = WriteBatchScript(script.string(), *text); !s.ok()) return Refuse(s.message());
   std::vector<std::string> sbatch = {"sbatch"};
   for (absl::string_view w : absl::StrSplit(sbatch_args, ' ', absl::SkipEmpty())) {
     sbatch.emplace_back(w);
@@ -209,6 +203,17 @@ int Main(int argc, char** argv) {
   if (*action == CommandLineAction::kShowHelp) {
     std::cout << app.help();
     return 0;
+  }
+  for (const auto& [flag, text] : {std::pair<const char*, const std::string&>{"--hosts", hosts},
+                                   {"--hostfile", hostfile},
+                                   {"--rsh", cluster.rsh},
+                                   {"--interface", cluster.interface},
+                                   {"--coordinator-interface", cluster.coordinator_interface},
+                                   {"--port-range", port_range},
+                                   {"--launcher-args", cluster.launcher_args},
+                                   {"--sbatch-args", sbatch_args},
+                                   {"--key-file", cluster.key_file}}) {
+    if (auto s = RefuseControlCharacters(flag, text); !s.ok()) return Refuse(s.message());
   }
   absl::StatusOr<JobSpec> spec = BuildJobSpec(config);
   if (!spec.ok()) return Refuse(spec.status().message());
