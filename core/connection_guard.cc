@@ -1,13 +1,18 @@
 #include "core/connection_guard.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <linux/filter.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
@@ -54,16 +59,62 @@ std::string HostOf(const sockaddr_storage& a) {
 
 enum Reason { kDescriptors = 0, kRate = 1, kPending = 2, kReasons = 3 };
 
+// The most addresses blocked at once: a classic BPF jump reaches 255 instructions ahead.
+constexpr size_t kMaxBlocked = 250;
+
+// A socket filter for a TCP listener that drops the SYNs (SYN without ACK) of the given IPv4
+// addresses (host order) and passes every other packet. A TCP socket's filter sees the
+// packet from the TCP header on; SKF_NET_OFF reaches back to the IP header.
+std::vector<sock_filter> SynFilter(const std::vector<uint32_t>& blocked) {
+  const auto n = static_cast<uint8_t>(blocked.size());
+  std::vector<sock_filter> code = {
+      BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 13),  // the TCP flags
+      BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0x12),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x02, 0, static_cast<uint8_t>(n + 1)),    // a SYN?
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, static_cast<uint32_t>(SKF_NET_OFF + 12)),  // source
+  };
+  for (uint8_t i = 0; i < n; ++i) {
+    code.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, blocked[i], static_cast<uint8_t>(n - i), 0));
+  }
+  code.push_back(BPF_STMT(BPF_RET | BPF_K, 0xffffffff));  // pass
+  code.push_back(BPF_STMT(BPF_RET | BPF_K, 0));           // drop
+  return code;
+}
+
 }  // namespace
+
+absl::StatusOr<int> OpenListener(const std::string& host, int port) {
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (port < 0 || port > 65535 || inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(host, ":", port, " is not an IPv4 address"));
+  }
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot open a socket: ", std::strerror(errno)));
+  }
+  const int one = 1;
+  // ZeroMQ's own listeners reuse the address, and its default backlog is 100.
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+      bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof(a)) != 0 || listen(fd, 100) != 0) {
+    const int error = errno;
+    close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("cannot bind tcp://", host, ":", port, ": ", std::strerror(error)));
+  }
+  return fd;
+}
 
 class ConnectionGuard::State {
  public:
   State(zmq::socket_t events, std::string name, ConnectionLimits limits,
-        std::shared_ptr<const std::atomic<int>> expected_peers)
+        std::shared_ptr<const std::atomic<int>> expected_peers, int listener)
       : events(std::move(events)),
         name_(std::move(name)),
         limits_(limits),
-        expected_peers_(std::move(expected_peers)) {}
+        expected_peers_(std::move(expected_peers)),
+        listener_(listener) {}
 
   zmq::socket_t events;  // the monitor's events, read by the guard's thread only
 
@@ -110,10 +161,14 @@ class ConnectionGuard::State {
     a.refilled = now;
     if (a.tokens < 1) {
       stats.aborted_rate.fetch_add(1, std::memory_order_relaxed);
+      const bool blocks = Block(peer, now, stats);
       Abort(fd, host, kRate,
             absl::StrFormat("it opens connections faster than %g a second after a burst of %d "
-                            "(ConnectionLimits::accepts_per_second)",
-                            limits_.accepts_per_second, per_address));
+                            "(ConnectionLimits::accepts_per_second)%s",
+                            limits_.accepts_per_second, per_address,
+                            blocks ? absl::StrFormat("; its new connections are dropped for %s",
+                                                     absl::FormatDuration(limits_.block_time))
+                                   : std::string()));
       return;
     }
     if (a.pending >= per_address || pending_ >= total) {
@@ -138,6 +193,13 @@ class ConnectionGuard::State {
   void OnDisconnected(int fd) {
     Forget(fd);
     Expire(absl::Now());
+  }
+
+  // Lifts the blocks whose time is up.
+  void Unblock(absl::Time now) {
+    if (absl::erase_if(blocked_, [now](const auto& b) { return b.second <= now; }) > 0) {
+      ApplyFilter();
+    }
   }
 
  private:
@@ -182,6 +244,44 @@ class ConnectionGuard::State {
     });
   }
 
+  // Blocks `peer`'s new connections at the listening socket for block_time; whether it is
+  // blocked (an IPv4 address, a listener of the guard's own, room in the filter).
+  bool Block(const sockaddr_storage& peer, absl::Time now, ConnectionGuardStats& stats) {
+    if (listener_ < 0 || peer.ss_family != AF_INET || limits_.block_time <= absl::ZeroDuration()) {
+      return false;
+    }
+    const uint32_t ip = ntohl(reinterpret_cast<const sockaddr_in&>(peer).sin_addr.s_addr);
+    auto it = blocked_.find(ip);
+    if (it != blocked_.end()) {
+      it->second = now + limits_.block_time;
+      return true;
+    }
+    if (blocked_.size() >= kMaxBlocked) return false;
+    blocked_.emplace(ip, now + limits_.block_time);
+    stats.blocked.fetch_add(1, std::memory_order_relaxed);
+    return ApplyFilter();
+  }
+
+  // Puts the blocked addresses into the listener's socket filter (none: no filter).
+  bool ApplyFilter() {
+    if (blocked_.empty()) {
+      // The kernel takes no option shorter than an int, even one that reads no value.
+      const int none = 0;
+      (void)setsockopt(listener_, SOL_SOCKET, SO_DETACH_FILTER, &none, sizeof(none));
+      return true;
+    }
+    std::vector<uint32_t> ips;
+    for (const auto& [ip, until] : blocked_) ips.push_back(ip);
+    std::vector<sock_filter> code = SynFilter(ips);
+    sock_fprog program = {static_cast<unsigned short>(code.size()), code.data()};
+    if (setsockopt(listener_, SOL_SOCKET, SO_ATTACH_FILTER, &program, sizeof(program)) != 0) {
+      SYNCLINE_LOG(WARNING) << name_
+                            << ": cannot filter the listening socket: " << std::strerror(errno);
+      return false;
+    }
+    return true;
+  }
+
   void Abort(int fd, const std::string& host, Reason reason, const std::string& why) {
     sockaddr unspec = {};
     unspec.sa_family = AF_UNSPEC;
@@ -202,13 +302,16 @@ class ConnectionGuard::State {
   absl::flat_hash_map<int, Connection> connections_;     // inside their handshake, by descriptor
   std::deque<std::pair<absl::Time, int>> young_;         // accept order
   absl::flat_hash_map<std::string, Address> addresses_;  // bounded by kMaxAddresses
+  const int listener_;                                   // -1: no blocks
+  absl::flat_hash_map<uint32_t, absl::Time> blocked_;    // IPv4 (host order) -> until
   int pending_ = 0;
   uint64_t aborted_ = 0;
 };
 
 absl::StatusOr<std::unique_ptr<ConnectionGuard>> ConnectionGuard::Start(
     zmq::context_t& context, zmq::socket_t& socket, std::string name, ConnectionLimits limits,
-    std::shared_ptr<const std::atomic<int>> expected_peers, ConnectionGuardStats* stats) {
+    std::shared_ptr<const std::atomic<int>> expected_peers, ConnectionGuardStats* stats,
+    int listener) {
   // The socket's handle makes the address unique among live sockets of the context.
   const std::string address = absl::StrFormat("inproc://syncline-guard-%p", socket.handle());
   try {
@@ -226,7 +329,7 @@ absl::StatusOr<std::unique_ptr<ConnectionGuard>> ConnectionGuard::Start(
     events.set(zmq::sockopt::linger, 0);
     events.connect(address);
     auto state = std::make_unique<State>(std::move(events), std::move(name), limits,
-                                         std::move(expected_peers));
+                                         std::move(expected_peers), listener);
     return std::unique_ptr<ConnectionGuard>(
         new ConnectionGuard(socket.handle(), std::move(state), stats));
   } catch (const zmq::error_t& e) {
@@ -257,6 +360,7 @@ void ConnectionGuard::Loop() {
     } catch (const zmq::error_t&) {
       continue;  // EINTR
     }
+    state_->Unblock(absl::Now());
     while (!stop_.load()) {
       zmq::message_t head, address;
       try {

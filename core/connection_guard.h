@@ -23,6 +23,14 @@
 // checks that the descriptor is still a connection to the listening port (ZeroMQ may have
 // closed it and the number may be reused by the time the event is read).
 //
+// By the time the guard hears of a connection, ZeroMQ has accepted it, made its engine and
+// often read what came with it (a HELLO sent with the greeting): that costs the node CPU
+// whatever the guard does. So an address over its rate is also blocked for `block_time`: the
+// listening socket, which the endpoint opens itself (OpenListener) for ZeroMQ to use, gets a
+// classic BPF socket filter that drops the address's SYNs, and the kernel never completes its
+// connections. Its established connections are untouched (the filter passes everything but
+// a SYN), as is every other address. IPv4 only; an IPv6 listener is watched without blocks.
+//
 // Thread-safety: Start and the destructor run on the socket's thread (ZeroMQ sockets are
 // not thread-safe); the guard's own thread reads the monitor and counts into the stats.
 #ifndef SYNCLINE_CORE_CONNECTION_GUARD_H_
@@ -55,7 +63,14 @@ struct ConnectionLimits {
   int descriptor_reserve = 256;
   // The descriptor limit; 0: RLIMIT_NOFILE's soft limit, read at each accept.
   int descriptor_limit = 0;
+  // How long an address over its rate stays blocked at the listening socket (0: never).
+  absl::Duration block_time = absl::Seconds(10);
 };
+
+// A listening IPv4 TCP socket at host:port (port 0: any free one), non-blocking, for ZeroMQ
+// to take over (ZMQ_USE_FD) and a ConnectionGuard to filter. host must be a dotted IPv4
+// address; Unavailable naming the address when it cannot be bound.
+absl::StatusOr<int> OpenListener(const std::string& host, int port);
 
 // Connections the guard saw and aborted, by reason.
 struct ConnectionGuardStats {
@@ -63,6 +78,7 @@ struct ConnectionGuardStats {
   std::atomic<uint64_t> aborted_descriptors{0};
   std::atomic<uint64_t> aborted_rate{0};
   std::atomic<uint64_t> aborted_pending{0};
+  std::atomic<uint64_t> blocked{0};  // times an address was blocked at the listening socket
 };
 
 class ConnectionGuard {
@@ -72,9 +88,12 @@ class ConnectionGuard {
   // null) is the number of the job's endpoints once known: one host may hold many of them
   // (every node of a local job is 127.0.0.1), so the per-address bounds are at least that
   // plus 16, and the total at least twice that. `stats` (not null) must outlive the guard.
+  // `listener` (from OpenListener; -1: none) is the listening socket whose SYNs blocked
+  // addresses lose; it must stay open while the guard lives.
   static absl::StatusOr<std::unique_ptr<ConnectionGuard>> Start(
       zmq::context_t& context, zmq::socket_t& socket, std::string name, ConnectionLimits limits,
-      std::shared_ptr<const std::atomic<int>> expected_peers, ConnectionGuardStats* stats);
+      std::shared_ptr<const std::atomic<int>> expected_peers, ConnectionGuardStats* stats,
+      int listener);
   // Stops the monitor and the thread. On the socket's thread, before the socket closes.
   ~ConnectionGuard();
   ConnectionGuard(const ConnectionGuard&) = delete;

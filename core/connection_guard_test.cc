@@ -119,6 +119,7 @@ TEST_F(ConnectionGuardTest, AnAddressThatReconnectsFasterThanItsRateIsReset) {
   limits.max_pending_per_address = 5;  // the burst
   limits.accepts_per_second = 0.001;   // and then (almost) nothing
   limits.handshake_timeout = absl::Seconds(120);
+  limits.block_time = absl::ZeroDuration();  // the reset alone (blocks: the next test)
   Listen(limits, /*curve=*/true);
   // The burst: five connections that the guard keeps.
   std::vector<int> burst;
@@ -138,6 +139,52 @@ TEST_F(ConnectionGuardTest, AnAddressThatReconnectsFasterThanItsRateIsReset) {
   EXPECT_EQ(WaitForEnded(clients_, 3, absl::Seconds(20)), 3);
   EXPECT_EQ(stats.aborted_rate.load(), 3u);
   EXPECT_EQ(stats.aborted_pending.load(), 0u);
+}
+
+// Whether a connection to 127.0.0.1:port is established within `within` (a dropped SYN is
+// retried by the kernel, and the connect stays in progress).
+bool Connects(int port, absl::Duration within) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool up = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  if (!up && errno == EINPROGRESS) {
+    pollfd p = {fd, POLLOUT, 0};
+    int error = 0;
+    socklen_t size = sizeof(error);
+    up = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(within))) == 1 &&
+         getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) == 0 && error == 0;
+  }
+  close(fd);
+  return up;
+}
+
+// Resetting a connection after ZeroMQ accepted it still costs the node its accept, its
+// engine and often the HELLO that came with it: an address over its rate is blocked at the
+// listening socket, whose filter drops its SYNs, for block_time.
+TEST_F(ConnectionGuardTest, AnAddressOverItsRateIsBlockedAtTheListeningSocket) {
+  ConnectionLimits limits;
+  limits.max_pending_per_address = 3;
+  limits.accepts_per_second = 0.001;
+  limits.block_time = absl::Seconds(2);
+  Listen(limits, /*curve=*/true);
+  for (int i = 0; i < 4; ++i) clients_.push_back(ConnectIdle(port_));
+  EXPECT_EQ(WaitForEnded(clients_, 1, absl::Seconds(20)), 1);  // the fourth, over the rate
+  const ConnectionGuardStats& stats = transport_->connection_stats();
+  EXPECT_EQ(stats.blocked.load(), 1u);
+  EXPECT_FALSE(Connects(port_, absl::Milliseconds(500)));
+  const uint64_t accepted = stats.accepted.load();
+  EXPECT_EQ(stats.accepted.load(), accepted);  // the kernel dropped it: ZeroMQ never saw it
+  // The block lifts: a connection reaches ZeroMQ again (the bucket is still empty, so it is
+  // reset, and the address blocked once more).
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (stats.accepted.load() == accepted && absl::Now() < deadline) {
+    Connects(port_, absl::Milliseconds(200));
+  }
+  EXPECT_GT(stats.accepted.load(), accepted);
+  EXPECT_LT(absl::Now(), deadline);
 }
 
 // The flood comes from another process, so that its own descriptors do not count here.

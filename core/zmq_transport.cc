@@ -1,5 +1,8 @@
 #include "core/zmq_transport.h"
 
+#include <arpa/inet.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -18,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "core/log.h"
+#include "core/net.h"
 
 namespace syncline {
 namespace {
@@ -77,11 +81,25 @@ class ZmqEndpoint : public Endpoint {
   const std::string& id() const override { return id_; }
 
   absl::StatusOr<std::string> Bind(const std::string& address) override {
+    // An IPv4 listener of our own for ZeroMQ to use: the guard can then block addresses at
+    // it (core/connection_guard.h). Other addresses (names, IPv6, "*") ZeroMQ binds itself.
+    int listener = -1;
+    if (absl::StatusOr<HostPort> hp = ParseTcpAddress(address); hp.ok()) {
+      in_addr ip = {};
+      if (inet_pton(AF_INET, hp->host.c_str(), &ip) == 1) {
+        absl::StatusOr<int> fd = OpenListener(hp->host, hp->port);
+        if (!fd.ok()) return fd.status();
+        listener = *fd;
+      }
+    }
     if (guard_ == nullptr && address.rfind("tcp://", 0) == 0) {
-      // Before the listener exists: the guard sees every connection it accepts.
+      // Before the listener is ZeroMQ's: the guard sees every connection it accepts.
       auto guard = ConnectionGuard::Start(context_, socket_, id_, options_.connections,
-                                          expected_peers_, guard_stats_);
-      if (!guard.ok()) return guard.status();
+                                          expected_peers_, guard_stats_, listener);
+      if (!guard.ok()) {
+        if (listener >= 0) close(listener);
+        return guard.status();
+      }
       guard_ = std::move(*guard);
     }
     try {
@@ -91,9 +109,14 @@ class ZmqEndpoint : public Endpoint {
         socket_.set(zmq::sockopt::curve_secretkey, options_.key->SecretKeyFor(id_));
         socket_.set(zmq::sockopt::zap_domain, "syncline");
       }
+      // With a descriptor, ZeroMQ takes it (and closes it with the socket).
+      socket_.set(zmq::sockopt::use_fd, listener);
       socket_.bind(address);
+      socket_.set(zmq::sockopt::use_fd, -1);
       return socket_.get(zmq::sockopt::last_endpoint);
     } catch (const zmq::error_t& e) {
+      socket_.set(zmq::sockopt::use_fd, -1);
+      if (listener >= 0) close(listener);
       return absl::UnavailableError(absl::StrCat("cannot bind ", address, ": ", e.what()));
     }
   }
