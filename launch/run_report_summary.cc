@@ -291,6 +291,7 @@ void RunReport::AddRecoveryMembers(JsonMembers& j) const {
   if (checkpoints_ != nullptr) {
     const int64_t last = checkpoints_->last_clock();
     j.Add("checkpoints_written", absl::StrCat(checkpoints_->checkpoints_written()));
+    j.Add("checkpoints_failed", absl::StrCat(checkpoints_->checkpoints_failed()));
     j.Add("last_checkpoint_clock", last >= 0 ? absl::StrCat(last) : "null");
     j.Add("checkpoint_pause_seconds", JsonNumber(checkpoint_pause_s_));
   }
