@@ -443,10 +443,12 @@ struct JobSpec {
   hiddenLayers @82 :List(Int32);   # --hidden, input side first (empty: the model's default)
   deviceKind @83 :UInt8;           # --device (DeviceKind: 0 auto, 1 cpu, 2 cuda)
   deviceIndex @84 :Int32;          # --device cuda:N
-  workerCommand @85 :List(Text);   # syncline-launch ... -- COMMAND (empty: syncline-worker)
-  traceDir @86 :Text;              # --trace on: where each node writes its trace (empty: off)
-  traceFirst @87 :Int64;           # --trace-steps A:B, the steps [A, B) traced
-  traceEnd @88 :Int64;
-  evalEverySteps @89 :Int64;       # --eval-every N (0: off)
-  evalEverySeconds @90 :Float64;   # --eval-every Ns (0: off)
+  maxTableBytes @85 :UInt64;       # --max-table-memory (0: half of each server's memory)
+  maxStores @86 :Int32 = 16;       # --max-stores
+  workerCommand @87 :List(Text);   # syncline-launch ... -- COMMAND (empty: syncline-worker)
+  traceDir @88 :Text;              # --trace on: where each node writes its trace (empty: off)
+  traceFirst @89 :Int64;           # --trace-steps A:B, the steps [A, B) traced
+  traceEnd @90 :Int64;
+  evalEverySteps @91 :Int64;       # --eval-every N (0: off)
+  evalEverySeconds @92 :Float64;   # --eval-every Ns (0: off)
 }
