@@ -268,6 +268,8 @@ enum OptimizerKind {
   adagrad @1;
   adam @2;
   ftrl @3;     # FTRL-Proximal (McMahan et al. 2013): per-weight z and n, L1 gives exact zeros
+  momentum @4; # heavy ball (FedAvgM's server rule)
+  yogi @5;     # Zaheer et al. 2018
 }
 
 struct TableSpec {
@@ -433,4 +435,20 @@ struct JobSpec {
   deviceKind @83 :UInt8;           # --device (DeviceKind: 0 auto, 1 cpu, 2 cuda)
   deviceIndex @84 :Int32;          # --device cuda:N
   workerCommand @85 :List(Text);   # syncline-launch ... -- COMMAND (empty: syncline-worker)
+  # --server-optimizer: ServerOptimizerKind as a number (0 sgd .. 4 yogi)
+  serverOptimizer @86 :UInt8;
+  serverMomentum @87 :Float64 = 0.9;
+  serverTau @88 :Float64 = 0.001;
+  secureAggregation @89 :Bool;     # --secure-aggregation
+  secaggThreshold @90 :Int32;      # --secagg-threshold (0: a majority)
+  # --dp: DpLevel as a number (0 off, 1 example, 2 client)
+  dpLevel @91 :UInt8;
+  dpClip @92 :Float64 = 1;
+  dpDelta @93 :Float64 = 1e-5;
+  dpNoiseMultiplier @94 :Float64;
+  dpEpsilon @95 :Float64;
+  dpAccountant @96 :UInt8;         # RdpConversion (0 rdp, 1 rdp-classic)
+  dpNoiseSeed @97 :UInt64;
+  dpExamples @98 :UInt64;
+  dpKey @99 :Text;                 # 64 hex digits (privacy/dp_random.h)
 }

@@ -31,10 +31,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "syncline/options.h"
 
 namespace syncline {
 
-enum class RdpConversion { kTight, kClassic };
+// RdpConversion, the choice of conversion, is an option type (syncline/options.h).
 
 // "rdp" (kTight) | "rdp-classic" (kClassic).
 absl::StatusOr<RdpConversion> ParseRdpConversion(std::string_view text);

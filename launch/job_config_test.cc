@@ -571,7 +571,7 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"batch_size", [](JobConfig& c) { c.batch_size = 0; },
                      "--batch-size=0: must be >= 1"},
         ValidateCase{"optimizer", [](JobConfig& c) { c.optimizer = "rmsprop"; },
-                     "--optimizer='rmsprop': must be one of sgd, adagrad, adam, ftrl"},
+                     "--optimizer='rmsprop': must be one of sgd, adagrad, adam, ftrl, momentum, yogi"},
         ValidateCase{"embedding_memory", [](JobConfig& c) { c.embedding_memory = "2"; },
                      "--embedding-memory=2: memory budget '2': give a unit (B, KiB, MiB, GiB, "
                      "TiB, KB, MB, GB, TB or rows) (examples: 2GiB, 512MiB, 1000000rows)"},

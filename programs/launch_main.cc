@@ -33,6 +33,7 @@
 #include "job/options.h"
 #include "launch/checkpoint_tracker.h"
 #include "launch/cluster.h"
+#include "launch/dp_setup.h"
 #include "launch/earlier_results.h"
 #include "launch/experiment.h"
 #include "launch/flag_help.h"
@@ -497,6 +498,9 @@ int Main(int argc, char** argv) {
   f.cluster.out = fs::absolute(f.config.out).string();
   absl::StatusOr<int64_t> restore_clock = PrepareRunFolder(f, *spec);
   if (!restore_clock.ok()) return Refuse(restore_clock.status().message());
+  absl::StatusOr<std::string> privacy = SetUpPrivacy(*spec);
+  if (!privacy.ok()) return Refuse(privacy.status().message());
+  if (!privacy->empty()) SYNCLINE_LOG(INFO) << *privacy;
   return RunJob(f, *spec, *restore_clock);
 }
 
