@@ -1,11 +1,15 @@
 #include "job/privacy_options.h"
 
+#include <algorithm>
 #include <cmath>
+#include <set>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "job/federated.h"
 #include "optim/optimizer.h"
+#include "privacy/dp_random.h"
 
 namespace syncline {
 namespace {
@@ -98,6 +102,43 @@ TEST(PrivacyOptionsTest, ServerRulesMatchTheirFormulas) {
       }
     }
   }
+}
+
+}  // namespace
+}  // namespace syncline
+
+namespace syncline {
+namespace {
+
+// DP-FedAvg's rounds: each client independently with probability q, drawn from the privacy
+// key, the same on every node; a job without --dp client keeps PickClients.
+TEST(RoundPickerTest, DpClientRoundsArePoissonSamples) {
+  JobSpec spec;
+  spec.workers = 40;
+  spec.federated.participation = 0.25;
+  spec.seed = 3;
+  EXPECT_EQ(RoundPickerFor(spec).Pick(5), PickClients(3, 5, 40, 0.25));
+  spec.privacy.level = DpLevel::kClient;
+  spec.privacy.key = DpKeyHex(DpKeyFromSeed(9));
+  const RoundPicker picker = RoundPickerFor(spec);
+  double total = 0;
+  std::vector<int> times(40, 0);
+  std::set<size_t> sizes;
+  constexpr int kRounds = 4000;
+  for (int64_t r = 0; r < kRounds; ++r) {
+    const std::vector<int> picked = picker.Pick(r);
+    ASSERT_TRUE(std::is_sorted(picked.begin(), picked.end()));
+    EXPECT_EQ(picked, RoundPickerFor(spec).Pick(r));  // another node's
+    total += picked.size();
+    sizes.insert(picked.size());
+    for (int c : picked) ++times[c];
+  }
+  // 10 a round on average (standard error 0.04); the count itself varies.
+  EXPECT_NEAR(total / kRounds, 10, 0.2);
+  EXPECT_GT(sizes.size(), 5u);
+  for (int c = 0; c < 40; ++c) EXPECT_NEAR(times[c] / double{kRounds}, 0.25, 0.035) << c;
+  spec.privacy.key = DpKeyHex(DpKeyFromSeed(10));
+  EXPECT_NE(RoundPickerFor(spec).Pick(0), picker.Pick(0));
 }
 
 }  // namespace

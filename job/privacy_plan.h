@@ -45,6 +45,11 @@ absl::StatusOr<PrivacyPlan> PlanPrivacy(const JobSpec& spec);
 // from --dp-noise-seed). Nothing to do for --dp off.
 absl::Status ResolvePrivacy(JobSpec& spec);
 
+// What a node checks of a spec it received: with --dp on, the launcher's part is done (a noise
+// multiplier, a privacy key, the examples counted for --dp example), so that no node trains
+// or aggregates without noise. FailedPrecondition naming what is missing.
+absl::Status CheckPrivacyResolved(const JobSpec& spec);
+
 // The accountant of the spec's plan (its sampling rate, noise multiplier and delta), whose
 // Spent(t) is the epsilon after t steps (rounds). FailedPrecondition for --dp off or an
 // unresolved spec.

@@ -223,8 +223,8 @@ const std::array<Field, 75> kFields = {{
      "sgd (FedAvg), momentum:B (FedAvgM), adagrad[:TAU], adam[:TAU] or yogi[:TAU] (beta1 0.9, "
      "beta2 0.99, TAU default 1e-3)"},
     {"secure-aggregation", FlagGroup::kFederated, &JobConfig::secure_aggregation,
-     "fedavg: on makes the servers learn only the sum of a round's updates (Bonawitz et al. "
-     "2017's masks; docs/PRIVACY.md): --aggregate mean, --compress none or fp16"},
+     "fedavg: on would make the servers learn only the sum of a round's updates (Bonawitz et "
+     "al. 2017's masks); not built yet, so on is refused (docs/PRIVACY.md)"},
     {"secagg-threshold", FlagGroup::kFederated, &JobConfig::secagg_threshold,
      "--secure-aggregation: clients that must survive a round for its sum to be revealed (0: "
      "a majority of the round's clients); fewer end the round empty"},

@@ -17,6 +17,8 @@
 #include "job/federated.h"
 #include "job/job_spec.h"
 #include "job/options.h"
+#include "job/privacy_options.h"
+#include "job/privacy_plan.h"
 #include "models/model.h"
 #include "worker/attack.h"
 #include "worker/dp_sgd.h"
@@ -168,6 +170,8 @@ NodeExit WorkerRun::Run() {
         absl::FormatDuration(slowness_.delay), absl::FormatDuration(slowness_.min_step),
         slowness_.seed);
   }
+  // No worker trains a DP job without its noise.
+  if (auto s = CheckPrivacyResolved(spec_); !s.ok()) return Fail(s, /*bad_input=*/true);
   if (auto s = MakeModel(); !s.ok()) return Fail(s, /*bad_input=*/true);
   if (auto s = ReadData(); !s.ok()) return Fail(s, /*bad_input=*/true);
   if (auto s = FindServers(); !s.ok()) return Fail(s);
@@ -295,13 +299,11 @@ void WorkerRun::LayOutParameters() {
   layout_.optimizer.l2 = static_cast<float>(spec_.training.l2);
   layout_.seed = spec_.seed;
   // Federated clients train locally with the job's optimizer; the servers step on the
-  // averaged update with SGD at --server-lr.
+  // averaged update with --server-optimizer at --server-lr.
   local_optimizer_ = layout_.optimizer;
   if (spec_.sync.fedavg()) {
-    layout_.optimizer = OptimizerConfig{};
-    layout_.optimizer.kind = OptimizerKind::kSgd;
-    layout_.optimizer.learning_rate = static_cast<float>(spec_.federated.server_lr);
-    layout_.optimizer.l2 = 0;
+    layout_.optimizer =
+        ServerOptimizerConfig(spec_.federated.server_optimizer, spec_.federated.server_lr);
   }
 }
 
@@ -530,6 +532,8 @@ absl::StatusOr<TrainResult> WorkerRun::TrainFederated(SyncBackend& backend) {
   f.rank = rank_;
   f.workers = spec_.workers;
   f.seed = spec_.seed;
+  f.picker = RoundPickerFor(spec_);
+  if (spec_.privacy.level == DpLevel::kClient) f.dp_clip = spec_.privacy.clip;
   f.batch_size = spec_.training.batch_size;
   f.local_optimizer = local_optimizer_;
   if (attacker_) f.attack = spec_.byzantine.attack;
