@@ -565,7 +565,8 @@ absl::Status ParsePartitionAndRounds(const JobConfig& c, JobSpec& s) {
 }
 
 // --server-optimizer, --secure-aggregation and --dp. The --dp-* flags without --dp are refused:
-// a user who sets a budget and forgets --dp would train without privacy.
+// a user who sets a budget and forgets --dp would train without privacy. An explicit --dp off
+// lets them be (a job file's DP settings, turned off on the command line for a baseline).
 absl::Status ParsePrivacy(const JobConfig& c, JobSpec& s) {
   absl::StatusOr<ServerOptimizerSpec> rule = ParseServerOptimizer(c.server_optimizer);
   if (!rule.ok())
@@ -591,7 +592,7 @@ absl::Status ParsePrivacy(const JobConfig& c, JobSpec& s) {
   s.privacy.noise_multiplier = c.dp_noise_multiplier;
   s.privacy.epsilon = c.dp_epsilon;
   s.privacy.noise_seed = c.dp_noise_seed;
-  if (!s.privacy.on()) {
+  if (!s.privacy.on() && !c.given.contains("dp")) {
     for (const char* flag : {"dp-clip", "dp-delta", "dp-noise-multiplier", "dp-epsilon",
                              "dp-accountant", "dp-noise-seed"}) {
       if (c.given.contains(flag)) {

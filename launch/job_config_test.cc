@@ -938,3 +938,24 @@ TEST(FlagModesTest, TheDocsTableHasARowPerFlagAndAColumnPerMode) {
 
 }  // namespace
 }  // namespace syncline
+
+namespace syncline {
+namespace {
+
+// A --dp-* flag without --dp would train without the privacy its user asked for: refused.
+// An explicit --dp off keeps a job file's DP settings quiet, for a non-private baseline.
+TEST(JobConfigTest, DpSettingsWithoutDpAreRefusedUnlessDpIsTurnedOff) {
+  JobConfig alone;
+  ASSERT_TRUE(Parse({"--dp-epsilon", "3"}, &alone).ok());
+  absl::StatusOr<JobSpec> spec = BuildJobSpec(alone);
+  EXPECT_THAT(spec.status().message(), ::testing::HasSubstr("--dp is off"));
+  const std::string path = WriteFile("dp.toml", "dp = \"example\"\ndp-epsilon = 3\n");
+  JobConfig off;
+  ASSERT_TRUE(Parse({path, "--dp", "off"}, &off).ok());
+  spec = BuildJobSpec(off);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->privacy.on());
+}
+
+}  // namespace
+}  // namespace syncline
