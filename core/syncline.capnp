@@ -434,21 +434,23 @@ struct JobSpec {
   hiddenLayers @82 :List(Int32);   # --hidden, input side first (empty: the model's default)
   deviceKind @83 :UInt8;           # --device (DeviceKind: 0 auto, 1 cpu, 2 cuda)
   deviceIndex @84 :Int32;          # --device cuda:N
-  workerCommand @85 :List(Text);   # syncline-launch ... -- COMMAND (empty: syncline-worker)
+  maxTableBytes @85 :UInt64;       # --max-table-memory (0: half of each server's memory)
+  maxStores @86 :Int32 = 16;       # --max-stores
+  workerCommand @87 :List(Text);   # syncline-launch ... -- COMMAND (empty: syncline-worker)
   # --server-optimizer: ServerOptimizerKind as a number (0 sgd .. 4 yogi)
-  serverOptimizer @86 :UInt8;
-  serverMomentum @87 :Float64 = 0.9;
-  serverTau @88 :Float64 = 0.001;
-  secureAggregation @89 :Bool;     # --secure-aggregation
-  secaggThreshold @90 :Int32;      # --secagg-threshold (0: a majority)
+  serverOptimizer @88 :UInt8;
+  serverMomentum @89 :Float64 = 0.9;
+  serverTau @90 :Float64 = 0.001;
+  secureAggregation @91 :Bool;     # --secure-aggregation
+  secaggThreshold @92 :Int32;      # --secagg-threshold (0: a majority)
   # --dp: DpLevel as a number (0 off, 1 example, 2 client)
-  dpLevel @91 :UInt8;
-  dpClip @92 :Float64 = 1;
-  dpDelta @93 :Float64 = 1e-5;
-  dpNoiseMultiplier @94 :Float64;
-  dpEpsilon @95 :Float64;
-  dpAccountant @96 :UInt8;         # RdpConversion (0 rdp, 1 rdp-classic)
-  dpNoiseSeed @97 :UInt64;
-  dpExamples @98 :UInt64;
-  dpKey @99 :Text;                 # 64 hex digits (privacy/dp_random.h)
+  dpLevel @93 :UInt8;
+  dpClip @94 :Float64 = 1;
+  dpDelta @95 :Float64 = 1e-5;
+  dpNoiseMultiplier @96 :Float64;
+  dpEpsilon @97 :Float64;
+  dpAccountant @98 :UInt8;         # RdpConversion (0 rdp, 1 rdp-classic)
+  dpNoiseSeed @99 :UInt64;
+  dpExamples @100 :UInt64;
+  dpKey @101 :Text;                 # 64 hex digits (privacy/dp_random.h)
 }

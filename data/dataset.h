@@ -53,6 +53,10 @@ struct Dataset {
   // Examples in the WHOLE file (all partitions): what differential privacy's sampling rate
   // counts (job/privacy_plan.h). 0 for Criteo data, which is streamed.
   uint64_t file_examples = 0;
+  // libsvm: the line (1-based, of the whole file) that holds the largest id, which set
+  // num_features; 0 when no line did (CSV, or no feature at all). Errors about a model too
+  // large for num_features name it.
+  uint64_t largest_id_line = 0;
   // The base that was detected or used (kZero or kOne), so the test file can be read the same way.
   IndexBase index_base = IndexBase::kZero;
 
