@@ -10,6 +10,7 @@
 #include "job/aggregate_rule.h"
 #include "job/federated.h"
 #include "job/options.h"
+#include "job/privacy_plan.h"
 
 namespace syncline {
 namespace {
@@ -469,7 +470,7 @@ absl::Status ValidateJobSpec(const JobSpec& s) {
   for (absl::Status (*check)(const JobSpec&) :
        {CheckRanges, CheckCriteo, CheckFederated, CheckRobustness, CheckModelAndTimeouts,
         CheckCodecs, CheckMembership, CheckExchange, CheckSlowness, CheckDataAndCheckpoints,
-        CheckObserve}) {
+        CheckPrivacyOptions, CheckObserve}) {
     if (absl::Status status = check(s); !status.ok()) return status;
   }
   return absl::OkStatus();

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "job/privacy_plan.h"
 
 // RunReport's callbacks and the state they keep; its outputs are in run_report_csv.cc
 // (metrics.csv, embedding.csv), run_report_progress.cc (the progress line) and
@@ -40,7 +41,13 @@ RunReport::StepSplit& RunReport::StepSplit::operator+=(const StepSplit& other) {
 }
 
 RunReport::RunReport(const JobSpec& job, std::string out, bool interactive)
-    : job_(job), out_(std::move(out)), interactive_(interactive), start_(absl::Now()) {}
+    : job_(job),
+      privacy_(job.privacy.on() && JobAccountant(job).ok()
+                   ? std::optional<RdpAccountant>(*JobAccountant(job))
+                   : std::nullopt),
+      out_(std::move(out)),
+      interactive_(interactive),
+      start_(absl::Now()) {}
 
 RunReport::~RunReport() = default;
 
@@ -66,7 +73,9 @@ void RunReport::OnProgress(int worker, wire::Progress::Reader p) {
       p.getEpoch(), p.getTrainLoss(), p.getExamples(), p.getStaleness(), p.getConsensus(), world);
   for (double seconds : split.seconds) metrics_ << absl::StrFormat(",%.6g", seconds);
   w.bytes_so_far = p.getBytes();
-  metrics_ << absl::StrFormat(",%d,,,,\n", p.getBytes());
+  metrics_ << absl::StrFormat(",%d,,,,", p.getBytes());
+  if (privacy_) metrics_ << absl::StrFormat(",%.6g", privacy_->Spent(p.getClock()).epsilon);
+  metrics_ << "\n";
   metrics_.flush();
 }
 
@@ -77,10 +86,12 @@ void RunReport::OnHeldOut(int worker, int64_t clock, wire::Evaluation::Reader e)
   const double seconds = std::isfinite(e.getSeconds()) ? std::max(0.0, e.getSeconds()) : 0.0;
   evaluation_seconds_ += seconds;
   const int world = static_cast<int>(workers_.size()) - workers_left_;
-  metrics_ << absl::StrFormat("%.3f,%d,%d,%d,,,,,%d,,,,,,,%d,%.6g,%.6g,%.6g,%.6g\n",
+  metrics_ << absl::StrFormat("%.3f,%d,%d,%d,,,,,%d,,,,,,,%d,%.6g,%.6g,%.6g,%.6g",
                               WallSeconds(metrics_wall_offset_), worker, clock,
                               workers_[worker].epoch, world, bytes, e.getLoss(), e.getAuc(),
                               e.getAccuracy(), seconds);
+  if (privacy_) metrics_ << ",";  // (no epsilon: not a step)
+  metrics_ << "\n";
   metrics_.flush();
 }
 
