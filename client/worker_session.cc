@@ -16,6 +16,7 @@
 #include "checkpoint/worker_part.h"
 #include "client/kv_client.h"
 #include "client/peer_context.h"
+#include "client/worker_metrics.h"
 #include "compression/codec.h"
 #include "compression/sparse_rows.h"
 #include "core/control_client.h"
@@ -25,6 +26,7 @@
 #include "core/table_config.h"
 #include "core/zmq_transport.h"
 #include "job/node_join.h"
+#include "job/node_trace.h"
 #include "job/options.h"
 
 namespace syncline {
@@ -81,6 +83,16 @@ struct WorkerSession::State {
   absl::flat_hash_map<uint32_t, TableState> tables;
   absl::flat_hash_map<WorkerSession::Ticket, PendingTicket> pending;
   WorkerSession::Ticket next_ticket = 1;
+  // Its /metrics series and trace (null without a page and a trace): each Clock() ends a step,
+  // whose time in Wait() is its wait and the rest the program's own.
+  std::unique_ptr<TraceRecorder> trace;
+  std::unique_ptr<WorkerMetrics> metrics;
+  absl::Time step_begin;
+  absl::Duration waited;
+  void TraceWritten() {
+    WriteNodeTrace(trace.get(), job, wire::Role::WORKER, rank);
+    trace.reset();
+  }
 
   WorkerSession::Ticket Issue(PendingTicket p) {
     const WorkerSession::Ticket t = next_ticket++;
@@ -191,6 +203,7 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(const Session
   node.startup_timeout = options.startup_timeout;
   node.key_file = options.key_file;
   node.insecure = options.insecure;
+  node.metrics_port = options.metrics_port;
   absl::StatusOr<ZmqOptions> transport = NodeTransportOptions(node);
   if (!transport.ok()) return transport.status();
   state->encrypted = transport->key != nullptr;
@@ -214,6 +227,14 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Join(const Session
     control->ReportAbort(s);
     return s;
   }
+  state->trace = MakeNodeTrace(state->job, wire::Role::WORKER, state->rank);
+  if (state->job.metrics || state->trace) {
+    const JobSpec::Observe& o = state->job.spec.observe;
+    state->metrics = std::make_unique<WorkerMetrics>(
+        state->job.metrics ? &state->job.metrics->registry() : nullptr, state->trace.get(),
+        o.trace_first, o.trace_end);
+  }
+  state->step_begin = absl::Now();
   return std::unique_ptr<WorkerSession>(new WorkerSession(std::move(state)));
 }
 
@@ -228,6 +249,7 @@ void WorkerSession::Abort(const absl::Status& why) {
 }
 
 WorkerSession::~WorkerSession() {
+  state_->TraceWritten();
   if (!state_->finished) {
     state_->job.control->ReportAbort(absl::AbortedError(absl::StrCat(
         "w", state_->rank, "'s WorkerSession ended before Finish() (the program quit early)")));
@@ -513,9 +535,11 @@ absl::Status WorkerSession::Wait(Ticket ticket, absl::Time deadline) {
         absl::StrFormat("ticket %d is not pending (waited for already, or never issued)", ticket));
   }
   absl::Status status;
+  const absl::Time begin = absl::Now();
   for (Ticket request : it->second.requests) {
     if (auto st = s.kv->Wait(request, deadline); !st.ok() && status.ok()) status = st;
   }
+  s.waited += absl::Now() - begin;
   s.pending.erase(it);
   return status;
 }
@@ -528,6 +552,25 @@ absl::Status WorkerSession::Clock(double examples, double train_loss) {
   ++s.clock;
   if (s.kv != nullptr) {
     if (auto st = s.kv->Clock(s.clock, static_cast<float>(examples)); !st.ok()) return st;
+  }
+  if (s.metrics) {
+    // The program's own time is its compute; its waits for tickets, the wire's and the
+    // servers' (BSP's barrier among them).
+    const absl::Time now = absl::Now();
+    const absl::Duration network = std::min(s.waited, now - s.step_begin);
+    // Its waits, summed, drawn at the step's end (they are spread over it).
+    const StepPhase phases[] = {{"wait", now - network, now}};
+    s.metrics->OnStep(
+        StepRecord{.step = s.clock - 1,
+                   .begin = s.step_begin,
+                   .end = now,
+                   .compute = now - s.step_begin - network,
+                   .network = network,
+                   .loss = std::isfinite(train_loss) ? train_loss * examples : 0,
+                   .examples = static_cast<uint64_t>(examples),
+                   .phases = absl::MakeConstSpan(phases, s.waited > absl::ZeroDuration() ? 1 : 0)});
+    s.step_begin = now;
+    s.waited = absl::ZeroDuration();
   }
   s.job.control->SetClock(s.clock);  // heartbeats carry it: a stuck program is named
   if (s.job.spec.checkpoint.enabled()) MaybeCheckpoint();
@@ -643,6 +686,7 @@ absl::Status WorkerSession::Finish(std::function<absl::StatusOr<EvaluationResult
                                            .accuracy = result.accuracy,
                                            .examples = result.examples});
   }
+  s.TraceWritten();
   return control->Flush(absl::Now() + absl::Seconds(2));
 }
 

@@ -30,6 +30,7 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(
   reg.setPid(static_cast<int32_t>(getpid()));
   reg.setVersion(options.version);
   reg.setWorldSize(options.world_size);
+  reg.setMetricsPort(static_cast<uint16_t>(options.metrics_port));
   const absl::Time deadline = absl::Now() + options.startup_timeout;
   if (auto s = ep.Send(kCoordinatorId, b.Finish(), deadline); !s.ok()) return s;
 
@@ -143,6 +144,7 @@ void ControlClient::ReportProgress(const ProgressReport& p) {
   progress.setStaleness(p.staleness);
   progress.setConsensus(p.consensus);
   SetStepSeconds(p.step_seconds, progress.initStepSeconds());
+  progress.setBytes(p.bytes);
   Send(b.Finish());
 }
 
@@ -160,13 +162,24 @@ void ControlClient::ReportWorkerDone(const WorkerDoneReport& r) {
 }
 
 void ControlClient::ReportResult(const EvaluationReport& r) {
-  MessageBuilder b = FromThisNode(wire::MsgType::RESULT);
+  Send(EvaluationMessage(wire::MsgType::RESULT, -1, r));
+}
+
+void ControlClient::ReportHeldOut(int64_t clock, const EvaluationReport& r) {
+  Send(EvaluationMessage(wire::MsgType::HELD_OUT, clock, r));
+}
+
+Message ControlClient::EvaluationMessage(wire::MsgType type, int64_t clock,
+                                         const EvaluationReport& r) const {
+  MessageBuilder b = FromThisNode(type);
+  b.header().setClock(clock);
   auto e = b.header().getBody().initEvaluation();
   e.setLoss(r.loss);
   e.setAuc(r.auc);
   e.setAccuracy(r.accuracy);
   e.setExamples(r.examples);
-  Send(b.Finish());
+  e.setSeconds(r.seconds);
+  return b.Finish();
 }
 
 void ControlClient::ReportCheckpointed(int64_t clock, const absl::Status& status) {
@@ -288,6 +301,19 @@ void ControlClient::Handle(Message& message) {
     case wire::MsgType::START:
       started_ = true;
       break;
+    case wire::MsgType::HEARTBEAT: {
+      // The coordinator's answer echoes the heartbeat's send time (requestId) with its own.
+      const int64_t sent = static_cast<int64_t>(h.getRequestId());
+      const int64_t now = absl::ToUnixMicros(absl::Now());
+      const int64_t round_trip = now - sent;
+      const int64_t best = best_round_trip_us_.load(std::memory_order_relaxed);
+      if (sent > 0 && h.getWallMicros() > 0 && round_trip >= 0 &&
+          (best < 0 || round_trip <= best)) {
+        best_round_trip_us_.store(round_trip, std::memory_order_relaxed);
+        clock_offset_us_.store(h.getWallMicros() - (sent + now) / 2, std::memory_order_relaxed);
+      }
+      break;
+    }
     case wire::MsgType::EVALUATE:
       commands_.push_back(Command::kEvaluate);
       break;
@@ -390,6 +416,9 @@ void ControlClient::Loop() {
     if (now >= next_heartbeat) {
       MessageBuilder heartbeat = FromThisNode(wire::MsgType::HEARTBEAT);
       heartbeat.header().setClock(clock_.load(std::memory_order_relaxed));
+      const int64_t sent = absl::ToUnixMicros(absl::Now());
+      heartbeat.header().setRequestId(static_cast<uint64_t>(sent));
+      heartbeat.header().setWallMicros(sent);
       outgoing.push_back(heartbeat.Finish());
       next_heartbeat = now + interval;
     }

@@ -46,6 +46,9 @@ struct ControlOptions {
   // The ranks a cluster launcher started this node among (0: unknown); the coordinator refuses
   // a world of another size.
   int world_size = 0;
+  // Where this node serves /metrics, on its data address's host (0: it does not); the
+  // coordinator hands it to the launcher, which lists it for Prometheus.
+  int metrics_port = 0;
 };
 
 // Where a worker's training iterations spent their time, in seconds: the parts of
@@ -66,6 +69,7 @@ struct ProgressReport {
   double consensus = 0;     // gossip: mean distance from the neighbours' models
   // The split of the iterations since the last report.
   StepSeconds step_seconds;
+  uint64_t bytes = 0;  // pushed and pulled since the worker started
 };
 
 // What a worker did, once it has trained its last step.
@@ -85,6 +89,7 @@ struct EvaluationReport {
   double auc = -1;       // binary models, else -1
   double accuracy = -1;  // multiclass models, else -1
   uint64_t examples = 0;
+  double seconds = 0;  // how long it took
 };
 
 enum class Command { kEvaluate, kShutdown };
@@ -105,6 +110,8 @@ class ControlClient {
   ~ControlClient();
 
   const NodeTable& table() const { return table_; }
+  // What the control endpoint has sent and received (a node's /metrics page counts it).
+  const TrafficCounters& traffic() const { return endpoint_->counters(); }
 
   // Tells the coordinator that this node's handlers are in place.
   void ReportReady();
@@ -118,6 +125,8 @@ class ControlClient {
   void ReportProgress(const ProgressReport& report);
   void ReportWorkerDone(const WorkerDoneReport& report);
   void ReportResult(const EvaluationReport& report);
+  // The model on the test set after `clock` iterations, while the job trains (--eval-every).
+  void ReportHeldOut(int64_t clock, const EvaluationReport& report);
   // This node's part of checkpoint `clock` is on disk (OK), or could not be written.
   void ReportCheckpointed(int64_t clock, const absl::Status& status);
   // Tells the coordinator that this node cannot go on (the job fails with `status`), and waits
@@ -131,6 +140,16 @@ class ControlClient {
   // The iterations this worker has finished; heartbeats carry it, so that the coordinator can
   // name a worker that is alive but stuck.
   void SetClock(int64_t clock) { clock_.store(clock, std::memory_order_relaxed); }
+
+  // The coordinator's wall clock less this node's, in microseconds, as measured over the
+  // heartbeats: from the answer with the shortest round trip so far (Cristian's method: the
+  // coordinator read its clock about half a round trip before the answer came). 0 before the
+  // first answer. Trace files carry it, so that the launcher aligns the nodes' timelines.
+  int64_t ClockOffsetMicros() const { return clock_offset_us_.load(std::memory_order_relaxed); }
+  // The round trip that offset was measured over (its uncertainty is half of it); -1: none.
+  int64_t ClockOffsetRoundTripMicros() const {
+    return best_round_trip_us_.load(std::memory_order_relaxed);
+  }
 
   // Workers the coordinator declared dead since the last call.
   std::vector<int> TakeDownWorkers();
@@ -190,6 +209,7 @@ class ControlClient {
   void Handle(Message& message);
   // A message of `type` whose header names this node as the sender.
   MessageBuilder FromThisNode(wire::MsgType type) const;
+  Message EvaluationMessage(wire::MsgType type, int64_t clock, const EvaluationReport& r) const;
 
   const std::unique_ptr<Endpoint> endpoint_;
   const ControlOptions options_;
@@ -210,6 +230,8 @@ class ControlClient {
   uint32_t resumed_ ABSL_GUARDED_BY(mu_) = 0;     // the newest generation resumed
   absl::Status health_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> clock_{-1};
+  std::atomic<int64_t> clock_offset_us_{0};
+  std::atomic<int64_t> best_round_trip_us_{-1};
   std::thread thread_;
 };
 

@@ -12,6 +12,19 @@
 #include "core/log.h"
 
 namespace syncline {
+namespace {
+
+// The answer to a heartbeat: its send time (requestId) echoed with the coordinator's clock, from
+// which the node measures the offset between the two (ControlClient::ClockOffsetMicros).
+Message HeartbeatAnswer(const wire::Header::Reader& heartbeat) {
+  MessageBuilder b(wire::MsgType::HEARTBEAT);
+  b.header().setRole(wire::Role::COORDINATOR);
+  b.header().setRequestId(heartbeat.getRequestId());
+  b.header().setWallMicros(absl::ToUnixMicros(absl::Now()));
+  return b.Finish();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(Transport& transport,
                                                                  const std::string& address,
@@ -122,7 +135,13 @@ absl::StatusOr<std::optional<Message>> Coordinator::Step(absl::Time deadline) {
     }
     return std::optional<Message>();
   }
-  node->last_seen = absl::Now();
+  const absl::Time now = absl::Now();
+  // A node heartbeats every interval from its own thread: a longer silence lost some.
+  if (training_ && now - node->last_seen > 2 * options_.heartbeat_interval) {
+    heartbeat_misses_.fetch_add((now - node->last_seen) / options_.heartbeat_interval - 1,
+                                std::memory_order_relaxed);
+  }
+  node->last_seen = now;
   // Parse has read every field; a reader that still throws costs this message only.
   try {
     return Handle(*node, *message);
@@ -162,11 +181,16 @@ absl::StatusOr<std::optional<Message>> Coordinator::Handle(NodeState& node, Mess
         node.clock_since = absl::Now();
         if (node.clock > latest_worker_clock_.load()) latest_worker_clock_.store(node.clock);
       }
-      SendTo(node.control_id, MakeSimple(wire::MsgType::HEARTBEAT, wire::Role::COORDINATOR, 0));
+      SendTo(node.control_id, HeartbeatAnswer(h));
       return std::optional<Message>();
     case wire::MsgType::PROGRESS:
       if (node.role == wire::Role::WORKER && h.getBody().isProgress() && observer_ && !stale) {
         observer_->OnProgress(node.rank, h.getBody().getProgress());
+      }
+      return std::optional<Message>();
+    case wire::MsgType::HELD_OUT:
+      if (node.role == wire::Role::WORKER && h.getBody().isEvaluation() && observer_ && !stale) {
+        observer_->OnHeldOut(node.rank, h.getClock(), h.getBody().getEvaluation());
       }
       return std::optional<Message>();
     case wire::MsgType::SERVER_PROGRESS:

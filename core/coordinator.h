@@ -95,6 +95,12 @@ class CoordinatorObserver {
  public:
   virtual ~CoordinatorObserver() = default;
   virtual void OnStarted(const NodeTable& table) {}
+  // A node registered (at the start, as a joiner or as a replacement): where it runs, and the
+  // port of its /metrics page on its data address's host (0: none).
+  virtual void OnNodeRegistered(wire::Role role, int rank, const std::string& host,
+                                const std::string& data_address, int metrics_port) {}
+  // A worker evaluated the model on the test set after `clock` iterations (--eval-every).
+  virtual void OnHeldOut(int worker, int64_t clock, wire::Evaluation::Reader evaluation) {}
   virtual void OnProgress(int worker, wire::Progress::Reader progress) {}
   virtual void OnWorkerDone(int worker, wire::WorkerStats::Reader stats) {}
   virtual void OnEvaluation(int worker, wire::Evaluation::Reader evaluation) {}
@@ -130,6 +136,8 @@ class Coordinator {
 
   // The address nodes connect to.
   const std::string& address() const { return address_; }
+  // What its endpoint has sent and received (the launcher's /metrics page counts it).
+  const TrafficCounters& traffic() const { return endpoint_->counters(); }
 
   // Runs the job's control protocol to the end. OK when every worker finished and every
   // server shut down; otherwise the reason the job failed (after telling every node).
@@ -161,6 +169,9 @@ class Coordinator {
   // The highest clock a worker's heartbeat has reported since the start or the last rollback
   // (-1: none). Any thread.
   int64_t LatestWorkerClock() const { return latest_worker_clock_.load(); }
+  // Heartbeats the nodes missed while the job trained (a silence of k intervals misses k - 1,
+  // counted when the node is heard again). Any thread.
+  int64_t HeartbeatMisses() const { return heartbeat_misses_.load(std::memory_order_relaxed); }
   // Nodes (data endpoint ids, "ps1") that hang, with why, since the last call: while a restart
   // is possible a node whose heartbeats stop, or a worker stuck while others wait, is not
   // declared down at once but handed to the launcher to kill (its exit is then restarted). One
@@ -304,6 +315,7 @@ class Coordinator {
   std::atomic<bool> can_roll_back_{false};
   std::atomic<bool> recovering_flag_{false};  // recovering_, for other threads
   std::atomic<int64_t> latest_worker_clock_{-1};
+  std::atomic<int64_t> heartbeat_misses_{0};
   // Failures reported by nodes that could have been restarted, by control id.
   absl::flat_hash_map<std::string, std::string> last_words_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::string, std::string>> hung_ ABSL_GUARDED_BY(mu_);

@@ -81,10 +81,7 @@ absl::Status Coordinator::JoinRefusal(const wire::Header::Reader& h) const {
 void Coordinator::BeginArrival(NodeState& joiner, Message& message) {
   auto h = message.header();
   if (!h.getBody().isRegister()) return;
-  auto reg = h.getBody().getRegister();
-  joiner.address = reg.getDataAddress();
-  joiner.host = reg.getHost();
-  joiner.pid = reg.getPid();
+  joiner.Registered(h.getBody().getRegister(), observer_);
   joiner.last_seen = absl::Now();
   arrival_ = PendingArrival{&joiner, {}, {}};
   arrival_start_ = absl::Now();

@@ -46,6 +46,18 @@ struct Coordinator::NodeState {
   bool stats = false;       // servers: statistics received at shutdown
   int64_t clock = -1;       // workers: the clock their last heartbeat carried
   absl::Time clock_since;   // when that clock was first seen
+  int metrics_port = 0;     // where it serves /metrics (0: it does not)
+
+  // Takes what a registration says of where the node runs, and tells `observer` (may be null).
+  // A replacement keeps the failed node's data address: it listens there (job/node_join.h).
+  void Registered(wire::Register::Reader reg, CoordinatorObserver* observer,
+                  bool replacement = false) {
+    if (!replacement) address = reg.getDataAddress();
+    host = reg.getHost();
+    pid = reg.getPid();
+    metrics_port = reg.getMetricsPort();
+    if (observer != nullptr) observer->OnNodeRegistered(role, rank, host, address, metrics_port);
+  }
 
   // "w2 (pid 812 on gpu3)", and the data address when it is off loopback: hosts that share a
   // name (containers, network namespaces) are still told apart.

@@ -133,8 +133,7 @@ void Coordinator::RegisterReplacement(NodeState& n, Message& message) {
   }
   n.replacing = false;
   n.awaiting_table = true;
-  n.host = reg.getHost();
-  n.pid = reg.getPid();
+  n.Registered(reg, observer_, /*replacement=*/true);
   n.last_seen = absl::Now();
   SYNCLINE_LOG(INFO) << n.Name() << " registered as a replacement; it restores checkpoint "
                      << rollback_clock_;

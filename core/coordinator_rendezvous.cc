@@ -91,9 +91,7 @@ absl::Status Coordinator::Admit(Message& message) {
   node->role = role;
   node->rank = rank;
   node->control_id = message.peer();
-  node->address = reg.getDataAddress();
-  node->host = reg.getHost();
-  node->pid = reg.getPid();
+  node->Registered(reg, observer_);
   node->last_seen = absl::Now();
   nodes_.push_back(std::move(node));
   return absl::OkStatus();

@@ -16,20 +16,14 @@ absl::Status EndpointSplit::Side::Send(const std::string& peer_id, Message messa
                                        absl::Time deadline) {
   const size_t bytes = message.ByteSize();
   absl::Status s = split_->base_->Send(peer_id, std::move(message), deadline);
-  if (s.ok()) {
-    counters_.bytes_sent += bytes;
-    ++counters_.messages_sent;
-  }
+  if (s.ok()) counters_.Sent(peer_id, bytes);
   return s;
 }
 
 absl::Status EndpointSplit::Side::TrySend(const std::string& peer_id, Message* message) {
   const size_t bytes = message->ByteSize();
   absl::Status s = split_->base_->TrySend(peer_id, message);
-  if (s.ok()) {
-    counters_.bytes_sent += bytes;
-    ++counters_.messages_sent;
-  }
+  if (s.ok()) counters_.Sent(peer_id, bytes);
   return s;
 }
 
@@ -39,8 +33,7 @@ absl::StatusOr<Message> EndpointSplit::Side::Receive(absl::Time deadline) {
     if (!m.ok()) return m.status();
     const int side = split_->side_of_(m->peer()) == 0 ? 0 : 1;
     if (side == index_) {
-      counters_.bytes_received += m->ByteSize();
-      ++counters_.messages_received;
+      counters_.Received(m->peer(), m->ByteSize());
       return m;
     }
     std::deque<Message>& other = split_->sides_[side].kept_;
@@ -55,8 +48,7 @@ absl::StatusOr<Message> EndpointSplit::Side::Receive(absl::Time deadline) {
   }
   Message m = std::move(kept_.front());
   kept_.pop_front();
-  counters_.bytes_received += m.ByteSize();
-  ++counters_.messages_received;
+  counters_.Received(m.peer(), m.ByteSize());
   return m;
 }
 

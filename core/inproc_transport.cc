@@ -78,8 +78,7 @@ class InprocEndpoint : public Endpoint {
       box->queue.push_back(std::move(message));
     }
     box->changed.notify_all();
-    counters_.bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
-    counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
+    counters_.Sent(peer_id, bytes);
     return absl::OkStatus();
   }
 
@@ -100,8 +99,7 @@ class InprocEndpoint : public Endpoint {
       box->queue.push_back(std::move(*message));
     }
     box->changed.notify_all();
-    counters_.bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
-    counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
+    counters_.Sent(peer_id, bytes);
     return absl::OkStatus();
   }
 
@@ -117,8 +115,7 @@ class InprocEndpoint : public Endpoint {
       box->queue.pop_front();
     }
     box->changed.notify_all();  // a sender may wait for room
-    counters_.bytes_received.fetch_add(message.ByteSize(), std::memory_order_relaxed);
-    counters_.messages_received.fetch_add(1, std::memory_order_relaxed);
+    counters_.Received(message.peer(), message.ByteSize());
     return message;
   }
 

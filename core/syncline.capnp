@@ -75,6 +75,10 @@ enum MsgType {
   join @30;
   cut @31;
   arrival @32;
+
+  # worker -> coordinator: body.evaluation of the model on the test set after `clock`
+  # iterations, while the job trains (--eval-every).
+  heldOut @33;
 }
 
 enum Role {
@@ -126,6 +130,9 @@ struct Header {
   generation @28 :UInt32;  # data plane: the job's rollbacks so far when the request was made; a
                            # server drops a request of an older generation (nothing answers it),
                            # and its error replies carry its own
+  wallMicros @30 :Int64;   # heartbeats: the sender's wall clock when it sent, in microseconds
+                           # since the epoch (the coordinator's answer carries its own), from
+                           # which a node measures its clock's offset (trace files)
 }
 
 struct Register {
@@ -134,6 +141,8 @@ struct Register {
   pid @2 :Int32;
   version @3 :Text;        # the node's build (core/version.h); the coordinator refuses another
   worldSize @4 :Int32;     # ranks its cluster launcher started (0: unknown); checked likewise
+  metricsPort @5 :UInt16;  # where the node serves /metrics, on its data address's host (0: it
+                           # does not)
 }
 
 struct NodeInfo {
@@ -166,6 +175,7 @@ struct Progress {
   staleness @5 :Float64;   # mean staleness served to this worker since the last report
   consensus @6 :Float64;   # gossip: mean distance of this worker's model from its neighbours'
   stepSeconds @7 :StepSeconds;  # the split of the iterations since the last report
+  bytes @8 :UInt64;        # bytes this worker has pushed and pulled since it started
 }
 
 # Where a worker's training iterations spent their time, in seconds (worker/trainer.h's
@@ -197,6 +207,7 @@ struct Evaluation {
   auc @1 :Float64;         # binary models, else -1
   accuracy @2 :Float64;    # multiclass models, else -1
   examples @3 :UInt64;
+  seconds @4 :Float64;     # how long the evaluation took
 }
 
 struct ServerStats {
@@ -453,4 +464,9 @@ struct JobSpec {
   dpNoiseSeed @99 :UInt64;
   dpExamples @100 :UInt64;
   dpKey @101 :Text;                 # 64 hex digits (privacy/dp_random.h)
+  traceDir @102 :Text;             # --trace on: where each node writes its trace (empty: off)
+  traceFirst @103 :Int64;          # --trace-steps A:B, the steps [A, B) traced
+  traceEnd @104 :Int64;
+  evalEverySteps @105 :Int64;      # --eval-every N (0: off)
+  evalEverySeconds @106 :Float64;  # --eval-every Ns (0: off)
 }

@@ -475,8 +475,7 @@ class TcpEndpoint : public Endpoint {
         return absl::DeadlineExceededError(absl::StrCat(id_, ": ", c->peer, " takes no bytes"));
       }
     }
-    counters_.bytes_sent += total - preamble.size();
-    counters_.messages_sent += 1;
+    counters_.Sent(c->peer, total - preamble.size());
     if (written == total) return absl::OkStatus();
     std::vector<std::byte> rest(total - written);
     size_t at = 0;
@@ -663,8 +662,7 @@ class TcpEndpoint : public Endpoint {
         m.frames().push_back(Frame::Shared(std::move(c->buffers[i]), data, c->lengths[i]));
         bytes += c->lengths[i];
       }
-      counters_.bytes_received += bytes;
-      counters_.messages_received += 1;
+      counters_.Received(c->peer, bytes);
       inbox_.push_back(std::move(m));
       c->have_preamble = false;
       c->lengths.clear();

@@ -12,6 +12,7 @@
 #ifndef SYNCLINE_CORE_TRANSPORT_H_
 #define SYNCLINE_CORE_TRANSPORT_H_
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -25,12 +26,46 @@
 
 namespace syncline {
 
-// Bytes and messages an endpoint has moved, for run summaries.
+// A peer's role, as its routing id tells it (core/node_table.h's ids: "ps3", "w2", "w2.ctl",
+// "coordinator"): what a node's traffic is split by on its /metrics page.
+enum class PeerRole { kServer, kWorker, kCoordinator, kOther };
+inline constexpr int kPeerRoles = 4;
+inline PeerRole PeerRoleOf(std::string_view peer_id) {
+  if (peer_id.starts_with("ps")) return PeerRole::kServer;
+  if (peer_id.size() > 1 && peer_id[0] == 'w' && peer_id[1] >= '0' && peer_id[1] <= '9') {
+    return PeerRole::kWorker;
+  }
+  if (peer_id.starts_with("joiner")) return PeerRole::kWorker;
+  if (peer_id == "coordinator") return PeerRole::kCoordinator;
+  return PeerRole::kOther;
+}
+inline const char* PeerRoleName(PeerRole role) {
+  constexpr const char* kNames[] = {"server", "worker", "coordinator", "other"};
+  return kNames[static_cast<int>(role)];
+}
+
+// Bytes and messages an endpoint has moved, for run summaries and metrics; bytes also by the
+// peer's role.
 struct TrafficCounters {
   std::atomic<uint64_t> bytes_sent{0};
   std::atomic<uint64_t> bytes_received{0};
   std::atomic<uint64_t> messages_sent{0};
   std::atomic<uint64_t> messages_received{0};
+  std::array<std::atomic<uint64_t>, kPeerRoles> bytes_sent_to{};
+  std::array<std::atomic<uint64_t>, kPeerRoles> bytes_received_from{};
+
+  void Sent(std::string_view peer_id, uint64_t bytes) {
+    bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+    messages_sent.fetch_add(1, std::memory_order_relaxed);
+    bytes_sent_to[static_cast<int>(PeerRoleOf(peer_id))].fetch_add(bytes,
+                                                                   std::memory_order_relaxed);
+  }
+  void Received(std::string_view peer_id, uint64_t bytes) {
+    bytes_received.fetch_add(bytes, std::memory_order_relaxed);
+    messages_received.fetch_add(1, std::memory_order_relaxed);
+    bytes_received_from[static_cast<int>(PeerRoleOf(peer_id))].fetch_add(bytes,
+                                                                         std::memory_order_relaxed);
+  }
 };
 
 class Endpoint {

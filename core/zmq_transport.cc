@@ -155,7 +155,7 @@ class ZmqEndpoint : public Endpoint {
     } catch (const zmq::error_t& e) {
       return SendFailure(peer_id, e);
     }
-    CountSent(bytes);
+    CountSent(peer_id, bytes);
     return absl::OkStatus();
   }
 
@@ -207,7 +207,7 @@ class ZmqEndpoint : public Endpoint {
     } catch (const zmq::error_t& e) {
       return SendFailure(peer_id, e);
     }
-    CountSent(bytes);
+    CountSent(peer_id, bytes);
     return absl::OkStatus();
   }
 
@@ -225,10 +225,7 @@ class ZmqEndpoint : public Endpoint {
     }
     return absl::UnavailableError(absl::StrCat("send to ", peer_id, " failed: ", e.what()));
   }
-  void CountSent(size_t bytes) {
-    counters_.bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
-    counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
-  }
+  void CountSent(const std::string& peer_id, size_t bytes) { counters_.Sent(peer_id, bytes); }
 
   // The frames of a message whose routing frame was accepted: they go to the same pipe and do
   // not block. Adds their bytes to *bytes, and with `queued`, to the peer's queued bytes until
@@ -307,8 +304,7 @@ class ZmqEndpoint : public Endpoint {
     } catch (const zmq::error_t& e) {
       return absl::UnavailableError(absl::StrCat("receive failed: ", e.what()));
     }
-    counters_.bytes_received.fetch_add(bytes, std::memory_order_relaxed);
-    counters_.messages_received.fetch_add(1, std::memory_order_relaxed);
+    counters_.Received(message.peer(), bytes);
     return message;
   }
 

@@ -438,12 +438,39 @@ absl::Status CheckDataAndCheckpoints(const JobSpec& s) {
 
 }  // namespace
 
+// The trace's window and the held-out evaluation's period.
+absl::Status CheckObserve(const JobSpec& s) {
+  const JobSpec::Observe& o = s.observe;
+  if (o.tracing() && (o.trace_first < 0 || o.trace_end <= o.trace_first)) {
+    return InvalidFlag("trace-steps", absl::StrCat(o.trace_first, ":", o.trace_end),
+                       "must be A:B with 0 <= A < B (the steps [A, B) are traced)");
+  }
+  if (o.eval_every_steps < 0 || o.eval_every_seconds < 0 ||
+      (o.eval_every_steps > 0 && o.eval_every_seconds > 0)) {
+    return InvalidFlag("eval-every",
+                       absl::StrCat(o.eval_every_steps, " steps, ", o.eval_every_seconds, " s"),
+                       "must be N (steps) or Ns (seconds), N > 0");
+  }
+  const std::string every = o.eval_every_steps > 0 ? absl::StrCat(o.eval_every_steps)
+                                                   : absl::StrCat(o.eval_every_seconds, "s");
+  if (o.evaluates() && !s.worker_command.empty()) {
+    return InvalidFlag("eval-every", every,
+                       "is for syncline-worker's models: a worker command evaluates its own "
+                       "model (WorkerSession::Finish)");
+  }
+  // Without --train the launcher generates both files, the test set included.
+  if (o.evaluates() && s.data.test.empty() && !s.data.train.empty()) {
+    return InvalidFlag("eval-every", every, "needs --test: it evaluates on the test set");
+  }
+  return absl::OkStatus();
+}
+
 // The phases in a fixed order: the first error found is the one reported.
 absl::Status ValidateJobSpec(const JobSpec& s) {
   for (absl::Status (*check)(const JobSpec&) :
        {CheckRanges, CheckCriteo, CheckFederated, CheckRobustness, CheckModelAndTimeouts,
         CheckCodecs, CheckMembership, CheckExchange, CheckSlowness, CheckDataAndCheckpoints,
-        CheckPrivacyOptions}) {
+        CheckPrivacyOptions, CheckObserve}) {
     if (absl::Status status = check(s); !status.ok()) return status;
   }
   return absl::OkStatus();

@@ -46,6 +46,11 @@ void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
   for (size_t i = 0; i < s.model.hidden.size(); ++i) hidden.set(i, s.model.hidden[i]);
   auto command = out.initWorkerCommand(s.worker_command.size());
   for (size_t i = 0; i < s.worker_command.size(); ++i) command.set(i, s.worker_command[i]);
+  out.setTraceDir(s.observe.trace_dir);
+  out.setTraceFirst(s.observe.trace_first);
+  out.setTraceEnd(s.observe.trace_end);
+  out.setEvalEverySteps(s.observe.eval_every_steps);
+  out.setEvalEverySeconds(s.observe.eval_every_seconds);
   out.setDeviceKind(static_cast<uint8_t>(s.device.kind));
   out.setDeviceIndex(s.device.index);
   out.setTrain(s.data.train);
@@ -175,6 +180,11 @@ absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
     return absl::InvalidArgumentError("job spec: the worker command has too many words");
   }
   for (auto word : in.getWorkerCommand()) s.worker_command.emplace_back(word.cStr());
+  s.observe.trace_dir = in.getTraceDir();
+  s.observe.trace_first = in.getTraceFirst();
+  s.observe.trace_end = in.getTraceEnd();
+  s.observe.eval_every_steps = in.getEvalEverySteps();
+  s.observe.eval_every_seconds = in.getEvalEverySeconds();
   s.device.kind = static_cast<DeviceKind>(in.getDeviceKind());
   s.device.index = in.getDeviceIndex();
   s.data.train = in.getTrain();

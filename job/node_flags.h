@@ -48,6 +48,16 @@ inline std::optional<int> AddNodeFlags(CLI::App& app, NodeOptions* options, cons
       },
       "listen on the first free port in FIRST-LAST (for firewalls that open only those) "
       "[SYNCLINE_PORT_RANGE]");
+  app.add_option_function<std::string>(
+         "--metrics-port",
+         [options](const std::string& text) { options->metrics_port = *ParseMetricsPort(text); },
+         "serve Prometheus metrics at http://HOST:PORT/metrics on the data address's host; 0: "
+         "any free port (in --port-range); off: none (default) [SYNCLINE_METRICS_PORT]")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            return ParseMetricsPort(text) ? "" : "must be a port in [0, 65535] or off";
+          },
+          "PORT"));
   app.add_option("--key-file", options->key_file,
                  "the job key (mode 0600) that authenticates and encrypts this node's "
                  "connections with CURVE; syncline-launch writes it as OUT/job.key "

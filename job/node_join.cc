@@ -62,6 +62,21 @@ absl::StatusOr<JoinedJob> JoinJob(Transport& transport, wire::Role role,
   if (!address.ok()) return address.status();
   job.data = std::move(*endpoint);
   job.data_address = *address;
+  // The page is up before the node registers: the coordinator lists its port at once.
+  if (options.metrics_port >= 0) {
+    auto hp = ParseTcpAddress(*address);
+    if (!hp.ok()) return hp.status();
+    auto metrics = NodeMetrics::Start(NodeMetricsOptions{.ip = hp->host,
+                                                         .port = options.metrics_port,
+                                                         .ports = options.ports,
+                                                         .role = RoleName(role)});
+    if (!metrics.ok()) {
+      return absl::Status(metrics.status().code(),
+                          absl::StrCat(DataEndpointId(role, options.rank),
+                                       ": --metrics-port: ", metrics.status().message()));
+    }
+    job.metrics = std::move(*metrics);
+  }
   {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
@@ -76,6 +91,7 @@ absl::StatusOr<JoinedJob> JoinJob(Transport& transport, wire::Role role,
   control.startup_timeout = options.startup_timeout;
   control.version = options.version;
   control.world_size = options.world_size;
+  control.metrics_port = job.metrics ? job.metrics->port() : 0;
   auto client = ControlClient::Connect(transport, control);
   if (!client.ok()) {
     return absl::Status(client.status().code(),
@@ -130,6 +146,10 @@ absl::StatusOr<JoinedJob> JoinJob(Transport& transport, wire::Role role,
     return spec.status();
   }
   job.spec = std::move(*spec);
+  if (job.metrics) {
+    job.metrics->CountTraffic(&job.data->counters());
+    job.metrics->CountTraffic(&job.control->traffic());
+  }
   // A replacement restores the checkpoint every other node rolls back to.
   if (!table.restore.empty()) job.spec.checkpoint.restore = table.restore;
   // A replacement's peers were reachable at the start, and one of them may be a replacement
@@ -174,6 +194,16 @@ std::optional<absl::Duration> ParseStartupTimeout(std::string_view text) {
   return absl::Seconds(seconds);
 }
 
+std::optional<int> ParseMetricsPort(std::string_view text) {
+  if (text == "off") return -1;
+  int port = 0;
+  if (!absl::SimpleAtoi(absl::string_view(text.data(), text.size()), &port) || port < 0 ||
+      port > 65535) {
+    return std::nullopt;
+  }
+  return port;
+}
+
 absl::Status NodeOptionsFromEnvironment(NodeOptions* options) {
   auto env = [](const char* name) -> const char* {
     const char* v = std::getenv(name);
@@ -207,6 +237,14 @@ absl::Status NodeOptionsFromEnvironment(NodeOptions* options) {
           "SYNCLINE_STARTUP_TIMEOUT='", t, "' is not a number of seconds in (0, 1000000]"));
     }
     options->startup_timeout = *timeout;
+  }
+  if (const char* m = env("SYNCLINE_METRICS_PORT")) {
+    const std::optional<int> port = ParseMetricsPort(m);
+    if (!port) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SYNCLINE_METRICS_PORT='", m, "' is not a port in [0, 65535] (0: any free) or off"));
+    }
+    options->metrics_port = *port;
   }
   if (const char* p = env("SYNCLINE_PORT_RANGE")) {
     auto ports = ParsePortRange(p);

@@ -18,6 +18,7 @@
 #include "core/control_client.h"
 #include "core/coordinator.h"
 #include "core/net.h"
+#include "core/node_metrics.h"
 #include "core/transport.h"
 #include "core/version.h"
 #include "core/zmq_transport.h"
@@ -52,6 +53,10 @@ struct NodeOptions {
   // A worker's own --device: where this process computes, in place of the job's (a machine's
   // GPU for one worker, the CPU for another). Unset: the job's.
   std::optional<DeviceSpec> device;
+  // Where the node serves its Prometheus /metrics page (core/node_metrics.h), on its data
+  // address's host: a port, or 0 for the first free one in `ports` (any free one without).
+  // -1: no page (the default; a node then pays nothing for metrics).
+  int metrics_port = -1;
 };
 
 struct JoinedJob {
@@ -59,6 +64,9 @@ struct JoinedJob {
   std::string data_address;
   std::unique_ptr<ControlClient> control;
   JobSpec spec;
+  // The node's /metrics page (NodeOptions::metrics_port), counting both endpoints' traffic;
+  // null without one. Last, so that it stops before the endpoints it reads go.
+  std::unique_ptr<NodeMetrics> metrics;
 };
 
 // A node process's exit codes beyond 0 and 1: bad input (a data file, the job spec), and a
@@ -97,13 +105,17 @@ CoordinatorOptions CoordinatorOptionsFor(const JobSpec& spec);
 
 // NodeOptions from the environment: SYNCLINE_COORDINATOR, SYNCLINE_RANK, SYNCLINE_BIND,
 // SYNCLINE_INTERFACE, SYNCLINE_PORT_RANGE, SYNCLINE_WORLD_SIZE, SYNCLINE_KEY_FILE,
-// SYNCLINE_INSECURE (1: true), SYNCLINE_STARTUP_TIMEOUT (each left as it is when unset
-// or empty). A value that does not parse is InvalidArgument naming the variable.
+// SYNCLINE_INSECURE (1: true), SYNCLINE_STARTUP_TIMEOUT, SYNCLINE_METRICS_PORT (each left as it
+// is when unset or empty). A value that does not parse is InvalidArgument naming the variable.
 absl::Status NodeOptionsFromEnvironment(NodeOptions* options);
 
 // --startup-timeout's value (also SYNCLINE_STARTUP_TIMEOUT): a number of seconds in
 // (0, 1000000]; nullopt otherwise.
 std::optional<absl::Duration> ParseStartupTimeout(std::string_view text);
+
+// --metrics-port's value (also SYNCLINE_METRICS_PORT): a port in [0, 65535], or "off" (-1);
+// nullopt otherwise.
+std::optional<int> ParseMetricsPort(std::string_view text);
 
 // The transport settings `options` ask for: CURVE with the job key of options.key_file, or
 // plaintext. FailedPrecondition when the coordinator is off loopback and there is neither a

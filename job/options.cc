@@ -503,4 +503,32 @@ absl::StatusOr<std::pair<int, double>> ParseDelay(const std::string& text) {
   return std::make_pair(rank, ms);
 }
 
+absl::StatusOr<std::pair<int64_t, int64_t>> ParseStepWindow(const std::string& text) {
+  const size_t colon = text.find(':');
+  int64_t first = 0, end = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(text.substr(0, colon), &first) ||
+      !absl::SimpleAtoi(text.substr(colon + 1), &end) || first < 0 || end <= first) {
+    return absl::InvalidArgumentError(
+        "must be A:B with 0 <= A < B (the steps [A, B)), e.g. 100:120");
+  }
+  return std::make_pair(first, end);
+}
+
+absl::StatusOr<EvalEvery> ParseEvalEvery(const std::string& text) {
+  EvalEvery every;
+  const bool seconds = !text.empty() && text.back() == 's';
+  const std::string number = seconds ? text.substr(0, text.size() - 1) : text;
+  if (seconds) {
+    if (!absl::SimpleAtod(number, &every.seconds) || !std::isfinite(every.seconds) ||
+        every.seconds <= 0 || every.seconds > 1e6) {
+      return absl::InvalidArgumentError("must be N (steps), Ns (seconds, N > 0) or 0 (never)");
+    }
+    return every;
+  }
+  if (!absl::SimpleAtoi(number, &every.steps) || every.steps < 0) {
+    return absl::InvalidArgumentError("must be N (steps), Ns (seconds, N > 0) or 0 (never)");
+  }
+  return every;
+}
+
 }  // namespace syncline

@@ -77,6 +77,16 @@ absl::StatusOr<std::pair<double, double>> ParseJitter(const std::string& text);
 // --delay: "RANK:MS" (0 <= ms <= 60000), as in --delay 1:20.
 absl::StatusOr<std::pair<int, double>> ParseDelay(const std::string& text);
 
+// --trace-steps: "A:B", the steps [A, B) (0 <= A < B). InvalidArgument saying what is wrong.
+absl::StatusOr<std::pair<int64_t, int64_t>> ParseStepWindow(const std::string& text);
+
+// --eval-every: "N" (steps), "Ns" (seconds) or "0" (never); N > 0.
+struct EvalEvery {
+  int64_t steps = 0;
+  double seconds = 0;
+};
+absl::StatusOr<EvalEvery> ParseEvalEvery(const std::string& text);
+
 }  // namespace syncline
 
 #endif  // SYNCLINE_JOB_OPTIONS_H_

@@ -30,6 +30,8 @@ std::vector<std::pair<std::string, std::string>> NodeEnvironment(const ClusterOp
   }
   if (!o.key_file.empty()) env.emplace_back("SYNCLINE_KEY_FILE", o.key_file);
   if (o.key_file.empty() && o.insecure) env.emplace_back("SYNCLINE_INSECURE", "1");
+  // Any free port (in the port range): the coordinator lists each for Prometheus.
+  if (o.metrics) env.emplace_back("SYNCLINE_METRICS_PORT", "0");
   // The ctr model's matrix products run on one thread (models/gemm.h); without this, OpenBLAS
   // starts a pool of a thread per core in every node process at load, only to leave it idle.
   // A value of the launcher's own environment is passed on.

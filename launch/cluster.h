@@ -59,6 +59,8 @@ struct ClusterOptions {
   std::string working_dir;
   // Where hostfiles are written (the run's OUT folder).
   std::string out;
+  // Every node serves a /metrics page at a free port (SYNCLINE_METRICS_PORT=0).
+  bool metrics = false;
 };
 
 // The host index of each node in world order (servers, then workers) under the ssh placement.

@@ -64,6 +64,7 @@ struct LossPoint {
   double clock = 0;
   double loss = 0;
   double consensus = 0;  // gossip: mean of the workers' latest consensus proxy; 0 otherwise
+  double bytes = 0;      // held-out points: the bytes the workers had moved; 0 otherwise
 };
 
 // Reads a run's metrics.csv (columns found by header name: wall_seconds, worker, clock,
@@ -72,6 +73,11 @@ struct LossPoint {
 // without its newline (a run cut short) is ignored; other malformed lines are an error naming the
 // file and line.
 absl::StatusOr<std::vector<LossPoint>> ReadLossCurve(const std::string& metrics_csv, int workers);
+
+// The held-out curve of a run with --eval-every: metrics.csv's held-out rows (an empty train_loss
+// and a test_loss), each a point of the test loss at its wall time, clock and bytes. Empty when
+// the file has none (or no test_loss column); malformed rows are an error as above.
+absl::StatusOr<std::vector<LossPoint>> ReadHeldOutCurve(const std::string& metrics_csv);
 
 // The wall_seconds of the first point whose loss is <= target; nullopt if there is none.
 std::optional<double> TimeToTarget(const std::vector<LossPoint>& curve, double target);

@@ -67,15 +67,34 @@ struct RunData {
       mean_staleness;
   std::vector<LossPoint> curve;
   std::optional<double> final_loss;  // the curve's last point
+  // --eval-every: the held-out curve, and the time its evaluations took (left out of speeds).
+  std::vector<LossPoint> held_out;
+  double evaluation_seconds = 0;
+  // What the runs race to the target on: the held-out curve when every run has one, else the
+  // training curve (WriteExperimentReport chooses).
+  bool race_held_out = false;
   std::optional<double> time_to_target;
 
+  const std::vector<LossPoint>& Race() const { return race_held_out ? held_out : curve; }
+  std::optional<double> RaceFinal() const {
+    const std::vector<LossPoint>& c = Race();
+    if (c.empty() || !std::isfinite(c.back().loss)) return std::nullopt;
+    return c.back().loss;
+  }
+  // The run's training time: its wall time less its held-out evaluations'.
+  std::optional<double> TrainingSeconds() const {
+    if (!wall_seconds) return std::nullopt;
+    return *wall_seconds - std::clamp(evaluation_seconds, 0.0, *wall_seconds);
+  }
   std::optional<double> ClocksPerSecond() const {
-    if (!steps_per_worker || !wall_seconds || *wall_seconds <= 0) return std::nullopt;
-    return *steps_per_worker / *wall_seconds;
+    const std::optional<double> seconds = TrainingSeconds();
+    if (!steps_per_worker || !seconds || *seconds <= 0) return std::nullopt;
+    return *steps_per_worker / *seconds;
   }
   std::optional<double> StepsPerSecond() const {
-    if (!steps || !wall_seconds || *wall_seconds <= 0) return std::nullopt;
-    return *steps / *wall_seconds;
+    const std::optional<double> seconds = TrainingSeconds();
+    if (!steps || !seconds || *seconds <= 0) return std::nullopt;
+    return *steps / *seconds;
   }
 };
 
@@ -126,12 +145,16 @@ RunData LoadRun(const fs::path& dir, const ExperimentRun& run, std::vector<std::
   const double workers_field = number("workers").value_or(0);
   const int workers =
       workers_field >= 1 && workers_field <= 1e6 ? static_cast<int>(workers_field) : 0;
+  d.evaluation_seconds = number("evaluation_seconds").value_or(0);
   auto curve = ReadLossCurve((folder / "metrics.csv").string(), workers);
   if (curve.ok()) {
     d.curve = std::move(*curve);
     if (!d.curve.empty() && std::isfinite(d.curve.back().loss)) d.final_loss = d.curve.back().loss;
   } else if (d.ok) {
     warnings->push_back(absl::StrCat(run.sweep.value, ": ", curve.status().message()));
+  }
+  if (auto held_out = ReadHeldOutCurve((folder / "metrics.csv").string()); held_out.ok()) {
+    d.held_out = std::move(*held_out);
   }
   return d;
 }
@@ -175,7 +198,7 @@ std::string SummaryCsv(const std::vector<RunData>& runs, std::optional<double> t
       "mode,folder,status,wall_seconds,steps,steps_per_worker,clocks_per_second_per_worker,"
       "final_train_loss,test_loss,test_auc,test_accuracy,target_loss,time_to_target_seconds,"
       "bytes_on_wire,max_staleness,mean_staleness,bytes_pushed,bytes_pulled,"
-      "busiest_server_bytes,error\n";
+      "busiest_server_bytes,held_out_loss,evaluation_seconds,error\n";
   for (const RunData& r : runs) {
     const std::vector<std::string> fields = {
         CsvField(r.sweep.value),
@@ -197,6 +220,8 @@ std::string SummaryCsv(const std::vector<RunData>& runs, std::optional<double> t
         Fixed(r.bytes_pushed, 0),
         Fixed(r.bytes_pulled, 0),
         Fixed(r.busiest_server_bytes, 0),
+        r.held_out.empty() ? "" : General(r.held_out.back().loss),
+        Fixed(r.evaluation_seconds, 3),
         CsvField(OneLine(r.error)),
     };
     absl::StrAppend(&csv, absl::StrJoin(fields, ","), "\n");
@@ -252,20 +277,22 @@ std::optional<double> DefaultTarget(const std::vector<RunData>& runs,
                                     std::vector<std::string>* not_learned) {
   std::optional<double> best, target, any;
   for (const RunData& r : runs) {
-    if (r.ok && r.final_loss) best = std::min(best.value_or(*r.final_loss), *r.final_loss);
+    if (r.ok && r.RaceFinal()) best = std::min(best.value_or(*r.RaceFinal()), *r.RaceFinal());
   }
   for (const RunData& r : runs) {
-    if (!r.ok || !r.final_loss) continue;
-    any = std::max(any.value_or(*r.final_loss), *r.final_loss);
+    const std::optional<double> final_loss = r.RaceFinal();
+    if (!r.ok || !final_loss) continue;
+    any = std::max(any.value_or(*final_loss), *final_loss);
     // A curve of one point says nothing of learning, and a final loss within 5% of the best
     // is the noise of short runs: such runs count.
-    const double first = r.curve.empty() ? *r.final_loss : r.curve.front().loss;
-    if (r.curve.size() >= 2 && *r.final_loss > 1.05 * *best &&
-        first - *r.final_loss < 0.5 * (first - *best)) {
+    const std::vector<LossPoint>& curve = r.Race();
+    const double first = curve.empty() ? *final_loss : curve.front().loss;
+    if (curve.size() >= 2 && *final_loss > 1.05 * *best &&
+        first - *final_loss < 0.5 * (first - *best)) {
       not_learned->push_back(r.sweep.value);
       continue;
     }
-    target = std::max(target.value_or(*r.final_loss), *r.final_loss);
+    target = std::max(target.value_or(*final_loss), *final_loss);
   }
   if (!target) not_learned->clear();
   return target ? target : any;
@@ -288,16 +315,19 @@ std::string Commentary(const std::vector<RunData>& runs, const std::string& flag
   } else if (!target) {
     lines.push_back("No run reported a training loss, so there is no target to race to.");
   } else {
+    // Held-out curves (--eval-every) when every run has one: the per-batch training loss is
+    // noisy, and a crossing of it is the noise's as much as the run's.
+    const char* kind = baseline->race_held_out ? "held-out" : "training";
     std::string source = "--target-loss";
     if (!target_given) {
       source = not_learned.empty()
-                   ? "the worst final training loss among the runs"
-                   : absl::StrCat("the worst final training loss among the runs that learned; `",
+                   ? absl::StrFormat("the worst final %s loss among the runs", kind)
+                   : absl::StrCat("the worst final ", kind, " loss among the runs that learned; `",
                                   absl::StrJoin(not_learned, "`, `"),
                                   "` closed less than half of the way from its first loss to "
                                   "the best run's");
     }
-    lines.push_back(absl::StrFormat("Target training loss: %.4f (%s).", *target, source));
+    lines.push_back(absl::StrFormat("Target %s loss: %.4f (%s).", kind, *target, source));
     const RunData* first = nullptr;
     for (const RunData& r : runs) {
       if (r.ok && r.time_to_target && (!first || *r.time_to_target < *first->time_to_target)) {
@@ -383,6 +413,29 @@ std::string CurvesData(const std::vector<const RunData*>& plotted) {
   return dat;
 }
 
+// Whether any plotted run has a held-out curve (--eval-every).
+bool HasHeldOut(const std::vector<const RunData*>& plotted) {
+  return std::any_of(plotted.begin(), plotted.end(),
+                     [](const RunData* r) { return !r->held_out.empty(); });
+}
+
+// heldout_curves.dat: one block per plotted run, its held-out points.
+std::string HeldOutData(const std::vector<const RunData*>& plotted) {
+  std::string dat =
+      "# Held-out test loss of each run of a Syncline experiment (--eval-every): one block per\n"
+      "# run (gnuplot `index` 0, 1, ...); columns: training_seconds clock test_loss mib_moved\n"
+      "# (training seconds leave the evaluations out; mib_moved: what the workers had pushed and\n"
+      "# pulled, in MiB)\n";
+  for (size_t i = 0; i < plotted.size(); ++i) {
+    absl::StrAppend(&dat, i == 0 ? "" : "\n\n", "# index ", i, ": ", plotted[i]->sweep.value, "\n");
+    for (const LossPoint& p : plotted[i]->held_out) {
+      absl::StrAppendFormat(&dat, "%.3f %.3f %.6g %.6g\n", p.wall_seconds, p.clock, p.loss,
+                            p.bytes / (1024.0 * 1024.0));
+    }
+  }
+  return dat;
+}
+
 // Whether any plotted run reported a consensus distance (gossip runs).
 bool HasConsensus(const std::vector<const RunData*>& plotted) {
   for (const RunData* r : plotted) {
@@ -412,6 +465,8 @@ std::string PlotScript(const std::vector<const RunData*>& plotted, const std::st
     const char* xlabel;
     const char* ylabel;
     int x, y;
+    const char* data = "loss_curves.dat";
+    int target_column = 3;  // the column the target line belongs to
   };
   std::vector<Plot> plots = {
       {"loss_vs_time.png", "Training loss against wall-clock time", "wall-clock seconds", kLoss, 1,
@@ -426,17 +481,35 @@ std::string PlotScript(const std::vector<const RunData*>& plotted, const std::st
                      "clock (mean iterations per worker)",
                      "distance from the neighbours' models (mean over workers)", 2, 4});
   }
+  // With held-out curves, the target is theirs (WriteExperimentReport).
+  if (HasHeldOut(plotted)) {
+    const char* kHeldOut = "held-out test loss";
+    for (Plot& p : plots) p.target_column = 0;
+    plots.push_back({"heldout_vs_time.png", "Held-out loss against training time",
+                     "seconds of training (evaluations left out)", kHeldOut, 1, 3,
+                     "heldout_curves.dat", 3});
+    plots.push_back({"heldout_vs_steps.png", "Held-out loss against steps",
+                     "clock (iterations of the evaluating worker)", kHeldOut, 2, 3,
+                     "heldout_curves.dat", 3});
+    plots.push_back({"heldout_vs_bytes.png", "Held-out loss against bytes moved",
+                     "MiB the workers had pushed and pulled", kHeldOut, 4, 3, "heldout_curves.dat",
+                     3});
+  }
   for (const auto& p : plots) {
     absl::StrAppend(&gp, "\nset output ", GnuplotString(p.png), "\n", "set title ",
                     GnuplotString(absl::StrCat(p.title, " by --", flag)), "\n", "set xlabel ",
                     GnuplotString(p.xlabel), "\n", "set ylabel ", GnuplotString(p.ylabel), "\n",
                     "plot ");
     for (size_t i = 0; i < plotted.size(); ++i) {
-      absl::StrAppend(&gp, i == 0 ? "\"loss_curves.dat\"" : ", \\\n     \"\"", " index ", i,
-                      " using ", p.x, ":", p.y, " with lines lw 2 title ",
+      absl::StrAppend(&gp, i == 0 ? GnuplotString(p.data) : ", \\\n     \"\"", " index ", i,
+                      " using ", p.x, ":", p.y,
+                      // Held-out points are few and far between: each is marked.
+                      std::string_view(p.data) == "heldout_curves.dat"
+                          ? " with linespoints lw 2 title "
+                          : " with lines lw 2 title ",
                       GnuplotString(plotted[i]->sweep.value));
     }
-    if (target && p.y == 3) {
+    if (target && p.y == p.target_column) {
       absl::StrAppendFormat(&gp, ", \\\n     %.6g with lines dt 2 lc rgb \"gray40\" title %s",
                             *target, GnuplotString(absl::StrFormat("target %.4f", *target)));
     }
@@ -500,6 +573,15 @@ std::string ReportMarkdown(const std::vector<RunData>& data, const ReportOptions
       if (HasConsensus(all)) {
         md += "![consensus distance against steps](consensus_vs_steps.png)\n\n";
       }
+      if (HasHeldOut(all)) {
+        md +=
+            "## Held-out loss\n\n"
+            "The model on the test set while the runs trained (--eval-every); the target and "
+            "the time to it are these curves', and the times leave the evaluations out.\n\n"
+            "![held-out loss against training time](heldout_vs_time.png)\n\n"
+            "![held-out loss against steps](heldout_vs_steps.png)\n\n"
+            "![held-out loss against bytes moved](heldout_vs_bytes.png)\n\n";
+      }
       md += "Curves: `loss_curves.dat`; to redraw them, run `gnuplot plots.gp` in this folder.\n";
     } else {
       md +=
@@ -522,14 +604,18 @@ absl::StatusOr<std::string> WritePlots(const fs::path& dir,
                                        const std::vector<const RunData*>& plotted,
                                        const ReportOptions& options, std::optional<double> target) {
   std::error_code ec;
-  for (const char* stale : {"loss_vs_time.png", "loss_vs_steps.png", "loss_vs_bytes.png",
-                            "consensus_vs_steps.png", "loss_curves.dat", "plots.gp"}) {
+  for (const char* stale :
+       {"loss_vs_time.png", "loss_vs_steps.png", "loss_vs_bytes.png", "consensus_vs_steps.png",
+        "heldout_vs_time.png", "heldout_vs_steps.png", "heldout_vs_bytes.png", "loss_curves.dat",
+        "heldout_curves.dat", "plots.gp"}) {
     fs::remove(dir / stale, ec);
   }
   if (plotted.empty()) return std::string("no run has a loss curve; no plots");
-  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
-           {"loss_curves.dat", CurvesData(plotted)},
-           {"plots.gp", PlotScript(plotted, options.flag, target)}}) {
+  std::vector<std::pair<std::string, std::string>> files = {
+      {"loss_curves.dat", CurvesData(plotted)},
+      {"plots.gp", PlotScript(plotted, options.flag, target)}};
+  if (HasHeldOut(plotted)) files.emplace_back("heldout_curves.dat", HeldOutData(plotted));
+  for (const auto& [name, text] : files) {
     if (absl::Status s = WriteTextFile(dir / name, text); !s.ok()) return s;
   }
   if (!options.gnuplot) return std::string();  // RunExperiment has said so already
@@ -549,7 +635,7 @@ absl::StatusOr<std::vector<LossPoint>> ReadLossCurve(const std::string& metrics_
   lines.pop_back();
   if (lines.empty()) return absl::InvalidArgumentError(absl::StrCat(metrics_csv, ": no header"));
   const std::vector<absl::string_view> header = absl::StrSplit(lines[0], ',');
-  int wall = -1, worker = -1, clock = -1, loss = -1, consensus = -1;
+  int wall = -1, worker = -1, clock = -1, loss = -1, consensus = -1, test_loss = -1;
   for (int i = 0; i < static_cast<int>(header.size()); ++i) {
     const absl::string_view name = absl::StripAsciiWhitespace(header[i]);
     if (name == "wall_seconds") wall = i;
@@ -557,6 +643,7 @@ absl::StatusOr<std::vector<LossPoint>> ReadLossCurve(const std::string& metrics_
     if (name == "clock") clock = i;
     if (name == "train_loss") loss = i;
     if (name == "consensus") consensus = i;
+    if (name == "test_loss") test_loss = i;
   }
   if (wall < 0 || worker < 0 || clock < 0 || loss < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -568,6 +655,10 @@ absl::StatusOr<std::vector<LossPoint>> ReadLossCurve(const std::string& metrics_
   for (size_t n = 1; n < lines.size(); ++n) {
     if (absl::StripAsciiWhitespace(lines[n]).empty()) continue;
     const std::vector<absl::string_view> f = absl::StrSplit(lines[n], ',');
+    // A held-out row (--eval-every) has no training loss: ReadHeldOutCurve's.
+    if (test_loss >= 0 && f.size() == header.size() && f[loss].empty() && !f[test_loss].empty()) {
+      continue;
+    }
     double w = 0, c = 0, l = 0;
     int rank = 0;
     if (f.size() != header.size() || !absl::SimpleAtod(f[wall], &w) ||
@@ -599,6 +690,45 @@ absl::StatusOr<std::vector<LossPoint>> ReadLossCurve(const std::string& metrics_
   return curve;
 }
 
+absl::StatusOr<std::vector<LossPoint>> ReadHeldOutCurve(const std::string& metrics_csv) {
+  auto text = ReadWholeFile(metrics_csv);
+  if (!text.ok()) return text.status();
+  std::vector<absl::string_view> lines = absl::StrSplit(*text, '\n');
+  lines.pop_back();  // empty after the last newline, or a line not finished
+  std::vector<LossPoint> curve;
+  if (lines.empty()) return curve;
+  const std::vector<absl::string_view> header = absl::StrSplit(lines[0], ',');
+  auto column = [&](absl::string_view name) {
+    for (int i = 0; i < static_cast<int>(header.size()); ++i) {
+      if (absl::StripAsciiWhitespace(header[i]) == name) return i;
+    }
+    return -1;
+  };
+  const int wall = column("wall_seconds"), clock = column("clock"), loss = column("train_loss"),
+            test_loss = column("test_loss"), bytes = column("bytes"), eval = column("eval_s");
+  if (wall < 0 || clock < 0 || loss < 0 || test_loss < 0) return curve;
+  // A point's time leaves out the evaluations so far, its own included: the time the run
+  // trained to reach that model.
+  double evaluating = 0;
+  for (size_t n = 1; n < lines.size(); ++n) {
+    const std::vector<absl::string_view> f = absl::StrSplit(lines[n], ',');
+    if (f.size() != header.size() || !f[loss].empty() || f[test_loss].empty()) continue;
+    LossPoint p;
+    double e = 0;
+    if (!absl::SimpleAtod(f[wall], &p.wall_seconds) || !absl::SimpleAtod(f[clock], &p.clock) ||
+        !absl::SimpleAtod(f[test_loss], &p.loss) ||
+        (bytes >= 0 && !f[bytes].empty() && !absl::SimpleAtod(f[bytes], &p.bytes)) ||
+        (eval >= 0 && !f[eval].empty() && !absl::SimpleAtod(f[eval], &e))) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s:%d: malformed row '%s'", metrics_csv, n + 1, std::string(lines[n])));
+    }
+    evaluating += std::isfinite(e) && e > 0 ? e : 0;
+    p.wall_seconds = std::max(0.0, p.wall_seconds - evaluating);
+    curve.push_back(p);
+  }
+  return curve;
+}
+
 std::optional<double> TimeToTarget(const std::vector<LossPoint>& curve, double target) {
   for (const LossPoint& p : curve) {
     if (p.loss <= target) return p.wall_seconds;
@@ -626,12 +756,18 @@ absl::StatusOr<ReportResult> WriteExperimentReport(const ReportOptions& options,
   std::vector<RunData> data;
   for (const ExperimentRun& run : runs) data.push_back(LoadRun(dir, run, &result.warnings));
 
+  // The held-out curves decide the race when every run that finished has one.
+  const bool held_out =
+      std::any_of(data.begin(), data.end(), [](const RunData& r) { return r.ok; }) &&
+      std::all_of(data.begin(), data.end(),
+                  [](const RunData& r) { return !r.ok || !r.held_out.empty(); });
+  for (RunData& r : data) r.race_held_out = held_out;
   result.target_loss = options.target_loss;
   std::vector<std::string> not_learned;
   if (!result.target_loss) result.target_loss = DefaultTarget(data, &not_learned);
   for (RunData& r : data) {
     if (!r.ok) ++result.failed_runs;
-    if (r.ok && result.target_loss) r.time_to_target = TimeToTarget(r.curve, *result.target_loss);
+    if (r.ok && result.target_loss) r.time_to_target = TimeToTarget(r.Race(), *result.target_loss);
   }
   result.commentary = Commentary(data, options.flag, result.target_loss,
                                  options.target_loss.has_value(), not_learned);

@@ -39,7 +39,7 @@ struct FlagScope {
 constexpr char kNoServers[] = "gossip and allreduce have no parameter servers";
 constexpr char kRounds[] = "only federated rounds have it";
 
-const std::array<FlagScope, 37> kFlagScopes = {{
+const std::array<FlagScope, 38> kFlagScopes = {{
     // Job
     {"servers", kServerModes, Mismatch::kRefuse, kNoServers},
     {"update-threads", kServerModes, Mismatch::kWarn, kNoServers},
@@ -107,6 +107,10 @@ const std::array<FlagScope, 37> kFlagScopes = {{
     {"server-optimizer", kFedAvg, Mismatch::kRefuse, kRounds},
     {"secure-aggregation", kFedAvg, Mismatch::kRefuse, kRounds},
     {"secagg-threshold", kFedAvg, Mismatch::kRefuse, kRounds},
+    // Output
+    {"eval-every", kAllModes & ~kFedAvg, Mismatch::kRefuse,
+     "a federated client trains a replica of its own between rounds; the servers' model is "
+     "evaluated at the end"},
 }};
 
 // "bsp, asp and ssp" of the families in `modes`.

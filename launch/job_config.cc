@@ -56,7 +56,7 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 77> kFields = {{
+const std::array<Field, 80> kFields = {{
     {"servers", FlagGroup::kJob, &JobConfig::servers,
      "Number of parameter-server processes (1 to 4096); gossip and allreduce have none"},
     {"workers", FlagGroup::kJob, &JobConfig::workers, "Number of worker processes (1 to 4096)"},
@@ -258,6 +258,16 @@ const std::array<Field, 77> kFields = {{
      "Output directory for metrics, logs and synthetic data"},
     {"log-every", FlagGroup::kOutput, &JobConfig::log_every,
      "Steps between metrics rows and progress updates"},
+    {"eval-every", FlagGroup::kOutput, &JobConfig::eval_every,
+     "Evaluate the model on --test every N steps of worker 0, or every Ns seconds, while the job "
+     "trains (held-out curves in metrics.csv, TensorBoard and /metrics; under bsp the model "
+     "after exactly N steps of every worker); 0: at the end only. Its time is left out of the "
+     "step rate"},
+    {"trace", FlagGroup::kOutput, &JobConfig::trace,
+     "on: write OUT/trace.json (Chrome trace format, for ui.perfetto.dev): every node's "
+     "--trace-steps, a worker's steps with their phases, a server's requests, checkpoints"},
+    {"trace-steps", FlagGroup::kOutput, &JobConfig::trace_steps,
+     "A:B: the steps [A, B) --trace on records"},
 }};
 
 std::vector<std::string> FieldNames() {
@@ -659,6 +669,24 @@ absl::Status ParseServerSizes(const JobConfig& c, JobSpec& s) {
   return absl::OkStatus();
 }
 
+// --trace, --trace-steps and --eval-every.
+absl::Status ParseObserve(const JobConfig& c, JobSpec& s) {
+  if (c.trace != "on" && c.trace != "off") {
+    return InvalidFlag("trace", absl::StrCat("'", c.trace, "'"), "must be on or off");
+  }
+  if (c.trace == "on") {
+    s.observe.trace_dir = (std::filesystem::path(c.out) / "trace").string();
+  }
+  absl::StatusOr<std::pair<int64_t, int64_t>> steps = ParseStepWindow(c.trace_steps);
+  if (!steps.ok()) return InvalidFlag("trace-steps", c.trace_steps, steps.status().message());
+  std::tie(s.observe.trace_first, s.observe.trace_end) = *steps;
+  absl::StatusOr<EvalEvery> every = ParseEvalEvery(c.eval_every);
+  if (!every.ok()) return InvalidFlag("eval-every", c.eval_every, every.status().message());
+  s.observe.eval_every_steps = every->steps;
+  s.observe.eval_every_seconds = every->seconds;
+  return absl::OkStatus();
+}
+
 // The slowness injected for experiments; a rank must name one of the workers.
 absl::Status ParseSlowness(const JobConfig& c, JobSpec& s) {
   if (!c.straggler.empty()) {
@@ -843,7 +871,7 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   // The texts first: each is parsed once, here.
   for (absl::Status (*parse)(const JobConfig&, JobSpec&) :
        {ParseNamedOptions, ParseSyncAndModel, ParseCompression, ParsePartitionAndRounds,
-        ParsePrivacy, ParseServerSizes, ParseSlowness}) {
+        ParsePrivacy, ParseServerSizes, ParseSlowness, ParseObserve}) {
     if (absl::Status status = parse(c, s); !status.ok()) return AttributeToJobFile(status, c);
   }
   CopyPlainOptions(c, s);

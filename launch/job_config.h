@@ -114,6 +114,14 @@ struct JobConfig {
   uint64_t seed = 1;
   // [--log-every] Steps between metrics rows and progress updates. Default 10.
   int log_every = 10;
+  // [--trace] on: every node records a trace of --trace-steps into OUT/trace/, merged into
+  // OUT/trace.json (Chrome trace format; Perfetto opens it). Default "off".
+  std::string trace = "off";
+  // [--trace-steps A:B] The steps [A, B) a trace covers. Default "0:100".
+  std::string trace_steps = "0:100";
+  // [--eval-every N|Ns] Evaluate on the test set every N steps of the first worker, or every N
+  // seconds, while training (metrics.csv, TensorBoard, /metrics); "0": only at the end.
+  std::string eval_every = "0";
   // [--read-ahead] on: under ASP and SSP (S >= 1) a worker pulls its next batch's parameters
   // while the current batch computes (its reads then miss its own last push); off: every pull
   // in its own step. Default "off".

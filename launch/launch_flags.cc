@@ -3,6 +3,7 @@
 #include <string>
 
 #include "job/job_spec.h"
+#include "job/node_join.h"
 
 namespace syncline {
 namespace {
@@ -24,6 +25,28 @@ void AddRunFlags(CLI::App& app, LaunchFlags& f) {
                "Like --resume when --checkpoint-dir holds a complete checkpoint, else start "
                "afresh: one command for every attempt of a job that a scheduler may requeue")
       ->group(checkpoints);
+}
+
+void AddMetricsFlags(CLI::App& app, LaunchFlags& f) {
+  const std::string output = FlagGroupName(FlagGroup::kOutput);
+  app.add_option("--metrics-port", f.metrics_port,
+                 "Prometheus metrics: the coordinator serves http://HOST:PORT/metrics (0: any "
+                 "free port, in --port-range), every node its own page at a free port, and "
+                 "OUT/prometheus/ holds targets.json (file_sd, kept up to date as nodes come "
+                 "and go) and a ready prometheus.yml; off: no metrics (the default)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            return ParseMetricsPort(text) ? "" : "must be a port in [0, 65535] or off";
+          },
+          "PORT|off"))
+      ->capture_default_str()
+      ->group(output);
+  app.add_option("--metrics-scrape-interval", f.metrics_scrape_interval,
+                 "Seconds between Prometheus's scrapes in the prometheus.yml it writes; a node "
+                 "that leaves stays listed for two of them, so that its up falls to 0 first")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str()
+      ->group(output);
 }
 
 void AddClusterFlags(CLI::App& app, LaunchFlags& f) {
@@ -77,6 +100,7 @@ void AddClusterFlags(CLI::App& app, LaunchFlags& f) {
 
 void AddLaunchFlags(CLI::App& app, LaunchFlags* flags) {
   AddRunFlags(app, *flags);
+  AddMetricsFlags(app, *flags);
   AddClusterFlags(app, *flags);
 }
 

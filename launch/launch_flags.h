@@ -21,6 +21,10 @@ struct LaunchFlags {
   std::string launcher = "local", hosts, hostfile, port_range, sbatch_args;
   bool sbatch = false, insecure = false;
   bool resume = false, resume_if_any = false, external_workers = false;
+  // --metrics-port: the coordinator's /metrics port ("off": no metrics anywhere; 0: any free
+  // port); every node then serves its own page at a free port, listed for Prometheus.
+  std::string metrics_port = "off";
+  double metrics_scrape_interval = 5;  // --metrics-scrape-interval, seconds
 };
 
 // Registers the launcher's own flags on `app`, bound to `*flags`, each in its FlagGroup

@@ -72,7 +72,25 @@ void RunReport::OnProgress(int worker, wire::Progress::Reader p) {
       "%.3f,%d,%d,%d,%.6g,%d,%.3g,%.4g,%d", WallSeconds(metrics_wall_offset_), worker, p.getClock(),
       p.getEpoch(), p.getTrainLoss(), p.getExamples(), p.getStaleness(), p.getConsensus(), world);
   for (double seconds : split.seconds) metrics_ << absl::StrFormat(",%.6g", seconds);
+  w.bytes_so_far = p.getBytes();
+  metrics_ << absl::StrFormat(",%d,,,,", p.getBytes());
   if (privacy_) metrics_ << absl::StrFormat(",%.6g", privacy_->Spent(p.getClock()).epsilon);
+  metrics_ << "\n";
+  metrics_.flush();
+}
+
+void RunReport::OnHeldOut(int worker, int64_t clock, wire::Evaluation::Reader e) {
+  absl::MutexLock lock(&mu_);
+  uint64_t bytes = 0;
+  for (const auto& [rank, w] : workers_) bytes += w.bytes_so_far;
+  const double seconds = std::isfinite(e.getSeconds()) ? std::max(0.0, e.getSeconds()) : 0.0;
+  evaluation_seconds_ += seconds;
+  const int world = static_cast<int>(workers_.size()) - workers_left_;
+  metrics_ << absl::StrFormat("%.3f,%d,%d,%d,,,,,%d,,,,,,,%d,%.6g,%.6g,%.6g,%.6g",
+                              WallSeconds(metrics_wall_offset_), worker, clock,
+                              workers_[worker].epoch, world, bytes, e.getLoss(), e.getAuc(),
+                              e.getAccuracy(), seconds);
+  if (privacy_) metrics_ << ",";  // (no epsilon: not a step)
   metrics_ << "\n";
   metrics_.flush();
 }

@@ -51,6 +51,8 @@ class RunReport : public CoordinatorObserver {
   void OnProgress(int worker, wire::Progress::Reader progress) override;
   void OnWorkerDone(int worker, wire::WorkerStats::Reader stats) override;
   void OnEvaluation(int worker, wire::Evaluation::Reader evaluation) override;
+  // A held-out row in OUT/metrics.csv (--eval-every).
+  void OnHeldOut(int worker, int64_t clock, wire::Evaluation::Reader evaluation) override;
   void OnServerStats(int server, wire::ServerStats::Reader stats) override;
   // Appends the embedding tables' figures to OUT/embedding.csv.
   void OnServerProgress(int server, wire::ServerStats::Reader stats) override;
@@ -108,6 +110,7 @@ class RunReport : public CoordinatorObserver {
     uint64_t reported_examples = 0;  // by its progress reports
     uint64_t bytes_pushed = 0;
     uint64_t bytes_pulled = 0;
+    uint64_t bytes_so_far = 0;  // pushed and pulled, as its last progress report said
     int64_t steps = 0;          // the clock it stopped at
     int64_t steps_trained = 0;  // iterations it trained in this run (the summary's steps)
     StepSplit split;            // done: of its last run (WorkerStats); else its reports' sum
@@ -184,6 +187,8 @@ class RunReport : public CoordinatorObserver {
   double test_auc_ ABSL_GUARDED_BY(mu_) = -1;
   double test_accuracy_ ABSL_GUARDED_BY(mu_) = -1;
   uint64_t test_examples_ ABSL_GUARDED_BY(mu_) = 0;
+  // Time of the held-out evaluations (--eval-every), left out of the speed figures.
+  double evaluation_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   int workers_left_ ABSL_GUARDED_BY(mu_) = 0;
   // Workers that joined the running job (syncline-worker --join), by rank: the clock each
   // entered at.

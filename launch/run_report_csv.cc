@@ -21,6 +21,9 @@ absl::Status RunReport::Open() {
   std::string header =
       "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus,world_size";
   for (const char* part : StepSplit::kParts) absl::StrAppend(&header, ",", part, "_s");
+  // A progress row's bytes are its worker's so far; a held-out row (--eval-every) has the test
+  // figures, the workers' bytes so far and the evaluation's seconds, and no training columns.
+  absl::StrAppend(&header, ",bytes,test_loss,test_auc,test_accuracy,eval_s");
   // --dp: the epsilon the worker's steps (a client's rounds) have spent, by the accountant.
   if (privacy_) absl::StrAppend(&header, ",epsilon");
   metrics_wall_offset_ = OpenCsv(path, header, metrics_, /*clock_column=*/2);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/json_string.h"
 #include "job/job_spec.h"
 #include "job/options.h"
 #include "job/privacy_options.h"
@@ -23,30 +24,6 @@ namespace syncline {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
 
 std::string JsonNumber(double v) {
   if (!std::isfinite(v)) return "null";
@@ -202,6 +179,8 @@ void RunReport::AddProgressMembers(JsonMembers& j, const WorkerTotals& t) const 
 
 void RunReport::AddResultMembers(JsonMembers& j, absl::Duration wall, const WorkerTotals& t) const {
   j.Add("wall_seconds", JsonNumber(absl::ToDoubleSeconds(wall)));
+  // The held-out evaluations' time (--eval-every): speed figures leave it out.
+  j.Add("evaluation_seconds", JsonNumber(evaluation_seconds_));
   j.Add("train_loss", t.reporting ? JsonNumber(t.loss_sum / t.reporting) : "null");
   j.Add("test_examples", absl::StrCat(test_examples_));
   j.Add("test_loss", have_evaluation_ ? JsonNumber(test_loss_) : "null");
@@ -371,8 +350,13 @@ std::string RunReport::SummaryText(absl::Duration wall) {
       job_.worker_command.empty()
           ? absl::StrCat("model ", ModelName(job_.model.kind))
           : absl::StrCat("workers running ", absl::StrJoin(job_.worker_command, " ")),
-      steps, absl::ToDoubleSeconds(wall), steps / std::max(1e-9, absl::ToDoubleSeconds(wall)),
-      HumanBytes(pushed), HumanBytes(pulled));
+      steps, absl::ToDoubleSeconds(wall),
+      steps / std::max(1e-9, absl::ToDoubleSeconds(wall) - evaluation_seconds_), HumanBytes(pushed),
+      HumanBytes(pulled));
+  if (evaluation_seconds_ > 0) {
+    s += absl::StrFormat("  held-out evaluations: %.2f s, left out of the steps/s\n",
+                         evaluation_seconds_);
+  }
   if (have_evaluation_) {
     s += absl::StrFormat("  test: %d examples, loss %.4f", test_examples_, test_loss_);
     if (test_auc_ >= 0) s += absl::StrFormat(", AUC %.4f", test_auc_);

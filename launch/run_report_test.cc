@@ -71,6 +71,8 @@ void Done(RunReport& report, int worker, const std::vector<double>& split,
 }
 
 constexpr char kSplitColumns[] = "batch_s,upload_s,compute_s,compress_s,download_s,network_s";
+// After the split: a progress row's bytes, and a held-out row's figures.
+constexpr char kHeldOutColumns[] = ",bytes,test_loss,test_auc,test_accuracy,eval_s";
 
 // metrics.csv gets each report's split after the columns it had; summary.json the mean seconds
 // per step over the workers' steps and each worker's totals and device. Seconds from the wire
@@ -91,14 +93,15 @@ TEST(RunReportTest, WritesTheStepSplitToMetricsAndSummary) {
       absl::StrSplit(ReadAll(out + "/metrics.csv"), '\n', absl::SkipEmpty());
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_TRUE(rows[0].starts_with("wall_seconds,worker,clock,")) << rows[0];
-  EXPECT_TRUE(rows[0].ends_with(std::string(",world_size,") + kSplitColumns)) << rows[0];
+  EXPECT_TRUE(rows[0].ends_with(std::string(",world_size,") + kSplitColumns + kHeldOutColumns))
+      << rows[0];
   std::vector<std::string> w0 = absl::StrSplit(rows[1], ',');
   std::vector<std::string> w1 = absl::StrSplit(rows[2], ',');
-  ASSERT_EQ(w0.size(), 15u) << rows[1];
-  EXPECT_EQ(std::vector<std::string>(w0.begin() + 9, w0.end()),
+  ASSERT_EQ(w0.size(), 20u) << rows[1];
+  EXPECT_EQ(std::vector<std::string>(w0.begin() + 9, w0.begin() + 15),
             (std::vector<std::string>{"0.5", "0", "2", "0.25", "0", "1"}));
-  ASSERT_EQ(w1.size(), 15u) << rows[2];
-  EXPECT_EQ(std::vector<std::string>(w1.begin() + 9, w1.end()),
+  ASSERT_EQ(w1.size(), 20u) << rows[2];
+  EXPECT_EQ(std::vector<std::string>(w1.begin() + 9, w1.begin() + 15),
             (std::vector<std::string>{"0", "0", "0", "0.001", "0", "0"}));
 
   const std::string summary = ReadAll(out + "/summary.json");
@@ -180,12 +183,78 @@ TEST(RunReportTest, AResumedRunAddsTheSplitColumnsToAnOlderMetricsFile) {
   std::vector<std::string> rows =
       absl::StrSplit(ReadAll(out + "/metrics.csv"), '\n', absl::SkipEmpty());
   ASSERT_EQ(rows.size(), 3u);
-  EXPECT_TRUE(rows[0].ends_with(std::string(",world_size,") + kSplitColumns)) << rows[0];
-  EXPECT_EQ(rows[1], "1.000,0,5,1,0.6,100,0,0,1,,,,,,");
-  EXPECT_TRUE(rows[2].ends_with(",0.1,0,0.2,0,0,0.3")) << rows[2];
+  EXPECT_TRUE(rows[0].ends_with(std::string(",world_size,") + kSplitColumns + kHeldOutColumns))
+      << rows[0];
+  EXPECT_EQ(rows[1], "1.000,0,5,1,0.6,100,0,0,1,,,,,,,,,,,");
+  EXPECT_TRUE(rows[2].ends_with(",0.1,0,0.2,0,0,0.3,0,,,,")) << rows[2];
   auto curve = ReadLossCurve(out + "/metrics.csv", 1);
   ASSERT_TRUE(curve.ok()) << curve.status();
   EXPECT_EQ(curve->size(), 2u);
+}
+
+// --eval-every: each held-out evaluation is a row of metrics.csv with the test figures, the
+// workers' bytes so far and its seconds, and no training columns; ReadLossCurve skips it,
+// ReadHeldOutCurve reads it (its time less the evaluations so far); summary.json has the
+// evaluations' time, which the steps per second leave out.
+TEST(RunReportTest, HeldOutEvaluationsAreRowsOfTheirOwn) {
+  const std::string out = TempOut("held_out");
+  JobSpec job;
+  RunReport report(job, out, /*interactive=*/false);
+  ASSERT_TRUE(report.Open().ok());
+  auto progress = [&](int worker, int64_t clock, uint64_t bytes) {
+    MessageBuilder b(wire::MsgType::PROGRESS);
+    auto p = b.header().getBody().initProgress();
+    p.setClock(clock);
+    p.setEpoch(1);
+    p.setTrainLoss(0.5);
+    p.setBytes(bytes);
+    Message m = b.Finish();
+    ASSERT_TRUE(m.Parse().ok());
+    report.OnProgress(worker, m.header().getBody().getProgress());
+  };
+  auto held_out = [&](int64_t clock, double loss, double seconds) {
+    MessageBuilder b(wire::MsgType::HELD_OUT);
+    auto e = b.header().getBody().initEvaluation();
+    e.setLoss(loss);
+    e.setAuc(0.75);
+    e.setAccuracy(-1);
+    e.setExamples(100);
+    e.setSeconds(seconds);
+    Message m = b.Finish();
+    ASSERT_TRUE(m.Parse().ok());
+    report.OnHeldOut(0, clock, m.header().getBody().getEvaluation());
+  };
+  progress(0, 10, 1000);
+  progress(1, 10, 2000);
+  held_out(10, 0.4, 0.25);
+  progress(0, 20, 3000);
+  held_out(20, 0.3, 0.5);
+  ASSERT_TRUE(report.WriteSummary(absl::Seconds(10), "").ok());
+
+  std::vector<std::string> rows =
+      absl::StrSplit(ReadAll(out + "/metrics.csv"), '\n', absl::SkipEmpty());
+  ASSERT_EQ(rows.size(), 6u);
+  std::vector<std::string> first = absl::StrSplit(rows[3], ',');
+  ASSERT_EQ(first.size(), 20u) << rows[3];
+  EXPECT_EQ(first[2], "10");
+  EXPECT_EQ(first[4], "");  // no training loss
+  EXPECT_EQ(std::vector<std::string>(first.begin() + 15, first.end()),
+            (std::vector<std::string>{"3000", "0.4", "0.75", "-1", "0.25"}));
+  std::vector<std::string> second = absl::StrSplit(rows[5], ',');
+  EXPECT_EQ(second[15], "5000");  // w0's 3000 and w1's 2000
+  auto curve = ReadLossCurve(out + "/metrics.csv", 2);
+  ASSERT_TRUE(curve.ok()) << curve.status();
+  ASSERT_FALSE(curve->empty());
+  EXPECT_EQ(curve->back().clock, 15);  // the mean of the workers' latest, held-out rows skipped
+  auto held = ReadHeldOutCurve(out + "/metrics.csv");
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_EQ(held->size(), 2u);
+  EXPECT_EQ((*held)[0].clock, 10);
+  EXPECT_EQ((*held)[0].loss, 0.4);
+  EXPECT_EQ((*held)[1].bytes, 5000);
+  auto fields = ParseSummaryJson(ReadAll(out + "/summary.json"));
+  ASSERT_TRUE(fields.ok()) << fields.status();
+  EXPECT_EQ(fields->at("evaluation_seconds").number, 0.75);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -42,6 +43,7 @@
 #include "launch/flag_modes.h"
 #include "launch/generate_data.h"
 #include "launch/job_config.h"
+#include "launch/job_observers.h"
 #include "launch/launch_flags.h"
 #include "launch/privacy_command.h"
 #include "launch/resume.h"
@@ -246,7 +248,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> CreateCoordinator(ZmqTransport& tra
                                                                const LaunchFlags& f,
                                                                const std::string& bind_ip,
                                                                const JobSpec& spec,
-                                                               RunReport& report) {
+                                                               CoordinatorObserver* observer) {
   const ClusterOptions& cluster = f.cluster;
   CoordinatorOptions options = CoordinatorOptionsFor(spec);
   // Workers of one's own evaluate on test data of their own (WorkerSession::Finish), which
@@ -257,7 +259,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> CreateCoordinator(ZmqTransport& tra
   for (int port = cluster.ports.any() ? 0 : cluster.ports.first;
        port <= (cluster.ports.any() ? 0 : cluster.ports.last); ++port) {
     coordinator = Coordinator::Create(transport, absl::StrCat("tcp://", bind_ip, ":", port),
-                                      options, &report);
+                                      options, observer);
     if (coordinator.ok() || !absl::IsUnavailable(coordinator.status())) break;
   }
   return coordinator;
@@ -315,11 +317,23 @@ int RunJob(LaunchFlags& f, const JobSpec& spec, int64_t restore_clock) {
   ZmqTransport transport(*transport_options);
   transport.AllowPeers(
       JobEndpointIds(spec.servers, MaxWorkers(spec), MaxWorkers(spec) > spec.workers));
-  auto coordinator = CreateCoordinator(transport, f, *bind_ip, spec, report);
+  // Metrics, Prometheus's targets, TensorBoard and the trace (docs/OBSERVABILITY.md).
+  absl::StatusOr<std::unique_ptr<JobObservers>> observers = JobObservers::Start(
+      JobObserversOptions{.out = f.config.out,
+                          .run = f.config.out,
+                          .metrics_port = *ParseMetricsPort(f.metrics_port),
+                          .ip = *bind_ip,
+                          .ports = f.cluster.ports,
+                          .scrape_interval = absl::Seconds(f.metrics_scrape_interval)},
+      report, &checkpoints);
+  if (!observers.ok()) return Refuse(observers.status().message());
+  auto coordinator = CreateCoordinator(transport, f, *bind_ip, spec, (*observers)->observer());
   if (!coordinator.ok()) {
     std::cerr << "syncline-launch: " << coordinator.status().message() << "\n";
     return 1;
   }
+  (*observers)->SetCoordinator(**coordinator);
+  absl::Cleanup detach = [&] { (*observers)->DetachCoordinator(); };
   const std::string address = (*coordinator)->address();
   auto processes = NodeProcesses(spec, f.cluster, address, f.external_workers);
   if (!processes.ok()) return Refuse(processes.status().message());
@@ -335,12 +349,18 @@ int RunJob(LaunchFlags& f, const JobSpec& spec, int64_t restore_clock) {
   }
   if (auto s = report.Open(); !s.ok()) return Refuse(s.message());
   AnnounceCoordinator(f, spec, address, *transport_options, loopback);
+  if (const int port = (*observers)->metrics_port(); port > 0) {
+    std::cout << "metrics: http://" << *bind_ip << ":" << port
+              << "/metrics; every node's page: prometheus --config.file "
+              << (fs::path(f.config.out) / "prometheus" / "prometheus.yml").string() << std::endl;
+  }
   struct sigaction sa = {};
   sa.sa_handler = OnSignal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   const JobOutcome outcome =
       Supervise(spec, *processes, **coordinator, report, checkpoints, restore_clock, g_signal);
+  std::cerr << (*observers)->Finish(spec);
   // A worker started with its address after the job's end would wait for its startup timeout.
   std::error_code ec;
   fs::remove(CoordinatorAddressFile(f.config.out), ec);
@@ -507,6 +527,7 @@ int Main(int argc, char** argv) {
   }
   for (const std::string& warning : JobSpecWarnings(*spec)) SYNCLINE_LOG(WARNING) << warning;
   if (auto s = ResolveCluster(app, *spec, f); !s.ok()) return Refuse(s.message());
+  f.cluster.metrics = f.metrics_port != "off";
   if (f.sbatch) return SubmitBatchJob(full_argc, argv, *spec, f.config.out, f.sbatch_args);
   std::error_code cwd_error;
   f.cluster.working_dir = fs::current_path(cwd_error).string();

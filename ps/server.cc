@@ -177,7 +177,9 @@ void ParameterServer::StartCheckpoint(int64_t clock) {
                             std::move(capture));
   last_checkpoint_clock_ = clock;
   ++stats_.checkpoints;
-  stats_.checkpoint_pause += absl::Now() - start;
+  const absl::Time end = absl::Now();
+  stats_.checkpoint_pause += end - start;
+  if (options_.observer) options_.observer->OnCheckpointCapture(clock, start, end);
 }
 
 void ParameterServer::RequestCheckpoint(int64_t clock) {
@@ -314,7 +316,11 @@ void ParameterServer::ReplyError(const std::string& peer, const wire::Header::Re
 void ParameterServer::Handle(Message message) {
   ++stats_.requests;
   const std::string peer = message.peer();
+  const absl::Time begin = options_.observer ? absl::Now() : absl::InfinitePast();
   absl::Status status = message.Parse();
+  // The kind and clock are read before the handler moves the message (into a parked pull).
+  const wire::MsgType kind = status.ok() ? message.header().getType() : wire::MsgType::INVALID;
+  const int64_t clock = status.ok() ? message.header().getClock() : 0;
   // Parse has read every field, so nothing below should throw; should a reader or an
   // allocation still fail, the request is refused and the server goes on serving.
   try {
@@ -326,6 +332,8 @@ void ParameterServer::Handle(Message message) {
     status = absl::ResourceExhaustedError(
         "out of memory for this request: it was refused and the server goes on");
   }
+  if (options_.observer)
+    options_.observer->OnRequest(kind, clock, begin, absl::Now(), !status.ok());
   if (status.ok()) return;
   ++stats_.rejected;
   if (ShouldLogRejection(stats_.rejected)) {
@@ -836,7 +844,8 @@ absl::Status ParameterServer::PullOrPark(Message& message, ShardTable& table) {
   parked_bytes_[peer] = had + bytes;
   ++stats_.parked;
   parked_.emplace(gate_.RequiredMinClock(clock),
-                  ParkedPull{peer, std::move(message), clock, bytes});
+                  ParkedPull{peer, std::move(message), clock, bytes,
+                             options_.observer ? absl::Now() : absl::InfinitePast()});
   return absl::OkStatus();
 }
 
@@ -1148,6 +1157,7 @@ absl::Status ParameterServer::OnMinClockChanged() {
     auto table = FindTable(p.request.header().getTable());
     absl::Status s = table.ok() ? AnswerPull(p.peer, p.request, **table) : table.status();
     if (!s.ok()) ReplyError(p.peer, p.request.header(), s);
+    if (options_.observer) options_.observer->OnParkedPull(p.peer, p.clock, p.since, absl::Now());
   }
   return result;
 }

@@ -37,6 +37,7 @@
 #include "compression/sparse_rows.h"
 #include "consistency/clock_table.h"
 #include "core/transport.h"
+#include "ps/request_observer.h"
 #include "ps/server_checkpoint.h"
 #include "ps/shard_table.h"
 #include "ps/update_pool.h"
@@ -45,6 +46,8 @@
 namespace syncline {
 
 struct ServerOptions {
+  // Sees every request, parked pull and checkpoint capture (metrics, a trace); null: nothing.
+  RequestObserver* observer = nullptr;
   int rank = 0;         // this shard
   int num_servers = 1;  // shards in the job
   int num_workers = 1;  // clients whose clocks are tracked
@@ -211,6 +214,7 @@ class ParameterServer {
     Message request;
     int64_t clock;
     uint64_t bytes;  // the request's and its reply's
+    absl::Time since;
   };
 
   absl::Status HandleRequest(Message& message);

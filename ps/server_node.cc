@@ -3,10 +3,13 @@
 #include <filesystem>
 #include <variant>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
+#include "job/node_trace.h"
 #include "job/privacy_plan.h"
 #include "ps/server.h"
+#include "ps/server_metrics.h"
 
 namespace syncline {
 namespace {
@@ -121,7 +124,21 @@ NodeExit ServerNode::Run() {
   }
 
   ServerOptions options = ShardOptions(spec, control->table(), rank);
-  options.on_checkpoint = [control](int64_t clock, const absl::Status& status) {
+  // The page and the trace (--metrics-port, --trace on); neither: no observer at all.
+  std::unique_ptr<TraceRecorder> trace = MakeNodeTrace(*joined, wire::Role::SERVER, rank);
+  std::unique_ptr<ServerMetrics> metrics;
+  if (joined->metrics || trace) {
+    metrics = std::make_unique<ServerMetrics>(
+        joined->metrics ? &joined->metrics->registry() : nullptr, trace.get(),
+        spec.observe.trace_first, spec.observe.trace_end);
+    options.observer = metrics.get();
+  }
+  absl::Cleanup write_trace = [&] {
+    WriteNodeTrace(trace.get(), *joined, wire::Role::SERVER, rank);
+  };
+  options.on_checkpoint = [control, observer = metrics.get()](int64_t clock,
+                                                              const absl::Status& status) {
+    if (observer != nullptr) observer->OnCheckpointWritten(clock);
     if (status.ok()) {
       SYNCLINE_LOG(INFO) << "checkpoint " << clock << " written";
     } else {
@@ -189,6 +206,7 @@ NodeExit ServerNode::Run() {
       removed.push_back(w);
     }
     for (int64_t clock : control->TakeCheckpointRequests()) server.RequestCheckpoint(clock);
+    if (metrics) metrics->Publish(server);
     if (absl::Now() >= next_progress) {
       // Embedding tables' figures while training (OUT/embedding.csv); nothing else needs them.
       if (server.embedding_totals().tables > 0) {

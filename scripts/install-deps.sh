@@ -17,11 +17,13 @@ PACKAGES=(
 # What the multi-host tests run against: real Open MPI, a real single-node Slurm, network
 # namespaces for hosts (ip, python3 for socket checks), the all-reduce benchmark's baselines
 # (Gloo, MPI), strace (the checkpoint test that watches for fsync), universal-ctags
-# (scripts/long-functions.sh), and PyTorch with pytest for the Python package's tests
-# (libopenblas0-openmp: without it torch runs on the slow reference BLAS). `--for-tests` adds
-# them.
+# (scripts/long-functions.sh), PyTorch with pytest for the Python package's tests
+# (libopenblas0-openmp: without it torch runs on the slow reference BLAS), a real Prometheus
+# (its server and promtool) for the metrics test, and python3-venv for the test-only
+# environment that TensorBoard's reader is installed into. `--for-tests` adds them.
 TEST_PACKAGES=(openmpi-bin slurm-wlm munge iproute2 python3 libopenmpi-dev libgloo-dev strace
-  universal-ctags python3-torch python3-numpy python3-pytest libopenblas0-openmp)
+  universal-ctags python3-torch python3-numpy python3-pytest libopenblas0-openmp prometheus
+  python3-venv)
 if [ "${1:-}" = "--for-tests" ]; then
   PACKAGES+=("${TEST_PACKAGES[@]}")
 fi

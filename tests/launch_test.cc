@@ -93,15 +93,21 @@ TEST_F(LaunchTest, LogregConvergesAndTheRunIsDocumented) {
   ASSERT_GT(lines.size(), 10u);
   EXPECT_EQ(lines[0],
             "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus,world_size,"
-            "batch_s,upload_s,compute_s,compress_s,download_s,network_s");
-  double compute = 0;
+            "batch_s,upload_s,compute_s,compress_s,download_s,network_s,bytes,test_loss,test_auc,"
+            "test_accuracy,eval_s");
+  double compute = 0, bytes = 0;
   for (size_t i = 1; i < lines.size(); ++i) {
     const std::vector<std::string> f = absl::StrSplit(lines[i], ',');
-    ASSERT_EQ(f.size(), 15u) << lines[i];
-    for (size_t c = 9; c < f.size(); ++c) EXPECT_GE(std::stod(f[c]), 0) << lines[i];
+    ASSERT_EQ(f.size(), 20u) << lines[i];
+    // The split and the worker's bytes so far; the held-out columns stay empty without
+    // --eval-every.
+    for (size_t c = 9; c < 16; ++c) EXPECT_GE(std::stod(f[c]), 0) << lines[i];
+    for (size_t c = 16; c < f.size(); ++c) EXPECT_EQ(f[c], "") << lines[i];
     compute += std::stod(f[11]);
+    bytes = std::max(bytes, std::stod(f[15]));
   }
   EXPECT_GT(compute, 0);
+  EXPECT_GT(bytes, 0);
   EXPECT_NE(r.output.find("AUC"), std::string::npos) << r.output;
 }
 
@@ -714,7 +720,7 @@ std::pair<int, int64_t> RowsOfJoiner(const std::string& out, int joiner) {
   int64_t first_clock = -1;
   for (absl::string_view row : absl::StrSplit(ReadFile(out + "/metrics.csv"), '\n')) {
     const std::vector<std::string> f = absl::StrSplit(row, ',');
-    if (f.size() != 15u || f[1] != absl::StrCat(joiner)) continue;
+    if (f.size() != 20u || f[1] != absl::StrCat(joiner)) continue;
     if (rows++ == 0) first_clock = std::stoll(f[2]);
     EXPECT_EQ(f[8], absl::StrCat(joiner + 1)) << row;
   }
@@ -859,7 +865,7 @@ TEST_F(LaunchTest, UnderBspWithMinWorkersTheJobShrinksAndTrainsEveryExample) {
   EXPECT_TRUE(rows[0].find(",world_size,") != std::string::npos) << rows[0];
   const std::vector<std::string> first = absl::StrSplit(rows[1], ',');
   const std::vector<std::string> last = absl::StrSplit(rows.back(), ',');
-  ASSERT_EQ(last.size(), 15u) << rows.back();
+  ASSERT_EQ(last.size(), 20u) << rows.back();
   EXPECT_EQ(first[8], "4");
   EXPECT_EQ(last[8], "3");
   EXPECT_LT(std::stod(last[4]), std::stod(first[4])) << rows[1] << "\n" << rows.back();

@@ -210,6 +210,12 @@ class TrainingRun {
   double first_loss_ = -1;  // the mean loss of this run's first batch, once there is one
   uint64_t examples_since_report_ = 0;
   StepTimes times_since_report_;
+  // The phases of the iteration in progress, for options_.observer.
+  std::array<StepPhase, 10> phases_;
+  size_t phase_count_ = 0;
+  void Mark(const char* name, absl::Time begin, absl::Time end) {
+    if (phase_count_ < phases_.size()) phases_[phase_count_++] = StepPhase{name, begin, end};
+  }
 };
 
 absl::StatusOr<TrainResult> TrainingRun::Run() {
@@ -382,6 +388,8 @@ absl::Status TrainingRun::Iterate(int64_t step) {
   if (auto s = Hear(prepared_ ? step + 1 : step); !s.ok()) return s;
   Buffers& b = buffers_[step % 2];
   StepTimes times{.steps = 1};  // this iteration's
+  const absl::Time begin = absl::Now();
+  phase_count_ = 0;
   if (auto s = ReadBatch(step, b, times); !s.ok()) return s;
   if (auto s = PrepareNext(step, times); !s.ok()) return s;
   absl::StatusOr<double> loss = Compute(step, b, times);
@@ -394,6 +402,24 @@ absl::Status TrainingRun::Iterate(int64_t step) {
   result_.examples += b.examples.size();
   if (options_.on_step) options_.on_step(step + 1);
   if (auto s = Checkpoint(step + 1); !s.ok()) return s;
+  if (options_.observer) {
+    options_.observer->OnStep(
+        StepRecord{.step = step,
+                   .begin = begin,
+                   .end = absl::Now(),
+                   .batch = times.batch,
+                   .upload = times.upload,
+                   .compute = times.compute,
+                   .compress = times.compress,
+                   .download = times.download,
+                   .network = times.network,
+                   .loss = *loss,
+                   .examples = b.examples.size(),
+                   .phases = absl::MakeConstSpan(phases_.data(), phase_count_)});
+  }
+  if (options_.between_steps) {
+    if (auto s = options_.between_steps(step + 1); !s.ok()) return s;
+  }
   loss_since_report_ += *loss;
   examples_since_report_ += b.examples.size();
   if ((step + 1) % options_.log_every == 0 || step + 1 == total_) return Report(step);
@@ -409,8 +435,10 @@ absl::Status TrainingRun::ReadBatch(int64_t step, Buffers& b, StepTimes& times) 
   }
   const absl::Time t1 = absl::Now();
   times.batch += t1 - t0;
+  if (!prepared_) Mark("batch", t0, t1);
   if (auto s = backend_.Read(step, b.keys, b.rows, b.bias); !s.ok()) return s;
   AddBackendTime(backend_, t1, &times, options_.local_backend);
+  Mark("read", t1, absl::Now());
   prepared_ = false;
   return absl::OkStatus();
 }
@@ -425,9 +453,11 @@ absl::Status TrainingRun::PrepareNext(int64_t step, StepTimes& times) {
   slowness_.BeforeRequest();
   const absl::Time t1 = absl::Now();
   times.batch += t1 - t0;
+  Mark("next batch", t0, t1);
   if (read_ahead_) {
     read_ahead_ = backend_.ReadAhead(step + 1, next.keys, next.rows, next.bias);
     AddBackendTime(backend_, t1, &times, options_.local_backend);
+    Mark("read ahead", t1, absl::Now());
   }
   if (prefetch_) model_.Prefetch(*next.data, next.examples, next.keys);
   return absl::OkStatus();
@@ -446,6 +476,7 @@ absl::StatusOr<double> TrainingRun::Compute(int64_t step, Buffers& b, StepTimes&
           : model_.LossAndGradient(*b.data, b.examples, b.keys, b.rows, b.bias,
                                    absl::MakeSpan(b.grads), absl::MakeSpan(b.bias_grad));
   const absl::Duration took = absl::Now() - compute_start;
+  Mark("compute", compute_start, compute_start + took);
   AddModelTime(model_, took, &times);
   if (slowness_.active()) slowness_.AfterCompute(took);
   if (!std::isfinite(loss)) return DivergedError(step + 1, loss, first_loss_);
@@ -461,8 +492,14 @@ absl::Status TrainingRun::Push(int64_t step, const Buffers& b, StepTimes& times)
   slowness_.BeforeRequest();
   const absl::Time t1 = absl::Now();
   if (auto s = backend_.Update(step, b.keys, b.grads, b.bias_grad, n); !s.ok()) return s;
+  const absl::Time t2 = absl::Now();
   if (auto s = backend_.EndIteration(step, n); !s.ok()) return s;
   AddBackendTime(backend_, t1, &times, options_.local_backend);
+  const absl::Time t3 = absl::Now();
+  Mark("push", t1, t3);
+  // Inside the push: the iteration's end, where the serverless and hybrid backends run their
+  // collective (the trace's collectives track, client/worker_metrics.h).
+  Mark(kEndIterationPhase, t2, t3);
   return absl::OkStatus();
 }
 
@@ -471,8 +508,11 @@ absl::Status TrainingRun::Checkpoint(int64_t clock) {
   if (!options_.on_checkpoint) return absl::OkStatus();
   const bool periodic = options_.checkpoint_every > 0 && clock % options_.checkpoint_every == 0;
   const bool requested = options_.checkpoint_requested && options_.checkpoint_requested(clock);
-  if (periodic || requested) return options_.on_checkpoint(clock);
-  return absl::OkStatus();
+  if (!periodic && !requested) return absl::OkStatus();
+  const absl::Time begin = absl::Now();
+  absl::Status status = options_.on_checkpoint(clock);
+  Mark("checkpoint", begin, absl::Now());
+  return status;
 }
 
 // The progress since the last report, after `step`; a mean loss far above the first batch's

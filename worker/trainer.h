@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "client/step_observer.h"
 #include "data/dataset.h"
 #include "data/example_source.h"
 #include "models/metrics.h"
@@ -57,6 +58,11 @@ struct TrainerOptions {
   bool read_ahead = false;
   // Called after every iteration with the clocks finished (may be empty).
   std::function<void(int64_t clock)> on_step;
+  // Sees every iteration with its phases' times (metrics, a trace); null: nothing does.
+  StepObserver* observer = nullptr;
+  // Work between iterations that is no iteration's and is left out of their times (a held-out
+  // evaluation), after `clock` iterations (may be empty); an error stops training.
+  std::function<absl::Status(int64_t clock)> between_steps;
   // Elastic jobs (worker/work_plan.h): this worker's rank, the workers that left or joined
   // since the last call, in the coordinator's order (asked before every iteration; may be
   // empty: nobody ever leaves), and the source of another worker's partition (it must stay

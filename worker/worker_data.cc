@@ -142,7 +142,7 @@ absl::StatusOr<std::unique_ptr<WorkerData>> ReadWorkerData(const JobSpec& spec, 
 
 absl::StatusOr<EvaluationReport> EvaluateModel(const JobSpec& spec, const Model& model,
                                                const ParameterLayout& layout, SyncBackend& backend,
-                                               WorkerData& data) {
+                                               WorkerData& data, bool write_params) {
   Evaluation eval;
   if (data.test_source != nullptr) {
     // Streamed: the test file need not fit in memory, so no parameters are written.
@@ -168,7 +168,7 @@ absl::StatusOr<EvaluationReport> EvaluateModel(const JobSpec& spec, const Model&
     std::vector<float> bias(model.bias_dim());
     if (auto s = backend.Read(-1, keys, rows, bias); !s.ok()) return s;
     eval = Evaluate(model, data.test, keys, rows, bias);
-    if (!spec.data.params_out.empty()) {
+    if (write_params && !spec.data.params_out.empty()) {
       if (auto s = DumpParameters(spec.data.params_out, keys, rows, bias, model.row_dim());
           !s.ok()) {
         return s;

@@ -39,10 +39,11 @@ struct WorkerData {
 absl::StatusOr<std::unique_ptr<WorkerData>> ReadWorkerData(const JobSpec& spec, int rank,
                                                            bool hand_over = false);
 
-// The final model on the test set; writes the test features' parameters to params_out.
+// The final model on the test set; with `write_params`, writes the test features' parameters
+// to params_out.
 absl::StatusOr<EvaluationReport> EvaluateModel(const JobSpec& spec, const Model& model,
                                                const ParameterLayout& layout, SyncBackend& backend,
-                                               WorkerData& data);
+                                               WorkerData& data, bool write_params = true);
 
 }  // namespace syncline
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint_requests.h"
 #include "client/kv_client.h"
+#include "client/worker_metrics.h"
 #include "compression/codec.h"
 #include "core/endpoint_split.h"
 #include "core/log.h"
@@ -16,6 +17,7 @@
 #include "device/placement.h"
 #include "job/federated.h"
 #include "job/job_spec.h"
+#include "job/node_trace.h"
 #include "job/options.h"
 #include "job/privacy_options.h"
 #include "job/privacy_plan.h"
@@ -23,6 +25,7 @@
 #include "worker/attack.h"
 #include "worker/dp_sgd.h"
 #include "worker/federated_client.h"
+#include "worker/held_out.h"
 #include "worker/ps_backend.h"
 #include "worker/replicated_model.h"
 #include "worker/slowness.h"
@@ -85,7 +88,7 @@ class WorkerRun {
  public:
   WorkerRun(JoinedJob& joined, const NodeOptions& options,
             const ServerlessBackendFactory& serverless_backend,
-            const HybridBackendFactory& hybrid_backend)
+            const HybridBackendFactory& hybrid_backend, TraceRecorder* trace)
       : options_(options),
         serverless_backend_(serverless_backend),
         hybrid_backend_(hybrid_backend),
@@ -99,7 +102,14 @@ class WorkerRun {
         // features, the test set).
         joiner_(rank_ >= spec_.workers),
         checkpoints_(spec_.checkpoint.enabled()),
-        slowness_(SlownessForWorker(spec_.slowness, rank_, spec_.seed)) {}
+        slowness_(SlownessForWorker(spec_.slowness, rank_, spec_.seed)),
+        metrics_(joined.metrics || trace
+                     ? std::make_unique<WorkerMetrics>(
+                           joined.metrics ? &joined.metrics->registry() : nullptr, trace,
+                           spec_.observe.trace_first, spec_.observe.trace_end,
+                           CollectiveName(spec_.sync))
+                     : nullptr),
+        held_out_(spec_, rank_, control_, metrics_.get()) {}
 
   NodeExit Run();
 
@@ -126,7 +136,7 @@ class WorkerRun {
   absl::Status AwaitResume(ControlClient::Rollback& back);
 
   // Reports to the coordinator.
-  void ReportProgress(const TrainProgress& p);
+  void ReportProgress(const TrainProgress& p, const SyncBackend& backend);
   void ReportMissed(CheckpointRequests& requests, int64_t before);
   void ReportDone(const TrainResult& result, SyncBackend& backend);
   // Tells the coordinator why this worker cannot go on; bad input exits with code 2.
@@ -143,6 +153,10 @@ class WorkerRun {
   const bool joiner_;
   const bool checkpoints_;
   const SlownessOptions slowness_;
+  // What the job sees of this worker as it trains: its /metrics series and trace, and the
+  // held-out evaluations of --eval-every.
+  const std::unique_ptr<WorkerMetrics> metrics_;
+  HeldOutEvaluation held_out_;
 
   // Made before the first timeline, kept across rollbacks.
   std::unique_ptr<Model> model_;
@@ -462,6 +476,12 @@ void WorkerRun::SetUpTrainer(SyncBackend& backend, TimelineHooks& t) {
   };
   SetUpCheckpoints(backend, t);
   o.on_step = [this](int64_t clock) { control_.SetClock(clock); };
+  o.observer = metrics_.get();
+  if (held_out_.active()) {
+    o.between_steps = [this, &backend](int64_t clock) {
+      return held_out_.AfterStep(clock, *model_, layout_, backend, *data_);
+    };
+  }
   o.rank = rank_;
   o.partitions = spec_.workers;
   if (dp_sgd_) o.dp_sgd = &*dp_sgd_;
@@ -529,8 +549,8 @@ absl::StatusOr<TrainResult> WorkerRun::Train(SyncBackend& backend, TimelineHooks
   if (spec_.sync.fedavg()) return TrainFederated(backend);
   Trainer trainer(*model_, backend, t.options);
   t.running = &trainer;
-  absl::StatusOr<TrainResult> result =
-      trainer.Run(*data_->source, [this](const TrainProgress& p) { ReportProgress(p); });
+  absl::StatusOr<TrainResult> result = trainer.Run(
+      *data_->source, [this, &backend](const TrainProgress& p) { ReportProgress(p, backend); });
   t.running = nullptr;
   return result;
 }
@@ -548,9 +568,9 @@ absl::StatusOr<TrainResult> WorkerRun::TrainFederated(SyncBackend& backend) {
   if (attacker_) f.attack = spec_.byzantine.attack;
   f.slowness = slowness_;
   FederatedClient client_loop(*model_, backend, layout_, f);
-  auto rounds = client_loop.Run(*data_->source, [this](const TrainProgress& p) {
+  auto rounds = client_loop.Run(*data_->source, [this, &backend](const TrainProgress& p) {
     control_.SetClock(p.clock);
-    ReportProgress(p);
+    ReportProgress(p, backend);
   });
   if (!rounds.ok()) return rounds.status();
   SYNCLINE_LOG(INFO) << absl::StrFormat(
@@ -618,7 +638,7 @@ absl::Status WorkerRun::AwaitResume(ControlClient::Rollback& back) {
   return absl::OkStatus();
 }
 
-void WorkerRun::ReportProgress(const TrainProgress& p) {
+void WorkerRun::ReportProgress(const TrainProgress& p, const SyncBackend& backend) {
   control_.ReportProgress(ProgressReport{.clock = p.clock,
                                          .epoch = p.epoch,
                                          .train_loss = p.train_loss,
@@ -626,7 +646,9 @@ void WorkerRun::ReportProgress(const TrainProgress& p) {
                                          .total_steps = p.total_steps,
                                          .staleness = p.staleness,
                                          .consensus = p.consensus,
-                                         .step_seconds = ToStepSeconds(p.times)});
+                                         .step_seconds = ToStepSeconds(p.times),
+                                         .bytes = earlier_pushed_ + earlier_pulled_ +
+                                                  backend.bytes_pushed() + backend.bytes_pulled()});
 }
 
 // Takes the coordinator's new checkpoint requests, and reports those for clocks before
@@ -680,7 +702,11 @@ NodeExit WorkerRun::Fail(absl::Status status, bool bad_input) {
 NodeExit WorkerNode::Run() {
   auto joined = JoinJob(transport_, wire::Role::WORKER, options_);
   if (!joined.ok()) return {joined.status(), absl::IsInvalidArgument(joined.status())};
-  return WorkerRun(*joined, options_, serverless_backend_, hybrid_backend_).Run();
+  std::unique_ptr<TraceRecorder> trace = MakeNodeTrace(*joined, wire::Role::WORKER, options_.rank);
+  NodeExit exit =
+      WorkerRun(*joined, options_, serverless_backend_, hybrid_backend_, trace.get()).Run();
+  WriteNodeTrace(trace.get(), *joined, wire::Role::WORKER, options_.rank);
+  return exit;
 }
 
 }  // namespace syncline

@@ -210,6 +210,24 @@ struct JobSpec {
     bool operator==(const Checkpoint&) const = default;
   } checkpoint;
 
+  // What a running job shows of itself beyond its progress (docs/OBSERVABILITY.md).
+  struct Observe {
+    // [--trace on] The folder each node writes its Chrome-trace file into (the launcher's
+    // OUT/trace/, merged into OUT/trace.json at the end); empty: no trace.
+    std::string trace_dir;
+    // [--trace-steps A:B] The workers' steps [A, B) traced, and what the servers did while
+    // any worker was in them.
+    int64_t trace_first = 0;
+    int64_t trace_end = 100;
+    // [--eval-every N|Ns] The first live worker evaluates the model on the test set every N
+    // of its steps, or every N seconds, while the job trains (0: only at the end).
+    int64_t eval_every_steps = 0;
+    double eval_every_seconds = 0;
+    bool tracing() const { return !trace_dir.empty(); }
+    bool evaluates() const { return eval_every_steps > 0 || eval_every_seconds > 0; }
+    bool operator==(const Observe&) const = default;
+  } observe;
+
   bool operator==(const JobSpec&) const = default;
 };
 

@@ -89,6 +89,10 @@ struct SessionOptions {
   // `insecure`.
   std::string key_file;
   bool insecure = false;
+  // Where this worker serves its Prometheus /metrics page, on its data address's host: a port,
+  // or 0 for any free one (in `port_range`); -1: none. syncline-launch --metrics-port sets
+  // SYNCLINE_METRICS_PORT for the workers it starts.
+  int metrics_port = -1;
   // Connects the workers' collectives. A job whose workers sync dense layers among themselves
   // (--sync allreduce, hybrid) is refused without it; in one with servers only, it is not used.
   PeerConnector peers;

@@ -94,6 +94,7 @@ py::dict Environment() {
   d["insecure"] = node.insecure;
   d["startup_timeout"] = absl::ToDoubleSeconds(node.startup_timeout);
   d["world_size"] = node.world_size;
+  d["metrics_port"] = node.metrics_port;
   d["rank"] = py::none();
   d["rank_source"] = py::none();
   if (const char* r = std::getenv("SYNCLINE_RANK"); r != nullptr && *r != '\0') {
@@ -240,7 +241,7 @@ class Session {
                                        const std::string& bind, const std::string& interface,
                                        const std::string& port_range, int world_size,
                                        double startup_timeout, const std::string& key_file,
-                                       bool insecure) {
+                                       bool insecure, int metrics_port) {
     if (!(startup_timeout > 0)) {
       throw py::value_error(absl::StrCat("startup_timeout must be > 0, not ", startup_timeout));
     }
@@ -254,6 +255,7 @@ class Session {
     o.startup_timeout = absl::Seconds(startup_timeout);
     o.key_file = key_file;
     o.insecure = insecure;
+    o.metrics_port = metrics_port;
     o.peers = CommunicatorPeers();
     absl::StatusOr<std::unique_ptr<WorkerSession>> session;
     {
@@ -594,6 +596,7 @@ PYBIND11_MODULE(_native, m) {
                   py::arg("bind") = "", py::arg("interface") = "", py::arg("port_range") = "",
                   py::arg("world_size") = 0, py::arg("startup_timeout") = 120.0,
                   py::arg("key_file") = "", py::arg("insecure") = false,
+                  py::arg("metrics_port") = -1,
                   "Joins the job whose coordinator is at `coordinator` as worker `rank`, and "
                   "waits until every node has joined and the job starts.")
       .def_property_readonly("rank", &Session::rank)

@@ -159,7 +159,8 @@ def init(coordinator=None, rank=None, *, key_file=None, insecure=None, bind=None
             startup_timeout=float(startup_timeout if startup_timeout is not None
                                   else env["startup_timeout"]),
             key_file=key_file if key_file is not None else env["key_file"],
-            insecure=bool(insecure if insecure is not None else env["insecure"]))
+            insecure=bool(insecure if insecure is not None else env["insecure"]),
+            metrics_port=env["metrics_port"])
         _worker = _Worker(session)
         _install_exit_hooks()
         return dict(_worker.spec)
