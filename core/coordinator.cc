@@ -6,6 +6,7 @@
 #include <kj/exception.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "core/coordinator_node_state.h"
@@ -226,7 +227,15 @@ absl::Status Coordinator::Shutdown() {
     });
   };
   while (!all_stats() && absl::Now() < deadline) {
-    auto message = endpoint_->Receive(deadline);
+    {
+      // A node lost now (the launcher saw its exit) sends no statistics: nothing waits for
+      // them. Its part of the job was done.
+      absl::MutexLock lock(&mu_);
+      for (const auto& [control_id, reason] : std::exchange(lost_, {})) {
+        if (NodeState* n = Find(control_id)) n->down = true;
+      }
+    }
+    auto message = endpoint_->Receive(std::min(deadline, absl::Now() + absl::Milliseconds(100)));
     if (!message.ok() || !message->Parse().ok()) continue;
     NodeState* node = Find(message->peer());
     auto h = message->header();

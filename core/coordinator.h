@@ -166,6 +166,11 @@ class Coordinator {
   // declared down at once but handed to the launcher to kill (its exit is then restarted). One
   // that is still there a heartbeat timeout later is declared down as usual.
   std::vector<std::pair<std::string, std::string>> TakeHungNodes();
+  // Whether the job still needs node (role, rank): false once the final model is evaluated
+  // (params.tsv and the result are in; a node lost then costs only its statistics), and for a
+  // worker other than the evaluator once every worker has finished training. The launcher
+  // fails no job over the exit of a node it no longer needs. Any thread.
+  bool StillNeeds(wire::Role role, int rank) const;
   // What node (role, rank) said when it failed, if it said so while it could have been
   // restarted (the job then goes on until the launcher restarts it or gives up); else empty.
   std::string LastWords(wire::Role role, int rank);
@@ -304,6 +309,11 @@ class Coordinator {
   std::atomic<bool> can_roll_back_{false};
   std::atomic<bool> recovering_flag_{false};  // recovering_, for other threads
   std::atomic<int64_t> latest_worker_clock_{-1};
+  // StillNeeds: every worker has finished (the evaluator's rank then, else -1), and the
+  // final model is evaluated.
+  std::atomic<bool> training_over_{false};
+  std::atomic<int> evaluator_rank_{-1};
+  std::atomic<bool> results_in_{false};
   // Failures reported by nodes that could have been restarted, by control id.
   absl::flat_hash_map<std::string, std::string> last_words_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::string, std::string>> hung_ ABSL_GUARDED_BY(mu_);

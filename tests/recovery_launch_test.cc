@@ -289,5 +289,48 @@ TEST_F(RecoveryLaunchTest, WithoutACheckpointOrARestartLeftTheJobStopsSayingWhy)
   }
 }
 
+// A worker killed after every worker finished training, while the job evaluates and shuts
+// down: its part is done, so the job ends well (it once failed with "w1 killed by signal 9"
+// though its test loss had been computed, issue 44). It is stopped as soon as it has said it
+// finished (once the coordinator knows), so that it is still there to be killed once every
+// worker has finished.
+TEST_F(RecoveryLaunchTest, AWorkerKilledAfterTheTrainingDoesNotFailTheJob) {
+  const Outcome& clean = Clean("bsp");
+  const std::string out = TempDir("recovery_after_training");
+  Outcome o;
+  ProcessGroup group([&](std::string_view, OutputStream, std::string_view line) {
+    o.output.append(line.data(), line.size());
+    o.output += '\n';
+  });
+  auto launcher = group.Start(ProcessSpec{"launch", Job("bsp", out)});
+  ASSERT_TRUE(launcher.ok());
+  std::vector<ExitEvent> exited;
+  auto await_lines = [&](const std::vector<std::string>& lines) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    auto all_in = [&] {
+      return std::all_of(lines.begin(), lines.end(), [&](const std::string& l) {
+        return o.output.find(l) != std::string::npos;
+      });
+    };
+    while (absl::Now() < deadline && exited.empty() && !all_in()) {
+      (void)group.Poll(absl::Milliseconds(10), &exited);
+    }
+    return all_in();
+  };
+  ASSERT_TRUE(await_lines({" w1 trained "})) << o.output;
+  ASSERT_NE(testing_util::KillChildOfRank(*launcher, "syncline-worker", 1, SIGSTOP), 0) << o.output;
+  ASSERT_TRUE(await_lines({"every worker has finished training"})) << o.output;
+  ASSERT_NE(testing_util::KillChildOfRank(*launcher, "syncline-worker", 1, SIGKILL), 0) << o.output;
+  testing_util::AwaitAnExit(group, absl::Seconds(60), &exited);
+  ASSERT_EQ(exited.size(), 1u) << o.output;
+  EXPECT_EQ(exited[0].exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("w1 killed by signal 9 (Killed) after its part of the job was done"),
+            std::string::npos)
+      << o.output;
+  EXPECT_TRUE(ReadFile(out + "/params.tsv") == clean.params);
+  EXPECT_EQ(JsonNumber(ReadFile(out + "/summary.json"), "test_auc"),
+            JsonNumber(clean.summary, "test_auc"));
+}
+
 }  // namespace
 }  // namespace syncline

@@ -623,6 +623,9 @@ void WorkerRun::ReportDone(const TrainResult& result, SyncBackend& backend) {
                        .bytes_pulled = earlier_pulled_ + backend.bytes_pulled(),
                        .step_seconds = ToStepSeconds(result.times),
                        .device = device_.device});
+  // Said once the coordinator has been told: the job needs nothing more of this worker's
+  // training.
+  (void)control_.Flush(absl::Now() + absl::Seconds(1));
   SYNCLINE_LOG(INFO) << absl::StrFormat(
       "trained %d iterations (%s%s), last loss %.5f; step time: %s",
       result.steps - std::max<int64_t>(0, result.joined_at),
