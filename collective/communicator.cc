@@ -111,8 +111,16 @@ absl::Status Communicator::Send(int to, const Tag& tag, std::span<const float> v
 }
 
 absl::Status Communicator::Pump(int from, const Tag& tag, absl::Time deadline) {
-  absl::StatusOr<Message> m = endpoint_->Receive(deadline);
+  constexpr absl::Duration kInterruptionPoll = absl::Milliseconds(100);
+  absl::StatusOr<Message> m = endpoint_->Receive(
+      interrupted_ ? std::min(deadline, absl::Now() + kInterruptionPoll) : deadline);
   if (!m.ok()) {
+    if (absl::IsDeadlineExceeded(m.status()) && interrupted_) {
+      if (absl::Status s = interrupted_(); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat(Describe(from, tag), ": ", s.message()));
+      }
+      if (absl::Now() < deadline) return absl::OkStatus();  // the caller waits on
+    }
     if (absl::IsDeadlineExceeded(m.status())) {
       return absl::DeadlineExceededError(absl::StrCat(Describe(from, tag), ": nothing within ",
                                                       absl::FormatDuration(options_.timeout),

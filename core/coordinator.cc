@@ -182,6 +182,9 @@ absl::StatusOr<std::optional<Message>> Coordinator::Handle(NodeState& node, Mess
     case wire::MsgType::ABORT:
       if (auto s = OnNodeFailed(node, h); !s.ok()) return s;
       return std::optional<Message>();
+    case wire::MsgType::PEER_ADDRESS:
+      if (node.role == wire::Role::WORKER) OnPeerAddress(node, h);
+      return std::optional<Message>();
     default:
       return std::optional<Message>(std::move(message));
   }

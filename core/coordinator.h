@@ -246,6 +246,9 @@ class Coordinator {
   void SendReplacementTables();
   // Ends the recovery once every node has restored; fails it past its deadline.
   absl::Status AdvanceRecovery();
+  // A worker's address of a generation's peers (collective and gossip jobs after a rollback):
+  // once every worker has sent its own for the current generation, every worker gets them all.
+  void OnPeerAddress(NodeState& node, const wire::Header::Reader& header);
 
   // Joins (coordinator_joins.cc): a `join` request from the joiner's first endpoint, answered
   // with a rank or why not.

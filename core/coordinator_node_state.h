@@ -8,6 +8,7 @@
 #define SYNCLINE_CORE_COORDINATOR_NODE_STATE_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -45,7 +46,11 @@ struct Coordinator::NodeState {
   int64_t first_clock = 0;  // workers: the clock their plan starts at (joiners: their entry)
   bool stats = false;       // servers: statistics received at shutdown
   int64_t clock = -1;       // workers: the clock their last heartbeat carried
-  absl::Time clock_since;   // when that clock was first seen
+  // Workers of a collective or gossip job after a rollback: where its endpoint of generation
+  // peer_generation listens (Coordinator::OnPeerAddress).
+  std::optional<uint32_t> peer_generation;
+  std::string peer_address;
+  absl::Time clock_since;  // when that clock was first seen
 
   // "w2 (pid 812 on gpu3)", and the data address when it is off loopback: hosts that share a
   // name (containers, network namespaces) are still told apart.

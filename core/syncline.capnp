@@ -75,6 +75,15 @@ enum MsgType {
   join @30;
   cut @31;
   arrival @32;
+
+  # Peers of a generation after a rollback (collective and gossip workers; in-place recovery):
+  # each re-forms on endpoints of its own for the new generation, found through the
+  # coordinator rather than over connections of the undone timeline. worker -> coordinator:
+  # peerAddress, `generation` = the job's, `message` = where this worker's endpoint of that
+  # generation listens. coordinator -> every worker, once every worker has sent its own for the
+  # current generation: peerAddress, `generation`, body.nodeTable's nodes = every worker's
+  # (rank, id, address).
+  peerAddress @33;
 }
 
 enum Role {
