@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/log.h"
 #include "core/peer_rendezvous.h"
 #include "gossip/gossip_backend.h"
 
@@ -49,6 +50,9 @@ ServerlessBackendFactory MakeGossipBackendFactory() {
       addresses.resize(g.num_peers);
       own = std::move(listening->endpoint);
       mine = own.get();
+      // (bench/collective-recovery.sh reads this line: the peers hold the new connections.)
+      SYNCLINE_LOG(INFO) << "gossip peers of generation " << generation << " meet at "
+                         << listening->address;
     }
     // One connection per pair, opened by the lower rank: two ROUTER sockets that connect to
     // each other under the same routing ids trip ZeroMQ. The higher rank answers over the
