@@ -17,10 +17,18 @@ with /usr/bin/python3, not a virtual environment's interpreter.
 """
 import argparse
 import math
+import os
+import sys
 import time
 
 import numpy as np
 import torch
+
+# The model and the AUC are the PyTorch example's (examples/pytorch/dlrm.py), with a plain
+# torch.nn.Embedding for the rows.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
+                                "pytorch"))
+from dlrm import Dlrm, auc  # noqa: E402
 
 DENSE, FIELDS = 13, 26
 
@@ -46,47 +54,6 @@ def read_tsv(path, vocab):
             torch.tensor(cats, dtype=torch.int64))
 
 
-class Ctr(torch.nn.Module):
-    def __init__(self, rows, dim, hidden):
-        super().__init__()
-        self.dim = dim
-        self.rows = torch.nn.Embedding(rows, dim + 1, sparse=True)
-        self.bottom = torch.nn.Linear(DENSE, dim)
-        vectors = 1 + FIELDS
-        self.pairs = torch.triu_indices(vectors, vectors, offset=1)
-        self.top = torch.nn.Linear(dim + self.pairs.shape[1], hidden)
-        self.out = torch.nn.Linear(hidden, 1)
-        torch.nn.init.uniform_(self.rows.weight, -0.05, 0.05)
-        for p in [*self.bottom.parameters(), *self.top.parameters(), *self.out.parameters()]:
-            torch.nn.init.uniform_(p, -0.1, 0.1)
-
-    def forward(self, dense, cats):
-        x = self.bottom(dense)                                # [B, D]
-        r = self.rows(cats)                                   # [B, 26, D+1]
-        e, first_order = r[..., :self.dim], r[..., self.dim].sum(1)
-        v = torch.cat([x.unsqueeze(1), e], 1)                 # [B, 27, D]
-        gram = torch.bmm(v, v.transpose(1, 2))                # [B, 27, 27]
-        dots = gram[:, self.pairs[0], self.pairs[1]]          # [B, 351]
-        h = torch.relu(self.top(torch.cat([x, dots], 1)))
-        return self.out(h).squeeze(1) + first_order
-
-
-def auc(scores, labels):
-    order = np.argsort(scores, kind="mergesort")
-    s, y = scores[order], labels[order]
-    ranks = np.empty(len(s))
-    i = 0
-    while i < len(s):  # average ranks over ties
-        j = i
-        while j + 1 < len(s) and s[j + 1] == s[i]:
-            j += 1
-        ranks[i:j + 1] = (i + j) / 2 + 1
-        i = j + 1
-    pos = y > 0.5
-    n_pos, n_neg = pos.sum(), (~pos).sum()
-    return (ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--train", required=True)
@@ -104,7 +71,9 @@ def main():
     vocab = {}
     y, dense, cats = read_tsv(args.train, vocab)
     ty, tdense, tcats = read_tsv(args.test, vocab)
-    model = Ctr(len(vocab), args.embedding_dim, args.hidden)
+    rows = torch.nn.Embedding(len(vocab), args.embedding_dim + 1, sparse=True)
+    torch.nn.init.uniform_(rows.weight, -0.05, 0.05)
+    model = Dlrm(rows, args.embedding_dim, args.hidden)
     sparse = [model.rows.weight]
     dense_params = [p for n, p in model.named_parameters() if not n.startswith("rows")]
     opts = [torch.optim.Adagrad(sparse, lr=args.lr, eps=1e-8),

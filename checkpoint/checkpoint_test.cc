@@ -1,9 +1,12 @@
 #include "checkpoint/checkpoint.h"
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -162,6 +165,69 @@ TEST_F(CheckpointTest, ValidCheckpointValidates) {
   ASSERT_TRUE(manifest.ok()) << manifest.status();
   EXPECT_EQ(manifest->clock, 40);
   EXPECT_THAT(manifest->nodes, ElementsAre("ps0", "w0"));
+}
+
+// The audit's hostile files: a MANIFEST linked to /dev/zero grew --resume to 533 MB and an
+// abort; one that is a FIFO hung it. Each is refused at once, naming the file, and the newest
+// checkpoint that validates is found behind it.
+TEST_F(CheckpointTest, HostileManifestsAreRefusedNamingTheFileWithoutReadingThem) {
+  MakeCheckpoint(10);
+  const std::string dir = MakeCheckpoint(20, /*write_manifest=*/false);
+  const std::string manifest = dir + "/MANIFEST";
+  struct Case {
+    const char* what;
+    std::function<void()> make;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {"a link to /dev/zero", [&] { fs::create_symlink("/dev/zero", manifest); }, "symbolic link"},
+      {"a FIFO", [&] { ASSERT_EQ(mkfifo(manifest.c_str(), 0600), 0); }, "a FIFO"},
+      {"a folder", [&] { fs::create_directory(manifest); }, "a folder"},
+      {"a huge sparse file",
+       [&] {
+         WriteBytes(manifest, "");
+         fs::resize_file(manifest, kMaxTextFileBytes + 1);
+       },
+       "over the limit of 67108864 bytes"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    fs::remove_all(manifest);
+    c.make();
+    const absl::Status s = ReadManifest(dir).status();
+    EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+    EXPECT_THAT(s.message(), HasSubstr(manifest));
+    EXPECT_THAT(s.message(), HasSubstr(c.says));
+    absl::StatusOr<FoundCheckpoint> found = FindNewestCheckpoint(root_);
+    ASSERT_TRUE(found.ok()) << found.status();
+    EXPECT_EQ(found->manifest.clock, 10);
+    ASSERT_EQ(found->skipped.size(), 1u);
+    EXPECT_THAT(found->skipped[0], HasSubstr(c.says));
+  }
+  // A listed file of the same kinds is refused too, without blocking on a FIFO.
+  const std::string listed = CheckpointDir(root_, 10) + "/w0-state.bin";
+  fs::remove(listed);
+  ASSERT_EQ(mkfifo(listed.c_str(), 0600), 0);
+  const absl::Status s = ValidateCheckpoint(CheckpointDir(root_, 10)).status();
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr(listed));
+}
+
+// Checkpoint files hold the model: 0600, and never written through a link left in a
+// temporary's place.
+TEST_F(CheckpointTest, FilesAreWrittenPrivateAndNeverThroughALink) {
+  const std::string victim = root_ + "/victim";
+  WriteBytes(victim, "precious");
+  fs::create_symlink(victim, root_ + "/.MANIFEST.tmp");
+  Manifest manifest;
+  manifest.clock = 3;
+  manifest.nodes = {"ps0"};
+  ASSERT_TRUE(WriteManifest(root_, manifest).ok());
+  EXPECT_EQ(ReadBytes(victim), "precious");
+  struct stat st = {};
+  ASSERT_EQ(lstat((root_ + "/MANIFEST").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
 }
 
 TEST_F(CheckpointTest, MissingManifest) {

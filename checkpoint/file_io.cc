@@ -66,6 +66,40 @@ ssize_t ReadFull(int fd, char* buf, size_t n) {
   return static_cast<ssize_t>(done);
 }
 
+absl::Status NotRegular(const std::string& path, mode_t mode) {
+  const char* what = S_ISDIR(mode)    ? "a folder"
+                     : S_ISFIFO(mode) ? "a FIFO"
+                     : S_ISCHR(mode)  ? "a character device"
+                     : S_ISBLK(mode)  ? "a block device"
+                     : S_ISSOCK(mode) ? "a socket"
+                                      : "not a regular file";
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "%s: not a regular file (%s): a checkpoint holds only regular files", path, what));
+}
+
+// Opens a checkpoint file to read: never through a link in its own name (a MANIFEST linked to
+// /dev/zero), never blocking (a FIFO), and only a regular file.
+absl::StatusOr<int> OpenRegularToRead(const std::string& path, struct stat* st) {
+  const int fd = OpenRetrying(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ELOOP) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("%s: a symbolic link, which a checkpoint never holds (remove it)", path));
+    }
+    return ErrnoError(errno, path, "cannot open");
+  }
+  if (::fstat(fd, st) != 0) {
+    const absl::Status s = ErrnoError(errno, path, "cannot stat");
+    ::close(fd);
+    return s;
+  }
+  if (!S_ISREG(st->st_mode)) {
+    ::close(fd);
+    return NotRegular(path, st->st_mode);
+  }
+  return fd;
+}
+
 }  // namespace
 
 std::string JoinPath(const std::string& dir, const std::string& relative) {
@@ -77,11 +111,10 @@ std::string JoinPath(const std::string& dir, const std::string& relative) {
 absl::StatusOr<FileEntry> DescribeFile(const std::string& checkpoint_dir,
                                        const std::string& relative_path) {
   const std::string path = JoinPath(checkpoint_dir, relative_path);
-  Fd fd(OpenRetrying(path.c_str(), O_RDONLY));
-  if (fd.get() < 0) return ErrnoError(errno, path, "cannot open");
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, path, "cannot stat");
-  if (!S_ISREG(st.st_mode)) return absl::FailedPreconditionError(path + ": not a regular file");
+  absl::StatusOr<int> opened = OpenRegularToRead(path, &st);
+  if (!opened.ok()) return opened.status();
+  Fd fd(*opened);
   ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
   std::unique_ptr<char[]> buf(new char[kChunk]);
   FileEntry entry;
@@ -126,7 +159,13 @@ absl::Status WriteFileAtomically(const std::string& dir, const std::string& name
   const std::string final_path = JoinPath(dir, name);
   const std::string temp_path = JoinPath(dir, absl::StrFormat(".%s.tmp", name));
   absl::Status status = [&]() -> absl::Status {
-    Fd fd(OpenRetrying(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+    // A new file of this user's alone (0600: it holds the model), never one reached through a
+    // link: a stale temp (or a link in its place) is removed, and O_EXCL fails rather than
+    // follow one that appears again.
+    if (::unlink(temp_path.c_str()) != 0 && errno != ENOENT) {
+      return ErrnoError(errno, temp_path, "cannot remove a stale temporary file");
+    }
+    Fd fd(OpenRetrying(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600));
     if (fd.get() < 0) return ErrnoError(errno, temp_path, "cannot create");
     size_t done = 0;
     while (done < contents.size()) {
@@ -151,15 +190,27 @@ absl::Status WriteFileAtomically(const std::string& dir, const std::string& name
   return SyncPath(dir.empty() ? "." : dir);
 }
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  Fd fd(OpenRetrying(path.c_str(), O_RDONLY));
-  if (fd.get() < 0) return ErrnoError(errno, path, "cannot open");
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path, uint64_t max_bytes) {
+  struct stat st;
+  absl::StatusOr<int> opened = OpenRegularToRead(path, &st);
+  if (!opened.ok()) return opened.status();
+  Fd fd(*opened);
+  const auto too_large = [&](uint64_t size) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: %d bytes or more, over the limit of %d bytes for this file: it is not one a "
+        "checkpoint writes",
+        path, size, max_bytes));
+  };
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) return too_large(st.st_size);
   std::string contents;
+  contents.reserve(static_cast<size_t>(st.st_size));
   char buf[1 << 16];
   for (;;) {
     const ssize_t n = ReadFull(fd.get(), buf, sizeof(buf));
     if (n < 0) return ErrnoError(errno, path, "read failed");
     contents.append(buf, static_cast<size_t>(n));
+    // A file that grows while it is read is held to the same limit.
+    if (contents.size() > max_bytes) return too_large(contents.size());
     if (static_cast<size_t>(n) < sizeof(buf)) break;
   }
   return contents;

@@ -23,7 +23,8 @@ struct FileEntry {
 
 // Size and CRC32C of checkpoint_dir/relative_path, read sequentially in 4 MiB chunks. The
 // returned entry's path is `relative_path`; an empty `checkpoint_dir` reads `relative_path` as
-// it is. NotFound when the file is missing; the errno text naming the path otherwise.
+// it is. NotFound when the file is missing; FailedPrecondition when it is a link or not a
+// regular file (never blocking on a FIFO); the errno text naming the path otherwise.
 absl::StatusOr<FileEntry> DescribeFile(const std::string& checkpoint_dir,
                                        const std::string& relative_path);
 
@@ -35,12 +36,19 @@ absl::Status SyncPath(const std::string& path);
 absl::Status CreateDirectoriesDurably(const std::string& dir);
 
 // Replaces dir/name with `contents` so that a crash leaves either the old file or the new one:
-// writes dir/.name.tmp, fsyncs it, renames it over dir/name and fsyncs dir.
+// writes dir/.name.tmp (a new file of mode 0600, made with O_EXCL|O_NOFOLLOW), fsyncs it,
+// renames it over dir/name and fsyncs dir.
 absl::Status WriteFileAtomically(const std::string& dir, const std::string& name,
                                  std::string_view contents);
 
-// The whole file at `path`. NotFound when it is missing.
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
+// The largest checkpoint text file (a manifest, a receipt) a reader takes.
+inline constexpr uint64_t kMaxTextFileBytes = uint64_t{64} << 20;
+
+// The whole file at `path`. NotFound when it is missing; FailedPrecondition naming the file
+// when it is a link, not a regular file (a FIFO, a device: opened without blocking), or
+// larger than `max_bytes`.
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path,
+                                          uint64_t max_bytes = kMaxTextFileBytes);
 
 // dir/relative as one path string ("dir/relative"; `relative` alone when dir is empty).
 std::string JoinPath(const std::string& dir, const std::string& relative);

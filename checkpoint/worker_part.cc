@@ -1,5 +1,7 @@
 #include "checkpoint/worker_part.h"
 
+#include <unistd.h>
+
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +17,13 @@ constexpr uint32_t kVersion = 2;
 constexpr size_t kHeader = 4 + 4 + 8 + 8;
 
 std::string FileName(int rank) { return absl::StrCat("w", rank, ".state"); }
+
+// A state file larger than this machine's memory could never be restored: refused by size
+// before anything is allocated for it.
+uint64_t MostStateBytes() {
+  return static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+         static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+}
 
 }  // namespace
 
@@ -46,7 +55,7 @@ absl::Status WriteWorkerCheckpoint(const std::string& root, int rank,
 
 absl::StatusOr<WorkerCheckpoint> ReadWorkerCheckpoint(const std::string& checkpoint_dir, int rank) {
   const std::string path = JoinPath(checkpoint_dir, FileName(rank));
-  auto bytes = ReadWholeFile(path);
+  auto bytes = ReadWholeFile(path, MostStateBytes());
   if (!bytes.ok()) return bytes.status();
   const auto damaged = [&](const char* why) {
     return absl::DataLossError(absl::StrCat(path, ": ", why));

@@ -20,6 +20,8 @@ namespace syncline {
 namespace {
 
 constexpr char kHeader[] = "syncline-job-key v1";
+// A key file is two short lines; anything much larger is not one.
+constexpr size_t kMaxKeyFileBytes = 4096;
 // Keeps the derived keys of this format apart from any other use of the secret.
 constexpr char kContext[] = "syncline curve25519 endpoint key v1:";
 
@@ -41,17 +43,31 @@ JobKey JobKey::Generate() {
 }
 
 absl::StatusOr<JobKey> JobKey::Load(const std::string& path) {
-  struct stat st = {};
-  if (stat(path.c_str(), &st) != 0) {
+  // Non-blocking: a FIFO in the key's place must not hang the node.
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
     return absl::NotFoundError(
         absl::StrCat("cannot read the job key ", path, ": ", std::strerror(errno)));
+  }
+  struct stat st = {};
+  std::string text(kMaxKeyFileBytes + 1, '\0');
+  ssize_t n = -1;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) n = read(fd, text.data(), text.size());
+  close(fd);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("the job key ", path, " is not a regular file"));
   }
   if ((st.st_mode & 077) != 0) {
     return absl::PermissionDeniedError(
         absl::StrFormat("the job key %s may be read by others (mode %04o): run chmod 600 %s", path,
                         st.st_mode & 07777, path));
   }
-  std::ifstream in(path);
+  if (n < 0 || n > static_cast<ssize_t>(kMaxKeyFileBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " is not a job key (", n < 0 ? "unreadable" : "larger than a key file", ")"));
+  }
+  text.resize(static_cast<size_t>(n));
+  std::istringstream in(text);
   std::string header, hex;
   if (!std::getline(in, header) || !std::getline(in, hex) || header != kHeader) {
     return absl::InvalidArgumentError(
@@ -71,7 +87,14 @@ absl::StatusOr<JobKey> JobKey::Load(const std::string& path) {
 
 absl::Status JobKey::Save(const std::string& path) const {
   const std::string tmp = path + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // A fresh file, never one reached through a link: what was at tmp goes first (unlink removes
+  // a link, not what it points to), and should something appear there again before the open,
+  // the open fails rather than write the secret through it.
+  if (unlink(tmp.c_str()) != 0 && errno != ENOENT) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot remove an earlier ", tmp, ": ", std::strerror(errno)));
+  }
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     return absl::UnavailableError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
   }

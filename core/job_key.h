@@ -30,7 +30,8 @@ class JobKey {
   // Reads a key file written by Save. Refuses a file that others may read (its mode must
   // give nothing to group and others), or one that is not a key file, naming the problem.
   static absl::StatusOr<JobKey> Load(const std::string& path);
-  // Writes the key file with mode 0600 (replacing an earlier one).
+  // Writes the key file with mode 0600 (replacing an earlier one), through a new file made
+  // with O_EXCL|O_NOFOLLOW and renamed over `path`: never through a link planted at either.
   absl::Status Save(const std::string& path) const;
 
   // The CURVE key pair of the endpoint with routing id `id`: 32 raw bytes each.

@@ -50,5 +50,33 @@ TEST_F(JobKeyTest, RefusesAKeyOthersMayReadOrThatIsNotAKey) {
   EXPECT_EQ(JobKey::Load(dir_ + "/none").status().code(), absl::StatusCode::kNotFound);
 }
 
+// The audit planted OUT/job.key.tmp -> a victim file, and Save wrote the key into the victim.
+TEST_F(JobKeyTest, SaveNeverWritesThroughAPlantedLink) {
+  const std::string victim = dir_ + "/victim";
+  std::ofstream(victim) << "precious\n";
+  std::filesystem::create_symlink(victim, path_ + ".tmp");
+  ASSERT_TRUE(JobKey::Generate().Save(path_).ok());
+  std::ifstream in(victim);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "precious");
+  EXPECT_FALSE(std::filesystem::is_symlink(path_));
+  EXPECT_TRUE(JobKey::Load(path_).ok());
+  // A link at the key's own name is replaced, not followed, too.
+  std::filesystem::remove(path_);
+  std::filesystem::create_symlink(victim, path_);
+  ASSERT_TRUE(JobKey::Generate().Save(path_).ok());
+  in = std::ifstream(victim);
+  std::getline(in, line);
+  EXPECT_EQ(line, "precious");
+}
+
+TEST_F(JobKeyTest, AKeyThatIsNotARegularFileIsRefusedWithoutBlocking) {
+  ASSERT_EQ(mkfifo(path_.c_str(), 0600), 0);
+  const auto fifo = JobKey::Load(path_);
+  EXPECT_FALSE(fifo.ok());
+  EXPECT_NE(fifo.status().message().find("not a regular file"), std::string::npos) << fifo.status();
+}
+
 }  // namespace
 }  // namespace syncline

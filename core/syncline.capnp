@@ -441,5 +441,7 @@ struct JobSpec {
   hiddenLayers @82 :List(Int32);   # --hidden, input side first (empty: the model's default)
   deviceKind @83 :UInt8;           # --device (DeviceKind: 0 auto, 1 cpu, 2 cuda)
   deviceIndex @84 :Int32;          # --device cuda:N
-  workerCommand @85 :List(Text);   # syncline-launch ... -- COMMAND (empty: syncline-worker)
+  maxTableBytes @85 :UInt64;       # --max-table-memory (0: half of each server's memory)
+  maxStores @86 :Int32 = 16;       # --max-stores
+  workerCommand @87 :List(Text);   # syncline-launch ... -- COMMAND (empty: syncline-worker)
 }

@@ -61,6 +61,11 @@ class Endpoint {
   // returned message has peer() set and is not yet parsed.
   virtual absl::StatusOr<Message> Receive(absl::Time deadline) = 0;
 
+  // Bytes of the messages sent to `peer_id` with TrySend that the transport still holds, not
+  // yet written to the network: what a peer that stopped reading costs this process. 0 where
+  // the transport does not count them (its queues are bounded otherwise).
+  virtual uint64_t QueuedBytes(const std::string& peer_id) const { return 0; }
+
   // True when Send and TrySend never keep a pointer into borrowed frames past their return
   // (they write them out or copy them), so a caller may lend a buffer it overwrites next.
   virtual bool SendCopiesBorrowedFrames() const { return false; }

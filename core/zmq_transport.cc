@@ -1,5 +1,8 @@
 #include "core/zmq_transport.h"
 
+#include <arpa/inet.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -18,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "core/log.h"
+#include "core/net.h"
 
 namespace syncline {
 namespace {
@@ -34,10 +38,30 @@ void ReleaseOwner(void* /*data*/, void* hint) {
 }
 void ReleaseNothing(void* /*data*/, void* /*hint*/) {}
 
+// The last frame of a message sent with TrySend: when ZeroMQ releases it, the whole message
+// has left the peer's queue (frames leave in order), and its bytes leave the peer's count.
+struct Tracked {
+  std::shared_ptr<std::atomic<int64_t>> queued;
+  int64_t bytes = 0;
+  std::shared_ptr<const void> owner;  // an owned frame's owner, kept alive until then
+  std::unique_ptr<std::byte[]> copy;  // a small frame's bytes
+};
+void ReleaseTracked(void* /*data*/, void* hint) {
+  auto* t = static_cast<Tracked*>(hint);
+  t->queued->fetch_sub(t->bytes, std::memory_order_relaxed);
+  delete t;
+}
+
 class ZmqEndpoint : public Endpoint {
  public:
-  ZmqEndpoint(zmq::context_t& context, std::string id, const ZmqOptions& options)
-      : id_(std::move(id)), options_(options), socket_(context, zmq::socket_type::router) {
+  ZmqEndpoint(zmq::context_t& context, std::string id, const ZmqOptions& options,
+              std::shared_ptr<const std::atomic<int>> expected_peers, ConnectionGuardStats* stats)
+      : id_(std::move(id)),
+        options_(options),
+        context_(context),
+        expected_peers_(std::move(expected_peers)),
+        guard_stats_(stats),
+        socket_(context, zmq::socket_type::router) {
     socket_.set(zmq::sockopt::routing_id, id_);
     socket_.set(zmq::sockopt::router_mandatory, 1);
     // Plaintext: a second connection under a live peer's id is refused (ZeroMQ drops it), so
@@ -57,6 +81,27 @@ class ZmqEndpoint : public Endpoint {
   const std::string& id() const override { return id_; }
 
   absl::StatusOr<std::string> Bind(const std::string& address) override {
+    // An IPv4 listener of our own for ZeroMQ to use: the guard can then block addresses at
+    // it (core/connection_guard.h). Other addresses (names, IPv6, "*") ZeroMQ binds itself.
+    int listener = -1;
+    if (absl::StatusOr<HostPort> hp = ParseTcpAddress(address); hp.ok()) {
+      in_addr ip = {};
+      if (inet_pton(AF_INET, hp->host.c_str(), &ip) == 1) {
+        absl::StatusOr<int> fd = OpenListener(hp->host, hp->port);
+        if (!fd.ok()) return fd.status();
+        listener = *fd;
+      }
+    }
+    if (guard_ == nullptr && address.rfind("tcp://", 0) == 0) {
+      // Before the listener is ZeroMQ's: the guard sees every connection it accepts.
+      auto guard = ConnectionGuard::Start(context_, socket_, id_, options_.connections,
+                                          expected_peers_, guard_stats_, listener);
+      if (!guard.ok()) {
+        if (listener >= 0) close(listener);
+        return guard.status();
+      }
+      guard_ = std::move(*guard);
+    }
     try {
       if (options_.key != nullptr) {
         // Options are taken at bind (and connect) time: this listener is a CURVE server.
@@ -64,9 +109,14 @@ class ZmqEndpoint : public Endpoint {
         socket_.set(zmq::sockopt::curve_secretkey, options_.key->SecretKeyFor(id_));
         socket_.set(zmq::sockopt::zap_domain, "syncline");
       }
+      // With a descriptor, ZeroMQ takes it (and closes it with the socket).
+      socket_.set(zmq::sockopt::use_fd, listener);
       socket_.bind(address);
+      socket_.set(zmq::sockopt::use_fd, -1);
       return socket_.get(zmq::sockopt::last_endpoint);
     } catch (const zmq::error_t& e) {
+      socket_.set(zmq::sockopt::use_fd, -1);
+      if (listener >= 0) close(listener);
       return absl::UnavailableError(absl::StrCat("cannot bind ", address, ": ", e.what()));
     }
   }
@@ -101,12 +151,18 @@ class ZmqEndpoint : public Endpoint {
       if (!socket_.send(route, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
         return absl::ResourceExhaustedError(absl::StrCat("the queue to ", peer_id, " is full"));
       }
-      if (auto s = SendFrames(peer_id, frames, &bytes); !s.ok()) return s;
+      if (auto s = SendFrames(peer_id, frames, &bytes, QueuedCounter(peer_id)); !s.ok()) return s;
     } catch (const zmq::error_t& e) {
       return SendFailure(peer_id, e);
     }
     CountSent(bytes);
     return absl::OkStatus();
+  }
+
+  uint64_t QueuedBytes(const std::string& peer_id) const override {
+    auto it = queued_.find(peer_id);
+    if (it == queued_.end()) return 0;
+    return static_cast<uint64_t>(std::max<int64_t>(0, it->second->load(std::memory_order_relaxed)));
   }
 
   absl::Status Send(const std::string& peer_id, Message message, absl::Time deadline) override {
@@ -175,12 +231,20 @@ class ZmqEndpoint : public Endpoint {
   }
 
   // The frames of a message whose routing frame was accepted: they go to the same pipe and do
-  // not block. Adds their bytes to *bytes.
+  // not block. Adds their bytes to *bytes, and with `queued`, to the peer's queued bytes until
+  // ZeroMQ releases the last frame.
   absl::Status SendFrames(const std::string& peer_id, const std::vector<Frame>& frames,
-                          size_t* bytes) {
+                          size_t* bytes, std::shared_ptr<std::atomic<int64_t>> queued = nullptr) {
     for (size_t i = 0; i < frames.size(); ++i) {
       const Frame& f = frames[i];
-      zmq::message_t part = ToZmq(f);
+      zmq::message_t part;
+      if (queued != nullptr && i + 1 == frames.size()) {
+        int64_t total = 0;
+        for (const Frame& g : frames) total += static_cast<int64_t>(g.size());
+        part = ToTrackedZmq(f, std::move(queued), total);
+      } else {
+        part = ToZmq(f);
+      }
       *bytes += f.size();
       const auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
       if (!socket_.send(part, flags)) {
@@ -263,6 +327,36 @@ class ZmqEndpoint : public Endpoint {
     return false;
   }
 
+  // The counter of bytes queued for `peer` (kept for at most kMaxQueuedPeers peers: counters
+  // at zero are dropped first).
+  std::shared_ptr<std::atomic<int64_t>> QueuedCounter(const std::string& peer) {
+    auto it = queued_.find(peer);
+    if (it != queued_.end()) return it->second;
+    if (queued_.size() >= kMaxQueuedPeers) {
+      absl::erase_if(queued_, [](const auto& e) { return e.second->load() <= 0; });
+    }
+    auto counter = std::make_shared<std::atomic<int64_t>>(0);
+    if (queued_.size() < kMaxQueuedPeers) queued_.emplace(peer, counter);
+    return counter;
+  }
+
+  // A message's last frame, whose release takes `total` (the message's bytes) off `queued`.
+  // They are added first: a release can come before send returns.
+  zmq::message_t ToTrackedZmq(const Frame& f, std::shared_ptr<std::atomic<int64_t>> queued,
+                              int64_t total) const {
+    auto* t = new Tracked{std::move(queued), total, nullptr, nullptr};
+    t->queued->fetch_add(total, std::memory_order_relaxed);
+    void* data = const_cast<std::byte*>(f.data());
+    if (f.size() < options_.zero_copy_threshold) {
+      t->copy = std::make_unique<std::byte[]>(std::max<size_t>(f.size(), 1));
+      std::memcpy(t->copy.get(), f.data(), f.size());
+      data = t->copy.get();
+    } else if (f.owned()) {
+      t->owner = f.owner();
+    }
+    return zmq::message_t(data, f.size(), ReleaseTracked, t);
+  }
+
   zmq::message_t ToZmq(const Frame& f) const {
     if (f.size() < options_.zero_copy_threshold) return zmq::message_t(f.data(), f.size());
     void* data = const_cast<std::byte*>(f.data());
@@ -319,10 +413,18 @@ class ZmqEndpoint : public Endpoint {
 
   // Peers whose messages this endpoint received (bounded: a stranger may use many ids).
   static constexpr size_t kMaxHeardFrom = 4096;
+  static constexpr size_t kMaxQueuedPeers = 4096;
   absl::flat_hash_set<std::string> heard_from_;
   std::string id_;
   ZmqOptions options_;
+  zmq::context_t& context_;
+  const std::shared_ptr<const std::atomic<int>> expected_peers_;
+  ConnectionGuardStats* const guard_stats_;
+  // Bytes sent with TrySend that ZeroMQ still holds, per peer (released on ZeroMQ's threads).
+  absl::flat_hash_map<std::string, std::shared_ptr<std::atomic<int64_t>>> queued_;
   zmq::socket_t socket_;
+  // Declared after the socket: stopped before the socket closes.
+  std::unique_ptr<ConnectionGuard> guard_;
   uint64_t forged_logged_ = 0;
   absl::flat_hash_set<std::string> connected_;  // peers this endpoint connected to (CURVE)
   int sndtimeo_ms_ = -1;                        // ZeroMQ's defaults: wait forever
@@ -440,6 +542,7 @@ ZmqTransport::ZmqTransport(ZmqOptions options) : options_(options), context_(opt
 }
 
 void ZmqTransport::AllowPeers(const std::vector<std::string>& ids) {
+  expected_peers_->store(static_cast<int>(ids.size()));
   if (zap_ != nullptr) zap_->Allow(ids);
 }
 
@@ -452,7 +555,8 @@ absl::StatusOr<std::unique_ptr<Endpoint>> ZmqTransport::CreateEndpoint(std::stri
     return absl::InvalidArgumentError("endpoint id must have 1 to 255 bytes");
   }
   try {
-    return std::make_unique<ZmqEndpoint>(context_, std::move(id), options_);
+    return std::make_unique<ZmqEndpoint>(context_, std::move(id), options_, expected_peers_,
+                                         &guard_stats_);
   } catch (const zmq::error_t& e) {
     return absl::InternalError(absl::StrCat("cannot create a ZeroMQ socket: ", e.what()));
   }

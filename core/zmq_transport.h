@@ -9,6 +9,9 @@
 // ZeroMQ releases them).
 //
 // With ZmqOptions::key the transport authenticates and encrypts (CURVE, see ZmqOptions::key).
+// A listening endpoint bounds what strangers can make it hold (ZmqOptions::connections,
+// core/connection_guard.h), and TrySend counts the bytes each peer has not taken yet
+// (Endpoint::QueuedBytes), which ZeroMQ's high-water mark, a count of messages, does not bound.
 //
 // Thread-safety: the transport (a zmq context) is thread-safe; endpoints are
 // thread-compatible, as sockets are.
@@ -20,6 +23,7 @@
 #include <zmq.hpp>
 
 #include "absl/time/time.h"
+#include "core/connection_guard.h"
 #include "core/job_key.h"
 #include "core/transport.h"
 
@@ -29,7 +33,8 @@ struct ZmqOptions {
   // ZeroMQ I/O threads. One thread moves about 3 GB/s; two help large transfers when cores
   // are free.
   int io_threads = 1;
-  // Messages queued per peer before Send blocks (and then fails at its deadline).
+  // Messages queued per peer before Send blocks (and then fails at its deadline). A count, not
+  // bytes: a server bounds the bytes it queues for a peer itself (Endpoint::QueuedBytes).
   int high_water_mark = 100000;
   // Frames at least this large are sent without a copy; smaller ones are copied, which is
   // cheaper than the bookkeeping of a zero-copy send.
@@ -45,6 +50,9 @@ struct ZmqOptions {
   // made for, and a restarted node may take over its own id (ZMQ_ROUTER_HANDOVER), which no
   // process without the key can. Without one, plaintext, and a live id is never handed over.
   std::shared_ptr<const JobKey> key;
+  // What connections a listening endpoint accepts: handshake time, connections per address
+  // still in their handshake, their rate, and the descriptors kept for files.
+  ConnectionLimits connections;
 };
 
 class ZmqTransport : public Transport {
@@ -56,10 +64,15 @@ class ZmqTransport : public Transport {
 
   // Connections the ZAP handler refused (strangers, wrong keys), for tests and statistics.
   uint64_t refused_connections() const;
+  // Connections the endpoints' guards saw and reset (ConnectionLimits).
+  const ConnectionGuardStats& connection_stats() const { return guard_stats_; }
 
  private:
   class ZapHandler;
   ZmqOptions options_;
+  ConnectionGuardStats guard_stats_;
+  // The job's endpoints, once AllowPeers named them (0 before): a guard's per-address bounds.
+  std::shared_ptr<std::atomic<int>> expected_peers_ = std::make_shared<std::atomic<int>>(0);
   zmq::context_t context_;
   std::unique_ptr<ZapHandler> zap_;  // with a key; destroyed before the context
 };

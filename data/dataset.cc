@@ -182,7 +182,10 @@ class LibsvmParser {
       if (const char* what = ParseValue(token.substr(colon + 1), &value)) {
         return LineError(b_.path(), line_no, absl::StrCat("bad feature value: ", what), token);
       }
-      if (id > max_id_) max_id_ = id;
+      if (id > max_id_ || !saw_id_) {
+        max_id_ = std::max(max_id_, id);
+        max_id_line_ = line_no;
+      }
       saw_id_ = true;
       if (keep) {
         data.ids.push_back(id);
@@ -198,6 +201,7 @@ class LibsvmParser {
     if (base == IndexBase::kAuto) base = saw_zero_ ? IndexBase::kZero : IndexBase::kOne;
     Dataset data = b_.Release();
     data.index_base = base;
+    data.largest_id_line = max_id_line_;
     if (base == IndexBase::kOne) {
       for (uint64_t& id : data.ids) --id;
       data.num_features = max_id_;
@@ -222,6 +226,7 @@ class LibsvmParser {
 
   DatasetBuilder& b_;
   uint64_t max_id_ = 0;
+  uint64_t max_id_line_ = 0;  // where max_id_ was seen first
   bool saw_id_ = false;
   bool saw_zero_ = false;
 };

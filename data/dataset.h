@@ -50,6 +50,10 @@ struct Dataset {
   // 1 + largest id seen in the WHOLE file (all partitions), so every worker agrees. For CSV, the
   // number of feature columns.
   uint64_t num_features = 0;
+  // libsvm: the line (1-based, of the whole file) that holds the largest id, which set
+  // num_features; 0 when no line did (CSV, or no feature at all). Errors about a model too
+  // large for num_features name it.
+  uint64_t largest_id_line = 0;
   // The base that was detected or used (kZero or kOne), so the test file can be read the same way.
   IndexBase index_base = IndexBase::kZero;
 

@@ -251,6 +251,7 @@ std::string LabelHistogramsTsv(const std::vector<std::vector<uint64_t>>& histogr
 Dataset SelectExamples(const Dataset& data, std::span<const uint32_t> examples) {
   Dataset out;
   out.num_features = data.num_features;
+  out.largest_id_line = data.largest_id_line;
   out.index_base = data.index_base;
   uint64_t entries = 0;
   for (uint32_t i : examples) entries += data.row_offsets[i + 1] - data.row_offsets[i];

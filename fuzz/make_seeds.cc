@@ -122,6 +122,20 @@ int main(int argc, char** argv) {
     }
     fs::remove_all(tmp);
   }
+  n = 0;  // checkpoint files: a kind byte per file (MANIFEST, two receipts, a listed file)
+  {
+    const std::string none = U32(0);
+    const std::string sealed_manifest = std::string(1, '\x18') + none;
+    const std::string sealed_receipt = std::string(1, '\x08') + none;
+    const std::string receipts = sealed_receipt + sealed_receipt;
+    const std::string table = std::string(1, '\x00') + U32(4) + "abcd";
+    Save(root / "checkpoint_file", n++, sealed_manifest + receipts + table);
+    for (char kind : {'\x02', '\x03', '\x04', '\x05'}) {  // FIFO, /dev/zero, link, folder
+      Save(root / "checkpoint_file", n++, std::string(1, kind) + receipts + table);
+    }
+    Save(root / "checkpoint_file", n++, std::string(1, '\x06') + U32(1u << 30) + receipts + table);
+    Save(root / "checkpoint_file", n++, sealed_manifest + receipts + std::string(1, '\x02'));
+  }
   n = 0;  // data lines: libsvm, CSV, Criteo (mode byte, then the file)
   Save(root / "data_lines", n++, std::string(1, '\x00') + "1 3:1 7:0.5\n0 2:1 # note\n-1 9:2\n");
   Save(root / "data_lines", n++, std::string(1, '\x21') + "4 1:1 2:1\n0 3:1\n");

@@ -278,6 +278,7 @@ absl::Status CheckRanges(const JobSpec& s) {
                         1 << 20),
            CheckAtLeast("reply-backlog", static_cast<int64_t>(s.limits.reply_backlog_bytes),
                         1 << 20),
+           CheckInRange("max-stores", s.limits.stores, 1, 1024),
            CheckAtLeast("checkpoint-keep", s.checkpoint.keep, 1),
        }) {
     if (!status.ok()) return status;

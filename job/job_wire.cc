@@ -89,6 +89,8 @@ void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
   out.setMaxReplyBytes(s.limits.reply_bytes);
   out.setMaxParkedBytes(s.limits.parked_bytes_per_worker);
   out.setReplyBacklogBytes(s.limits.reply_backlog_bytes);
+  out.setMaxTableBytes(s.limits.table_bytes);
+  out.setMaxStores(s.limits.stores);
   out.setCheckpointDir(s.checkpoint.dir);
   out.setCheckpointEvery(s.checkpoint.every);
   out.setCheckpointSeconds(s.checkpoint.seconds);
@@ -199,6 +201,8 @@ absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
   s.limits.reply_bytes = in.getMaxReplyBytes();
   s.limits.parked_bytes_per_worker = in.getMaxParkedBytes();
   s.limits.reply_backlog_bytes = in.getReplyBacklogBytes();
+  s.limits.table_bytes = in.getMaxTableBytes();
+  s.limits.stores = in.getMaxStores();
   s.checkpoint.dir = in.getCheckpointDir();
   s.checkpoint.every = in.getCheckpointEvery();
   s.checkpoint.seconds = in.getCheckpointSeconds();

@@ -1,5 +1,6 @@
 #include "job/node_join.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "core/descriptor_limit.h"
 #include "core/log.h"
 #include "core/node_table.h"
 #include "job/job_spec.h"
@@ -38,6 +40,11 @@ absl::Status CheckPeersReachable(wire::Role role, int rank, const JoinedJob& job
 }
 
 }  // namespace
+
+void PrepareProcess() {
+  RaiseDescriptorLimit();
+  umask(077);
+}
 
 absl::StatusOr<JoinedJob> JoinJob(Transport& transport, wire::Role role,
                                   const NodeOptions& options) {
@@ -230,12 +237,24 @@ absl::StatusOr<ZmqOptions> NodeTransportOptions(const NodeOptions& options) {
     zmq.key = std::make_shared<const JobKey>(*std::move(key));
     return zmq;
   }
-  if (!options.insecure && !options.coordinator.empty() &&
-      !IsLoopbackAddress(options.coordinator)) {
+  if (options.insecure) return zmq;
+  // Plaintext only where nothing of this node's traffic leaves the machine: the coordinator's
+  // address and the one it listens on.
+  std::string off;
+  if (!options.coordinator.empty() && !IsLoopbackAddress(options.coordinator)) {
+    off = absl::StrCat("the coordinator ", options.coordinator, " is off loopback");
+  } else if (!options.bind.empty() && !IsLoopbackAddress(options.bind)) {
+    off = absl::StrCat("--bind ", options.bind, " listens off loopback");
+  } else if (!options.interface.empty()) {
+    if (auto ip = InterfaceAddress(options.interface); ip.ok() && !IsLoopbackHost(*ip)) {
+      off = absl::StrCat("--interface ", options.interface, " (", *ip, ") is off loopback");
+    }
+  }
+  if (!off.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the coordinator ", options.coordinator,
-        " is off loopback: give the job key (--key-file or SYNCLINE_KEY_FILE, the launcher's "
-        "OUT/job.key) or, on a trusted network, --insecure"));
+        off,
+        ": give the job key (--key-file or SYNCLINE_KEY_FILE, the launcher's OUT/job.key) or, "
+        "on a trusted network, --insecure"));
   }
   return zmq;
 }

@@ -62,9 +62,12 @@ struct JoinedJob {
 };
 
 // A node process's exit codes beyond 0 and 1: bad input (a data file, the job spec), and a
-// model that diverged (worker/trainer.h). The launcher exits with the same codes.
+// model that diverged (worker/trainer.h). The launcher exits with the same codes, and with
+// kExitCheckpointsFailed when the job trained but every checkpoint it asked for failed
+// (summary.json's status "checkpoints_failed"): there is nothing to resume from.
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitDiverged = 3;
+inline constexpr int kExitCheckpointsFailed = 4;
 
 // How a node's Run() ended: OK, failed, failed on bad input, or diverged.
 struct NodeExit {
@@ -75,6 +78,12 @@ struct NodeExit {
     return status.ok() ? 0 : bad_input ? kExitBadInput : diverged ? kExitDiverged : 1;
   }
 };
+
+// What every Syncline program does first: raises RLIMIT_NOFILE's soft limit to its hard limit
+// (core/descriptor_limit.h), and makes the files and folders it creates private to its user
+// (umask 077): checkpoints, embedding stores, logs and generated data hold the model and the
+// data. docs/SECURITY.md says how to share a run folder on purpose.
+void PrepareProcess();
 
 // Binds, registers and waits for the table (up to the startup timeout). A job spec that is
 // missing or invalid is reported to the coordinator (the job fails with that reason) and

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/zmq_transport.h"
+#include "testing/interfaces.h"
 
 namespace syncline {
 namespace {
@@ -90,6 +91,33 @@ TEST(NodeJoinTest, OffLoopbackANodeNeedsTheJobKeyOrInsecure) {
   auto local = NodeTransportOptions(node);
   ASSERT_TRUE(local.ok());
   EXPECT_EQ(local->key, nullptr);
+  // The audit: a coordinator on loopback, yet the node listened on 0.0.0.0 in plaintext.
+  node.bind = "tcp://0.0.0.0:0";
+  auto wildcard = NodeTransportOptions(node);
+  EXPECT_EQ(wildcard.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(wildcard.status().message().find("--bind tcp://0.0.0.0:0 listens off loopback"),
+            std::string::npos)
+      << wildcard.status();
+  node.insecure = true;
+  EXPECT_TRUE(NodeTransportOptions(node).ok());
+  node.insecure = false;
+  node.bind = "tcp://127.0.0.1:0";
+  EXPECT_TRUE(NodeTransportOptions(node).ok());
+}
+
+// An --interface off loopback needs the key too, whatever the coordinator's address.
+TEST(NodeJoinTest, AnInterfaceOffLoopbackNeedsTheJobKeyOrInsecure) {
+  auto off = testing_util::OffLoopbackInterface();
+  if (!off) GTEST_SKIP() << "no interface with an IPv4 address off loopback";
+  NodeOptions node;
+  node.coordinator = "tcp://127.0.0.1:7000";
+  node.interface = *off;
+  auto plain = NodeTransportOptions(node);
+  EXPECT_EQ(plain.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(plain.status().message().find("--interface " + *off), std::string::npos)
+      << plain.status();
+  node.interface = "lo";
+  EXPECT_TRUE(NodeTransportOptions(node).ok());
 }
 
 // The environment sets what the flags set (a cluster launcher's script exports them); a bad

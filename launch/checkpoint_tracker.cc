@@ -52,6 +52,7 @@ void CheckpointTracker::OnCheckpointed(wire::Role role, int rank, int64_t clock,
       SYNCLINE_LOG(WARNING) << what;
     } else {
       SYNCLINE_LOG(ERROR) << what;
+      CountFailure(what);
     }
     pending_.erase(clock);
     failed_.insert(clock);
@@ -151,7 +152,11 @@ void CheckpointTracker::WriteManifest(int64_t clock, std::vector<std::string> no
   manifest.job.emplace_back("workers", absl::StrCat(options_.workers));
   const std::string dir = CheckpointDir(options_.root, clock);
   if (auto s = syncline::WriteManifest(dir, manifest); !s.ok()) {
-    SYNCLINE_LOG(ERROR) << "checkpoint " << clock << ": cannot write the manifest: " << s;
+    const std::string what =
+        absl::StrCat("checkpoint ", clock, ": cannot write the manifest: ", s.ToString());
+    SYNCLINE_LOG(ERROR) << what;
+    std::lock_guard lock(mu_);
+    CountFailure(what);
     return;
   }
   {
@@ -173,6 +178,23 @@ void CheckpointTracker::WriteManifest(int64_t clock, std::vector<std::string> no
 int CheckpointTracker::checkpoints_written() const {
   std::lock_guard lock(mu_);
   return written_;
+}
+
+void CheckpointTracker::CountFailure(const std::string& what) {
+  if (failed_writes_++ == 0) first_failure_ = what;
+}
+
+int CheckpointTracker::checkpoints_failed() const {
+  std::lock_guard lock(mu_);
+  return failed_writes_;
+}
+
+absl::Status CheckpointTracker::Verdict() const {
+  std::lock_guard lock(mu_);
+  if (failed_writes_ == 0 || written_ > 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "every checkpoint failed (", failed_writes_,
+      " failed, none written), so there is none to resume from; the first: ", first_failure_));
 }
 
 int64_t CheckpointTracker::last_clock() const {

@@ -60,6 +60,13 @@ class CheckpointTracker {
   void Flush();
 
   int checkpoints_written() const;
+  // Checkpoints some node (or the manifest) failed to write; a request the workers outran
+  // (FailedPrecondition) is a miss, not a failure.
+  int checkpoints_failed() const;
+  // OK unless checkpoints failed and none was written: then FailedPrecondition naming how many
+  // failed and the first failure. A job that ends so has no checkpoint to resume from, and
+  // must not say "ok" (syncline-launch exits kExitCheckpointsFailed).
+  absl::Status Verdict() const;
   // The clock of the newest checkpoint made visible (-1: none).
   int64_t last_clock() const;
 
@@ -69,7 +76,8 @@ class CheckpointTracker {
     std::set<int> workers;
     bool failed = false;
   };
-  void MaybeComplete(int64_t clock);  // mu_ held
+  void MaybeComplete(int64_t clock);           // mu_ held
+  void CountFailure(const std::string& what);  // mu_ held
   void Loop();
   void WriteManifest(int64_t clock, std::vector<std::string> nodes);
 
@@ -85,6 +93,8 @@ class CheckpointTracker {
   bool writing_ = false;
   bool stop_ = false;
   int written_ = 0;
+  int failed_writes_ = 0;
+  std::string first_failure_;
   int64_t last_clock_ = -1;
   std::thread thread_;
 };

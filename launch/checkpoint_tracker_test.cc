@@ -57,6 +57,37 @@ TEST_F(CheckpointTrackerTest, TheManifestComesAfterTheLastPart) {
   EXPECT_EQ(manifest->nodes, (std::vector<std::string>{"ps0", "ps1", "w0", "w1"}));
 }
 
+// The audit's job: every checkpoint failed ("Too many open files") and the job said "ok".
+TEST_F(CheckpointTrackerTest, AJobWhoseCheckpointsAllFailedHasAFailingVerdict) {
+  CheckpointTracker t(Options());
+  EXPECT_TRUE(t.Verdict().ok());  // none asked for yet
+  Part(t, kServer, 0, 2, absl::ResourceExhaustedError("ps0-table-1.sst: Too many open files"));
+  Part(t, kServer, 0, 4, absl::ResourceExhaustedError("ps0-table-1.sst: Too many open files"));
+  // A request the workers outran is a miss, not a failure.
+  Part(t, kServer, 1, 6, absl::FailedPreconditionError("every worker had finished clock 6"));
+  t.Flush();
+  EXPECT_EQ(t.checkpoints_written(), 0);
+  EXPECT_EQ(t.checkpoints_failed(), 2);
+  const absl::Status verdict = t.Verdict();
+  EXPECT_TRUE(absl::IsFailedPrecondition(verdict)) << verdict;
+  EXPECT_NE(verdict.message().find("Too many open files"), std::string::npos) << verdict;
+  EXPECT_NE(verdict.message().find("2 failed, none written"), std::string::npos) << verdict;
+  // One that is written makes the job resumable: the verdict is OK again.
+  for (auto [role, rank] : {std::pair{kServer, 0}, {kServer, 1}, {kWorker, 0}, {kWorker, 1}}) {
+    Part(t, role, rank, 8);
+  }
+  t.Flush();
+  EXPECT_TRUE(t.Verdict().ok());
+}
+
+TEST_F(CheckpointTrackerTest, OnlyMissedCheckpointsAreNotAFailure) {
+  CheckpointTracker t(Options());
+  Part(t, kServer, 0, 6, absl::FailedPreconditionError("every worker had finished clock 6"));
+  t.Flush();
+  EXPECT_EQ(t.checkpoints_failed(), 0);
+  EXPECT_TRUE(t.Verdict().ok());
+}
+
 TEST_F(CheckpointTrackerTest, AWorkerThatFinishedBeforeTheClockDoesNotHoldItBack) {
   CheckpointTracker t(Options());
   t.OnWorkerGone(1, 8);   // finished after 8 clocks: never reaches 10

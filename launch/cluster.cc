@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
@@ -198,6 +199,19 @@ absl::StatusOr<std::string> CoordinatorBindIp(const ClusterOptions& options) {
     }
   }
   return absl::InternalError("unknown launcher");
+}
+
+bool ListensOnlyOnLoopback(const ClusterOptions& options, const std::string& coordinator_ip) {
+  if (!IsLoopbackHost(coordinator_ip)) return false;
+  // A node listens on --interface's address; one on another host listens where its route to
+  // the coordinator leaves it, which a loopback coordinator cannot be reached by anyway.
+  if (!options.interface.empty()) {
+    auto ip = InterfaceAddress(options.interface);
+    if (!ip.ok() || !IsLoopbackHost(*ip)) return false;
+  }
+  return options.kind == LauncherKind::kLocal ||
+         std::all_of(options.hosts.begin(), options.hosts.end(),
+                     [](const Host& h) { return IsLoopbackHost(h.name); });
 }
 
 std::string ShellQuote(absl::string_view s) {

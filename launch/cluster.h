@@ -73,6 +73,11 @@ absl::StatusOr<std::vector<int>> PlaceNodes(int servers, int workers,
 // the allocation).
 absl::StatusOr<std::string> CoordinatorBindIp(const ClusterOptions& options);
 
+// Whether every address the job listens on is on loopback: the coordinator's (`coordinator_ip`)
+// and the nodes' (--interface's, and those of a launcher that starts nodes on other hosts).
+// Only then may it run without a key and without --insecure.
+bool ListensOnlyOnLoopback(const ClusterOptions& options, const std::string& coordinator_ip);
+
 // The child processes that start the job's nodes for `coordinator`: one per node (local,
 // ssh), or one mpirun or srun for all of them. Labels are the nodes' ids ("w3") or the
 // launcher's name.

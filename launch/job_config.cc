@@ -34,6 +34,7 @@
 #include "job/aggregate_rule.h"
 #include "job/federated.h"
 #include "job/job_spec.h"
+#include "job/option_text.h"
 #include "job/options.h"
 #include "launch/spelling.h"
 #include "toml++/toml.h"
@@ -53,7 +54,7 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 65> kFields = {{
+const std::array<Field, 67> kFields = {{
     {"servers", FlagGroup::kJob, &JobConfig::servers,
      "Number of parameter-server processes (1 to 4096); gossip and allreduce have none"},
     {"workers", FlagGroup::kJob, &JobConfig::workers, "Number of worker processes (1 to 4096)"},
@@ -69,6 +70,13 @@ const std::array<Field, 65> kFields = {{
     {"reply-backlog", FlagGroup::kJob, &JobConfig::reply_backlog,
      "Bytes of replies a server holds for a worker that is not reading them before it drops "
      "them, e.g. 256MiB"},
+    {"max-table-memory", FlagGroup::kJob, &JobConfig::max_table_memory,
+     "What a server allocates for the tables declared to it, all together (dense values and "
+     "optimizer state), e.g. 8GiB; a declaration past it is refused. auto: half of each "
+     "server's machine's memory"},
+    {"max-stores", FlagGroup::kJob, &JobConfig::max_stores,
+     "Embedding stores (one RocksDB per sparse table, under OUT/embeddings) a server opens; a "
+     "declaration past it is refused (1 to 1024)"},
     {"update-threads", FlagGroup::kJob, &JobConfig::update_threads,
      "Threads per server that share a large dense update (1: the server's own only)"},
     {"train", FlagGroup::kData, &JobConfig::train,
@@ -324,6 +332,19 @@ class FieldAssigner {
 
 // Applies the job file at `path` to `config`, except the options for which `set_by_flag` is true;
 // those are still type-checked, so a broken file is an error either way.
+// Every text option, from a flag or a job file, without control characters (job/option_text.h).
+absl::Status CheckOptionTexts(const JobConfig& c) {
+  for (const Field& field : kFields) {
+    const auto* member = std::get_if<std::string JobConfig::*>(&field.member);
+    if (member == nullptr) continue;
+    if (absl::Status s = RefuseControlCharacters(absl::StrCat("--", field.name), c.**member);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ApplyJobFile(const std::string& path,
                           const std::function<bool(absl::string_view name)>& set_by_flag,
                           JobConfig* config) {
@@ -558,6 +579,15 @@ absl::Status ParseServerSizes(const JobConfig& c, JobSpec& s) {
   }
   s.embedding.memory_rows = budget->rows;
   s.embedding.memory_bytes = budget->bytes;
+  if (c.max_table_memory != "auto") {
+    absl::StatusOr<MemoryBudget> size = ParseMemoryBudget(c.max_table_memory);
+    if (!size.ok() || size->bytes == 0) {
+      return InvalidFlag("max-table-memory", c.max_table_memory,
+                         "must be auto or a size in bytes, e.g. 8GiB");
+    }
+    s.limits.table_bytes = size->bytes;
+  }
+  s.limits.stores = c.max_stores;
   return absl::OkStatus();
 }
 
@@ -741,6 +771,7 @@ absl::StatusOr<CommandLineAction> ParseJobCommandLine(int argc, const char* cons
 
 absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   JobSpec s;
+  if (absl::Status texts = CheckOptionTexts(c); !texts.ok()) return AttributeToJobFile(texts, c);
   // The texts first: each is parsed once, here.
   for (absl::Status (*parse)(const JobConfig&, JobSpec&) :
        {ParseNamedOptions, ParseSyncAndModel, ParseCompression, ParsePartitionAndRounds,

@@ -163,6 +163,11 @@ struct JobConfig {
   // [--reply-backlog] Replies a server holds for a worker that is not reading them, in bytes;
   // past it they are dropped and the worker's requests time out. "256MiB".
   std::string reply_backlog = "256MiB";
+  // [--max-table-memory] What a server allocates for the tables declared to it, all together
+  // (dense values and optimizer state); "auto": half of each server's machine's memory.
+  std::string max_table_memory = "auto";
+  // [--max-stores] Embedding stores (one RocksDB per sparse table) a server opens. Default 16.
+  int max_stores = 16;
   // [--checkpoint-every] Checkpoint every this many clocks (0: never). Default 0.
   int checkpoint_every = 0;
   // [--checkpoint-seconds] Also checkpoint about every this many seconds (0: never): the

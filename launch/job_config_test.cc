@@ -308,6 +308,24 @@ TEST(JobConfigTest, AMistypedFlagOrKeyGetsTheClosestName) {
             absl::StrCat(path, ":1: unknown key 'sever' (did you mean 'servers'?)"));
 }
 
+// The audit's job file: `out` with a newline put "touch PWNED" on a line of job.sbatch of its
+// own. No option's text may hold a control character, from a job file or a flag.
+TEST(JobConfigTest, ControlCharactersInAnyTextOptionAreRefusedNamingIt) {
+  const std::string path = WriteFile("inject.toml", "out = \"runs/x\\ntouch PWNED #\"\n");
+  JobConfig config;
+  ASSERT_TRUE(Parse({path}, &config).ok());
+  const absl::Status s = Validate(config);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find(absl::StrCat(path, ":1: out: holds the control character 0x0a")),
+            std::string::npos)
+      << s;
+  JobConfig flags;
+  ASSERT_TRUE(Parse({"--train", "a\tb.libsvm"}, &flags).ok());
+  EXPECT_NE(Validate(flags).message().find("--train: holds the control character 0x09"),
+            std::string::npos)
+      << Validate(flags);
+}
+
 TEST(JobConfigTest, ConfigFlagNamesTheJobFile) {
   const std::string path = WriteFile("by_flag.job", "epochs = 9\n");
   JobConfig config;
@@ -440,6 +458,10 @@ INSTANTIATE_TEST_SUITE_P(
                      "--max-reply=100rows: must be a size in bytes, e.g. 512MiB or 2GiB"},
         ValidateCase{"max_parked_small", [](JobConfig& c) { c.max_parked = "4KiB"; },
                      "--max-parked=4096: must be >= 1048576"},
+        ValidateCase{"max_table_memory", [](JobConfig& c) { c.max_table_memory = "lots"; },
+                     "--max-table-memory=lots: must be auto or a size in bytes, e.g. 8GiB"},
+        ValidateCase{"max_stores", [](JobConfig& c) { c.max_stores = 0; },
+                     "--max-stores=0: must be in [1, 1024]"},
         ValidateCase{"read_ahead", [](JobConfig& c) { c.read_ahead = "auto"; },
                      "--read-ahead='auto': must be on or off"},
         ValidateCase{"model", [](JobConfig& c) { c.model = "cnn"; },

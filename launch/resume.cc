@@ -2,14 +2,17 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <iostream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "checkpoint/checkpoint.h"
@@ -19,12 +22,66 @@ namespace syncline {
 
 namespace fs = std::filesystem;
 
+absl::Status CheckRunFolder(const std::string& folder) {
+  struct stat st = {};
+  if (lstat(folder.c_str(), &st) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot stat ", folder));
+  }
+  // A link to a folder is followed once, here, and the folder it names is checked.
+  if (S_ISLNK(st.st_mode) && stat(folder.c_str(), &st) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot stat ", folder));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(folder, " is not a folder"));
+  }
+  if (st.st_uid != geteuid()) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "%s belongs to user %d, not to this one (%d): its owner could put links to other files "
+        "in it, which the run would write through; choose a folder of your own",
+        folder, st.st_uid, geteuid()));
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "%s may be written by other users (mode %04o): they could put links to other files in "
+        "it, which the run would write through; run chmod go-w %s (docs/SECURITY.md says how to "
+        "share a run folder)",
+        folder, st.st_mode & 07777, folder));
+  }
+  // What another user made here while they could write the folder stays theirs: refuse it
+  // rather than write through it.
+  std::error_code ec;
+  for (const fs::path& dir : {fs::path(folder), fs::path(folder) / "logs"}) {
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      struct stat e = {};
+      if (lstat(entry.path().c_str(), &e) == 0 && e.st_uid != geteuid()) {
+        return absl::PermissionDeniedError(absl::StrFormat(
+            "%s belongs to user %d, not to this one: another user could write %s once; remove "
+            "what they left",
+            entry.path().string(), e.st_uid, dir.string()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status LockFolder(const std::string& folder) {
   std::error_code ec;
   fs::create_directories(folder, ec);
+  if (absl::Status s = CheckRunFolder(folder); !s.ok()) return s;
   const std::string path = (fs::path(folder) / ".syncline-launch.lock").string();
-  const int fd = open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("cannot open ", path));
+  // 0600: a lock others can open is a lock others can hold (flock needs only a read-only
+  // descriptor), and no launch could run.
+  const int fd = open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot open the lock ", path));
+  }
+  struct stat st = {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      ((st.st_mode & 077) != 0 && fchmod(fd, 0600) != 0)) {
+    close(fd);
+    return absl::PermissionDeniedError(
+        absl::StrCat(path, " is not a lock file of this user's (remove it)"));
+  }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     close(fd);
     return absl::FailedPreconditionError(

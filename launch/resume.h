@@ -17,9 +17,17 @@
 
 namespace syncline {
 
-// Takes `folder`/.syncline-launch.lock for as long as this process lives (the descriptor is
-// closed on exec, so children do not hold it): two launchers writing one run folder or one
-// checkpoint folder would mix their files and move each other's checkpoints.
+// Refuses a run or checkpoint folder that another user could have written links into: one
+// that is not a folder (a link to one is followed), belongs to another user, or that group or
+// others may write; or that holds (directly, or in logs/) an entry of another user's.
+// PermissionDenied names the folder and the fix.
+absl::Status CheckRunFolder(const std::string& folder);
+
+// Creates `folder` (private to the user under syncline-launch's umask), checks it
+// (CheckRunFolder) and takes `folder`/.syncline-launch.lock (mode 0600, never through a link) for
+// as long as this process lives (the descriptor is closed on exec, so children do not hold it): two
+// launchers writing one run folder or one checkpoint folder would mix their files and move each
+// other's checkpoints.
 absl::Status LockFolder(const std::string& folder);
 
 // Locks the run folder `out`, and the checkpoint folder when the job checkpoints or resumes

@@ -132,8 +132,14 @@ void RunReport::AddJobMembers(JsonMembers& j, const std::string& failure,
   j.Add("sync", JsonString(SyncModeName(job_.sync)));
   j.Add("servers", absl::StrCat(job_.servers));
   j.Add("workers", absl::StrCat(job_.workers));
-  j.Add("model", JsonString(ModelName(job_.model.kind)));
-  if (!job_.model.hidden.empty()) j.Add("hidden", JsonString(HiddenName(job_.model.hidden)));
+  if (!job_.worker_command.empty()) {
+    // The model is the workers' command's own (syncline.torch): name the command instead.
+    j.Add("model", JsonString("command"));
+    j.Add("worker_command", JsonString(absl::StrJoin(job_.worker_command, " ")));
+  } else {
+    j.Add("model", JsonString(ModelName(job_.model.kind)));
+    if (!job_.model.hidden.empty()) j.Add("hidden", JsonString(HiddenName(job_.model.hidden)));
+  }
   j.Add("device_requested", JsonString(DeviceName(job_.device)));
   // Where the workers that finished computed, as they said: "cpu", "cuda:0", or the devices of
   // a mixed job, sorted ("cpu,cuda:0"); "cpu" when none said (workers of an older build).
@@ -285,6 +291,7 @@ void RunReport::AddRecoveryMembers(JsonMembers& j) const {
   if (checkpoints_ != nullptr) {
     const int64_t last = checkpoints_->last_clock();
     j.Add("checkpoints_written", absl::StrCat(checkpoints_->checkpoints_written()));
+    j.Add("checkpoints_failed", absl::StrCat(checkpoints_->checkpoints_failed()));
     j.Add("last_checkpoint_clock", last >= 0 ? absl::StrCat(last) : "null");
     j.Add("checkpoint_pause_seconds", JsonNumber(checkpoint_pause_s_));
   }
@@ -326,12 +333,15 @@ std::string RunReport::SummaryText(absl::Duration wall) {
   const int64_t steps = t.steps;
   const uint64_t pushed = t.pushed, pulled = t.pulled;
   std::string s = absl::StrFormat(
-      "Syncline run finished: %s, %s, %s, model %s\n"
+      "Syncline run finished: %s, %s, %s, %s\n"
       "  %d steps in %.2f s (%.0f steps/s)\n"
       "  pushed %s, pulled %s\n",
       SyncModeName(job_.sync), Count(job_.servers, "server"), Count(job_.workers, "worker"),
-      ModelName(job_.model.kind), steps, absl::ToDoubleSeconds(wall),
-      steps / std::max(1e-9, absl::ToDoubleSeconds(wall)), HumanBytes(pushed), HumanBytes(pulled));
+      job_.worker_command.empty()
+          ? absl::StrCat("model ", ModelName(job_.model.kind))
+          : absl::StrCat("workers running ", absl::StrJoin(job_.worker_command, " ")),
+      steps, absl::ToDoubleSeconds(wall), steps / std::max(1e-9, absl::ToDoubleSeconds(wall)),
+      HumanBytes(pushed), HumanBytes(pulled));
   if (have_evaluation_) {
     s += absl::StrFormat("  test: %d examples, loss %.4f", test_examples_, test_loss_);
     if (test_auc_ >= 0) s += absl::StrFormat(", AUC %.4f", test_auc_);

@@ -1,12 +1,11 @@
 #include "programs/gen_common.h"
 
-#include "core/command_line.h"
-
 #include <cerrno>
 #include <cstring>
 #include <iostream>
 
 #include "absl/strings/str_format.h"
+#include "core/command_line.h"
 
 namespace syncline::gen {
 

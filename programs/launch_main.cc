@@ -30,7 +30,9 @@
 #include "core/zmq_transport.h"
 #include "job/job_spec.h"
 #include "job/node_join.h"
+#include "job/option_text.h"
 #include "job/options.h"
+#include "launch/batch_script.h"
 #include "launch/checkpoint_tracker.h"
 #include "launch/cluster.h"
 #include "launch/earlier_results.h"
@@ -77,12 +79,17 @@ int Refuse(absl::string_view message) {
 }
 
 // Writes the summary and says how the job ended; returns the launcher's exit code.
-int Conclude(const JobOutcome& outcome, RunReport& report) {
+int Conclude(const JobOutcome& outcome, RunReport& report, const CheckpointTracker& checkpoints) {
   if (!outcome.failure.empty()) {
     std::cerr << "syncline-launch: job failed: " << outcome.failure << "\n";
     (void)report.WriteSummary(outcome.wall, outcome.failure,
                               outcome.failure_code == kExitDiverged ? "diverged" : "failed");
     return outcome.failure_code;
+  }
+  if (absl::Status s = checkpoints.Verdict(); !s.ok()) {
+    std::cerr << "syncline-launch: the job trained, but " << s.message() << "\n";
+    (void)report.WriteSummary(outcome.wall, std::string(s.message()), "checkpoints_failed");
+    return kExitCheckpointsFailed;
   }
   if (auto s = report.WriteSummary(outcome.wall, ""); !s.ok()) {
     std::cerr << "syncline-launch: " << s.message() << "\n";
@@ -106,6 +113,10 @@ int SubmitBatchJob(int argc, char** argv, const JobSpec& spec, const std::string
   bool resumes = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
+    if (a == "--") {  // the workers' command, word for word
+      args.insert(args.end(), argv + i, argv + argc);
+      break;
+    }
     if (a == "--sbatch") continue;
     if (a == "--sbatch-args" || a == "--launcher") {
       ++i;
@@ -118,24 +129,16 @@ int SubmitBatchJob(int argc, char** argv, const JobSpec& spec, const std::string
   args.insert(args.end(), {"--launcher", "slurm"});
   // A requeued job resumes from its newest complete checkpoint.
   if (!resumes && spec.checkpoint.enabled()) args.emplace_back("--resume-if-any");
-  std::string command = ShellQuote(fs::canonical("/proc/self/exe", ec).string());
-  for (const std::string& a : args) absl::StrAppend(&command, " ", ShellQuote(a));
+  if (auto s = CheckRunFolder(out); !s.ok()) return Refuse(s.message());
   const fs::path script = fs::absolute(fs::path(out) / "job.sbatch");
-  {
-    std::ofstream f(script, std::ios::trunc);
-    f << "#!/bin/bash\n"
-      << "# Written by syncline-launch --sbatch: the job's coordinator runs in this batch step,\n"
-      << "# its nodes in the allocation's tasks (srun).\n"
-      << "#SBATCH --job-name=syncline\n"
-      << "#SBATCH --ntasks=" << spec.servers + spec.workers << "\n"
-      << "#SBATCH --output=" << (fs::absolute(out) / "slurm-%j.out").string() << "\n"
-      << "#SBATCH --open-mode=append\n"
-      << "#SBATCH --requeue\n"
-      << "cd " << ShellQuote(fs::current_path(ec).string()) << " || exit 1\n"
-      << "exec " << command << "\n";
-    if (!f) return Refuse(absl::StrCat("cannot write ", script.string()));
-  }
-  fs::permissions(script, fs::perms::owner_all | fs::perms::group_read, ec);
+  absl::StatusOr<std::string> text =
+      BatchScriptText({.launcher = fs::canonical("/proc/self/exe", ec).string(),
+                       .args = std::move(args),
+                       .working_dir = fs::current_path(ec).string(),
+                       .output = (fs::absolute(out) / "slurm-%j.out").string(),
+                       .tasks = spec.servers + spec.workers});
+  if (!text.ok()) return Refuse(text.status().message());
+  if (auto s = WriteBatchScript(script.string(), *text); !s.ok()) return Refuse(s.message());
   std::vector<std::string> sbatch = {"sbatch"};
   for (absl::string_view w : absl::StrSplit(sbatch_args, ' ', absl::SkipEmpty())) {
     sbatch.emplace_back(w);
@@ -304,7 +307,7 @@ int RunJob(LaunchFlags& f, const JobSpec& spec, int64_t restore_clock) {
   report.SetCheckpoints(&checkpoints, restore_clock);
   absl::StatusOr<std::string> bind_ip = CoordinatorBindIp(f.cluster);
   if (!bind_ip.ok()) return Refuse(bind_ip.status().message());
-  const bool loopback = IsLoopbackHost(*bind_ip);
+  const bool loopback = ListensOnlyOnLoopback(f.cluster, *bind_ip);
   absl::StatusOr<ZmqOptions> transport_options = TransportOptions(f, loopback);
   if (!transport_options.ok()) return Refuse(transport_options.status().message());
   ZmqTransport transport(*transport_options);
@@ -341,7 +344,7 @@ int RunJob(LaunchFlags& f, const JobSpec& spec, int64_t restore_clock) {
   fs::remove(CoordinatorAddressFile(f.config.out), ec);
   report.EndProgress();
   checkpoints.Flush();  // manifests decided so far are on disk before the summary counts them
-  return Conclude(outcome, report);
+  return Conclude(outcome, report, checkpoints);
 }
 
 // The subcommands, for --help, docs/FLAGS.md and the suggestion for a mistyped one.
@@ -455,6 +458,7 @@ absl::Status CheckWorkerCommand(const JobSpec& spec, const LaunchFlags& f) {
 }
 
 int Main(int argc, char** argv) {
+  PrepareProcess();
   const int full_argc = argc;  // a batch script runs the whole command line, -- COMMAND too
   std::optional<std::vector<std::string>> worker_command = TakeWorkerCommand(&argc, argv);
   CLI::App app(kAbout);
@@ -472,6 +476,17 @@ int Main(int argc, char** argv) {
   if (*action == CommandLineAction::kShowHelp || markdown) {
     std::cout << (markdown ? FlagsMarkdown(app, kMarkdownIntro, MarkdownOutro()) : app.help());
     return 0;
+  }
+  for (const auto& [flag, text] : {std::pair<const char*, const std::string&>{"--hosts", f.hosts},
+                                   {"--hostfile", f.hostfile},
+                                   {"--rsh", f.cluster.rsh},
+                                   {"--interface", f.cluster.interface},
+                                   {"--coordinator-interface", f.cluster.coordinator_interface},
+                                   {"--port-range", f.port_range},
+                                   {"--launcher-args", f.cluster.launcher_args},
+                                   {"--sbatch-args", f.sbatch_args},
+                                   {"--key-file", f.cluster.key_file}}) {
+    if (auto s = RefuseControlCharacters(flag, text); !s.ok()) return Refuse(s.message());
   }
   if (f.external_workers) f.config.given["external-workers"] = {};
   if (auto s = CheckTheFlagsApply(f.config); !s.ok()) return Refuse(s.message());

@@ -13,6 +13,7 @@ namespace syncline {
 namespace {
 
 int Main(int argc, char** argv) {
+  PrepareProcess();
   CLI::App app(
       "syncline-ps: one shard of the Syncline parameter server.\n"
       "Usually started by syncline-launch. It needs only the coordinator's address and its\n"

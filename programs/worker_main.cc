@@ -17,6 +17,7 @@ namespace syncline {
 namespace {
 
 int Main(int argc, char** argv) {
+  PrepareProcess();
   CLI::App app(
       "syncline-worker: trains a model on one partition of the data, in sync with the others\n"
       "through the parameter servers (or, in a gossip job, its peers). Usually started by\n"

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "compression/codec.h"
 #include "compression/wire.h"
+#include "core/descriptor_limit.h"
 #include "core/log.h"
 #include "core/node_table.h"
 #include "core/sharding.h"
@@ -49,7 +50,60 @@ ParameterServer::ParameterServer(Endpoint* endpoint, ServerOptions options)
     pull_codec_ = Codec::Create(options_.pull_codec);
 }
 
+absl::Status ParameterServer::ReserveForTable(const TableConfig& config, bool opens_store,
+                                              uint64_t* dense_bytes) {
+  const uint64_t memory = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                          static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+  *dense_bytes = 0;
+  if (config.dense) {
+    const uint64_t floats_per_value = 1 + StateFloatsPerWeight(config.optimizer.kind);
+    *dense_bytes = DenseShardRange(config.num_keys, options_.rank, options_.num_servers).size() *
+                   config.dim * floats_per_value * sizeof(float);
+    const uint64_t limit = options_.max_table_bytes > 0 ? options_.max_table_bytes : memory / 2;
+    if (table_bytes_ + *dense_bytes > limit) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "table %d: this shard's part of the dense table needs %d MiB, and the tables declared "
+          "before hold %d MiB: over the server's limit of %d MiB for all its tables "
+          "(--max-table-memory, ServerOptions::max_table_bytes; by default half of this "
+          "machine's memory)",
+          config.id, *dense_bytes >> 20, table_bytes_ >> 20, limit >> 20));
+    }
+  }
+  if (opens_store) {
+    if (stores_ >= options_.max_stores) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "table %d: this server has %d embedding stores open (a RocksDB each, with its memory "
+          "and files), its limit (--max-stores, ServerOptions::max_stores)",
+          config.id, stores_));
+    }
+    // A store's files come out of the descriptors that the connection guard keeps for files:
+    // it opens only while they are there.
+    const int open = OpenDescriptorCount();
+    const int limit = DescriptorLimit();
+    if (open >= 0 && open + kStoreDescriptors > limit) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "table %d: an embedding store needs about %d file descriptors, and %d of this "
+          "process's %d are open (RLIMIT_NOFILE, ulimit -n)",
+          config.id, kStoreDescriptors, open, limit));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<ShardTable>> ParameterServer::MakeTable(
+    const TableConfig& config, const std::string& restore_from) {
+  const bool opens_store = options_.embedding && !config.dense;
+  uint64_t dense_bytes = 0;
+  if (absl::Status s = ReserveForTable(config, opens_store, &dense_bytes); !s.ok()) return s;
+  auto made = MakeTableUnchecked(config, restore_from);
+  if (made.ok()) {
+    table_bytes_ += dense_bytes;
+    stores_ += opens_store ? 1 : 0;
+  }
+  return made;
+}
+
+absl::StatusOr<std::unique_ptr<ShardTable>> ParameterServer::MakeTableUnchecked(
     const TableConfig& config, const std::string& restore_from) {
   std::optional<EmbeddingStoreOptions> store;
   if (options_.embedding && !config.dense) {
@@ -181,6 +235,16 @@ absl::Status ParameterServer::ServeUntil(absl::Time deadline) {
 
 void ParameterServer::Reply(const std::string& peer, Message reply) {
   auto it = backlogs_.find(peer);
+  // What the transport still holds for the peer counts against the limit too: ZeroMQ queues
+  // up to its high-water mark of messages, far more than the limit's bytes, before TrySend
+  // reports the queue full. One reply goes out whatever its size when nothing is queued.
+  const uint64_t queued = endpoint_->QueuedBytes(peer);
+  if (it == backlogs_.end() && queued > 0 &&
+      queued + reply.ByteSize() > options_.max_reply_backlog_bytes) {
+    ++stats_.replies_dropped;
+    LogUnreadReplies(peer, queued, reply.ByteSize());
+    return;
+  }
   if (it == backlogs_.end()) {
     absl::Status s = endpoint_->TrySend(peer, &reply);
     if (s.ok()) return;
@@ -195,7 +259,7 @@ void ParameterServer::Reply(const std::string& peer, Message reply) {
   backlog.bytes += reply.ByteSize();
   backlog.replies.push_back(std::move(reply));
   ++stats_.replies_backlogged;
-  if (backlog.bytes > options_.max_reply_backlog_bytes) {
+  if (backlog.bytes + queued > options_.max_reply_backlog_bytes) {
     SYNCLINE_LOG(ERROR) << absl::StrFormat(
         "%s is not reading its replies: %d of them (%d bytes) are past the backlog limit of %d "
         "bytes (--reply-backlog, ServerOptions::max_reply_backlog_bytes) and are dropped; its "
@@ -206,12 +270,27 @@ void ParameterServer::Reply(const std::string& peer, Message reply) {
   }
 }
 
+void ParameterServer::LogUnreadReplies(const std::string& peer, uint64_t queued,
+                                       uint64_t reply_bytes) {
+  // Once per peer (a bounded set: strangers may use many ids); the count goes on in the stats.
+  if (unread_logged_.size() >= kMaxUnreadLogged || !unread_logged_.insert(peer).second) return;
+  SYNCLINE_LOG(ERROR) << absl::StrFormat(
+      "%s is not reading its replies: %d bytes wait for it, and a reply of %d bytes would pass "
+      "the limit of %d bytes (--reply-backlog, ServerOptions::max_reply_backlog_bytes); replies "
+      "past it are dropped (ServerStats::replies_dropped) and its requests will time out (said "
+      "once per peer)",
+      peer, queued, reply_bytes, options_.max_reply_backlog_bytes);
+}
+
 void ParameterServer::FlushBacklogs() {
   for (auto it = backlogs_.begin(); it != backlogs_.end();) {
     Backlog& backlog = it->second;
     while (!backlog.replies.empty()) {
       Message& front = backlog.replies.front();
       const uint64_t bytes = front.ByteSize();
+      // Held back while what the transport holds for the peer would pass the limit.
+      const uint64_t queued = endpoint_->QueuedBytes(it->first);
+      if (queued > 0 && queued + bytes > options_.max_reply_backlog_bytes) break;
       absl::Status s = endpoint_->TrySend(it->first, &front);
       if (absl::IsResourceExhausted(s)) break;
       if (!s.ok()) SYNCLINE_LOG(WARNING) << "reply to " << it->first << " not sent: " << s;

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "checkpoint/checkpoint_requests.h"
@@ -59,6 +60,13 @@ struct ServerOptions {
   uint64_t max_parked_bytes_per_peer = uint64_t{2} << 30;
   // Tables a server accepts.
   size_t max_tables = 1024;
+  // What the declared tables may allocate together (dense values and optimizer state), and the
+  // embedding stores (a RocksDB each, with its memory and descriptors) a server opens: a key
+  // holder's thousand small declarations took a server from 16 MB to 1.24 GB and 6,016
+  // descriptors. A declaration past either is refused, naming the limit. max_table_bytes 0:
+  // half of this machine's memory.
+  uint64_t max_table_bytes = 0;
+  size_t max_stores = 16;
   // The largest part of one dense table (values and optimizer state) this shard allocates
   // when a worker declares it; a larger one is refused (ResourceExhausted). 0: half of this
   // machine's memory.
@@ -66,8 +74,9 @@ struct ServerOptions {
   // The largest pull reply a server builds; a larger pull is refused (ResourceExhausted).
   uint64_t max_reply_bytes = uint64_t{1} << 30;
   // Replies wait in a backlog per peer while the peer's queue is full (it is not reading), so
-  // that one slow or hung peer never stalls the server for the others; a peer whose backlog
-  // grows past this many bytes is taken as stuck and its backlog is dropped (counted, and
+  // that one slow or hung peer never stalls the server for the others. What the transport
+  // still holds for the peer (Endpoint::QueuedBytes) and the backlog together are bounded by
+  // this many bytes: a reply past it is dropped, and a backlog past it too (counted, and
   // logged naming the peer and this limit). Its requests then time out on its side.
   uint64_t max_reply_backlog_bytes = uint64_t{256} << 20;
   // Compressed pulls (--compress-pull): a sparse pull that asks for this codec is answered
@@ -236,11 +245,19 @@ class ParameterServer {
   absl::Status AdvanceRounds();
   void OpenRound(int64_t round);
   absl::StatusOr<ShardTable*> FindTable(uint32_t id);
+  // Refuses a table past max_table_bytes (the dense part, returned in *dense_bytes), max_stores
+  // or the descriptors a store needs.
+  absl::Status ReserveForTable(const TableConfig& config, bool opens_store, uint64_t* dense_bytes);
+  static constexpr int kStoreDescriptors = 32;
+  absl::StatusOr<std::unique_ptr<ShardTable>> MakeTableUnchecked(const TableConfig& config,
+                                                                 const std::string& restore_from);
   absl::StatusOr<std::unique_ptr<ShardTable>> MakeTable(const TableConfig& config,
                                                         const std::string& restore_from);
   void StartCheckpoint(int64_t clock);
   void MissCheckpoint(int64_t clock);
   void Reply(const std::string& peer, Message reply);
+  // Logs, once per peer, that its unread replies passed the backlog limit.
+  void LogUnreadReplies(const std::string& peer, uint64_t queued, uint64_t reply_bytes);
   // Sends what the backlogs hold, in order, while the peers' queues take it.
   void FlushBacklogs();
   void ReplyError(const std::string& peer, const wire::Header::Reader& request,
@@ -262,6 +279,8 @@ class ParameterServer {
   absl::flat_hash_map<uint32_t, std::vector<AwaitingDeclaration>> awaiting_declarations_;
   size_t awaiting_count_ = 0;
   static constexpr size_t kMaxAwaitingDeclarations = 4096;
+  uint64_t table_bytes_ = 0;  // what the tables' dense parts allocated (max_table_bytes)
+  size_t stores_ = 0;         // embedding stores open (max_stores)
   // Examples each clock covered, summed over workers (BSP scaling), and per worker (robust
   // aggregation normalises each worker's update by its own examples).
   std::map<int64_t, double> clock_weight_;
@@ -292,6 +311,8 @@ class ParameterServer {
     uint64_t bytes = 0;
   };
   absl::flat_hash_map<std::string, Backlog> backlogs_;
+  static constexpr size_t kMaxUnreadLogged = 4096;
+  absl::flat_hash_set<std::string> unread_logged_;  // peers told of in LogUnreadReplies
   ServerStats stats_;
   int64_t last_checkpoint_clock_ = 0;
   CheckpointRequests checkpoint_requests_;

@@ -83,6 +83,8 @@ ServerOptions ShardOptions(const JobSpec& spec, const NodeTable& table, int rank
   options.max_reply_bytes = spec.limits.reply_bytes;
   options.max_parked_bytes_per_peer = spec.limits.parked_bytes_per_worker;
   options.max_reply_backlog_bytes = spec.limits.reply_backlog_bytes;
+  options.max_table_bytes = spec.limits.table_bytes;
+  options.max_stores = static_cast<size_t>(spec.limits.stores);
   options.aggregate = spec.aggregate;
   options.pull_codec = spec.training.pull_codec;
   options.pull_copy_rows = spec.training.pull_copy_rows;

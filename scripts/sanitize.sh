@@ -47,7 +47,7 @@ long+='|AggregateTest.RulesMatchADirectComputation|CoordinateRulesMatchADirectCo
 (cd "$build" && ctest --output-on-failure -j "$jobs" -E "$skip")
 corpus_copy=$(mktemp -d)
 trap 'rm -rf "$corpus_copy"' EXIT
-for target in request codec checkpoint_text data_lines; do
+for target in request codec checkpoint_text checkpoint_file data_lines; do
   # Fuzz on a copy: the runs add what they find, which does not belong in the repository.
   cp -r "fuzz/corpus/$target" "$corpus_copy/$target"
   echo "sanitize: fuzzing $target for ${seconds}s"

@@ -15,6 +15,8 @@ build=$(cd "${1:?usage: test-multihost.sh BUILD_DIR}" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=testenv/netns-hosts.sh
 source "$root/scripts/testenv/netns-hosts.sh"
+# shellcheck source=testenv/torch-job.sh
+source "$root/scripts/testenv/torch-job.sh"
 if ! reason=$(netns_can_run); then
   echo "SKIP: $reason"
   exit 77
@@ -135,9 +137,8 @@ address_of() {
 }
 
 step "PyTorch workers (syncline.torch, syncline-launch -- COMMAND) over ssh and mpirun: the local model"
-if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  torch_job=(--servers 2 --workers 2 --sync bsp --seed 11 --
-    /usr/bin/python3 "$root/python/tests/workers/parity.py" adagrad 20 32)
+if torch_can_run; then
+  read -r -a torch_job <<<"$(torch_job_args)"
   export PYTHONPATH="$build/python"
   timeout 120 "$launch" --out "$tmp/torch-local" "${torch_job[@]}" >"$tmp/torch-local.log" 2>&1 ||
     fail "local PyTorch job failed"
@@ -149,14 +150,10 @@ if /usr/bin/python3 -c "import torch" 2>/dev/null; then
   unset PYTHONPATH
   grep -qh "w1 on [^ ]* listening at tcp://$(netns_host_ip "$P" 1):" "$tmp"/torch-ssh/logs/w1.log ||
     fail "the ssh PyTorch job's w1 did not run on host 1"
-  # Worker 0's result line (under mpirun a script's own output lands in mpirun's log).
   for run in torch-ssh torch-mpi; do
-    [ "$(grep -h '^RESULT {"rank": 0' "$tmp"/torch-local/logs/*.log)" = \
-      "$(grep -h '^RESULT {"rank": 0' "$tmp/$run"/logs/*.log)" ] ||
+    [ "$(torch_result "$tmp/torch-local")" = "$(torch_result "$tmp/$run")" ] ||
       fail "$run's model differs from the local one"
   done
-else
-  echo "   skipped: /usr/bin/python3 has no torch (install-deps.sh --for-tests installs it)"
 fi
 
 step "strangers under a worker's id: no key, another job's key, the server's public key"

@@ -10,6 +10,8 @@ build=$(cd "${1:?usage: test-slurm.sh BUILD_DIR}" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=testenv/slurm-local.sh
 source "$root/scripts/testenv/slurm-local.sh"
+# shellcheck source=testenv/torch-job.sh
+source "$root/scripts/testenv/torch-job.sh"
 if ! reason=$(slurm_can_run); then
   echo "SKIP: $reason"
   exit 77
@@ -47,9 +49,8 @@ grep -q "nodes by slurm" "$tmp/alloc.log" || fail "the launcher did not use srun
 cmp "$tmp/local/params.tsv" "$tmp/alloc/params.tsv" || fail "params.tsv differs from local"
 
 step "PyTorch workers (syncline-launch -- COMMAND) inside an allocation: the local model"
-if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  torch_job=(--servers 2 --workers 2 --sync bsp --seed 11 --
-    /usr/bin/python3 "$root/python/tests/workers/parity.py" adagrad 20 32)
+if torch_can_run; then
+  read -r -a torch_job <<<"$(torch_job_args)"
   export PYTHONPATH="$build/python"
   timeout 120 "$launch" --out "$tmp/torch-local" "${torch_job[@]}" >"$tmp/torch-local.log" 2>&1 ||
     fail "local PyTorch job failed"
@@ -57,12 +58,8 @@ if /usr/bin/python3 -c "import torch" 2>/dev/null; then
     --out "$tmp/torch-alloc" "${torch_job[@]}" >"$tmp/torch-alloc.log" 2>&1 ||
     fail "the PyTorch job in an allocation failed"
   unset PYTHONPATH
-  # Worker 0's result line (under srun a script's own output lands in srun's log).
-  [ "$(grep -h '^RESULT {"rank": 0' "$tmp"/torch-local/logs/*.log)" = \
-    "$(grep -h '^RESULT {"rank": 0' "$tmp"/torch-alloc/logs/*.log)" ] ||
+  [ "$(torch_result "$tmp/torch-local")" = "$(torch_result "$tmp/torch-alloc")" ] ||
     fail "the PyTorch model under Slurm differs from the local one"
-else
-  echo "   skipped: /usr/bin/python3 has no torch (install-deps.sh --for-tests installs it)"
 fi
 
 step "--sbatch: a batch script, submitted, resuming when requeued"

@@ -1,7 +1,10 @@
 #include "worker/replicated_model.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -10,12 +13,45 @@
 
 namespace syncline {
 
+uint64_t ReplicatedModelBytes(const ParameterLayout& layout, OptimizerKind optimizer) {
+  const uint64_t floats_per_weight = 1 + static_cast<uint64_t>(StateFloatsPerWeight(optimizer));
+  // Per row: its weights with their state, and its step count.
+  const uint64_t row_bytes = layout.row_dim * floats_per_weight * sizeof(float) + sizeof(int64_t);
+  uint64_t rows = 0, total = 0;
+  if (__builtin_mul_overflow(layout.num_features, row_bytes, &rows) ||
+      __builtin_add_overflow(rows, layout.bias_dim * floats_per_weight * sizeof(float), &total)) {
+    return std::numeric_limits<uint64_t>::max();
+  }
+  return total;
+}
+
+uint64_t ReplicatedModelLimit() {
+  return static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+         static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE)) / 2;
+}
+
+absl::Status CheckReplicatedModelFits(const ParameterLayout& layout, OptimizerKind optimizer,
+                                      const std::string& where, uint64_t limit) {
+  const uint64_t bytes = ReplicatedModelBytes(layout, optimizer);
+  if (bytes <= limit) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s: its largest feature id makes %d features, and a worker that keeps the whole model "
+      "(gossip, all-reduce) would need %s for it, over the limit of %d MiB (half of this "
+      "machine's memory): renumber the features densely, or let servers shard the model "
+      "(--sync bsp, ssp or asp)",
+      where, layout.num_features,
+      bytes == std::numeric_limits<uint64_t>::max() ? std::string("more than 2^64 bytes")
+                                                    : absl::StrFormat("%d MiB", bytes >> 20),
+      limit >> 20));
+}
+
 absl::Status ReplicatedModel::Init(const ParameterLayout& layout,
                                    const OptimizerConfig& optimizer) {
   if (layout.num_features == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(who_, " keeps the whole model: the number of features must be known"));
   }
+  if (absl::Status s = CheckReplicatedModelFits(layout, optimizer.kind, who_); !s.ok()) return s;
   if (layout.row_dim == 0 || layout.bias_dim == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(who_, ": row_dim and bias_dim must be positive"));

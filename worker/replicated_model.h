@@ -26,12 +26,29 @@
 
 namespace syncline {
 
+// The bytes a replicated model of `layout` keeps (rows, bias, their optimizer state under
+// `optimizer`, row steps); saturates at UINT64_MAX.
+uint64_t ReplicatedModelBytes(const ParameterLayout& layout, OptimizerKind optimizer);
+
+// The most a serverless worker keeps of the whole model: half of this machine's memory. A
+// libsvm file's largest feature id sets the model's rows (one id of 10^12 made every worker
+// abort on bad_alloc).
+uint64_t ReplicatedModelLimit();
+
+// OK when a model of `layout` fits `limit` bytes; otherwise InvalidArgument (bad input: the
+// worker exits with code 2) naming `where` (the data file and the line of its largest
+// feature id), the feature count, the bytes and the limit.
+absl::Status CheckReplicatedModelFits(const ParameterLayout& layout, OptimizerKind optimizer,
+                                      const std::string& where,
+                                      uint64_t limit = ReplicatedModelLimit());
+
 class ReplicatedModel {
  public:
   // `who` names the backend in messages ("gossip", "all-reduce").
   explicit ReplicatedModel(std::string who) : who_(std::move(who)) {}
 
-  // Zeros, in the layout's shape; InvalidArgument when the feature count is unknown.
+  // Zeros, in the layout's shape; InvalidArgument when the feature count is unknown, or
+  // larger than ReplicatedModelLimit() allows (nothing is allocated then).
   absl::Status Init(const ParameterLayout& layout, const OptimizerConfig& optimizer);
 
   // Copies the rows of `keys` and the bias.

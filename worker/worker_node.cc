@@ -22,6 +22,7 @@
 #include "worker/coordinated_rendezvous.h"
 #include "worker/federated_client.h"
 #include "worker/ps_backend.h"
+#include "worker/replicated_model.h"
 #include "worker/slowness.h"
 #include "worker/trainer.h"
 #include "worker/worker_checkpoint.h"
@@ -101,7 +102,7 @@ class WorkerRun {
   absl::Status MakeModel();
   absl::Status ReadData();
   absl::Status FindServers();
-  void LayOutParameters();
+  absl::Status LayOutParameters();
 
   // A timeline, from connecting to its end.
   TimelineEnd RunTimeline(uint32_t generation, const std::string& restore);
@@ -166,7 +167,7 @@ NodeExit WorkerRun::Run() {
   if (auto s = MakeModel(); !s.ok()) return Fail(s, /*bad_input=*/true);
   if (auto s = ReadData(); !s.ok()) return Fail(s, /*bad_input=*/true);
   if (auto s = FindServers(); !s.ok()) return Fail(s);
-  LayOutParameters();
+  if (auto s = LayOutParameters(); !s.ok()) return Fail(s, /*bad_input=*/true);
   // One timeline: from the start (or a resumed checkpoint), and again from the checkpoint of
   // every rollback, until the coordinator shuts the job down.
   uint32_t generation = control_.generation();
@@ -254,7 +255,7 @@ absl::Status WorkerRun::FindServers() {
   return absl::OkStatus();
 }
 
-void WorkerRun::LayOutParameters() {
+absl::Status WorkerRun::LayOutParameters() {
   layout_.row_dim = model_->row_dim();
   layout_.bias_dim = model_->bias_dim();
   layout_.num_features = data_->train.num_features;  // 0 for Criteo data: any 64-bit id
@@ -275,6 +276,13 @@ void WorkerRun::LayOutParameters() {
   layout_.optimizer.learning_rate = static_cast<float>(spec_.training.learning_rate);
   layout_.optimizer.l2 = static_cast<float>(spec_.training.l2);
   layout_.seed = spec_.seed;
+  if (spec_.sync.serverless()) {
+    // Every peer keeps the whole model: bad input, named with the line that sized it.
+    const std::string where = absl::StrCat(spec_.data.train, ":", data_->train.largest_id_line);
+    if (auto s = CheckReplicatedModelFits(layout_, layout_.optimizer.kind, where); !s.ok()) {
+      return s;
+    }
+  }
   // Federated clients train locally with the job's optimizer; the servers step on the
   // averaged update with SGD at --server-lr.
   local_optimizer_ = layout_.optimizer;
@@ -284,6 +292,7 @@ void WorkerRun::LayOutParameters() {
     layout_.optimizer.learning_rate = static_cast<float>(spec_.federated.server_lr);
     layout_.optimizer.l2 = 0;
   }
+  return absl::OkStatus();
 }
 
 TimelineEnd WorkerRun::RunTimeline(uint32_t generation, const std::string& restore) {

@@ -25,8 +25,6 @@ import time
 import numpy as np
 import torch
 
-import syncline.torch as st
-
 DENSE, FIELDS = 13, 26
 
 
@@ -51,10 +49,14 @@ def read_tsv(path, rank=0, workers=1):
 
 
 class Dlrm(torch.nn.Module):
-    def __init__(self, dim, hidden):
+    """`rows` maps a batch's [B, 26] categorical ids to [B, 26, dim + 1] (an embedding and a
+    first-order weight per id): a syncline.torch.ShardedEmbedding here, a torch.nn.Embedding in
+    the plain PyTorch baseline (bench/ctr_pytorch.py), which shares this class."""
+
+    def __init__(self, rows, dim, hidden):
         super().__init__()
         self.dim = dim
-        self.rows = st.ShardedEmbedding(dim + 1, init_scale=0.05, eps=1e-8, name="criteo")
+        self.rows = rows
         self.bottom = torch.nn.Linear(DENSE, dim)
         vectors = 1 + FIELDS
         self.register_buffer("pairs", torch.triu_indices(vectors, vectors, offset=1))
@@ -93,7 +95,7 @@ def auc(scores, labels):
     return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def report_step_time(t, seconds):
+def report_step_time(st, t, seconds):
     """Where this worker's training time went: the package's glue (hashing ids, merging and
     copying gradients), Syncline's pulls, pushes and clocks (waits included), and the rest
     (PyTorch's forward, backward and the loop)."""
@@ -118,11 +120,14 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="torch's threads per worker")
     args = ap.parse_args()
 
+    import syncline.torch as st  # here: the baseline imports this file without Syncline
+
     st.init()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     y, dense, cats = read_tsv(args.train, st.rank(), st.world_size())
-    model = Dlrm(args.embedding_dim, args.hidden)
+    rows = st.ShardedEmbedding(args.embedding_dim + 1, init_scale=0.05, eps=1e-8, name="criteo")
+    model = Dlrm(rows, args.embedding_dim, args.hidden)
     opt = st.DistributedOptimizer(torch.optim.Adagrad(
         [p for n, p in model.named_parameters()], lr=args.lr, eps=1e-8))
     loss_fn = torch.nn.BCEWithLogitsLoss()
@@ -135,7 +140,7 @@ def main():
             loss = loss_fn(model(dense[begin:end], cats[begin:end]), y[begin:end])
             loss.backward()
             opt.step(examples=end - begin, loss=loss.item())
-    report_step_time(st.timings(), time.perf_counter() - started)
+    report_step_time(st, st.timings(), time.perf_counter() - started)
 
     def evaluate():
         model.eval()

@@ -160,6 +160,10 @@ struct JobSpec {
     uint64_t reply_bytes = uint64_t{1} << 30;              // [--max-reply] one pull's reply
     uint64_t parked_bytes_per_worker = uint64_t{2} << 30;  // [--max-parked] pulls waiting
     uint64_t reply_backlog_bytes = uint64_t{256} << 20;    // [--reply-backlog] unread replies
+    // [--max-table-memory] the tables a server allocates when they are declared (dense values
+    // and optimizer state), all together; 0: half of the server's machine's memory.
+    uint64_t table_bytes = 0;
+    int stores = 16;  // [--max-stores] embedding stores (one RocksDB per sparse table)
     bool operator==(const ServerLimits&) const = default;
   } limits;
 
