@@ -8,9 +8,10 @@ include(CMakePackageConfigHelpers)
 install(TARGETS syncline-launch syncline-node syncline-ps syncline-worker syncline-gen
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # The client and what it links: the core, the job, the codecs, the update rules and the
-# checkpoint format (a worker's part of a checkpoint); no model, GPU library or trainer.
+# checkpoint format (a worker's part of a checkpoint), the job's privacy key (privacy/); no model,
+# GPU library or trainer.
 set(syncline_installed_libraries syncline_client syncline_job syncline_core syncline_optim
-    syncline_compression syncline_checkpoint)
+    syncline_compression syncline_checkpoint syncline_privacy)
 install(TARGETS ${syncline_installed_libraries}
         EXPORT synclineTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

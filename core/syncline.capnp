@@ -277,6 +277,8 @@ enum OptimizerKind {
   adagrad @1;
   adam @2;
   ftrl @3;     # FTRL-Proximal (McMahan et al. 2013): per-weight z and n, L1 gives exact zeros
+  momentum @4; # heavy ball (FedAvgM's server rule)
+  yogi @5;     # Zaheer et al. 2018
 }
 
 struct TableSpec {
@@ -444,4 +446,20 @@ struct JobSpec {
   maxTableBytes @85 :UInt64;       # --max-table-memory (0: half of each server's memory)
   maxStores @86 :Int32 = 16;       # --max-stores
   workerCommand @87 :List(Text);   # syncline-launch ... -- COMMAND (empty: syncline-worker)
+  # --server-optimizer: ServerOptimizerKind as a number (0 sgd .. 4 yogi)
+  serverOptimizer @88 :UInt8;
+  serverMomentum @89 :Float64 = 0.9;
+  serverTau @90 :Float64 = 0.001;
+  secureAggregation @91 :Bool;     # --secure-aggregation
+  secaggThreshold @92 :Int32;      # --secagg-threshold (0: a majority)
+  # --dp: DpLevel as a number (0 off, 1 example, 2 client)
+  dpLevel @93 :UInt8;
+  dpClip @94 :Float64 = 1;
+  dpDelta @95 :Float64 = 1e-5;
+  dpNoiseMultiplier @96 :Float64;
+  dpEpsilon @97 :Float64;
+  dpAccountant @98 :UInt8;         # RdpConversion (0 rdp, 1 rdp-classic)
+  dpNoiseSeed @99 :UInt64;
+  dpExamples @100 :UInt64;
+  dpKey @101 :Text;                 # 64 hex digits (privacy/dp_random.h)
 }

@@ -38,7 +38,8 @@ absl::StatusOr<TableConfig> TableConfig::FromWire(wire::TableSpec::Reader in) {
   c.dim = in.getDim();
   const auto opt = in.getOptimizer();
   if (opt != wire::OptimizerKind::SGD && opt != wire::OptimizerKind::ADAGRAD &&
-      opt != wire::OptimizerKind::ADAM && opt != wire::OptimizerKind::FTRL) {
+      opt != wire::OptimizerKind::ADAM && opt != wire::OptimizerKind::FTRL &&
+      opt != wire::OptimizerKind::MOMENTUM && opt != wire::OptimizerKind::YOGI) {
     return absl::InvalidArgumentError(absl::StrFormat("table %d: unknown optimizer", c.id));
   }
   c.optimizer.kind = static_cast<OptimizerKind>(static_cast<int>(opt));

@@ -315,7 +315,9 @@ absl::StatusOr<Dataset> Parse(const std::string& path, DatasetBuilder* builder) 
     return absl::InvalidArgumentError(
         absl::StrFormat("%s holds no examples (only blank lines, comments or a header)", path));
   }
-  return parser.Finish();
+  Dataset data = parser.Finish();
+  data.file_examples = builder->lines_seen();
+  return data;
 }
 
 absl::StatusOr<Dataset> ReadCriteo(const std::string& path, const ReadOptions& options) {

@@ -50,6 +50,9 @@ struct Dataset {
   // 1 + largest id seen in the WHOLE file (all partitions), so every worker agrees. For CSV, the
   // number of feature columns.
   uint64_t num_features = 0;
+  // Examples in the WHOLE file (all partitions): what differential privacy's sampling rate
+  // counts (job/privacy_plan.h). 0 for Criteo data, which is streamed.
+  uint64_t file_examples = 0;
   // libsvm: the line (1-based, of the whole file) that holds the largest id, which set
   // num_features; 0 when no line did (CSV, or no feature at all). Errors about a model too
   // large for num_features name it.

@@ -270,7 +270,8 @@ TEST_P(OptimizerStateTest, SnapshotRestoresThePointInTimeOfCapture) {
 
 INSTANTIATE_TEST_SUITE_P(Rules, OptimizerStateTest,
                          testing::Values(OptimizerKind::kSgd, OptimizerKind::kAdagrad,
-                                         OptimizerKind::kAdam, OptimizerKind::kFtrl),
+                                         OptimizerKind::kAdam, OptimizerKind::kFtrl,
+                                         OptimizerKind::kMomentum, OptimizerKind::kYogi),
                          [](const auto& info) {
                            switch (info.param) {
                              case OptimizerKind::kSgd:
@@ -281,6 +282,10 @@ INSTANTIATE_TEST_SUITE_P(Rules, OptimizerStateTest,
                                return std::string("Adam");
                              case OptimizerKind::kFtrl:
                                return std::string("Ftrl");
+                             case OptimizerKind::kMomentum:
+                               return std::string("Momentum");
+                             case OptimizerKind::kYogi:
+                               return std::string("Yogi");
                            }
                            return std::string("Other");
                          });

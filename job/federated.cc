@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "privacy/dp_random.h"
 
 namespace syncline {
 namespace {
@@ -53,6 +54,26 @@ absl::StatusOr<AttackSpec> ParseAttack(absl::string_view text) {
 }
 
 }  // namespace
+
+std::vector<int> RoundPicker::Pick(int64_t round) const {
+  if (poisson_key.empty()) return PickClients(seed, round, workers, participation);
+  absl::StatusOr<DpKey> key = ParseDpKeyHex(poisson_key);
+  if (!key.ok()) return {};  // ValidateJobSpec refuses such a key; no picks rather than a guess
+  DpRandom random(*key, DpStream::kClientPicks, {static_cast<uint64_t>(round)});
+  std::vector<int> picked;
+  for (uint32_t c : random.PoissonSample(static_cast<uint32_t>(workers), participation)) {
+    picked.push_back(static_cast<int>(c));
+  }
+  return picked;
+}
+
+RoundPicker RoundPickerFor(const JobSpec& spec) {
+  return RoundPicker{
+      .seed = spec.seed,
+      .workers = spec.workers,
+      .participation = spec.federated.participation,
+      .poisson_key = spec.privacy.level == DpLevel::kClient ? spec.privacy.key : std::string()};
+}
 
 int ClientsPerRound(int workers, double participation) {
   const double n = std::round(participation * workers);

@@ -22,6 +22,20 @@ int ClientsPerRound(int workers, double participation);
 // replacement of ClientsPerRound of them. The same (seed, round) gives the same set everywhere.
 std::vector<int> PickClients(uint64_t seed, int64_t round, int workers, double participation);
 
+// Who takes part in a round, as servers and clients compute it alike: PickClients, or under
+// --dp client a Poisson sample (each client independently with probability `participation`,
+// as DP-FedAvg's accountant assumes) drawn from the job's privacy key, which only the job's
+// nodes hold (privacy/dp_random.h). A Poisson round may pick no client at all.
+struct RoundPicker {
+  uint64_t seed = 1;
+  int workers = 1;
+  double participation = 1;
+  std::string poisson_key;  // 64 hex digits; empty: PickClients
+  // The round's clients (ranks, ascending).
+  std::vector<int> Pick(int64_t round) const;
+};
+RoundPicker RoundPickerFor(const JobSpec& spec);
+
 // Whether picked client `rank` vanishes from `round` (--client-dropout P): a seeded draw per
 // (round, rank), independent of the pick.
 bool ClientDropsOut(uint64_t seed, int64_t round, int rank, double dropout);

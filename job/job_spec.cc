@@ -10,6 +10,7 @@
 #include "job/aggregate_rule.h"
 #include "job/federated.h"
 #include "job/options.h"
+#include "job/privacy_plan.h"
 
 namespace syncline {
 namespace {
@@ -444,7 +445,8 @@ absl::Status CheckDataAndCheckpoints(const JobSpec& s) {
 absl::Status ValidateJobSpec(const JobSpec& s) {
   for (absl::Status (*check)(const JobSpec&) :
        {CheckRanges, CheckCriteo, CheckFederated, CheckRobustness, CheckModelAndTimeouts,
-        CheckCodecs, CheckMembership, CheckExchange, CheckSlowness, CheckDataAndCheckpoints}) {
+        CheckCodecs, CheckMembership, CheckExchange, CheckSlowness, CheckDataAndCheckpoints,
+        CheckPrivacyOptions}) {
     if (absl::Status status = check(s); !status.ok()) return status;
   }
   return absl::OkStatus();

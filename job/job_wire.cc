@@ -117,19 +117,36 @@ void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
   out.setAttackKind(static_cast<uint8_t>(s.byzantine.attack.kind));
   out.setAttackSigma(s.byzantine.attack.sigma);
   out.setAttackFactor(s.byzantine.attack.factor);
+  out.setServerOptimizer(static_cast<uint8_t>(s.federated.server_optimizer.kind));
+  out.setServerMomentum(s.federated.server_optimizer.momentum);
+  out.setServerTau(s.federated.server_optimizer.tau);
+  out.setSecureAggregation(s.federated.secure_aggregation);
+  out.setSecaggThreshold(s.federated.secagg_threshold);
+  out.setDpLevel(static_cast<uint8_t>(s.privacy.level));
+  out.setDpClip(s.privacy.clip);
+  out.setDpDelta(s.privacy.delta);
+  out.setDpNoiseMultiplier(s.privacy.noise_multiplier);
+  out.setDpEpsilon(s.privacy.epsilon);
+  out.setDpAccountant(static_cast<uint8_t>(s.privacy.accountant));
+  out.setDpNoiseSeed(s.privacy.noise_seed);
+  out.setDpExamples(s.privacy.examples);
+  out.setDpKey(s.privacy.key);
 }
 
 absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
   if (!Known(in.getSyncKind(), 7) || !Known(in.getGossipTopology(), 3) ||
       !Known(in.getAllreduceAlgorithm(), 4) || !Known(in.getModel(), 4) ||
-      !Known(in.getFormat(), 4) || !Known(in.getIndexBase(), 3) || !Known(in.getOptimizer(), 4) ||
+      !Known(in.getFormat(), 4) || !Known(in.getIndexBase(), 3) || !Known(in.getOptimizer(), 6) ||
       in.getCodec() > static_cast<uint8_t>(CodecKind::kFp16) ||
       in.getPullCodec() > static_cast<uint8_t>(CodecKind::kFp16) ||
       in.getPartitionKind() > static_cast<uint8_t>(PartitionKind::kShards) ||
       in.getAggregateKind() > static_cast<uint8_t>(AggregateKind::kBulyan) ||
       in.getAttackKind() > static_cast<uint8_t>(AttackKind::kLabelFlip) ||
       in.getAllreduceRows() > static_cast<uint8_t>(AllReduceRows::kPairs) ||
-      in.getDeviceKind() > static_cast<uint8_t>(DeviceKind::kCuda)) {
+      in.getDeviceKind() > static_cast<uint8_t>(DeviceKind::kCuda) ||
+      in.getServerOptimizer() > static_cast<uint8_t>(ServerOptimizerKind::kYogi) ||
+      in.getDpLevel() > static_cast<uint8_t>(DpLevel::kClient) ||
+      in.getDpAccountant() > static_cast<uint8_t>(RdpConversion::kClassic)) {
     return absl::InvalidArgumentError(
         "job spec: an enum value this build does not know (a node of another version?)");
   }
@@ -232,6 +249,20 @@ absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
   s.byzantine.attack.kind = static_cast<AttackKind>(in.getAttackKind());
   s.byzantine.attack.sigma = in.getAttackSigma();
   s.byzantine.attack.factor = in.getAttackFactor();
+  s.federated.server_optimizer.kind = static_cast<ServerOptimizerKind>(in.getServerOptimizer());
+  s.federated.server_optimizer.momentum = in.getServerMomentum();
+  s.federated.server_optimizer.tau = in.getServerTau();
+  s.federated.secure_aggregation = in.getSecureAggregation();
+  s.federated.secagg_threshold = in.getSecaggThreshold();
+  s.privacy.level = static_cast<DpLevel>(in.getDpLevel());
+  s.privacy.clip = in.getDpClip();
+  s.privacy.delta = in.getDpDelta();
+  s.privacy.noise_multiplier = in.getDpNoiseMultiplier();
+  s.privacy.epsilon = in.getDpEpsilon();
+  s.privacy.accountant = static_cast<RdpConversion>(in.getDpAccountant());
+  s.privacy.noise_seed = in.getDpNoiseSeed();
+  s.privacy.examples = in.getDpExamples();
+  s.privacy.key = in.getDpKey();
   if (absl::Status valid = ValidateJobSpec(s); !valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("job spec: ", valid.message()));
   }

@@ -217,6 +217,10 @@ const char* OptimizerName(OptimizerKind kind) {
       return "adam";
     case OptimizerKind::kFtrl:
       return "ftrl";
+    case OptimizerKind::kMomentum:
+      return "momentum";
+    case OptimizerKind::kYogi:
+      return "yogi";
   }
   return "unknown";
 }
@@ -240,8 +244,9 @@ absl::StatusOr<AllReduceRows> ParseAllReduceRows(const std::string& name) {
 }
 
 absl::StatusOr<OptimizerKind> ParseOptimizer(const std::string& name) {
-  static constexpr OptimizerKind kAll[] = {OptimizerKind::kSgd, OptimizerKind::kAdagrad,
-                                           OptimizerKind::kAdam, OptimizerKind::kFtrl};
+  static constexpr OptimizerKind kAll[] = {OptimizerKind::kSgd,      OptimizerKind::kAdagrad,
+                                           OptimizerKind::kAdam,     OptimizerKind::kFtrl,
+                                           OptimizerKind::kMomentum, OptimizerKind::kYogi};
   return ByName("optimizer", name, kAll, &OptimizerName);
 }
 

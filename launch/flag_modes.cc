@@ -39,7 +39,7 @@ struct FlagScope {
 constexpr char kNoServers[] = "gossip and allreduce have no parameter servers";
 constexpr char kRounds[] = "only federated rounds have it";
 
-const std::array<FlagScope, 34> kFlagScopes = {{
+const std::array<FlagScope, 37> kFlagScopes = {{
     // Job
     {"servers", kServerModes, Mismatch::kRefuse, kNoServers},
     {"update-threads", kServerModes, Mismatch::kWarn, kNoServers},
@@ -104,6 +104,9 @@ const std::array<FlagScope, 34> kFlagScopes = {{
     {"client-dropout", kFedAvg, Mismatch::kRefuse, kRounds},
     {"prox-mu", kFedAvg, Mismatch::kRefuse, kRounds},
     {"server-lr", kFedAvg, Mismatch::kRefuse, kRounds},
+    {"server-optimizer", kFedAvg, Mismatch::kRefuse, kRounds},
+    {"secure-aggregation", kFedAvg, Mismatch::kRefuse, kRounds},
+    {"secagg-threshold", kFedAvg, Mismatch::kRefuse, kRounds},
 }};
 
 // "bsp, asp and ssp" of the families in `modes`.

@@ -36,6 +36,8 @@
 #include "job/job_spec.h"
 #include "job/option_text.h"
 #include "job/options.h"
+#include "job/privacy_accountant.h"
+#include "job/privacy_options.h"
 #include "launch/spelling.h"
 #include "toml++/toml.h"
 
@@ -54,7 +56,7 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 67> kFields = {{
+const std::array<Field, 77> kFields = {{
     {"servers", FlagGroup::kJob, &JobConfig::servers,
      "Number of parameter-server processes (1 to 4096); gossip and allreduce have none"},
     {"workers", FlagGroup::kJob, &JobConfig::workers, "Number of worker processes (1 to 4096)"},
@@ -114,7 +116,8 @@ const std::array<Field, 67> kFields = {{
     {"epochs", FlagGroup::kModel, &JobConfig::epochs, "Passes over the training data"},
     {"batch-size", FlagGroup::kModel, &JobConfig::batch_size, "Examples per worker step"},
     {"optimizer", FlagGroup::kModel, &JobConfig::optimizer,
-     "Server-side update rule: sgd, adagrad, adam or ftrl"},
+     "Server-side update rule: sgd, adagrad, adam, ftrl, momentum (heavy ball, --lr and beta "
+     "0.9) or yogi"},
     {"lr", FlagGroup::kModel, &JobConfig::learning_rate, "Learning rate"},
     {"l2", FlagGroup::kModel, &JobConfig::l2, "L2 regularization strength"},
     {"sync", FlagGroup::kSync, &JobConfig::sync,
@@ -225,6 +228,34 @@ const std::array<Field, 67> kFields = {{
      "fedavg: FedProx proximal weight mu in the clients' local steps (0: plain FedAvg)"},
     {"server-lr", FlagGroup::kFederated, &JobConfig::server_lr,
      "fedavg: the servers' step on the averaged client update (1: the model becomes the average)"},
+    {"server-optimizer", FlagGroup::kFederated, &JobConfig::server_optimizer,
+     "fedavg: the servers' rule for a round's mean update at --server-lr (Reddi et al. 2021): "
+     "sgd (FedAvg), momentum:B (FedAvgM), adagrad[:TAU], adam[:TAU] or yogi[:TAU] (beta1 0.9, "
+     "beta2 0.99, TAU default 1e-3)"},
+    {"secure-aggregation", FlagGroup::kFederated, &JobConfig::secure_aggregation,
+     "fedavg: on would make the servers learn only the sum of a round's updates (Bonawitz et "
+     "al. 2017's masks); not built yet, so on is refused (docs/PRIVACY.md)"},
+    {"secagg-threshold", FlagGroup::kFederated, &JobConfig::secagg_threshold,
+     "--secure-aggregation: clients that must survive a round for its sum to be revealed (0: "
+     "a majority of the round's clients); fewer end the round empty"},
+    {"dp", FlagGroup::kPrivacy, &JobConfig::dp,
+     "Differential privacy: off, example (DP-SGD: per-example clipping, Poisson batches, "
+     "Gaussian noise each step; bsp or allreduce) or client (DP-FedAvg: per-client clipping, "
+     "Poisson rounds, noise each round; fedavg). docs/PRIVACY.md"},
+    {"dp-clip", FlagGroup::kPrivacy, &JobConfig::dp_clip,
+     "--dp: the L2 norm each example's gradient (each client's round update) is clipped to"},
+    {"dp-delta", FlagGroup::kPrivacy, &JobConfig::dp_delta, "--dp: the delta of (epsilon, delta)"},
+    {"dp-noise-multiplier", FlagGroup::kPrivacy, &JobConfig::dp_noise_multiplier,
+     "--dp: the noise's standard deviation over --dp-clip (0: calibrated from --dp-epsilon)"},
+    {"dp-epsilon", FlagGroup::kPrivacy, &JobConfig::dp_epsilon,
+     "--dp: the budget: alone, the noise is calibrated to it; with --dp-noise-multiplier, a job "
+     "whose planned steps spend more is refused (0: none)"},
+    {"dp-accountant", FlagGroup::kPrivacy, &JobConfig::dp_accountant,
+     "--dp: rdp (Canonne-Kamath-Steinke 2020's conversion, as Google's dp-accounting) or "
+     "rdp-classic (Mironov 2017's)"},
+    {"dp-noise-seed", FlagGroup::kPrivacy, &JobConfig::dp_noise_seed,
+     "--dp experiments: draw the sampling and noise from this seed so that the run repeats (0: "
+     "fresh randomness; a seeded run's noise is known to whoever knows the seed)"},
     {"out", FlagGroup::kOutput, &JobConfig::out,
      "Output directory for metrics, logs and synthetic data"},
     {"log-every", FlagGroup::kOutput, &JobConfig::log_every,
@@ -462,8 +493,8 @@ absl::Status ParseNamedOptions(const JobConfig& c, JobSpec& s) {
            ParseOneOf("format", c.format, ParseDataFormat, "auto, libsvm, csv, criteo",
                       &s.data.format),
            ParseOneOf("index-base", c.index_base, ParseIndexBase, "auto, 0, 1", &s.data.index_base),
-           ParseOneOf("optimizer", c.optimizer, ParseOptimizer, "sgd, adagrad, adam, ftrl",
-                      &s.training.optimizer),
+           ParseOneOf("optimizer", c.optimizer, ParseOptimizer,
+                      "sgd, adagrad, adam, ftrl, momentum, yogi", &s.training.optimizer),
        }) {
     if (!status.ok()) return status;
   }
@@ -553,6 +584,45 @@ absl::Status ParsePartitionAndRounds(const JobConfig& c, JobSpec& s) {
                                    .client_dropout = c.client_dropout,
                                    .prox_mu = c.prox_mu,
                                    .server_lr = c.server_lr};
+  return absl::OkStatus();
+}
+
+// --server-optimizer, --secure-aggregation and --dp. The --dp-* flags without --dp are refused:
+// a user who sets a budget and forgets --dp would train without privacy. An explicit --dp off
+// lets them be (a job file's DP settings, turned off on the command line for a baseline).
+absl::Status ParsePrivacy(const JobConfig& c, JobSpec& s) {
+  absl::StatusOr<ServerOptimizerSpec> rule = ParseServerOptimizer(c.server_optimizer);
+  if (!rule.ok())
+    return InvalidFlag("server-optimizer", c.server_optimizer, rule.status().message());
+  s.federated.server_optimizer = *rule;
+  if (c.secure_aggregation != "on" && c.secure_aggregation != "off") {
+    return InvalidFlag("secure-aggregation", absl::StrCat("'", c.secure_aggregation, "'"),
+                       "must be on or off");
+  }
+  s.federated.secure_aggregation = c.secure_aggregation == "on";
+  s.federated.secagg_threshold = c.secagg_threshold;
+  if (auto s2 = ParseOneOf("dp", c.dp, ParseDpLevel, "off, example, client", &s.privacy.level);
+      !s2.ok()) {
+    return s2;
+  }
+  if (auto s2 = ParseOneOf("dp-accountant", c.dp_accountant, ParseRdpConversion, "rdp, rdp-classic",
+                           &s.privacy.accountant);
+      !s2.ok()) {
+    return s2;
+  }
+  s.privacy.clip = c.dp_clip;
+  s.privacy.delta = c.dp_delta;
+  s.privacy.noise_multiplier = c.dp_noise_multiplier;
+  s.privacy.epsilon = c.dp_epsilon;
+  s.privacy.noise_seed = c.dp_noise_seed;
+  if (!s.privacy.on() && !c.given.contains("dp")) {
+    for (const char* flag : {"dp-clip", "dp-delta", "dp-noise-multiplier", "dp-epsilon",
+                             "dp-accountant", "dp-noise-seed"}) {
+      if (c.given.contains(flag)) {
+        return InvalidFlag(flag, "given", "needs --dp example or --dp client (--dp is off)");
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -775,7 +845,7 @@ absl::StatusOr<JobSpec> BuildJobSpec(const JobConfig& c) {
   // The texts first: each is parsed once, here.
   for (absl::Status (*parse)(const JobConfig&, JobSpec&) :
        {ParseNamedOptions, ParseSyncAndModel, ParseCompression, ParsePartitionAndRounds,
-        ParseServerSizes, ParseSlowness}) {
+        ParsePrivacy, ParseServerSizes, ParseSlowness}) {
     if (absl::Status status = parse(c, s); !status.ok()) return AttributeToJobFile(status, c);
   }
   CopyPlainOptions(c, s);
@@ -828,6 +898,8 @@ const char* FlagGroupName(FlagGroup group) {
       return "Cluster";
     case FlagGroup::kFederated:
       return "Federated";
+    case FlagGroup::kPrivacy:
+      return "Privacy";
     case FlagGroup::kOutput:
       return "Output";
   }

@@ -32,12 +32,13 @@ enum class FlagGroup {
   kCheckpoints,  // checkpoints and faults
   kCluster,
   kFederated,
+  kPrivacy,
   kOutput,
 };
 inline constexpr FlagGroup kFlagGroups[] = {
     FlagGroup::kJob,         FlagGroup::kData,       FlagGroup::kModel,       FlagGroup::kSync,
     FlagGroup::kCompression, FlagGroup::kEmbeddings, FlagGroup::kCheckpoints, FlagGroup::kCluster,
-    FlagGroup::kFederated,   FlagGroup::kOutput};
+    FlagGroup::kFederated,   FlagGroup::kPrivacy,    FlagGroup::kOutput};
 // The heading: "Job", ..., "Checkpoints and faults", ...
 const char* FlagGroupName(FlagGroup group);
 
@@ -193,6 +194,21 @@ struct JobConfig {
   double client_dropout = 0;
   double prox_mu = 0;
   double server_lr = 1;
+  // [--server-optimizer] sgd, momentum:B, adagrad[:TAU], adam[:TAU] or yogi[:TAU].
+  std::string server_optimizer = "sgd";
+  // [--secure-aggregation] "on" or "off"; [--secagg-threshold] (JobSpec::Federated).
+  std::string secure_aggregation = "off";
+  int secagg_threshold = 0;
+  // Differential privacy (JobSpec::Privacy): [--dp] off, example or client; [--dp-clip],
+  // [--dp-delta], [--dp-noise-multiplier], [--dp-epsilon], [--dp-accountant] rdp or
+  // rdp-classic, [--dp-noise-seed].
+  std::string dp = "off";
+  double dp_clip = 1;
+  double dp_delta = 1e-5;
+  double dp_noise_multiplier = 0;
+  double dp_epsilon = 0;
+  std::string dp_accountant = "rdp";
+  uint64_t dp_noise_seed = 0;
   // [--config FILE, or a positional argument ending in .toml] The TOML job file the values above
   // were read from; empty when there was none. Not a key of the job file itself.
   std::string job_file;

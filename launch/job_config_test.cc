@@ -594,7 +594,7 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"batch_size", [](JobConfig& c) { c.batch_size = 0; },
                      "--batch-size=0: must be >= 1"},
         ValidateCase{"optimizer", [](JobConfig& c) { c.optimizer = "rmsprop"; },
-                     "--optimizer='rmsprop': must be one of sgd, adagrad, adam, ftrl"},
+                     "--optimizer='rmsprop': must be one of sgd, adagrad, adam, ftrl, momentum, yogi"},
         ValidateCase{"embedding_memory", [](JobConfig& c) { c.embedding_memory = "2"; },
                      "--embedding-memory=2: memory budget '2': give a unit (B, KiB, MiB, GiB, "
                      "TiB, KB, MB, GB, TB or rows) (examples: 2GiB, 512MiB, 1000000rows)"},
@@ -957,6 +957,27 @@ TEST(FlagModesTest, TheDocsTableHasARowPerFlagAndAColumnPerMode) {
   EXPECT_THAT(md, HasSubstr("| flag | bsp | asp | ssp | gossip | allreduce | hybrid | fedavg |"));
   EXPECT_THAT(md, HasSubstr("| `--servers` | ✓ | ✓ | ✓ | | | ✓ | ✓ | refused:"));
   EXPECT_THAT(md, HasSubstr("| `--rounds` | | | | | | | ✓ | refused:"));
+}
+
+}  // namespace
+}  // namespace syncline
+
+namespace syncline {
+namespace {
+
+// A --dp-* flag without --dp would train without the privacy its user asked for: refused.
+// An explicit --dp off keeps a job file's DP settings quiet, for a non-private baseline.
+TEST(JobConfigTest, DpSettingsWithoutDpAreRefusedUnlessDpIsTurnedOff) {
+  JobConfig alone;
+  ASSERT_TRUE(Parse({"--dp-epsilon", "3"}, &alone).ok());
+  absl::StatusOr<JobSpec> spec = BuildJobSpec(alone);
+  EXPECT_THAT(spec.status().message(), ::testing::HasSubstr("--dp is off"));
+  const std::string path = WriteFile("dp.toml", "dp = \"example\"\ndp-epsilon = 3\n");
+  JobConfig off;
+  ASSERT_TRUE(Parse({path, "--dp", "off"}, &off).ok());
+  spec = BuildJobSpec(off);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->privacy.on());
 }
 
 }  // namespace

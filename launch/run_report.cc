@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "job/privacy_plan.h"
 
 // RunReport's callbacks and the state they keep; its outputs are in run_report_csv.cc
 // (metrics.csv, embedding.csv), run_report_progress.cc (the progress line) and
@@ -40,7 +41,13 @@ RunReport::StepSplit& RunReport::StepSplit::operator+=(const StepSplit& other) {
 }
 
 RunReport::RunReport(const JobSpec& job, std::string out, bool interactive)
-    : job_(job), out_(std::move(out)), interactive_(interactive), start_(absl::Now()) {}
+    : job_(job),
+      privacy_(job.privacy.on() && JobAccountant(job).ok()
+                   ? std::optional<RdpAccountant>(*JobAccountant(job))
+                   : std::nullopt),
+      out_(std::move(out)),
+      interactive_(interactive),
+      start_(absl::Now()) {}
 
 RunReport::~RunReport() = default;
 
@@ -65,6 +72,7 @@ void RunReport::OnProgress(int worker, wire::Progress::Reader p) {
       "%.3f,%d,%d,%d,%.6g,%d,%.3g,%.4g,%d", WallSeconds(metrics_wall_offset_), worker, p.getClock(),
       p.getEpoch(), p.getTrainLoss(), p.getExamples(), p.getStaleness(), p.getConsensus(), world);
   for (double seconds : split.seconds) metrics_ << absl::StrFormat(",%.6g", seconds);
+  if (privacy_) metrics_ << absl::StrFormat(",%.6g", privacy_->Spent(p.getClock()).epsilon);
   metrics_ << "\n";
   metrics_.flush();
 }

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/coordinator.h"
+#include "job/privacy_accountant.h"
 #include "launch/checkpoint_tracker.h"
 #include "syncline/job_spec.h"
 
@@ -140,6 +142,8 @@ class RunReport : public CoordinatorObserver {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddStepMembers(JsonMembers& j) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddRecoveryMembers(JsonMembers& j) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddPrivacyMembers(JsonMembers& j, const WorkerTotals& t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::string ProgressText(absl::Duration elapsed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClearProgress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -161,6 +165,9 @@ class RunReport : public CoordinatorObserver {
   }
 
   const JobSpec job_;
+  // --dp: the accountant of the job's plan (metrics.csv's epsilon column, summary.json's
+  // "privacy"); empty without --dp.
+  const std::optional<RdpAccountant> privacy_;
   const std::string out_;
   const bool interactive_;
   const absl::Time start_;

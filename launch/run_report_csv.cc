@@ -21,6 +21,8 @@ absl::Status RunReport::Open() {
   std::string header =
       "wall_seconds,worker,clock,epoch,train_loss,examples,staleness,consensus,world_size";
   for (const char* part : StepSplit::kParts) absl::StrAppend(&header, ",", part, "_s");
+  // --dp: the epsilon the worker's steps (a client's rounds) have spent, by the accountant.
+  if (privacy_) absl::StrAppend(&header, ",epsilon");
   metrics_wall_offset_ = OpenCsv(path, header, metrics_, /*clock_column=*/2);
   if (ec || !metrics_) return absl::PermissionDeniedError(absl::StrFormat("cannot write %s", path));
   return absl::OkStatus();

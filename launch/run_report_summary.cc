@@ -15,6 +15,8 @@
 #include "absl/strings/str_join.h"
 #include "job/job_spec.h"
 #include "job/options.h"
+#include "job/privacy_options.h"
+#include "job/privacy_plan.h"
 #include "launch/run_report.h"
 
 namespace syncline {
@@ -309,6 +311,34 @@ void RunReport::AddRecoveryMembers(JsonMembers& j) const {
   j.Add("nodes_down", JsonArray(down));
 }
 
+// --dp: what the job spent, by the accountant of its plan (job/privacy_plan.h).
+void RunReport::AddPrivacyMembers(JsonMembers& j, const WorkerTotals& t) const {
+  if (!privacy_) return;
+  const JobSpec::Privacy& p = job_.privacy;
+  absl::StatusOr<PrivacyPlan> plan = PlanPrivacy(job_);
+  if (!plan.ok()) return;
+  // A client's clock is its rounds; the servers' count of closed rounds, where there is one.
+  const int64_t done = p.level == DpLevel::kClient && rounds_.rounds > 0
+                           ? static_cast<int64_t>(rounds_.rounds)
+                           : t.max_steps;
+  j.Add("privacy",
+        JsonObject(
+            {{"level", JsonString(DpLevelName(p.level))},
+             {"epsilon", JsonNumber(privacy_->Spent(done).epsilon)},
+             {"epsilon_planned", JsonNumber(privacy_->Spent(plan->steps).epsilon)},
+             {"budget", p.epsilon > 0 ? JsonNumber(p.epsilon) : "null"},
+             {"delta", JsonNumber(p.delta)},
+             {"noise_multiplier", JsonNumber(p.noise_multiplier)},
+             {"clip", JsonNumber(p.clip)},
+             {"sampling_rate", JsonNumber(plan->sampling_rate)},
+             {"steps", absl::StrCat(done)},
+             {"steps_planned", absl::StrCat(plan->steps)},
+             {"accountant", JsonString(RdpConversionDescription(p.accountant))},
+             {"noise", JsonString(p.noise_seed != 0 ? "seeded by --dp-noise-seed: known to whoever "
+                                                      "knows the seed"
+                                                    : "fresh randomness")}}));
+}
+
 absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& failure,
                                      const std::string& status) {
   absl::MutexLock lock(&mu_);
@@ -320,6 +350,7 @@ absl::Status RunReport::WriteSummary(absl::Duration wall, const std::string& fai
   AddTrafficMembers(j, totals);
   AddStepMembers(j);
   AddRecoveryMembers(j);
+  AddPrivacyMembers(j, totals);
   const std::string path = (fs::path(out_) / "summary.json").string();
   std::ofstream out(path, std::ios::trunc);
   out << j.Text();

@@ -15,6 +15,10 @@ int StateFloatsPerWeight(OptimizerKind kind) {
       return 2;
     case OptimizerKind::kFtrl:
       return 2;
+    case OptimizerKind::kMomentum:
+      return 1;
+    case OptimizerKind::kYogi:
+      return 2;
   }
   return 0;
 }
@@ -68,7 +72,13 @@ void Update(const OptimizerConfig& c, float* __restrict w, float* __restrict sta
       }
       return;
     }
-    case OptimizerKind::kAdam: {
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kYogi: {
+      // Yogi keeps Adam's moments and bias correction; its second moment moves towards g^2 by
+      // at most (1 - beta2) g^2 a step, additively, so that a burst of large gradients does
+      // not wipe out what it had (Zaheer et al. 2018). The branch is the same for the whole
+      // loop (GCC unswitches it).
+      const bool yogi = c.kind == OptimizerKind::kYogi;
       float* __restrict m = state0;
       float* __restrict v = state1;
       const double t = static_cast<double>(step < 1 ? 1 : step);
@@ -80,8 +90,22 @@ void Update(const OptimizerConfig& c, float* __restrict w, float* __restrict sta
         const float gs = g[i] * scale;
         const float gi = gs + l2 * w[i];
         m[i] = c.beta1 * m[i] + (1 - c.beta1) * gi;
-        v[i] = c.beta2 * v[i] + ((1 - c.beta2) * gi * gi + (1 - c.beta2) * extra * (gs * gs));
+        if (yogi) {
+          const float g2 = gi * gi + extra * (gs * gs);
+          const float sign = v[i] > g2 ? 1.0f : (v[i] < g2 ? -1.0f : 0.0f);
+          v[i] -= (1 - c.beta2) * g2 * sign;
+        } else {
+          v[i] = c.beta2 * v[i] + ((1 - c.beta2) * gi * gi + (1 - c.beta2) * extra * (gs * gs));
+        }
         w[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + c.epsilon);
+      }
+      return;
+    }
+    case OptimizerKind::kMomentum: {
+      float* __restrict m = state0;
+      for (size_t i = 0; i < n; ++i) {
+        m[i] = c.beta1 * m[i] + (g[i] * scale + l2 * w[i]);
+        w[i] -= lr * m[i];
       }
       return;
     }

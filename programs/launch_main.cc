@@ -35,6 +35,7 @@
 #include "launch/batch_script.h"
 #include "launch/checkpoint_tracker.h"
 #include "launch/cluster.h"
+#include "launch/dp_setup.h"
 #include "launch/earlier_results.h"
 #include "launch/experiment.h"
 #include "launch/flag_help.h"
@@ -42,6 +43,7 @@
 #include "launch/generate_data.h"
 #include "launch/job_config.h"
 #include "launch/launch_flags.h"
+#include "launch/privacy_command.h"
 #include "launch/resume.h"
 #include "launch/run_report.h"
 #include "launch/spelling.h"
@@ -353,6 +355,10 @@ constexpr std::pair<const char*, const char*> kSubcommands[] = {
      "runs the job once per value of a swept flag (--sync bsp,asp,ssp:1, --compress, "
      "--aggregate, ...) on the same data and compares the runs: OUT/summary.csv, OUT/report.md "
      "and plots. Its flags: syncline-launch experiment --help"},
+    {"privacy",
+     "prints the epsilon that --steps steps at --sampling-rate and --noise-multiplier spend "
+     "(or, with --epsilon, the noise multiplier a budget needs) as one JSON line: the "
+     "accountant of --dp. Its flags: syncline-launch privacy --help"},
 };
 
 std::string SubcommandsText() {
@@ -388,7 +394,10 @@ std::string MarkdownOutro() {
                   "\n### syncline-launch experiment\n\n"
                   "Its own flags; every other flag goes to each run as given (a flag that a "
                   "run's mode ignores is left out of that run).\n\n",
-                  ExperimentFlagsMarkdown());
+                  ExperimentFlagsMarkdown(),
+                  "\n### syncline-launch privacy\n\n"
+                  "The RDP accountant of `--dp` (docs/PRIVACY.md) on its own.\n\n",
+                  PrivacyFlagsMarkdown());
   absl::StrAppend(
       &md,
       "\n## Which flags apply to which sync mode\n\n"
@@ -504,6 +513,9 @@ int Main(int argc, char** argv) {
   f.cluster.out = fs::absolute(f.config.out).string();
   absl::StatusOr<int64_t> restore_clock = PrepareRunFolder(f, *spec);
   if (!restore_clock.ok()) return Refuse(restore_clock.status().message());
+  absl::StatusOr<std::string> privacy = SetUpPrivacy(*spec);
+  if (!privacy.ok()) return Refuse(privacy.status().message());
+  if (!privacy->empty()) SYNCLINE_LOG(INFO) << *privacy;
   return RunJob(f, *spec, *restore_clock);
 }
 
@@ -527,6 +539,9 @@ std::optional<int> RefuseMistypedSubcommand(int argc, char** argv) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "experiment") {
     return syncline::RunExperiment(argc - 1, argv + 1);
+  }
+  if (argc > 1 && std::string_view(argv[1]) == "privacy") {
+    return syncline::RunPrivacyCommand(argc - 1, argv + 1);
   }
   if (auto refused = syncline::RefuseMistypedSubcommand(argc, argv)) return *refused;
   return syncline::Main(argc, argv);

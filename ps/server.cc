@@ -21,6 +21,7 @@
 #include "job/federated.h"
 #include "job/options.h"
 #include "optim/optimizer.h"
+#include "privacy/dp_random.h"
 #include "ps/robust_aggregate.h"
 
 namespace syncline {
@@ -957,8 +958,11 @@ void ParameterServer::OpenRound(int64_t round) {
     round_deadline_ = absl::InfiniteFuture();
     return;
   }
-  round_clients_ = PickClients(options_.federated->seed, round, options_.num_workers,
-                               options_.federated->participation);
+  round_clients_ = RoundPicker{.seed = options_.federated->seed,
+                               .workers = options_.num_workers,
+                               .participation = options_.federated->participation,
+                               .poisson_key = options_.federated->dp_key}
+                       .Pick(round);
   round_deadline_ = absl::Now() + options_.federated->round_timeout;
 }
 
@@ -1033,6 +1037,32 @@ void ParameterServer::RemoveWorker(int worker) {
   }
 }
 
+// DP-FedAvg: the closed rounds' sums of clipped updates, each with its noise, over the expected
+// number of clients. Every round up to the job's last is applied once, in order, also one that
+// no client answered.
+absl::Status ParameterServer::ApplyNoisyRounds(int64_t min_clock) {
+  const ServerOptions::Federated& f = *options_.federated;
+  const int64_t to = std::min(min_clock, f.rounds);
+  if (to <= noised_round_) return absl::OkStatus();
+  absl::StatusOr<DpKey> key = ParseDpKeyHex(f.dp_key);
+  if (!key.ok()) return key.status();
+  absl::Status result;
+  for (auto& [id, table] : tables_) {
+    const uint32_t table_id = id;
+    auto add_noise = [&](int64_t round, std::span<float> sum) {
+      DpRandom noise(
+          *key, DpStream::kRoundNoise,
+          {table_id, static_cast<uint64_t>(options_.rank), static_cast<uint64_t>(round)});
+      noise.AddGaussian(sum, f.dp_noise_stddev);
+    };
+    absl::Status s = table->ApplyNoisyAggregates(
+        noised_round_, to, static_cast<float>(1.0 / f.dp_expected_clients), add_noise);
+    if (!s.ok() && result.ok()) result = s;
+  }
+  noised_round_ = to;
+  return result;
+}
+
 absl::Status ParameterServer::OnMinClockChanged() {
   const int64_t min_clock = clocks_.MinClock();
   absl::Status result;
@@ -1064,6 +1094,8 @@ absl::Status ParameterServer::OnMinClockChanged() {
         }
         stats_.aggregates_skipped += *applied;
       }
+    } else if (options_.federated && options_.federated->dp_noise_stddev > 0) {
+      result = ApplyNoisyRounds(min_clock);
     } else {
       for (auto& [id, table] : tables_) {
         if (auto s = table->ApplyAggregates(min_clock, scale_of); !s.ok() && result.ok()) {

@@ -115,6 +115,15 @@ struct ServerOptions {
     absl::Duration round_timeout = absl::Seconds(60);
     uint64_t seed = 1;
     int64_t rounds = std::numeric_limits<int64_t>::max();  // rounds after the last stay shut
+    // --dp client: the job's privacy key (64 hex digits). A round's clients are then a
+    // Poisson sample drawn from it (job/federated.h's RoundPicker), and its noise too.
+    std::string dp_key;
+    // --dp client (DP-FedAvg), with dp_noise_stddev > 0: every round, an empty one too, is
+    // applied as the sum of the clients' clipped updates plus Gaussian noise of this standard
+    // deviation (z C) on every coordinate, divided by dp_expected_clients (q W) whatever came
+    // (the count that came would tell). Each shard draws the noise of its own coordinates.
+    double dp_noise_stddev = 0;
+    double dp_expected_clients = 0;
   };
   std::optional<Federated> federated;
   // The job's rollbacks so far (in-place recovery): a request of an older generation was sent
@@ -237,6 +246,7 @@ class ParameterServer {
   absl::Status AnswerCompressedPull(const std::string& peer, Message& request, const TableConfig& c,
                                     std::span<const uint64_t> keys, std::span<const float> values);
   absl::Status AdvanceClock(int worker, int64_t clock, float weight);
+  absl::Status ApplyNoisyRounds(int64_t min_clock);
   absl::Status OnMinClockChanged();
   // Federated: whether a push or clock of `worker` is for a round that has closed already.
   bool LateForRound(int worker, int64_t clock) const;
@@ -290,6 +300,8 @@ class ParameterServer {
   std::vector<int> round_clients_;
   absl::Time round_deadline_ = absl::InfiniteFuture();
   bool round_started_ = false;
+  // --dp client: the first round whose noisy aggregate is not applied yet.
+  int64_t noised_round_ = 0;
   uint64_t skip_reports_ = 0;  // robust aggregation: clocks that left something unchanged
   // The min clock the tables' stores have been stepped to.
   int64_t stepped_clock_ = 0;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
+#include "job/privacy_plan.h"
 #include "ps/server.h"
 
 namespace syncline {
@@ -94,6 +95,12 @@ ServerOptions ShardOptions(const JobSpec& spec, const NodeTable& table, int rank
                                  .round_timeout = absl::Seconds(spec.federated.round_timeout_s),
                                  .seed = spec.seed,
                                  .rounds = spec.federated.rounds};
+    if (spec.privacy.level == DpLevel::kClient) {
+      options.federated->dp_key = spec.privacy.key;
+      options.federated->dp_noise_stddev = spec.privacy.noise_multiplier * spec.privacy.clip;
+      options.federated->dp_expected_clients =
+          spec.federated.participation * static_cast<double>(spec.workers);
+    }
   }
   return options;
 }
@@ -107,6 +114,11 @@ NodeExit ServerNode::Run() {
   const JobSpec& spec = joined->spec;
   ControlClient* control = joined->control.get();
   Endpoint& endpoint = *joined->data;
+  // A DP round must never be applied without its noise.
+  if (auto s = CheckPrivacyResolved(spec); !s.ok()) {
+    control->ReportAbort(s);
+    return {s, /*bad_input=*/true};
+  }
 
   ServerOptions options = ShardOptions(spec, control->table(), rank);
   options.on_checkpoint = [control](int64_t clock, const absl::Status& status) {

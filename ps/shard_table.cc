@@ -564,6 +564,27 @@ absl::Status ShardTable::ApplyAggregate(Aggregate& aggregate, float scale) {
   return ApplySums(keys, sum.data(), any_held, held, squares, scale);
 }
 
+absl::Status ShardTable::ApplyNoisyAggregates(
+    int64_t from, int64_t to, float scale,
+    const std::function<void(int64_t clock, std::span<float> sum)>& add_noise) {
+  if (!config_.dense) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "table %d: DP rounds add noise to every coordinate of a dense table; this one is sparse",
+        config_.id));
+  }
+  std::vector<float> sum(range_.size() * config_.dim);
+  for (int64_t clock = from; clock < to; ++clock) {
+    std::fill(sum.begin(), sum.end(), 0.0f);
+    if (auto it = aggregates_.find(clock); it != aggregates_.end()) {
+      for (const auto& [worker, contributions] : it->second) AddToShard(contributions, sum.data());
+    }
+    add_noise(clock, sum);
+    ApplyRange(range_, sum.data(), scale);
+  }
+  aggregates_.erase(aggregates_.begin(), aggregates_.lower_bound(to));
+  return absl::OkStatus();
+}
+
 void ShardTable::DropContributions(int64_t clock, int worker) {
   auto it = aggregates_.find(clock);
   if (it != aggregates_.end()) it->second.erase(worker);

@@ -144,6 +144,13 @@ class ShardTable {
     return absl::OkStatus();
   }
   size_t pending_aggregates() const { return aggregates_.size(); }
+  // DP-FedAvg (--dp client), dense tables only: applies clocks (rounds) from `from` to before
+  // `to` in order, each the sum of its contributions (zero where there are none: a round
+  // without clients is a release too) plus add_noise(clock, sum) and scaled by `scale`, and
+  // drops them. FailedPrecondition for a sparse table.
+  absl::Status ApplyNoisyAggregates(
+      int64_t from, int64_t to, float scale,
+      const std::function<void(int64_t clock, std::span<float> sum)>& add_noise);
   // The same with a Byzantine-robust rule (ps/robust_aggregate.h): each worker's update is its
   // contributions divided by examples_of(clock, worker), the rule combines them, per key over
   // the updates holding that key for a sparse table, and the result is applied with scale 1,

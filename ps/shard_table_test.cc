@@ -87,6 +87,36 @@ TEST(ShardTableTest, AggregatesApplyInClockOrderWithTheirScale) {
   EXPECT_FLOAT_EQ(out[0], -2.0f);
 }
 
+// DP-FedAvg: every round from `from` on is applied, one without contributions too (its noise
+// alone), each with the fixed scale, in round order; a sparse table is refused.
+TEST(ShardTableTest, NoisyRoundsApplyEveryRoundWithItsNoise) {
+  auto t = *ShardTable::Create(Dense(3, 1), 0, 1);
+  const std::vector<float> a = {1, 2, 3}, b = {10, 20, 30};
+  t->AccumulateRange(0, 0, {0, 3}, a.data());
+  t->AccumulateRange(0, 1, {0, 3}, b.data());
+  t->AccumulateRange(2, 0, {0, 3}, a.data());
+  std::vector<int64_t> noised;
+  auto noise = [&](int64_t round, std::span<float> sum) {
+    noised.push_back(round);
+    for (float& v : sum) v += 100.0f * (round + 1);
+  };
+  // Rounds 0 and 1 (none pushed to round 1), at scale 1/4, learning rate 1.
+  ASSERT_TRUE(t->ApplyNoisyAggregates(0, 2, 0.25f, noise).ok());
+  EXPECT_EQ(noised, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(t->pending_aggregates(), 1u);  // round 2 waits
+  std::vector<float> out(3);
+  t->ReadRange({0, 3}, out.data());
+  for (int i = 0; i < 3; ++i) {
+    const float round0 = (a[i] + b[i] + 100.0f) * 0.25f, round1 = 200.0f * 0.25f;
+    EXPECT_FLOAT_EQ(out[i], -(round0 + round1));
+  }
+  TableConfig sparse = Dense(0, 1);
+  sparse.dense = false;
+  auto s = *ShardTable::Create(sparse, 0, 1);
+  EXPECT_EQ(s->ApplyNoisyAggregates(0, 1, 1.0f, noise).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 // BSP with compressed sparse pushes: a clock's row takes the most held steps (and the largest
 // spread) among the workers' contributions to it; rows without counts take one step.
 TEST(ShardTableTest, AHeldRowOfAClockTakesTheMostStepsAnyWorkerHeld) {

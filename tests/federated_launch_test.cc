@@ -90,6 +90,31 @@ std::map<std::string, std::vector<double>> ReadParams(const std::string& path) {
   return params;
 }
 
+// How far two runs' params.tsv are apart (the largest coordinate difference) and how far the
+// first moved from zero (the sum of its magnitudes); worst is infinite when their keys differ.
+struct ParamsGap {
+  double worst = 0;
+  double moved = 0;
+};
+ParamsGap CompareParams(const std::string& a_dir, const std::string& b_dir) {
+  const auto x = ReadParams(a_dir + "/params.tsv");
+  const auto y = ReadParams(b_dir + "/params.tsv");
+  ParamsGap gap;
+  if (x.size() != y.size()) gap.worst = INFINITY;
+  for (const auto& [key, values] : x) {
+    if (!y.contains(key) || values.size() != y.at(key).size()) {
+      ADD_FAILURE() << key << " differs in presence or size";
+      gap.worst = INFINITY;
+      continue;
+    }
+    for (size_t i = 0; i < values.size(); ++i) {
+      gap.worst = std::max(gap.worst, std::abs(values[i] - y.at(key)[i]));
+      gap.moved += std::abs(values[i]);
+    }
+  }
+  return gap;
+}
+
 // With every client picked and one local SGD step per round, a round is a BSP clock of the
 // same SGD: the client's delta n * (w - w') is lr times its gradient sum, and the servers'
 // weighted mean of the deltas (SGD at --server-lr 1) is BSP's step on the union batch.
@@ -108,20 +133,9 @@ TEST_F(FederatedTest, OneLocalStepOfEveryClientIsABspStep) {
   r = RunProcess(Job(fed, b));
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
-  const auto x = ReadParams(bsp + "/params.tsv");
-  const auto y = ReadParams(fed + "/params.tsv");
-  ASSERT_EQ(x.size(), y.size());
-  double moved = 0, worst = 0;
-  for (const auto& [key, values] : x) {
-    ASSERT_TRUE(y.contains(key)) << key;
-    ASSERT_EQ(values.size(), y.at(key).size());
-    for (size_t i = 0; i < values.size(); ++i) {
-      worst = std::max(worst, std::abs(values[i] - y.at(key)[i]));
-      moved += std::abs(values[i]);
-    }
-  }
-  EXPECT_LE(worst, 1e-5);
-  EXPECT_GT(moved, 1.0);  // the runs trained
+  const ParamsGap gap = CompareParams(bsp, fed);
+  EXPECT_LE(gap.worst, 1e-5);
+  EXPECT_GT(gap.moved, 1.0);  // the runs trained
   const std::string summary = ReadFile(fed + "/summary.json");
   EXPECT_NE(summary.find("\"sync\": \"fedavg\""), std::string::npos) << summary;
   EXPECT_NE(summary.find("\"closed\": 20"), std::string::npos) << summary;
@@ -278,6 +292,126 @@ TEST(FederatedCtrTest, TheCtrModelTrainsFederatedOnEmbeddingTablesOnDisk) {
       << fed << bsp;
   EXPECT_GT(JsonNumber(fed, "embedding.rows_on_disk").value_or(0), 0) << fed;
   EXPECT_NE(fed.find("\"closed\": 2"), std::string::npos) << fed;
+}
+
+// DP-FedAvg with every client a round (q = 1), a clip no update reaches and noise of 1e-4 is
+// FedAvg of equal clients: each pushes its unweighted delta, the servers divide the sum by the
+// expected 3 clients. The summary states the privacy spent and metrics.csv its running epsilon.
+TEST_F(FederatedTest, DpFedAvgWithAWideClipAndEveryClientIsFedAvgPlusItsNoise) {
+  const std::string fed = TempDir("fed_plain"), dp = TempDir("fed_dp_wide");
+  const std::vector<std::string> common = {
+      "--sync", "fedavg", "--workers",    "3",   "--servers",   "2",   "--rounds",      "5",
+      "--lr",   "0.2",    "--batch-size", "100", "--partition", "iid", "--local-steps", "1"};
+  auto r = RunProcess(Job(fed, common));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> flags = common;
+  flags.insert(flags.end(), {"--dp", "client", "--dp-clip", "1000", "--dp-noise-multiplier", "1e-7",
+                             "--dp-noise-seed", "4"});
+  r = RunProcess(Job(dp, flags));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const ParamsGap gap = CompareParams(fed, dp);
+  // Noise of standard deviation 1e-4 a round, over 3: within 2e-4 * 5 rounds * a margin.
+  EXPECT_LE(gap.worst, 2e-3);
+  EXPECT_GT(gap.worst, 0);  // the noise is there
+  EXPECT_GT(gap.moved, 1.0);
+  const std::string summary = ReadFile(dp + "/summary.json");
+  EXPECT_NE(summary.find("\"privacy\": {\"level\": \"client\""), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"sampling_rate\": 1,"), std::string::npos) << summary;
+  const std::string csv = ReadFile(dp + "/metrics.csv");
+  EXPECT_NE(csv.substr(0, csv.find('\n')).find(",epsilon"), std::string::npos) << csv;
+}
+
+// DP-FedAvg at a real noise level and DP-SGD under bsp and allreduce train past chance (4
+// classes), each within the budget it was calibrated to.
+TEST_F(FederatedTest, DpJobsTrainWithinTheirCalibratedBudget) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> jobs = {
+      {"dp_client",
+       {"--sync",
+        "fedavg",
+        "--workers",
+        "8",
+        "--servers",
+        "1",
+        "--rounds",
+        "8",
+        "--lr",
+        "0.2",
+        "--batch-size",
+        "50",
+        "--participation",
+        "0.5",
+        "--dp",
+        "client",
+        "--dp-clip",
+        "2",
+        "--dp-noise-multiplier",
+        "0.3"}},
+      {"dp_bsp",
+       {"--sync", "bsp", "--workers", "2", "--servers", "1", "--epochs", "3", "--lr", "0.5",
+        "--batch-size", "50", "--dp", "example", "--dp-clip", "1", "--dp-epsilon", "8"}},
+      {"dp_allreduce",
+       {"--sync", "allreduce", "--workers", "2", "--epochs", "3", "--lr", "0.5", "--batch-size",
+        "50", "--dp", "example", "--dp-clip", "1", "--dp-epsilon", "8", "--dp-noise-seed", "2"}}};
+  for (const auto& [name, flags] : jobs) {
+    SCOPED_TRACE(name);
+    const std::string out = TempDir(name);
+    auto r = RunProcess(Job(out, flags));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_GT(Accuracy(out), 0.5) << r.output;
+    const std::string summary = ReadFile(out + "/summary.json");
+    const double eps = JsonNumber(summary, "privacy.epsilon").value_or(-1);
+    EXPECT_GT(eps, 0) << summary;
+    if (name != "dp_client") {
+      EXPECT_LE(eps, 8.0 + 1e-9) << summary;
+    }
+  }
+}
+
+// What --dp and --server-optimizer refuse before anything starts, each naming why.
+TEST_F(FederatedTest, PrivacyOptionsRefuseWhatTheyCannotProtect) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--sync", "bsp", "--workers", "2", "--epochs", "50", "--dp", "example",
+        "--dp-noise-multiplier", "0.5", "--dp-epsilon", "1"},
+       "more than the budget"},
+      {{"--sync", "asp", "--workers", "2", "--dp", "example", "--dp-epsilon", "3"},
+       "is DP-SGD under --sync bsp or allreduce"},
+      {{"--sync", "bsp", "--workers", "2", "--dp", "client", "--dp-epsilon", "3"},
+       "it needs --sync fedavg"},
+      {{"--sync", "bsp", "--workers", "2", "--dp-epsilon", "3"}, "--dp is off"},
+      {{"--sync", "bsp", "--workers", "2", "--server-optimizer", "adam"}, "server-optimizer"},
+      {{"--sync", "fedavg", "--workers", "4", "--secure-aggregation", "on"}, "not built yet"}};
+  for (const auto& [flags, why] : cases) {
+    SCOPED_TRACE(absl::StrJoin(flags, " "));
+    auto r = RunProcess(Job(TempDir("dp_refused"), flags));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(why), std::string::npos) << r.output;
+  }
+}
+
+// The servers' adaptive rules train a federated model too, and differently from FedAvg's SGD.
+TEST_F(FederatedTest, ServerOptimizersTrainTheRounds) {
+  const std::vector<std::string> common = {"--sync",    "fedavg", "--workers",    "4",
+                                           "--servers", "2",      "--rounds",     "6",
+                                           "--lr",      "0.1",    "--batch-size", "50"};
+  std::map<std::string, double> accuracy;
+  for (const std::vector<std::string>& rule :
+       {std::vector<std::string>{"--server-optimizer", "sgd"},
+        {"--server-optimizer", "momentum:0.5", "--server-lr", "0.5"},
+        {"--server-optimizer", "adam", "--server-lr", "0.05"},
+        {"--server-optimizer", "yogi", "--server-lr", "0.05"},
+        {"--server-optimizer", "adagrad", "--server-lr", "0.1"}}) {
+    SCOPED_TRACE(rule[1]);
+    std::string folder = absl::StrCat("fed_server_", rule[1]);
+    std::replace(folder.begin(), folder.end(), ':', '_');
+    const std::string out = TempDir(folder);
+    std::vector<std::string> flags = common;
+    flags.insert(flags.end(), rule.begin(), rule.end());
+    auto r = RunProcess(Job(out, flags));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    accuracy[rule[1]] = Accuracy(out);
+    EXPECT_GT(accuracy[rule[1]], 0.6) << r.output;
+  }
+  EXPECT_NE(accuracy["adam"], accuracy["sgd"]);
 }
 
 }  // namespace

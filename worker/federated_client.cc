@@ -11,6 +11,7 @@
 #include "core/random.h"
 #include "job/federated.h"
 #include "optim/optimizer.h"
+#include "privacy/dp_mechanism.h"
 #include "worker/attack.h"
 
 namespace syncline {
@@ -189,8 +190,7 @@ absl::StatusOr<FederatedResult> FederatedClient::Run(
   FederatedResult result;
   int64_t local_step = 0;  // --local-steps: where in its data the client goes on
   for (int64_t round = 0; round < f.rounds; ++round) {
-    const std::vector<int> picked =
-        PickClients(options_.seed, round, options_.workers, f.participation);
+    const std::vector<int> picked = options_.picker.Pick(round);
     if (!std::binary_search(picked.begin(), picked.end(), options_.rank)) {
       ++result.skipped;
       continue;
@@ -245,13 +245,22 @@ absl::StatusOr<FederatedResult> FederatedClient::Run(
       delta[row_floats + j] = params[row_floats + j] - w_bias[j];
     }
     Corrupt(options_.attack, 1.0f, delta, random);
-    for (float& d : delta) d *= n;
+    // DP-FedAvg: one client moves the round's sum by at most the clip, whatever its examples.
+    const bool dp = options_.dp_clip > 0;
+    const float weight = dp ? 1.0f : n;
+    if (dp) {
+      ClipToNorm({std::span<float>(delta.data(), row_floats),
+                  std::span<float>(delta.data() + row_floats, layout_.bias_dim)},
+                 options_.dp_clip);
+    } else {
+      for (float& d : delta) d *= n;
+    }
     std::span<const float> delta_bias(delta.data() + row_floats, layout_.bias_dim);
     absl::Status pushed;
     sent = absl::Now();
     if (layout_.dense_rows) {
       pushed = servers_.Update(round, keys, std::span<const float>(delta.data(), row_floats),
-                               delta_bias, n);
+                               delta_bias, weight);
     } else {
       // Only the rows that moved: a sparse client's untouched rows have a zero delta.
       const uint32_t dim = layout_.row_dim;
@@ -264,10 +273,10 @@ absl::StatusOr<FederatedResult> FederatedClient::Run(
           sent_rows.insert(sent_rows.end(), d, d + dim);
         }
       }
-      pushed = servers_.Update(round, sent_keys, sent_rows, delta_bias, n);
+      pushed = servers_.Update(round, sent_keys, sent_rows, delta_bias, weight);
     }
     if (!pushed.ok()) return pushed;
-    if (auto s = servers_.EndIteration(round, n); !s.ok()) return s;
+    if (auto s = servers_.EndIteration(round, weight); !s.ok()) return s;
     AddBackendTime(servers_, sent, &exchange);
     StepTimes times = trained->times;
     times += exchange;

@@ -9,7 +9,9 @@
 //     round stopped), adding FedProx's mu * (w - w_round) to every gradient when prox_mu > 0;
 //   - it pushes n * (w_round - w_local) with weight n, n the examples it trained on, and ends
 //     clock r. The servers' SGD with --server-lr 1 then makes the model the n-weighted mean of
-//     the clients' models (or a robust aggregate of their deltas, with --aggregate).
+//     the clients' models (or a robust aggregate of their deltas, with --aggregate; or a step
+//     of --server-optimizer on the mean delta);
+//   - under --dp client it pushes w_round - w_local clipped to --dp-clip, with weight 1.
 // So one local step with every client picked is one BSP step of the same SGD, which the tests
 // check.
 //
@@ -22,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "data/example_source.h"
+#include "job/federated.h"
 #include "models/model.h"
 #include "syncline/job_spec.h"
 #include "worker/slowness.h"
@@ -35,6 +38,14 @@ struct FederatedClientOptions {
   int rank = 0;
   int workers = 1;
   uint64_t seed = 1;
+  // Who takes part in each round (job/federated.h); its seed, workers and participation are
+  // the fields above unless --dp client makes the picks Poisson.
+  RoundPicker picker;
+  // --dp client (DP-FedAvg, McMahan et al. 2018): each round's update w_round - w_local is
+  // clipped to this L2 norm (rows and bias together) and pushed with weight 1, unweighted by
+  // the examples (the servers add the noise and divide by the expected clients). 0: plain
+  // FedAvg.
+  double dp_clip = 0;
   int batch_size = 256;
   // The clients' local update rule (the servers' tables take SGD at --server-lr).
   OptimizerConfig local_optimizer;

@@ -134,11 +134,11 @@ class TrainingRun {
         batch_(options.batch_size),
         slowness_(options.slowness),
         // With a read-ahead, iteration t+1's batch is prepared and its read sent before t
-        // computes.
-        read_ahead_(options.read_ahead && source.KeepsPreviousSlice()),
+        // computes. DP-SGD's batches are drawn, not read in turn.
+        read_ahead_(options.read_ahead && source.KeepsPreviousSlice() && !options.dp_sgd),
         // A model that stages batches (a GPU model) is handed iteration t+1's batch before t
         // computes, whatever the backend: it packs and uploads it while t computes.
-        prefetch_(model.WantsPrefetch() && source.KeepsPreviousSlice()) {
+        prefetch_(model.WantsPrefetch() && source.KeepsPreviousSlice() && !options.dp_sgd) {
     cursors_[self_].source = &source;
   }
 
@@ -167,6 +167,7 @@ class TrainingRun {
   absl::StatusOr<ExampleSource*> SourceOf(int partition);
   absl::StatusOr<DataSlice> Fetch(const BatchRef& ref, int epoch);
   absl::Status Prepare(int64_t step, Buffers* b);
+  absl::Status PrepareDpBatch(int64_t step, Buffers* b);
   // An iteration, phase by phase.
   absl::Status Iterate(int64_t step);
   absl::Status ReadBatch(int64_t step, Buffers& b, StepTimes& times);
@@ -254,6 +255,8 @@ absl::StatusOr<TrainResult> TrainingRun::Run() {
 
 absl::Status TrainingRun::MakePlan() {
   auto batches_of = [this](int p) -> absl::StatusOr<int64_t> {
+    // DP-SGD: every worker's epoch is the job's, whatever its partition holds.
+    if (options_.dp_sgd != nullptr) return options_.dp_sgd->steps_per_epoch();
     auto s = SourceOf(p);
     if (!s.ok()) return s.status();
     return StepsPerEpoch((*s)->size(), batch_);
@@ -340,6 +343,7 @@ absl::StatusOr<DataSlice> TrainingRun::Fetch(const BatchRef& ref, int epoch) {
 
 // The next batch of the plan into *b: its examples, unique keys and zeroed read buffers.
 absl::Status TrainingRun::Prepare(int64_t step, Buffers* b) {
+  if (options_.dp_sgd != nullptr) return PrepareDpBatch(step, b);
   const std::optional<WorkPlan::Located> at = plan_->At(step);
   if (!at) return absl::InternalError(absl::StrFormat("no batch for iteration %d", step));
   // The batch's examples stay valid until the next Next() (the one after it, with a
@@ -350,6 +354,20 @@ absl::Status TrainingRun::Prepare(int64_t step, Buffers* b) {
   b->examples.resize(slice->size());
   std::iota(b->examples.begin(), b->examples.end(), slice->begin);
   b->keys = model_.BatchKeys(*b->data, b->examples);
+  b->rows.assign(b->keys.size() * model_.row_dim(), 0.0f);
+  b->bias.assign(model_.bias_dim(), 0.0f);
+  return absl::OkStatus();
+}
+
+// DP-SGD's batch: a Poisson sample of the partition held in memory, reading every row.
+absl::Status TrainingRun::PrepareDpBatch(int64_t step, Buffers* b) {
+  const Dataset* data = cursors_[self_].source->Resident();
+  if (data == nullptr) {
+    return absl::FailedPreconditionError("--dp example needs the partition in memory");
+  }
+  b->data = data;
+  b->examples = options_.dp_sgd->SampleBatch(step, static_cast<uint32_t>(data->size()));
+  b->keys = options_.dp_sgd->keys();
   b->rows.assign(b->keys.size() * model_.row_dim(), 0.0f);
   b->bias.assign(model_.bias_dim(), 0.0f);
   return absl::OkStatus();
@@ -420,8 +438,13 @@ absl::StatusOr<double> TrainingRun::Compute(int64_t step, Buffers& b, StepTimes&
   const absl::Time compute_start = absl::Now();
   b.grads.assign(b.rows.size(), 0.0f);
   b.bias_grad.assign(b.bias.size(), 0.0f);
-  const double loss = model_.LossAndGradient(*b.data, b.examples, b.keys, b.rows, b.bias,
-                                             absl::MakeSpan(b.grads), absl::MakeSpan(b.bias_grad));
+  const double loss =
+      options_.dp_sgd != nullptr
+          ? options_.dp_sgd->ClippedNoisyGradient(step, model_, *b.data, b.examples, b.rows, b.bias,
+                                                  absl::MakeSpan(b.grads),
+                                                  absl::MakeSpan(b.bias_grad))
+          : model_.LossAndGradient(*b.data, b.examples, b.keys, b.rows, b.bias,
+                                   absl::MakeSpan(b.grads), absl::MakeSpan(b.bias_grad));
   const absl::Duration took = absl::Now() - compute_start;
   AddModelTime(model_, took, &times);
   if (slowness_.active()) slowness_.AfterCompute(took);
@@ -432,7 +455,9 @@ absl::StatusOr<double> TrainingRun::Compute(int64_t step, Buffers& b, StepTimes&
 }
 
 absl::Status TrainingRun::Push(int64_t step, const Buffers& b, StepTimes& times) {
-  const float n = static_cast<float>(b.examples.size());
+  // DP-SGD divides by the expected batch: the drawn one's size would tell who is in it.
+  const float n = options_.dp_sgd != nullptr ? options_.dp_sgd->reported_examples()
+                                             : static_cast<float>(b.examples.size());
   slowness_.BeforeRequest();
   const absl::Time t1 = absl::Now();
   if (auto s = backend_.Update(step, b.keys, b.grads, b.bias_grad, n); !s.ok()) return s;

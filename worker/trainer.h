@@ -19,6 +19,7 @@
 #include "data/example_source.h"
 #include "models/metrics.h"
 #include "models/model.h"
+#include "worker/dp_sgd.h"
 #include "worker/slowness.h"
 #include "worker/sync_backend.h"
 #include "worker/work_plan.h"
@@ -78,6 +79,10 @@ struct TrainerOptions {
   // Asked before every iteration (may be empty): a non-OK status stops training with it (the
   // job is rolling back to a checkpoint, say).
   std::function<absl::Status()> interrupted;
+  // --dp example (may be null; must outlive the run): every epoch is dp_sgd's steps, each a
+  // Poisson sample of the partition (which must be in memory) reading every row, with clipped
+  // per-example gradients and this worker's share of the noise, pushed as the expected batch.
+  DpSgdStep* dp_sgd = nullptr;
 };
 
 // A diverged model: OutOfRange "diverged at step N: ...". The trainer stops with it when a

@@ -17,9 +17,12 @@
 #include "job/federated.h"
 #include "job/job_spec.h"
 #include "job/options.h"
+#include "job/privacy_options.h"
+#include "job/privacy_plan.h"
 #include "models/model.h"
 #include "worker/attack.h"
 #include "worker/coordinated_rendezvous.h"
+#include "worker/dp_sgd.h"
 #include "worker/federated_client.h"
 #include "worker/ps_backend.h"
 #include "worker/replicated_model.h"
@@ -148,6 +151,8 @@ class WorkerRun {
   bool attacker_ = false;
   ParameterLayout layout_;
   OptimizerConfig local_optimizer_;
+  // --dp example: this worker's part of each DP-SGD step (made with the layout).
+  std::optional<DpSgdStep> dp_sgd_;
 
   bool started_ = false;
   // Where this process began training (a resumed checkpoint's clock), and the bytes of the
@@ -164,10 +169,22 @@ NodeExit WorkerRun::Run() {
         absl::FormatDuration(slowness_.delay), absl::FormatDuration(slowness_.min_step),
         slowness_.seed);
   }
+  // No worker trains a DP job without its noise.
+  if (auto s = CheckPrivacyResolved(spec_); !s.ok()) return Fail(s, /*bad_input=*/true);
   if (auto s = MakeModel(); !s.ok()) return Fail(s, /*bad_input=*/true);
   if (auto s = ReadData(); !s.ok()) return Fail(s, /*bad_input=*/true);
   if (auto s = FindServers(); !s.ok()) return Fail(s);
   if (auto s = LayOutParameters(); !s.ok()) return Fail(s, /*bad_input=*/true);
+  if (spec_.privacy.level == DpLevel::kExample) {
+    absl::StatusOr<DpSgdOptions> dp = DpSgdOptionsFor(spec_, rank_, layout_.num_features);
+    if (!dp.ok()) return Fail(dp.status(), /*bad_input=*/true);
+    dp_sgd_.emplace(*dp);
+    SYNCLINE_LOG(INFO) << absl::StrFormat(
+        "DP-SGD: Poisson batches at rate %.6g of its %d examples, each example's gradient "
+        "clipped to %g, noise of standard deviation %.6g on every one of the %d rows' and the "
+        "bias' coordinates (its share of the step's)",
+        dp->sampling_rate, data_->train.size(), dp->clip, dp->noise_stddev, dp->features);
+  }
   // One timeline: from the start (or a resumed checkpoint), and again from the checkpoint of
   // every rollback, until the coordinator shuts the job down.
   uint32_t generation = control_.generation();
@@ -190,7 +207,11 @@ absl::Status WorkerRun::MakeModel() {
                                    .hidden = spec_.model.hidden};
   auto model = Model::Create(ModelName(spec_.model.kind), model_options);
   if (!model.ok()) return model.status();
-  const DeviceSpec device_spec = options_.device.value_or(spec_.device);
+  DeviceSpec device_spec = options_.device.value_or(spec_.device);
+  // DP clips each example's (client's) gradient on the CPU model.
+  if (spec_.privacy.on() && device_spec.kind == DeviceKind::kAuto) {
+    device_spec.kind = DeviceKind::kCpu;
+  }
   absl::StatusOr<DeviceChoice> device =
       ChooseDevice(device_spec, (*model)->name(), ProbeDevices(), rank_);
   if (!device.ok()) return device.status();
@@ -284,13 +305,11 @@ absl::Status WorkerRun::LayOutParameters() {
     }
   }
   // Federated clients train locally with the job's optimizer; the servers step on the
-  // averaged update with SGD at --server-lr.
+  // averaged update with --server-optimizer at --server-lr.
   local_optimizer_ = layout_.optimizer;
   if (spec_.sync.fedavg()) {
-    layout_.optimizer = OptimizerConfig{};
-    layout_.optimizer.kind = OptimizerKind::kSgd;
-    layout_.optimizer.learning_rate = static_cast<float>(spec_.federated.server_lr);
-    layout_.optimizer.l2 = 0;
+    layout_.optimizer =
+        ServerOptimizerConfig(spec_.federated.server_optimizer, spec_.federated.server_lr);
   }
   return absl::OkStatus();
 }
@@ -453,7 +472,8 @@ void WorkerRun::SetUpTrainer(SyncBackend& backend, TimelineHooks& t) {
   o.on_step = [this](int64_t clock) { control_.SetClock(clock); };
   o.rank = rank_;
   o.partitions = spec_.workers;
-  if (HandsOverBatches(spec_.sync)) SetUpHandOver(t);
+  if (dp_sgd_) o.dp_sgd = &*dp_sgd_;
+  if (HandsOverBatches(spec_.sync) && !dp_sgd_) SetUpHandOver(t);
 }
 
 // Periodic checkpoints, and the clocks the coordinator asks for (time-based ones).
@@ -529,6 +549,8 @@ absl::StatusOr<TrainResult> WorkerRun::TrainFederated(SyncBackend& backend) {
   f.rank = rank_;
   f.workers = spec_.workers;
   f.seed = spec_.seed;
+  f.picker = RoundPickerFor(spec_);
+  if (spec_.privacy.level == DpLevel::kClient) f.dp_clip = spec_.privacy.clip;
   f.batch_size = spec_.training.batch_size;
   f.local_optimizer = local_optimizer_;
   if (attacker_) f.attack = spec_.byzantine.attack;
@@ -627,6 +649,10 @@ void WorkerRun::ReportMissed(CheckpointRequests& requests, int64_t before) {
 }
 
 void WorkerRun::ReportDone(const TrainResult& result, SyncBackend& backend) {
+  if (dp_sgd_) {
+    SYNCLINE_LOG(INFO) << absl::StrFormat("DP-SGD: %d of %d examples' gradients were clipped",
+                                          dp_sgd_->clipped(), dp_sgd_->examples());
+  }
   // A replacement (generation > 0) redid its predecessor's steps from a checkpoint: the
   // run's steps are counted from its start, as the predecessor's were.
   const int64_t began = result.joined_at >= 0   ? result.joined_at

@@ -33,14 +33,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "federated.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-launch="$build/bin/syncline-launch"
-gen="$build/bin/syncline-gen"
-[[ -x "$launch" && -x "$gen" ]] || { echo "federated.sh: no build in $build" >&2; exit 2; }
-data="$out/data"
-mkdir -p "$data"
-if [[ ! -s "$data/fashion-mnist-test.libsvm" ]]; then
-  "$gen" fashion-mnist --out "$data"
-fi
+source "$root/examples/fashion-mnist/prepare.sh" federated.sh
 job=(--sync fedavg --servers 1 --workers 10 --model softmax --classes 10
      --train "$data/fashion-mnist-train.libsvm" --test "$data/fashion-mnist-test.libsvm"
      --rounds 30 --local-epochs 1 --optimizer sgd --lr "$lr" --batch-size 32 --seed "$seed"

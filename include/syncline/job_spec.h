@@ -108,8 +108,41 @@ struct JobSpec {
     double client_dropout = 0;    // [--client-dropout P] a picked client skips a round
     double prox_mu = 0;           // [--prox-mu] FedProx's proximal term; 0: FedAvg
     double server_lr = 1;         // [--server-lr] step on the averaged update
+    // [--server-optimizer] The servers' rule for the round's mean update (Reddi et al. 2021).
+    ServerOptimizerSpec server_optimizer;
+    // [--secure-aggregation] The servers learn only the sum of a round's updates (Bonawitz et
+    // al. 2017; ps/secure_aggregation.h), while at least secagg_threshold clients survive.
+    bool secure_aggregation = false;
+    int secagg_threshold = 0;  // [--secagg-threshold] 0: a majority of the round's clients
     bool operator==(const Federated&) const = default;
   } federated;
+
+  // [--dp] Differentially private training (docs/PRIVACY.md): each example's (client's)
+  // contribution clipped to L2 norm `clip`, Gaussian noise of standard deviation
+  // noise_multiplier * clip on the sum, and what that spends counted by the RDP accountant
+  // (job/privacy_accountant.h).
+  struct Privacy {
+    DpLevel level = DpLevel::kOff;  // [--dp off|example|client]
+    double clip = 1;                // [--dp-clip C]
+    double delta = 1e-5;            // [--dp-delta]
+    // [--dp-noise-multiplier Z]. With only --dp-epsilon, the launcher's calibration (the
+    // smallest Z whose planned steps stay within it); 0 until then.
+    double noise_multiplier = 0;
+    double epsilon = 0;                                // [--dp-epsilon E] the budget; 0: none given
+    RdpConversion accountant = RdpConversion::kTight;  // [--dp-accountant]
+    // [--dp-noise-seed] 0: the key below is fresh randomness; else derived from this seed, so
+    // that the run repeats (and its noise is known to whoever knows the seed).
+    uint64_t noise_seed = 0;
+    // --dp example: the training examples of the whole data set (all partitions), which the
+    // launcher counts; the sampling rate and the steps follow from it.
+    uint64_t examples = 0;
+    // The privacy key (64 hex digits, privacy/dp_random.h) from which every node draws its
+    // sampling and noise, so that servers and clients agree on a round's Poisson picks; the
+    // launcher sets it. Never logged or written to the run's files.
+    std::string key;
+    bool on() const { return level != DpLevel::kOff; }
+    bool operator==(const Privacy&) const = default;
+  } privacy;
 
   // [--aggregate] How the servers combine one BSP clock's or one round's updates.
   AggregateRule aggregate;

@@ -81,7 +81,9 @@ enum class OptimizerKind {
   kSgd,
   kAdagrad,
   kAdam,
-  kFtrl,  // FTRL-Proximal (McMahan et al. 2013): per-weight z and n, L1 gives exact zeros
+  kFtrl,      // FTRL-Proximal (McMahan et al. 2013): per-weight z and n, L1 gives exact zeros
+  kMomentum,  // heavy ball: m = beta1 m + g, w -= lr m (FedAvgM's server rule, Hsu et al. 2019)
+  kYogi,      // Adam whose second moment moves by sign(v - g^2) (Zaheer et al. 2018)
 };
 
 // A server-side update rule and its hyperparameters (optim/optimizer.h applies it).
@@ -89,9 +91,9 @@ struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::kSgd;
   float learning_rate = 0.1f;
   float l2 = 0.0f;         // weight decay added to the gradient
-  float beta1 = 0.9f;      // Adam
-  float beta2 = 0.999f;    // Adam
-  float epsilon = 1e-8f;   // Adam and Adagrad
+  float beta1 = 0.9f;      // Adam, Yogi; Momentum's momentum
+  float beta2 = 0.999f;    // Adam, Yogi
+  float epsilon = 1e-8f;   // Adam, Adagrad and Yogi
   float l1 = 0.0f;         // FTRL
   float ftrl_beta = 1.0f;  // FTRL
   bool operator==(const OptimizerConfig&) const = default;
@@ -189,6 +191,38 @@ struct AggregateRule {
   bool robust() const { return kind != AggregateKind::kMean; }
   bool operator==(const AggregateRule&) const = default;
 };
+
+// The servers' rule for a federated round's mean update, the pseudo-gradient (--server-optimizer;
+// Reddi et al. 2021, "Adaptive Federated Optimization").
+enum class ServerOptimizerKind : uint8_t {
+  kSgd,       // FedAvg: w -= server_lr * mean delta
+  kMomentum,  // FedAvgM
+  kAdagrad,   // FedAdagrad
+  kAdam,      // FedAdam
+  kYogi,      // FedYogi
+};
+
+struct ServerOptimizerSpec {
+  ServerOptimizerKind kind = ServerOptimizerKind::kSgd;
+  double momentum = 0.9;  // momentum:B, 0 <= B < 1
+  // The adaptive rules' tau, added to the root of the second moment (Reddi et al. tune it in
+  // [1e-5, 1e-1]; adagrad:TAU, adam:TAU, yogi:TAU).
+  double tau = 1e-3;
+  bool operator==(const ServerOptimizerSpec&) const = default;
+};
+
+// Differential privacy of training (--dp; docs/PRIVACY.md).
+enum class DpLevel : uint8_t {
+  kOff,
+  kExample,  // DP-SGD (Abadi et al. 2016): per-example clipping, Poisson batches, noise each step
+  kClient,   // DP-FedAvg (McMahan et al. 2018): per-client clipping, Poisson rounds, noise each
+             // round
+};
+
+// How the RDP accountant converts to (epsilon, delta) [--dp-accountant]
+// (job/privacy_accountant.h): Canonne-Kamath-Steinke 2020's bound, as Google's dp-accounting,
+// or Mironov 2017's classic one.
+enum class RdpConversion : uint8_t { kTight, kClassic };
 
 // How the training examples are split among the workers.
 enum class PartitionKind : uint8_t {

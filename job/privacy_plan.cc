@@ -1,0 +1,266 @@
+#include "job/privacy_plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "compression/codec.h"
+#include "job/aggregate_rule.h"
+#include "job/federated.h"
+#include "job/job_spec.h"
+#include "job/options.h"
+#include "job/privacy_accountant.h"
+#include "job/privacy_options.h"
+#include "privacy/dp_random.h"
+
+namespace syncline {
+namespace {
+
+std::string Steps(const JobSpec& s, const PrivacyPlan& plan) {
+  if (s.privacy.level == DpLevel::kClient) return absl::StrCat(plan.steps, " rounds");
+  return absl::StrFormat("%d steps (%d epoch%s of %d)", plan.steps, s.training.epochs,
+                         s.training.epochs == 1 ? "" : "s", plan.steps_per_epoch);
+}
+
+absl::Status CheckServerOptimizer(const JobSpec& s) {
+  const ServerOptimizerSpec& o = s.federated.server_optimizer;
+  const std::string name = ServerOptimizerName(o);
+  if (o.kind != ServerOptimizerKind::kSgd && !s.sync.fedavg()) {
+    return InvalidFlag("server-optimizer", name, "is for --sync fedavg (the servers' round rule)");
+  }
+  if (!(o.momentum >= 0 && o.momentum < 1)) {
+    return InvalidFlag("server-optimizer", name, "the momentum must be in [0, 1)");
+  }
+  if (!(o.tau > 0 && std::isfinite(o.tau))) {
+    return InvalidFlag("server-optimizer", name, "TAU must be a positive number");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSecureAggregation(const JobSpec& s) {
+  const JobSpec::Federated& f = s.federated;
+  const std::string t = absl::StrCat(f.secagg_threshold);
+  if (!f.secure_aggregation) {
+    if (f.secagg_threshold != 0) {
+      return InvalidFlag("secagg-threshold", t, "needs --secure-aggregation");
+    }
+    return absl::OkStatus();
+  }
+  if (!s.sync.fedavg()) {
+    return InvalidFlag("secure-aggregation", "on", "is for --sync fedavg (federated rounds)");
+  }
+  if (s.aggregate.robust()) {
+    return InvalidFlag(
+        "secure-aggregation", "on",
+        absl::StrCat("cannot be combined with --aggregate ", AggregateRuleName(s.aggregate),
+                     ": a robust rule needs every client's update, and the "
+                     "servers see only the masked sum"));
+  }
+  const CodecKind codec = s.training.codec.kind;
+  if (codec != CodecKind::kNone && codec != CodecKind::kFp16) {
+    return InvalidFlag(
+        "secure-aggregation", "on",
+        absl::StrCat("cannot be combined with --compress ", CodecName(s.training.codec),
+                     ": the masked sum needs every client's whole vector "
+                     "(none or fp16)"));
+  }
+  if (UsesCriteoData(s)) {
+    return InvalidFlag("secure-aggregation", "on",
+                       "needs a bounded model (the masks cover one fixed vector); Criteo ids "
+                       "are unbounded hashes");
+  }
+  const int clients = ClientsPerRound(s.workers, s.federated.participation);
+  if (f.secagg_threshold != 0 && (f.secagg_threshold < 2 || f.secagg_threshold > s.workers)) {
+    return InvalidFlag("secagg-threshold", t,
+                       absl::StrCat("must be 0 (a majority of a round's clients) or in [2, ",
+                                    s.workers, "] (the clients)"));
+  }
+  if (s.privacy.level != DpLevel::kClient && clients < 2) {
+    return InvalidFlag("secure-aggregation", "on",
+                       "needs at least 2 clients a round (one client's sum is its update)");
+  }
+  // The flag, its spec fields and the checks above are in place; the masking protocol is not.
+  // Refused rather than ignored: a job that asked for it must not run with plain updates.
+  return InvalidFlag("secure-aggregation", "on",
+                     "is not built yet (docs/PRIVACY.md says what is missing); the servers "
+                     "would see every client's update");
+}
+
+// What --dp works with, and why not the rest.
+absl::Status CheckDpCombination(const JobSpec& s) {
+  const std::string level = DpLevelName(s.privacy.level);
+  if (UsesCriteoData(s) || s.model.kind == ModelKind::kCtr) {
+    return InvalidFlag(
+        "dp", level,
+        "is not built for sparse hashed models (ctr, Criteo data): the set of rows a step "
+        "touches itself tells which examples trained, and noise on every row of an unbounded "
+        "table cannot be added");
+  }
+  if (s.training.codec.kind != CodecKind::kNone || s.training.pull_codec.kind != CodecKind::kNone) {
+    return InvalidFlag("dp", level,
+                       "takes no --compress or --compress-pull: a codec would change the "
+                       "clipped sums the noise is calibrated to");
+  }
+  if (s.aggregate.robust()) {
+    return InvalidFlag(
+        "dp", level,
+        absl::StrCat("cannot be combined with --aggregate ", AggregateRuleName(s.aggregate),
+                     ": the noise is calibrated to the sum of clipped updates"));
+  }
+  if (!s.worker_command.empty()) {
+    return InvalidFlag("dp", level,
+                       "needs the built-in workers, which clip and add noise (a worker command "
+                       "pushes its own gradients)");
+  }
+  if (s.device.kind == DeviceKind::kCuda) {
+    return InvalidFlag("dp", level, "clips per example on the CPU: give --device cpu or auto");
+  }
+  if (s.privacy.level == DpLevel::kClient) {
+    if (!s.sync.fedavg()) {
+      return InvalidFlag("dp", level, "is DP-FedAvg: it needs --sync fedavg");
+    }
+    return absl::OkStatus();
+  }
+  if (s.sync.kind != SyncKind::kBsp && !s.sync.allreduce()) {
+    return InvalidFlag(
+        "dp", level,
+        absl::StrCat("is DP-SGD under --sync bsp or allreduce, where every step sums every "
+                     "worker's clipped gradients once (",
+                     s.sync.fedavg() ? "federated jobs take --dp client"
+                                     : "asynchronous modes apply each worker's push on its own",
+                     ")"));
+  }
+  if (MinWorkers(s) < s.workers || MaxWorkers(s) > s.workers || s.max_restarts > 0) {
+    return InvalidFlag("dp", level,
+                       "needs a fixed set of workers (no --min-workers below --workers, "
+                       "--max-workers or --max-restarts): each adds its share of a step's noise, "
+                       "and a rolled-back step would be spent twice");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDp(const JobSpec& s) {
+  const JobSpec::Privacy& p = s.privacy;
+  if (!(p.clip > 0 && std::isfinite(p.clip))) {
+    return InvalidFlag("dp-clip", absl::StrCat(p.clip), "must be a positive number");
+  }
+  if (!(p.delta > 0 && p.delta < 1)) {
+    return InvalidFlag("dp-delta", absl::StrCat(p.delta), "must be in (0, 1)");
+  }
+  if (!(p.noise_multiplier >= 0 && std::isfinite(p.noise_multiplier))) {
+    return InvalidFlag("dp-noise-multiplier", absl::StrCat(p.noise_multiplier),
+                       "must be a positive number");
+  }
+  if (!(p.epsilon >= 0 && std::isfinite(p.epsilon))) {
+    return InvalidFlag("dp-epsilon", absl::StrCat(p.epsilon), "must be a positive number");
+  }
+  if (!p.on()) return absl::OkStatus();
+  if (p.noise_multiplier == 0 && p.epsilon == 0) {
+    return InvalidFlag("dp", DpLevelName(p.level),
+                       "give --dp-noise-multiplier Z or --dp-epsilon E (or both: E is then "
+                       "checked against the planned steps)");
+  }
+  return CheckDpCombination(s);
+}
+
+}  // namespace
+
+absl::Status CheckPrivacyOptions(const JobSpec& s) {
+  for (absl::Status (*check)(const JobSpec&) :
+       {CheckServerOptimizer, CheckSecureAggregation, CheckDp}) {
+    if (absl::Status status = check(s); !status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PrivacyPlan> PlanPrivacy(const JobSpec& s) {
+  PrivacyPlan plan;
+  switch (s.privacy.level) {
+    case DpLevel::kOff:
+      return absl::FailedPreconditionError("--dp is off: nothing to plan");
+    case DpLevel::kExample: {
+      const uint64_t n = s.privacy.examples;
+      if (n == 0) {
+        return absl::FailedPreconditionError(
+            "--dp example: the training examples are not counted (the launcher counts them)");
+      }
+      const double per_step = static_cast<double>(s.workers) * s.training.batch_size;
+      plan.sampling_rate = std::min(1.0, per_step / static_cast<double>(n));
+      plan.steps_per_epoch = static_cast<int64_t>(std::ceil(static_cast<double>(n) / per_step));
+      plan.steps = plan.steps_per_epoch * s.training.epochs;
+      plan.expected_batch = plan.sampling_rate * static_cast<double>(n);
+      return plan;
+    }
+    case DpLevel::kClient:
+      plan.sampling_rate = s.federated.participation;
+      plan.steps = s.federated.rounds;
+      plan.expected_batch = s.federated.participation * s.workers;
+      return plan;
+  }
+  return absl::InternalError("unknown --dp level");
+}
+
+absl::Status CheckPrivacyResolved(const JobSpec& s) {
+  const JobSpec::Privacy& p = s.privacy;
+  if (!p.on()) return absl::OkStatus();
+  if (!(p.noise_multiplier > 0)) {
+    return absl::FailedPreconditionError("--dp: the job spec has no noise multiplier");
+  }
+  if (!ParseDpKeyHex(p.key).ok()) {
+    return absl::FailedPreconditionError("--dp: the job spec has no valid privacy key");
+  }
+  if (p.level == DpLevel::kExample && p.examples == 0) {
+    return absl::FailedPreconditionError("--dp example: the job spec has no example count");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RdpAccountant> JobAccountant(const JobSpec& s) {
+  auto plan = PlanPrivacy(s);
+  if (!plan.ok()) return plan.status();
+  return RdpAccountant::Create(plan->sampling_rate, s.privacy.noise_multiplier, s.privacy.delta,
+                               s.privacy.accountant);
+}
+
+absl::Status ResolvePrivacy(JobSpec& s) {
+  JobSpec::Privacy& p = s.privacy;
+  if (!p.on()) return absl::OkStatus();
+  auto plan = PlanPrivacy(s);
+  if (!plan.ok()) return plan.status();
+  DpSgdParameters params{.sampling_rate = plan->sampling_rate,
+                         .noise_multiplier = p.noise_multiplier,
+                         .steps = plan->steps,
+                         .delta = p.delta};
+  const std::string eps_text = absl::StrFormat("%g", p.epsilon);
+  if (p.epsilon > 0) {
+    absl::StatusOr<double> needed = CalibrateNoiseMultiplier(params, p.epsilon, p.accountant);
+    if (!needed.ok()) return InvalidFlag("dp-epsilon", eps_text, needed.status().message());
+    if (p.noise_multiplier == 0) {
+      p.noise_multiplier = *needed;
+    } else {
+      auto spent = ComputeEpsilon(params, p.accountant);
+      if (!spent.ok()) {
+        return InvalidFlag("dp-noise-multiplier", absl::StrCat(p.noise_multiplier),
+                           spent.status().message());
+      }
+      if (spent->epsilon > p.epsilon) {
+        return InvalidFlag(
+            "dp-epsilon", eps_text,
+            absl::StrFormat(
+                "the planned %s at sampling rate %.6g with --dp-noise-multiplier %g spend "
+                "epsilon %.4g (delta %g, %s), more than the budget; a noise multiplier of %.4g "
+                "keeps them within it, or plan fewer steps",
+                Steps(s, *plan), plan->sampling_rate, p.noise_multiplier, spent->epsilon, p.delta,
+                RdpConversionName(p.accountant), *needed));
+      }
+    }
+  }
+  if (p.noise_multiplier <= 0) {
+    return InvalidFlag("dp", "on", "give --dp-noise-multiplier Z or --dp-epsilon E");
+  }
+  p.key = DpKeyHex(p.noise_seed != 0 ? DpKeyFromSeed(p.noise_seed) : FreshDpKey());
+  return absl::OkStatus();
+}
+
+}  // namespace syncline

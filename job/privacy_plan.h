@@ -1,0 +1,60 @@
+// What a differentially private job (--dp) plans to spend, from its spec: the sampling rate
+// and the steps its accountant composes, and the noise it needs for --dp-epsilon.
+//
+//  - example level (DP-SGD): N training examples (JobSpec::Privacy::examples), W workers and
+//    --batch-size B give the sampling rate q = min(1, W B / N): every step, each worker samples
+//    each example of its partition with probability q, so the step's batch is a Poisson sample
+//    of all N examples. An epoch is ceil(N / (W B)) steps; the job runs --epochs of them.
+//  - client level (DP-FedAvg): a round picks each of the W clients with probability
+//    q = --participation; the job runs --rounds rounds.
+//
+// Thread-safety: stateless.
+#ifndef SYNCLINE_JOB_PRIVACY_PLAN_H_
+#define SYNCLINE_JOB_PRIVACY_PLAN_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "job/privacy_accountant.h"
+#include "syncline/job_spec.h"
+
+namespace syncline {
+
+struct PrivacyPlan {
+  double sampling_rate = 0;     // q
+  int64_t steps = 0;            // steps (example level) or rounds (client level) composed
+  int64_t steps_per_epoch = 0;  // example level
+  // What the noisy sum is divided by: q N expected examples a step (example level; each of
+  // the W workers reports q N / W of them), or q W expected clients a round (client level).
+  double expected_batch = 0;
+};
+
+// The checks of --dp, --server-optimizer and --secure-aggregation (ValidateJobSpec runs them):
+// values in range, and only the sync modes, models and settings each one works with; the
+// InvalidArgument error names the flag and why.
+absl::Status CheckPrivacyOptions(const JobSpec& spec);
+
+// FailedPrecondition for --dp off, or an example-level job whose examples are not counted yet.
+absl::StatusOr<PrivacyPlan> PlanPrivacy(const JobSpec& spec);
+
+// Completes the spec's privacy before the job starts (the launcher calls it once the training
+// data is known, after setting privacy.examples): with --dp-epsilon only, calibrates the noise
+// multiplier; with both, refuses a job whose planned steps spend more than --dp-epsilon,
+// giving the numbers (InvalidArgument naming the flag); draws the privacy key (or derives it
+// from --dp-noise-seed). Nothing to do for --dp off.
+absl::Status ResolvePrivacy(JobSpec& spec);
+
+// What a node checks of a spec it received: with --dp on, the launcher's part is done (a noise
+// multiplier, a privacy key, the examples counted for --dp example), so that no node trains
+// or aggregates without noise. FailedPrecondition naming what is missing.
+absl::Status CheckPrivacyResolved(const JobSpec& spec);
+
+// The accountant of the spec's plan (its sampling rate, noise multiplier and delta), whose
+// Spent(t) is the epsilon after t steps (rounds). FailedPrecondition for --dp off or an
+// unresolved spec.
+absl::StatusOr<RdpAccountant> JobAccountant(const JobSpec& spec);
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_JOB_PRIVACY_PLAN_H_

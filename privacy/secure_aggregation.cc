@@ -1,0 +1,419 @@
+#include "privacy/secure_aggregation.h"
+
+#include <sodium.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+
+namespace syncline {
+namespace {
+
+bool SodiumReady() {
+  static const bool ok = sodium_init() >= 0;
+  return ok;
+}
+
+// GF(2^8) with the AES polynomial x^8 + x^4 + x^3 + x + 1, through logarithms to the base 3.
+struct Gf256 {
+  std::array<uint8_t, 512> exp{};
+  std::array<uint8_t, 256> log{};
+  Gf256() {
+    uint8_t v = 1;
+    for (int i = 0; i < 255; ++i) {
+      exp[i] = exp[i + 255] = v;
+      log[v] = static_cast<uint8_t>(i);
+      // v *= 3: v ^ (v * 2), reducing by the polynomial.
+      const uint8_t doubled = static_cast<uint8_t>((v << 1) ^ ((v & 0x80) ? 0x1b : 0));
+      v = static_cast<uint8_t>(v ^ doubled);
+    }
+  }
+  uint8_t Mul(uint8_t a, uint8_t b) const {
+    if (a == 0 || b == 0) return 0;
+    return exp[log[a] + log[b]];
+  }
+  uint8_t Div(uint8_t a, uint8_t b) const {  // b != 0
+    if (a == 0) return 0;
+    return exp[log[a] + 255 - log[b]];
+  }
+};
+const Gf256& Field() {
+  static const Gf256 field;
+  return field;
+}
+
+// BLAKE2b of a label, an agreed secret and the two public keys in a fixed order: the same
+// 32 bytes at both ends.
+SecAggKey DeriveKey(std::string_view label, const uint8_t* shared, const SecAggKey& a,
+                    const SecAggKey& b) {
+  const SecAggKey& lo = std::min(a, b);
+  const SecAggKey& hi = std::max(a, b);
+  crypto_generichash_state state;
+  crypto_generichash_init(&state, nullptr, 0, 32);
+  crypto_generichash_update(&state, reinterpret_cast<const uint8_t*>(label.data()), label.size());
+  crypto_generichash_update(&state, shared, crypto_scalarmult_BYTES);
+  crypto_generichash_update(&state, lo.data(), lo.size());
+  crypto_generichash_update(&state, hi.data(), hi.size());
+  SecAggKey out;
+  crypto_generichash_final(&state, out.data(), out.size());
+  return out;
+}
+
+// The agreed key of `label` between secret key `mine` and public key `theirs`.
+absl::StatusOr<SecAggKey> Agree(std::string_view label, const SecAggKey& mine,
+                                const SecAggKey& my_public, const SecAggKey& theirs) {
+  uint8_t shared[crypto_scalarmult_BYTES];
+  if (crypto_scalarmult(shared, mine.data(), theirs.data()) != 0) {
+    return absl::InvalidArgumentError("a public key is a low-order point");
+  }
+  SecAggKey key = DeriveKey(label, shared, my_public, theirs);
+  sodium_memzero(shared, sizeof(shared));
+  return key;
+}
+
+// Adds (sign +1) or subtracts (-1) the ChaCha20 keystream of `seed` to `v`, mod 2^32.
+void AddMask(const SecAggKey& seed, int sign, std::span<uint32_t> v) {
+  std::vector<uint8_t> stream(v.size() * 4);
+  const uint8_t nonce[crypto_stream_chacha20_NONCEBYTES] = {};
+  crypto_stream_chacha20(stream.data(), stream.size(), nonce, seed.data());
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint32_t m;
+    std::memcpy(&m, stream.data() + 4 * i, 4);
+    v[i] = sign > 0 ? v[i] + m : v[i] - m;
+  }
+}
+
+constexpr std::string_view kMaskLabel = "syncline secagg mask";
+constexpr std::string_view kSealLabel = "syncline secagg seal";
+
+}  // namespace
+
+absl::Status CheckSecAggParams(const SecAggParams& p) {
+  if (p.clients < 2 || p.clients > 255) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("secure aggregation: ", p.clients, " clients; must be in [2, 255]"));
+  }
+  if (p.threshold < 2 || p.threshold > p.clients) {
+    return absl::InvalidArgumentError(absl::StrCat("secure aggregation: threshold ", p.threshold,
+                                                   " must be in [2, ", p.clients, "]"));
+  }
+  if (p.bits < 1 || p.bits > 31) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("secure aggregation: ", p.bits, " bits; must be in [1, 31]"));
+  }
+  const double top = static_cast<double>(p.clients) * (std::ldexp(1.0, p.bits) - 1);
+  if (top >= std::ldexp(1.0, 32)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "secure aggregation: %d clients of %d bits sum to up to %.0f, which does not fit the "
+        "modulus 2^32; use fewer bits",
+        p.clients, p.bits, top));
+  }
+  if (!(p.clip > 0 && std::isfinite(p.clip))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("secure aggregation: clip ", p.clip, " must be a positive number"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<uint32_t> SecAggQuantise(std::span<const float> x, const SecAggParams& p) {
+  const double levels = std::ldexp(1.0, p.bits) - 1;
+  std::vector<uint32_t> q(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = std::clamp(static_cast<double>(x[i]), -p.clip, p.clip);
+    q[i] = static_cast<uint32_t>(std::llround((v + p.clip) / (2 * p.clip) * levels));
+  }
+  return q;
+}
+
+std::vector<float> SecAggDecodeSum(std::span<const uint32_t> sum, int count,
+                                   const SecAggParams& p) {
+  const double levels = std::ldexp(1.0, p.bits) - 1;
+  std::vector<float> out(sum.size());
+  for (size_t i = 0; i < sum.size(); ++i) {
+    out[i] = static_cast<float>(sum[i] / levels * 2 * p.clip - count * p.clip);
+  }
+  return out;
+}
+
+std::vector<ShamirShare> ShamirSplit(const SecAggKey& secret, int n, int t) {
+  (void)SodiumReady();
+  const Gf256& f = Field();
+  std::vector<ShamirShare> shares(n);
+  for (int i = 0; i < n; ++i) shares[i].x = static_cast<uint8_t>(i + 1);
+  std::vector<uint8_t> coefficients(static_cast<size_t>(std::max(t - 1, 0)));
+  for (size_t byte = 0; byte < secret.size(); ++byte) {
+    randombytes_buf(coefficients.data(), coefficients.size());
+    for (ShamirShare& share : shares) {
+      // Horner: ((a_{t-1} x + a_{t-2}) x + ...) x + secret.
+      uint8_t y = 0;
+      for (size_t k = coefficients.size(); k-- > 0;) y = f.Mul(y, share.x) ^ coefficients[k];
+      share.y[byte] = f.Mul(y, share.x) ^ secret[byte];
+    }
+  }
+  sodium_memzero(coefficients.data(), coefficients.size());
+  return shares;
+}
+
+absl::StatusOr<SecAggKey> ShamirCombine(std::span<const ShamirShare> shares, int t) {
+  if (t < 1 || static_cast<int>(shares.size()) < t) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Shamir: ", shares.size(), " shares, ", t, " needed"));
+  }
+  const Gf256& f = Field();
+  std::span<const ShamirShare> used = shares.first(t);
+  std::set<uint8_t> xs;
+  for (const ShamirShare& s : used) {
+    if (s.x == 0 || !xs.insert(s.x).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Shamir: share x ", static_cast<int>(s.x), " is zero or repeated"));
+    }
+  }
+  SecAggKey secret{};
+  for (const ShamirShare& i : used) {
+    // The Lagrange basis polynomial of x_i at 0: prod_{j != i} x_j / (x_j - x_i); in GF(2^8)
+    // subtraction is xor.
+    uint8_t basis = 1;
+    for (const ShamirShare& j : used) {
+      if (j.x != i.x) basis = f.Mul(basis, f.Div(j.x, j.x ^ i.x));
+    }
+    for (size_t byte = 0; byte < secret.size(); ++byte) secret[byte] ^= f.Mul(i.y[byte], basis);
+  }
+  return secret;
+}
+
+absl::StatusOr<SecAggClient> SecAggClient::Create(const SecAggParams& p, int index) {
+  if (auto s = CheckSecAggParams(p); !s.ok()) return s;
+  if (!SodiumReady()) return absl::InternalError("libsodium failed to initialise");
+  if (index < 1 || index > p.clients) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("secure aggregation: client ", index, " is not in [1, ", p.clients, "]"));
+  }
+  SecAggClient c;
+  c.params_ = p;
+  c.index_ = index;
+  crypto_box_keypair(c.c_public_.data(), c.c_secret_.data());
+  crypto_box_keypair(c.s_public_.data(), c.s_secret_.data());
+  randombytes_buf(c.self_seed_.data(), c.self_seed_.size());
+  return c;
+}
+
+absl::StatusOr<std::vector<SecAggSealedShares>> SecAggClient::ShareKeys(
+    const std::map<int, SecAggKey>& encryption_keys, const std::map<int, SecAggKey>& masking_keys) {
+  if (static_cast<int>(encryption_keys.size()) < params_.threshold ||
+      encryption_keys.size() != masking_keys.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("client %d: %d clients advertised keys, the threshold is %d", index_,
+                        encryption_keys.size(), params_.threshold));
+  }
+  c_peers_ = encryption_keys;
+  s_peers_ = masking_keys;
+  const std::vector<ShamirShare> b = ShamirSplit(self_seed_, params_.clients, params_.threshold);
+  const std::vector<ShamirShare> s = ShamirSplit(s_secret_, params_.clients, params_.threshold);
+  std::vector<SecAggSealedShares> out;
+  for (const auto& [to, key] : encryption_keys) {
+    if (to < 1 || to > params_.clients || !masking_keys.contains(to)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("client ", index_, ": client ", to, " advertised an incomplete key set"));
+    }
+    absl::StatusOr<SecAggKey> seal = Agree(kSealLabel, c_secret_, c_public_, key);
+    if (!seal.ok())
+      return absl::InvalidArgumentError(absl::StrCat("client ", to, ": ", seal.status().message()));
+    // plaintext: from, to, b share (x, y), s share (x, y)
+    std::vector<uint8_t> plain = {static_cast<uint8_t>(index_), static_cast<uint8_t>(to),
+                                  b[to - 1].x};
+    plain.insert(plain.end(), b[to - 1].y.begin(), b[to - 1].y.end());
+    plain.push_back(s[to - 1].x);
+    plain.insert(plain.end(), s[to - 1].y.begin(), s[to - 1].y.end());
+    SecAggSealedShares sealed{.from = index_, .to = to};
+    sealed.ciphertext.resize(crypto_aead_xchacha20poly1305_ietf_NPUBBYTES + plain.size() +
+                             crypto_aead_xchacha20poly1305_ietf_ABYTES);
+    uint8_t* nonce = sealed.ciphertext.data();
+    randombytes_buf(nonce, crypto_aead_xchacha20poly1305_ietf_NPUBBYTES);
+    unsigned long long length = 0;
+    crypto_aead_xchacha20poly1305_ietf_encrypt(nonce + crypto_aead_xchacha20poly1305_ietf_NPUBBYTES,
+                                               &length, plain.data(), plain.size(), nullptr, 0,
+                                               nullptr, nonce, seal->data());
+    sodium_memzero(plain.data(), plain.size());
+    out.push_back(std::move(sealed));
+  }
+  return out;
+}
+
+absl::Status SecAggClient::ReceiveShares(std::span<const SecAggSealedShares> sealed) {
+  constexpr size_t kPlain = 3 + 32 + 1 + 32;
+  for (const SecAggSealedShares& m : sealed) {
+    auto refuse = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("client ", index_, ": the shares from client ", m.from, " ", why));
+    };
+    const auto key = c_peers_.find(m.from);
+    if (m.to != index_ || key == c_peers_.end()) return refuse("are not for this round's peers");
+    if (m.ciphertext.size() != crypto_aead_xchacha20poly1305_ietf_NPUBBYTES + kPlain +
+                                   crypto_aead_xchacha20poly1305_ietf_ABYTES) {
+      return refuse("have the wrong length");
+    }
+    absl::StatusOr<SecAggKey> seal = Agree(kSealLabel, c_secret_, c_public_, key->second);
+    if (!seal.ok()) return refuse(seal.status().message());
+    std::array<uint8_t, kPlain> plain;
+    unsigned long long length = 0;
+    const uint8_t* nonce = m.ciphertext.data();
+    if (crypto_aead_xchacha20poly1305_ietf_decrypt(
+            plain.data(), &length, nullptr, nonce + crypto_aead_xchacha20poly1305_ietf_NPUBBYTES,
+            m.ciphertext.size() - crypto_aead_xchacha20poly1305_ietf_NPUBBYTES, nullptr, 0, nonce,
+            seal->data()) != 0 ||
+        length != kPlain) {
+      return refuse("do not decrypt (corrupted, or sealed for another client)");
+    }
+    if (plain[0] != m.from || plain[1] != index_ || plain[2] != index_ || plain[35] != index_) {
+      return refuse("name other clients than their envelope");
+    }
+    ShamirShare b{.x = plain[2]}, s{.x = plain[35]};
+    std::memcpy(b.y.data(), plain.data() + 3, 32);
+    std::memcpy(s.y.data(), plain.data() + 36, 32);
+    sodium_memzero(plain.data(), plain.size());
+    held_b_[m.from] = b;
+    held_s_[m.from] = s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint32_t>> SecAggClient::MaskInput(
+    std::span<const uint32_t> quantised) const {
+  std::vector<uint32_t> y(quantised.begin(), quantised.end());
+  AddMask(self_seed_, +1, y);
+  for (const auto& [peer, unused] : held_s_) {
+    if (peer == index_) continue;
+    absl::StatusOr<SecAggKey> seed = Agree(kMaskLabel, s_secret_, s_public_, s_peers_.at(peer));
+    if (!seed.ok()) return seed.status();
+    AddMask(*seed, peer > index_ ? +1 : -1, y);
+  }
+  return y;
+}
+
+absl::StatusOr<SecAggReveal> SecAggClient::Reveal(const std::set<int>& survivors) {
+  if (static_cast<int>(survivors.size()) < params_.threshold) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("client %d: %d clients survive the round, fewer than the threshold %d: "
+                        "nothing is revealed",
+                        index_, survivors.size(), params_.threshold));
+  }
+  SecAggReveal reveal{.from = index_};
+  for (const auto& [peer, b] : held_b_) {
+    const bool survived = survivors.contains(peer);
+    if (survived ? revealed_s_.contains(peer) : revealed_b_.contains(peer)) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "client %d: refuses to reveal a share of client %d's %s: it revealed one of its %s "
+          "already, and both would unmask its input",
+          index_, peer, survived ? "self-mask" : "masking key",
+          survived ? "masking key" : "self-mask"));
+    }
+  }
+  for (const auto& [peer, b] : held_b_) {
+    if (survivors.contains(peer)) {
+      reveal.self_mask_shares[peer] = b;
+      revealed_b_.insert(peer);
+    } else {
+      reveal.key_shares[peer] = held_s_.at(peer);
+      revealed_s_.insert(peer);
+    }
+  }
+  return reveal;
+}
+
+SecAggServer::SecAggServer(const SecAggParams& p, size_t length,
+                           std::map<int, SecAggKey> masking_keys)
+    : params_(p), length_(length), masking_keys_(std::move(masking_keys)), sum_(length, 0) {}
+
+absl::Status SecAggServer::AddMaskedInput(int from, std::span<const uint32_t> masked) {
+  if (!masking_keys_.contains(from)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("secure aggregation: client ", from, " did not share keys this round"));
+  }
+  if (survivors_.contains(from)) {
+    return absl::InvalidArgumentError(absl::StrCat("secure aggregation: client ", from,
+                                                   " uploaded a masked input twice (a replay)"));
+  }
+  if (masked.size() != length_) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("secure aggregation: client %d uploaded %d values, the round has %d", from,
+                        masked.size(), length_));
+  }
+  for (size_t i = 0; i < length_; ++i) sum_[i] += masked[i];
+  survivors_.insert(from);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint32_t>> SecAggServer::Unmask(
+    std::span<const SecAggReveal> reveals) const {
+  const int t = params_.threshold;
+  std::vector<const SecAggReveal*> usable;
+  for (const SecAggReveal& r : reveals) {
+    if (survivors_.contains(r.from)) usable.push_back(&r);
+  }
+  if (static_cast<int>(survivors_.size()) < t || static_cast<int>(usable.size()) < t) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "secure aggregation: %d survivors and %d reveals, the threshold is %d: the round is "
+        "aborted and its sum stays masked",
+        survivors_.size(), usable.size(), t));
+  }
+  for (const SecAggReveal* r : usable) {
+    for (const auto& [peer, share] : r->self_mask_shares) {
+      if (r->key_shares.contains(peer)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "secure aggregation: client %d revealed both shares of client %d", r->from, peer));
+      }
+    }
+  }
+  std::vector<uint32_t> sum = sum_;
+  auto shares_of = [&](int peer, bool self_mask) -> absl::StatusOr<std::vector<ShamirShare>> {
+    std::vector<ShamirShare> shares;
+    for (const SecAggReveal* r : usable) {
+      const auto& m = self_mask ? r->self_mask_shares : r->key_shares;
+      const auto it = m.find(peer);
+      if (it == m.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("secure aggregation: client %d's reveal has no %s share of client %d",
+                            r->from, self_mask ? "self-mask" : "masking-key", peer));
+      }
+      shares.push_back(it->second);
+    }
+    return shares;
+  };
+  for (int v : survivors_) {
+    absl::StatusOr<std::vector<ShamirShare>> shares = shares_of(v, true);
+    if (!shares.ok()) return shares.status();
+    absl::StatusOr<SecAggKey> b = ShamirCombine(*shares, t);
+    if (!b.ok()) return b.status();
+    AddMask(*b, -1, sum);
+  }
+  for (const auto& [u, public_key] : masking_keys_) {
+    if (survivors_.contains(u)) continue;
+    absl::StatusOr<std::vector<ShamirShare>> shares = shares_of(u, false);
+    if (!shares.ok()) return shares.status();
+    absl::StatusOr<SecAggKey> secret = ShamirCombine(*shares, t);
+    if (!secret.ok()) return secret.status();
+    // A corrupted share rebuilds another key: its public key tells.
+    SecAggKey rebuilt_public;
+    crypto_scalarmult_base(rebuilt_public.data(), secret->data());
+    if (rebuilt_public != public_key) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "secure aggregation: the shares of dropped client %d's masking key do not rebuild it "
+          "(a corrupted share)",
+          u));
+    }
+    for (int v : survivors_) {
+      absl::StatusOr<SecAggKey> seed = Agree(kMaskLabel, *secret, public_key, masking_keys_.at(v));
+      if (!seed.ok()) return seed.status();
+      // Survivor v added +PRG(s_vu) when u > v, -PRG(s_vu) when u < v: take it back out.
+      AddMask(*seed, u > v ? -1 : +1, sum);
+    }
+  }
+  return sum;
+}
+
+}  // namespace syncline

@@ -1,0 +1,150 @@
+// The cryptographic core of secure aggregation (Bonawitz et al. 2017, "Practical Secure
+// Aggregation for Privacy-Preserving Machine Learning"), in process: what each client computes
+// and what the server computes, without the messages that carry them between nodes. It is not
+// wired to --secure-aggregation yet (that flag is refused); docs/PRIVACY.md says what is missing.
+//
+// Each client u holds two X25519 key pairs: c_u, to encrypt the shares it sends other clients
+// through the server (XChaCha20-Poly1305 under a key both ends derive from their c keys), and
+// s_u, whose agreement s_uv with every other client v seeds a pairwise mask; and a random
+// self-mask seed b_u. It splits b_u and s_u's secret key into t-of-n Shamir shares (byte-wise
+// over GF(2^8)), one for every client. Its masked input is
+//     y_u = x_u + PRG(b_u) + sum_{v > u} PRG(s_uv) - sum_{v < u} PRG(s_uv)   (mod 2^32)
+// over the clients v that shared keys (ChaCha20 keystreams as the PRG). The pairwise masks
+// cancel in the sum of every client's y; for a client that dropped after sharing keys, the
+// server rebuilds its s key from t shares and removes its pairwise masks; for each survivor, it
+// rebuilds b from t shares and removes its self-mask. A client answers, for each peer, with a
+// share of b (the peer survived) or of s (it dropped), never both: with both the server could
+// unmask that peer's input alone. The server keeps only the running sum of masked inputs.
+//
+// The inputs are quantised: each coordinate clipped to [-clip, clip] and mapped to an integer
+// in [0, 2^bits - 1]; n clients' sum fits the modulus 2^32 when n (2^bits - 1) < 2^32, which
+// CheckSecAggParams checks.
+//
+// Thread-safety: SecAggClient and SecAggServer are thread-compatible values; the free functions
+// are thread-safe.
+#ifndef SYNCLINE_PRIVACY_SECURE_AGGREGATION_H_
+#define SYNCLINE_PRIVACY_SECURE_AGGREGATION_H_
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace syncline {
+
+using SecAggKey = std::array<uint8_t, 32>;
+
+struct SecAggParams {
+  int clients = 0;    // n; clients are numbered 1 .. n (a Shamir share's x)
+  int threshold = 0;  // t: shares that rebuild a secret, and the fewest survivors of a round
+  int bits = 16;      // quantisation bits per coordinate
+  double clip = 1;    // each coordinate is clipped to [-clip, clip]
+};
+// InvalidArgument naming the value: 2 <= t <= n <= 255, 1 <= bits <= 31, n (2^bits - 1) below
+// the modulus 2^32, clip > 0.
+absl::Status CheckSecAggParams(const SecAggParams& p);
+
+// x clipped to [-clip, clip] and mapped linearly (rounding to nearest) onto [0, 2^bits - 1].
+std::vector<uint32_t> SecAggQuantise(std::span<const float> x, const SecAggParams& p);
+// The sum of `count` clients' quantised inputs back to the sum of their (clipped) values.
+std::vector<float> SecAggDecodeSum(std::span<const uint32_t> sum, int count, const SecAggParams& p);
+
+// One Shamir share of a 32-byte secret: the polynomial's value at x (1 .. 255), byte-wise.
+struct ShamirShare {
+  uint8_t x = 0;
+  SecAggKey y{};
+};
+// n shares of which any t rebuild `secret` and fewer tell nothing of it.
+std::vector<ShamirShare> ShamirSplit(const SecAggKey& secret, int n, int t);
+// The secret from t or more shares (the first t are used). FailedPrecondition with fewer than
+// t; InvalidArgument for a repeated or zero x.
+absl::StatusOr<SecAggKey> ShamirCombine(std::span<const ShamirShare> shares, int t);
+
+// What client `from` sends client `to` through the server in the share round: the shares of
+// from's b and s secret key that `to` holds, encrypted to `to`.
+struct SecAggSealedShares {
+  int from = 0;
+  int to = 0;
+  std::vector<uint8_t> ciphertext;  // nonce, then XChaCha20-Poly1305 of the two shares
+};
+
+// A client's answer in the unmasking round: for each peer, a share of its b (the peer sent a
+// masked input) or of its s secret key (it did not).
+struct SecAggReveal {
+  int from = 0;
+  std::map<int, ShamirShare> self_mask_shares;  // peer -> share of b_peer
+  std::map<int, ShamirShare> key_shares;        // peer -> share of s_peer's secret key
+};
+
+class SecAggClient {
+ public:
+  // Client `index` (1 .. n) with fresh keys and self-mask seed from the operating system.
+  static absl::StatusOr<SecAggClient> Create(const SecAggParams& p, int index);
+
+  int index() const { return index_; }
+  // Advertised in the first round: the encryption and the masking public keys.
+  const SecAggKey& encryption_public_key() const { return c_public_; }
+  const SecAggKey& masking_public_key() const { return s_public_; }
+
+  // Share round: given every client's public keys (index -> key; these are the clients that
+  // advertised), the sealed shares for each of them (itself included). InvalidArgument when
+  // fewer than t advertised.
+  absl::StatusOr<std::vector<SecAggSealedShares>> ShareKeys(
+      const std::map<int, SecAggKey>& encryption_keys,
+      const std::map<int, SecAggKey>& masking_keys);
+  // Receives the sealed shares addressed to it; InvalidArgument naming the sender for a share
+  // that does not decrypt (corrupted, or sealed for someone else).
+  absl::Status ReceiveShares(std::span<const SecAggSealedShares> sealed);
+
+  // Masked-input round: y = x + masks (mod 2^32), over the clients whose shares it received.
+  absl::StatusOr<std::vector<uint32_t>> MaskInput(std::span<const uint32_t> quantised) const;
+
+  // Unmasking round: the server names the clients whose masked input it has (`survivors`,
+  // at least t, including this one). The answer holds a b share for each survivor and an s
+  // share for each other client that shared keys. FailedPrecondition when fewer than t
+  // survive. A client never reveals both kinds for one peer: a second request naming a
+  // different survivor set is refused (FailedPrecondition naming the peer).
+  absl::StatusOr<SecAggReveal> Reveal(const std::set<int>& survivors);
+
+ private:
+  SecAggClient() = default;
+  SecAggParams params_;
+  int index_ = 0;
+  SecAggKey c_public_{}, c_secret_{}, s_public_{}, s_secret_{}, self_seed_{};
+  std::map<int, SecAggKey> c_peers_, s_peers_;  // from ShareKeys
+  std::map<int, ShamirShare> held_b_, held_s_;  // shares others sent it, by sender
+  std::set<int> revealed_b_, revealed_s_;       // what it has answered so far
+};
+
+// The server's side: the running sum of masked inputs, and the unmasking.
+class SecAggServer {
+ public:
+  SecAggServer(const SecAggParams& p, size_t length, std::map<int, SecAggKey> masking_keys);
+
+  // Adds client `from`'s masked input to the running sum. InvalidArgument naming the client for
+  // an unknown client, a wrong length or a second upload (a replay).
+  absl::Status AddMaskedInput(int from, std::span<const uint32_t> masked);
+  // The clients whose input is in the sum.
+  const std::set<int>& survivors() const { return survivors_; }
+
+  // The sum of the survivors' quantised inputs, from the reveals of at least t survivors.
+  // FailedPrecondition (the round aborts) with fewer than t survivors or reveals; InvalidArgument
+  // naming the client whose reveal holds both kinds of share for one peer or misses a share.
+  absl::StatusOr<std::vector<uint32_t>> Unmask(std::span<const SecAggReveal> reveals) const;
+
+ private:
+  SecAggParams params_;
+  size_t length_;
+  std::map<int, SecAggKey> masking_keys_;  // the clients that shared keys
+  std::vector<uint32_t> sum_;
+  std::set<int> survivors_;
+};
+
+}  // namespace syncline
+
+#endif  // SYNCLINE_PRIVACY_SECURE_AGGREGATION_H_

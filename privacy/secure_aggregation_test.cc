@@ -1,0 +1,263 @@
+#include "privacy/secure_aggregation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace syncline {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A round among n clients in process: keys advertised, shares sealed and delivered through a
+// "server" that only forwards.
+struct Round {
+  SecAggParams params;
+  std::vector<SecAggClient> clients;  // index i + 1
+  std::map<int, SecAggKey> encryption, masking;
+
+  explicit Round(SecAggParams p) : params(p) {
+    for (int i = 1; i <= p.clients; ++i) {
+      auto c = SecAggClient::Create(p, i);
+      EXPECT_TRUE(c.ok()) << c.status();
+      clients.push_back(std::move(*c));
+      encryption[i] = clients.back().encryption_public_key();
+      masking[i] = clients.back().masking_public_key();
+    }
+    std::map<int, std::vector<SecAggSealedShares>> inbox;
+    for (SecAggClient& c : clients) {
+      auto sealed = c.ShareKeys(encryption, masking);
+      EXPECT_TRUE(sealed.ok()) << sealed.status();
+      for (SecAggSealedShares& s : *sealed) inbox[s.to].push_back(std::move(s));
+    }
+    for (SecAggClient& c : clients) {
+      EXPECT_TRUE(c.ReceiveShares(inbox[c.index()]).ok());
+    }
+  }
+  SecAggClient& client(int i) { return clients[i - 1]; }
+};
+
+std::vector<uint32_t> RandomInput(std::mt19937& rng, size_t length, int bits) {
+  std::uniform_int_distribution<uint32_t> d(0, (1u << bits) - 1);
+  std::vector<uint32_t> x(length);
+  for (uint32_t& v : x) v = d(rng);
+  return x;
+}
+
+// Every client uploads: the server's unmasked sum is exactly the sum of the inputs, mod 2^32.
+TEST(SecureAggregationTest, TheUnmaskedSumIsExact) {
+  Round round({.clients = 5, .threshold = 3, .bits = 16});
+  std::mt19937 rng(1);
+  SecAggServer server(round.params, 100, round.masking);
+  std::vector<uint32_t> want(100, 0);
+  for (int i = 1; i <= 5; ++i) {
+    const std::vector<uint32_t> x = RandomInput(rng, 100, 16);
+    for (size_t k = 0; k < x.size(); ++k) want[k] += x[k];
+    auto y = round.client(i).MaskInput(x);
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_NE(*y, x);
+    ASSERT_TRUE(server.AddMaskedInput(i, *y).ok());
+  }
+  std::vector<SecAggReveal> reveals;
+  for (int i = 1; i <= 5; ++i) reveals.push_back(*round.client(i).Reveal(server.survivors()));
+  auto sum = server.Unmask(reveals);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(*sum, want);
+}
+
+// Any t of the n shares rebuild the secret; fewer are refused.
+TEST(SecureAggregationTest, EveryThresholdSubsetOfSharesRebuildsTheSecret) {
+  SecAggKey secret;
+  for (size_t i = 0; i < secret.size(); ++i) secret[i] = static_cast<uint8_t>(7 * i + 3);
+  const int n = 6, t = 3;
+  const std::vector<ShamirShare> shares = ShamirSplit(secret, n, t);
+  int subsets = 0;
+  for (int mask = 0; mask < (1 << n); ++mask) {
+    if (__builtin_popcount(mask) != t) continue;
+    std::vector<ShamirShare> chosen;
+    for (int i = 0; i < n; ++i) {
+      if (mask & (1 << i)) chosen.push_back(shares[i]);
+    }
+    auto rebuilt = ShamirCombine(chosen, t);
+    ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+    EXPECT_EQ(*rebuilt, secret) << mask;
+    ++subsets;
+  }
+  EXPECT_EQ(subsets, 20);
+  const std::vector<ShamirShare> two(shares.begin(), shares.begin() + 2);
+  EXPECT_EQ(ShamirCombine(two, t).status().code(), absl::StatusCode::kFailedPrecondition);
+  // t - 1 shares with a wrong guess of t give another value, not the secret.
+  auto wrong = ShamirCombine(two, 2);
+  ASSERT_TRUE(wrong.ok());
+  EXPECT_NE(*wrong, secret);
+}
+
+// Clients that drop after sharing keys (before uploading) are tolerated while t survive: the
+// server rebuilds their masking keys and the sum of the survivors' inputs comes out exact.
+// Dropping while the reveal is running (a survivor that never reveals) is tolerated too.
+TEST(SecureAggregationTest, DropoutsAreToleratedWhileTSurvive) {
+  Round round({.clients = 6, .threshold = 3, .bits = 12});
+  std::mt19937 rng(2);
+  SecAggServer server(round.params, 50, round.masking);
+  std::vector<uint32_t> want(50, 0);
+  for (int i : {1, 3, 4, 6}) {  // 2 and 5 drop before uploading
+    const std::vector<uint32_t> x = RandomInput(rng, 50, 12);
+    for (size_t k = 0; k < x.size(); ++k) want[k] += x[k];
+    ASSERT_TRUE(server.AddMaskedInput(i, *round.client(i).MaskInput(x)).ok());
+  }
+  // 6 uploads and then drops before revealing: three reveals remain.
+  std::vector<SecAggReveal> reveals;
+  for (int i : {1, 3, 4}) reveals.push_back(*round.client(i).Reveal(server.survivors()));
+  auto sum = server.Unmask(reveals);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(*sum, want);
+}
+
+// Below t the round aborts cleanly: clients reveal nothing, the server unmasks nothing.
+TEST(SecureAggregationTest, FewerThanTSurvivorsAbortTheRound) {
+  Round round({.clients = 5, .threshold = 4, .bits = 8});
+  std::mt19937 rng(3);
+  SecAggServer server(round.params, 10, round.masking);
+  for (int i : {1, 2, 3}) {
+    ASSERT_TRUE(server.AddMaskedInput(i, *round.client(i).MaskInput(RandomInput(rng, 10, 8))).ok());
+  }
+  auto reveal = round.client(1).Reveal(server.survivors());
+  EXPECT_EQ(reveal.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(reveal.status().message(), HasSubstr("fewer than the threshold 4"));
+  auto sum = server.Unmask({});
+  EXPECT_EQ(sum.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(sum.status().message(), HasSubstr("aborted"));
+}
+
+// A client asked for a peer's self-mask share after giving its masking-key share (or the
+// reverse) refuses: with both, the server could unmask that peer's input alone.
+TEST(SecureAggregationTest, AClientNeverRevealsBothSharesOfOnePeer) {
+  Round round({.clients = 4, .threshold = 2, .bits = 8});
+  ASSERT_TRUE(round.client(1).Reveal({1, 2, 3}).ok());  // 4 dropped: its key share
+  auto second = round.client(1).Reveal({1, 2, 3, 4});   // now 4 "survived"
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("refuses to reveal a share of client 4"));
+  // The same set again is fine (a repeated request).
+  EXPECT_TRUE(round.client(1).Reveal({1, 2, 3}).ok());
+  // And a server handed a reveal that holds both kinds for a peer refuses it, naming it.
+  SecAggServer server(round.params, 4, round.masking);
+  std::mt19937 rng(4);
+  for (int i : {1, 2, 3}) {
+    ASSERT_TRUE(server.AddMaskedInput(i, *round.client(i).MaskInput(RandomInput(rng, 4, 8))).ok());
+  }
+  SecAggReveal forged = *round.client(2).Reveal({1, 2, 3});
+  forged.key_shares[1] = forged.self_mask_shares[1];
+  SecAggReveal honest = *round.client(3).Reveal({1, 2, 3});
+  const std::vector<SecAggReveal> reveals = {forged, honest};
+  EXPECT_THAT(server.Unmask(reveals).status().message(),
+              HasSubstr("client 2 revealed both shares of client 1"));
+}
+
+// A masked input looks uniform: a chi-square test over 16 bins of one client's masked zeros
+// (10^5 values; the 0.1% critical value of chi-square with 15 degrees of freedom is 37.7).
+TEST(SecureAggregationTest, MaskedInputsAreUniform) {
+  Round round({.clients = 3, .threshold = 2, .bits = 8});
+  const std::vector<uint32_t> zeros(100000, 0);
+  auto y = round.client(2).MaskInput(zeros);
+  ASSERT_TRUE(y.ok());
+  std::vector<double> bins(16, 0);
+  for (uint32_t v : *y) ++bins[v >> 28];
+  const double expected = zeros.size() / 16.0;
+  double chi2 = 0;
+  for (double b : bins) chi2 += (b - expected) * (b - expected) / expected;
+  EXPECT_LT(chi2, 37.7);
+}
+
+// A canary input (a recognisable byte pattern) never appears in what the server receives: not
+// in any upload, not in any sealed share, not in the reveals.
+TEST(SecureAggregationTest, ACanaryNeverReachesTheServer) {
+  const SecAggParams p{.clients = 2, .threshold = 2, .bits = 31};  // 2 (2^31 - 1) fits 2^32
+  Round round(p);
+  const std::vector<uint32_t> canary(64, 0x5ca1ab1e & 0x7fffffff);
+  std::vector<uint32_t> other(64, 1);
+  SecAggServer server(p, 64, round.masking);
+  auto y1 = round.client(1).MaskInput(canary);
+  auto y2 = round.client(2).MaskInput(other);
+  ASSERT_TRUE(y1.ok() && y2.ok());
+  ASSERT_TRUE(server.AddMaskedInput(1, *y1).ok());
+  ASSERT_TRUE(server.AddMaskedInput(2, *y2).ok());
+  std::vector<uint8_t> seen;
+  auto record = [&](const void* data, size_t n) {
+    const uint8_t* b = static_cast<const uint8_t*>(data);
+    seen.insert(seen.end(), b, b + n);
+  };
+  record(y1->data(), y1->size() * 4);
+  record(y2->data(), y2->size() * 4);
+  for (SecAggClient& c : round.clients) {
+    std::vector<SecAggSealedShares> again =
+        *c.ShareKeys(round.encryption, round.masking);  // what it would send
+    for (const SecAggSealedShares& s : again) record(s.ciphertext.data(), s.ciphertext.size());
+  }
+  const uint32_t word = canary[0];
+  uint8_t pattern[8];
+  std::memcpy(pattern, &word, 4);
+  std::memcpy(pattern + 4, &word, 4);
+  EXPECT_EQ(std::search(seen.begin(), seen.end(), pattern, pattern + 8), seen.end());
+}
+
+// What the server refuses, naming the client: a replayed upload, a wrong length, an unknown
+// client; a client refuses corrupted shares naming their sender; parameters whose sum would not
+// fit the modulus are refused; corrupted key shares are caught when they rebuild.
+TEST(SecureAggregationTest, BadMessagesAreRefusedNamingTheClient) {
+  Round round({.clients = 4, .threshold = 3, .bits = 8});
+  SecAggServer server(round.params, 8, round.masking);
+  const std::vector<uint32_t> x(8, 3);
+  ASSERT_TRUE(server.AddMaskedInput(1, *round.client(1).MaskInput(x)).ok());
+  EXPECT_THAT(server.AddMaskedInput(1, *round.client(1).MaskInput(x)).message(),
+              HasSubstr("client 1 uploaded a masked input twice"));
+  EXPECT_THAT(server.AddMaskedInput(2, std::vector<uint32_t>(7, 0)).message(),
+              HasSubstr("client 2 uploaded 7 values, the round has 8"));
+  EXPECT_THAT(server.AddMaskedInput(9, x).message(), HasSubstr("client 9 did not share keys"));
+
+  auto sealed = round.client(2).ShareKeys(round.encryption, round.masking);
+  ASSERT_TRUE(sealed.ok());
+  SecAggSealedShares to3 = (*sealed)[2];
+  ASSERT_EQ(to3.to, 3);
+  to3.ciphertext[30] ^= 1;
+  EXPECT_THAT(round.client(3).ReceiveShares({&to3, 1}).message(),
+              HasSubstr("the shares from client 2 do not decrypt"));
+
+  EXPECT_THAT(CheckSecAggParams({.clients = 3, .threshold = 2, .bits = 31}).message(),
+              HasSubstr("does not fit the modulus 2^32"));
+  EXPECT_TRUE(CheckSecAggParams({.clients = 2, .threshold = 2, .bits = 31}).ok());
+  EXPECT_FALSE(CheckSecAggParams({.clients = 4, .threshold = 5, .bits = 8}).ok());
+
+  // 4 drops; 1, 2, 3 upload; client 2's key share of client 4 is corrupted.
+  for (int i : {2, 3}) ASSERT_TRUE(server.AddMaskedInput(i, *round.client(i).MaskInput(x)).ok());
+  std::vector<SecAggReveal> reveals;
+  for (int i : {1, 2, 3}) reveals.push_back(*round.client(i).Reveal(server.survivors()));
+  reveals[1].key_shares[4].y[5] ^= 0x40;  // (X25519 ignores a few bits of byte 0)
+  EXPECT_THAT(server.Unmask(reveals).status().message(),
+              HasSubstr("dropped client 4's masking key do not rebuild it"));
+}
+
+// Quantisation: n clipped inputs decode to their sum within n half-steps.
+TEST(SecureAggregationTest, QuantisedSumsDecode) {
+  const SecAggParams p{.clients = 3, .threshold = 2, .bits = 16, .clip = 2};
+  const std::vector<std::vector<float>> xs = {
+      {0.5f, -1.0f, 3.0f}, {1.5f, 0.25f, -0.1f}, {-2.0f, 0.0f, 1.0f}};
+  std::vector<uint32_t> sum(3, 0);
+  for (const auto& x : xs) {
+    const std::vector<uint32_t> q = SecAggQuantise(x, p);
+    for (size_t i = 0; i < 3; ++i) sum[i] += q[i];
+  }
+  const std::vector<float> decoded = SecAggDecodeSum(sum, 3, p);
+  const double half_step = 2 * p.clip / (std::ldexp(1.0, p.bits) - 1) / 2;
+  const std::vector<float> want = {0.0f, -0.75f, 2.0f + -0.1f + 1.0f};  // 3.0 clipped to 2
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(decoded[i], want[i], 3 * half_step + 1e-6) << i;
+}
+
+}  // namespace
+}  // namespace syncline
