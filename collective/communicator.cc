@@ -50,6 +50,7 @@ Communicator::Communicator(Endpoint* endpoint, int rank, std::vector<std::string
                            CommunicatorOptions options)
     : endpoint_(endpoint), rank_(rank), peers_(std::move(peers)), options_(std::move(options)) {
   for (int r = 0; r < size(); ++r) rank_of_[peers_[r]] = r;
+  reached_.assign(size(), false);
 }
 
 size_t Communicator::ChunkBegin(size_t n, int parts, int c) {
@@ -78,35 +79,54 @@ std::string Communicator::Describe(int from, const Tag& tag) const {
 
 absl::Status Communicator::Send(int to, const Tag& tag, std::span<const float> values,
                                 WireType wire) {
-  MessageBuilder b(wire::MsgType::COLLECTIVE);
-  auto h = b.header();
-  h.setRole(wire::Role::WORKER);
-  h.setRank(rank_);
-  h.setClock(tag.seq);
-  h.setTable(tag.phase);
-  h.setRangeBegin(static_cast<uint64_t>(tag.step));
-  h.setRangeEnd(static_cast<uint64_t>(tag.segment));
-  h.setValueCount(values.size());
   // A copy, unless the endpoint writes or copies it before Send returns: the caller's buffer
   // changes in later steps while ZeroMQ may still hold the bytes.
+  std::vector<uint16_t> half;
   if (wire == WireType::kFloat16) {
-    h.setCodec(1);
-    std::vector<uint16_t> half(values.size());
+    half.resize(values.size());
     for (size_t i = 0; i < values.size(); ++i) half[i] = FloatToHalf(values[i]);
-    counters_.bytes_sent += half.size() * sizeof(uint16_t);
-    b.AddFrame(Frame::Own(std::move(half)));
-  } else if (endpoint_->SendCopiesBorrowedFrames()) {
-    counters_.bytes_sent += values.size_bytes();
-    b.AddFrame(Frame::Borrow(values));
-  } else {
-    counters_.bytes_sent += values.size_bytes();
-    b.AddFrame(Frame::Own(std::vector<float>(values.begin(), values.end())));
   }
-  absl::Status s = endpoint_->Send(peers_[to], b.Finish(), absl::Now() + options_.timeout);
+  const bool borrow = wire != WireType::kFloat16 && endpoint_->SendCopiesBorrowedFrames();
+  auto message = [&] {
+    MessageBuilder b(wire::MsgType::COLLECTIVE);
+    auto h = b.header();
+    h.setRole(wire::Role::WORKER);
+    h.setRank(rank_);
+    h.setClock(tag.seq);
+    h.setTable(tag.phase);
+    h.setRangeBegin(static_cast<uint64_t>(tag.step));
+    h.setRangeEnd(static_cast<uint64_t>(tag.segment));
+    h.setValueCount(values.size());
+    if (wire == WireType::kFloat16) {
+      h.setCodec(1);
+      b.AddFrame(Frame::Own(std::vector<uint16_t>(half)));
+    } else if (borrow) {
+      b.AddFrame(Frame::Borrow(values));
+    } else {
+      b.AddFrame(Frame::Own(std::vector<float>(values.begin(), values.end())));
+    }
+    return b.Finish();
+  };
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  absl::Duration backoff = absl::Milliseconds(1);
+  absl::Status s = endpoint_->Send(peers_[to], message(), deadline);
+  // Between two workers the lower rank opens the one connection (planes.cc), when it gets
+  // there: a rank still reading its data can be minutes behind. Until a lower rank has been
+  // reached once, "not connected" means "not yet", and the collective's own timeout bounds
+  // the wait; after that it means the peer is gone, and the send fails at once.
+  while (absl::IsUnavailable(s) && to < rank_ && !reached_[to] &&
+         absl::Now() + backoff < deadline) {
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Milliseconds(50));
+    s = endpoint_->Send(peers_[to], message(), deadline);
+  }
   if (!s.ok()) {
     return absl::Status(s.code(), absl::StrFormat("%s #%d: cannot send to %s (rank %d): %s", op_,
                                                   tag.seq, peers_[to], to, s.message()));
   }
+  reached_[to] = true;
+  counters_.bytes_sent +=
+      wire == WireType::kFloat16 ? half.size() * sizeof(uint16_t) : values.size_bytes();
   return absl::OkStatus();
 }
 
@@ -141,6 +161,7 @@ absl::Status Communicator::Pump(int from, const Tag& tag, absl::Time deadline) {
   if (sender == rank_of_.end() || sender->second == rank_ || h.getRank() != sender->second) {
     return drop("not from a peer of this communicator");
   }
+  reached_[sender->second] = true;  // its connection is up
   if (h.getClock() < seq_) return drop("from a finished collective");
   if (m->payload_count() != 1 || h.getCodec() > 1) return drop("not one values frame");
   const size_t width = h.getCodec() == 1 ? sizeof(uint16_t) : sizeof(float);

@@ -144,6 +144,8 @@ class Communicator : public DenseCollective {
   const std::vector<std::string> peers_;
   const CommunicatorOptions options_;
   absl::flat_hash_map<std::string, int> rank_of_;
+  // Per rank: a send to it went through or a message came from it, so its connection is up.
+  std::vector<bool> reached_;
   int64_t seq_ = 0;      // collectives started
   const char* op_ = "";  // the collective in progress, for messages
   // Messages that arrived before they were wanted, by (sender, tag).
