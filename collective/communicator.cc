@@ -116,6 +116,13 @@ absl::Status Communicator::Send(int to, const Tag& tag, std::span<const float> v
   // the wait; after that it means the peer is gone, and the send fails at once.
   while (absl::IsUnavailable(s) && to < rank_ && !reached_[to] &&
          absl::Now() + backoff < deadline) {
+    // A rollback ends the wait too: the rank may be the node that died (StopWaitingWhen).
+    if (interrupted_) {
+      if (absl::Status i = interrupted_(); !i.ok()) {
+        return absl::Status(i.code(), absl::StrFormat("%s #%d: waiting for %s (rank %d): %s", op_,
+                                                      tag.seq, peers_[to], to, i.message()));
+      }
+    }
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Milliseconds(50));
     s = endpoint_->Send(peers_[to], message(), deadline);
