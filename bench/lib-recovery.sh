@@ -1,5 +1,9 @@
-# lib-recovery.sh: what the recovery benchmarks (worker-recovery.sh, node-recovery.sh) share.
-# Sourced from the repository root, not run; messages name the script that sourced it.
+# lib-recovery.sh: what the recovery benchmarks (worker-recovery.sh, node-recovery.sh,
+# collective-recovery.sh) share. Sourced from the repository root, not run; messages name the
+# script that sourced it.
+#   recovery_args ARG...       parses the flags --node, --runs, --build, --out (and --sync where
+#                              the caller has set sync) over the caller's defaults, -h printing
+#                              the caller's opening comment; sets binary and rank of the node
 #   recovery_setup BUILD OUT   checks that syncline-launch and syncline-gen are built under BUILD,
 #                              empties OUT, generates the data into it and sets launch (the
 #                              launcher) and job (the flags of the job both benchmarks run)
@@ -7,16 +11,47 @@
 #   median                     the median of the numbers on stdin, one a line
 #   start_and_kill PATTERN FOLDER [FLAG...]
 #                              starts the job into run folder FOLDER with the flags after it and
-#                              SIGKILLs the process whose command line matches PATTERN (pkill -f)
-#                              a second later; sets pid (the launcher's) and t0 (the time of the
-#                              kill)
+#                              SIGKILLs the launcher's child whose command line matches PATTERN
+#                              (pkill -P -f: never another job's process) a second later; sets
+#                              pid (the launcher's) and t0 (the time of the kill)
+#   time_in_place START CONDITION FOLDER [FLAG...]
+#                              runs START (start_and_kill or the caller's like it) with the node's
+#                              pattern, FOLDER and the flags, waits for CONDITION and for the
+#                              launcher; sets elapsed (ms from the kill until CONDITION held)
 #   wait_for CONDITION         evaluates CONDITION every 50 ms until it holds, at most 600 times;
 #                              fails with a message when it never does
 #   print_medians PREFIX       prints the medians of the arrays inplace and relaunch over runs
 #                              runs, after PREFIX
-# The variables it sets (launch, job, pid, t0) and reads (inplace, relaunch, runs) are the
-# caller's.
+# The variables it sets (launch, job, pid, t0, elapsed, node, runs, build, out, sync, binary,
+# rank) and reads (inplace, relaunch, runs) are the caller's.
 # shellcheck shell=bash disable=SC2034,SC2154
+
+recovery_args() {
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --sync) [ -n "${sync+set}" ] || recovery_usage "$1"; sync=$2; shift 2 ;;
+      --node) node=$2; shift 2 ;;
+      --runs) runs=$2; shift 2 ;;
+      --build) build=$2; shift 2 ;;
+      --out) out=$2; shift 2 ;;
+      -h|--help)
+        # (The caller has changed to the repository root.)
+        awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "bench/${0##*/}"
+        exit 0 ;;
+      *) recovery_usage "$1" ;;
+    esac
+  done
+  case "$node" in
+    ps[01]) binary=syncline-ps; rank=${node#ps} ;;
+    w[0-3]) binary=syncline-worker; rank=${node#w} ;;
+    *) echo "${0##*/}: --node must be ps0, ps1 or w0..w3, not $node" >&2; exit 2 ;;
+  esac
+}
+
+recovery_usage() {
+  echo "${0##*/}: unknown argument $1 (see --help)" >&2
+  exit 2
+}
 
 recovery_setup() {
   local build=$1 out=$2 gen b
@@ -43,7 +78,17 @@ start_and_kill() {
   pid=$!
   sleep 1
   t0=$(ms)
-  pkill -9 -f "$pattern"
+  pkill -9 -P "$pid" -f "$pattern"
+}
+
+time_in_place() {
+  local start=$1 condition=$2 t1
+  shift 2
+  "$start" "$binary.*--rank $rank$" "$@"
+  wait_for "$condition"
+  t1=$(ms)
+  wait "$pid"
+  elapsed=$((t1 - t0))
 }
 
 wait_for() {

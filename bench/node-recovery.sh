@@ -21,24 +21,10 @@ runs=10
 node=ps1
 build=build
 out=/tmp/syncline-node-recovery
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --node) node=$2; shift 2 ;;
-    --runs) runs=$2; shift 2 ;;
-    --build) build=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "node-recovery.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
-  esac
-done
-case "$node" in
-  ps[01]) binary=syncline-ps; rank=${node#ps} ;;
-  w[0-3]) binary=syncline-worker; rank=${node#w} ;;
-  *) echo "node-recovery.sh: --node must be ps0, ps1 or w0..w3, not $node" >&2; exit 2 ;;
-esac
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib-recovery.sh
 . bench/lib-recovery.sh
+recovery_args "$@"
 recovery_setup "$build" "$out"
 job+=(--checkpoint-every 10)
 resumed() { grep -l "resuming at clock" "$1"/logs/w{0,1,2,3}.log 2>/dev/null | wc -l; }
@@ -46,12 +32,9 @@ resumed() { grep -l "resuming at clock" "$1"/logs/w{0,1,2,3}.log 2>/dev/null | w
 inplace=()
 for i in $(seq "$runs"); do
   run=$out/inplace$i
-  start_and_kill "$binary.*--rank $rank$" "$run" --max-restarts 1
-  wait_for '[ "$(resumed "$run")" -ge 4 ]'
-  t1=$(ms)
-  wait "$pid"
-  inplace+=($((t1 - t0)))
-  echo "in place, run $i: training again $((t1 - t0)) ms after the kill"
+  time_in_place start_and_kill '[ "$(resumed "$run")" -ge 4 ]' "$run" --max-restarts 1
+  inplace+=("$elapsed")
+  echo "in place, run $i: training again $elapsed ms after the kill"
 done
 
 relaunch=()

@@ -388,8 +388,9 @@ absl::Status AllReduceBackend::RestoreState(std::string_view state) {
 
 ServerlessBackendFactory MakeAllReduceBackendFactory(CollectivePlane plane) {
   return [plane](const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
-                 const std::string& device) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
-    auto communicator = ConnectWorkersOverTcp(spec, table, rank, endpoint, plane);
+                 const std::string& device,
+                 PeerRendezvous& rendezvous) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
+    auto communicator = ConnectWorkersOfGeneration(spec, table, rank, endpoint, plane, rendezvous);
     if (!communicator.ok()) return communicator.status();
     auto dense = ConnectDenseForWorker(spec, **communicator, device);
     if (!dense.ok()) return dense.status();

@@ -116,6 +116,13 @@ absl::Status Communicator::Send(int to, const Tag& tag, std::span<const float> v
   // the wait; after that it means the peer is gone, and the send fails at once.
   while (absl::IsUnavailable(s) && to < rank_ && !reached_[to] &&
          absl::Now() + backoff < deadline) {
+    // A rollback ends the wait too: the rank may be the node that died (StopWaitingWhen).
+    if (interrupted_) {
+      if (absl::Status i = interrupted_(); !i.ok()) {
+        return absl::Status(i.code(), absl::StrFormat("%s #%d: waiting for %s (rank %d): %s", op_,
+                                                      tag.seq, peers_[to], to, i.message()));
+      }
+    }
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Milliseconds(50));
     s = endpoint_->Send(peers_[to], message(), deadline);
@@ -131,8 +138,16 @@ absl::Status Communicator::Send(int to, const Tag& tag, std::span<const float> v
 }
 
 absl::Status Communicator::Pump(int from, const Tag& tag, absl::Time deadline) {
-  absl::StatusOr<Message> m = endpoint_->Receive(deadline);
+  constexpr absl::Duration kInterruptionPoll = absl::Milliseconds(100);
+  absl::StatusOr<Message> m = endpoint_->Receive(
+      interrupted_ ? std::min(deadline, absl::Now() + kInterruptionPoll) : deadline);
   if (!m.ok()) {
+    if (absl::IsDeadlineExceeded(m.status()) && interrupted_) {
+      if (absl::Status s = interrupted_(); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat(Describe(from, tag), ": ", s.message()));
+      }
+      if (absl::Now() < deadline) return absl::OkStatus();  // the caller waits on
+    }
     if (absl::IsDeadlineExceeded(m.status())) {
       return absl::DeadlineExceededError(absl::StrCat(Describe(from, tag), ": nothing within ",
                                                       absl::FormatDuration(options_.timeout),

@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -95,6 +96,11 @@ class Communicator : public DenseCollective {
 
   // Keeps `resources` (the transport of an endpoint of its own, say) as long as this lives.
   void Own(std::shared_ptr<void> resources) { owned_ = std::move(resources); }
+  // A wait for a peer also ends, with this status, once `interrupted` returns an error (the
+  // job rolls back: the peer may be dead); polled every 100 ms while waiting.
+  void StopWaitingWhen(std::function<absl::Status()> interrupted) {
+    interrupted_ = std::move(interrupted);
+  }
 
  private:
   // Identifies one message of a collective: operation sequence number, phase, step, segment.
@@ -132,6 +138,7 @@ class Communicator : public DenseCollective {
   std::string Describe(int from, const Tag& tag) const;
 
   std::shared_ptr<void> owned_;  // destroyed last
+  std::function<absl::Status()> interrupted_;
   Endpoint* const endpoint_;
   const int rank_;
   const std::vector<std::string> peers_;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -345,6 +346,35 @@ TEST(CollectiveTest, AHigherRankWaitsForALowerRankThatConnectsLate) {
     ASSERT_EQ(all[r].size(), 12u);
     for (int q = 0; q < n; ++q) EXPECT_EQ(all[r][4 * q], std::byte(q + 1)) << r << " " << q;
   }
+}
+
+// The same wait for a lower rank that has not connected also ends when the job rolls back
+// (StopWaitingWhen): the rank may be the node that died before it connected.
+TEST(CollectiveTest, AWaitForALowerRankToConnectEndsWhenTheJobRollsBack) {
+  ZmqTransport transport;
+  std::vector<std::string> ids = {"w0", "w1"};
+  std::vector<std::unique_ptr<Endpoint>> endpoints;
+  for (const std::string& id : ids) {
+    endpoints.push_back(*transport.CreateEndpoint(id));
+    ASSERT_TRUE(endpoints.back()->Bind("tcp://127.0.0.1:0").ok());
+  }
+  CommunicatorOptions options;
+  options.timeout = absl::Seconds(60);
+  Communicator w1(endpoints[1].get(), 1, ids, options);  // w0 never connects
+  std::atomic<bool> rolled_back{false};
+  w1.StopWaitingWhen([&] {
+    return rolled_back.load() ? absl::AbortedError("the job rolls back") : absl::OkStatus();
+  });
+  std::thread rollback([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    rolled_back.store(true);
+  });
+  std::vector<std::byte> all;
+  const absl::Status s = w1.AllGatherBytes(std::vector<std::byte>(4, std::byte{1}), &all);
+  rollback.join();
+  EXPECT_TRUE(absl::IsAborted(s)) << s;
+  EXPECT_NE(s.message().find("waiting for w0 (rank 0): the job rolls back"), std::string::npos)
+      << s;
 }
 
 // Over TcpTransport every algorithm gives the direct sum, with buffers that the ring splits

@@ -174,9 +174,9 @@ absl::Status HybridBackend::RestoreState(std::string_view state) {
 
 HybridBackendFactory MakeHybridBackendFactory(CollectivePlane plane) {
   return [plane](const JobSpec& spec, const NodeTable& table, int rank, Endpoint& peers,
-                 std::unique_ptr<SyncBackend> rows,
-                 const std::string& device) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
-    auto communicator = ConnectWorkersOverTcp(spec, table, rank, peers, plane);
+                 std::unique_ptr<SyncBackend> rows, const std::string& device,
+                 PeerRendezvous& rendezvous) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
+    auto communicator = ConnectWorkersOfGeneration(spec, table, rank, peers, plane, rendezvous);
     if (!communicator.ok()) return communicator.status();
     // The dense layers' all-reduce may take NCCL; the rows stay with the servers.
     auto dense = ConnectDenseForWorker(spec, **communicator, device);

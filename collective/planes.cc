@@ -168,6 +168,55 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOverTcp(const JobSpe
   return communicator;
 }
 
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOfGeneration(
+    const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
+    CollectivePlane plane, PeerRendezvous& rendezvous) {
+  const uint32_t generation = rendezvous.generation();
+  if (generation == 0) {
+    auto made = ConnectWorkersOverTcp(spec, table, rank, endpoint, plane);
+    if (made.ok()) (*made)->StopWaitingWhen([&rendezvous] { return rendezvous.Interrupted(); });
+    return made;
+  }
+  std::vector<std::string> peers;
+  for (int w = 0; w < table.num_workers; ++w) peers.push_back(PeerEndpointId(w, generation));
+  std::shared_ptr<void> owned;
+  Endpoint* mine = nullptr;
+  std::string address;
+  if (plane.tcp) {
+    auto listening = ListenOnTcpPlane(table, rank, peers, plane.ports);
+    if (!listening.ok()) return listening.status();
+    mine = listening->first->endpoint.get();
+    owned = std::move(listening->first);
+    address = std::move(listening->second);
+  } else {
+    absl::StatusOr<PeerRendezvous::Listening> listening = rendezvous.Listen(peers[rank]);
+    if (!listening.ok()) return listening.status();
+    mine = listening->endpoint.get();
+    owned = std::shared_ptr<Endpoint>(std::move(listening->endpoint));
+    address = std::move(listening->address);
+  }
+  const CommunicatorOptions options = CollectiveOptions(spec, table);
+  absl::StatusOr<std::vector<std::string>> addresses =
+      rendezvous.TradeAddresses(address, absl::Now() + options.timeout);
+  if (!addresses.ok()) return addresses.status();
+  for (int w = 0; w < table.num_workers; ++w) {
+    // A TCP plane connects every pair both ways; two ZeroMQ ROUTERs connected both ways under
+    // the same ids trip ZeroMQ, so there the lower rank opens the one connection.
+    if (w == rank || (!plane.tcp && w < rank)) continue;
+    if (w >= static_cast<int>(addresses->size()) || (*addresses)[w].empty()) {
+      return absl::UnavailableError(absl::StrCat("the coordinator named no address of ", peers[w],
+                                                 " for generation ", generation));
+    }
+    if (auto s = mine->Connect(peers[w], (*addresses)[w]); !s.ok()) return s;
+  }
+  SYNCLINE_LOG(INFO) << "collectives of generation " << generation << " over "
+                     << (plane.tcp ? "direct TCP" : "the node's transport") << " at " << address;
+  auto communicator = std::make_unique<Communicator>(mine, rank, peers, options);
+  communicator->Own(std::move(owned));
+  communicator->StopWaitingWhen([&rendezvous] { return rendezvous.Interrupted(); });
+  return communicator;
+}
+
 RankDevice ProbeRankDevice(std::string_view device, std::string host, int* ordinal) {
   *ordinal = -1;
   RankDevice mine{.host = std::move(host)};

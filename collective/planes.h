@@ -19,6 +19,7 @@
 #include "collective/dense_collective.h"
 #include "core/net.h"
 #include "core/node_table.h"
+#include "core/peer_rendezvous.h"
 #include "core/transport.h"
 #include "syncline/job_spec.h"
 
@@ -53,6 +54,17 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOverTcp(const JobSpe
                                                                     const NodeTable& table,
                                                                     int rank, Endpoint& endpoint,
                                                                     CollectivePlane plane);
+
+// The communicator of one generation of the job (core/peer_rendezvous.h). In generation 0, as
+// ConnectWorkersOverTcp. After a rollback the workers meet on endpoints of the generation
+// instead, never over connections of the undone timeline: a TcpTransport of their own (with
+// plane.tcp) or one of the node's transport (rendezvous.Listen), each listening on a fresh
+// port, with every worker's address from the coordinator (rendezvous.TradeAddresses). Either
+// way the communicator stops waiting for a peer once rendezvous.Interrupted() says the job
+// rolls back (again).
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOfGeneration(
+    const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
+    CollectivePlane plane, PeerRendezvous& rendezvous);
 
 // This rank's RankDevice from its resolved device (device/placement.h: "cpu" or "cuda:N") on
 // `host`, and in *ordinal the CUDA ordinal (-1 for the CPU). A CUDA device that cannot be

@@ -289,6 +289,32 @@ uint32_t ControlClient::generation() const {
   return generation_;
 }
 
+void ControlClient::ReportPeerAddress(uint32_t generation, const std::string& address) {
+  MessageBuilder b = FromThisNode(wire::MsgType::PEER_ADDRESS);
+  b.header().setGeneration(generation);
+  b.header().setMessage(address);
+  Send(b.Finish());
+}
+
+absl::StatusOr<std::vector<std::string>> ControlClient::AwaitPeerAddresses(uint32_t generation,
+                                                                           absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return (peer_addresses_ && peer_addresses_->first >= generation) ||
+           (rollback_ && rollback_->generation > generation) || !health_.ok();
+  };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+    return absl::DeadlineExceededError(absl::StrFormat(
+        "the coordinator did not hand out the peers' addresses of generation %d in time",
+        generation));
+  }
+  if (!health_.ok()) return health_;
+  if (peer_addresses_ && peer_addresses_->first == generation) return peer_addresses_->second;
+  return absl::AbortedError(absl::StrFormat(
+      "the job rolls back again (generation %d) before the peers of generation %d met",
+      rollback_ ? rollback_->generation : peer_addresses_->first, generation));
+}
+
 void ControlClient::Handle(Message& message) {
   if (auto s = message.Parse(); !s.ok()) {
     SYNCLINE_LOG(WARNING) << "ignoring a malformed control message from " << message.peer() << ": "
@@ -336,6 +362,24 @@ void ControlClient::Handle(Message& message) {
     case wire::MsgType::RESUME:
       resumed_ = std::max(resumed_, h.getGeneration());
       break;
+    case wire::MsgType::PEER_ADDRESS: {
+      if (!h.getBody().isNodeTable()) break;
+      if (peer_addresses_ && h.getGeneration() <= peer_addresses_->first) break;
+      const int workers = table_.MaxWorkers();
+      std::vector<std::string> addresses(workers);
+      bool valid = true;
+      for (auto n : h.getBody().getNodeTable().getNodes()) {
+        valid =
+            valid && n.getRole() == wire::Role::WORKER && n.getRank() >= 0 && n.getRank() < workers;
+        if (valid) addresses[n.getRank()] = n.getAddress();
+      }
+      if (!valid) {
+        SYNCLINE_LOG(WARNING) << "ignoring a malformed peerAddress message";
+        break;
+      }
+      peer_addresses_.emplace(h.getGeneration(), std::move(addresses));
+      break;
+    }
     case wire::MsgType::NODE_DOWN:
       if (h.getBody().isNodeDown()) {
         auto d = h.getBody().getNodeDown();

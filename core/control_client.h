@@ -202,6 +202,15 @@ class ControlClient {
   absl::Status WaitForResume(uint32_t generation, absl::Time deadline);
   // The generation this node is at: the node table's, then each rollback it reported done.
   uint32_t generation() const;
+  // Peers of a generation (collective and gossip workers after a rollback, whose timeline
+  // re-forms on endpoints of its own): tells the coordinator where this worker's endpoint of
+  // `generation` listens.
+  void ReportPeerAddress(uint32_t generation, const std::string& address);
+  // Every worker's address of `generation`, by rank (NodeTable::MaxWorkers entries, "" for a
+  // rank the coordinator listed none for), once the coordinator has them all. Aborted when a
+  // newer rollback comes first, the job's health when it ends, DeadlineExceeded at `deadline`.
+  absl::StatusOr<std::vector<std::string>> AwaitPeerAddresses(uint32_t generation,
+                                                              absl::Time deadline);
 
  private:
   ControlClient(std::unique_ptr<Endpoint> endpoint, ControlOptions options, NodeTable table);
@@ -228,6 +237,8 @@ class ControlClient {
   std::optional<Rollback> rollback_ ABSL_GUARDED_BY(mu_);
   uint32_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // restored (reported), or the table's
   uint32_t resumed_ ABSL_GUARDED_BY(mu_) = 0;     // the newest generation resumed
+  // The newest generation's peer addresses (AwaitPeerAddresses).
+  std::optional<std::pair<uint32_t, std::vector<std::string>>> peer_addresses_ ABSL_GUARDED_BY(mu_);
   absl::Status health_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> clock_{-1};
   std::atomic<int64_t> clock_offset_us_{0};

@@ -6,6 +6,7 @@
 #include <kj/exception.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "core/coordinator_node_state.h"
@@ -205,6 +206,9 @@ absl::StatusOr<std::optional<Message>> Coordinator::Handle(NodeState& node, Mess
     case wire::MsgType::ABORT:
       if (auto s = OnNodeFailed(node, h); !s.ok()) return s;
       return std::optional<Message>();
+    case wire::MsgType::PEER_ADDRESS:
+      if (node.role == wire::Role::WORKER) OnPeerAddress(node, h);
+      return std::optional<Message>();
     default:
       return std::optional<Message>(std::move(message));
   }
@@ -250,7 +254,15 @@ absl::Status Coordinator::Shutdown() {
     });
   };
   while (!all_stats() && absl::Now() < deadline) {
-    auto message = endpoint_->Receive(deadline);
+    {
+      // A node lost now (the launcher saw its exit) sends no statistics: nothing waits for
+      // them. Its part of the job was done.
+      absl::MutexLock lock(&mu_);
+      for (const auto& [control_id, reason] : std::exchange(lost_, {})) {
+        if (NodeState* n = Find(control_id)) n->down = true;
+      }
+    }
+    auto message = endpoint_->Receive(std::min(deadline, absl::Now() + absl::Milliseconds(100)));
     if (!message.ok() || !message->Parse().ok()) continue;
     NodeState* node = Find(message->peer());
     auto h = message->header();

@@ -177,6 +177,11 @@ class Coordinator {
   // declared down at once but handed to the launcher to kill (its exit is then restarted). One
   // that is still there a heartbeat timeout later is declared down as usual.
   std::vector<std::pair<std::string, std::string>> TakeHungNodes();
+  // Whether the job still needs node (role, rank): false once the final model is evaluated
+  // (params.tsv and the result are in; a node lost then costs only its statistics), and for a
+  // worker other than the evaluator once every worker has finished training. The launcher
+  // fails no job over the exit of a node it no longer needs. Any thread.
+  bool StillNeeds(wire::Role role, int rank) const;
   // What node (role, rank) said when it failed, if it said so while it could have been
   // restarted (the job then goes on until the launcher restarts it or gives up); else empty.
   std::string LastWords(wire::Role role, int rank);
@@ -252,6 +257,9 @@ class Coordinator {
   void SendReplacementTables();
   // Ends the recovery once every node has restored; fails it past its deadline.
   absl::Status AdvanceRecovery();
+  // A worker's address of a generation's peers (collective and gossip jobs after a rollback):
+  // once every worker has sent its own for the current generation, every worker gets them all.
+  void OnPeerAddress(NodeState& node, const wire::Header::Reader& header);
 
   // Joins (coordinator_joins.cc): a `join` request from the joiner's first endpoint, answered
   // with a rank or why not.
@@ -316,6 +324,11 @@ class Coordinator {
   std::atomic<bool> recovering_flag_{false};  // recovering_, for other threads
   std::atomic<int64_t> latest_worker_clock_{-1};
   std::atomic<int64_t> heartbeat_misses_{0};
+  // StillNeeds: every worker has finished (the evaluator's rank then, else -1), and the
+  // final model is evaluated.
+  std::atomic<bool> training_over_{false};
+  std::atomic<int> evaluator_rank_{-1};
+  std::atomic<bool> results_in_{false};
   // Failures reported by nodes that could have been restarted, by control id.
   absl::flat_hash_map<std::string, std::string> last_words_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::string, std::string>> hung_ ABSL_GUARDED_BY(mu_);

@@ -8,6 +8,7 @@
 #define SYNCLINE_CORE_COORDINATOR_NODE_STATE_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -45,8 +46,12 @@ struct Coordinator::NodeState {
   int64_t first_clock = 0;  // workers: the clock their plan starts at (joiners: their entry)
   bool stats = false;       // servers: statistics received at shutdown
   int64_t clock = -1;       // workers: the clock their last heartbeat carried
-  absl::Time clock_since;   // when that clock was first seen
-  int metrics_port = 0;     // where it serves /metrics (0: it does not)
+  // Workers of a collective or gossip job after a rollback: where its endpoint of generation
+  // peer_generation listens (Coordinator::OnPeerAddress).
+  std::optional<uint32_t> peer_generation;
+  std::string peer_address;
+  absl::Time clock_since;  // when that clock was first seen
+  int metrics_port = 0;    // where it serves /metrics (0: it does not)
 
   // Takes what a registration says of where the node runs, and tells `observer` (may be null).
   // A replacement keeps the failed node's data address: it listens there (job/node_join.h).

@@ -208,4 +208,31 @@ absl::Status Coordinator::AdvanceRecovery() {
   return absl::OkStatus();
 }
 
+void Coordinator::OnPeerAddress(NodeState& node, const wire::Header::Reader& h) {
+  // An address of an undone generation is of no use: its peers roll back too.
+  if (h.getGeneration() != generation_ || recovering_) return;
+  node.peer_generation = generation_;
+  node.peer_address = h.getMessage();
+  std::vector<const NodeState*> workers;
+  for (const auto& n : nodes_) {
+    if (n->role != wire::Role::WORKER || n->down || n->joining) continue;
+    if (n->peer_generation != generation_) return;  // not every worker's yet
+    workers.push_back(n.get());
+  }
+  MessageBuilder b(wire::MsgType::PEER_ADDRESS);
+  b.header().setRole(wire::Role::COORDINATOR);
+  b.header().setGeneration(generation_);
+  auto list = b.header().getBody().initNodeTable().initNodes(static_cast<unsigned>(workers.size()));
+  for (size_t i = 0; i < workers.size(); ++i) {
+    auto info = list[static_cast<unsigned>(i)];
+    info.setRole(wire::Role::WORKER);
+    info.setRank(workers[i]->rank);
+    info.setId(DataEndpointId(wire::Role::WORKER, workers[i]->rank));
+    info.setAddress(workers[i]->peer_address);
+  }
+  SYNCLINE_LOG(INFO) << "every worker listens for the peers of generation " << generation_
+                     << ": handing out their addresses";
+  Broadcast(b.Finish(), wire::Role::WORKER);
+}
+
 }  // namespace syncline

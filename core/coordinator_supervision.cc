@@ -40,8 +40,19 @@ absl::Status Coordinator::Supervise() {
           restarts_.front().reason, " as the training ended; it cannot be restarted then"));
     }
   }
-  if (!options_.evaluate) return absl::OkStatus();
-  return EvaluateFinalModel();
+  if (options_.evaluate) {
+    if (auto s = EvaluateFinalModel(); !s.ok()) return s;
+  }
+  training_over_.store(true);
+  results_in_.store(true);
+  return absl::OkStatus();
+}
+
+bool Coordinator::StillNeeds(wire::Role role, int rank) const {
+  if (results_in_.load()) return false;
+  // The final model is in every worker's replica or on the servers: only the evaluator's
+  // worker (and the servers it reads from) take part in the evaluation.
+  return !training_over_.load() || role != wire::Role::WORKER || rank == evaluator_rank_.load();
 }
 
 void Coordinator::OnTrainingMessage(Message& m) {
@@ -87,6 +98,10 @@ absl::Status Coordinator::EvaluateFinalModel() {
     }
   }
   if (evaluator == nullptr) return absl::UnavailableError("every worker is down");
+  evaluator_rank_.store(evaluator->rank);  // before training_over_: StillNeeds reads them
+  training_over_.store(true);
+  SYNCLINE_LOG(INFO) << "every worker has finished training; " << evaluator->Name()
+                     << " evaluates the final model";
   SendTo(evaluator->control_id, MakeSimple(wire::MsgType::EVALUATE, wire::Role::COORDINATOR, 0));
   const absl::Time deadline = absl::Now() + options_.evaluate_timeout;
   while (true) {

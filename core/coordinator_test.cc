@@ -136,6 +136,20 @@ class CoordinatorTest : public ::testing::Test {
     }
   }
 
+  // A job of `n` workers and no servers that may restart `restarts` nodes and does not
+  // evaluate, its workers registered and training (empty when it could not start).
+  std::vector<std::unique_ptr<ControlClient>> TrainWorkersOnly(int n, int restarts) {
+    CoordinatorOptions options = SmallJob();
+    options.num_servers = 0;
+    options.num_workers = n;
+    options.max_restarts = restarts;
+    options.evaluate = false;
+    if (!Start(options).ok()) return {};
+    std::vector<std::unique_ptr<ControlClient>> w = StartWorkers(n);
+    if (static_cast<int>(w.size()) == n) WaitForTraining();
+    return w;
+  }
+
   std::unique_ptr<InprocTransport> transport_;
   std::unique_ptr<RecordingObserver> observer_;
   std::unique_ptr<Coordinator> coordinator_;
@@ -460,16 +474,9 @@ TEST_F(CoordinatorTest, TheRightWorldSizeIsAccepted) {
 // In-place recovery: a failed worker's replacement registers under its id and restores the
 // checkpoint every other node rolls back to; the job resumes once all of them have.
 TEST_F(CoordinatorTest, ARestartRollsEveryNodeBackAndResumesOnceAllHaveRestored) {
-  CoordinatorOptions options = SmallJob();
-  options.num_servers = 0;
-  options.num_workers = 3;
-  options.max_restarts = 1;
-  options.evaluate = false;
-  ASSERT_TRUE(Start(options).ok());
-  std::vector<std::unique_ptr<ControlClient>> w = StartWorkers(3);
+  std::vector<std::unique_ptr<ControlClient>> w = TrainWorkersOnly(3, /*restarts=*/1);
   ASSERT_EQ(w.size(), 3u);
   // Restarts are taken once the job trains.
-  WaitForTraining();
   ASSERT_TRUE(coordinator_->CanRestart());
   w[2]->SetClock(31);
   w[1].reset();  // its process died
@@ -505,6 +512,52 @@ TEST_F(CoordinatorTest, ARestartRollsEveryNodeBackAndResumesOnceAllHaveRestored)
   EXPECT_EQ(observer_->recovered_clock.load(), 20);
   EXPECT_EQ(observer_->steps_undone.load(), 11);  // w2 had reached clock 31
   for (ControlClient* c : {w[0].get(), replacement->get(), w[2].get()}) {
+    c->ReportWorkerDone({.steps = 40});
+  }
+  const absl::Status result = Join();
+  EXPECT_TRUE(result.ok()) << result;
+}
+
+// After a rollback the workers of a collective meet on endpoints of the new generation: each
+// tells the coordinator where its own listens, and once every worker has, every worker gets
+// all of them. An address of another generation is no one's; a rollback during the meeting
+// ends it for those waiting, and the next generation meets afresh.
+TEST_F(CoordinatorTest, TheWorkersOfAGenerationGetEveryWorkersAddressOnceAllHaveSentTheirs) {
+  std::vector<std::unique_ptr<ControlClient>> w = TrainWorkersOnly(3, /*restarts=*/2);
+  ASSERT_EQ(w.size(), 3u);
+  // w1 fails and is replaced (generation g); every node resumes.
+  auto replace_w1 = [&](uint32_t g) {
+    w[1].reset();
+    ASSERT_TRUE(coordinator_->Restart(wire::Role::WORKER, 1, "w1 killed", 20, "ckpt/20"));
+    for (int r : {0, 2}) {
+      ASSERT_TRUE(AwaitRollback(*w[r]).has_value());
+      w[r]->ReportRolledBack(g);
+    }
+    auto replacement =
+        ControlClient::Connect(*transport_, {coordinator_->address(), wire::Role::WORKER, 1, ""});
+    ASSERT_TRUE(replacement.ok()) << replacement.status();
+    w[1] = *std::move(replacement);
+    w[1]->ReportReady();
+    for (int r : {0, 1, 2}) ASSERT_TRUE(w[r]->WaitForResume(g, Soon()).ok()) << "w" << r;
+  };
+  replace_w1(1);
+  w[0]->ReportPeerAddress(0, "tcp://stale:1");  // of the undone timeline: no one's
+  w[0]->ReportPeerAddress(1, "tcp://a:1");
+  w[2]->ReportPeerAddress(1, "tcp://c:3");
+  EXPECT_TRUE(absl::IsDeadlineExceeded(
+      w[0]->AwaitPeerAddresses(1, absl::Now() + absl::Milliseconds(200)).status()));
+  // The replacement fails again before it has sent its own: the meeting of generation 1 ends.
+  replace_w1(2);
+  EXPECT_TRUE(absl::IsAborted(w[0]->AwaitPeerAddresses(1, Soon()).status()));
+  w[0]->ReportPeerAddress(2, "tcp://a:4");
+  w[1]->ReportPeerAddress(2, "tcp://b:5");
+  w[2]->ReportPeerAddress(2, "tcp://c:6");
+  for (int r : {0, 1, 2}) {
+    absl::StatusOr<std::vector<std::string>> got = w[r]->AwaitPeerAddresses(2, Soon());
+    ASSERT_TRUE(got.ok()) << "w" << r << ": " << got.status();
+    EXPECT_EQ(*got, (std::vector<std::string>{"tcp://a:4", "tcp://b:5", "tcp://c:6"}));
+  }
+  for (ControlClient* c : {w[0].get(), w[1].get(), w[2].get()}) {
     c->ReportWorkerDone({.steps = 40});
   }
   const absl::Status result = Join();

@@ -79,6 +79,14 @@ enum MsgType {
   # worker -> coordinator: body.evaluation of the model on the test set after `clock`
   # iterations, while the job trains (--eval-every).
   heldOut @33;
+  # Peers of a generation after a rollback (collective and gossip workers; in-place recovery):
+  # each re-forms on endpoints of its own for the new generation, found through the
+  # coordinator rather than over connections of the undone timeline. worker -> coordinator:
+  # peerAddress, `generation` = the job's, `message` = where this worker's endpoint of that
+  # generation listens. coordinator -> every worker, once every worker has sent its own for the
+  # current generation: peerAddress, `generation`, body.nodeTable's nodes = every worker's
+  # (rank, id, address).
+  peerAddress @34;
 }
 
 enum Role {

@@ -13,6 +13,7 @@
 #define SYNCLINE_GOSSIP_GOSSIP_BACKEND_H_
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -77,8 +78,11 @@ class GossipBackend : public SyncBackend {
   std::vector<int> dead_peers() const { return mixer_.dead_peers(); }
   // The whole local model: rows (num_features x row_dim), then the bias.
   std::span<const float> parameters() const { return model_.parameters(); }
+  // Keeps `resources` (the endpoint of a generation's own, say) as long as this lives.
+  void Own(std::shared_ptr<void> resources) { owned_ = std::move(resources); }
 
  private:
+  std::shared_ptr<void> owned_;  // destroyed last: the mixer uses it
   const GossipOptions options_;
   GossipMixer mixer_;
   ReplicatedModel model_{"gossip"};

@@ -149,7 +149,8 @@ class GossipMixer {
   // Push-sum weight of this node (1 at the start, and after each peer's death; a joiner's starts
   // at 0).
   double weight() const { return weight_; }
-  // Push-sum: shares of an era this node had left when they arrived, dropped.
+  // Push-sum: shares of an era this node had left when they arrived, dropped; and shares that
+  // arrived after this node left, when no peer was left mixing to pass them on to.
   uint64_t shares_dropped() const { return shares_dropped_; }
   // Mean, over the rounds since the last call that received anything, of the L2 distance
   // between this node's vector and the mean of the vectors it received in that round (CHOCO:
@@ -239,6 +240,8 @@ class GossipMixer {
   void AnswerWelcomes(std::span<const float> values);
   // Whether this node sends to `rank` now: alive, admitted, not gone and heard from.
   bool Reachable(int rank) const;
+  // The first reachable rank after this one (cyclically), or -1: a leaving push-sum node's heir.
+  int NextHeir() const;
   // A joiner's hello to every member of `step`, asking those in `asked` for their models;
   // returns those asked that the hello reached.
   std::set<int> Greet(int64_t step, const std::vector<int>& members, const std::vector<int>& asked);

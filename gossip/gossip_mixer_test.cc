@@ -371,6 +371,34 @@ TEST(PushSumLeaveTest, ALeavingNodeHandsItsWeightToTheOthers) {
   }
 }
 
+// Push-sum peers that finish at once (every partition the same size) each choose the next as
+// heir before any hears of the others' leave: heirs in a circle. The shares still arriving go
+// on to a peer still mixing, never around that circle (it once moved 40 times a job's bytes
+// until every linger ended, issue 44): at most num_peers - 1 hops each.
+TEST(PushSumLeaveTest, PeersThatLeaveAtOnceSendNoStormOfShares) {
+  SCOPED_TRACE(testing::Message() << "seed " << kSeed);
+  constexpr int n = 4, size = 1000, rounds = 10;
+  auto x = RandomVectors(n, size, kSeed + 10);
+  Cluster cluster(n, Options(GossipTopology::kRing, /*async=*/true));
+  std::barrier mixed(n), drained(n);
+  std::vector<uint64_t> sent_leaving(n);
+  cluster.Run([&](int r, GossipMixer& m) {
+    ASSERT_TRUE(m.Init(size).ok());
+    for (int t = 0; t < rounds; ++t) ASSERT_TRUE(m.MixOnce(t, x[r]).ok());
+    mixed.arrive_and_wait();
+    ASSERT_TRUE(m.DrainIncoming(x[r]).ok());  // no share in flight but the hand-overs
+    drained.arrive_and_wait();  // nobody has read another's leave: every heir is rank + 1
+    const uint64_t before = m.bytes_sent();
+    m.Leave(rounds, x[r]);
+    sent_leaving[r] = m.bytes_sent() - before;
+  });
+  // In flight: the n hand-overs, each sent and passed on at most n - 1 times in all.
+  const uint64_t bound = uint64_t{n} * (n - 1) * (size * sizeof(float) + 512);
+  uint64_t total = 0;
+  for (int r = 0; r < n; ++r) total += sent_leaving[r];
+  EXPECT_LE(total, bound) << "bytes sent while leaving: " << total;
+}
+
 // Push-sum with a peer that dies: its weight is gone, so every survivor starts a new era with
 // weight 1 (its model kept), and shares of the old era that arrive later are dropped. The
 // survivors' weights then sum to their count (one of them finishes early and hands its

@@ -3,9 +3,11 @@
 #define SYNCLINE_GOSSIP_GOSSIP_OPTIONS_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "compression/codec.h"
 #include "core/table_config.h"
@@ -52,6 +54,10 @@ struct GossipOptions {
   // Messages for steps ahead of the current one that are kept (synchronous); later ones are
   // dropped with a warning. At most this many steps ahead, one message per peer and step.
   int max_steps_ahead = 64;
+  // A synchronous wait for neighbours also ends, with this status, once it returns an error
+  // (the job rolls back: a neighbour may be dead); polled every 100 ms while waiting. Unset:
+  // never.
+  std::function<absl::Status()> interrupted;
 };
 
 }  // namespace syncline

@@ -103,10 +103,16 @@ absl::Status GossipMixer::AwaitRound(SyncRound& round) {
     deadline = std::min(deadline, std::max(round.start, last_heard_[r]) + options_.peer_timeout);
   }
   // With a coordinator's reports to watch, the wait wakes up to look at them.
-  const absl::Time poll =
-      take_down_ ? absl::Now() + absl::Milliseconds(100) : absl::InfiniteFuture();
+  const absl::Time poll = take_down_ || options_.interrupted ? absl::Now() + absl::Milliseconds(100)
+                                                             : absl::InfiniteFuture();
   auto s = ReceiveOne(std::min({deadline, round.next_beat, poll}));
   if (!absl::IsDeadlineExceeded(s)) return s;
+  if (options_.interrupted) {
+    if (absl::Status stop = options_.interrupted(); !stop.ok()) {
+      return absl::Status(stop.code(),
+                          absl::StrCat("gossip step ", round.step, ": ", stop.message()));
+    }
+  }
   const absl::Time now = absl::Now();
   if (now >= round.next_beat) {
     SendHeartbeats();

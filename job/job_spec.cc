@@ -218,11 +218,13 @@ bool UsesCriteoData(const JobSpec& s) {
 }
 
 bool HandsOverBatches(const SyncMode& sync) {
-  return RollsBackInPlace(sync) || sync.kind == SyncKind::kGossip;
+  return sync.kind == SyncKind::kBsp || sync.kind == SyncKind::kSsp ||
+         sync.kind == SyncKind::kAsp || sync.kind == SyncKind::kGossip;
 }
 
 bool RollsBackInPlace(const SyncMode& sync) {
-  return sync.kind == SyncKind::kBsp || sync.kind == SyncKind::kSsp || sync.kind == SyncKind::kAsp;
+  // Push-sum weight in flight is in no checkpoint; federated rounds are not checkpointed.
+  return !sync.fedavg() && !(sync.gossip() && sync.asynchronous);
 }
 
 int MinWorkers(const JobSpec& s) {
@@ -332,8 +334,9 @@ absl::Status CheckMembership(const JobSpec& s) {
   }
   if (s.max_restarts > 0 && !RollsBackInPlace(s.sync)) {
     return InvalidFlag("max-restarts", absl::StrCat(s.max_restarts),
-                       "is for --sync bsp, ssp and asp: only parameter-server jobs roll back to "
-                       "a checkpoint in place");
+                       "is for --sync bsp, ssp, asp, allreduce, hybrid and synchronous gossip: "
+                       "federated rounds and push-sum weight in flight are in no checkpoint to "
+                       "roll back to");
   }
   if (s.max_restarts > 0 && !s.checkpoint.enabled()) {
     return InvalidFlag("max-restarts", absl::StrCat(s.max_restarts),

@@ -25,7 +25,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec);
 // server modes bsp, ssp, asp, and gossip; worker/work_plan.h).
 bool HandsOverBatches(const SyncMode& sync);
 // Whether a failed node can be restarted in place, the job rolling back to a checkpoint
-// (--max-restarts: the parameter-server modes bsp, ssp and asp).
+// (--max-restarts: bsp, ssp, asp, allreduce, hybrid and synchronous gossip).
 bool RollsBackInPlace(const SyncMode& sync);
 // The fewest workers the job goes on with: --min-workers, or the mode's default (every worker
 // under bsp, ssp:0, fedavg, allreduce and hybrid; 1 under ssp:S with S >= 1, asp and gossip).

@@ -53,12 +53,7 @@ absl::StatusOr<JoinedJob> JoinJob(Transport& transport, wire::Role role,
   if (!endpoint.ok()) return endpoint.status();
   // Listen before registering: the address goes into the node table, and peers may connect
   // as soon as they have it.
-  absl::StatusOr<std::string> address = ChooseBindAddress(options);
-  if (address.ok()) {
-    auto hp = ParseTcpAddress(*address);
-    address = hp.ok() && hp->port == 0 ? BindInRange(**endpoint, hp->host, options.ports)
-                                       : (*endpoint)->Bind(*address);
-  }
+  absl::StatusOr<std::string> address = BindNodeEndpoint(**endpoint, options);
   if (!address.ok()) return address.status();
   job.data = std::move(*endpoint);
   job.data_address = *address;
@@ -321,6 +316,14 @@ absl::StatusOr<std::string> ChooseBindAddress(const NodeOptions& options) {
                      " (give --interface or --bind)"));
   }
   return absl::StrCat("tcp://", *ip, ":0");
+}
+
+absl::StatusOr<std::string> BindNodeEndpoint(Endpoint& endpoint, const NodeOptions& options) {
+  absl::StatusOr<std::string> address = ChooseBindAddress(options);
+  if (!address.ok()) return address.status();
+  auto hp = ParseTcpAddress(*address);
+  return hp.ok() && hp->port == 0 ? BindInRange(endpoint, hp->host, options.ports)
+                                  : endpoint.Bind(*address);
 }
 
 }  // namespace syncline

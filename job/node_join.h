@@ -126,6 +126,10 @@ absl::StatusOr<ZmqOptions> NodeTransportOptions(const NodeOptions& options);
 // port 0 standing for "a port in options.ports".
 absl::StatusOr<std::string> ChooseBindAddress(const NodeOptions& options);
 
+// Binds `endpoint` where `options` ask a node to listen (ChooseBindAddress) and returns the
+// address it listens at.
+absl::StatusOr<std::string> BindNodeEndpoint(Endpoint& endpoint, const NodeOptions& options);
+
 }  // namespace syncline
 
 #endif  // SYNCLINE_JOB_NODE_JOIN_H_

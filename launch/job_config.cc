@@ -180,9 +180,11 @@ const std::array<Field, 80> kFields = {{
     {"max-restarts", FlagGroup::kCheckpoints, &JobConfig::max_restarts,
      "Restart up to this many failed nodes (workers or servers) in place, in all: the launcher "
      "starts a replacement, which restores the newest complete checkpoint, and every other node "
-     "rolls back to it without restarting (bsp, ssp, asp; needs --checkpoint-every or "
-     "--checkpoint-seconds; launcher local or ssh). Under bsp the result is that of a run "
-     "without failures, bit for bit. 0: a failed node is handled as --min-workers says"},
+     "rolls back to it without restarting; all-reduce and gossip peers meet again under a new "
+     "generation (bsp, ssp, asp, allreduce, hybrid, synchronous gossip; needs "
+     "--checkpoint-every or --checkpoint-seconds; launcher local or ssh). Under bsp, allreduce, "
+     "hybrid with ssp:0 rows and synchronous gossip the result is that of a run without "
+     "failures, bit for bit. 0: a failed node is handled as --min-workers says"},
     {"max-workers", FlagGroup::kCheckpoints, &JobConfig::max_workers,
      "Let workers join the running job, up to this many workers in all: start one with "
      "`syncline-worker --coordinator ADDR --join` (the launcher logs ADDR). It enters at the "

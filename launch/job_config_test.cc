@@ -527,13 +527,14 @@ INSTANTIATE_TEST_SUITE_P(
                      },
                      "--min-workers=2: is for --sync bsp, ssp, asp and gossip: in this mode every "
                      "step needs every worker"},
-        ValidateCase{"max_restarts_gossip",
+        ValidateCase{"max_restarts_push_sum",
                      [](JobConfig& c) {
-                       c.sync = "gossip:ring";
+                       c.sync = "gossip:ring:async";
                        c.max_restarts = 2;
                      },
-                     "--max-restarts=2: is for --sync bsp, ssp and asp: only parameter-server "
-                     "jobs roll back to a checkpoint in place"},
+                     "--max-restarts=2: is for --sync bsp, ssp, asp, allreduce, hybrid and "
+                     "synchronous gossip: federated rounds and push-sum weight in flight are in "
+                     "no checkpoint to roll back to"},
         ValidateCase{"max_restarts_without_checkpoints", [](JobConfig& c) { c.max_restarts = 1; },
                      "--max-restarts=1: needs checkpoints to roll back to: add "
                      "--checkpoint-every N or --checkpoint-seconds S"},

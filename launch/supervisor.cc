@@ -324,7 +324,7 @@ class Supervision {
   // A child exited while the job runs: restarted, lost, or the job's failure.
   void OnExit(const ExitEvent& e) {
     report_.OnChildExit(e.label, e.max_rss_kib);
-    if (e.success()) return;
+    if (e.success() || StoppedWhenNotNeeded(e)) return;
     const std::optional<int> worker = WorkerOfLabel(e.label);
     const bool job_stopper = e.exit_code == kExitBadInput || e.exit_code == kExitDiverged;
     if (out_.failure.empty() && !job_stopper && Restart(e)) return;
@@ -346,6 +346,24 @@ class Supervision {
     exit_code_ = job_stopper ? e.exit_code : 1;  // bad input or divergence, as it reported
     // A node killed by a signal said nothing: no reason to wait for.
     exit_deadline_ = absl::Now() + (e.signal == 0 ? absl::Seconds(1) : absl::ZeroDuration());
+  }
+
+  // A node stopped from outside (SIGKILL, SIGTERM: not a crash of its own) once the job no
+  // longer needs it: training over and it is not the evaluator, or the results are in. Its
+  // part is done, so the job goes on to its end (a --max-restarts job once failed here, though
+  // its test loss was computed, issue 44); the coordinator hears it is gone.
+  bool StoppedWhenNotNeeded(const ExitEvent& e) {
+    const auto node = NodeOfLabel(e.label);
+    const bool from_outside =
+        e.signal == SIGKILL || e.signal == SIGTERM || e.signal == SIGINT || e.signal == SIGHUP;
+    if (!node || !from_outside || coordinator_.StillNeeds(node->first, node->second)) {
+      return false;
+    }
+    SYNCLINE_LOG(WARNING) << DescribeExit(e)
+                          << " after its part of the job was done (the training is over); the "
+                             "job goes on without it";
+    coordinator_.ReportLost(node->first, node->second, DescribeExit(e));
+    return true;
   }
 
   // The failed node's words, as the coordinator heard them or as it logged them, name the
@@ -414,7 +432,7 @@ class Supervision {
       (void)group_.Poll(absl::Milliseconds(100), &exited);
       for (const ExitEvent& e : exited) {
         report_.OnChildExit(e.label, e.max_rss_kib);
-        if (!e.success() && out_.failure.empty() && out_.status.ok()) {
+        if (!e.success() && out_.failure.empty() && out_.status.ok() && !StoppedWhenNotNeeded(e)) {
           out_.failure = DescribeExit(e);
         }
         // A node that rejected its input (exit 2) may have told the coordinator first: the job

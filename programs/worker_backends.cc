@@ -7,9 +7,10 @@ namespace syncline {
 ServerlessBackendFactory MakeServerlessBackendFactory(CollectivePlane plane) {
   return [gossip = MakeGossipBackendFactory(), allreduce = MakeAllReduceBackendFactory(plane)](
              const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
-             const std::string& device) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
-    return spec.sync.allreduce() ? allreduce(spec, table, rank, endpoint, device)
-                                 : gossip(spec, table, rank, endpoint, device);
+             const std::string& device,
+             PeerRendezvous& rendezvous) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
+    return spec.sync.allreduce() ? allreduce(spec, table, rank, endpoint, device, rendezvous)
+                                 : gossip(spec, table, rank, endpoint, device, rendezvous);
   };
 }
 

@@ -92,7 +92,11 @@ for _ in $(seq 300); do
   sleep 0.05
 done
 grep -q "checkpoint 10 complete" "$tmp/restart.log" || fail "the job never completed checkpoint 10"
-pkill -9 -f "syncline-ps --coordinator .* --rank 1$" || fail "ps1 (host 2) was not running"
+# This job's ps1 only (its coordinator's address), never another job's on the machine.
+coordinator=$(sed -n 's/^coordinator \(tcp:[^,]*\), nodes by .*/\1/p' "$tmp/restart.log" | head -1)
+[ -n "$coordinator" ] || fail "the launcher did not say where its coordinator is"
+pkill -9 -f "syncline-ps --coordinator ${coordinator//./\\.} --rank 1$" ||
+  fail "ps1 (host 2) was not running"
 wait "$launcher" || fail "the job did not survive a restarted server"
 grep -q "every node has restored checkpoint" "$tmp/restart.log" || fail "the job did not roll back"
 grep -q "ps1 (pid [0-9]* on [^)]*$(netns_host_ip "$P" 2).*registered as a replacement" \

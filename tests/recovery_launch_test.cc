@@ -50,39 +50,47 @@ class RecoveryLaunchTest : public testing_util::GeneratedDataTest<RecoveryLaunch
   static constexpr char kDataFolder[] = "recovery_data";
 
  protected:
-  // 2 servers, 4 workers, 3 epochs of 20k examples in batches of 64 (237 iterations each, at
-  // least 10 ms apiece), a checkpoint every 20 clocks, up to `restarts` restarts.
+  // Whether `sync` has parameter servers (the collective and gossip modes have none).
+  static bool HasServers(const std::string& sync) {
+    return !sync.starts_with("allreduce") && !sync.starts_with("gossip");
+  }
+
+  // 2 servers (where the mode has them), 4 workers, 3 epochs of 20k examples in batches of 64
+  // (237 iterations each, at least 10 ms apiece), a checkpoint every 20 clocks, up to
+  // `restarts` restarts.
   static std::vector<std::string> Job(const std::string& sync, const std::string& out,
                                       int every = 20, int restarts = 3) {
-    return {kLaunch,
-            "--servers",
-            "2",
-            "--workers",
-            "4",
-            "--sync",
-            sync,
-            "--train",
-            Train(),
-            "--test",
-            Test(),
-            "--epochs",
-            "3",
-            "--batch-size",
-            "64",
-            "--min-step-ms",
-            "10",
-            "--heartbeat-interval",
-            "0.1",
-            "--heartbeat-timeout",
-            "2",
-            "--checkpoint-every",
-            absl::StrCat(every),
-            "--checkpoint-dir",
-            out + "/checkpoints",
-            "--max-restarts",
-            absl::StrCat(restarts),
-            "--out",
-            out};
+    std::vector<std::string> job = {kLaunch,
+                                    "--servers",
+                                    "2",
+                                    "--workers",
+                                    "4",
+                                    "--sync",
+                                    sync,
+                                    "--train",
+                                    Train(),
+                                    "--test",
+                                    Test(),
+                                    "--epochs",
+                                    "3",
+                                    "--batch-size",
+                                    "64",
+                                    "--min-step-ms",
+                                    "10",
+                                    "--heartbeat-interval",
+                                    "0.1",
+                                    "--heartbeat-timeout",
+                                    "2",
+                                    "--checkpoint-every",
+                                    absl::StrCat(every),
+                                    "--checkpoint-dir",
+                                    out + "/checkpoints",
+                                    "--max-restarts",
+                                    absl::StrCat(restarts),
+                                    "--out",
+                                    out};
+    if (!HasServers(sync)) job.erase(job.begin() + 1, job.begin() + 3);
+    return job;
   }
 
   // Runs `job`, and once a checkpoint is complete (with `await_checkpoint`; else once it has
@@ -167,16 +175,17 @@ class RecoveryLaunchTest : public testing_util::GeneratedDataTest<RecoveryLaunch
     return runs->emplace(sync, std::move(o)).first->second;
   }
 
-  // The chaos schedule of `seed`: two workers and one server, in a random order, 100-400 ms
-  // apart. SYNCLINE_CHAOS_SEED replays one.
-  static std::vector<Kill> Schedule(uint64_t seed) {
+  // The chaos schedule of `seed`: two workers and one server (`servers`: where the job has
+  // them), in a random order, 100-400 ms apart. SYNCLINE_CHAOS_SEED replays one.
+  static std::vector<Kill> Schedule(uint64_t seed, bool servers = true) {
     std::mt19937_64 rng(seed);
     std::vector<int> workers = {0, 1, 2, 3};
     std::shuffle(workers.begin(), workers.end(), rng);
     std::uniform_int_distribution<int> server(0, 1), pause_ms(100, 400);
     std::vector<Kill> kills = {{"syncline-worker", workers[0], 0},
-                               {"syncline-worker", workers[1], 0},
-                               {"syncline-ps", server(rng), 0}};
+                               {"syncline-worker", workers[1], 0}};
+    const int ps = server(rng);
+    if (servers) kills.push_back({"syncline-ps", ps, 0});
     std::shuffle(kills.begin(), kills.end(), rng);
     std::string said = absl::StrCat("chaos seed ", seed, ":");
     for (Kill& k : kills) {
@@ -220,6 +229,35 @@ TEST_F(RecoveryLaunchTest, UnderBspTwoWorkersAndAServerKilledLeaveTheModelBitwis
   // Checkpoints carry the servers' count: the iterations undone are not counted twice.
   EXPECT_EQ(JsonNumber(o.summary, "examples_trained"), 3 * 20000) << o.summary;
 }
+
+// The collective modes recover in place as BSP does (docs/FAULT_TOLERANCE.md): the survivors
+// roll back, the collective re-forms under a new generation on endpoints of its own (found
+// through the coordinator, not over the dead peer's connections), and the final model is
+// byte for byte that of a clean run. Hybrid's rows under ssp:0, so that its clean run is
+// deterministic; gossip synchronous.
+class CollectiveRecoveryTest : public RecoveryLaunchTest,
+                               public testing::WithParamInterface<std::string> {};
+
+TEST_P(CollectiveRecoveryTest, KilledNodesLeaveTheModelBitwiseUnchanged) {
+  const std::string sync = GetParam();
+  const Outcome& clean = Clean(sync);
+  ASSERT_FALSE(clean.params.empty());
+  const std::string out = TempDir("recovery_chaos_" + sync);
+  const std::vector<Kill> kills = Schedule(ChaosSeed(), HasServers(sync));
+  const Outcome o = RunWithKills(Job(sync, out), out, kills);
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_TRUE(o.params == clean.params) << "params.tsv differs from the clean run's";
+  EXPECT_EQ(JsonNumber(o.summary, "restarts"), static_cast<double>(kills.size())) << o.summary;
+  EXPECT_EQ(JsonNumber(o.summary, "test_auc"), JsonNumber(clean.summary, "test_auc"));
+  EXPECT_NE(o.output.find("listens for the peers of generation"), std::string::npos) << o.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CollectiveRecoveryTest,
+                         testing::Values("allreduce", "hybrid:ssp:0", "gossip:ring"),
+                         [](const auto& info) {
+                           std::string name = info.param.substr(0, info.param.find(':'));
+                           return name;
+                         });
 
 // The same schedule under ASP: not bitwise (the order of updates is the network's), but the
 // test AUC is within 0.01 of a clean run's.
@@ -287,6 +325,49 @@ TEST_F(RecoveryLaunchTest, WithoutACheckpointOrARestartLeftTheJobStopsSayingWhy)
     EXPECT_NE(o.output.find("ps0 killed by signal 9"), std::string::npos) << o.output;
     EXPECT_EQ(JsonNumber(o.summary, "restarts"), 1) << o.summary;
   }
+}
+
+// A worker killed after every worker finished training, while the job evaluates and shuts
+// down: its part is done, so the job ends well (it once failed with "w1 killed by signal 9"
+// though its test loss had been computed, issue 44). It is stopped as soon as it has said it
+// finished (once the coordinator knows), so that it is still there to be killed once every
+// worker has finished.
+TEST_F(RecoveryLaunchTest, AWorkerKilledAfterTheTrainingDoesNotFailTheJob) {
+  const Outcome& clean = Clean("bsp");
+  const std::string out = TempDir("recovery_after_training");
+  Outcome o;
+  ProcessGroup group([&](std::string_view, OutputStream, std::string_view line) {
+    o.output.append(line.data(), line.size());
+    o.output += '\n';
+  });
+  auto launcher = group.Start(ProcessSpec{"launch", Job("bsp", out)});
+  ASSERT_TRUE(launcher.ok());
+  std::vector<ExitEvent> exited;
+  auto await_lines = [&](const std::vector<std::string>& lines) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    auto all_in = [&] {
+      return std::all_of(lines.begin(), lines.end(), [&](const std::string& l) {
+        return o.output.find(l) != std::string::npos;
+      });
+    };
+    while (absl::Now() < deadline && exited.empty() && !all_in()) {
+      (void)group.Poll(absl::Milliseconds(10), &exited);
+    }
+    return all_in();
+  };
+  ASSERT_TRUE(await_lines({" w1 trained "})) << o.output;
+  ASSERT_NE(testing_util::KillChildOfRank(*launcher, "syncline-worker", 1, SIGSTOP), 0) << o.output;
+  ASSERT_TRUE(await_lines({"every worker has finished training"})) << o.output;
+  ASSERT_NE(testing_util::KillChildOfRank(*launcher, "syncline-worker", 1, SIGKILL), 0) << o.output;
+  testing_util::AwaitAnExit(group, absl::Seconds(60), &exited);
+  ASSERT_EQ(exited.size(), 1u) << o.output;
+  EXPECT_EQ(exited[0].exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("w1 killed by signal 9 (Killed) after its part of the job was done"),
+            std::string::npos)
+      << o.output;
+  EXPECT_TRUE(ReadFile(out + "/params.tsv") == clean.params);
+  EXPECT_EQ(JsonNumber(ReadFile(out + "/summary.json"), "test_auc"),
+            JsonNumber(clean.summary, "test_auc"));
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "job/privacy_plan.h"
 #include "models/model.h"
 #include "worker/attack.h"
+#include "worker/coordinated_rendezvous.h"
 #include "worker/dp_sgd.h"
 #include "worker/federated_client.h"
 #include "worker/held_out.h"
@@ -46,15 +47,10 @@ StepSeconds ToStepSeconds(const StepTimes& t) {
                      .network = absl::ToDoubleSeconds(t.network)};
 }
 
-// What stops a trainer (or a wait for the servers) when the job rolls back.
-absl::Status RollingBack(const ControlClient::Rollback& back) {
-  return absl::AbortedError(absl::StrFormat(
-      "the job is rolling back to checkpoint %d (a node is being replaced)", back.clock));
-}
-
 // What talks to the servers or peers: made afresh at the start and after every rollback, so
 // that nothing of the undone timeline (requests in flight, residuals, copies) survives it.
 struct Link {
+  std::unique_ptr<PeerRendezvous> rendezvous;  // outlives the backend, which may use it
   std::unique_ptr<EndpointSplit> split;
   std::unique_ptr<KVClient> client;
   std::unique_ptr<SyncBackend> backend;
@@ -86,10 +82,11 @@ using TimelineEnd = std::variant<NodeExit, ControlClient::Rollback>;
 // Thread-safety: one thread runs it; the trainer's callbacks run on that thread too.
 class WorkerRun {
  public:
-  WorkerRun(JoinedJob& joined, const NodeOptions& options,
+  WorkerRun(Transport& transport, JoinedJob& joined, const NodeOptions& options,
             const ServerlessBackendFactory& serverless_backend,
             const HybridBackendFactory& hybrid_backend, TraceRecorder* trace)
-      : options_(options),
+      : transport_(transport),
+        options_(options),
         serverless_backend_(serverless_backend),
         hybrid_backend_(hybrid_backend),
         spec_(joined.spec),
@@ -142,6 +139,7 @@ class WorkerRun {
   // Tells the coordinator why this worker cannot go on; bad input exits with code 2.
   NodeExit Fail(absl::Status status, bool bad_input = false);
 
+  Transport& transport_;
   const NodeOptions& options_;
   const ServerlessBackendFactory& serverless_backend_;
   const HybridBackendFactory& hybrid_backend_;
@@ -331,8 +329,15 @@ absl::Status WorkerRun::LayOutParameters() {
 }
 
 TimelineEnd WorkerRun::RunTimeline(uint32_t generation, const std::string& restore) {
+  // A replacement whose peers meet through the coordinator meets them once the job resumes,
+  // which waits for this node's start.
+  const bool peers = spec_.sync.serverless() || spec_.sync.hybrid();
+  if (!started_ && peers && generation > 0) {
+    if (auto s = WaitForStart(); !s.ok()) return Fail(s);
+  }
   absl::StatusOr<Link> link = Connect(generation);
-  if (!link.ok()) return Fail(link.status());
+  // A rollback ordered while the peers meet ends their meeting.
+  if (!link.ok()) return AfterFailure(link.status());
   SyncBackend& backend = *link->backend;
   backend.WatchDownWorkers([this] { return control_.TakeDownWorkers(); });
   if (!started_) {
@@ -369,6 +374,8 @@ TimelineEnd WorkerRun::RunTimeline(uint32_t generation, const std::string& resto
 
 absl::StatusOr<Link> WorkerRun::Connect(uint32_t generation) const {
   Link link;
+  link.rendezvous =
+      MakeCoordinatedRendezvous(control_, transport_, options_, generation, table_.MaxWorkers());
   KVClientOptions kv = kv_options_;
   kv.generation = generation;
   // A hybrid worker hears the servers (its KVClient) and the other workers (its all-reduce)
@@ -389,8 +396,8 @@ absl::StatusOr<Link> WorkerRun::Connect(uint32_t generation) const {
         std::make_unique<PsBackend>(link.client.get(), absl::Seconds(spec_.timeouts.request_s),
                                     spec_.training.codec, spec_.training.residual_rows);
     rows->KeepBiasElsewhere();
-    auto made =
-        hybrid_backend_(spec_, table_, rank_, link.split->side(1), std::move(rows), device_.device);
+    auto made = hybrid_backend_(spec_, table_, rank_, link.split->side(1), std::move(rows),
+                                device_.device, *link.rendezvous);
     if (!made.ok()) return made.status();
     link.backend = std::move(*made);
   } else if (spec_.sync.serverless()) {
@@ -398,7 +405,8 @@ absl::StatusOr<Link> WorkerRun::Connect(uint32_t generation) const {
       return absl::FailedPreconditionError(
           "this worker was built without serverless backends (gossip, all-reduce)");
     }
-    auto made = serverless_backend_(spec_, table_, rank_, endpoint_, device_.device);
+    auto made =
+        serverless_backend_(spec_, table_, rank_, endpoint_, device_.device, *link.rendezvous);
     if (!made.ok()) return made.status();
     link.backend = std::move(*made);
   } else {
@@ -680,6 +688,9 @@ void WorkerRun::ReportDone(const TrainResult& result, SyncBackend& backend) {
                        .bytes_pulled = earlier_pulled_ + backend.bytes_pulled(),
                        .step_seconds = ToStepSeconds(result.times),
                        .device = device_.device});
+  // Said once the coordinator has been told: the job needs nothing more of this worker's
+  // training.
+  (void)control_.Flush(absl::Now() + absl::Seconds(1));
   SYNCLINE_LOG(INFO) << absl::StrFormat(
       "trained %d iterations (%s%s), last loss %.5f; step time: %s",
       result.steps - std::max<int64_t>(0, result.joined_at),
@@ -704,7 +715,8 @@ NodeExit WorkerNode::Run() {
   if (!joined.ok()) return {joined.status(), absl::IsInvalidArgument(joined.status())};
   std::unique_ptr<TraceRecorder> trace = MakeNodeTrace(*joined, wire::Role::WORKER, options_.rank);
   NodeExit exit =
-      WorkerRun(*joined, options_, serverless_backend_, hybrid_backend_, trace.get()).Run();
+      WorkerRun(transport_, *joined, options_, serverless_backend_, hybrid_backend_, trace.get())
+          .Run();
   WriteNodeTrace(trace.get(), *joined, wire::Role::WORKER, options_.rank);
   return exit;
 }

@@ -15,27 +15,30 @@
 
 #include "absl/status/statusor.h"
 #include "core/node_table.h"
+#include "core/peer_rendezvous.h"
 #include "core/transport.h"
 #include "job/node_join.h"
 #include "worker/sync_backend.h"
 
 namespace syncline {
 
-// Makes the backend of a serverless (gossip) job for worker `rank`, whose data endpoint
-// `endpoint` is bound and listed in `table`; the factory connects it to the peers it needs.
-// `device` is where the worker computes, as device/placement.h resolved it ("cpu", "cuda:N"):
-// the collectives take NCCL from it (collective/dense_collective.h).
+// Makes the backend of a serverless (gossip, all-reduce) job for worker `rank`, whose data
+// endpoint `endpoint` is bound and listed in `table`; the factory connects it to the peers it
+// needs: over `endpoint` in generation 0, over endpoints of their own that `rendezvous` finds
+// after a rollback (worker/peer_rendezvous.h), whose Interrupted() also ends the backend's
+// waits for peers. `device` is where the worker computes, as device/placement.h resolved it
+// ("cpu", "cuda:N"): the collectives take NCCL from it (collective/dense_collective.h).
 using ServerlessBackendFactory = std::function<absl::StatusOr<std::unique_ptr<SyncBackend>>(
     const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
-    const std::string& device)>;
+    const std::string& device, PeerRendezvous& rendezvous)>;
 
 // Makes the backend of a --sync hybrid worker from `rows` (a PsBackend that keeps the bias
 // elsewhere) and `peers`, the side of its data endpoint that hears the other workers (the
-// other side is its KVClient's); the factory connects it to the peers it needs. `device` as
-// above.
+// other side is its KVClient's); the factory connects it to the peers it needs. `device` and
+// `rendezvous` as above.
 using HybridBackendFactory = std::function<absl::StatusOr<std::unique_ptr<SyncBackend>>(
     const JobSpec& spec, const NodeTable& table, int rank, Endpoint& peers,
-    std::unique_ptr<SyncBackend> rows, const std::string& device)>;
+    std::unique_ptr<SyncBackend> rows, const std::string& device, PeerRendezvous& rendezvous)>;
 
 class WorkerNode {
  public:

@@ -30,7 +30,8 @@ struct JobSpec {
   // worker under BSP (a lost worker stops the job), 1 under SSP and ASP.
   int min_workers = 0;
   // [--max-restarts] Failed nodes the launcher restarts in place, in all, each time rolling
-  // the job back to its newest complete checkpoint (--sync bsp, ssp, asp; needs checkpoints).
+  // the job back to its newest complete checkpoint (--sync bsp, ssp, asp, allreduce, hybrid,
+  // synchronous gossip; needs checkpoints).
   // 0: a failed node is handled as --min-workers says.
   int max_restarts = 0;
   // [--max-workers] Workers may join the running job (`syncline-worker --join`) up to this
