@@ -80,13 +80,18 @@ std::string Communicator::Describe(int from, const Tag& tag) const {
 absl::Status Communicator::Send(int to, const Tag& tag, std::span<const float> values,
                                 WireType wire) {
   // A copy, unless the endpoint writes or copies it before Send returns: the caller's buffer
-  // changes in later steps while ZeroMQ may still hold the bytes.
-  std::vector<uint16_t> half;
+  // changes in later steps while ZeroMQ may still hold the bytes. Made once: a resend while a
+  // lower rank connects shares it.
+  Frame payload;
   if (wire == WireType::kFloat16) {
-    half.resize(values.size());
+    std::vector<uint16_t> half(values.size());
     for (size_t i = 0; i < values.size(); ++i) half[i] = FloatToHalf(values[i]);
+    payload = Frame::Own(std::move(half));
+  } else if (endpoint_->SendCopiesBorrowedFrames()) {
+    payload = Frame::Borrow(values);
+  } else {
+    payload = Frame::Own(std::vector<float>(values.begin(), values.end()));
   }
-  const bool borrow = wire != WireType::kFloat16 && endpoint_->SendCopiesBorrowedFrames();
   auto message = [&] {
     MessageBuilder b(wire::MsgType::COLLECTIVE);
     auto h = b.header();
@@ -97,14 +102,8 @@ absl::Status Communicator::Send(int to, const Tag& tag, std::span<const float> v
     h.setRangeBegin(static_cast<uint64_t>(tag.step));
     h.setRangeEnd(static_cast<uint64_t>(tag.segment));
     h.setValueCount(values.size());
-    if (wire == WireType::kFloat16) {
-      h.setCodec(1);
-      b.AddFrame(Frame::Own(std::vector<uint16_t>(half)));
-    } else if (borrow) {
-      b.AddFrame(Frame::Borrow(values));
-    } else {
-      b.AddFrame(Frame::Own(std::vector<float>(values.begin(), values.end())));
-    }
+    if (wire == WireType::kFloat16) h.setCodec(1);
+    b.AddFrame(payload);
     return b.Finish();
   };
   const absl::Time deadline = absl::Now() + options_.timeout;
@@ -132,8 +131,7 @@ absl::Status Communicator::Send(int to, const Tag& tag, std::span<const float> v
                                                   tag.seq, peers_[to], to, s.message()));
   }
   reached_[to] = true;
-  counters_.bytes_sent +=
-      wire == WireType::kFloat16 ? half.size() * sizeof(uint16_t) : values.size_bytes();
+  counters_.bytes_sent += payload.size();
   return absl::OkStatus();
 }
 
