@@ -220,6 +220,23 @@ std::vector<ControlClient::PlanEvent> ControlClient::TakePlanEvents() {
   return std::exchange(plan_events_, {});
 }
 
+absl::StatusOr<bool> ControlClient::AwaitRelease() {
+  Send(MakeSimple(wire::MsgType::WORKER_IDLE, options_.role, options_.rank));
+  absl::MutexLock lock(&mu_);
+  auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return released_ || !plan_events_.empty() || cut_request_.has_value() ||
+           (rollback_ && rollback_->generation > generation_) || !health_.ok();
+  };
+  mu_.Await(absl::Condition(&woken));
+  if (!health_.ok()) return health_;
+  if (rollback_ && rollback_->generation > generation_) {
+    return absl::AbortedError(absl::StrFormat(
+        "the job rolls back to checkpoint %d while this worker waited to be released",
+        rollback_->clock));
+  }
+  return released_ && plan_events_.empty() && !cut_request_.has_value();
+}
+
 std::optional<int> ControlClient::TakeCutRequest() {
   absl::MutexLock lock(&mu_);
   return std::exchange(cut_request_, std::nullopt);
@@ -346,6 +363,9 @@ void ControlClient::Handle(Message& message) {
     case wire::MsgType::SHUTDOWN:
       commands_.push_back(Command::kShutdown);
       break;
+    case wire::MsgType::RELEASE:
+      released_ = true;
+      break;
     case wire::MsgType::CHECKPOINT:
       checkpoint_requests_.push_back(h.getClock());
       break;
@@ -353,6 +373,7 @@ void ControlClient::Handle(Message& message) {
       if (h.getClock() < 0) break;
       if (!rollback_ || h.getGeneration() > rollback_->generation) {
         rollback_ = Rollback{h.getGeneration(), h.getClock(), h.getMessage()};
+        released_ = false;  // the timeline that was released is undone
         // Requests of the timeline being undone; the new one asks again.
         checkpoint_requests_.clear();
         SYNCLINE_LOG(WARNING) << "rolling back to checkpoint " << h.getClock() << " ("

@@ -171,6 +171,12 @@ class ControlClient {
   // Departures and arrivals since the last call, in the coordinator's order (a joiner hears
   // every earlier one right after its table).
   std::vector<PlanEvent> TakePlanEvents();
+  // Under ASP with hand-over, once this worker has trained every batch of its plan: tells the
+  // coordinator so (workerIdle), and waits until it releases the worker (true: every worker
+  // has finished or is down, no batches will come) or hands it batches or asks for a cut
+  // (false: TakePlanEvents or TakeCutRequest has them). Aborted when the job rolls back meanwhile;
+  // the coordinator's loss ends the wait with the client's health (its heartbeats bound it).
+  absl::StatusOr<bool> AwaitRelease();
   // The joiner whose arrival the coordinator gathers cuts for, when it asked this worker and
   // the request has not been taken yet. The worker answers with ReportCut.
   std::optional<int> TakeCutRequest();
@@ -232,6 +238,7 @@ class ControlClient {
   std::deque<Command> commands_ ABSL_GUARDED_BY(mu_);
   std::vector<int> down_workers_ ABSL_GUARDED_BY(mu_);
   std::vector<PlanEvent> plan_events_ ABSL_GUARDED_BY(mu_);
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<int> cut_request_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> checkpoint_requests_ ABSL_GUARDED_BY(mu_);
   std::optional<Rollback> rollback_ ABSL_GUARDED_BY(mu_);

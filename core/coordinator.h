@@ -236,6 +236,8 @@ class Coordinator {
   // Tells every node that worker `node` left a job that goes on, and who takes its batches.
   void AnnounceDeparture(NodeState& node, const std::string& reason,
                          const std::vector<int>& takers);
+  // Releases the idle workers (workerIdle) once no worker is still training.
+  void MaybeRelease();
   // The fewest workers the job goes on with.
   int MinWorkers() const;
 

@@ -30,6 +30,10 @@ struct Coordinator::NodeState {
   absl::Time last_seen;
   bool ready = false;
   bool done = false;  // workers: finished training
+  // Workers under ASP with hand-over: trained their plan and wait to take a lost worker's
+  // batches (idle), or told that no batches will come (released).
+  bool idle = false;
+  bool released = false;
   bool down = false;
   // Its process failed and a replacement is to register under its id (Restart).
   bool replacing = false;

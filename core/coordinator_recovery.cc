@@ -70,7 +70,7 @@ void Coordinator::BeginRollback(NodeState& n, const RestartRequest& request) {
   n.ready = false;
   n.last_seen = now;
   // A worker that had finished trains again from the checkpoint too.
-  n.done = false;
+  n.done = n.idle = n.released = false;
   const int64_t reached = n.clock;
   if (n.role == wire::Role::WORKER) n.clock = recovering_ ? rollback_clock_ : request.clock;
   recovery_deadline_ = now + options_.startup_timeout;
@@ -101,7 +101,7 @@ void Coordinator::BeginRollback(NodeState& n, const RestartRequest& request) {
     other->restored = false;
     other->needs_start = false;
     if (other->role == wire::Role::WORKER) {
-      other->done = false;
+      other->done = other->idle = other->released = false;
       other->clock = request.clock;
       other->clock_since = now;
     }

@@ -155,12 +155,20 @@ void Coordinator::PublishTable() {
 
 absl::Status Coordinator::AwaitReady() {
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
+  // A node lost meanwhile (a job that goes on without it) is not waited for.
   auto all_ready = [&] {
-    return std::all_of(nodes_.begin(), nodes_.end(), [](const auto& n) { return n->ready; });
+    return std::all_of(nodes_.begin(), nodes_.end(),
+                       [](const auto& n) { return n->ready || n->down; });
   };
   while (!all_ready()) {
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError("nodes did not report ready in time");
+      std::vector<std::string> late;
+      for (const auto& n : nodes_) {
+        if (!n->ready && !n->down) late.push_back(n->Name());
+      }
+      return absl::DeadlineExceededError(absl::StrCat(
+          "nodes did not report ready within the startup timeout (",
+          absl::FormatDuration(options_.startup_timeout), "): ", absl::StrJoin(late, ", ")));
     }
     auto message = Step(deadline);
     if (!message.ok()) return message.status();

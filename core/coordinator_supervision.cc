@@ -64,8 +64,15 @@ void Coordinator::OnTrainingMessage(Message& m) {
   }
   if (node->role != wire::Role::WORKER) return;
   switch (h.getType()) {
+    case wire::MsgType::WORKER_IDLE:
+      if (!node->done && !node->released) {
+        node->idle = true;
+        MaybeRelease();
+      }
+      break;
     case wire::MsgType::WORKER_DONE:
       node->done = true;
+      node->idle = false;
       if (observer_ && h.getBody().isWorkerStats()) {
         observer_->OnWorkerDone(node->rank, h.getBody().getWorkerStats());
       }
@@ -228,9 +235,11 @@ absl::Status Coordinator::MarkDown(NodeState& n, const std::string& reason) {
   for (const auto& w : nodes_) {
     if (w->role != wire::Role::WORKER || w->down || w->joining) continue;
     ++left;
-    if (!w->done) takers.push_back(w->rank);
+    if (!w->done && !w->released) takers.push_back(w->rank);
   }
-  if (!n.done && left < MinWorkers()) {
+  // A worker that had trained its whole plan (done, or idle and waiting) leaves no batches.
+  const bool finished = n.done || n.idle || n.released;
+  if (!finished && left < MinWorkers()) {
     if (MinWorkers() == options_.num_workers && options_.staleness == 0) {
       return absl::UnavailableError(
           absl::StrCat("lost worker under BSP, which cannot go on without it",
@@ -245,9 +254,34 @@ absl::Status Coordinator::MarkDown(NodeState& n, const std::string& reason) {
     absl::MutexLock lock(&mu_);
     can_roll_back_.store(false);
   }
-  if (!options_.hand_over || n.done) takers.clear();
+  if (!options_.hand_over || finished) takers.clear();
   AnnounceDeparture(n, reason, takers);
+  // The takers have batches again; and the lost worker may have been the last one training.
+  for (auto& w : nodes_) {
+    if (std::find(takers.begin(), takers.end(), w->rank) != takers.end() &&
+        w->role == wire::Role::WORKER) {
+      w->idle = false;
+    }
+  }
+  MaybeRelease();
   return absl::OkStatus();
+}
+
+void Coordinator::MaybeRelease() {
+  if (recovering_) return;
+  bool any_idle = false;
+  for (const auto& w : nodes_) {
+    if (w->role != wire::Role::WORKER || w->down || w->done || w->released) continue;
+    if (!w->idle) return;  // still training: it may yet be lost, and its batches handed over
+    any_idle = true;
+  }
+  if (!any_idle) return;
+  for (auto& w : nodes_) {
+    if (w->role != wire::Role::WORKER || !w->idle) continue;
+    w->idle = false;
+    w->released = true;
+    SendTo(w->control_id, MakeSimple(wire::MsgType::RELEASE, wire::Role::COORDINATOR, 0));
+  }
 }
 
 void Coordinator::AnnounceDeparture(NodeState& n, const std::string& reason,

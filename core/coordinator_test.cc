@@ -68,6 +68,18 @@ CoordinatorOptions SmallJob() {
   return o;
 }
 
+// An ASP job of `n` workers and no servers that hands a lost worker's batches over and does not
+// evaluate.
+CoordinatorOptions AspHandOverJob(int n) {
+  CoordinatorOptions o = SmallJob();
+  o.num_servers = 0;
+  o.num_workers = n;
+  o.staleness = -1;
+  o.hand_over = true;
+  o.evaluate = false;
+  return o;
+}
+
 // Waits (bounded) until `c` has a rollback order.
 std::optional<ControlClient::Rollback> AwaitRollback(ControlClient& c) {
   return c.WaitForRollback(Soon());
@@ -365,6 +377,76 @@ TEST_F(CoordinatorTest, UnderBspWithMinWorkersALostWorkersBatchesGoToThoseStillT
   EXPECT_NE(result.message().find("2 workers left, fewer than --min-workers 3"), std::string::npos)
       << result;
   EXPECT_NE(result.message().find("w2"), std::string::npos) << result;
+}
+
+// Under ASP with hand-over, a worker that has trained its plan waits, idle, while others train:
+// one lost after that still has takers (the idle worker among them), and both survivors are
+// released once neither trains (before, a worker lost within a heartbeat timeout of the
+// others' end left its batches untrained).
+TEST_F(CoordinatorTest, UnderAspAWorkerLostAfterAnotherFinishedItsPlanStillHasTakers) {
+  CoordinatorOptions options = AspHandOverJob(3);
+  ASSERT_TRUE(Start(options).ok());
+  std::vector<std::unique_ptr<ControlClient>> w = StartWorkers(3);
+  ASSERT_EQ(w.size(), 3u);
+  absl::StatusOr<bool> first = absl::UnknownError("not asked");
+  std::thread idle([&] { first = w[0]->AwaitRelease(); });  // w0 has trained its plan
+  w[2]->SetClock(9);
+  absl::SleepFor(absl::Milliseconds(100));  // a heartbeat carries the clock
+  w[2].reset();
+  idle.join();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(*first);  // not released: batches came
+  std::vector<ControlClient::PlanEvent> events = w[0]->TakePlanEvents();
+  ASSERT_EQ(events.size(), 1u);
+  const auto& left = std::get<ControlClient::WorkerLeft>(events[0]);
+  EXPECT_EQ(left.worker, 2);
+  EXPECT_EQ(left.takers, (std::vector<int>{0, 1}));
+  size_t heard = 0;  // w1 hears the departure too
+  for (const absl::Time deadline = Soon(); heard == 0 && absl::Now() < deadline;) {
+    heard = w[1]->TakePlanEvents().size();
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(heard, 1u);
+  // w0 trains its share and waits again; w1 finishes: both are released.
+  absl::StatusOr<bool> second = absl::UnknownError("not asked");
+  std::thread idle_again([&] { second = w[0]->AwaitRelease(); });
+  absl::StatusOr<bool> last = w[1]->AwaitRelease();
+  idle_again.join();
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_TRUE(*last);
+  EXPECT_TRUE(*second);
+  for (int r : {0, 1}) w[r]->ReportWorkerDone({.steps = 5});
+  EXPECT_TRUE(Join().ok());
+}
+
+// A worker lost after it registered but before it reported ready does not hold the start of
+// a job that goes on without it (it used to wait out the startup timeout, then fail).
+TEST_F(CoordinatorTest, UnderAspAWorkerLostBeforeItIsReadyDoesNotHoldTheStart) {
+  CoordinatorOptions options = AspHandOverJob(3);
+  options.startup_timeout = absl::Seconds(30);
+  ASSERT_TRUE(Start(options).ok());
+  std::vector<std::unique_ptr<ControlClient>> w(3);
+  std::vector<std::thread> joins;
+  for (int r = 0; r < 3; ++r) {
+    joins.emplace_back([&, r] {
+      auto c =
+          ControlClient::Connect(*transport_, {coordinator_->address(), wire::Role::WORKER, r, ""});
+      ASSERT_TRUE(c.ok()) << c.status();
+      w[r] = std::move(*c);
+    });
+  }
+  for (std::thread& t : joins) t.join();
+  ASSERT_TRUE(w[0] && w[1] && w[2]);
+  coordinator_->ReportLost(wire::Role::WORKER, 1, "w1 killed by signal 9");
+  w[1].reset();
+  for (int r : {0, 2}) w[r]->ReportReady();
+  const absl::Time before = absl::Now();
+  for (int r : {0, 2}) ASSERT_TRUE(w[r]->WaitForStart(Soon()).ok());
+  EXPECT_LT(absl::Now() - before, absl::Seconds(10));
+  for (int r : {0, 2}) w[r]->ReportWorkerDone({.steps = 5});
+  EXPECT_TRUE(Join().ok());
+  EXPECT_NE(observer_->down_reason.find("w1 killed"), std::string::npos) << observer_->down_reason;
 }
 
 // A worker that heartbeats but trains no more (a hang in its compute) is named by the clock

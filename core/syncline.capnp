@@ -87,6 +87,13 @@ enum MsgType {
   # current generation: peerAddress, `generation`, body.nodeTable's nodes = every worker's
   # (rank, id, address).
   peerAddress @34;
+
+  # Under ASP with hand-over, a worker that has trained every batch of its plan stays to take a
+  # lost worker's remaining batches (one lost just before the others finish would otherwise
+  # leave them untrained). worker -> coordinator: workerIdle. coordinator -> each idle worker,
+  # once every worker is idle, done or down: release (it finishes, and reports workerDone).
+  workerIdle @35;
+  release @36;
 }
 
 enum Role {

@@ -252,7 +252,13 @@ absl::StatusOr<TrainResult> TrainingRun::Run() {
     // A departure heard during the last iteration may still add batches to this worker's plan.
     const int64_t planned = total_;
     if (auto s = Hear(step); !s.ok()) return s;
-    if (total_ == planned) break;
+    if (total_ != planned) continue;
+    if (!options_.await_release) break;
+    absl::StatusOr<bool> released = options_.await_release();
+    if (!released.ok()) return released.status();
+    // Released or not, what came meanwhile is heard; a release means no batches will come.
+    if (auto s = Hear(step); !s.ok()) return s;
+    if (*released && total_ == planned) break;
   }
   finished = true;  // Finish waits for the pushes itself, and reports their errors
   if (auto s = backend_.Finish(); !s.ok()) return s;

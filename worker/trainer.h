@@ -72,6 +72,11 @@ struct TrainerOptions {
   int partitions = 0;  // 0: every rank has a partition
   std::function<std::vector<PlanEvent>()> take_plan_events;
   std::function<absl::StatusOr<ExampleSource*>(int partition)> partition_source;
+  // Asked when this worker has trained every batch of its plan, before it finishes: waits
+  // while another worker may still be lost and its batches handed here (false: plan events
+  // came; true: none will). Empty: the worker finishes at once (a lost worker's remaining
+  // batches then go only to those still training).
+  std::function<absl::StatusOr<bool>()> await_release;
   // Joins: a cut the coordinator asks for (the joiner's rank), asked before every iteration
   // (may be empty), and where the answer goes. The trainer answers with an iteration a few
   // ahead, prepares none at or past it until it hears the arrival, and gives up after

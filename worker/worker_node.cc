@@ -538,6 +538,14 @@ void WorkerRun::SetUpHandOver(TimelineHooks& t) {
     }
     return events;
   };
+  // Under ASP nothing waits on a worker's clock, so one that has trained its plan can wait,
+  // idle, until every other worker has finished too: a worker lost within a heartbeat
+  // timeout of the others' end still has takers for its batches. (Under BSP and SSP an idle
+  // worker would hold the others' clocks back; there its batches go only to those still
+  // training.)
+  if (spec_.sync.kind == SyncKind::kAsp) {
+    o.await_release = [this] { return control_.AwaitRelease(); };
+  }
   if (MaxWorkers(spec_) > spec_.workers) {
     o.take_cut_request = [this] { return control_.TakeCutRequest(); };
     o.report_cut = [this](int64_t cut) { control_.ReportCut(cut); };
