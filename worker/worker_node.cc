@@ -374,8 +374,7 @@ TimelineEnd WorkerRun::RunTimeline(uint32_t generation, const std::string& resto
 
 absl::StatusOr<Link> WorkerRun::Connect(uint32_t generation) const {
   Link link;
-  link.rendezvous =
-      MakeCoordinatedRendezvous(control_, transport_, options_, generation, table_.MaxWorkers());
+  link.rendezvous = MakeCoordinatedRendezvous(control_, transport_, options_, generation);
   KVClientOptions kv = kv_options_;
   kv.generation = generation;
   // A hybrid worker hears the servers (its KVClient) and the other workers (its all-reduce)
