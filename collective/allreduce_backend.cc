@@ -8,6 +8,7 @@
 #include "compression/half.h"
 #include "compression/sparse_rows.h"
 #include "core/log.h"
+#include "job/job_spec.h"
 
 namespace syncline {
 
@@ -34,12 +35,12 @@ absl::Status AllReduceBackend::Init(const ParameterLayout& layout) {
 }
 
 uint64_t AllReduceBackend::bytes_pushed() const {
-  return communicator_->counters().bytes_sent +
+  return earlier_sent_ + communicator_->counters().bytes_sent +
          (owned_dense_collective_ != nullptr ? owned_dense_collective_->counters().bytes_sent : 0);
 }
 
 uint64_t AllReduceBackend::bytes_pulled() const {
-  return communicator_->counters().bytes_received +
+  return earlier_received_ + communicator_->counters().bytes_received +
          (owned_dense_collective_ != nullptr ? owned_dense_collective_->counters().bytes_received
                                              : 0);
 }
@@ -279,6 +280,7 @@ absl::Status AllReduceBackend::Apply(bool by_union) {
   const uint32_t dim = model_.layout().row_dim;
   const uint64_t features = model_.layout().num_features;
   const float total = buffer_[examples_at_];
+  examples_summed_ += total;
   if (total > 0) {
     const float scale = 1.0f / total;
     if (by_union) {
@@ -303,11 +305,12 @@ absl::Status AllReduceBackend::Apply(bool by_union) {
   }
   step_keys_.clear();
   union_.clear();
+  last_anyone_training_ = anyone_training;
   return anyone_training ? absl::OkStatus() : absl::OutOfRangeError("every worker has finished");
 }
 
 absl::Status AllReduceBackend::EndIteration(int64_t clock, float examples) {
-  absl::Status s = Round(/*training=*/true, examples);
+  absl::Status s = ElasticRound(clock, /*training=*/true, examples);
   return absl::IsOutOfRange(s) ? absl::OkStatus() : s;  // (it trained: never out of range)
 }
 
@@ -316,10 +319,14 @@ absl::Status AllReduceBackend::Finish() {
   finished_ = true;
   // Others may have more steps (partitions of unequal size): keep answering their
   // collectives, adding nothing, until a round in which nobody trained.
-  while (true) {
-    absl::Status s = Round(/*training=*/false, 0);
+  for (int64_t clock = next_clock_;; ++clock) {
+    absl::Status s = ElasticRound(clock, /*training=*/false, 0);
     if (absl::IsOutOfRange(s)) break;
     if (!s.ok()) return s;
+  }
+  if (elastic_) {
+    SYNCLINE_LOG(INFO) << "all-reduce: the model holds the gradients of " << examples_summed_
+                       << " examples; " << members_.size() << " workers are still in the job";
   }
   if (codec_ == nullptr && options_.rows != AllReduceOptions::Rows::kDense) {
     SYNCLINE_LOG(INFO) << "all-reduce: " << sparse_rounds_
@@ -392,7 +399,10 @@ ServerlessBackendFactory MakeAllReduceBackendFactory(CollectivePlane plane) {
                  PeerRendezvous& rendezvous) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
     auto communicator = ConnectWorkersOfGeneration(spec, table, rank, endpoint, plane, rendezvous);
     if (!communicator.ok()) return communicator.status();
-    auto dense = ConnectDenseForWorker(spec, **communicator, device);
+    // An elastic collective keeps its dense all-reduces on the CPU: NCCL cannot lose a rank.
+    const bool elastic = spec.sync.allreduce() && MinWorkers(spec) < spec.workers;
+    auto dense = elastic ? absl::StatusOr<DensePlane>(DensePlane{})
+                         : ConnectDenseForWorker(spec, **communicator, device);
     if (!dense.ok()) return dense.status();
     AllReduceOptions o;
     o.algorithm = AlgorithmOf(spec.sync.algorithm);
@@ -412,8 +422,25 @@ ServerlessBackendFactory MakeAllReduceBackendFactory(CollectivePlane plane) {
     o.optimizer.kind = spec.training.optimizer;
     o.optimizer.learning_rate = static_cast<float>(spec.training.learning_rate);
     o.optimizer.l2 = static_cast<float>(spec.training.l2);
-    return std::unique_ptr<SyncBackend>(
-        std::make_unique<AllReduceBackend>(std::move(*communicator), o, std::move(dense->nccl)));
+    auto backend =
+        std::make_unique<AllReduceBackend>(std::move(*communicator), o, std::move(dense->nccl));
+    if (elastic) {
+      ElasticOptions e;
+      // The factory's arguments outlive the backend (worker/worker_node.cc's Link).
+      e.meet = [&spec, &table, rank, plane, &rendezvous](uint64_t plan_events) {
+        return MeetPeers(spec, table, rank, plane, rendezvous, plan_events);
+      };
+      e.plan_events = [&rendezvous] { return rendezvous.PlanEvents(); };
+      e.interrupted = [&rendezvous] { return rendezvous.Interrupted(); };
+      e.notice_timeout = table.heartbeat_timeout + absl::Seconds(2);
+      std::vector<int> members(table.num_workers);
+      for (int w = 0; w < table.num_workers; ++w) members[w] = w;
+      if (auto s = backend->MakeElastic(std::move(e), std::move(members), rendezvous.PlanEvents());
+          !s.ok()) {
+        return s;
+      }
+    }
+    return std::unique_ptr<SyncBackend>(std::move(backend));
   };
 }
 

@@ -22,12 +22,18 @@
 // keeps a worker that has run out of data taking part in the collectives, with nothing to add,
 // until every worker has.
 //
+// Elastic (--min-workers below --workers; allreduce_elastic.cc): a lost worker leaves the
+// collective at the next step boundary instead of failing it (ElasticOptions).
+//
 // Thread-safety: thread-compatible.
 #ifndef SYNCLINE_COLLECTIVE_ALLREDUCE_BACKEND_H_
 #define SYNCLINE_COLLECTIVE_ALLREDUCE_BACKEND_H_
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -61,6 +67,31 @@ struct AllReduceOptions {
   Rows rows = Rows::kAuto;
 };
 
+// Elastic all-reduce, Horovod elastic's model without commit logic written by the user. When
+// the coordinator announces a departure (or an arrival), the members meet again through it at
+// the next step boundary, or at once when a collective fails on the lost peer: a communicator
+// over the workers still in the job, ranks renumbered densely, on endpoints of the meeting (no
+// message of the old membership reaches it). They agree on the rounds done: a round that any
+// member completed holds every old member's contribution, the lost one's too, and a member
+// that had not seen it complete takes the model (and optimizer state) of one that had, by
+// broadcast; a round that no member completed is done again over the new members from the
+// buffer saved before it. The lost worker's batches from the first round that no member
+// completed are then handed over by the work plan (DepartureClock): every example is trained
+// once. The step's sum is scaled by 1 / (examples of the members), so by the world as it is.
+struct ElasticOptions {
+  // The communicator of the workers in the job after `plan_events` departures and arrivals,
+  // and their ranks in the job (collective/planes.h's MeetPeers).
+  std::function<absl::StatusOr<PeerMeeting>(uint64_t plan_events)> meet;
+  // The departures and arrivals the coordinator has announced so far.
+  std::function<uint64_t()> plan_events;
+  // Why the timeline ends (a rollback, the job's end); OK while it goes on.
+  std::function<absl::Status()> interrupted;
+  // How long a failed collective waits for the coordinator to announce a departure before it
+  // fails the step (the coordinator hears of a dead worker's exit at once, of a hang after a
+  // heartbeat timeout).
+  absl::Duration notice_timeout = absl::Seconds(10);
+};
+
 class AllReduceBackend : public SyncBackend {
  public:
   // `communicator` reaches every worker (over this worker's data endpoint or the TCP plane);
@@ -68,6 +99,15 @@ class AllReduceBackend : public SyncBackend {
   // buffer, and `communicator` keeps the small sums and every all-gather.
   AllReduceBackend(std::unique_ptr<Communicator> communicator, AllReduceOptions options,
                    std::unique_ptr<DenseCollective> dense = nullptr);
+  // Makes the collective elastic: `members` are the job's ranks of the communicator's ranks,
+  // met after `plan_events` departures and arrivals. InvalidArgument with a dense collective
+  // of its own (NCCL cannot lose a rank) or with top-K or sign1 (each rank's residual is its
+  // own, so a taken-over model would not match it).
+  absl::Status MakeElastic(ElasticOptions elastic, std::vector<int> members, uint64_t plan_events);
+  // Elastic: the first round that no member completed with lost worker `worker` (its
+  // iterations finished), once the members still in the job have met and agreed on it;
+  // nullopt until then. `clock` (the coordinator's) otherwise.
+  std::optional<int64_t> DepartureClock(int worker, int64_t clock) override;
 
   absl::Status Init(const ParameterLayout& layout) override;
   absl::Status Read(int64_t clock, std::span<const uint64_t> keys, std::span<float> rows,
@@ -103,8 +143,22 @@ class AllReduceBackend : public SyncBackend {
   // Uncompressed rounds that all-gathered (key, gradient) pairs, and that all-reduced every row.
   uint64_t sparse_rounds() const { return sparse_rounds_; }
   uint64_t dense_rounds() const { return dense_rounds_; }
+  // The examples whose gradients the model holds (every round's sum, of every member).
+  double examples_summed() const { return examples_summed_; }
+  // The job's ranks of the workers in the collective now.
+  const std::vector<int>& members() const { return members_; }
 
  private:
+  // Elastic (allreduce_elastic.cc): Round, met again and redone or taken over when a member
+  // leaves; Round alone otherwise. `clock`: the round's.
+  absl::Status ElasticRound(int64_t clock, bool training, float examples);
+  // Meets the members still in the job and agrees with them on the rounds done; *taken_over:
+  // this worker's round in progress was completed by another, whose model it now holds.
+  absl::Status MeetAgain(bool* taken_over);
+  // The members agree on the rounds done and hand the model to those behind (MeetAgain).
+  absl::Status AgreeOnRounds(const std::vector<int>& lost, bool* taken_over);
+  // The communicator's waits end when the timeline does or the membership changes.
+  void WatchMembership();
   // One all-reduce of the buffer; applies it. `training`: this worker still has data.
   absl::Status Round(bool training, float examples);
   // The uncompressed rows of a round after the count exchange (`counts`: per rank, its
@@ -158,6 +212,20 @@ class AllReduceBackend : public SyncBackend {
   std::vector<uint64_t> step_keys_, union_, gathered_keys_;
   std::vector<std::byte> keys_block_;
   uint64_t sparse_rounds_ = 0, dense_rounds_ = 0;
+  double examples_summed_ = 0;
+  bool last_anyone_training_ = true;  // in the last round completed
+  // Elastic (MakeElastic): the members (job ranks), the plan events met at, the agreed clocks of
+  // the lost workers, the buffer and keys as they were before the round in progress, and the
+  // traffic of communicators met before.
+  std::optional<ElasticOptions> elastic_;
+  std::vector<int> members_;
+  int64_t next_clock_ = 0;      // the first round not completed here
+  absl::Status elastic_error_;  // a meeting between steps failed: the next round says so
+  uint64_t met_at_ = 0;
+  std::map<int, int64_t> departure_clocks_;
+  std::vector<float> saved_buffer_;
+  std::vector<uint64_t> saved_keys_;
+  uint64_t earlier_sent_ = 0, earlier_received_ = 0;
 };
 
 // Builds an AllReduceBackend from the job spec: a communicator over every worker's data

@@ -12,6 +12,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/log.h"
 #include "core/tcp_transport.h"
 #ifdef SYNCLINE_HAVE_NCCL
@@ -168,53 +169,90 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOverTcp(const JobSpe
   return communicator;
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOfGeneration(
-    const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
-    CollectivePlane plane, PeerRendezvous& rendezvous) {
+absl::StatusOr<PeerMeeting> MeetPeers(const JobSpec& spec, const NodeTable& table, int rank,
+                                      CollectivePlane plane, PeerRendezvous& rendezvous,
+                                      uint64_t plan_events) {
   const uint32_t generation = rendezvous.generation();
-  if (generation == 0) {
-    auto made = ConnectWorkersOverTcp(spec, table, rank, endpoint, plane);
-    if (made.ok()) (*made)->StopWaitingWhen([&rendezvous] { return rendezvous.Interrupted(); });
-    return made;
+  std::vector<std::string> ids;
+  for (int w = 0; w < table.MaxWorkers(); ++w) {
+    ids.push_back(PeerEndpointId(w, generation, plan_events));
   }
-  std::vector<std::string> peers;
-  for (int w = 0; w < table.num_workers; ++w) peers.push_back(PeerEndpointId(w, generation));
   std::shared_ptr<void> owned;
   Endpoint* mine = nullptr;
   std::string address;
   if (plane.tcp) {
-    auto listening = ListenOnTcpPlane(table, rank, peers, plane.ports);
+    auto listening = ListenOnTcpPlane(table, rank, ids, plane.ports);
     if (!listening.ok()) return listening.status();
     mine = listening->first->endpoint.get();
     owned = std::move(listening->first);
     address = std::move(listening->second);
   } else {
-    absl::StatusOr<PeerRendezvous::Listening> listening = rendezvous.Listen(peers[rank]);
+    absl::StatusOr<PeerRendezvous::Listening> listening = rendezvous.Listen(ids[rank], ids);
     if (!listening.ok()) return listening.status();
     mine = listening->endpoint.get();
     owned = std::shared_ptr<Endpoint>(std::move(listening->endpoint));
     address = std::move(listening->address);
   }
-  const CommunicatorOptions options = CollectiveOptions(spec, table);
+  CommunicatorOptions options = CollectiveOptions(spec, table);
   absl::StatusOr<std::vector<std::string>> addresses =
-      rendezvous.TradeAddresses(address, absl::Now() + options.timeout);
+      rendezvous.TradeAddresses(plan_events, address, absl::Now() + options.timeout);
   if (!addresses.ok()) return addresses.status();
-  for (int w = 0; w < table.num_workers; ++w) {
+  addresses->resize(ids.size());
+  // The members are the workers the coordinator listed, renumbered densely in rank order.
+  PeerMeeting meeting;
+  std::vector<std::string> peers;
+  std::vector<int> hosts;
+  int me = -1;
+  for (int w = 0; w < static_cast<int>(ids.size()); ++w) {
+    if ((*addresses)[w].empty()) continue;
+    if (w == rank) me = static_cast<int>(peers.size());
+    peers.push_back(ids[w]);
+    meeting.members.push_back(w);
+    hosts.push_back(w < static_cast<int>(options.host_of_rank.size()) ? options.host_of_rank[w]
+                                                                      : w);
+  }
+  if (me < 0) {
+    return absl::FailedPreconditionError(absl::StrCat("the coordinator counts ", ids[rank],
+                                                      " out of the job (it was declared down)"));
+  }
+  for (size_t i = 0; i < peers.size(); ++i) {
+    const int w = meeting.members[i];
     // A TCP plane connects every pair both ways; two ZeroMQ ROUTERs connected both ways under
     // the same ids trip ZeroMQ, so there the lower rank opens the one connection.
     if (w == rank || (!plane.tcp && w < rank)) continue;
-    if (w >= static_cast<int>(addresses->size()) || (*addresses)[w].empty()) {
-      return absl::UnavailableError(absl::StrCat("the coordinator named no address of ", peers[w],
-                                                 " for generation ", generation));
-    }
-    if (auto s = mine->Connect(peers[w], (*addresses)[w]); !s.ok()) return s;
+    if (auto s = mine->Connect(ids[w], (*addresses)[w]); !s.ok()) return s;
   }
-  SYNCLINE_LOG(INFO) << "collectives of generation " << generation << " over "
+  options.host_of_rank = std::move(hosts);
+  SYNCLINE_LOG(INFO) << "collectives of generation " << generation
+                     << (plan_events > 0
+                             ? absl::StrCat(" after ", plan_events, " departures and arrivals")
+                             : "")
+                     << " among " << peers.size() << " workers over "
                      << (plane.tcp ? "direct TCP" : "the node's transport") << " at " << address;
-  auto communicator = std::make_unique<Communicator>(mine, rank, peers, options);
-  communicator->Own(std::move(owned));
-  communicator->StopWaitingWhen([&rendezvous] { return rendezvous.Interrupted(); });
-  return communicator;
+  meeting.communicator = std::make_unique<Communicator>(mine, me, peers, options);
+  meeting.communicator->Own(std::move(owned));
+  return meeting;
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOfGeneration(
+    const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
+    CollectivePlane plane, PeerRendezvous& rendezvous) {
+  absl::StatusOr<std::unique_ptr<Communicator>> made;
+  if (rendezvous.generation() == 0) {
+    made = ConnectWorkersOverTcp(spec, table, rank, endpoint, plane);
+  } else {
+    absl::StatusOr<PeerMeeting> meeting =
+        MeetPeers(spec, table, rank, plane, rendezvous, rendezvous.PlanEvents());
+    if (!meeting.ok()) return meeting.status();
+    if (meeting->members.size() != static_cast<size_t>(table.num_workers)) {
+      return absl::UnavailableError(
+          absl::StrFormat("the coordinator named %d of the %d workers for generation %d",
+                          meeting->members.size(), table.num_workers, rendezvous.generation()));
+    }
+    made = std::move(meeting->communicator);
+  }
+  if (made.ok()) (*made)->StopWaitingWhen([&rendezvous] { return rendezvous.Interrupted(); });
+  return made;
 }
 
 RankDevice ProbeRankDevice(std::string_view device, std::string host, int* ordinal) {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -65,6 +66,21 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOverTcp(const JobSpe
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOfGeneration(
     const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
     CollectivePlane plane, PeerRendezvous& rendezvous);
+
+// A meeting of the workers (core/peer_rendezvous.h): a communicator over its members, and
+// their ranks in the job (the communicator's rank r is members[r]).
+struct PeerMeeting {
+  std::unique_ptr<Communicator> communicator;
+  std::vector<int> members;
+};
+// The members the coordinator lists once each has said where it listens for the meeting of
+// rendezvous.generation() after `plan_events` departures and arrivals (endpoints of their own:
+// a TcpTransport with plane.tcp, else one of the node's transport), renumbered densely in rank
+// order. The communicator's waits do not end with rendezvous.Interrupted() (the caller sets
+// what ends them). FailedPrecondition when the coordinator does not count this worker in.
+absl::StatusOr<PeerMeeting> MeetPeers(const JobSpec& spec, const NodeTable& table, int rank,
+                                      CollectivePlane plane, PeerRendezvous& rendezvous,
+                                      uint64_t plan_events);
 
 // This rank's RankDevice from its resolved device (device/placement.h: "cpu" or "cuda:N") on
 // `host`, and in *ordinal the CUDA ordinal (-1 for the CPU). A CUDA device that cannot be

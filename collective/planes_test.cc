@@ -28,8 +28,9 @@ class AddressBoard {
     if (!cv_.wait_until(lock, until, [&] { return static_cast<int>(addresses_.size()) == n_; })) {
       return absl::DeadlineExceededError("not every rank traded");
     }
-    std::vector<std::string> all;
-    for (const auto& [r, a] : addresses_) all.push_back(a);
+    // By rank; "" for a rank that is no member.
+    std::vector<std::string> all(addresses_.rbegin()->first + 1);
+    for (const auto& [r, a] : addresses_) all[r] = a;
     return all;
   }
 
@@ -51,14 +52,17 @@ class TestRendezvous : public PeerRendezvous {
   absl::Status Interrupted() const override {
     return stop_.load() ? absl::AbortedError("the job rolls back") : absl::OkStatus();
   }
-  absl::StatusOr<Listening> Listen(const std::string& id) override {
+  absl::StatusOr<Listening> Listen(const std::string& id,
+                                   const std::vector<std::string>& peers) override {
     auto endpoint = transport_.CreateEndpoint(id);
     if (!endpoint.ok()) return endpoint.status();
     auto address = (*endpoint)->Bind("inproc://" + id);
     if (!address.ok()) return address.status();
     return Listening{*std::move(endpoint), *address};
   }
-  absl::StatusOr<std::vector<std::string>> TradeAddresses(const std::string& address,
+  uint64_t PlanEvents() const override { return 0; }
+  absl::StatusOr<std::vector<std::string>> TradeAddresses(uint64_t plan_events,
+                                                          const std::string& address,
                                                           absl::Time deadline) override {
     return board_.Trade(rank_, address, deadline);
   }
@@ -135,6 +139,48 @@ TEST(ConnectWorkersOfGenerationTest, MeetOnTheNodesTransportAfterARollback) {
 
 TEST(ConnectWorkersOfGenerationTest, MeetOnATcpPlaneOfTheirOwnAfterARollback) {
   MeetAndAllReduce(/*tcp=*/true);
+}
+
+// An elastic all-reduce after w2 of 4 left: the other three meet on endpoints of the meeting
+// (named by its plan events), ranks renumbered densely in rank order, and all-reduce among
+// themselves only.
+TEST(MeetPeersTest, TheWorkersStillInTheJobMeetRenumberedDensely) {
+  InprocTransport transport;
+  AddressBoard board(3);
+  std::atomic<bool> stop{false};
+  JobSpec spec;
+  const NodeTable table = Table(4);
+  const std::vector<int> members = {0, 1, 3};
+  std::vector<std::vector<float>> values(4);
+  std::vector<absl::Status> status(4);
+  std::vector<std::vector<int>> met(4);
+  std::vector<int> ranks(4, -1);
+  std::vector<std::thread> threads;
+  for (int w : members) {
+    threads.emplace_back([&, w] {
+      TestRendezvous rendezvous(board, transport, w, 0, stop);
+      absl::StatusOr<PeerMeeting> meeting =
+          MeetPeers(spec, table, w, CollectivePlane{}, rendezvous, /*plan_events=*/1);
+      if (!meeting.ok()) {
+        status[w] = meeting.status();
+        return;
+      }
+      met[w] = meeting->members;
+      ranks[w] = meeting->communicator->rank();
+      values[w] = std::vector<float>(4, static_cast<float>(w + 1));
+      status[w] = meeting->communicator->AllReduce(std::span<float>(values[w]), Algorithm::kRing);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < members.size(); ++i) {
+    const int w = members[i];
+    ASSERT_TRUE(status[w].ok()) << "w" << w << ": " << status[w];
+    EXPECT_EQ(met[w], members) << "w" << w;
+    EXPECT_EQ(ranks[w], static_cast<int>(i)) << "w" << w;
+    EXPECT_EQ(values[w], std::vector<float>(4, 1.0f + 2.0f + 4.0f)) << "w" << w;
+  }
+  EXPECT_EQ(PeerEndpointId(3, 0, 1), "w3@g0.1");
+  EXPECT_EQ(PeerEndpointId(3, 2), "w3@g2");
 }
 
 // A rank waiting for a peer that never comes (dead, as the rollback that interrupts it says)

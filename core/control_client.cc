@@ -306,30 +306,46 @@ uint32_t ControlClient::generation() const {
   return generation_;
 }
 
-void ControlClient::ReportPeerAddress(uint32_t generation, const std::string& address) {
+uint64_t ControlClient::PlanEventsHeard() const {
+  absl::MutexLock lock(&mu_);
+  return plan_events_heard_;
+}
+
+void ControlClient::ReportPeerAddress(uint32_t generation, uint64_t plan_events,
+                                      const std::string& address) {
   MessageBuilder b = FromThisNode(wire::MsgType::PEER_ADDRESS);
   b.header().setGeneration(generation);
+  b.header().setClock(static_cast<int64_t>(plan_events));
   b.header().setMessage(address);
   Send(b.Finish());
 }
 
 absl::StatusOr<std::vector<std::string>> ControlClient::AwaitPeerAddresses(uint32_t generation,
+                                                                           uint64_t plan_events,
                                                                            absl::Time deadline) {
+  const std::pair<uint32_t, uint64_t> meeting(generation, plan_events);
   absl::MutexLock lock(&mu_);
   auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return (peer_addresses_ && peer_addresses_->first >= generation) ||
-           (rollback_ && rollback_->generation > generation) || !health_.ok();
+    return (peer_addresses_ && peer_addresses_->key() >= meeting) ||
+           (rollback_ && rollback_->generation > generation) || plan_events_heard_ > plan_events ||
+           !health_.ok();
   };
   if (!mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
     return absl::DeadlineExceededError(absl::StrFormat(
-        "the coordinator did not hand out the peers' addresses of generation %d in time",
-        generation));
+        "the coordinator did not hand out the peers' addresses (generation %d, after %d workers "
+        "left or joined) in time",
+        generation, plan_events));
   }
   if (!health_.ok()) return health_;
-  if (peer_addresses_ && peer_addresses_->first == generation) return peer_addresses_->second;
+  if (peer_addresses_ && peer_addresses_->key() == meeting) return peer_addresses_->addresses;
+  if (rollback_ && rollback_->generation > generation) {
+    return absl::AbortedError(absl::StrFormat(
+        "the job rolls back again (generation %d) before the peers of generation %d met",
+        rollback_->generation, generation));
+  }
   return absl::AbortedError(absl::StrFormat(
-      "the job rolls back again (generation %d) before the peers of generation %d met",
-      rollback_ ? rollback_->generation : peer_addresses_->first, generation));
+      "another worker left or joined (%d such events now) before the peers met after %d",
+      plan_events_heard_, plan_events));
 }
 
 void ControlClient::Handle(Message& message) {
@@ -384,8 +400,9 @@ void ControlClient::Handle(Message& message) {
       resumed_ = std::max(resumed_, h.getGeneration());
       break;
     case wire::MsgType::PEER_ADDRESS: {
-      if (!h.getBody().isNodeTable()) break;
-      if (peer_addresses_ && h.getGeneration() <= peer_addresses_->first) break;
+      if (!h.getBody().isNodeTable() || h.getClock() < 0) break;
+      PeerMeeting meeting{h.getGeneration(), static_cast<uint64_t>(h.getClock()), {}};
+      if (peer_addresses_ && meeting.key() <= peer_addresses_->key()) break;
       const int workers = table_.MaxWorkers();
       std::vector<std::string> addresses(workers);
       bool valid = true;
@@ -398,7 +415,8 @@ void ControlClient::Handle(Message& message) {
         SYNCLINE_LOG(WARNING) << "ignoring a malformed peerAddress message";
         break;
       }
-      peer_addresses_.emplace(h.getGeneration(), std::move(addresses));
+      meeting.addresses = std::move(addresses);
+      peer_addresses_ = std::move(meeting);
       break;
     }
     case wire::MsgType::NODE_DOWN:
@@ -407,6 +425,7 @@ void ControlClient::Handle(Message& message) {
         SYNCLINE_LOG(WARNING) << RoleName(d.getRole()) << " " << d.getRank()
                               << " is down: " << d.getReason().cStr();
         if (d.getRole() != wire::Role::WORKER) break;
+        ++plan_events_heard_;  // the coordinator counts every worker's nodeDown it sends
         down_workers_.push_back(d.getRank());
         // The coordinator names only workers of the job; anything else is dropped whole.
         const int workers = table_.MaxWorkers();
@@ -432,6 +451,7 @@ void ControlClient::Handle(Message& message) {
       break;
     case wire::MsgType::ARRIVAL:
       if (h.getBody().isArrival()) {
+        ++plan_events_heard_;
         auto a = h.getBody().getArrival();
         const int workers = table_.MaxWorkers();
         WorkerArrived arrived{a.getWorker(), a.getFirstClock(), {}};

@@ -208,14 +208,19 @@ class ControlClient {
   absl::Status WaitForResume(uint32_t generation, absl::Time deadline);
   // The generation this node is at: the node table's, then each rollback it reported done.
   uint32_t generation() const;
-  // Peers of a generation (collective and gossip workers after a rollback, whose timeline
-  // re-forms on endpoints of its own): tells the coordinator where this worker's endpoint of
-  // `generation` listens.
-  void ReportPeerAddress(uint32_t generation, const std::string& address);
-  // Every worker's address of `generation`, by rank (NodeTable::MaxWorkers entries, "" for a
-  // rank the coordinator listed none for), once the coordinator has them all. Aborted when a
-  // newer rollback comes first, the job's health when it ends, DeadlineExceeded at `deadline`.
+  // The departures (nodeDown of a worker) and arrivals of workers heard so far, in all: every
+  // worker counts the same sequence, as the coordinator does.
+  uint64_t PlanEventsHeard() const;
+  // Peers meeting on endpoints of their own (collective and gossip workers after a rollback, an
+  // elastic all-reduce after a departure), one meeting per generation and count of plan
+  // events: tells the coordinator where this worker's endpoint for the meeting listens.
+  void ReportPeerAddress(uint32_t generation, uint64_t plan_events, const std::string& address);
+  // Every member's address of the meeting, by rank (NodeTable::MaxWorkers entries, "" for a
+  // rank that is not a member: gone, or not joined), once the coordinator has them all.
+  // Aborted when a newer rollback or another plan event comes first, the job's health when it
+  // ends, DeadlineExceeded at `deadline`.
   absl::StatusOr<std::vector<std::string>> AwaitPeerAddresses(uint32_t generation,
+                                                              uint64_t plan_events,
                                                               absl::Time deadline);
 
  private:
@@ -244,8 +249,15 @@ class ControlClient {
   std::optional<Rollback> rollback_ ABSL_GUARDED_BY(mu_);
   uint32_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // restored (reported), or the table's
   uint32_t resumed_ ABSL_GUARDED_BY(mu_) = 0;     // the newest generation resumed
-  // The newest generation's peer addresses (AwaitPeerAddresses).
-  std::optional<std::pair<uint32_t, std::vector<std::string>>> peer_addresses_ ABSL_GUARDED_BY(mu_);
+  uint64_t plan_events_heard_ ABSL_GUARDED_BY(mu_) = 0;
+  // The newest meeting's peer addresses (AwaitPeerAddresses): its generation and plan events.
+  struct PeerMeeting {
+    uint32_t generation = 0;
+    uint64_t plan_events = 0;
+    std::vector<std::string> addresses;
+    std::pair<uint32_t, uint64_t> key() const { return {generation, plan_events}; }
+  };
+  std::optional<PeerMeeting> peer_addresses_ ABSL_GUARDED_BY(mu_);
   absl::Status health_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> clock_{-1};
   std::atomic<int64_t> clock_offset_us_{0};

@@ -50,9 +50,10 @@ struct Coordinator::NodeState {
   int64_t first_clock = 0;  // workers: the clock their plan starts at (joiners: their entry)
   bool stats = false;       // servers: statistics received at shutdown
   int64_t clock = -1;       // workers: the clock their last heartbeat carried
-  // Workers of a collective or gossip job after a rollback: where its endpoint of generation
-  // peer_generation listens (Coordinator::OnPeerAddress).
-  std::optional<uint32_t> peer_generation;
+  // Workers whose peers meet on endpoints of their own (collective and gossip jobs after a
+  // rollback, an elastic all-reduce after a departure): where its endpoint for meeting
+  // peer_meeting (generation, plan events) listens (Coordinator::OnPeerAddress).
+  std::optional<std::pair<uint32_t, uint64_t>> peer_meeting;
   std::string peer_address;
   absl::Time clock_since;  // when that clock was first seen
   int metrics_port = 0;    // where it serves /metrics (0: it does not)

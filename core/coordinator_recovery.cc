@@ -209,19 +209,26 @@ absl::Status Coordinator::AdvanceRecovery() {
 }
 
 void Coordinator::OnPeerAddress(NodeState& node, const wire::Header::Reader& h) {
-  // An address of an undone generation is of no use: its peers roll back too.
-  if (h.getGeneration() != generation_ || recovering_) return;
-  node.peer_generation = generation_;
+  // A meeting is of one generation and one membership (the plan events so far): an address for
+  // an undone generation, or for a membership that has changed since, is of no use (its peers
+  // meet again).
+  const std::pair<uint32_t, uint64_t> meeting(generation_, plan_events_.size());
+  if (h.getGeneration() != meeting.first || h.getClock() < 0 ||
+      static_cast<uint64_t>(h.getClock()) != meeting.second || recovering_) {
+    return;
+  }
+  node.peer_meeting = meeting;
   node.peer_address = h.getMessage();
   std::vector<const NodeState*> workers;
   for (const auto& n : nodes_) {
     if (n->role != wire::Role::WORKER || n->down || n->joining) continue;
-    if (n->peer_generation != generation_) return;  // not every worker's yet
+    if (n->peer_meeting != meeting) return;  // not every member's yet
     workers.push_back(n.get());
   }
   MessageBuilder b(wire::MsgType::PEER_ADDRESS);
   b.header().setRole(wire::Role::COORDINATOR);
-  b.header().setGeneration(generation_);
+  b.header().setGeneration(meeting.first);
+  b.header().setClock(static_cast<int64_t>(meeting.second));
   auto list = b.header().getBody().initNodeTable().initNodes(static_cast<unsigned>(workers.size()));
   for (size_t i = 0; i < workers.size(); ++i) {
     auto info = list[static_cast<unsigned>(i)];
@@ -231,7 +238,10 @@ void Coordinator::OnPeerAddress(NodeState& node, const wire::Header::Reader& h) 
     info.setAddress(workers[i]->peer_address);
   }
   SYNCLINE_LOG(INFO) << "every worker listens for the peers of generation " << generation_
-                     << ": handing out their addresses";
+                     << (meeting.second > 0
+                             ? absl::StrCat(" after ", meeting.second, " departures and arrivals")
+                             : "")
+                     << ": handing out the addresses of " << workers.size();
   Broadcast(b.Finish(), wire::Role::WORKER);
 }
 

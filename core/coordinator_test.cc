@@ -150,6 +150,19 @@ class CoordinatorTest : public ::testing::Test {
 
   // A job of `n` workers and no servers that may restart `restarts` nodes and does not
   // evaluate, its workers registered and training (empty when it could not start).
+  // 4 workers without servers, under BSP with --min-workers 3 (batches handed over).
+  std::vector<std::unique_ptr<ControlClient>> FourWorkersAtLeastThree() {
+    CoordinatorOptions options = SmallJob();
+    options.num_servers = 0;
+    options.num_workers = 4;
+    options.staleness = 0;
+    options.min_workers = 3;
+    options.hand_over = true;
+    options.evaluate = false;
+    if (!Start(options).ok()) return {};
+    return StartWorkers(4);
+  }
+
   std::vector<std::unique_ptr<ControlClient>> TrainWorkersOnly(int n, int restarts) {
     CoordinatorOptions options = SmallJob();
     options.num_servers = 0;
@@ -343,15 +356,7 @@ TEST_F(CoordinatorTest, UnderAspAWorkerThatFailsIsDroppedButBadInputStopsTheJob)
 // reached and who takes its batches (the workers still training, not those done); below the
 // minimum the job stops, naming it.
 TEST_F(CoordinatorTest, UnderBspWithMinWorkersALostWorkersBatchesGoToThoseStillTraining) {
-  CoordinatorOptions options = SmallJob();
-  options.num_servers = 0;
-  options.num_workers = 4;
-  options.staleness = 0;
-  options.min_workers = 3;
-  options.hand_over = true;
-  options.evaluate = false;
-  ASSERT_TRUE(Start(options).ok());
-  std::vector<std::unique_ptr<ControlClient>> w = StartWorkers(4);
+  std::vector<std::unique_ptr<ControlClient>> w = FourWorkersAtLeastThree();
   ASSERT_EQ(w.size(), 4u);
   w[0]->ReportWorkerDone({.steps = 5});
   w[3]->SetClock(7);
@@ -447,6 +452,38 @@ TEST_F(CoordinatorTest, UnderAspAWorkerLostBeforeItIsReadyDoesNotHoldTheStart) {
   for (int r : {0, 2}) w[r]->ReportWorkerDone({.steps = 5});
   EXPECT_TRUE(Join().ok());
   EXPECT_NE(observer_->down_reason.find("w1 killed"), std::string::npos) << observer_->down_reason;
+}
+
+// An elastic all-reduce meets again after each departure: a meeting is named by the
+// generation and the plan events heard, an address for a meeting the membership has moved
+// past is no one's, and the members are the workers still in the job (the lost one's address
+// is "").
+TEST_F(CoordinatorTest, AfterADepartureTheWorkersStillInTheJobMeetWithoutIt) {
+  std::vector<std::unique_ptr<ControlClient>> w = FourWorkersAtLeastThree();
+  ASSERT_EQ(w.size(), 4u);
+  w[0]->ReportPeerAddress(0, 0, "tcp://before:1");  // of the membership before the departure
+  w[2].reset();
+  const absl::Time deadline = Soon();
+  while (absl::Now() < deadline && (w[0]->PlanEventsHeard() < 1 || w[1]->PlanEventsHeard() < 1 ||
+                                    w[3]->PlanEventsHeard() < 1)) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  for (int r : {0, 1, 3}) ASSERT_EQ(w[r]->PlanEventsHeard(), 1u) << "w" << r;
+  // A meeting that the departure overtook ends for those waiting on it.
+  EXPECT_TRUE(absl::IsAborted(w[0]->AwaitPeerAddresses(0, 0, Soon()).status()));
+  w[0]->ReportPeerAddress(0, 1, "tcp://a:1");
+  w[1]->ReportPeerAddress(0, 1, "tcp://b:2");
+  EXPECT_TRUE(absl::IsDeadlineExceeded(
+      w[0]->AwaitPeerAddresses(0, 1, absl::Now() + absl::Milliseconds(200)).status()));
+  w[3]->ReportPeerAddress(0, 1, "tcp://d:4");
+  for (int r : {0, 1, 3}) {
+    absl::StatusOr<std::vector<std::string>> got = w[r]->AwaitPeerAddresses(0, 1, Soon());
+    ASSERT_TRUE(got.ok()) << "w" << r << ": " << got.status();
+    EXPECT_EQ(*got, (std::vector<std::string>{"tcp://a:1", "tcp://b:2", "", "tcp://d:4"}));
+  }
+  for (int r : {0, 1, 3}) w[r]->ReportWorkerDone({.steps = 40});
+  const absl::Status result = Join();
+  EXPECT_TRUE(result.ok()) << result;
 }
 
 // A worker that heartbeats but trains no more (a hang in its compute) is named by the clock
@@ -623,19 +660,19 @@ TEST_F(CoordinatorTest, TheWorkersOfAGenerationGetEveryWorkersAddressOnceAllHave
     for (int r : {0, 1, 2}) ASSERT_TRUE(w[r]->WaitForResume(g, Soon()).ok()) << "w" << r;
   };
   replace_w1(1);
-  w[0]->ReportPeerAddress(0, "tcp://stale:1");  // of the undone timeline: no one's
-  w[0]->ReportPeerAddress(1, "tcp://a:1");
-  w[2]->ReportPeerAddress(1, "tcp://c:3");
+  w[0]->ReportPeerAddress(0, 0, "tcp://stale:1");  // of the undone timeline: no one's
+  w[0]->ReportPeerAddress(1, 0, "tcp://a:1");
+  w[2]->ReportPeerAddress(1, 0, "tcp://c:3");
   EXPECT_TRUE(absl::IsDeadlineExceeded(
-      w[0]->AwaitPeerAddresses(1, absl::Now() + absl::Milliseconds(200)).status()));
+      w[0]->AwaitPeerAddresses(1, 0, absl::Now() + absl::Milliseconds(200)).status()));
   // The replacement fails again before it has sent its own: the meeting of generation 1 ends.
   replace_w1(2);
-  EXPECT_TRUE(absl::IsAborted(w[0]->AwaitPeerAddresses(1, Soon()).status()));
-  w[0]->ReportPeerAddress(2, "tcp://a:4");
-  w[1]->ReportPeerAddress(2, "tcp://b:5");
-  w[2]->ReportPeerAddress(2, "tcp://c:6");
+  EXPECT_TRUE(absl::IsAborted(w[0]->AwaitPeerAddresses(1, 0, Soon()).status()));
+  w[0]->ReportPeerAddress(2, 0, "tcp://a:4");
+  w[1]->ReportPeerAddress(2, 0, "tcp://b:5");
+  w[2]->ReportPeerAddress(2, 0, "tcp://c:6");
   for (int r : {0, 1, 2}) {
-    absl::StatusOr<std::vector<std::string>> got = w[r]->AwaitPeerAddresses(2, Soon());
+    absl::StatusOr<std::vector<std::string>> got = w[r]->AwaitPeerAddresses(2, 0, Soon());
     ASSERT_TRUE(got.ok()) << "w" << r << ": " << got.status();
     EXPECT_EQ(*got, (std::vector<std::string>{"tcp://a:4", "tcp://b:5", "tcp://c:6"}));
   }

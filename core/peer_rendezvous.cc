@@ -5,9 +5,13 @@
 
 namespace syncline {
 
-std::string PeerEndpointId(int rank, uint32_t generation) {
+std::string PeerEndpointId(int rank, uint32_t generation, uint64_t plan_events) {
   std::string id = DataEndpointId(wire::Role::WORKER, rank);
-  if (generation > 0) absl::StrAppend(&id, "@g", generation);
+  if (plan_events > 0) {
+    absl::StrAppend(&id, "@g", generation, ".", plan_events);
+  } else if (generation > 0) {
+    absl::StrAppend(&id, "@g", generation);
+  }
   return id;
 }
 

@@ -12,6 +12,10 @@
 // used again, and a message of another generation is dropped: its sender's id is not a peer's
 // of this one (a generation's TCP plane refuses the connection at its hello).
 //
+// An elastic all-reduce (--min-workers, docs/FAULT_TOLERANCE.md) meets the same way after each
+// departure or arrival of a worker (a plan event): a meeting is named by the generation and the
+// count of plan events heard, and its members are the workers the coordinator still counts in.
+//
 // Thread-safety: thread-compatible; one worker's backend factory and backend use it.
 #ifndef SYNCLINE_CORE_PEER_RENDEZVOUS_H_
 #define SYNCLINE_CORE_PEER_RENDEZVOUS_H_
@@ -28,9 +32,10 @@
 
 namespace syncline {
 
-// The id of worker `rank`'s endpoint for its peers in `generation`: its data endpoint's id
-// ("w3") in generation 0, "w3@g2" in generation 2.
-std::string PeerEndpointId(int rank, uint32_t generation);
+// The id of worker `rank`'s endpoint for its peers in `generation` after `plan_events`
+// departures and arrivals: its data endpoint's id ("w3") at the start, "w3@g2" in generation 2,
+// "w3@g0.1" after the first departure from an elastic all-reduce.
+std::string PeerEndpointId(int rank, uint32_t generation, uint64_t plan_events = 0);
 
 class PeerRendezvous {
  public:
@@ -44,17 +49,24 @@ class PeerRendezvous {
   virtual absl::Status Interrupted() const = 0;
 
   // A new endpoint of this worker's transport under `id` (PeerEndpointId), bound as the data
-  // endpoint is (its host, a port of the node's range), and the address it listens at.
+  // endpoint is (its host, a port of the node's range), and the address it listens at. An
+  // authenticating transport accepts `peers` (the meeting's ids) from now on.
   struct Listening {
     std::unique_ptr<Endpoint> endpoint;
     std::string address;
   };
-  virtual absl::StatusOr<Listening> Listen(const std::string& id) = 0;
+  virtual absl::StatusOr<Listening> Listen(const std::string& id,
+                                           const std::vector<std::string>& peers) = 0;
 
-  // Hands `address`, where this worker listens in generation(), to the coordinator and returns
-  // every worker's by rank, once all have handed theirs. Aborted when the job rolls back first;
-  // DeadlineExceeded at `deadline`.
-  virtual absl::StatusOr<std::vector<std::string>> TradeAddresses(const std::string& address,
+  // The departures and arrivals of workers heard so far: every worker hears the same sequence.
+  virtual uint64_t PlanEvents() const = 0;
+
+  // Hands `address`, where this worker listens in generation() after `plan_events` departures
+  // and arrivals, to the coordinator and returns every member's by rank ("" for a rank that is
+  // not one: gone, or never there), once all have handed theirs. Aborted when the job rolls
+  // back, or another worker leaves or arrives, first; DeadlineExceeded at `deadline`.
+  virtual absl::StatusOr<std::vector<std::string>> TradeAddresses(uint64_t plan_events,
+                                                                  const std::string& address,
                                                                   absl::Time deadline) = 0;
 };
 

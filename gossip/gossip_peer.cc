@@ -31,7 +31,10 @@ ServerlessBackendFactory MakeGossipBackendFactory() {
     // Generation 0 meets over the data endpoints; after a rollback the peers meet on endpoints
     // of the generation, found through the coordinator (core/peer_rendezvous.h).
     const uint32_t generation = rendezvous.generation();
-    for (int w = 0; w < g.num_peers; ++w) g.peer_ids.push_back(PeerEndpointId(w, generation));
+    const uint64_t plan_events = generation > 0 ? rendezvous.PlanEvents() : 0;
+    for (int w = 0; w < g.num_peers; ++w) {
+      g.peer_ids.push_back(PeerEndpointId(w, generation, plan_events));
+    }
     std::vector<std::string> addresses(g.num_peers);
     for (const NodeInfo& n : table.nodes) {
       if (n.role == wire::Role::WORKER && n.rank >= 0 && n.rank < g.num_peers) {
@@ -41,10 +44,11 @@ ServerlessBackendFactory MakeGossipBackendFactory() {
     Endpoint* mine = &endpoint;
     std::unique_ptr<Endpoint> own;
     if (generation > 0) {
-      absl::StatusOr<PeerRendezvous::Listening> listening = rendezvous.Listen(g.peer_ids[rank]);
+      absl::StatusOr<PeerRendezvous::Listening> listening =
+          rendezvous.Listen(g.peer_ids[rank], g.peer_ids);
       if (!listening.ok()) return listening.status();
       absl::StatusOr<std::vector<std::string>> traded =
-          rendezvous.TradeAddresses(listening->address, absl::Now() + g.peer_timeout);
+          rendezvous.TradeAddresses(plan_events, listening->address, absl::Now() + g.peer_timeout);
       if (!traded.ok()) return traded.status();
       addresses = *std::move(traded);
       addresses.resize(g.num_peers);

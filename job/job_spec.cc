@@ -219,7 +219,7 @@ bool UsesCriteoData(const JobSpec& s) {
 
 bool HandsOverBatches(const SyncMode& sync) {
   return sync.kind == SyncKind::kBsp || sync.kind == SyncKind::kSsp ||
-         sync.kind == SyncKind::kAsp || sync.kind == SyncKind::kGossip;
+         sync.kind == SyncKind::kAsp || sync.kind == SyncKind::kGossip || sync.allreduce();
 }
 
 bool RollsBackInPlace(const SyncMode& sync) {
@@ -329,8 +329,16 @@ absl::Status CheckMembership(const JobSpec& s) {
   if (s.min_workers > 0 && s.min_workers < s.workers && !HandsOverBatches(s.sync)) {
     return InvalidFlag(
         "min-workers", absl::StrCat(s.min_workers),
-        "is for --sync bsp, ssp, asp and gossip: in this mode every step needs every "
-        "worker");
+        "is for --sync bsp, ssp, asp, gossip and allreduce: in this mode every step needs "
+        "every worker");
+  }
+  const bool residuals = t.codec.kind == CodecKind::kTopK || t.codec.kind == CodecKind::kSign1;
+  if (s.min_workers > 0 && s.min_workers < s.workers && s.sync.allreduce() && residuals) {
+    return InvalidFlag(
+        "min-workers", absl::StrCat(s.min_workers),
+        absl::StrCat("cannot be combined with an all-reduce of --compress ", CodecName(t.codec),
+                     ": a worker that takes over another's model after a "
+                     "departure would keep its own residual; use none or fp16"));
   }
   if (s.max_restarts > 0 && !RollsBackInPlace(s.sync)) {
     return InvalidFlag("max-restarts", absl::StrCat(s.max_restarts),
@@ -345,7 +353,7 @@ absl::Status CheckMembership(const JobSpec& s) {
   }
   if (s.max_workers <= s.workers) return absl::OkStatus();
   const std::string value = absl::StrCat(s.max_workers);
-  if (!HandsOverBatches(s.sync)) {
+  if (!HandsOverBatches(s.sync) || s.sync.allreduce()) {
     return InvalidFlag("max-workers", value,
                        "is for --sync bsp, ssp, asp and gossip: a worker joins a "
                        "parameter-server or gossip job (joins of all-reduce ranks are not "

@@ -22,7 +22,7 @@ namespace syncline {
 absl::Status ValidateJobSpec(const JobSpec& spec);
 
 // Whether a lost worker's remaining batches go to the workers still training (the parameter-
-// server modes bsp, ssp, asp, and gossip; worker/work_plan.h).
+// server modes bsp, ssp, asp, gossip, and allreduce; worker/work_plan.h).
 bool HandsOverBatches(const SyncMode& sync);
 // Whether a failed node can be restarted in place, the job rolling back to a checkpoint
 // (--max-restarts: bsp, ssp, asp, allreduce, hybrid and synchronous gossip).

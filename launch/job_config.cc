@@ -172,11 +172,11 @@ const std::array<Field, 80> kFields = {{
     {"embedding-expire-steps", FlagGroup::kEmbeddings, &JobConfig::embedding_expire_steps,
      "Delete embedding rows not touched for this many steps (0: never)"},
     {"min-workers", FlagGroup::kCheckpoints, &JobConfig::min_workers,
-     "Go on while at least this many workers are left (bsp, ssp, asp): a lost worker's "
-     "remaining batches of the epoch, and its share of later epochs, go to the workers still "
-     "training (docs/FAULT_TOLERANCE.md). 0: the mode's default, every worker under bsp and ssp:0 "
-     "(a "
-     "lost worker stops the job), 1 under ssp:S with S >= 1 and asp"},
+     "Go on while at least this many workers are left (bsp, ssp, asp, gossip, allreduce: its "
+     "collective re-forms over the others at the next step): a lost worker's remaining batches "
+     "of the epoch, and its share of later epochs, go to the workers still training "
+     "(docs/FAULT_TOLERANCE.md). 0: the mode's default, every worker under bsp, ssp:0 and "
+     "allreduce (a lost worker stops the job), 1 under ssp:S with S >= 1, asp and gossip"},
     {"max-restarts", FlagGroup::kCheckpoints, &JobConfig::max_restarts,
      "Restart up to this many failed nodes (workers or servers) in place, in all: the launcher "
      "starts a replacement, which restores the newest complete checkpoint, and every other node "

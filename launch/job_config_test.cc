@@ -519,14 +519,18 @@ INSTANTIATE_TEST_SUITE_P(
                      "a round)"},
         ValidateCase{"min_workers", [](JobConfig& c) { c.min_workers = 3; },
                      "--min-workers=3: must be in [0, 2]"},
-        ValidateCase{"min_workers_allreduce",
+        ValidateCase{"min_workers_hybrid", [](JobConfig& c) { c.sync = "hybrid", c.min_workers = 1; },
+                     "--min-workers=1: is for --sync bsp, ssp, asp, gossip and allreduce: in this "
+                     "mode every step needs every worker"},
+        ValidateCase{"min_workers_allreduce_topk",
                      [](JobConfig& c) {
                        c.sync = "allreduce";
-                       c.workers = 3;
-                       c.min_workers = 2;
+                       c.min_workers = 1;
+                       c.compress = "topk:0.1";
                      },
-                     "--min-workers=2: is for --sync bsp, ssp, asp and gossip: in this mode every "
-                     "step needs every worker"},
+                     "--min-workers=1: cannot be combined with an all-reduce of --compress "
+                     "topk:0.1: a worker that takes over another's model after a departure would "
+                     "keep its own residual; use none or fp16"},
         ValidateCase{"max_restarts_push_sum",
                      [](JobConfig& c) {
                        c.sync = "gossip:ring:async";

@@ -193,6 +193,7 @@ void RunReport::OnNodeDown(wire::Role role, int rank, const std::string& reason)
 void RunReport::OnWorkerLeft(int worker, int64_t clock, const std::vector<int>& takers) {
   absl::MutexLock lock(&mu_);
   if (!takers.empty()) handed_from_[worker] = clock;
+  world_sizes_.emplace_back(clock, static_cast<int>(workers_.size()) - workers_left_);
 }
 
 void RunReport::OnWorkerJoined(int worker, const std::string& name, int64_t first_clock,
@@ -200,6 +201,7 @@ void RunReport::OnWorkerJoined(int worker, const std::string& name, int64_t firs
   absl::MutexLock lock(&mu_);
   joined_[worker] = first_clock;
   WorkerState& w = workers_[worker];
+  world_sizes_.emplace_back(first_clock, static_cast<int>(workers_.size()) - workers_left_);
   w.clock = first_clock;
   ClearProgress();
   std::cout << absl::StrFormat("%s joined at clock %d; %s", name, first_clock,

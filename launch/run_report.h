@@ -193,6 +193,9 @@ class RunReport : public CoordinatorObserver {
   // Workers that joined the running job (syncline-worker --join), by rank: the clock each
   // entered at.
   std::map<int, int64_t> joined_ ABSL_GUARDED_BY(mu_);
+  // The world size over time: (clock, workers in the job from then on) at each departure (the
+  // clock its batches are handed over from, as the coordinator has it) and arrival.
+  std::vector<std::pair<int64_t, int>> world_sizes_ ABSL_GUARDED_BY(mu_);
   double examples_trained_ ABSL_GUARDED_BY(mu_) = 0;  // the servers' largest count
   // Lost workers: the clock their batches were handed over from, and the most iterations a
   // server had seen each finish (the difference is trained twice).

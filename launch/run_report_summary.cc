@@ -153,6 +153,12 @@ void RunReport::AddProgressMembers(JsonMembers& j, const WorkerTotals& t) const 
   }
   j.Add("examples_trained", JsonNumber(trained));
   j.Add("workers_left", absl::StrCat(workers_left_));
+  // [clock, workers] pairs: the job's start, then each departure and arrival.
+  std::vector<std::string> sizes = {absl::StrCat("[0, ", job_.workers, "]")};
+  for (const auto& [clock, world] : world_sizes_) {
+    sizes.push_back(absl::StrCat("[", clock, ", ", world, "]"));
+  }
+  j.Add("world_sizes", JsonArray(sizes));
   // Iterations trained twice: those a lost worker finished after the clock its batches were
   // handed over from (its last heartbeat)...
   int64_t redone = 0;

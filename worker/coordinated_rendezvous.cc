@@ -17,12 +17,8 @@ namespace {
 class CoordinatedRendezvous final : public PeerRendezvous {
  public:
   CoordinatedRendezvous(ControlClient& control, Transport& transport, const NodeOptions& options,
-                        uint32_t generation, int workers)
-      : control_(control),
-        transport_(transport),
-        options_(options),
-        generation_(generation),
-        workers_(workers) {}
+                        uint32_t generation)
+      : control_(control), transport_(transport), options_(options), generation_(generation) {}
 
   uint32_t generation() const override { return generation_; }
 
@@ -31,11 +27,9 @@ class CoordinatedRendezvous final : public PeerRendezvous {
     return control_.health();
   }
 
-  absl::StatusOr<Listening> Listen(const std::string& id) override {
-    // An authenticating transport accepts the ids of this generation from now on.
-    std::vector<std::string> ids;
-    for (int r = 0; r < workers_; ++r) ids.push_back(PeerEndpointId(r, generation_));
-    transport_.AllowPeers(ids);
+  absl::StatusOr<Listening> Listen(const std::string& id,
+                                   const std::vector<std::string>& peers) override {
+    transport_.AllowPeers(peers);
     absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = transport_.CreateEndpoint(id);
     if (!endpoint.ok()) return endpoint.status();
     absl::StatusOr<std::string> address = BindNodeEndpoint(**endpoint, options_);
@@ -43,10 +37,13 @@ class CoordinatedRendezvous final : public PeerRendezvous {
     return Listening{*std::move(endpoint), *std::move(address)};
   }
 
-  absl::StatusOr<std::vector<std::string>> TradeAddresses(const std::string& address,
+  uint64_t PlanEvents() const override { return control_.PlanEventsHeard(); }
+
+  absl::StatusOr<std::vector<std::string>> TradeAddresses(uint64_t plan_events,
+                                                          const std::string& address,
                                                           absl::Time deadline) override {
-    control_.ReportPeerAddress(generation_, address);
-    return control_.AwaitPeerAddresses(generation_, deadline);
+    control_.ReportPeerAddress(generation_, plan_events, address);
+    return control_.AwaitPeerAddresses(generation_, plan_events, deadline);
   }
 
  private:
@@ -54,7 +51,6 @@ class CoordinatedRendezvous final : public PeerRendezvous {
   Transport& transport_;
   const NodeOptions& options_;
   const uint32_t generation_;
-  const int workers_;
 };
 
 }  // namespace
@@ -62,8 +58,8 @@ class CoordinatedRendezvous final : public PeerRendezvous {
 std::unique_ptr<PeerRendezvous> MakeCoordinatedRendezvous(ControlClient& control,
                                                           Transport& transport,
                                                           const NodeOptions& options,
-                                                          uint32_t generation, int workers) {
-  return std::make_unique<CoordinatedRendezvous>(control, transport, options, generation, workers);
+                                                          uint32_t generation) {
+  return std::make_unique<CoordinatedRendezvous>(control, transport, options, generation);
 }
 
 }  // namespace syncline

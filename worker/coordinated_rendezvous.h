@@ -23,12 +23,12 @@ absl::Status RollingBack(const ControlClient::Rollback& back);
 
 // The rendezvous of a worker node of `generation`: interrupted by the coordinator's rollback
 // (or the job's end), listening on `transport` as `options` say, trading addresses through the
-// coordinator. Every worker of a job of `workers` ranks (NodeTable::MaxWorkers) is accepted
-// under its id of the generation. `control` and `transport` must outlive it.
+// coordinator, counting the plan events `control` has heard. `control`, `transport` and
+// `options` must outlive it.
 std::unique_ptr<PeerRendezvous> MakeCoordinatedRendezvous(ControlClient& control,
                                                           Transport& transport,
                                                           const NodeOptions& options,
-                                                          uint32_t generation, int workers);
+                                                          uint32_t generation);
 
 }  // namespace syncline
 

@@ -114,6 +114,13 @@ class SyncBackend {
   // rather than after their own timeout; others ignore it. Called from the training thread.
   virtual void WatchDownWorkers(std::function<std::vector<int>()> take) {}
 
+  // The clock from which lost worker `worker`'s batches go to the workers still training
+  // (worker/work_plan.h's Departure::clock): the coordinator's `clock` (its last heartbeat's),
+  // or, for a backend whose members agree on it among themselves (an elastic all-reduce: the
+  // first round no survivor completed), theirs once agreed and nullopt until then (the
+  // departure waits). Called from the training thread.
+  virtual std::optional<int64_t> DepartureClock(int worker, int64_t clock) { return clock; }
+
   // Iteration `clock` (covering `examples` examples) is over.
   virtual absl::Status EndIteration(int64_t clock, float examples) = 0;
 

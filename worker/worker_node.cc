@@ -1,5 +1,6 @@
 #include "worker/worker_node.h"
 
+#include <deque>
 #include <limits>
 #include <map>
 #include <optional>
@@ -70,6 +71,10 @@ struct TimelineHooks {
   // Workers that leave a job that goes on hand their batches to those still training: a
   // leaver's partition is read here when it leaves (the same file, its part).
   std::map<int, std::unique_ptr<WorkerData>> leavers;
+  // Plan events heard but not yet handed to the trainer: a departure waits until the backend
+  // knows the clock its batches go from (SyncBackend::DepartureClock), and the events after it
+  // with it, so that every worker applies them in one order.
+  std::deque<ControlClient::PlanEvent> held;
 };
 
 // How a timeline ends: the node's exit, or a rollback to train again from.
@@ -124,7 +129,7 @@ class WorkerRun {
   void EncodeOnDevice(SyncBackend& backend);
   void SetUpTrainer(SyncBackend& backend, TimelineHooks& t);
   void SetUpCheckpoints(SyncBackend& backend, TimelineHooks& t);
-  void SetUpHandOver(TimelineHooks& t);
+  void SetUpHandOver(SyncBackend& backend, TimelineHooks& t);
   absl::StatusOr<TrainResult> Train(SyncBackend& backend, TimelineHooks& t);
   absl::StatusOr<TrainResult> TrainFederated(SyncBackend& backend);
   TimelineEnd AfterFailure(const absl::Status& status);
@@ -374,8 +379,7 @@ TimelineEnd WorkerRun::RunTimeline(uint32_t generation, const std::string& resto
 
 absl::StatusOr<Link> WorkerRun::Connect(uint32_t generation) const {
   Link link;
-  link.rendezvous =
-      MakeCoordinatedRendezvous(control_, transport_, options_, generation, table_.MaxWorkers());
+  link.rendezvous = MakeCoordinatedRendezvous(control_, transport_, options_, generation);
   KVClientOptions kv = kv_options_;
   kv.generation = generation;
   // A hybrid worker hears the servers (its KVClient) and the other workers (its all-reduce)
@@ -493,7 +497,7 @@ void WorkerRun::SetUpTrainer(SyncBackend& backend, TimelineHooks& t) {
   o.rank = rank_;
   o.partitions = spec_.workers;
   if (dp_sgd_) o.dp_sgd = &*dp_sgd_;
-  if (HandsOverBatches(spec_.sync) && !dp_sgd_) SetUpHandOver(t);
+  if (HandsOverBatches(spec_.sync) && !dp_sgd_) SetUpHandOver(backend, t);
 }
 
 // Periodic checkpoints, and the clocks the coordinator asks for (time-based ones).
@@ -522,13 +526,17 @@ void WorkerRun::SetUpCheckpoints(SyncBackend& backend, TimelineHooks& t) {
 
 // Workers that leave a job that goes on hand their batches to those still training; workers
 // that join take some.
-void WorkerRun::SetUpHandOver(TimelineHooks& t) {
+void WorkerRun::SetUpHandOver(SyncBackend& backend, TimelineHooks& t) {
   TrainerOptions& o = t.options;
-  o.take_plan_events = [this] {
+  o.take_plan_events = [this, &t, &backend] {
+    for (ControlClient::PlanEvent& e : control_.TakePlanEvents()) t.held.push_back(std::move(e));
     std::vector<PlanEvent> events;
-    for (ControlClient::PlanEvent& e : control_.TakePlanEvents()) {
+    for (; !t.held.empty(); t.held.pop_front()) {
+      ControlClient::PlanEvent& e = t.held.front();
       if (auto* l = std::get_if<ControlClient::WorkerLeft>(&e)) {
-        events.push_back(Departure{l->worker, l->clock, std::move(l->takers)});
+        const std::optional<int64_t> clock = backend.DepartureClock(l->worker, l->clock);
+        if (!clock) break;  // not agreed yet: it and the events after it wait
+        events.push_back(Departure{l->worker, *clock, std::move(l->takers)});
         continue;
       }
       auto& a = std::get<ControlClient::WorkerArrived>(e);

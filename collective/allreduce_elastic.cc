@@ -1,0 +1,242 @@
+// AllReduceBackend's elastic rounds (ElasticOptions in allreduce_backend.h): a member lost
+// mid-run leaves the collective at the next step boundary, and the others go on.
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "collective/allreduce_backend.h"
+#include "core/log.h"
+#include "job/options.h"
+
+namespace syncline {
+
+namespace {
+
+std::string Names(const std::vector<int>& ranks) {
+  return absl::StrJoin(ranks, ", ", [](std::string* out, int r) { absl::StrAppend(out, "w", r); });
+}
+
+// What each member tells the others when they meet: the clock of the first round it has not
+// completed, the last completed round's flag, and the examples its model holds.
+struct Standing {
+  int64_t next_clock = 0;
+  int64_t anyone_training = 0;
+  double examples_summed = 0;
+};
+
+}  // namespace
+
+absl::Status AllReduceBackend::MakeElastic(ElasticOptions elastic, std::vector<int> members,
+                                           uint64_t plan_events) {
+  if (owned_dense_collective_ != nullptr) {
+    return absl::InvalidArgumentError(
+        "an elastic all-reduce (--min-workers) keeps its dense all-reduces on the CPU: NCCL "
+        "cannot lose a rank");
+  }
+  if (codec_ != nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an elastic all-reduce (--min-workers) cannot be combined with --compress ",
+                     CodecName(options_.codec),
+                     ": a worker that takes over another's model would keep its own residual"));
+  }
+  if (static_cast<int>(members.size()) != communicator_->size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("elastic all-reduce: %d members named for a communicator of %d ranks",
+                        members.size(), communicator_->size()));
+  }
+  elastic_ = std::move(elastic);
+  members_ = std::move(members);
+  met_at_ = plan_events;
+  WatchMembership();
+  return absl::OkStatus();
+}
+
+void AllReduceBackend::WatchMembership() {
+  communicator_->StopWaitingWhen([this]() -> absl::Status {
+    if (absl::Status s = elastic_->interrupted(); !s.ok()) return s;
+    if (elastic_->plan_events() > met_at_) {
+      return absl::UnavailableError("a worker left or joined the all-reduce");
+    }
+    return absl::OkStatus();
+  });
+}
+
+std::optional<int64_t> AllReduceBackend::DepartureClock(int worker, int64_t clock) {
+  if (!elastic_) return clock;
+  if (auto it = departure_clocks_.find(worker); it != departure_clocks_.end()) return it->second;
+  // A worker that is no member (it never was, or left before this timeline) has nothing of
+  // this collective's to agree on.
+  if (std::find(members_.begin(), members_.end(), worker) == members_.end()) return clock;
+  // The trainer asks between steps: meet here, so that a worker past its last step still
+  // learns what it takes over (a member between steps is never behind another).
+  if (elastic_->plan_events() > met_at_ && elastic_error_.ok()) {
+    bool taken_over = false;
+    absl::Status s = MeetAgain(&taken_over);
+    if (s.ok() && taken_over) {
+      s = absl::InternalError("elastic all-reduce: a member between steps was behind another");
+    }
+    if (!s.ok()) {
+      SYNCLINE_LOG(ERROR) << "all-reduce: meeting the workers still in the job: " << s;
+      elastic_error_ = s;  // the next round fails with it
+    }
+    if (auto it = departure_clocks_.find(worker); it != departure_clocks_.end()) return it->second;
+  }
+  return std::nullopt;
+}
+
+absl::Status AllReduceBackend::ElasticRound(int64_t clock, bool training, float examples) {
+  next_clock_ = clock;
+  if (!elastic_) {
+    absl::Status s = Round(training, examples);
+    next_clock_ = clock + 1;
+    return s;
+  }
+  if (!elastic_error_.ok()) return elastic_error_;
+  // Round changes the buffer in place: a round redone over new members starts from this.
+  saved_buffer_ = buffer_;
+  saved_keys_ = step_keys_;
+  while (true) {
+    // A departure heard at the step boundary: the members meet before the round.
+    if (elastic_->plan_events() > met_at_) {
+      bool taken_over = false;
+      if (absl::Status s = MeetAgain(&taken_over); !s.ok()) return s;
+      if (taken_over) {
+        return last_anyone_training_ ? absl::OkStatus()
+                                     : absl::OutOfRangeError("every worker has finished");
+      }
+    }
+    absl::Status s = Round(training, examples);
+    if (s.ok() || absl::IsOutOfRange(s)) {
+      next_clock_ = clock + 1;
+      return s;
+    }
+    if (!elastic_->interrupted().ok()) return s;
+    // A peer that vanished fails a send at once: give the coordinator its notice time to say
+    // that it left (a hung peer's takes a heartbeat timeout) before failing the step.
+    const absl::Time deadline = absl::Now() + elastic_->notice_timeout;
+    while (elastic_->plan_events() <= met_at_ && absl::Now() < deadline &&
+           elastic_->interrupted().ok()) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    if (elastic_->plan_events() <= met_at_) return s;
+    SYNCLINE_LOG(WARNING) << "all-reduce round of clock " << clock
+                          << " failed as a worker left: " << s.message();
+    buffer_ = saved_buffer_;
+    step_keys_ = saved_keys_;
+    union_.clear();
+  }
+}
+
+absl::Status AllReduceBackend::MeetAgain(bool* taken_over) {
+  *taken_over = false;
+  const absl::Time began = absl::Now();
+  while (true) {
+    const uint64_t events = elastic_->plan_events();
+    absl::StatusOr<PeerMeeting> meeting = elastic_->meet(events);
+    if (!meeting.ok()) {
+      // Another departure or arrival came first: meet again, after it.
+      if (absl::IsAborted(meeting.status()) && elastic_->interrupted().ok() &&
+          elastic_->plan_events() > events) {
+        continue;
+      }
+      return meeting.status();
+    }
+    std::vector<int> lost;
+    for (int w : members_) {
+      if (std::find(meeting->members.begin(), meeting->members.end(), w) ==
+          meeting->members.end()) {
+        lost.push_back(w);
+      }
+    }
+    earlier_sent_ += communicator_->counters().bytes_sent;
+    earlier_received_ += communicator_->counters().bytes_received;
+    communicator_ = std::move(meeting->communicator);
+    dense_collective_ = communicator_.get();
+    members_ = std::move(meeting->members);
+    met_at_ = events;
+    WatchMembership();
+    absl::Status agreed = AgreeOnRounds(lost, taken_over);
+    if (agreed.ok()) {
+      SYNCLINE_LOG(INFO) << absl::StrFormat(
+          "all-reduce re-formed over %s (%d workers) in %s", Names(members_), members_.size(),
+          absl::FormatDuration(absl::Trunc(absl::Now() - began, absl::Milliseconds(1))));
+      return absl::OkStatus();
+    }
+    // Another member left while they agreed: meet again without it.
+    if (!elastic_->interrupted().ok() || elastic_->plan_events() <= met_at_) return agreed;
+  }
+}
+
+absl::Status AllReduceBackend::AgreeOnRounds(const std::vector<int>& lost, bool* taken_over) {
+  const int n = communicator_->size();
+  Standing mine{next_clock_, last_anyone_training_ ? 1 : 0, examples_summed_};
+  std::vector<std::byte> block(sizeof(Standing)), all;
+  std::memcpy(block.data(), &mine, sizeof(Standing));
+  if (auto s = communicator_->AllGatherBytes(block, &all); !s.ok()) return s;
+  std::vector<Standing> standings(n);
+  for (int r = 0; r < n; ++r) {
+    std::memcpy(&standings[r], all.data() + r * sizeof(Standing), sizeof(Standing));
+  }
+  // A member can be one round ahead of another, never more: it completed a round only with
+  // every member's contribution, so every member had completed the one before.
+  int64_t newest = standings[0].next_clock;
+  for (const Standing& st : standings) newest = std::max(newest, st.next_clock);
+  int root = -1;
+  bool someone_behind = false;
+  for (int r = 0; r < n; ++r) {
+    if (standings[r].next_clock == newest && root < 0) root = r;
+    if (standings[r].next_clock < newest - 1) {
+      return absl::InternalError(absl::StrFormat(
+          "elastic all-reduce: w%d is at clock %d, more than one round behind clock %d",
+          members_[r], standings[r].next_clock, newest));
+    }
+    someone_behind = someone_behind || standings[r].next_clock < newest;
+  }
+  // The round at `newest` was completed by no member: the lost workers finished `newest`
+  // iterations, and their batches from there on are the others'.
+  for (int w : lost) {
+    departure_clocks_[w] = newest;
+    SYNCLINE_LOG(WARNING) << absl::StrFormat(
+        "all-reduce: w%d left the collective; no member completed the round of clock %d, so its "
+        "batches from there go to the workers still training",
+        w, newest);
+  }
+  if (!someone_behind) return absl::OkStatus();
+  // Those behind take the model (and optimizer state) of the first member ahead.
+  std::string state;
+  if (communicator_->rank() == root) {
+    absl::StatusOr<std::string> saved = SaveState();
+    if (!saved.ok()) return saved.status();
+    state = *std::move(saved);
+  }
+  uint64_t size = state.size();
+  std::vector<float> header(2);
+  std::memcpy(header.data(), &size, sizeof(size));
+  if (auto s = communicator_->Broadcast(std::span<float>(header), root); !s.ok()) return s;
+  std::memcpy(&size, header.data(), sizeof(size));
+  std::vector<float> words((size + sizeof(float) - 1) / sizeof(float), 0.0f);
+  if (communicator_->rank() == root && size > 0) std::memcpy(words.data(), state.data(), size);
+  if (auto s = communicator_->Broadcast(std::span<float>(words), root); !s.ok()) return s;
+  if (mine.next_clock == newest) return absl::OkStatus();
+  state.assign(reinterpret_cast<const char*>(words.data()), size);
+  if (auto s = RestoreState(state); !s.ok()) {
+    return absl::DataLossError(absl::StrCat("elastic all-reduce: the model of w", members_[root],
+                                            " does not restore: ", s.message()));
+  }
+  // This worker's round in progress is the one the root completed: it is over.
+  std::fill(buffer_.begin(), buffer_.end(), 0.0f);
+  step_keys_.clear();
+  union_.clear();
+  examples_summed_ = standings[root].examples_summed;
+  last_anyone_training_ = standings[root].anyone_training != 0;
+  next_clock_ = newest;
+  *taken_over = true;
+  SYNCLINE_LOG(INFO) << absl::StrFormat(
+      "all-reduce: took the model of w%d, which completed the round of clock %d", members_[root],
+      newest - 1);
+  return absl::OkStatus();
+}
+
+}  // namespace syncline
