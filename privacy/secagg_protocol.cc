@@ -306,6 +306,41 @@ absl::StatusOr<SecAggPacket> SecAggClientRound::OnSignatures(const SecAggPacket&
   return SecAggPacket{.stage = SecAggStage::kUnmask, .body = Serialise(m)};
 }
 
+absl::Status RunSecAggClientRound(const SecAggParams& p, int client, int64_t round,
+                                  std::span<const uint32_t> input, SecAggChannel& channel,
+                                  absl::Time first_deadline, absl::Duration stage_wait,
+                                  int silent_after) {
+  if (silent_after <= 0) return absl::OkStatus();
+  absl::StatusOr<SecAggClientRound> r = SecAggClientRound::Create(p, client, round);
+  if (!r.ok()) return r.status();
+  absl::StatusOr<SecAggPacket> request = r->Advertise();
+  for (int stage = 0; stage < kSecAggStages; ++stage) {
+    const absl::Time deadline = stage == 0 ? first_deadline : absl::Now() + stage_wait;
+    absl::StatusOr<SecAggPacket> answer = channel.Exchange(round, *request, deadline);
+    if (!answer.ok()) return answer.status();
+    if (stage + 1 == kSecAggStages) return absl::OkStatus();
+    if (stage + 1 >= silent_after) return absl::OkStatus();
+    switch (static_cast<SecAggStage>(stage)) {
+      case SecAggStage::kAdvertise:
+        request = r->OnKeys(*answer);
+        break;
+      case SecAggStage::kShareKeys:
+        request = r->OnShares(*answer, input);
+        break;
+      case SecAggStage::kMaskedInput:
+        request = r->OnSurvivors(*answer);
+        break;
+      case SecAggStage::kConsistency:
+        request = r->OnSignatures(*answer);
+        break;
+      case SecAggStage::kUnmask:
+        break;
+    }
+    if (!request.ok()) return request.status();
+  }
+  return absl::OkStatus();
+}
+
 // ---- server ----
 
 SecAggRelay::SecAggRelay(SecAggRelayOptions options, absl::Time now)

@@ -88,6 +88,28 @@ class SecAggClientRound {
   std::set<int> survivors_;                // U3
 };
 
+// Carries a client's request to the server and returns the server's answer: the network
+// (worker/secagg_channel.h), or a test's relay. An answer that is an error comes back as that
+// status (FailedPrecondition: the round aborted or went on without this client).
+class SecAggChannel {
+ public:
+  virtual ~SecAggChannel() = default;
+  virtual absl::StatusOr<SecAggPacket> Exchange(int64_t round, const SecAggPacket& request,
+                                                absl::Time deadline) = 0;
+};
+
+// Runs client `client`'s side of round `round` through `channel`, with `input` (quantised,
+// and any exact coordinates) as its update. Each stage's answer is awaited until
+// `first_deadline` (the advertise stage, which waits for the other clients' training) or
+// `stage_wait` after the request. `silent_after` < kSecAggStages makes the client vanish after
+// sending that many stages' requests (--client-dropout's simulated loss; 0: it sends nothing).
+// OK once the server has unmasked the sum; FailedPrecondition when the round aborted or went
+// on without this client; another error for a refused or malformed exchange.
+absl::Status RunSecAggClientRound(const SecAggParams& p, int client, int64_t round,
+                                  std::span<const uint32_t> input, SecAggChannel& channel,
+                                  absl::Time first_deadline, absl::Duration stage_wait,
+                                  int silent_after = kSecAggStages);
+
 struct SecAggRelayOptions {
   SecAggParams params;
   int64_t round = 0;
