@@ -1138,12 +1138,9 @@ TEST(ParameterServerTest, ASecureAggregationRoundAppliesTheUnmaskedSum) {
       ServerOptions::Federated{.participation = 1, .round_timeout = absl::Seconds(30), .seed = 1};
   o.federated->secagg = p;
   ServerHarness h(o);
-  TableConfig c;
-  c.id = 3;
-  c.dense = true;
-  c.num_keys = 2;
-  c.optimizer.learning_rate = 1.0f;
-  h.Send(0, Declare(0, c));
+  TableConfig dense;  // keys 0 and 1, SGD at lr 1
+  dense.id = 3, dense.dense = true, dense.num_keys = 2, dense.optimizer.learning_rate = 1.0f;
+  h.Send(0, Declare(0, dense));
   h.Serve();
   ASSERT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);
   // Updates n * (w_r - w_local) and examples n.
