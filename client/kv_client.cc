@@ -557,6 +557,8 @@ void KVClient::Complete(uint64_t request_id, Message& reply) {
   } else if (h.getType() == wire::MsgType::ERROR) {
     const absl::Status e = StatusFromHeader(h);
     status = absl::Status(e.code(), absl::StrFormat("%s: %s", server, e.message()));
+  } else if (r.out_message != nullptr) {
+    *r.out_message = std::move(reply);
   } else if (r.compressed_pull) {
     bytes_pulled_ += reply.ByteSize();
     status = CompletePull(r, reply);
@@ -595,7 +597,9 @@ void KVClient::Complete(uint64_t request_id, Message& reply) {
       }
     }
   }
-  if (r.traffic == Request::Traffic::kPush && status.ok()) bytes_pushed_ += reply.ByteSize();
+  if (r.traffic == Request::Traffic::kPush && status.ok()) {
+    bytes_pushed_ += r.out_message != nullptr ? r.out_message->ByteSize() : reply.ByteSize();
+  }
   if (!status.ok() && t.status.ok()) t.status = status;
   --t.pending;
   requests_.erase(it);
@@ -660,6 +664,31 @@ double KVClient::TakeMeanStaleness() {
   staleness_sum_ = 0;
   staleness_replies_ = 0;
   return mean;
+}
+
+absl::StatusOr<Message> KVClient::Call(int server, wire::MsgType type, uint32_t table,
+                                       int64_t clock, std::vector<Frame> frames,
+                                       absl::Time deadline) {
+  if (server < 0 || server >= num_servers()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("server %d is not in [0, %d)", server, num_servers()));
+  }
+  MessageBuilder b = NewMessage(type, table, clock, 0);
+  for (Frame& f : frames) b.AddFrame(std::move(f));
+  Message reply;
+  Request request;
+  request.out_message = &reply;
+  request.traffic = Request::Traffic::kPush;
+  const Ticket ticket = NewTicket();
+  absl::Status status = SendRequest(ticket, server, b.Finish(), std::move(request));
+  if (status.ok()) status = Wait(ticket, deadline);
+  if (!status.ok()) {
+    // A reply that comes later must not land in `reply`, which is gone by then.
+    absl::erase_if(requests_, [&](const auto& entry) { return entry.second.ticket == ticket; });
+    tickets_.erase(ticket);
+    return status;
+  }
+  return reply;
 }
 
 absl::Status KVClient::Clock(int64_t clock, float examples) {

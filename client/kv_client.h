@@ -150,6 +150,12 @@ class KVClient {
   // Completes a ticket: OK, or the first error a server answered, or DeadlineExceeded.
   absl::Status Wait(Ticket ticket, absl::Time deadline);
 
+  // One request of `type` to server `server` with `frames` as its payload, awaited until
+  // `deadline`: the reply, or the error the server answered (its status). Its bytes count as
+  // pushed. For exchanges outside tables (secure aggregation's stages).
+  absl::StatusOr<Message> Call(int server, wire::MsgType type, uint32_t table, int64_t clock,
+                               std::vector<Frame> frames, absl::Time deadline);
+
   // Tells every server that this worker finished `clock` iterations, the last of which
   // covered `examples` examples. Fire and forget: servers answer only errors.
   absl::Status Clock(int64_t clock, float examples);
@@ -183,6 +189,7 @@ class KVClient {
     Ticket ticket = 0;
     int server = 0;
     float* out = nullptr;                      // where pulled values land
+    Message* out_message = nullptr;            // Call: where the whole reply goes
     std::vector<Frame>* out_frames = nullptr;  // or where the pulled frame goes: at
     size_t frame_index = 0;                    // out_frames[frame_index]
     size_t out_values = 0;                     // values expected in the reply (0: none)

@@ -94,6 +94,14 @@ enum MsgType {
   # once every worker is idle, done or down: release (it finishes, and reports workerDone).
   workerIdle @35;
   release @36;
+
+  # Secure aggregation (--secure-aggregation; privacy/secagg_protocol.h), worker <-> server 0:
+  # one request per stage of a federated round. clock = the round, table = the stage
+  # (SecAggStage's ordinal), payload 0 = a SecAggMessage as a flat Cap'n Proto array, payload 1
+  # (masked input only) = the masked vector as little-endian uint32. The server answers once
+  # the stage closes: reply with payload 0 = a SecAggMessage, or error (FAILED_PRECONDITION:
+  # the round aborted, or the stage had closed; INVALID_ARGUMENT: a refused request).
+  secAgg @37;
 }
 
 enum Role {
@@ -484,4 +492,51 @@ struct JobSpec {
   traceEnd @104 :Int64;
   evalEverySteps @105 :Int64;      # --eval-every N (0: off)
   evalEverySeconds @106 :Float64;  # --eval-every Ns (0: off)
+}
+
+# Secure aggregation's messages (Bonawitz et al. 2017's rounds; privacy/secagg_protocol.h). Clients
+# are numbered by worker rank + 1 (a Shamir share's x). Keys, ciphertexts and signatures are raw
+# libsodium bytes (X25519 and Ed25519 keys: 32; signatures: 64).
+enum SecAggStage {
+  advertise @0;    # client: keys[0] = its own; answer: every advertiser's keys
+  shareKeys @1;    # client: sealed = its shares for each advertiser; answer: those sealed for it
+  maskedInput @2;  # client: modulusBits, quantBits, and payload 1; answer: survivors
+  consistency @3;  # client: signatures[0] = its signature of (round, survivors); answer: all
+  unmask @4;       # client: selfMaskShares and keyShares; answer: empty (the sum is the server's)
+}
+
+struct SecAggKeys {
+  client @0 :Int32;
+  encryption @1 :Data;  # X25519: shares sealed to this client
+  masking @2 :Data;     # X25519: its pairwise masks
+  signing @3 :Data;     # Ed25519: its consistency signature
+}
+
+struct SecAggSealed {
+  from @0 :Int32;
+  to @1 :Int32;
+  ciphertext @2 :Data;  # nonce, then XChaCha20-Poly1305 of the two shares
+}
+
+struct SecAggShare {
+  peer @0 :Int32;       # whose secret this is a share of
+  x @1 :UInt8;
+  y @2 :Data;           # 32 bytes
+}
+
+struct SecAggSignature {
+  client @0 :Int32;
+  signature @1 :Data;
+}
+
+struct SecAggMessage {
+  round @0 :Int64;
+  keys @1 :List(SecAggKeys);
+  sealed @2 :List(SecAggSealed);
+  survivors @3 :List(Int32);
+  signatures @4 :List(SecAggSignature);
+  selfMaskShares @5 :List(SecAggShare);
+  keyShares @6 :List(SecAggShare);
+  modulusBits @7 :UInt8;  # masked input: the modulus the vector is reduced by (32: 2^32)
+  quantBits @8 :UInt8;    # masked input: the quantisation's bits per coordinate
 }

@@ -103,6 +103,13 @@ bool ClientDropsOut(uint64_t seed, int64_t round, int rank, double dropout) {
   return Uniform(engine) < dropout;
 }
 
+int SecAggStagesBeforeDropout(uint64_t seed, int64_t round, int rank) {
+  std::mt19937_64 engine =
+      EngineFor(seed, round, kDropStream + static_cast<uint32_t>(rank) * 8 + 1);
+  constexpr int kStages[] = {0, 2, 3};
+  return kStages[engine() % 3];
+}
+
 absl::StatusOr<JobSpec::Byzantine> ParseByzantine(const std::string& full) {
   const absl::string_view text = full;
   JobSpec::Byzantine b;

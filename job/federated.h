@@ -39,6 +39,11 @@ RoundPicker RoundPickerFor(const JobSpec& spec);
 // Whether picked client `rank` vanishes from `round` (--client-dropout P): a seeded draw per
 // (round, rank), independent of the pick.
 bool ClientDropsOut(uint64_t seed, int64_t round, int rank, double dropout);
+// Under --secure-aggregation, where in the round such a client vanishes (a seeded draw per
+// (round, rank), equally likely): the secure-aggregation stages it sends before it falls
+// silent: 0 (before it advertises keys), 2 (after it shared keys) or 3 (after it uploaded its
+// masked update). So --client-dropout exercises every loss the protocol tolerates.
+int SecAggStagesBeforeDropout(uint64_t seed, int64_t round, int rank);
 
 // "RANKS:ATTACK": RANKS a comma-separated list of worker ranks, ATTACK one of signflip,
 // gaussian:SIGMA, scale:K, labelflip; "" or "none": no attack. Ranks are checked against the

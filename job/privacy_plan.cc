@@ -70,21 +70,45 @@ absl::Status CheckSecureAggregation(const JobSpec& s) {
                        "needs a bounded model (the masks cover one fixed vector); Criteo ids "
                        "are unbounded hashes");
   }
-  const int clients = ClientsPerRound(s.workers, s.federated.participation);
-  if (f.secagg_threshold != 0 && (f.secagg_threshold < 2 || f.secagg_threshold > s.workers)) {
-    return InvalidFlag("secagg-threshold", t,
-                       absl::StrCat("must be 0 (a majority of a round's clients) or in [2, ",
-                                    s.workers, "] (the clients)"));
+  if (s.privacy.level != DpLevel::kOff) {
+    // Refused rather than run with the noise added in the clear by the servers.
+    return InvalidFlag("secure-aggregation", "on",
+                       absl::StrCat("cannot be combined with --dp ", DpLevelName(s.privacy.level),
+                                    ": distributed noise (each client's share, added before "
+                                    "masking) is not built, and the servers cannot add noise "
+                                    "to a sum they only see unmasked"));
   }
-  if (s.privacy.level != DpLevel::kClient && clients < 2) {
+  if (s.servers != 1) {
+    return InvalidFlag("secure-aggregation", "on",
+                       absl::StrCat("needs --servers 1, not ", s.servers,
+                                    ": the masks cover the whole model, which several servers "
+                                    "would each hold a shard of"));
+  }
+  if (s.workers > 255) {
+    return InvalidFlag(
+        "secure-aggregation", "on",
+        absl::StrCat("takes at most 255 workers (Shamir shares over GF(2^8)), not ", s.workers));
+  }
+  if (!s.worker_command.empty()) {
+    return InvalidFlag("secure-aggregation", "on",
+                       "needs the built-in federated clients, which mask their updates (a "
+                       "worker command pushes its own)");
+  }
+  const int clients = ClientsPerRound(s.workers, s.federated.participation);
+  if (clients < 2) {
     return InvalidFlag("secure-aggregation", "on",
                        "needs at least 2 clients a round (one client's sum is its update)");
   }
-  // The flag, its spec fields and the checks above are in place; the masking protocol is not.
-  // Refused rather than ignored: a job that asked for it must not run with plain updates.
-  return InvalidFlag("secure-aggregation", "on",
-                     "is not built yet (docs/PRIVACY.md says what is missing); the servers "
-                     "would see every client's update");
+  if (f.secagg_threshold != 0 && (f.secagg_threshold < 2 || f.secagg_threshold > clients)) {
+    return InvalidFlag("secagg-threshold", t,
+                       absl::StrCat("must be 0 (a majority of a round's clients) or in [2, ",
+                                    clients, "] (the clients a round picks)"));
+  }
+  const SecAggParams p = SecureAggregationParams(s);
+  if (absl::Status fits = CheckSecAggParams(p); !fits.ok()) {
+    return InvalidFlag("secure-aggregation", "on", fits.message());
+  }
+  return absl::OkStatus();
 }
 
 // What --dp works with, and why not the rest.
@@ -261,6 +285,23 @@ absl::Status ResolvePrivacy(JobSpec& s) {
   }
   p.key = DpKeyHex(p.noise_seed != 0 ? DpKeyFromSeed(p.noise_seed) : FreshDpKey());
   return absl::OkStatus();
+}
+
+SecAggParams SecureAggregationParams(const JobSpec& spec) {
+  const int clients = ClientsPerRound(spec.workers, spec.federated.participation);
+  SecAggParams p{.clients = spec.workers, .clip = kSecAggClip};
+  p.threshold = spec.federated.secagg_threshold != 0 ? spec.federated.secagg_threshold
+                                                     : std::max(2, clients / 2 + 1);
+  p.bits = 1;
+  while (p.bits < 31 && static_cast<double>(spec.workers) * (std::ldexp(1.0, p.bits + 1) - 1) <
+                            std::ldexp(1.0, 32)) {
+    ++p.bits;
+  }
+  return p;
+}
+
+double SecAggStageTimeoutSeconds(const JobSpec& spec) {
+  return std::max(2.0, spec.federated.round_timeout_s / 4);
 }
 
 }  // namespace syncline

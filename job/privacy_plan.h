@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "job/privacy_accountant.h"
+#include "privacy/secure_aggregation.h"
 #include "syncline/job_spec.h"
 
 namespace syncline {
@@ -49,6 +50,22 @@ absl::Status ResolvePrivacy(JobSpec& spec);
 // multiplier, a privacy key, the examples counted for --dp example), so that no node trains
 // or aggregates without noise. FailedPrecondition naming what is missing.
 absl::Status CheckPrivacyResolved(const JobSpec& spec);
+
+// --secure-aggregation: each coordinate of a client's round update n (w_round - w_local) is
+// clipped to [-kSecAggClip, kSecAggClip] before it is quantised. Generous, so that it rarely
+// clips (a client of 6,000 examples may move a weight by up to 170 before it does); the
+// quantisation step is 2 kSecAggClip / (2^bits - 1) (2^-7 with 10 workers).
+inline constexpr double kSecAggClip = 1 << 20;
+
+// The secure-aggregation parameters of a job (privacy/secure_aggregation.h): the W workers
+// are clients 1..W (rank + 1); the threshold is --secagg-threshold, or with 0 a majority of
+// the k clients a round picks, floor(k / 2) + 1 and at least 2; the bits are the most b for
+// which W (2^b - 1) < 2^32 (28 for 10 workers); the clip is kSecAggClip.
+SecAggParams SecureAggregationParams(const JobSpec& spec);
+// Each secure-aggregation stage after the first (which covers the clients' local training and
+// ends at --round-timeout) ends this long after the one before: a quarter of --round-timeout,
+// at least 2 s. They are message exchanges only, so a client that misses one is lost.
+double SecAggStageTimeoutSeconds(const JobSpec& spec);
 
 // The accountant of the spec's plan (its sampling rate, noise multiplier and delta), whose
 // Spent(t) is the epsilon after t steps (rounds). FailedPrecondition for --dp off or an

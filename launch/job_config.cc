@@ -233,11 +233,12 @@ const std::array<Field, 80> kFields = {{
      "sgd (FedAvg), momentum:B (FedAvgM), adagrad[:TAU], adam[:TAU] or yogi[:TAU] (beta1 0.9, "
      "beta2 0.99, TAU default 1e-3)"},
     {"secure-aggregation", FlagGroup::kFederated, &JobConfig::secure_aggregation,
-     "fedavg: on would make the servers learn only the sum of a round's updates (Bonawitz et "
-     "al. 2017's masks); not built yet, so on is refused (docs/PRIVACY.md)"},
+     "fedavg: on makes the server learn only the sum of a round's updates (Bonawitz et al. "
+     "2017's masks; needs --servers 1, --aggregate mean, --compress none or fp16; "
+     "docs/PRIVACY.md)"},
     {"secagg-threshold", FlagGroup::kFederated, &JobConfig::secagg_threshold,
      "--secure-aggregation: clients that must survive a round for its sum to be revealed (0: "
-     "a majority of the round's clients); fewer end the round empty"},
+     "a majority of the round's clients, floor(k/2)+1); fewer end the round empty"},
     {"dp", FlagGroup::kPrivacy, &JobConfig::dp,
      "Differential privacy: off, example (DP-SGD: per-example clipping, Poisson batches, "
      "Gaussian noise each step; bsp or allreduce) or client (DP-FedAvg: per-client clipping, "

@@ -220,12 +220,14 @@ absl::Status ParameterServer::ServeUntil(absl::Time deadline) {
   constexpr absl::Duration kBacklogRetry = absl::Milliseconds(1);
   while (true) {
     if (!backlogs_.empty()) FlushBacklogs();
+    if (secagg_ != nullptr) SecAggOnTime();
     if (options_.federated && absl::Now() >= round_deadline_) {
       if (auto s = AdvanceRounds(); !s.ok()) SYNCLINE_LOG(ERROR) << s;
     }
     absl::Time wait_until =
         backlogs_.empty() ? deadline : std::min(deadline, absl::Now() + kBacklogRetry);
     if (options_.federated) wait_until = std::min(wait_until, round_deadline_);
+    if (secagg_ != nullptr) wait_until = std::min(wait_until, secagg_->deadline());
     auto message = endpoint_->Receive(wait_until);
     if (!message.ok()) {
       if (!absl::IsDeadlineExceeded(message.status())) return message.status();
@@ -403,6 +405,8 @@ absl::Status ParameterServer::HandleRequest(Message& message) {
     }
     case wire::MsgType::CLOCK:
       return AdvanceClock(worker, h.getClock(), h.getWeight());
+    case wire::MsgType::SEC_AGG:
+      return HandleSecAgg(message);
     case wire::MsgType::FINISH: {
       if (auto s = clocks_.Finish(worker); !s.ok()) return s;
       if (auto s = options_.federated ? AdvanceRounds() : OnMinClockChanged(); !s.ok()) return s;
@@ -973,6 +977,17 @@ void ParameterServer::OpenRound(int64_t round) {
                                .poisson_key = options_.federated->dp_key}
                        .Pick(round);
   round_deadline_ = absl::Now() + options_.federated->round_timeout;
+  if (options_.federated->secagg) {
+    // The protocol's stages bound the round; it closes once they end and its clients clock.
+    SecAggRelayOptions o{.params = *options_.federated->secagg,
+                         .round = round,
+                         .first_stage_timeout = options_.federated->round_timeout,
+                         .stage_timeout = options_.federated->secagg_stage_timeout};
+    for (int c : round_clients_) o.clients.push_back(c + 1);
+    secagg_ = std::make_unique<SecAggRelay>(std::move(o), absl::Now());
+    secagg_finished_ = false;
+    round_deadline_ = absl::InfiniteFuture();
+  }
 }
 
 absl::Status ParameterServer::AdvanceRounds() {
@@ -981,23 +996,34 @@ absl::Status ParameterServer::AdvanceRounds() {
   // while some worker is still active (all finished: min clock is kAllFinished).
   for (int passes = 0; passes <= options_.num_workers + 1; ++passes) {
     if (clocks_.MinClock() == kAllFinished || round_ >= options_.federated->rounds) break;
+    if (secagg_ != nullptr && secagg_->running()) break;  // its stages' deadlines end it
     std::vector<int> missing;
     for (int c : round_clients_) {
       if (clocks_.active(c) && clocks_.clock(c) <= round_) missing.push_back(c);
     }
     const bool timed_out = absl::Now() >= round_deadline_;
     if (!missing.empty() && !timed_out) break;
+    // Under secure aggregation the clients the protocol lost are missing too.
+    const size_t picked = round_clients_.size() + secagg_lost_.size();
+    missing.insert(missing.end(), secagg_lost_.begin(), secagg_lost_.end());
+    secagg_lost_.clear();
+    // An aborted secure aggregation leaves the round without its update: short, too.
+    const bool aborted = secagg_ != nullptr && !secagg_->outcome().ok();
+    secagg_.reset();
+    std::sort(missing.begin(), missing.end());
     ++stats_.rounds;
-    if (!missing.empty()) {
+    if (!missing.empty() || aborted) {
       ++stats_.rounds_short;
       if (stats_.short_rounds.size() < kMaxShortRounds) stats_.short_rounds.push_back(round_);
       stats_.clients_missing += missing.size();
+    }
+    if (!missing.empty()) {
       std::vector<std::string> names;
       for (int c : missing) names.push_back(absl::StrCat("w", c));
       SYNCLINE_LOG(WARNING) << absl::StrFormat(
           "round %d closed at the %s timeout without %s (%d of %d picked clients missing)", round_,
           absl::FormatDuration(options_.federated->round_timeout), absl::StrJoin(names, ", "),
-          missing.size(), round_clients_.size());
+          missing.size(), picked);
     }
     // What a missing client pushed before its time ran out has no weight in the round: it goes.
     for (int c : missing) {

@@ -37,6 +37,7 @@
 #include "compression/sparse_rows.h"
 #include "consistency/clock_table.h"
 #include "core/transport.h"
+#include "privacy/secagg_protocol.h"
 #include "ps/request_observer.h"
 #include "ps/server_checkpoint.h"
 #include "ps/shard_table.h"
@@ -127,6 +128,14 @@ struct ServerOptions {
     // (the count that came would tell). Each shard draws the noise of its own coordinates.
     double dp_noise_stddev = 0;
     double dp_expected_clients = 0;
+    // --secure-aggregation (privacy/secagg_protocol.h; one server only): the rounds' updates
+    // arrive masked, through the protocol's stages, and this server keeps only their running
+    // sum. The advertise stage (which covers the clients' local training) ends at the round's
+    // round_timeout, each later stage secagg_stage_timeout after the one before; the unmasked
+    // sum of the dense tables (in table id order) and the clients' weight is the round's
+    // update. The round then waits only for the clients still in it to clock.
+    std::optional<SecAggParams> secagg;
+    absl::Duration secagg_stage_timeout = absl::Seconds(15);
   };
   std::optional<Federated> federated;
   // The job's rollbacks so far (in-place recovery): a request of an older generation was sent
@@ -258,6 +267,14 @@ class ParameterServer {
   // up, then applies what the min clock allows. Called after every clock change and timeout.
   absl::Status AdvanceRounds();
   void OpenRound(int64_t round);
+  // Secure aggregation (server_secagg.cc): a stage's request, the relay's deadlines, its
+  // answers, and the round's sum into the tables once it is unmasked (or its end if aborted).
+  absl::Status HandleSecAgg(Message& message);
+  void SecAggOnTime();
+  void SendSecAggAnswers();
+  void FinishSecAggRound();
+  // The masked vector's length: every dense table's floats, in id order, and the weight.
+  size_t SecAggLength() const;
   absl::StatusOr<ShardTable*> FindTable(uint32_t id);
   // Refuses a table past max_table_bytes (the dense part, returned in *dense_bytes), max_stores
   // or the descriptors a store needs.
@@ -304,6 +321,11 @@ class ParameterServer {
   std::vector<int> round_clients_;
   absl::Time round_deadline_ = absl::InfiniteFuture();
   bool round_started_ = false;
+  // --secure-aggregation: the open round's protocol, and the picked clients it lost (missing
+  // from the round when it closes).
+  std::unique_ptr<SecAggRelay> secagg_;
+  bool secagg_finished_ = false;  // its sum applied (or its abort handled)
+  std::vector<int> secagg_lost_;
   // --dp client: the first round whose noisy aggregate is not applied yet.
   int64_t noised_round_ = 0;
   uint64_t skip_reports_ = 0;  // robust aggregation: clocks that left something unchanged

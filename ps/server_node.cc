@@ -98,6 +98,10 @@ ServerOptions ShardOptions(const JobSpec& spec, const NodeTable& table, int rank
                                  .round_timeout = absl::Seconds(spec.federated.round_timeout_s),
                                  .seed = spec.seed,
                                  .rounds = spec.federated.rounds};
+    if (spec.federated.secure_aggregation) {
+      options.federated->secagg = SecureAggregationParams(spec);
+      options.federated->secagg_stage_timeout = absl::Seconds(SecAggStageTimeoutSeconds(spec));
+    }
     if (spec.privacy.level == DpLevel::kClient) {
       options.federated->dp_key = spec.privacy.key;
       options.federated->dp_noise_stddev = spec.privacy.noise_multiplier * spec.privacy.clip;

@@ -16,6 +16,7 @@
 #include "compression/wire.h"
 #include "core/inproc_transport.h"
 #include "optim/optimizer.h"
+#include "privacy/secagg_protocol.h"
 #include "ps/server_test_requests.h"
 
 namespace syncline {
@@ -1125,6 +1126,99 @@ TEST(ParameterServerTest, AFederatedRoundClosesAtItsTimeoutWithTheClientsThatAns
   while (auto r = h.Reply(0)) latest = std::move(r);
   ASSERT_TRUE(latest.has_value());
   EXPECT_EQ(ValuesOf(*latest), (std::vector<float>{-2, -3}));
+}
+
+// --secure-aggregation through the server: three clients run the five stages as secAgg
+// requests; the server answers each stage when all are in, applies the unmasked sum of their
+// quantised updates over their summed examples, and closes the round once they clock.
+TEST(ParameterServerTest, ASecureAggregationRoundAppliesTheUnmaskedSum) {
+  const SecAggParams p{.clients = 3, .threshold = 2, .bits = 20, .clip = 8};
+  ServerOptions o{.rank = 0, .num_servers = 1, .num_workers = 3, .staleness = 0};
+  o.federated =
+      ServerOptions::Federated{.participation = 1, .round_timeout = absl::Seconds(30), .seed = 1};
+  o.federated->secagg = p;
+  ServerHarness h(o);
+  TableConfig dense;  // keys 0 and 1, SGD at lr 1
+  dense.id = 3, dense.dense = true, dense.num_keys = 2, dense.optimizer.learning_rate = 1.0f;
+  h.Send(0, Declare(0, dense));
+  h.Serve();
+  ASSERT_EQ(h.Reply(0)->header().getType(), wire::MsgType::REPLY);
+  // Updates n * (w_r - w_local) and examples n.
+  const std::vector<std::vector<float>> updates = {{1.5f, -2}, {0.25f, 4}, {-3, 0.5f}};
+  const std::vector<uint32_t> examples = {2, 3, 5};
+  std::vector<SecAggClientRound> clients;
+  std::vector<SecAggPacket> requests;
+  for (int w = 0; w < 3; ++w) {
+    auto r = SecAggClientRound::Create(p, w + 1, 0);
+    ASSERT_TRUE(r.ok()) << r.status();
+    clients.push_back(std::move(*r));
+    requests.push_back(clients.back().Advertise());
+  }
+  for (int stage = 0; stage < kSecAggStages; ++stage) {
+    for (int w = 0; w < 3; ++w) {
+      auto b = Request(wire::MsgType::SEC_AGG, w, 10 + stage, static_cast<uint32_t>(stage));
+      b.header().setClock(0);
+      b.AddFrame(Frame::Copy(requests[w].body.data(), requests[w].body.size()));
+      if (!requests[w].values.empty()) {
+        b.AddFrame(Frame::Copy(requests[w].values.data(), requests[w].values.size() * 4));
+      }
+      h.Send(w, b.Finish());
+    }
+    h.Serve();
+    for (int w = 0; w < 3; ++w) {
+      auto reply = h.Reply(w);
+      ASSERT_TRUE(reply.has_value()) << "stage " << stage << ", w" << w;
+      ASSERT_EQ(reply->header().getType(), wire::MsgType::REPLY)
+          << reply->header().getMessage().cStr();
+      SecAggPacket answer{.stage = static_cast<SecAggStage>(stage)};
+      answer.body.assign(reinterpret_cast<const char*>(reply->payload(0).data()),
+                         reply->payload(0).size());
+      absl::StatusOr<SecAggPacket> next;
+      switch (answer.stage) {
+        case SecAggStage::kAdvertise:
+          next = clients[w].OnKeys(answer);
+          break;
+        case SecAggStage::kShareKeys: {
+          std::vector<uint32_t> input = SecAggQuantise(updates[w], p);
+          input.push_back(examples[w]);
+          next = clients[w].OnShares(answer, input);
+          break;
+        }
+        case SecAggStage::kMaskedInput:
+          next = clients[w].OnSurvivors(answer);
+          break;
+        case SecAggStage::kConsistency:
+          next = clients[w].OnSignatures(answer);
+          break;
+        case SecAggStage::kUnmask:
+          next = SecAggPacket{};
+          break;
+      }
+      ASSERT_TRUE(next.ok()) << next.status();
+      requests[w] = std::move(*next);
+    }
+  }
+  EXPECT_EQ(h.server().stats().rounds, 0u);  // open until its clients clock
+  for (int w = 0; w < 3; ++w) h.Send(w, Clock(w, 1, 0));
+  h.Serve();
+  EXPECT_EQ(h.server().stats().rounds, 1u);
+  EXPECT_EQ(h.server().stats().rounds_short, 0u);
+  EXPECT_EQ(h.server().stats().examples_trained, 10.0);
+  auto b = Request(wire::MsgType::PULL, 0, 20, 3);
+  b.header().setRangeBegin(0);
+  b.header().setRangeEnd(2);
+  b.header().setClock(1);
+  h.Send(0, b.Finish());
+  h.Serve();
+  auto model = h.Reply(0);
+  ASSERT_TRUE(model.has_value());
+  // SGD at lr 1 on the summed update over 10 examples, to the quantisation: 3 clients, each
+  // off by at most half a step of 2 * 8 / (2^20 - 1).
+  const std::vector<float> got = ValuesOf(*model);
+  const double step = 16.0 / ((1 << 20) - 1);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_NEAR(got[0], -(1.5 + 0.25 - 3) / 10, 3 * step / 2 / 10 + 1e-7);
+  EXPECT_NEAR(got[1], -(-2 + 4 + 0.5) / 10, 3 * step / 2 / 10 + 1e-7);
 }
 
 // Under BSP with the median, one worker's huge update does not move the model.

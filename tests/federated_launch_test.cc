@@ -378,11 +378,96 @@ TEST_F(FederatedTest, PrivacyOptionsRefuseWhatTheyCannotProtect) {
       {{"--sync", "bsp", "--workers", "2", "--dp", "client", "--dp-epsilon", "3"},
        "it needs --sync fedavg"},
       {{"--sync", "bsp", "--workers", "2", "--dp-epsilon", "3"}, "--dp is off"},
-      {{"--sync", "bsp", "--workers", "2", "--server-optimizer", "adam"}, "server-optimizer"},
-      {{"--sync", "fedavg", "--workers", "4", "--secure-aggregation", "on"}, "not built yet"}};
+      {{"--sync", "bsp", "--workers", "2", "--server-optimizer", "adam"}, "server-optimizer"}};
   for (const auto& [flags, why] : cases) {
     SCOPED_TRACE(absl::StrJoin(flags, " "));
     auto r = RunProcess(Job(TempDir("dp_refused"), flags));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(why), std::string::npos) << r.output;
+  }
+}
+
+// --secure-aggregation: the servers see only the masked sum, so the model is FedAvg's up to the
+// quantisation. One round makes the bound exact: each coordinate of a client's update
+// n (w_r - w_local) is quantised with a step of 2 C / (2^b - 1) (C = 2^20 weighted units, b =
+// 30 bits for 4 workers), so the round's mean update, and the model, moves by at most
+// k (step / 2) / N from FedAvg's (k clients, N examples), plus float rounding.
+TEST_F(FederatedTest, SecureAggregationGivesFedAvgsModelUpToTheQuantisation) {
+  const std::string plain = TempDir("fed_plain"), masked = TempDir("fed_secagg");
+  const std::vector<std::string> common = {"--sync",    "fedavg", "--workers",    "4",
+                                           "--servers", "1",      "--rounds",     "1",
+                                           "--lr",      "0.1",    "--batch-size", "50"};
+  auto r = RunProcess(Job(plain, common));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> with = common;
+  with.insert(with.end(), {"--secure-aggregation", "on"});
+  r = RunProcess(Job(masked, with));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("secure aggregation unmasked the sum of w0, w1, w2, w3 (3000 examples)"),
+            std::string::npos)
+      << r.output;
+  const double step = 2.0 * (1 << 20) / (std::ldexp(1.0, 30) - 1);
+  const double bound = 4 * (step / 2) / 3000 + 1e-6;  // 1e-6: float32 rounding of weights ~1
+  const ParamsGap gap = CompareParams(plain, masked);
+  EXPECT_LE(gap.worst, bound);
+  EXPECT_GT(gap.moved, 1.0);
+  // Over several rounds the accuracy is FedAvg's.
+  const std::string plain5 = TempDir("fed_plain5"), masked5 = TempDir("fed_secagg5");
+  std::vector<std::string> five = common;
+  five[7] = "5";
+  r = RunProcess(Job(plain5, five));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  five.insert(five.end(), {"--secure-aggregation", "on"});
+  r = RunProcess(Job(masked5, five));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NEAR(Accuracy(masked5), Accuracy(plain5), 0.01);
+  EXPECT_GT(Accuracy(masked5), 0.5);
+}
+
+// Clients vanish before advertising keys, after sharing them and after uploading (a seeded
+// stage each): the job finishes, rounds with t survivors are unmasked, the others end short.
+TEST_F(FederatedTest, SecureAggregationFinishesUnderClientDropout) {
+  const std::string out = TempDir("fed_secagg_dropout");
+  auto r = RunProcess(Job(out, {"--sync", "fedavg", "--workers", "6", "--servers", "1", "--rounds",
+                                "4", "--lr", "0.1", "--batch-size", "50", "--secure-aggregation",
+                                "on", "--client-dropout", "0.3", "--round-timeout", "2"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Seed 5's draws: every kind of loss happens, some rounds are unmasked (round 2 without w2
+  // and w5) and some abort.
+  EXPECT_NE(r.output.find("it sends nothing"), std::string::npos);
+  EXPECT_NE(r.output.find("falls silent after 2 secure-aggregation stages"), std::string::npos);
+  EXPECT_NE(r.output.find("falls silent after 3 secure-aggregation stages"), std::string::npos);
+  EXPECT_NE(r.output.find("secure aggregation unmasked the sum of"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("of the threshold 4; nothing is revealed"), std::string::npos);
+  const std::string summary = ReadFile(out + "/summary.json");
+  EXPECT_EQ(JsonNumber(summary, "closed"), 4) << summary;
+  EXPECT_GT(Accuracy(out), 0.5);
+}
+
+TEST_F(FederatedTest, SecureAggregationRefusesWhatItCannotMask) {
+  const std::vector<std::string> fed = {"--sync", "fedavg", "--secure-aggregation", "on"};
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--workers", "4", "--servers", "1", "--aggregate", "median"},
+       "a robust rule needs every client's update"},
+      {{"--workers", "4", "--servers", "1", "--aggregate", "krum:0"}, "--aggregate krum"},
+      {{"--workers", "4", "--servers", "1", "--aggregate", "trimmed-mean:0.2"},
+       "--aggregate trimmed-mean"},
+      {{"--workers", "8", "--servers", "1", "--aggregate", "bulyan:1"}, "--aggregate bulyan"},
+      {{"--workers", "4", "--servers", "1", "--compress", "topk:0.1"},
+       "cannot be combined with --compress"},
+      {{"--workers", "4", "--servers", "2"}, "needs --servers 1"},
+      {{"--workers", "4", "--servers", "1", "--secagg-threshold", "5"},
+       "the clients a round picks"},
+      {{"--workers", "4", "--servers", "1", "--participation", "0.25"},
+       "at least 2 clients a round"},
+      {{"--workers", "300", "--servers", "1"}, "at most 255 workers"},
+      {{"--workers", "4", "--servers", "1", "--dp", "client", "--dp-noise-multiplier", "1"},
+       "distributed noise"}};
+  for (const auto& [flags, why] : cases) {
+    std::vector<std::string> all = fed;
+    all.insert(all.end(), flags.begin(), flags.end());
+    SCOPED_TRACE(absl::StrJoin(all, " "));
+    auto r = RunProcess(Job(TempDir("secagg_refused"), all));
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_NE(r.output.find(why), std::string::npos) << r.output;
   }

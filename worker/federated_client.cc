@@ -1,6 +1,7 @@
 #include "worker/federated_client.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <vector>
 
@@ -195,11 +196,30 @@ absl::StatusOr<FederatedResult> FederatedClient::Run(
       ++result.skipped;
       continue;
     }
+    // Under secure aggregation a client may drop out part-way through the protocol.
+    int silent_after = kSecAggStages;
     if (ClientDropsOut(options_.seed, round, options_.rank, f.client_dropout)) {
       ++result.dropped;
+      silent_after =
+          options_.secagg ? SecAggStagesBeforeDropout(options_.seed, round, options_.rank) : 0;
       SYNCLINE_LOG(INFO) << absl::StrFormat(
-          "w%d drops out of round %d (--client-dropout %g, seed %d): it sends nothing",
-          options_.rank, round, f.client_dropout, options_.seed);
+          "w%d drops out of round %d (--client-dropout %g, seed %d): %s", options_.rank, round,
+          f.client_dropout, options_.seed,
+          silent_after == 0 ? "it sends nothing"
+                            : absl::StrFormat("it falls silent after %d secure-aggregation stages",
+                                              silent_after));
+      if (silent_after == 0) continue;
+    }
+    if (per_epoch == 0 && options_.secagg) {
+      // It takes part with an empty update, so that the round does not wait for it.
+      std::fill(delta.begin(), delta.end(), 0.0f);
+      bool lost = false;
+      if (auto s = MaskedUpdate(round, delta, 0, silent_after, &lost); !s.ok()) return s;
+      if (silent_after == kSecAggStages) {
+        if (auto s = servers_.EndIteration(round, 0); !s.ok()) return s;
+        ++result.rounds;
+      }
+      result.secagg_lost += lost;
       continue;
     }
     if (per_epoch == 0) {
@@ -258,7 +278,15 @@ absl::StatusOr<FederatedResult> FederatedClient::Run(
     std::span<const float> delta_bias(delta.data() + row_floats, layout_.bias_dim);
     absl::Status pushed;
     sent = absl::Now();
-    if (layout_.dense_rows) {
+    if (options_.secagg) {
+      bool lost = false;
+      if (auto s = MaskedUpdate(round, delta, n, silent_after, &lost); !s.ok()) return s;
+      result.secagg_lost += lost;
+      AddBackendTime(servers_, sent, &exchange);
+      // A client that dropped out part-way never ends the round: the servers close it.
+      if (silent_after < kSecAggStages) continue;
+      if (auto s = servers_.EndIteration(round, 0); !s.ok()) return s;
+    } else if (layout_.dense_rows) {
       pushed = servers_.Update(round, keys, std::span<const float>(delta.data(), row_floats),
                                delta_bias, weight);
     } else {
@@ -275,9 +303,11 @@ absl::StatusOr<FederatedResult> FederatedClient::Run(
       }
       pushed = servers_.Update(round, sent_keys, sent_rows, delta_bias, weight);
     }
-    if (!pushed.ok()) return pushed;
-    if (auto s = servers_.EndIteration(round, weight); !s.ok()) return s;
-    AddBackendTime(servers_, sent, &exchange);
+    if (!options_.secagg) {
+      if (!pushed.ok()) return pushed;
+      if (auto s = servers_.EndIteration(round, weight); !s.ok()) return s;
+      AddBackendTime(servers_, sent, &exchange);
+    }
     StepTimes times = trained->times;
     times += exchange;
 
@@ -300,6 +330,37 @@ absl::StatusOr<FederatedResult> FederatedClient::Run(
   }
   if (auto s = servers_.Finish(); !s.ok()) return s;
   return result;
+}
+
+absl::Status FederatedClient::MaskedUpdate(int64_t round, std::span<const float> update,
+                                           float examples, int silent_after, bool* lost) {
+  const SecAggParams& p = *options_.secagg;
+  if (options_.secagg_channel == nullptr) {
+    return absl::FailedPreconditionError("secure aggregation needs a channel to the server");
+  }
+  const double top = std::ldexp(1.0, p.bits) - 1;
+  if (!(examples >= 0 && examples <= top)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "w%d trained on %g examples this round; the masked weight holds at most %g (%d bits)",
+        options_.rank, examples, top, p.bits));
+  }
+  std::vector<uint32_t> input = SecAggQuantise(update, p);
+  input.push_back(static_cast<uint32_t>(examples));  // exact: the servers divide by the sum
+  const absl::Duration wait = options_.secagg_stage_timeout + absl::Seconds(5);
+  const absl::Time first = absl::Now() + absl::Seconds(options_.federated.round_timeout_s) + wait;
+  absl::Status s = RunSecAggClientRound(p, options_.rank + 1, round, input,
+                                        *options_.secagg_channel, first, wait, silent_after);
+  *lost = false;
+  if (s.ok()) return s;
+  // The round went on without this client (or aborted): the servers close it; a refusal of
+  // a peer's bad share or signature is that peer's fault, not a reason to stop training.
+  if (absl::IsFailedPrecondition(s) || absl::IsInvalidArgument(s) || absl::IsDataLoss(s)) {
+    *lost = true;
+    SYNCLINE_LOG(WARNING) << absl::StrFormat("w%d: round %d's secure aggregation: %s",
+                                             options_.rank, round, s.message());
+    return absl::OkStatus();
+  }
+  return s;
 }
 
 }  // namespace syncline

@@ -11,7 +11,12 @@
 //     clock r. The servers' SGD with --server-lr 1 then makes the model the n-weighted mean of
 //     the clients' models (or a robust aggregate of their deltas, with --aggregate; or a step
 //     of --server-optimizer on the mean delta);
-//   - under --dp client it pushes w_round - w_local clipped to --dp-clip, with weight 1.
+//   - under --dp client it pushes w_round - w_local clipped to --dp-clip, with weight 1;
+//   - under --secure-aggregation it pushes nothing: its update n * (w_round - w_local),
+//     quantised (privacy/secure_aggregation.h), with n as one more exact coordinate, goes
+//     masked through the protocol's stages (privacy/secagg_protocol.h) over `secagg_channel`,
+//     and it ends the round with weight 0 (the servers learn only the sum of n). A client
+//     that drops out then vanishes at a seeded stage (job/federated.h).
 // So one local step with every client picked is one BSP step of the same SGD, which the tests
 // check.
 //
@@ -21,11 +26,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "data/example_source.h"
 #include "job/federated.h"
 #include "models/model.h"
+#include "privacy/secagg_protocol.h"
 #include "syncline/job_spec.h"
 #include "worker/slowness.h"
 #include "worker/sync_backend.h"
@@ -53,13 +60,19 @@ struct FederatedClientOptions {
   // data, not here.
   AttackSpec attack;
   SlownessOptions slowness;
+  // --secure-aggregation: the protocol's parameters (job/privacy_plan.h) and the channel to
+  // the server (not owned; it outlives the client), and how long each later stage may take.
+  std::optional<SecAggParams> secagg;
+  SecAggChannel* secagg_channel = nullptr;
+  absl::Duration secagg_stage_timeout = absl::Seconds(15);
 };
 
 struct FederatedResult {
-  int64_t rounds = 0;   // rounds this client trained in and answered
-  int64_t skipped = 0;  // rounds it was not picked for
-  int64_t dropped = 0;  // rounds it was picked for and dropped out of
-  int64_t steps = 0;    // local steps, over all rounds
+  int64_t rounds = 0;       // rounds this client trained in and answered
+  int64_t skipped = 0;      // rounds it was not picked for
+  int64_t dropped = 0;      // rounds it was picked for and dropped out of
+  int64_t secagg_lost = 0;  // --secure-aggregation: rounds that went on (or ended) without it
+  int64_t steps = 0;        // local steps, over all rounds
   uint64_t examples = 0;
   double last_loss = 0;  // mean training loss of its last round
   StepTimes times;       // of the local training
@@ -82,6 +95,11 @@ class FederatedClient {
   SyncBackend& servers_;
   const ParameterLayout layout_;
   const FederatedClientOptions options_;
+
+  // Sends the round's update through the secure-aggregation stages; silent_after < 5: a
+  // simulated dropout. OK also when the round went on without this client (*lost set).
+  absl::Status MaskedUpdate(int64_t round, std::span<const float> update, float examples,
+                            int silent_after, bool* lost);
 };
 
 }  // namespace syncline

@@ -30,6 +30,7 @@
 #include "worker/held_out.h"
 #include "worker/ps_backend.h"
 #include "worker/replicated_model.h"
+#include "worker/secagg_channel.h"
 #include "worker/slowness.h"
 #include "worker/trainer.h"
 #include "worker/worker_checkpoint.h"
@@ -130,8 +131,9 @@ class WorkerRun {
   void SetUpTrainer(SyncBackend& backend, TimelineHooks& t);
   void SetUpCheckpoints(SyncBackend& backend, TimelineHooks& t);
   void SetUpHandOver(SyncBackend& backend, TimelineHooks& t);
-  absl::StatusOr<TrainResult> Train(SyncBackend& backend, TimelineHooks& t);
-  absl::StatusOr<TrainResult> TrainFederated(SyncBackend& backend);
+  // `servers`: the link's client of the servers (null without servers).
+  absl::StatusOr<TrainResult> Train(SyncBackend& backend, TimelineHooks& t, KVClient* servers);
+  absl::StatusOr<TrainResult> TrainFederated(SyncBackend& backend, KVClient* servers);
   TimelineEnd AfterFailure(const absl::Status& status);
   TimelineEnd AfterTraining(const TrainResult& result, SyncBackend& backend, TimelineHooks& t);
   TimelineEnd ServeCommands(SyncBackend& backend);
@@ -362,7 +364,7 @@ TimelineEnd WorkerRun::RunTimeline(uint32_t generation, const std::string& resto
   // A trainer reads its partition from the start (and skips to its first batch).
   if (auto s = data_->source->Rewind(); !s.ok()) return Fail(s, /*bad_input=*/true);
   const absl::StatusOr<TrainResult> result =
-      setup.ok() ? Train(backend, t) : absl::StatusOr<TrainResult>(setup);
+      setup.ok() ? Train(backend, t, link->client.get()) : absl::StatusOr<TrainResult>(setup);
 
   // Where this timeline ends: a rollback (ordered, or about to be: a server that vanished is
   // being replaced), or the job's end.
@@ -569,8 +571,9 @@ void WorkerRun::SetUpHandOver(SyncBackend& backend, TimelineHooks& t) {
   };
 }
 
-absl::StatusOr<TrainResult> WorkerRun::Train(SyncBackend& backend, TimelineHooks& t) {
-  if (spec_.sync.fedavg()) return TrainFederated(backend);
+absl::StatusOr<TrainResult> WorkerRun::Train(SyncBackend& backend, TimelineHooks& t,
+                                             KVClient* servers) {
+  if (spec_.sync.fedavg()) return TrainFederated(backend, servers);
   Trainer trainer(*model_, backend, t.options);
   t.running = &trainer;
   absl::StatusOr<TrainResult> result = trainer.Run(
@@ -579,7 +582,7 @@ absl::StatusOr<TrainResult> WorkerRun::Train(SyncBackend& backend, TimelineHooks
   return result;
 }
 
-absl::StatusOr<TrainResult> WorkerRun::TrainFederated(SyncBackend& backend) {
+absl::StatusOr<TrainResult> WorkerRun::TrainFederated(SyncBackend& backend, KVClient* servers) {
   FederatedClientOptions f;
   f.federated = spec_.federated;
   f.rank = rank_;
@@ -591,6 +594,16 @@ absl::StatusOr<TrainResult> WorkerRun::TrainFederated(SyncBackend& backend) {
   f.local_optimizer = local_optimizer_;
   if (attacker_) f.attack = spec_.byzantine.attack;
   f.slowness = slowness_;
+  std::optional<KvSecAggChannel> channel;
+  if (spec_.federated.secure_aggregation) {
+    if (servers == nullptr) {
+      return absl::FailedPreconditionError("secure aggregation needs the parameter servers");
+    }
+    channel.emplace(servers);
+    f.secagg = SecureAggregationParams(spec_);
+    f.secagg_channel = &*channel;
+    f.secagg_stage_timeout = absl::Seconds(SecAggStageTimeoutSeconds(spec_));
+  }
   FederatedClient client_loop(*model_, backend, layout_, f);
   auto rounds = client_loop.Run(*data_->source, [this, &backend](const TrainProgress& p) {
     control_.SetClock(p.clock);
@@ -598,8 +611,11 @@ absl::StatusOr<TrainResult> WorkerRun::TrainFederated(SyncBackend& backend) {
   });
   if (!rounds.ok()) return rounds.status();
   SYNCLINE_LOG(INFO) << absl::StrFormat(
-      "federated: trained in %d rounds, not picked for %d, dropped out of %d", rounds->rounds,
-      rounds->skipped, rounds->dropped);
+      "federated: trained in %d rounds, not picked for %d, dropped out of %d%s", rounds->rounds,
+      rounds->skipped, rounds->dropped,
+      spec_.federated.secure_aggregation
+          ? absl::StrFormat(", lost by secure aggregation in %d", rounds->secagg_lost)
+          : "");
   return TrainResult{.steps = rounds->steps,
                      .examples = rounds->examples,
                      .last_loss = rounds->last_loss,
