@@ -30,6 +30,8 @@ Algorithm AlgorithmOf(AllReduceAlgorithm algorithm) {
       return Algorithm::kRecursiveDoubling;
     case AllReduceAlgorithm::kHierarchical:
       return Algorithm::kHierarchical;
+    case AllReduceAlgorithm::kHalving:
+      return Algorithm::kHalvingDoubling;
   }
   return Algorithm::kAuto;
 }
