@@ -15,7 +15,7 @@
 //   host onto its lowest rank, ring among those leaders, then hand the result back inside each
 //   host: only one rank per host uses the host's link;
 // - auto: recursive doubling below CommunicatorOptions::small_bytes (64 KiB), else hierarchical
-//   when ranks share hosts, else halving for 4, 8, 16, ... ranks (halving_min_ranks), else
+//   when ranks share hosts, else halving for 2, 4, 8, ... ranks (halving_min_ranks), else
 //   ring (docs/COLLECTIVES.md has the measurements behind the choice).
 //
 // Every algorithm adds in an order fixed by the ranks alone, so a run is bitwise reproducible
@@ -59,9 +59,10 @@ struct CommunicatorOptions {
   // Auto: buffers below this many bytes use recursive doubling.
   size_t small_bytes = 64 * 1024;
   // Auto, larger buffers on hosts of their own: halving instead of the ring when the ranks
-  // are a power of two, at least this many (docs/COLLECTIVES.md measures both). Other counts
-  // keep the ring: halving's fold would move the whole buffer twice more.
-  int halving_min_ranks = 4;
+  // are a power of two, at least this many (docs/COLLECTIVES.md measures both: halving was
+  // the faster at 13 of 15 points from 1 MiB at N = 2, 4, 8). Other counts keep the ring:
+  // halving's fold would move the whole buffer twice more.
+  int halving_min_ranks = 2;
   // The host of each rank (any labels); empty: every rank on a host of its own.
   std::vector<int> host_of_rank;
 };

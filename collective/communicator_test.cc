@@ -212,7 +212,7 @@ TEST(CollectiveTest, HalvingWithHalvesAgreesBitForBitWhateverTheRanks) {
 }
 
 // What kAuto takes: doubling for small buffers, hierarchical where ranks share hosts, halving
-// for a power of two from 4 ranks, the ring otherwise.
+// for a power of two of ranks, the ring otherwise.
 TEST(CollectiveTest, AutoChoosesByBytesRanksAndHosts) {
   auto choice = [](int n, size_t bytes, std::vector<int> hosts = {}) {
     std::vector<std::string> peers;
@@ -224,7 +224,7 @@ TEST(CollectiveTest, AutoChoosesByBytesRanksAndHosts) {
   EXPECT_EQ(choice(8, 4096), Algorithm::kRecursiveDoubling);
   EXPECT_EQ(choice(8, 1 << 20), Algorithm::kHalvingDoubling);
   EXPECT_EQ(choice(4, 256 << 20), Algorithm::kHalvingDoubling);
-  EXPECT_EQ(choice(2, 1 << 20), Algorithm::kRing);
+  EXPECT_EQ(choice(2, 1 << 20), Algorithm::kHalvingDoubling);
   EXPECT_EQ(choice(6, 1 << 20), Algorithm::kRing);
   EXPECT_EQ(choice(4, 1 << 20, {0, 0, 1, 1}), Algorithm::kHierarchical);
 }
