@@ -433,7 +433,8 @@ int Run(Group& group, const Settings& settings, const std::string& gloo_dir,
                             absl::Seconds(settings.timeout_s));
   for (auto [side, prefix] :
        {std::pair{&syncline, "syncline-"}, {&syncline_tcp, "syncline-tcp-"}}) {
-    for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+    for (Algorithm a :
+         {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kHalvingDoubling}) {
       impls.push_back(
           {absl::StrCat(prefix, AlgorithmName(a)), "syncline", [side, a](std::span<float> data) {
              return std::function<absl::Status()>(
@@ -699,18 +700,20 @@ int Run(Group& group, const Settings& settings, const std::string& gloo_dir,
         "\nSummary, N=%d (ratio = time of the better of Gloo and MPI / Syncline's; "
         ">= 1 is at par or faster)\n",
         n);
-    std::printf("%8s  %-26s %-26s %-32s %-22s %9s %9s %9s\n", "bytes", "zmq: ring / doubling",
-                "tcp: ring / doubling", "best Gloo", "MPI", "zmq best", "tcp ring", "tcp best");
+    std::printf("%8s  %-26s %-38s %-32s %-22s %9s %9s %9s %-20s\n", "bytes", "zmq: ring / doubling",
+                "tcp: ring / doubling / halving", "best Gloo", "MPI", "zmq best", "tcp ring",
+                "tcp best", "tcp auto (choice)");
     std::map<size_t, std::vector<const Row*>> by_size;
     for (const Row& r : rows) by_size[r.bytes].push_back(&r);
     for (const auto& [bytes, list] : by_size) {
       const Row *ring = nullptr, *doubling = nullptr, *gloo = nullptr, *mpi = nullptr;
-      const Row *tcp_ring = nullptr, *tcp_doubling = nullptr;
+      const Row *tcp_ring = nullptr, *tcp_doubling = nullptr, *tcp_halving = nullptr;
       for (const Row* r : list) {
         if (r->impl == "syncline-ring") ring = r;
         if (r->impl == "syncline-doubling") doubling = r;
         if (r->impl == "syncline-tcp-ring") tcp_ring = r;
         if (r->impl == "syncline-tcp-doubling") tcp_doubling = r;
+        if (r->impl == "syncline-tcp-halving") tcp_halving = r;
         if (r->family == "gloo" && (gloo == nullptr || r->seconds < gloo->seconds)) gloo = r;
         if (r->family == "mpi") mpi = r;
       }
@@ -724,13 +727,19 @@ int Run(Group& group, const Settings& settings, const std::string& gloo_dir,
       auto faster = [](const Row* a, const Row* b) {
         return a == nullptr || (b != nullptr && b->seconds < a->seconds) ? b : a;
       };
+      // What kAuto would take at this size, and its time (from that algorithm's row).
+      const Algorithm choice = syncline_tcp.communicator().Choose(bytes);
+      const Row* tcp_auto = choice == Algorithm::kRecursiveDoubling ? tcp_doubling
+                            : choice == Algorithm::kHalvingDoubling ? tcp_halving
+                                                                    : tcp_ring;
       std::printf(
-          "%8s  %-26s %-26s %-32s %-22s %9s %9s %9s\n", Bytes(bytes).c_str(),
+          "%8s  %-26s %-38s %-32s %-22s %9s %9s %9s %-20s\n", Bytes(bytes).c_str(),
           absl::StrCat(t(ring), " / ", t(doubling)).c_str(),
-          absl::StrCat(t(tcp_ring), " / ", t(tcp_doubling)).c_str(),
+          absl::StrCat(t(tcp_ring), " / ", t(tcp_doubling), " / ", t(tcp_halving)).c_str(),
           gloo == nullptr ? "-" : absl::StrCat(t(gloo), " (", gloo->impl.substr(5), ")").c_str(),
           t(mpi).c_str(), ratio(faster(ring, doubling)).c_str(), ratio(tcp_ring).c_str(),
-          ratio(faster(tcp_ring, tcp_doubling)).c_str());
+          ratio(faster(faster(tcp_ring, tcp_doubling), tcp_halving)).c_str(),
+          absl::StrCat(ratio(tcp_auto), " (", AlgorithmName(choice), ")").c_str());
     }
     std::printf("(small-message latency vs MPI: see the 4K row, MPI time / Syncline's best)\n");
     if (syncline.dropped() != 0) {
@@ -769,7 +778,8 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--factor", settings.factor, "size step")->check(CLI::Range(2, 1024));
   app.add_option("--impls", impls,
-                 "comma-separated: syncline-ring, syncline-doubling, gloo-ring, "
+                 "comma-separated: syncline-ring, syncline-doubling, syncline-halving, "
+                 "syncline-tcp-ring (and -doubling, -halving), gloo-ring, "
                  "gloo-ring-chunked, gloo-halving-doubling, gloo-allreduce, mpi (default: all "
                  "available)");
   app.add_option("--sample-ms", settings.sample_ms, "small ops are batched up to this per sample")

@@ -24,6 +24,14 @@ AllReduceBackend::AllReduceBackend(std::unique_ptr<Communicator> communicator,
   }
 }
 
+uint64_t AllReduceBackend::LargestAllReduce(const ParameterLayout& layout, int workers) {
+  // As Init lays out buffer_, and as Round lays out small_ (the counts: two per rank).
+  const uint64_t buffer =
+      layout.num_features * layout.row_dim + layout.bias_dim + 1 + layout.num_features + 1;
+  const uint64_t small = uint64_t{layout.bias_dim} + 2 + 2 * static_cast<uint64_t>(workers);
+  return std::max(buffer, small);
+}
+
 absl::Status AllReduceBackend::Init(const ParameterLayout& layout) {
   if (auto s = model_.Init(layout, options_.optimizer); !s.ok()) return s;
   bias_at_ = model_.row_floats();
@@ -394,10 +402,14 @@ absl::Status AllReduceBackend::RestoreState(std::string_view state) {
 }
 
 ServerlessBackendFactory MakeAllReduceBackendFactory(CollectivePlane plane) {
-  return [plane](const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
-                 const std::string& device,
+  return [plane](const JobSpec& spec, const ParameterLayout& layout, const NodeTable& table,
+                 int rank, Endpoint& endpoint, const std::string& device,
                  PeerRendezvous& rendezvous) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
-    auto communicator = ConnectWorkersOfGeneration(spec, table, rank, endpoint, plane, rendezvous);
+    CollectivePlane bounded = plane;
+    bounded.max_message_bytes =
+        CollectiveMessageBound(AllReduceBackend::LargestAllReduce(layout, table.MaxWorkers()));
+    auto communicator =
+        ConnectWorkersOfGeneration(spec, table, rank, endpoint, bounded, rendezvous);
     if (!communicator.ok()) return communicator.status();
     // An elastic collective keeps its dense all-reduces on the CPU: NCCL cannot lose a rank.
     const bool elastic = spec.sync.allreduce() && MinWorkers(spec) < spec.workers;

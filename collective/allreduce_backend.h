@@ -140,6 +140,10 @@ class AllReduceBackend : public SyncBackend {
   uint64_t bytes_pulled() const override;
 
   std::span<const float> parameters() const { return model_.parameters(); }
+  // The most floats one all-reduce of a backend over `layout` among `workers` sums: its
+  // whole buffer, or its small sums when the counts of many ranks outgrow a small model.
+  // Every all-gather goes around the ring, in segments. For CollectiveMessageBound.
+  static uint64_t LargestAllReduce(const ParameterLayout& layout, int workers);
   // Uncompressed rounds that all-gathered (key, gradient) pairs, and that all-reduced every row.
   uint64_t sparse_rounds() const { return sparse_rounds_; }
   uint64_t dense_rounds() const { return dense_rounds_; }

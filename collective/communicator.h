@@ -8,11 +8,15 @@
 //   bandwidth-optimal choice for large buffers;
 // - recursive doubling: log2 N exchanges of the whole buffer (ranks beyond the largest power of
 //   two fold in first and get the result last): fewest rounds, for small buffers;
+// - halving (Rabenseifner's): a reduce-scatter by recursive halving, then an all-gather by
+//   recursive doubling: the ring's bytes in 2 log2 N steps instead of 2(N-1) (ranks beyond
+//   the largest power of two fold in first and get the result last);
 // - hierarchical: when ranks share hosts (CommunicatorOptions::host_of_rank), reduce inside each
 //   host onto its lowest rank, ring among those leaders, then hand the result back inside each
 //   host: only one rank per host uses the host's link;
 // - auto: recursive doubling below CommunicatorOptions::small_bytes (64 KiB), else hierarchical
-//   when ranks share hosts, else ring (docs/COLLECTIVES.md has the measurements behind the choice).
+//   when ranks share hosts, else halving for 2, 4, 8, ... ranks (halving_min_ranks), else
+//   ring (docs/COLLECTIVES.md has the measurements behind the choice).
 //
 // Every algorithm adds in an order fixed by the ranks alone, so a run is bitwise reproducible
 // and every rank ends with bitwise the same result. With WireType::kFloat16 values travel as
@@ -54,6 +58,11 @@ struct CommunicatorOptions {
   size_t segment_bytes = 256 * 1024;
   // Auto: buffers below this many bytes use recursive doubling.
   size_t small_bytes = 64 * 1024;
+  // Auto, larger buffers on hosts of their own: halving instead of the ring when the ranks
+  // are a power of two, at least this many (docs/COLLECTIVES.md measures both: halving was
+  // the faster at 13 of 15 points from 1 MiB at N = 2, 4, 8). Other counts keep the ring:
+  // halving's fold would move the whole buffer twice more.
+  int halving_min_ranks = 2;
   // The host of each rank (any labels); empty: every rank on a host of its own.
   std::vector<int> host_of_rank;
 };
@@ -128,6 +137,12 @@ class Communicator : public DenseCollective {
                              WireType wire);
   absl::Status RecursiveDoubling(std::span<float> data, WireType wire);
   absl::Status Hierarchical(std::span<float> data, WireType wire);
+  absl::Status HalvingDoubling(std::span<float> data, WireType wire);
+  // Sends `out` to `partner` and receives `in` from it (either may be empty; the partner calls
+  // it with the two the other way round), in segments of at most segment_bytes, a few sent
+  // ahead of each receive; received values are added into `in` (add) or copied there.
+  absl::Status Exchange(int partner, uint32_t phase, int64_t step, std::span<const float> out,
+                        std::span<float> in, WireType wire, bool add);
 
   absl::Status Send(int to, const Tag& tag, std::span<const float> values, WireType wire);
   // Waits for the message `tag` from rank `from` holding `count` values, then adds them into

@@ -123,7 +123,7 @@ TEST_P(AllReduceTest, GivesTheSumOnEveryRankBitForBitTheSame) {
 std::vector<Case> AllCases() {
   std::vector<Case> cases;
   for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kHierarchical,
-                      Algorithm::kAuto}) {
+                      Algorithm::kHalvingDoubling, Algorithm::kAuto}) {
     for (int n = 1; n <= 8; ++n) cases.push_back({a, n});
   }
   return cases;
@@ -160,7 +160,8 @@ TEST(CollectiveTest, HalfOnTheWireHalvesTheBytesAndAgreesToHalfPrecision) {
   const int n = 4;
   Group group(transport, n);
   const size_t size = 10000;
-  for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+  for (Algorithm a :
+       {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kHalvingDoubling}) {
     std::vector<std::vector<float>> data(n);
     for (int r = 0; r < n; ++r) data[r] = Input(r, size);
     uint64_t sent = 0;
@@ -178,11 +179,54 @@ TEST(CollectiveTest, HalfOnTheWireHalvesTheBytesAndAgreesToHalfPrecision) {
     for (int r = 1; r < n; ++r) {
       ASSERT_EQ(std::memcmp(data[r].data(), data[0].data(), size * sizeof(float)), 0) << r;
     }
-    if (a == Algorithm::kRing) {
-      // 2 (N-1)/N of the buffer, two bytes a value.
+    if (a == Algorithm::kRing || a == Algorithm::kHalvingDoubling) {
+      // 2 (N-1)/N of the buffer, two bytes a value (halving: N is a power of two here).
       EXPECT_EQ(sent, 2 * (n - 1) * (size / n) * sizeof(uint16_t));
     }
   }
+}
+
+// Halving with fp16 on the wire, where ranks beyond a power of two fold in (3, 5, 6, 7) and
+// where they do not (8): every rank ends with the same bits, within half precision of the sum.
+TEST(CollectiveTest, HalvingWithHalvesAgreesBitForBitWhateverTheRanks) {
+  for (int n : {3, 5, 6, 7, 8}) {
+    InprocTransport transport;
+    CommunicatorOptions options;
+    options.segment_bytes = 512;  // several segments per exchange
+    Group group(transport, n, options);
+    const size_t size = 3001;
+    std::vector<std::vector<float>> data(n);
+    for (int r = 0; r < n; ++r) data[r] = Input(r, size);
+    auto status = group.Run([&](Communicator& c) {
+      return c.AllReduce(std::span<float>(data[c.rank()]), Algorithm::kHalvingDoubling,
+                         WireType::kFloat16);
+    });
+    for (const auto& s : status) ASSERT_TRUE(s.ok()) << s;
+    const std::vector<double> want = DirectSum(n, size);
+    const std::vector<double> tol = Tolerance(n, size, 4.9e-4);
+    for (size_t i = 0; i < size; ++i) ASSERT_NEAR(data[0][i], want[i], tol[i]) << n << " " << i;
+    for (int r = 1; r < n; ++r) {
+      ASSERT_EQ(std::memcmp(data[r].data(), data[0].data(), size * sizeof(float)), 0) << n << r;
+    }
+  }
+}
+
+// What kAuto takes: doubling for small buffers, hierarchical where ranks share hosts, halving
+// for a power of two of ranks, the ring otherwise.
+TEST(CollectiveTest, AutoChoosesByBytesRanksAndHosts) {
+  auto choice = [](int n, size_t bytes, std::vector<int> hosts = {}) {
+    std::vector<std::string> peers;
+    for (int r = 0; r < n; ++r) peers.push_back(absl::StrCat("w", r));
+    CommunicatorOptions options;
+    options.host_of_rank = std::move(hosts);
+    return Communicator(nullptr, 0, peers, options).Choose(bytes);
+  };
+  EXPECT_EQ(choice(8, 4096), Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(choice(8, 1 << 20), Algorithm::kHalvingDoubling);
+  EXPECT_EQ(choice(4, 256 << 20), Algorithm::kHalvingDoubling);
+  EXPECT_EQ(choice(2, 1 << 20), Algorithm::kHalvingDoubling);
+  EXPECT_EQ(choice(6, 1 << 20), Algorithm::kRing);
+  EXPECT_EQ(choice(4, 1 << 20, {0, 0, 1, 1}), Algorithm::kHierarchical);
 }
 
 TEST(CollectiveTest, ReduceScatterAllGatherAndBroadcast) {
@@ -384,7 +428,8 @@ TEST(CollectiveTest, WorksOverTcp) {
   TcpTransport transport;
   const int n = 5;
   Group group(transport, n);
-  for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kAuto}) {
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kHalvingDoubling,
+                      Algorithm::kAuto}) {
     for (size_t size : {size_t{3}, size_t{1000}, size_t{300000}}) {
       std::vector<std::vector<float>> data(n);
       for (int r = 0; r < n; ++r) data[r] = Input(r, size);

@@ -27,7 +27,7 @@ namespace syncline {
 
 class Communicator;
 
-enum class Algorithm { kAuto, kRing, kRecursiveDoubling, kHierarchical };
+enum class Algorithm { kAuto, kRing, kRecursiveDoubling, kHierarchical, kHalvingDoubling };
 const char* AlgorithmName(Algorithm a);
 
 enum class WireType { kFloat32, kFloat16 };

@@ -173,10 +173,14 @@ absl::Status HybridBackend::RestoreState(std::string_view state) {
 }
 
 HybridBackendFactory MakeHybridBackendFactory(CollectivePlane plane) {
-  return [plane](const JobSpec& spec, const NodeTable& table, int rank, Endpoint& peers,
-                 std::unique_ptr<SyncBackend> rows, const std::string& device,
+  return [plane](const JobSpec& spec, const ParameterLayout& layout, const NodeTable& table,
+                 int rank, Endpoint& peers, std::unique_ptr<SyncBackend> rows,
+                 const std::string& device,
                  PeerRendezvous& rendezvous) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
-    auto communicator = ConnectWorkersOfGeneration(spec, table, rank, peers, plane, rendezvous);
+    // The workers' one all-reduce: the dense layers, the examples and the flag.
+    CollectivePlane bounded = plane;
+    bounded.max_message_bytes = CollectiveMessageBound(uint64_t{layout.bias_dim} + 2);
+    auto communicator = ConnectWorkersOfGeneration(spec, table, rank, peers, bounded, rendezvous);
     if (!communicator.ok()) return communicator.status();
     // The dense layers' all-reduce may take NCCL; the rows stay with the servers.
     auto dense = ConnectDenseForWorker(spec, **communicator, device);

@@ -31,6 +31,8 @@ Algorithm AlgorithmOf(AllReduceAlgorithm algorithm) {
       return Algorithm::kRecursiveDoubling;
     case AllReduceAlgorithm::kHierarchical:
       return Algorithm::kHierarchical;
+    case AllReduceAlgorithm::kHalving:
+      return Algorithm::kHalvingDoubling;
   }
   return Algorithm::kAuto;
 }
@@ -68,6 +70,7 @@ std::vector<std::string> WorkerIds(const NodeTable& table) {
 
 // A TcpTransport and this worker's endpoint on it; the endpoint goes first.
 struct TcpPlane {
+  explicit TcpPlane(TcpOptions options) : transport(std::move(options)) {}
   TcpTransport transport;
   std::unique_ptr<Endpoint> endpoint;
 };
@@ -75,24 +78,38 @@ struct TcpPlane {
 // This worker's TCP plane, listening on the host of its registered address at a port in
 // `ports`, and the address it listens at.
 absl::StatusOr<std::pair<std::shared_ptr<TcpPlane>, std::string>> ListenOnTcpPlane(
-    const NodeTable& table, int rank, const std::vector<std::string>& peers, PortRange ports) {
+    const NodeTable& table, int rank, const std::vector<std::string>& peers,
+    const CollectivePlane& plane_options) {
   std::string host = "127.0.0.1";
   for (const NodeInfo& node : table.nodes) {
     if (node.role != wire::Role::WORKER || node.rank != rank) continue;
     if (auto hp = ParseTcpAddress(node.address); hp.ok()) host = hp->host;
   }
-  auto plane = std::make_shared<TcpPlane>();
+  TcpOptions options;
+  if (plane_options.max_message_bytes > 0) {
+    options.max_message_bytes = plane_options.max_message_bytes;
+  }
+  auto plane = std::make_shared<TcpPlane>(options);
   plane->transport.AllowPeers(peers);
   auto made = plane->transport.CreateEndpoint(peers[rank]);
   if (!made.ok()) return made.status();
   plane->endpoint = *std::move(made);
-  absl::StatusOr<std::string> address = BindInRange(
-      *plane->endpoint, host.find(':') == std::string::npos ? host : "[" + host + "]", ports);
+  absl::StatusOr<std::string> address =
+      BindInRange(*plane->endpoint, host.find(':') == std::string::npos ? host : "[" + host + "]",
+                  plane_options.ports);
   if (!address.ok()) return address.status();
   return std::make_pair(std::move(plane), *std::move(address));
 }
 
 }  // namespace
+
+uint64_t CollectiveMessageBound(uint64_t floats) {
+  // A message's header frame (Cap'n Proto: tens of bytes) and the preamble, with room to spare.
+  constexpr uint64_t kHeaderBytes = 4096;
+  const uint64_t values = std::max<uint64_t>(
+      {floats * sizeof(float), CommunicatorOptions{}.segment_bytes, kRankDeviceBytes});
+  return values + kHeaderBytes;
+}
 
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkers(const JobSpec& spec,
                                                              const NodeTable& table, int rank,
@@ -121,7 +138,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOverTcp(const JobSpe
   std::shared_ptr<TcpPlane> tcp;
   std::string offer;
   if (plane.tcp) {
-    auto listening = ListenOnTcpPlane(table, rank, peers, plane.ports);
+    auto listening = ListenOnTcpPlane(table, rank, peers, plane);
     if (listening.ok()) {
       std::tie(tcp, offer) = *std::move(listening);
     } else {
@@ -181,7 +198,7 @@ absl::StatusOr<PeerMeeting> MeetPeers(const JobSpec& spec, const NodeTable& tabl
   Endpoint* mine = nullptr;
   std::string address;
   if (plane.tcp) {
-    auto listening = ListenOnTcpPlane(table, rank, ids, plane.ports);
+    auto listening = ListenOnTcpPlane(table, rank, ids, plane);
     if (!listening.ok()) return listening.status();
     mine = listening->first->endpoint.get();
     owned = std::move(listening->first);

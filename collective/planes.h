@@ -44,7 +44,17 @@ struct CollectivePlane {
   bool tcp = false;
   // The plane's listening port comes from these (the node's --ports); any: a free one.
   PortRange ports;
+  // The largest message a peer may send on the plane (TcpOptions::max_message_bytes): the
+  // backend factories set it to their job's CollectiveMessageBound. 0: TcpOptions' default.
+  uint64_t max_message_bytes = 0;
 };
+
+// The largest message (header and values) a communicator sends when its largest collective
+// is an all-reduce of `floats` float32 values: the whole buffer, as recursive doubling,
+// hierarchical and broadcast send it, or a segment (ring, halving), or a block of the
+// connecting exchanges, whichever is largest, plus room for the header. Every peer of a job
+// computes the same bound from the job's model, so an honest peer never exceeds it.
+uint64_t CollectiveMessageBound(uint64_t floats);
 
 // As ConnectWorkers; then, with more than one worker, the workers trade the addresses of
 // their TCP planes (each listening on the host of the address it registered) with an

@@ -350,6 +350,7 @@ enum AllReduceAlgorithm {
   ring @1;
   doubling @2;
   hierarchical @3;
+  halving @4;              # Rabenseifner's: recursive halving, then recursive doubling
 }
 
 enum GossipTopology {

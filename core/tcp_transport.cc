@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <limits>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -383,6 +384,10 @@ class TcpEndpoint : public Endpoint {
   // Closes a connection for breaking the protocol.
   void Reject(Conn* c, const std::string& why) {
     transport_->rejected_.fetch_add(1);
+    {
+      std::lock_guard<std::mutex> lock(transport_->mu_);
+      transport_->last_rejection_ = why;
+    }
     if (rejected_logged_++ < 10) {
       SYNCLINE_LOG(WARNING) << id_ << ": closed a connection"
                             << (c->peer.empty() ? "" : absl::StrCat(" from ", c->peer)) << ": "
@@ -619,15 +624,18 @@ class TcpEndpoint : public Endpoint {
           return false;
         }
         if (avail < 4 + 8 * size_t{frames}) return true;
+        // Checked before anything is allocated for it: the peer's word is all we have.
+        constexpr uint64_t kNoBound = std::numeric_limits<uint64_t>::max();
         uint64_t total = 0;
         c->lengths.resize(frames);
         for (uint32_t i = 0; i < frames; ++i) {
           c->lengths[i] = Get<uint64_t>(p + 4 + 8 * i);
-          total += std::min(c->lengths[i], transport_->options_.max_message_bytes + 1);
+          total = c->lengths[i] > kNoBound - total ? kNoBound : total + c->lengths[i];
         }
-        if (total > transport_->options_.max_message_bytes) {
-          Reject(c, absl::StrCat("a message over the limit of ",
-                                 transport_->options_.max_message_bytes, " bytes"));
+        if (const uint64_t bound = transport_->options_.max_message_bytes; total > bound) {
+          Reject(c, absl::StrCat(c->peer, " announced a message of ", total,
+                                 " bytes, over this endpoint's bound of ", bound,
+                                 " bytes (TcpOptions::max_message_bytes)"));
           return false;
         }
         c->buffers.resize(frames);
@@ -784,6 +792,11 @@ void TcpTransport::AllowPeers(const std::vector<std::string>& ids) {
   std::lock_guard<std::mutex> lock(mu_);
   restricted_ = true;
   allowed_.insert(ids.begin(), ids.end());
+}
+
+std::string TcpTransport::last_rejection() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_rejection_;
 }
 
 bool TcpTransport::Allowed(const std::string& id) const {

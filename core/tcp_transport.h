@@ -44,7 +44,11 @@
 namespace syncline {
 
 struct TcpOptions {
-  // The largest message a peer may send; a peer that announces more is disconnected.
+  // The largest message (its frames' bytes together) a peer may send. A receiver allocates a
+  // message's buffers from the lengths its sender announces, so this bounds what one peer can
+  // make it allocate per connection; a peer that announces more is disconnected and named
+  // before anything is allocated. Jobs set it to the largest message their model and codec
+  // produce (collective/planes.h, CollectiveMessageBound); the default is for tools and tests.
   uint64_t max_message_bytes = uint64_t{1} << 31;
   // Bytes queued for one connection (that the kernel would not take yet) before Send waits,
   // and fails at its deadline; TrySend answers ResourceExhausted instead.
@@ -70,6 +74,9 @@ class TcpTransport : public Transport {
 
   // Connections closed for a bad hello, a stranger's id or a malformed message.
   uint64_t rejected_connections() const { return rejected_.load(); }
+  // Why the latest of those was closed (empty before the first), naming the peer when its
+  // hello said who it is.
+  std::string last_rejection() const;
 
   static constexpr uint32_t kMaxFrames = 64;
   static constexpr size_t kMaxIdBytes = 255;
@@ -82,6 +89,7 @@ class TcpTransport : public Transport {
   mutable std::mutex mu_;
   bool restricted_ = false;
   absl::flat_hash_set<std::string> allowed_;
+  std::string last_rejection_;  // guarded by mu_
   std::atomic<uint64_t> rejected_{0};
 };
 

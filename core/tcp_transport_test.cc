@@ -202,6 +202,52 @@ TEST(TcpTransportTest, HostileConnectionsAreClosedAndTheEndpointKeepsServing) {
   EXPECT_EQ(transport.rejected_connections(), cases.size());
 }
 
+// A job bounds its plane's messages by its model (TcpOptions::max_message_bytes). A peer of
+// the job that announces more, here just past the bound and then far past it (allocating
+// a terabyte would end the test by bad_alloc), is refused by name before anything is
+// allocated, while another peer's messages up to the bound keep arriving.
+TEST(TcpTransportTest, AMessageOverTheJobsBoundIsRefusedNamingPeerSizeAndBound) {
+  constexpr uint64_t kBound = 64 * 1024;
+  TcpTransport transport(TcpOptions{.max_message_bytes = kBound});
+  transport.AllowPeers({"server", "w1", "w2"});
+  auto server = *transport.CreateEndpoint("server");
+  const std::string address = *server->Bind("tcp://127.0.0.1:0");
+  auto w1 = *transport.CreateEndpoint("w1");
+  ASSERT_TRUE(w1->Connect("server", address).ok());
+  // Header and values together stay under the bound.
+  const std::vector<float> fits(kBound / sizeof(float) - 256, 1.5f);
+  auto delivered = [&](uint32_t table) {
+    if (!w1->Send("server", Numbered(table, fits), Soon()).ok()) return false;
+    absl::StatusOr<Message> got = server->Receive(Soon());
+    return got.ok() && got->Parse().ok() && got->header().getTable() == table &&
+           got->payload(0).size() == fits.size() * sizeof(float);
+  };
+  ASSERT_TRUE(delivered(1));
+  uint64_t rejected = 0;
+  for (const uint64_t announced : {kBound + 1, uint64_t{1} << 40}) {
+    // Two frames whose lengths add up past the bound, each under it on its own but the last.
+    std::string preamble = Hello("w2");
+    const uint32_t frames = 2;
+    const uint64_t first = 16, second = announced - first;
+    preamble.append(reinterpret_cast<const char*>(&frames), 4);
+    preamble.append(reinterpret_cast<const char*>(&first), 8);
+    preamble.append(reinterpret_cast<const char*>(&second), 8);
+    const int fd = RawConnect(address);
+    ASSERT_EQ(write(fd, preamble.data(), preamble.size()), static_cast<ssize_t>(preamble.size()));
+    ASSERT_TRUE(RejectedWithin(transport, *server, ++rejected)) << announced;
+    const std::string why = transport.last_rejection();
+    EXPECT_NE(why.find("w2"), std::string::npos) << why;
+    EXPECT_NE(why.find(absl::StrCat(announced, " bytes")), std::string::npos) << why;
+    EXPECT_NE(why.find(absl::StrCat(kBound, " bytes")), std::string::npos) << why;
+    // The connection is closed: the peer reads the end of the stream.
+    char byte;
+    EXPECT_EQ(read(fd, &byte, 1), 0);
+    close(fd);
+    EXPECT_TRUE(delivered(2 + static_cast<uint32_t>(rejected)));
+  }
+  EXPECT_EQ(transport.rejected_connections(), 2u);
+}
+
 TEST(TcpTransportTest, BadAddressesAndIdsAreRefused) {
   TcpTransport transport;
   EXPECT_FALSE(transport.CreateEndpoint("").ok());

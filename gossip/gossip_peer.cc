@@ -10,8 +10,8 @@ namespace syncline {
 
 ServerlessBackendFactory MakeGossipBackendFactory() {
   // Gossip averages on the CPU wherever the worker computes: `device` is not used.
-  return [](const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
-            const std::string& /*device*/,
+  return [](const JobSpec& spec, const ParameterLayout& /*layout*/, const NodeTable& table,
+            int rank, Endpoint& endpoint, const std::string& /*device*/,
             PeerRendezvous& rendezvous) -> absl::StatusOr<std::unique_ptr<SyncBackend>> {
     GossipOptions g;
     g.topology = spec.sync.topology;

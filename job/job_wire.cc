@@ -140,7 +140,7 @@ void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
 
 absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
   if (!Known(in.getSyncKind(), 7) || !Known(in.getGossipTopology(), 3) ||
-      !Known(in.getAllreduceAlgorithm(), 4) || !Known(in.getModel(), 4) ||
+      !Known(in.getAllreduceAlgorithm(), 5) || !Known(in.getModel(), 4) ||
       !Known(in.getFormat(), 4) || !Known(in.getIndexBase(), 3) || !Known(in.getOptimizer(), 6) ||
       in.getCodec() > static_cast<uint8_t>(CodecKind::kFp16) ||
       in.getPullCodec() > static_cast<uint8_t>(CodecKind::kFp16) ||

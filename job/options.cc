@@ -115,6 +115,8 @@ const char* AllReduceAlgorithmName(AllReduceAlgorithm a) {
       return "doubling";
     case AllReduceAlgorithm::kHierarchical:
       return "hier";
+    case AllReduceAlgorithm::kHalving:
+      return "halving";
   }
   return "?";
 }
@@ -143,15 +145,15 @@ absl::StatusOr<SyncMode> ParseSyncMode(const std::string& text) {
     const std::string algorithm = text == "allreduce" ? "auto" : text.substr(10);
     for (AllReduceAlgorithm a :
          {AllReduceAlgorithm::kAuto, AllReduceAlgorithm::kRing, AllReduceAlgorithm::kDoubling,
-          AllReduceAlgorithm::kHierarchical}) {
+          AllReduceAlgorithm::kHierarchical, AllReduceAlgorithm::kHalving}) {
       if (algorithm == AllReduceAlgorithmName(a)) {
         mode.algorithm = a;
         return mode;
       }
     }
-    return absl::InvalidArgumentError(absl::StrCat("unknown all-reduce algorithm '", algorithm,
-                                                   "' in '", text,
-                                                   "' (want ring, doubling, hier or auto)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown all-reduce algorithm '", algorithm, "' in '", text,
+                     "' (want ring, doubling, halving, hier or auto)"));
   }
   if (text == "hybrid" || text.starts_with("hybrid:")) {
     // hybrid[:asp|:ssp:S]: the embeddings' consistency model on the servers.
@@ -182,7 +184,7 @@ absl::StatusOr<SyncMode> ParseSyncMode(const std::string& text) {
   return absl::InvalidArgumentError(
       absl::StrCat("'", text,
                    "' must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-                   "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto], "
+                   "gossip:ring|exp|random[:async], allreduce[:ring|doubling|halving|hier|auto], "
                    "hybrid[:asp|:ssp:S] or fedavg"));
 }
 

@@ -123,7 +123,8 @@ const std::array<Field, 80> kFields = {{
     {"sync", FlagGroup::kSync, &JobConfig::sync,
      "Consistency model: bsp, asp, ssp:S (workers at most S steps ahead of the slowest), or "
      "serverless gossip:ring|exp|random (D-PSGD; :async for push-sum), or serverless "
-     "allreduce[:ring|doubling|hier|auto] (synchronous SGD, the same model as bsp), or hybrid "
+     "allreduce[:ring|doubling|halving|hier|auto] (synchronous SGD, the same model as bsp), or "
+     "hybrid "
      "(embeddings on the servers under --embedding-sync, the dense layers all-reduced every "
      "step), or fedavg (federated averaging: workers are clients that train locally for a "
      "round; see --rounds)"},
@@ -519,7 +520,7 @@ absl::Status ParseSyncAndModel(const JobConfig& c, JobSpec& s) {
   if (!sync.ok()) {
     std::string rule =
         "must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-        "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto], "
+        "gossip:ring|exp|random[:async], allreduce[:ring|doubling|halving|hier|auto], "
         "hybrid[:asp|:ssp:S] or fedavg";
     // A gossip or all-reduce mode's own error says which part is wrong.
     if (c.sync.starts_with("gossip"))

@@ -437,22 +437,22 @@ INSTANTIATE_TEST_SUITE_P(
                      "--servers=5000: must be in [1, 4096]"},
         ValidateCase{"sync_name", [](JobConfig& c) { c.sync = "bulk"; },
                      "--sync='bulk': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto], "
+                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|halving|hier|auto], "
                      "hybrid[:asp|:ssp:S] or fedavg"},
         ValidateCase{"sync_allreduce", [](JobConfig& c) { c.sync = "allreduce:tree"; },
                      "--sync='allreduce:tree': unknown all-reduce algorithm 'tree' in "
-                     "'allreduce:tree' (want ring, doubling, hier or auto)"},
+                     "'allreduce:tree' (want ring, doubling, halving, hier or auto)"},
         ValidateCase{"sync_negative", [](JobConfig& c) { c.sync = "ssp:-1"; },
                      "--sync='ssp:-1': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto], "
+                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|halving|hier|auto], "
                      "hybrid[:asp|:ssp:S] or fedavg"},
         ValidateCase{"sync_empty", [](JobConfig& c) { c.sync = "ssp:"; },
                      "--sync='ssp:': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto], "
+                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|halving|hier|auto], "
                      "hybrid[:asp|:ssp:S] or fedavg"},
         ValidateCase{"sync_text", [](JobConfig& c) { c.sync = "ssp:x"; },
                      "--sync='ssp:x': must be bsp, asp, ssp:S with an integer staleness S >= 0, "
-                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|hier|auto], "
+                     "gossip:ring|exp|random[:async], allreduce[:ring|doubling|halving|hier|auto], "
                      "hybrid[:asp|:ssp:S] or fedavg"},
         ValidateCase{"max_reply", [](JobConfig& c) { c.max_reply = "100rows"; },
                      "--max-reply=100rows: must be a size in bytes, e.g. 512MiB or 2GiB"},

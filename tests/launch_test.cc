@@ -176,7 +176,8 @@ TEST_F(LaunchTest, AllReduceTrainsTheModelOfBsp) {
   argv.insert(argv.end(), job.begin(), job.end());
   auto a = RunProcess(argv);
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  for (const char* mode : {"allreduce:ring", "allreduce:doubling", "allreduce:hier"}) {
+  for (const char* mode :
+       {"allreduce:ring", "allreduce:doubling", "allreduce:hier", "allreduce:halving"}) {
     SCOPED_TRACE(mode);
     const std::string out = TempDir("ar");
     argv = {kLaunch, "--sync", mode, "--out", out};

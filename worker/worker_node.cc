@@ -402,7 +402,7 @@ absl::StatusOr<Link> WorkerRun::Connect(uint32_t generation) const {
         std::make_unique<PsBackend>(link.client.get(), absl::Seconds(spec_.timeouts.request_s),
                                     spec_.training.codec, spec_.training.residual_rows);
     rows->KeepBiasElsewhere();
-    auto made = hybrid_backend_(spec_, table_, rank_, link.split->side(1), std::move(rows),
+    auto made = hybrid_backend_(spec_, layout_, table_, rank_, link.split->side(1), std::move(rows),
                                 device_.device, *link.rendezvous);
     if (!made.ok()) return made.status();
     link.backend = std::move(*made);
@@ -411,8 +411,8 @@ absl::StatusOr<Link> WorkerRun::Connect(uint32_t generation) const {
       return absl::FailedPreconditionError(
           "this worker was built without serverless backends (gossip, all-reduce)");
     }
-    auto made =
-        serverless_backend_(spec_, table_, rank_, endpoint_, device_.device, *link.rendezvous);
+    auto made = serverless_backend_(spec_, layout_, table_, rank_, endpoint_, device_.device,
+                                    *link.rendezvous);
     if (!made.ok()) return made.status();
     link.backend = std::move(*made);
   } else {

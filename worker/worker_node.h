@@ -28,17 +28,20 @@ namespace syncline {
 // after a rollback (worker/peer_rendezvous.h), whose Interrupted() also ends the backend's
 // waits for peers. `device` is where the worker computes, as device/placement.h resolved it
 // ("cpu", "cuda:N"): the collectives take NCCL from it (collective/dense_collective.h).
+// `layout` is the model the backend will be initialised with (SyncBackend::Init): what the
+// factory needs to bound the messages its peers may send.
 using ServerlessBackendFactory = std::function<absl::StatusOr<std::unique_ptr<SyncBackend>>(
-    const JobSpec& spec, const NodeTable& table, int rank, Endpoint& endpoint,
-    const std::string& device, PeerRendezvous& rendezvous)>;
+    const JobSpec& spec, const ParameterLayout& layout, const NodeTable& table, int rank,
+    Endpoint& endpoint, const std::string& device, PeerRendezvous& rendezvous)>;
 
 // Makes the backend of a --sync hybrid worker from `rows` (a PsBackend that keeps the bias
 // elsewhere) and `peers`, the side of its data endpoint that hears the other workers (the
 // other side is its KVClient's); the factory connects it to the peers it needs. `device` and
-// `rendezvous` as above.
+// `layout`, `rendezvous` as above.
 using HybridBackendFactory = std::function<absl::StatusOr<std::unique_ptr<SyncBackend>>(
-    const JobSpec& spec, const NodeTable& table, int rank, Endpoint& peers,
-    std::unique_ptr<SyncBackend> rows, const std::string& device, PeerRendezvous& rendezvous)>;
+    const JobSpec& spec, const ParameterLayout& layout, const NodeTable& table, int rank,
+    Endpoint& peers, std::unique_ptr<SyncBackend> rows, const std::string& device,
+    PeerRendezvous& rendezvous)>;
 
 class WorkerNode {
  public:

@@ -24,7 +24,7 @@ enum class SyncKind {
 };
 
 // How --sync allreduce sums (collective/communicator.h): auto picks by size and topology.
-enum class AllReduceAlgorithm { kAuto, kRing, kDoubling, kHierarchical };
+enum class AllReduceAlgorithm { kAuto, kRing, kDoubling, kHierarchical, kHalving };
 
 // How --sync allreduce exchanges uncompressed rows [--allreduce-rows]: kAuto all-gathers the
 // rows a step touched as (key, gradient) pairs when that moves fewer bytes than all-reducing
