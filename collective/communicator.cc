@@ -528,15 +528,18 @@ absl::Status Communicator::Broadcast(std::span<float> data, int root) {
   absl::Status s;
   // Binomial tree: position v receives from v minus its lowest set bit, then sends to v + m
   // for every m below that bit.
-  int mask = 1;
-  while (mask < n && (v & mask) == 0) mask <<= 1;
-  if (v != 0) {
-    const int from = ((v - mask) + root) % n;
-    s = Receive(from, {seq_, kPhaseBroadcast, 0, 0}, data, WireType::kFloat32, false);
-  }
-  for (mask >>= 1; s.ok() && mask > 0; mask >>= 1) {
-    if (v + mask < n) {
-      s = Send((v + mask + root) % n, {seq_, kPhaseBroadcast, 0, 0}, data, WireType::kFloat32);
+  int lowest = 1;
+  while (lowest < n && (v & lowest) == 0) lowest <<= 1;
+  // In segments, as every other collective sends: a plane's message bound is sized to the
+  // job's largest all-reduce buffer, and a broadcast (a model with its optimizer state) may be
+  // larger.
+  const size_t seg = std::max<size_t>(1, options_.segment_bytes / sizeof(float));
+  for (size_t begin = 0, i = 0; s.ok() && (begin < data.size() || i == 0); begin += seg, ++i) {
+    std::span<float> piece = data.subspan(begin, std::min(seg, data.size() - begin));
+    const Tag tag{seq_, kPhaseBroadcast, 0, static_cast<int64_t>(i)};
+    if (v != 0) s = Receive(((v - lowest) + root) % n, tag, piece, WireType::kFloat32, false);
+    for (int mask = lowest >> 1; s.ok() && mask > 0; mask >>= 1) {
+      if (v + mask < n) s = Send((v + mask + root) % n, tag, piece, WireType::kFloat32);
     }
   }
   ++seq_;

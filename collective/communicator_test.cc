@@ -273,18 +273,25 @@ TEST(CollectiveTest, AllGatherBytesGivesEveryBlockInRankOrder) {
   }
 }
 
+// In one segment and in several (a broadcast larger than a plane's message bound, such as an
+// elastic all-reduce's model and optimizer state, goes in segments).
 TEST(CollectiveTest, BroadcastFromEveryRootOfEverySize) {
-  for (int n = 1; n <= 7; ++n) {
-    InprocTransport transport;
-    Group group(transport, n);
-    for (int root = 0; root < n; ++root) {
-      std::vector<std::vector<float>> data(n);
-      for (int r = 0; r < n; ++r) data[r] = Input(r, 9);
-      auto status = group.Run(
-          [&](Communicator& c) { return c.Broadcast(std::span<float>(data[c.rank()]), root); });
-      for (int r = 0; r < n; ++r) {
-        ASSERT_TRUE(status[r].ok()) << status[r];
-        ASSERT_EQ(data[r], Input(root, 9)) << "n " << n << " root " << root << " rank " << r;
+  for (const size_t values : {size_t{0}, size_t{9}, size_t{100}}) {
+    for (int n = 1; n <= 7; ++n) {
+      InprocTransport transport;
+      CommunicatorOptions options;
+      options.segment_bytes = 64;  // 16 values
+      Group group(transport, n, options);
+      for (int root = 0; root < n; ++root) {
+        std::vector<std::vector<float>> data(n);
+        for (int r = 0; r < n; ++r) data[r] = Input(r, values);
+        auto status = group.Run(
+            [&](Communicator& c) { return c.Broadcast(std::span<float>(data[c.rank()]), root); });
+        for (int r = 0; r < n; ++r) {
+          ASSERT_TRUE(status[r].ok()) << status[r];
+          ASSERT_EQ(data[r], Input(root, values))
+              << values << " values, n " << n << " root " << root << " rank " << r;
+        }
       }
     }
   }
