@@ -67,28 +67,32 @@ std::vector<std::string> WorkerIds(const NodeTable& table) {
 
 // A TcpTransport and this worker's endpoint on it; the endpoint goes first.
 struct TcpPlane {
+  explicit TcpPlane(TcpOptions options) : transport(std::move(options)) {}
   TcpTransport transport;
   std::unique_ptr<Endpoint> endpoint;
 };
 
-// This worker's TCP plane, listening on the host of its registered address at a port in
-// `ports`, and the address it listens at.
+// This worker's TCP plane (sealed with the plane's key, if any), listening on the host of its
+// registered address at a port in plane.ports, and the address it listens at.
 absl::StatusOr<std::pair<std::shared_ptr<TcpPlane>, std::string>> ListenOnTcpPlane(
-    const NodeTable& table, int rank, const std::vector<std::string>& peers, PortRange ports) {
+    const NodeTable& table, int rank, const std::vector<std::string>& peers,
+    const CollectivePlane& plane) {
   std::string host = "127.0.0.1";
   for (const NodeInfo& node : table.nodes) {
     if (node.role != wire::Role::WORKER || node.rank != rank) continue;
     if (auto hp = ParseTcpAddress(node.address); hp.ok()) host = hp->host;
   }
-  auto plane = std::make_shared<TcpPlane>();
-  plane->transport.AllowPeers(peers);
-  auto made = plane->transport.CreateEndpoint(peers[rank]);
+  TcpOptions options;
+  options.key = plane.key;
+  auto tcp = std::make_shared<TcpPlane>(std::move(options));
+  tcp->transport.AllowPeers(peers);
+  auto made = tcp->transport.CreateEndpoint(peers[rank]);
   if (!made.ok()) return made.status();
-  plane->endpoint = *std::move(made);
+  tcp->endpoint = *std::move(made);
   absl::StatusOr<std::string> address = BindInRange(
-      *plane->endpoint, host.find(':') == std::string::npos ? host : "[" + host + "]", ports);
+      *tcp->endpoint, host.find(':') == std::string::npos ? host : "[" + host + "]", plane.ports);
   if (!address.ok()) return address.status();
-  return std::make_pair(std::move(plane), *std::move(address));
+  return std::make_pair(std::move(tcp), *std::move(address));
 }
 
 }  // namespace
@@ -120,7 +124,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOverTcp(const JobSpe
   std::shared_ptr<TcpPlane> tcp;
   std::string offer;
   if (plane.tcp) {
-    auto listening = ListenOnTcpPlane(table, rank, peers, plane.ports);
+    auto listening = ListenOnTcpPlane(table, rank, peers, plane);
     if (listening.ok()) {
       std::tie(tcp, offer) = *std::move(listening);
     } else {
@@ -161,7 +165,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOverTcp(const JobSpe
     if (w == rank) continue;
     if (auto s = tcp->endpoint->Connect(peers[w], addresses[w]); !s.ok()) return s;
   }
-  SYNCLINE_LOG(INFO) << "collectives over direct TCP at " << offer;
+  SYNCLINE_LOG(INFO) << "collectives over " << (plane.key ? "sealed" : "direct") << " TCP at "
+                     << offer;
   auto communicator = std::make_unique<Communicator>(tcp->endpoint.get(), rank, peers,
                                                      CollectiveOptions(spec, table));
   communicator->Own(std::move(tcp));
@@ -183,7 +188,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOfGeneration(
   Endpoint* mine = nullptr;
   std::string address;
   if (plane.tcp) {
-    auto listening = ListenOnTcpPlane(table, rank, peers, plane.ports);
+    auto listening = ListenOnTcpPlane(table, rank, peers, plane);
     if (!listening.ok()) return listening.status();
     mine = listening->first->endpoint.get();
     owned = std::move(listening->first);
@@ -210,7 +215,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOfGeneration(
     if (auto s = mine->Connect(peers[w], (*addresses)[w]); !s.ok()) return s;
   }
   SYNCLINE_LOG(INFO) << "collectives of generation " << generation << " over "
-                     << (plane.tcp ? "direct TCP" : "the node's transport") << " at " << address;
+                     << (!plane.tcp  ? "the node's transport"
+                         : plane.key ? "sealed TCP"
+                                     : "direct TCP")
+                     << " at " << address;
   auto communicator = std::make_unique<Communicator>(mine, rank, peers, options);
   communicator->Own(std::move(owned));
   communicator->StopWaitingWhen([&rendezvous] { return rendezvous.Interrupted(); });
