@@ -1,7 +1,10 @@
 #include "core/seal.h"
 
+#include <openssl/evp.h>
 #include <sodium.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -90,10 +93,14 @@ bool SameProof(const SealProof& a, const unsigned char* b) {
   return sodium_memcmp(a.data(), b, a.size()) == 0;
 }
 
+// AES-256-GCM runs through OpenSSL's EVP, not libsodium's: on this project's machines (AES-NI,
+// PCLMUL, VAES) OpenSSL 3.0 seals 64 KiB segments at 4.5 GB/s and libsodium 1.0.18 at 0.96
+// GB/s (measured side by side, docs/COLLECTIVES.md), and the cipher bounds the plane's speed.
 struct SealedChannel::Keys {
   SealKey send, receive;
-  // AES-GCM's expanded keys, made once per session rather than per segment.
-  crypto_aead_aes256gcm_state aes_send, aes_receive;
+  // AES-GCM's contexts, keyed once per session rather than per segment.
+  EVP_CIPHER_CTX* aes_send = nullptr;
+  EVP_CIPHER_CTX* aes_receive = nullptr;
 };
 
 SealedChannel::SealedChannel(SealCipher cipher, const SealKey& pair, const SealNonce& nc,
@@ -106,12 +113,25 @@ SealedChannel::SealedChannel(SealCipher cipher, const SealKey& pair, const SealN
   keys_->send = client ? to_server : to_client;
   keys_->receive = client ? to_client : to_server;
   if (cipher_ == SealCipher::kAes256Gcm) {
-    crypto_aead_aes256gcm_beforenm(&keys_->aes_send, keys_->send.data());
-    crypto_aead_aes256gcm_beforenm(&keys_->aes_receive, keys_->receive.data());
+    keys_->aes_send = EVP_CIPHER_CTX_new();
+    keys_->aes_receive = EVP_CIPHER_CTX_new();
+    if (keys_->aes_send == nullptr || keys_->aes_receive == nullptr ||
+        EVP_EncryptInit_ex(keys_->aes_send, EVP_aes_256_gcm(), nullptr, keys_->send.data(),
+                           nullptr) != 1 ||
+        EVP_DecryptInit_ex(keys_->aes_receive, EVP_aes_256_gcm(), nullptr, keys_->receive.data(),
+                           nullptr) != 1) {
+      std::fprintf(stderr, "OpenSSL could not set up AES-256-GCM\n");
+      std::abort();
+    }
   }
 }
 
-SealedChannel::~SealedChannel() { sodium_memzero(keys_.get(), sizeof(Keys)); }
+SealedChannel::~SealedChannel() {
+  EVP_CIPHER_CTX_free(keys_->aes_send);  // clears the expanded keys
+  EVP_CIPHER_CTX_free(keys_->aes_receive);
+  sodium_memzero(keys_->send.data(), keys_->send.size());
+  sodium_memzero(keys_->receive.data(), keys_->receive.size());
+}
 
 void SealedChannel::Seal(const std::byte* plain, size_t n, std::byte* out) {
   unsigned char* header = reinterpret_cast<unsigned char*>(out);
@@ -122,8 +142,17 @@ void SealedChannel::Seal(const std::byte* plain, size_t n, std::byte* out) {
   const uint64_t counter = send_counter_++;
   if (cipher_ == SealCipher::kAes256Gcm) {
     const auto nonce = CounterNonce<crypto_aead_aes256gcm_NPUBBYTES>(counter);
-    crypto_aead_aes256gcm_encrypt_detached_afternm(cipher, tag, nullptr, m, n, header, kHeaderBytes,
-                                                   nullptr, nonce.data(), &keys_->aes_send);
+    EVP_CIPHER_CTX* ctx = keys_->aes_send;
+    int len = 0;
+    // With a valid context and sizes these cannot fail; a failure would be a broken library.
+    if (EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, nonce.data()) != 1 ||
+        EVP_EncryptUpdate(ctx, nullptr, &len, header, kHeaderBytes) != 1 ||
+        EVP_EncryptUpdate(ctx, cipher, &len, m, static_cast<int>(n)) != 1 ||
+        EVP_EncryptFinal_ex(ctx, cipher + len, &len) != 1 ||
+        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, kTagBytes, tag) != 1) {
+      std::fprintf(stderr, "OpenSSL failed to seal a segment\n");
+      std::abort();
+    }
   } else {
     const auto nonce = CounterNonce<crypto_aead_xchacha20poly1305_ietf_NPUBBYTES>(counter);
     crypto_aead_xchacha20poly1305_ietf_encrypt_detached(cipher, tag, nullptr, m, n, header,
@@ -140,8 +169,16 @@ bool SealedChannel::Open(std::byte* record, size_t n) {
   int rc;
   if (cipher_ == SealCipher::kAes256Gcm) {
     const auto nonce = CounterNonce<crypto_aead_aes256gcm_NPUBBYTES>(counter);
-    rc = crypto_aead_aes256gcm_decrypt_detached_afternm(
-        cipher, nullptr, cipher, n, tag, header, kHeaderBytes, nonce.data(), &keys_->aes_receive);
+    EVP_CIPHER_CTX* ctx = keys_->aes_receive;
+    int len = 0;
+    // In place: the plaintext is written before the tag is checked, and used only after.
+    const bool ok = EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, nonce.data()) == 1 &&
+                    EVP_DecryptUpdate(ctx, nullptr, &len, header, kHeaderBytes) == 1 &&
+                    EVP_DecryptUpdate(ctx, cipher, &len, cipher, static_cast<int>(n)) == 1 &&
+                    EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kTagBytes,
+                                        const_cast<unsigned char*>(tag)) == 1 &&
+                    EVP_DecryptFinal_ex(ctx, cipher + len, &len) == 1;
+    rc = ok ? 0 : -1;
   } else {
     const auto nonce = CounterNonce<crypto_aead_xchacha20poly1305_ietf_NPUBBYTES>(counter);
     rc = crypto_aead_xchacha20poly1305_ietf_decrypt_detached(
