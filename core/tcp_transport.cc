@@ -35,6 +35,8 @@ constexpr uint16_t kSealedVersion = 2;
 constexpr size_t kServerAnswerBytes = 1 + sizeof(SealNonce) + sizeof(SealProof);
 // A sealed connection's staging holds a few whole segments: each is opened in place there.
 constexpr size_t kSealedStagingBytes = 4 * (SealedChannel::kMaxSegment + SealedChannel::kOverhead);
+// A message is sealed and written this many bytes at a time (whole segments).
+constexpr size_t kSealBatchBytes = 4 * SealedChannel::kMaxSegment;
 constexpr size_t kHelloFixed = sizeof(kMagic) + 2 + 2;
 // Reads land here first; a frame that still needs at least kDirectRead bytes is read straight
 // into its own buffer instead.
@@ -454,7 +456,9 @@ class TcpEndpoint : public Endpoint {
       payload += frames[i].size();
     }
     if (sealed()) return WriteSealed(c, pieces, payload, wait_until);
-    return WritePieces(c, pieces, payload, wait_until, nullptr);
+    absl::Status s = WritePieces(c, pieces, wait_until, nullptr);
+    if (s.ok()) counters_.Sent(c->peer, payload);
+    return s;
   }
 
   struct Piece {
@@ -462,11 +466,11 @@ class TcpEndpoint : public Endpoint {
     size_t size;
   };
 
-  // Write's second half: writes `pieces` (a message's bytes on the wire, `payload` of them
-  // the frames') as far as the kernel takes them and queues the rest. A remainder of the one
-  // piece in `*owned` moves into the queue instead of being copied.
-  absl::Status WritePieces(Conn* c, const std::vector<Piece>& pieces, size_t payload,
-                           absl::Time wait_until, std::vector<std::byte>* owned) {
+  // Write's second half: writes `pieces` (a message's bytes on the wire) as far as the kernel
+  // takes them and queues the rest. A remainder of the one piece in `*owned` moves into the
+  // queue instead of being copied.
+  absl::Status WritePieces(Conn* c, const std::vector<Piece>& pieces, absl::Time wait_until,
+                           std::vector<std::byte>* owned) {
     size_t total = 0;
     for (const Piece& p : pieces) total += p.size;
     auto broke = [&] {
@@ -520,7 +524,6 @@ class TcpEndpoint : public Endpoint {
         return absl::DeadlineExceededError(absl::StrCat(id_, ": ", c->peer, " takes no bytes"));
       }
     }
-    counters_.Sent(c->peer, payload);
     if (written == total) return absl::OkStatus();
     if (owned != nullptr && (c->out.empty() || written == 0)) {
       if (c->out.empty()) c->out_offset = written;
@@ -784,22 +787,47 @@ class TcpEndpoint : public Endpoint {
       counters_.Sent(c->peer, payload);
       return absl::OkStatus();
     }
-    const size_t size = SealInto(c, pieces, &c->sealed_out);
-    return WritePieces(c, {{c->sealed_out.data(), size}}, payload, wait_until, &c->sealed_out);
+    // A batch of segments at a time, so that the peer opens one batch while this end seals
+    // the next (the kernel takes a batch at once when the peer keeps reading).
+    SealCursor at;
+    for (const Piece& p : pieces) at.left += p.size;
+    for (bool first = true; at.left > 0; first = false) {
+      const size_t size = SealInto(c, pieces, &at, kSealBatchBytes, &c->sealed_out);
+      absl::Status s = WritePieces(c, {{c->sealed_out.data(), size}}, wait_until, &c->sealed_out);
+      if (absl::IsDeadlineExceeded(s) && !first) {
+        // Part of the message is out: the rest must follow it, so it waits in the queue.
+        c->sealed_out.resize(size);
+        c->queued_bytes += size;
+        c->out.push_back(std::move(c->sealed_out));
+        c->sealed_out.clear();
+        s = absl::OkStatus();
+      }
+      if (!s.ok()) return s;
+    }
+    counters_.Sent(c->peer, payload);
+    return absl::OkStatus();
   }
 
-  // Seals one message's wire bytes (`pieces`) into *out, which grows as needed and never
-  // shrinks (a buffer of a collective's segment size is reused, not zeroed each time); returns
-  // the bytes written. Every message starts a segment, so a message's preamble (at most 516
-  // bytes) is always inside one; a segment is sealed straight from the piece that holds it,
-  // and only one that spans pieces is gathered first.
-  size_t SealInto(Conn* c, const std::vector<Piece>& pieces, std::vector<std::byte>* out) {
+  // Where sealing stands in a message's pieces: `left` bytes from pieces[piece] at `offset`.
+  struct SealCursor {
+    size_t piece = 0, offset = 0, left = 0;
+  };
+
+  // Seals up to `most` bytes of one message's wire bytes (`pieces`), from *cursor on, into
+  // *out, which grows as needed and never shrinks (a buffer of a batch's size is reused, not
+  // zeroed each time); returns the bytes written. Every message starts a segment, so its
+  // preamble (at most 516 bytes) is always inside one; a segment is sealed straight from the
+  // piece that holds it, and only one that spans pieces is gathered first.
+  size_t SealInto(Conn* c, const std::vector<Piece>& pieces, SealCursor* cursor, size_t most,
+                  std::vector<std::byte>* out) {
     constexpr size_t kMax = SealedChannel::kMaxSegment;
-    size_t total = 0;
-    for (const Piece& p : pieces) total += p.size;
+    const size_t total = std::min(cursor->left, most);
     const size_t sealed_size = total + (total + kMax - 1) / kMax * SealedChannel::kOverhead;
     if (out->size() < sealed_size) out->resize(sealed_size);
-    size_t piece = 0, offset = 0, at = 0;
+    size_t& piece = cursor->piece;
+    size_t& offset = cursor->offset;
+    size_t at = 0;
+    cursor->left -= total;
     for (size_t left = total; left > 0;) {
       const size_t n = std::min(kMax, left);
       while (offset == pieces[piece].size) {
@@ -1003,7 +1031,9 @@ class TcpEndpoint : public Endpoint {
     for (std::vector<std::byte>& plain : c->unsealed) {
       c->queued_bytes -= plain.size();
       std::vector<std::byte> segments;
-      const size_t size = SealInto(c, {{plain.data(), plain.size()}}, &segments);
+      SealCursor all;
+      all.left = plain.size();
+      const size_t size = SealInto(c, {{plain.data(), plain.size()}}, &all, all.left, &segments);
       c->queued_bytes += size;
       c->out.push_back(std::move(segments));
     }
