@@ -10,9 +10,12 @@
 // - alone: `syncline-bench-allreduce --np N` forks N processes that meet through a shared
 //   memory barrier (no MPI figures then).
 // Syncline: every rank its own ZeroMQ endpoint bound to 127.0.0.1, connected from the lower
-// rank to the higher only (as the product does). Gloo: gloo::AllreduceRing,
-// AllreduceRingChunked, AllreduceHalvingDoubling and gloo::allreduce (the newer API PyTorch
-// uses), a full mesh of tcp pairs on 127.0.0.1 met through a FileStore.
+// rank to the higher only (as the product does), over plain ZeroMQ (syncline-*), the TCP plane
+// (syncline-tcp-*), and a keyed job's planes under one job key: the sealed TCP plane
+// (syncline-sealed-*, AES-256-GCM or with --no-aes XChaCha20-Poly1305) and ZeroMQ CURVE
+// (syncline-curve-*); a second summary sets those two against the plaintext TCP plane. Gloo:
+// gloo::AllreduceRing, AllreduceRingChunked, AllreduceHalvingDoubling and gloo::allreduce (the
+// newer API PyTorch uses), a full mesh of tcp pairs on 127.0.0.1 met through a FileStore.
 //
 // For every size and implementation: one run on known inputs whose result is checked on every
 // element of every rank (a wrong sum or an error fails the whole bench: it never reports a
@@ -844,7 +847,8 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--factor", settings.factor, "size step")->check(CLI::Range(2, 1024));
   app.add_option("--impls", impls,
-                 "comma-separated: syncline-ring, syncline-doubling, gloo-ring, "
+                 "comma-separated: syncline-ring, syncline-doubling (and syncline-tcp-*, "
+                 "syncline-sealed-*, syncline-curve-* of each), gloo-ring, "
                  "gloo-ring-chunked, gloo-halving-doubling, gloo-allreduce, mpi (default: all "
                  "available)");
   app.add_option("--sample-ms", settings.sample_ms, "small ops are batched up to this per sample")

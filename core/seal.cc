@@ -161,9 +161,10 @@ void SealedChannel::Seal(const std::byte* plain, size_t n, std::byte* out) {
   }
 }
 
-bool SealedChannel::Open(std::byte* record, size_t n) {
+bool SealedChannel::Open(std::byte* record, size_t n, std::byte* plain) {
   unsigned char* header = reinterpret_cast<unsigned char*>(record);
   unsigned char* cipher = header + kHeaderBytes;
+  unsigned char* out = plain == nullptr ? cipher : reinterpret_cast<unsigned char*>(plain);
   const unsigned char* tag = cipher + n;
   const uint64_t counter = receive_counter_;
   int rc;
@@ -171,18 +172,18 @@ bool SealedChannel::Open(std::byte* record, size_t n) {
     const auto nonce = CounterNonce<crypto_aead_aes256gcm_NPUBBYTES>(counter);
     EVP_CIPHER_CTX* ctx = keys_->aes_receive;
     int len = 0;
-    // In place: the plaintext is written before the tag is checked, and used only after.
+    // The plaintext is written before the tag is checked: the caller uses it only after.
     const bool ok = EVP_DecryptInit_ex(ctx, nullptr, nullptr, nullptr, nonce.data()) == 1 &&
                     EVP_DecryptUpdate(ctx, nullptr, &len, header, kHeaderBytes) == 1 &&
-                    EVP_DecryptUpdate(ctx, cipher, &len, cipher, static_cast<int>(n)) == 1 &&
+                    EVP_DecryptUpdate(ctx, out, &len, cipher, static_cast<int>(n)) == 1 &&
                     EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kTagBytes,
                                         const_cast<unsigned char*>(tag)) == 1 &&
-                    EVP_DecryptFinal_ex(ctx, cipher + len, &len) == 1;
+                    EVP_DecryptFinal_ex(ctx, out + len, &len) == 1;
     rc = ok ? 0 : -1;
   } else {
     const auto nonce = CounterNonce<crypto_aead_xchacha20poly1305_ietf_NPUBBYTES>(counter);
     rc = crypto_aead_xchacha20poly1305_ietf_decrypt_detached(
-        cipher, nullptr, cipher, n, tag, header, kHeaderBytes, nonce.data(), keys_->receive.data());
+        out, nullptr, cipher, n, tag, header, kHeaderBytes, nonce.data(), keys_->receive.data());
   }
   if (rc != 0) return false;
   ++receive_counter_;

@@ -78,9 +78,10 @@ class SealedChannel {
   SealCipher cipher() const { return cipher_; }
   // Writes the segment of `plain` (n <= kMaxSegment bytes) to out[0, n + kOverhead).
   void Seal(const std::byte* plain, size_t n, std::byte* out);
-  // Opens the segment whose header says `n` bytes in place: record[kHeaderBytes, +n) becomes
-  // the plaintext. False when the tag does not verify (nothing of it may be used then).
-  bool Open(std::byte* record, size_t n);
+  // Opens the segment whose header says `n` bytes: its plaintext goes to plain[0, n), or with
+  // plain null in place to record[kHeaderBytes, +n). False when the tag does not verify
+  // (nothing written may be used then).
+  bool Open(std::byte* record, size_t n, std::byte* plain = nullptr);
   // Segments sealed and opened so far (the next nonces).
   uint64_t sealed() const { return send_counter_; }
   uint64_t opened() const { return receive_counter_; }

@@ -41,10 +41,16 @@ TEST_P(SealTest, SegmentsRoundTripInPlace) {
     ASSERT_TRUE(server.Open(record.data(), n)) << n;
     EXPECT_EQ(std::memcmp(record.data() + 4, plain.data(), n), 0) << n;
   }
+  // Out of place, straight into a destination of the caller's.
+  const std::vector<std::byte> plain = Bytes(5000, 5);
+  std::vector<std::byte> record(5000 + SealedChannel::kOverhead), into(5000);
+  client.Seal(plain.data(), 5000, record.data());
+  ASSERT_TRUE(server.Open(record.data(), 5000, into.data()));
+  EXPECT_EQ(into, plain);
   // And the other direction, under its own key.
-  const std::vector<std::byte> plain = Bytes(100, 7);
-  std::vector<std::byte> record(100 + SealedChannel::kOverhead);
-  server.Seal(plain.data(), 100, record.data());
+  const std::vector<std::byte> back = Bytes(100, 7);
+  record.assign(100 + SealedChannel::kOverhead, std::byte{0});
+  server.Seal(back.data(), 100, record.data());
   std::vector<std::byte> copy = record;
   EXPECT_FALSE(server.Open(copy.data(), 100)) << "a segment opened with its own direction's key";
   ASSERT_TRUE(client.Open(record.data(), 100));

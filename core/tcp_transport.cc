@@ -918,7 +918,14 @@ class TcpEndpoint : public Endpoint {
         return false;
       }
       if (avail < n + SealedChannel::kOverhead) return true;
-      if (!c->seal->Open(p, n)) {
+      // A segment that lies inside the frame being received opens straight into its buffer;
+      // any other opens in place here and is parsed from the staging buffer.
+      std::byte* into = nullptr;
+      if (c->have_preamble && c->frame < c->lengths.size() &&
+          c->lengths[c->frame] - c->offset >= n) {
+        into = c->buffers[c->frame].get() + c->offset;
+      }
+      if (!c->seal->Open(p, n, into)) {
         Reject(c, absl::StrCat("sealed segment ", c->seal->opened(), " from ", c->peer,
                                " fails authentication (altered, replayed, reordered or cut); "
                                "none of it is used"));
@@ -927,6 +934,14 @@ class TcpEndpoint : public Endpoint {
       c->in_begin = c->raw_begin + SealedChannel::kHeaderBytes;
       c->in_end = c->in_begin + n;
       c->raw_begin += n + SealedChannel::kOverhead;
+      if (into != nullptr) {
+        c->in_begin = c->in_end;  // nothing to parse: the frame has its bytes
+        c->offset += n;
+        if (c->offset == c->lengths[c->frame]) {
+          ++c->frame;
+          c->offset = 0;
+        }
+      }
       if (!Parse(c)) return false;
       if (c->in_begin != c->in_end) {
         Reject(c, absl::StrCat("a sealed segment from ", c->peer,
