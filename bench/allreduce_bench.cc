@@ -10,9 +10,12 @@
 // - alone: `syncline-bench-allreduce --np N` forks N processes that meet through a shared
 //   memory barrier (no MPI figures then).
 // Syncline: every rank its own ZeroMQ endpoint bound to 127.0.0.1, connected from the lower
-// rank to the higher only (as the product does). Gloo: gloo::AllreduceRing,
-// AllreduceRingChunked, AllreduceHalvingDoubling and gloo::allreduce (the newer API PyTorch
-// uses), a full mesh of tcp pairs on 127.0.0.1 met through a FileStore.
+// rank to the higher only (as the product does), over plain ZeroMQ (syncline-*), the TCP plane
+// (syncline-tcp-*), and a keyed job's planes under one job key: the sealed TCP plane
+// (syncline-sealed-*, AES-256-GCM or with --no-aes XChaCha20-Poly1305) and ZeroMQ CURVE
+// (syncline-curve-*); a second summary sets those two against the plaintext TCP plane. Gloo:
+// gloo::AllreduceRing, AllreduceRingChunked, AllreduceHalvingDoubling and gloo::allreduce (the
+// newer API PyTorch uses), a full mesh of tcp pairs on 127.0.0.1 met through a FileStore.
 //
 // For every size and implementation: one run on known inputs whose result is checked on every
 // element of every rank (a wrong sum or an error fails the whole bench: it never reports a
@@ -66,6 +69,7 @@
 #include "collective/communicator.h"
 #include "core/command_line.h"
 #include "core/message.h"
+#include "core/seal.h"
 #include "core/tcp_transport.h"
 #include "core/zmq_transport.h"
 
@@ -244,6 +248,7 @@ class SynclineSide {
     const int rank = group.rank(), n = group.size();
     std::vector<std::string> ids;
     for (int r = 0; r < n; ++r) ids.push_back(absl::StrCat("r", r));
+    transport_->AllowPeers(ids);  // a keyed transport accepts exactly these
     endpoint_ = *transport_->CreateEndpoint(ids[rank]);
     absl::StatusOr<std::string> address = endpoint_->Bind("tcp://127.0.0.1:0");
     if (!address.ok()) Fail(address.status());
@@ -333,6 +338,7 @@ struct Settings {
   int max_samples = 15;
   double timeout_s = 300;
   int io_threads = 1;
+  bool no_aes = false;  // the sealed plane without AES-GCM (XChaCha20-Poly1305)
   bool quick = false;
   int retries = 2;          // re-measure a figure taken while the machine was busy
   double max_other = 0.10;  // "busy": other processes used more than this share of the cores
@@ -347,6 +353,27 @@ struct Row {
   int batch = 0;
   double other = 0;  // share of the machine other processes used meanwhile
 };
+
+// One job key for every rank: rank 0 makes it and hands it over in a file of mode 0600.
+std::shared_ptr<const JobKey> SharedKey(Group& group) {
+  std::string path;
+  if (group.rank() == 0) {
+    path = absl::StrCat("/tmp/syncline-bench-allreduce-", getpid(), ".key");
+    if (absl::Status s = JobKey::Generate().Save(path); !s.ok()) {
+      std::cerr << "syncline-bench-allreduce: " << s << "\n";
+      std::_Exit(1);
+    }
+  }
+  path = group.AllGather(path)[0];
+  absl::StatusOr<JobKey> key = JobKey::Load(path);
+  group.Barrier();
+  if (group.rank() == 0) std::remove(path.c_str());
+  if (!key.ok()) {
+    std::cerr << "syncline-bench-allreduce: " << key.status() << "\n";
+    std::_Exit(1);
+  }
+  return std::make_shared<const JobKey>(*std::move(key));
+}
 
 // Busy and total time of the whole machine, in clock ticks (/proc/stat's cpu line).
 struct MachineCpu {
@@ -406,6 +433,42 @@ std::string Time(double s) {
   return absl::StrFormat("%.3f s", s);
 }
 
+// The keyed planes against the plaintext TCP plane: time per op (the faster of ring and
+// doubling) and plaintext's time over theirs (1.0 is par, 0.7 is 70% of its speed).
+void KeyedSummary(const std::vector<Row>& rows, bool aes) {
+  std::map<size_t, std::map<std::string, double>> best;  // bytes -> plane -> seconds
+  for (const Row& r : rows) {
+    for (const char* plane : {"syncline-tcp-", "syncline-sealed-", "syncline-curve-"}) {
+      if (!r.impl.starts_with(plane)) continue;
+      auto [it, fresh] = best[r.bytes].try_emplace(plane, r.seconds);
+      if (!fresh) it->second = std::min(it->second, r.seconds);
+    }
+  }
+  if (best.empty()) return;
+  std::printf(
+      "\nKeyed planes (one job key) against the plaintext TCP plane, best of ring and doubling; "
+      "sealed: %s\n",
+      SealCipherName(
+          static_cast<SealCipher>(ChooseSealCipher(LocalSealCiphers(aes), LocalSealCiphers(aes)))));
+  std::printf("%8s  %10s %10s %12s %10s %12s\n", "bytes", "tcp", "sealed", "sealed/tcp", "curve",
+              "curve/tcp");
+  for (const auto& [bytes, planes] : best) {
+    auto time = [&](const char* plane) {
+      auto it = planes.find(plane);
+      return it == planes.end() ? std::string("-") : Time(it->second);
+    };
+    auto ratio = [&](const char* plane) {
+      auto it = planes.find(plane), base = planes.find("syncline-tcp-");
+      if (it == planes.end() || base == planes.end()) return std::string("-");
+      return absl::StrFormat("%.2f", base->second / it->second);
+    };
+    std::printf("%8s  %10s %10s %12s %10s %12s\n", Bytes(bytes).c_str(),
+                time("syncline-tcp-").c_str(), time("syncline-sealed-").c_str(),
+                ratio("syncline-sealed-").c_str(), time("syncline-curve-").c_str(),
+                ratio("syncline-curve-").c_str());
+  }
+}
+
 int Run(Group& group, const Settings& settings, const std::string& gloo_dir,
         const std::string& launch) {
   const int rank = group.rank(), n = group.size();
@@ -431,8 +494,22 @@ int Run(Group& group, const Settings& settings, const std::string& gloo_dir,
   tcp.spin = absl::Microseconds(settings.spin_us);
   SynclineSide syncline_tcp(group, std::make_unique<TcpTransport>(tcp),
                             absl::Seconds(settings.timeout_s));
-  for (auto [side, prefix] :
-       {std::pair{&syncline, "syncline-"}, {&syncline_tcp, "syncline-tcp-"}}) {
+  // A keyed job's planes, under one job key: the sealed TCP plane, and ZeroMQ CURVE (where
+  // keyed collectives ran before it).
+  const std::shared_ptr<const JobKey> key = SharedKey(group);
+  TcpOptions sealed = tcp;
+  sealed.key = key;
+  sealed.seal_with_aes = !settings.no_aes;
+  SynclineSide syncline_sealed(group, std::make_unique<TcpTransport>(sealed),
+                               absl::Seconds(settings.timeout_s));
+  ZmqOptions curve = zmq;
+  curve.key = key;
+  SynclineSide syncline_curve(group, std::make_unique<ZmqTransport>(curve),
+                              absl::Seconds(settings.timeout_s));
+  for (auto [side, prefix] : {std::pair{&syncline, "syncline-"},
+                              {&syncline_tcp, "syncline-tcp-"},
+                              {&syncline_sealed, "syncline-sealed-"},
+                              {&syncline_curve, "syncline-curve-"}}) {
     for (Algorithm a :
          {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kHalvingDoubling}) {
       impls.push_back(
@@ -742,6 +819,7 @@ int Run(Group& group, const Settings& settings, const std::string& gloo_dir,
           absl::StrCat(ratio(tcp_auto), " (", AlgorithmName(choice), ")").c_str());
     }
     std::printf("(small-message latency vs MPI: see the 4K row, MPI time / Syncline's best)\n");
+    KeyedSummary(rows, sealed.seal_with_aes);
     if (syncline.dropped() != 0) {
       std::printf("note: rank 0's communicator dropped %llu stray messages\n",
                   static_cast<unsigned long long>(syncline.dropped()));
@@ -778,8 +856,8 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--factor", settings.factor, "size step")->check(CLI::Range(2, 1024));
   app.add_option("--impls", impls,
-                 "comma-separated: syncline-ring, syncline-doubling, syncline-halving, "
-                 "syncline-tcp-ring (and -doubling, -halving), gloo-ring, "
+                 "comma-separated: syncline-ring, syncline-doubling, syncline-halving (and "
+                 "syncline-tcp-*, syncline-sealed-*, syncline-curve-* of each), gloo-ring, "
                  "gloo-ring-chunked, gloo-halving-doubling, gloo-allreduce, mpi (default: all "
                  "available)");
   app.add_option("--sample-ms", settings.sample_ms, "small ops are batched up to this per sample")
@@ -795,6 +873,8 @@ int Main(int argc, char** argv) {
          "TcpTransport: poll without sleeping (yielding the core) this long before sleeping in a "
          "receive; the default is the product's")
       ->check(CLI::Range(0.0, 1e6));
+  app.add_flag("--no-aes", settings.no_aes,
+               "seal the keyed TCP plane with XChaCha20-Poly1305 even where AES-GCM runs");
   app.add_option("--io-threads", settings.io_threads, "ZeroMQ I/O threads per Syncline rank")
       ->check(CLI::Range(1, 16));
   app.add_option("--retries", settings.retries,

@@ -476,3 +476,43 @@ TEST(CollectiveTest, APeerLostOverTcpIsNamed) {
 
 }  // namespace
 }  // namespace syncline
+
+namespace syncline {
+namespace {
+
+// A sealed plane (the job key's, either cipher) gives bit for bit the plaintext plane's
+// result for every algorithm, with buffers that span many segments and messages.
+TEST(CollectiveTest, SealedTcpGivesBitwiseThePlaintextResult) {
+  const int n = 5;
+  CommunicatorOptions options;
+  options.host_of_rank = {0, 0, 1, 1, 1};  // two "hosts", for the hierarchical algorithm
+  auto run = [&](TcpOptions tcp, Algorithm a, size_t size) {
+    TcpTransport transport(tcp);
+    Group group(transport, n, options);
+    std::vector<std::vector<float>> data(n);
+    for (int r = 0; r < n; ++r) data[r] = Input(r, size, /*seed=*/11);
+    auto status = group.Run(
+        [&](Communicator& c) { return c.AllReduce(std::span<float>(data[c.rank()]), a); });
+    for (const auto& s : status) EXPECT_TRUE(s.ok()) << s;
+    return data;
+  };
+  const auto key = std::make_shared<const JobKey>(JobKey::Generate());
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kHierarchical}) {
+    for (size_t size : {size_t{3}, size_t{1000}, size_t{300000}}) {
+      const auto plain = run({}, a, size);
+      for (bool aes : {true, false}) {
+        TcpOptions sealed;
+        sealed.key = key;
+        sealed.seal_with_aes = aes;
+        const auto got = run(sealed, a, size);
+        for (int r = 0; r < n; ++r) {
+          ASSERT_EQ(std::memcmp(got[r].data(), plain[r].data(), size * sizeof(float)), 0)
+              << AlgorithmName(a) << " " << size << (aes ? " AES" : " XChaCha") << " rank " << r;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace syncline

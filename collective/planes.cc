@@ -75,30 +75,28 @@ struct TcpPlane {
   std::unique_ptr<Endpoint> endpoint;
 };
 
-// This worker's TCP plane, listening on the host of its registered address at a port in
-// `ports`, and the address it listens at.
+// This worker's TCP plane (sealed with the plane's key, if any), listening on the host of its
+// registered address at a port in plane.ports, and the address it listens at.
 absl::StatusOr<std::pair<std::shared_ptr<TcpPlane>, std::string>> ListenOnTcpPlane(
     const NodeTable& table, int rank, const std::vector<std::string>& peers,
-    const CollectivePlane& plane_options) {
+    const CollectivePlane& plane) {
   std::string host = "127.0.0.1";
   for (const NodeInfo& node : table.nodes) {
     if (node.role != wire::Role::WORKER || node.rank != rank) continue;
     if (auto hp = ParseTcpAddress(node.address); hp.ok()) host = hp->host;
   }
   TcpOptions options;
-  if (plane_options.max_message_bytes > 0) {
-    options.max_message_bytes = plane_options.max_message_bytes;
-  }
-  auto plane = std::make_shared<TcpPlane>(options);
-  plane->transport.AllowPeers(peers);
-  auto made = plane->transport.CreateEndpoint(peers[rank]);
+  if (plane.max_message_bytes > 0) options.max_message_bytes = plane.max_message_bytes;
+  options.key = plane.key;
+  auto tcp = std::make_shared<TcpPlane>(std::move(options));
+  tcp->transport.AllowPeers(peers);
+  auto made = tcp->transport.CreateEndpoint(peers[rank]);
   if (!made.ok()) return made.status();
-  plane->endpoint = *std::move(made);
-  absl::StatusOr<std::string> address =
-      BindInRange(*plane->endpoint, host.find(':') == std::string::npos ? host : "[" + host + "]",
-                  plane_options.ports);
+  tcp->endpoint = *std::move(made);
+  absl::StatusOr<std::string> address = BindInRange(
+      *tcp->endpoint, host.find(':') == std::string::npos ? host : "[" + host + "]", plane.ports);
   if (!address.ok()) return address.status();
-  return std::make_pair(std::move(plane), *std::move(address));
+  return std::make_pair(std::move(tcp), *std::move(address));
 }
 
 }  // namespace
@@ -179,7 +177,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectWorkersOverTcp(const JobSpe
     if (w == rank) continue;
     if (auto s = tcp->endpoint->Connect(peers[w], addresses[w]); !s.ok()) return s;
   }
-  SYNCLINE_LOG(INFO) << "collectives over direct TCP at " << offer;
+  SYNCLINE_LOG(INFO) << "collectives over " << (plane.key ? "sealed" : "direct") << " TCP at "
+                     << offer;
   auto communicator = std::make_unique<Communicator>(tcp->endpoint.get(), rank, peers,
                                                      CollectiveOptions(spec, table));
   communicator->Own(std::move(tcp));
@@ -245,7 +244,10 @@ absl::StatusOr<PeerMeeting> MeetPeers(const JobSpec& spec, const NodeTable& tabl
                              ? absl::StrCat(" after ", plan_events, " departures and arrivals")
                              : "")
                      << " among " << peers.size() << " workers over "
-                     << (plane.tcp ? "direct TCP" : "the node's transport") << " at " << address;
+                     << (!plane.tcp  ? "the node's transport"
+                         : plane.key ? "sealed TCP"
+                                     : "direct TCP")
+                     << " at " << address;
   meeting.communicator = std::make_unique<Communicator>(mine, me, peers, options);
   meeting.communicator->Own(std::move(owned));
   return meeting;

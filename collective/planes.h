@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "collective/communicator.h"
 #include "collective/dense_collective.h"
+#include "core/job_key.h"
 #include "core/net.h"
 #include "core/node_table.h"
 #include "core/peer_rendezvous.h"
@@ -38,10 +39,11 @@ Algorithm AlgorithmOf(AllReduceAlgorithm algorithm);
 // Where `--sync allreduce` workers' collectives travel.
 struct CollectivePlane {
   // Offer a TcpTransport of their own (core/tcp_transport.h: no I/O thread between the socket
-  // and the collective, docs/COLLECTIVES.md measures it against ZeroMQ). It neither encrypts
-  // nor authenticates, so a job with a key keeps its collectives on the CURVE-encrypted data
-  // endpoint (false).
+  // and the collective, docs/COLLECTIVES.md measures it against ZeroMQ).
   bool tcp = false;
+  // The job's key: the plane is then sealed (both ends authenticated with keys derived from
+  // it, every segment under an AEAD; core/seal.h). Null: plaintext, for jobs without a key.
+  std::shared_ptr<const JobKey> key;
   // The plane's listening port comes from these (the node's --ports); any: a free one.
   PortRange ports;
   // The largest message a peer may send on the plane (TcpOptions::max_message_bytes): the

@@ -25,6 +25,8 @@ constexpr size_t kMaxKeyFileBytes = 4096;
 // Keeps the derived keys of this format apart from any other use of the secret.
 constexpr char kContext[] = "syncline curve25519 endpoint key v1:";
 
+}  // namespace
+
 void InitSodium() {
   static const bool ok = sodium_init() >= 0;
   if (!ok) {
@@ -32,8 +34,6 @@ void InitSodium() {
     std::abort();
   }
 }
-
-}  // namespace
 
 JobKey JobKey::Generate() {
   InitSodium();
@@ -116,13 +116,19 @@ absl::Status JobKey::Save(const std::string& path) const {
   return absl::OkStatus();
 }
 
-std::string JobKey::SecretKeyFor(const std::string& id) const {
-  const std::string input = absl::StrCat(kContext, id);
-  std::string out(crypto_scalarmult_SCALARBYTES, '\0');
-  crypto_generichash(reinterpret_cast<unsigned char*>(out.data()), out.size(),
-                     reinterpret_cast<const unsigned char*>(input.data()), input.size(),
-                     secret_.data(), secret_.size());
+std::array<unsigned char, JobKey::kBytes> JobKey::DeriveKey(std::string_view context,
+                                                            std::string_view input) const {
+  const std::string text = std::string(context) + std::string(input);
+  std::array<unsigned char, kBytes> out;
+  crypto_generichash(out.data(), out.size(), reinterpret_cast<const unsigned char*>(text.data()),
+                     text.size(), secret_.data(), secret_.size());
   return out;
+}
+
+std::string JobKey::SecretKeyFor(const std::string& id) const {
+  static_assert(crypto_scalarmult_SCALARBYTES == kBytes);
+  const std::array<unsigned char, kBytes> key = DeriveKey(kContext, id);
+  return std::string(reinterpret_cast<const char*>(key.data()), key.size());
 }
 
 std::string JobKey::PublicKeyFor(const std::string& id) const {

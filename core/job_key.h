@@ -15,11 +15,16 @@
 
 #include <array>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace syncline {
+
+// Initialises libsodium once (thread-safe; later calls return at once), before any of its
+// functions run; aborts the process when it cannot (no usable random source).
+void InitSodium();
 
 class JobKey {
  public:
@@ -37,6 +42,10 @@ class JobKey {
   // The CURVE key pair of the endpoint with routing id `id`: 32 raw bytes each.
   std::string SecretKeyFor(const std::string& id) const;
   std::string PublicKeyFor(const std::string& id) const;
+  // A 32-byte key for one purpose: keyed BLAKE2b of `context` then `input` under the secret.
+  // Each use names its own context, so that keys of different uses never coincide.
+  std::array<unsigned char, kBytes> DeriveKey(std::string_view context,
+                                              std::string_view input) const;
 
  private:
   explicit JobKey(const std::array<unsigned char, kBytes>& secret) : secret_(secret) {}

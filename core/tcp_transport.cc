@@ -18,16 +18,26 @@
 #include <limits>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/log.h"
 #include "core/net.h"
+#include "core/seal.h"
 
 namespace syncline {
 namespace {
 
 constexpr char kMagic[8] = {'S', 'Y', 'N', 'C', 'L', 'T', 'C', 'P'};
 constexpr uint16_t kVersion = 1;
+// A sealed plane's hello (TcpOptions::key): the plain one, then the server id it wants (u16
+// length, bytes), the ciphers it offers (u8) and its nonce (core/seal.h).
+constexpr uint16_t kSealedVersion = 2;
+constexpr size_t kServerAnswerBytes = 1 + sizeof(SealNonce) + sizeof(SealProof);
+// A sealed connection's staging holds a few whole segments: each is opened in place there.
+constexpr size_t kSealedStagingBytes = 4 * (SealedChannel::kMaxSegment + SealedChannel::kOverhead);
+// A message is sealed and written this many bytes at a time (whole segments).
+constexpr size_t kSealBatchBytes = 4 * SealedChannel::kMaxSegment;
 constexpr size_t kHelloFixed = sizeof(kMagic) + 2 + 2;
 // Reads land here first; a frame that still needs at least kDirectRead bytes is read straight
 // into its own buffer instead.
@@ -246,7 +256,8 @@ class TcpEndpoint : public Endpoint {
   }
 
  private:
-  enum class State { kConnecting, kRetrying, kHello, kOpen, kBroken };
+  // kSealing: a sealed plane's handshake, between the hello and the proofs (core/seal.h).
+  enum class State { kConnecting, kRetrying, kHello, kSealing, kOpen, kBroken };
 
   struct Conn {
     int fd = -1;
@@ -273,6 +284,18 @@ class TcpEndpoint : public Endpoint {
     std::vector<uint64_t> lengths;
     std::vector<std::shared_ptr<std::byte[]>> buffers;
     size_t frame = 0, offset = 0;
+    // Sealed plane: the handshake's values, then the channel. staging[raw_begin, raw_end) holds
+    // segments not yet opened; [in_begin, in_end) is then the opened segment being parsed.
+    std::unique_ptr<SealedChannel> seal;
+    SealNonce nc = {}, ns = {};
+    SealKey pair = {};
+    uint8_t offered = 0;
+    size_t raw_begin = 0, raw_end = 0;
+    // Messages written before the handshake ended, in plaintext: sealed when it ends.
+    std::deque<std::vector<std::byte>> unsealed;
+    // Where messages are sealed before they are written; kept for the next one when the kernel
+    // took all of it.
+    std::vector<std::byte> sealed_out;
   };
 
   // The connection a message to `peer_id` takes: ours if we connected, else the peer's own.
@@ -310,7 +333,9 @@ class TcpEndpoint : public Endpoint {
       return lost;
     }
     // A connection being opened is usually up within microseconds (the peer's kernel accepts
-    // it); waiting for it lets this message go straight out instead of into the queue.
+    // it); waiting for it lets this message go straight out instead of into the queue. A
+    // sealed plane's handshake is not waited for: it needs the peer's endpoint to be driven,
+    // and what is written meanwhile is sealed when it ends.
     if (c->state == State::kConnecting) {
       const absl::Time until = absl::Now() + transport_->options_.unreachable_grace;
       while (c->state == State::kConnecting && absl::Now() < until) Progress(until);
@@ -324,11 +349,14 @@ class TcpEndpoint : public Endpoint {
     c->out_offset = 0;
     c->queued_bytes = 0;
     ResetInput(c);
+    c->seal.reset();
+    c->unsealed.clear();
     std::vector<std::byte> hello(kHelloFixed + id_.size());
     std::memcpy(hello.data(), kMagic, sizeof(kMagic));
-    PutU16(hello.data() + sizeof(kMagic), kVersion);
+    PutU16(hello.data() + sizeof(kMagic), sealed() ? kSealedVersion : kVersion);
     PutU16(hello.data() + sizeof(kMagic) + 2, static_cast<uint16_t>(id_.size()));
     std::memcpy(hello.data() + kHelloFixed, id_.data(), id_.size());
+    if (sealed()) AppendSealedHello(c, &hello);
     c->queued_bytes = hello.size();
     c->out.push_back(std::move(hello));
     TryConnect(c);
@@ -360,7 +388,7 @@ class TcpEndpoint : public Endpoint {
   }
 
   void Opened(Conn* c) {
-    c->state = State::kOpen;
+    c->state = sealed() ? State::kSealing : State::kOpen;
     c->backoff = kFirstRetry;
     Flush(c);
   }
@@ -371,6 +399,7 @@ class TcpEndpoint : public Endpoint {
     c->state = State::kBroken;
     c->error = std::move(why);
     c->out.clear();
+    c->unsealed.clear();
     c->out_offset = 0;
     c->queued_bytes = 0;
     ResetInput(c);
@@ -383,11 +412,7 @@ class TcpEndpoint : public Endpoint {
 
   // Closes a connection for breaking the protocol.
   void Reject(Conn* c, const std::string& why) {
-    transport_->rejected_.fetch_add(1);
-    {
-      std::lock_guard<std::mutex> lock(transport_->mu_);
-      transport_->last_rejection_ = why;
-    }
+    transport_->Rejected(why);
     if (rejected_logged_++ < 10) {
       SYNCLINE_LOG(WARNING) << id_ << ": closed a connection"
                             << (c->peer.empty() ? "" : absl::StrCat(" from ", c->peer)) << ": "
@@ -413,6 +438,7 @@ class TcpEndpoint : public Endpoint {
     c->lengths.clear();
     c->buffers.clear();
     c->frame = c->offset = 0;
+    c->raw_begin = c->raw_end = 0;
   }
 
   // Writes `message` to c's socket. Until `wait_until` it waits for the kernel to take every
@@ -423,11 +449,31 @@ class TcpEndpoint : public Endpoint {
     const std::vector<Frame>& frames = message.frames();
     std::vector<std::byte> preamble(4 + 8 * frames.size());
     PutU32(preamble.data(), static_cast<uint32_t>(frames.size()));
-    size_t total = preamble.size();
+    std::vector<Piece> pieces = {{preamble.data(), preamble.size()}};
+    size_t payload = 0;
     for (size_t i = 0; i < frames.size(); ++i) {
       PutU64(preamble.data() + 4 + 8 * i, frames[i].size());
-      total += frames[i].size();
+      pieces.push_back({frames[i].data(), frames[i].size()});
+      payload += frames[i].size();
     }
+    if (sealed()) return WriteSealed(c, pieces, payload, wait_until);
+    absl::Status s = WritePieces(c, pieces, wait_until, nullptr);
+    if (s.ok()) counters_.Sent(c->peer, payload);
+    return s;
+  }
+
+  struct Piece {
+    const std::byte* data;
+    size_t size;
+  };
+
+  // Write's second half: writes `pieces` (a message's bytes on the wire) as far as the kernel
+  // takes them and queues the rest. A remainder of the one piece in `*owned` moves into the
+  // queue instead of being copied.
+  absl::Status WritePieces(Conn* c, const std::vector<Piece>& pieces, absl::Time wait_until,
+                           std::vector<std::byte>* owned) {
+    size_t total = 0;
+    for (const Piece& p : pieces) total += p.size;
     auto broke = [&] {
       return absl::UnavailableError(
           absl::StrCat(id_, ": the connection to ", c->peer, " broke: ", c->error));
@@ -447,7 +493,7 @@ class TcpEndpoint : public Endpoint {
     size_t written = 0;
     if (c->state == State::kOpen && c->out.empty()) {
       std::vector<iovec> iov;
-      iov.reserve(frames.size() + 1);
+      iov.reserve(pieces.size());
       for (;;) {
         iov.clear();
         size_t skip = written;
@@ -459,8 +505,7 @@ class TcpEndpoint : public Endpoint {
           iov.push_back({const_cast<std::byte*>(data) + skip, size - skip});
           skip = 0;
         };
-        add(preamble.data(), preamble.size());
-        for (const Frame& f : frames) add(f.data(), f.size());
+        for (const Piece& p : pieces) add(p.data, p.size);
         msghdr msg = {};
         msg.msg_iov = iov.data();
         msg.msg_iovlen = iov.size();
@@ -480,8 +525,15 @@ class TcpEndpoint : public Endpoint {
         return absl::DeadlineExceededError(absl::StrCat(id_, ": ", c->peer, " takes no bytes"));
       }
     }
-    counters_.Sent(c->peer, total - preamble.size());
     if (written == total) return absl::OkStatus();
+    if (owned != nullptr && (c->out.empty() || written == 0)) {
+      if (c->out.empty()) c->out_offset = written;
+      owned->resize(total);
+      c->queued_bytes += total - written;
+      c->out.push_back(std::move(*owned));
+      owned->clear();
+      return absl::OkStatus();
+    }
     std::vector<std::byte> rest(total - written);
     size_t at = 0;
     auto append = [&](const std::byte* data, size_t size) {
@@ -494,8 +546,7 @@ class TcpEndpoint : public Endpoint {
       at += n;
       written = 0;
     };
-    append(preamble.data(), preamble.size());
-    for (const Frame& f : frames) append(f.data(), f.size());
+    for (const Piece& p : pieces) append(p.data, p.size);
     c->queued_bytes += rest.size();
     c->out.push_back(std::move(rest));
     return absl::OkStatus();
@@ -503,7 +554,7 @@ class TcpEndpoint : public Endpoint {
 
   // Writes queued bytes until the kernel takes no more.
   void Flush(Conn* c) {
-    while (c->state == State::kOpen && !c->out.empty()) {
+    while (Writable(c) && !c->out.empty()) {
       std::vector<iovec> iov;
       size_t first = c->out_offset;
       for (auto& chunk : c->out) {
@@ -537,6 +588,10 @@ class TcpEndpoint : public Endpoint {
 
   // Reads what the kernel has for c and parses whole messages into the inbox.
   void ReadAll(Conn* c) {
+    if (sealed()) {
+      ReadSealed(c);
+      return;
+    }
     if (c->staging.empty()) c->staging.resize(kStagingBytes);
     for (int round = 0; round < kReadsPerRound && c->fd >= 0; ++round) {
       ssize_t n;
@@ -563,18 +618,29 @@ class TcpEndpoint : public Endpoint {
         n = recv(c->fd, c->staging.data() + c->in_end, c->staging.size() - c->in_end, MSG_DONTWAIT);
         if (n > 0) c->in_end += static_cast<size_t>(n);
       }
-      if (n == 0) {
-        Break(c, "the peer closed the connection");
-        return;
-      }
-      if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-        if (errno == EINTR) continue;
-        Break(c, Errno("recv"));
+      if (bool again = false; !Received(c, n, &again)) {
+        if (again) continue;
         return;
       }
       if (!Parse(c)) return;
     }
+  }
+
+  // What recv's result `n` means for c: true when bytes came. Otherwise c broke (closed by the
+  // peer, or an error), or nothing was there: *again after an interrupted call.
+  bool Received(Conn* c, ssize_t n, bool* again) {
+    if (n > 0) return true;
+    if (n == 0) {
+      Break(c, c->state == State::kSealing
+                   ? "the peer closed the connection during the sealed handshake (does it hold "
+                     "this job's key?)"
+                   : "the peer closed the connection");
+    } else if (errno == EINTR) {
+      *again = true;
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      Break(c, Errno("recv"));
+    }
+    return false;
   }
 
   // Consumes staged bytes: the hello, preambles and frames. False when c was rejected.
@@ -589,8 +655,10 @@ class TcpEndpoint : public Endpoint {
           return false;
         }
         if (const uint16_t v = Get<uint16_t>(p + sizeof(kMagic)); v != kVersion) {
-          Reject(c,
-                 absl::StrCat("hello of protocol version ", v, ", this build speaks ", kVersion));
+          Reject(c, v == kSealedVersion
+                        ? std::string("a sealed plane's hello: this plane has no job key")
+                        : absl::StrCat("hello of protocol version ", v, ", this build speaks ",
+                                       kVersion));
           return false;
         }
         const size_t id_bytes = Get<uint16_t>(p + sizeof(kMagic) + 2);
@@ -606,13 +674,7 @@ class TcpEndpoint : public Endpoint {
           return false;
         }
         c->peer = std::move(peer);
-        if (auto old = in_.find(c->peer); old != in_.end() && old->second != c) {
-          // A peer that reconnected: answers take the new connection; the old one is read
-          // until it closes.
-          if (old->second->state == State::kBroken) old->second->dead = true;
-        }
-        in_[c->peer] = c;
-        c->state = State::kOpen;
+        Admit(c);
         continue;
       }
       if (!c->have_preamble) {
@@ -678,6 +740,327 @@ class TcpEndpoint : public Endpoint {
     }
   }
 
+  bool sealed() const { return transport_->options_.key != nullptr; }
+  static bool Writable(const Conn* c) {
+    return c->state == State::kOpen || c->state == State::kSealing;
+  }
+
+  // A peer whose hello (and, sealed, proof) was accepted: answers to it take this connection.
+  void Admit(Conn* c) {
+    if (auto old = in_.find(c->peer); old != in_.end() && old->second != c) {
+      // A peer that reconnected: answers take the new connection; the old one is read until it
+      // closes.
+      if (old->second->state == State::kBroken) old->second->dead = true;
+    }
+    in_[c->peer] = c;
+    c->state = State::kOpen;
+  }
+
+  // The sealed hello's tail: the server id wanted, the ciphers offered, a fresh nonce.
+  void AppendSealedHello(Conn* c, std::vector<std::byte>* hello) {
+    c->offered = LocalSealCiphers(transport_->options_.seal_with_aes);
+    c->nc = FreshSealNonce();
+    const size_t at = hello->size();
+    hello->resize(at + 2 + c->peer.size() + 1 + c->nc.size());
+    std::byte* p = hello->data() + at;
+    PutU16(p, static_cast<uint16_t>(c->peer.size()));
+    std::memcpy(p + 2, c->peer.data(), c->peer.size());
+    p[2 + c->peer.size()] = std::byte{c->offered};
+    std::memcpy(p + 3 + c->peer.size(), c->nc.data(), c->nc.size());
+    c->pair = PairKey(*transport_->options_.key, id_, c->peer);
+  }
+
+  // Write on a sealed plane: the message sealed into c's send buffer, segment by segment
+  // straight from its frames. A handshake under way is waited for until `wait_until`, as a
+  // plain Write waits for the kernel to take its bytes (so that a Send is on its way when it
+  // returns, though the caller then stops driving the endpoint); a connection not up yet, or
+  // a handshake not ended by then, gets a plaintext copy that is sealed when it ends.
+  absl::Status WriteSealed(Conn* c, const std::vector<Piece>& pieces, size_t payload,
+                           absl::Time wait_until) {
+    const absl::Time spin_until = SpinUntil();
+    while (c->state == State::kSealing && absl::Now() < wait_until) Await(wait_until, spin_until);
+    if (c->state == State::kBroken) {
+      return absl::UnavailableError(
+          absl::StrCat(id_, ": the connection to ", c->peer, " broke: ", c->error));
+    }
+    if (c->state != State::kOpen) {
+      std::vector<std::byte> plain;
+      for (const Piece& p : pieces) plain.insert(plain.end(), p.data, p.data + p.size);
+      c->queued_bytes += plain.size();
+      c->unsealed.push_back(std::move(plain));
+      counters_.Sent(c->peer, payload);
+      return absl::OkStatus();
+    }
+    // A batch of segments at a time, so that the peer opens one batch while this end seals
+    // the next (the kernel takes a batch at once when the peer keeps reading).
+    SealCursor at;
+    for (const Piece& p : pieces) at.left += p.size;
+    for (bool first = true; at.left > 0; first = false) {
+      const size_t size = SealInto(c, pieces, &at, kSealBatchBytes, &c->sealed_out);
+      absl::Status s = WritePieces(c, {{c->sealed_out.data(), size}}, wait_until, &c->sealed_out);
+      if (absl::IsDeadlineExceeded(s) && !first) {
+        // Part of the message is out: the rest must follow it, so it waits in the queue.
+        c->sealed_out.resize(size);
+        c->queued_bytes += size;
+        c->out.push_back(std::move(c->sealed_out));
+        c->sealed_out.clear();
+        s = absl::OkStatus();
+      }
+      if (!s.ok()) return s;
+    }
+    counters_.Sent(c->peer, payload);
+    return absl::OkStatus();
+  }
+
+  // Where sealing stands in a message's pieces: `left` bytes from pieces[piece] at `offset`.
+  struct SealCursor {
+    size_t piece = 0, offset = 0, left = 0;
+  };
+
+  // Seals up to `most` bytes of one message's wire bytes (`pieces`), from *cursor on, into
+  // *out, which grows as needed and never shrinks (a buffer of a batch's size is reused, not
+  // zeroed each time); returns the bytes written. Every message starts a segment, so its
+  // preamble (at most 516 bytes) is always inside one; a segment is sealed straight from the
+  // piece that holds it, and only one that spans pieces is gathered first.
+  size_t SealInto(Conn* c, const std::vector<Piece>& pieces, SealCursor* cursor, size_t most,
+                  std::vector<std::byte>* out) {
+    constexpr size_t kMax = SealedChannel::kMaxSegment;
+    const size_t total = std::min(cursor->left, most);
+    const size_t sealed_size = total + (total + kMax - 1) / kMax * SealedChannel::kOverhead;
+    if (out->size() < sealed_size) out->resize(sealed_size);
+    size_t& piece = cursor->piece;
+    size_t& offset = cursor->offset;
+    size_t at = 0;
+    cursor->left -= total;
+    for (size_t left = total; left > 0;) {
+      const size_t n = std::min(kMax, left);
+      while (offset == pieces[piece].size) {
+        ++piece;
+        offset = 0;
+      }
+      const std::byte* from = pieces[piece].data + offset;
+      if (pieces[piece].size - offset >= n) {
+        offset += n;
+      } else {
+        gather_.resize(kMax);
+        for (size_t got = 0; got < n;) {
+          while (offset == pieces[piece].size) {
+            ++piece;
+            offset = 0;
+          }
+          const size_t take = std::min(n - got, pieces[piece].size - offset);
+          std::memcpy(gather_.data() + got, pieces[piece].data + offset, take);
+          got += take;
+          offset += take;
+        }
+        from = gather_.data();
+      }
+      c->seal->Seal(from, n, out->data() + at);
+      at += n + SealedChannel::kOverhead;
+      left -= n;
+    }
+    return at;
+  }
+
+  // ReadAll on a sealed plane: the handshake, then segments, each opened in place in the
+  // staging buffer and its plaintext parsed as a plain plane's bytes.
+  void ReadSealed(Conn* c) {
+    if (c->staging.size() < kSealedStagingBytes) c->staging.resize(kSealedStagingBytes);
+    for (int round = 0; round < kReadsPerRound && c->fd >= 0; ++round) {
+      if (c->raw_begin == c->raw_end) {
+        c->raw_begin = c->raw_end = 0;
+      } else if (c->raw_end == c->staging.size()) {  // compact: at most one partial segment
+        std::memmove(c->staging.data(), c->staging.data() + c->raw_begin,
+                     c->raw_end - c->raw_begin);
+        c->raw_end -= c->raw_begin;
+        c->raw_begin = 0;
+      }
+      const ssize_t n =
+          recv(c->fd, c->staging.data() + c->raw_end, c->staging.size() - c->raw_end, MSG_DONTWAIT);
+      if (bool again = false; !Received(c, n, &again)) {
+        if (again) continue;
+        return;
+      }
+      c->raw_end += static_cast<size_t>(n);
+      if (!ParseSealed(c)) return;
+    }
+  }
+
+  // Consumes staged sealed bytes. False when c was rejected.
+  bool ParseSealed(Conn* c) {
+    for (;;) {
+      std::byte* p = c->staging.data() + c->raw_begin;
+      const size_t avail = c->raw_end - c->raw_begin;
+      if (c->state == State::kHello) {
+        if (!AnswerSealedHello(c, p, avail)) return c->state != State::kBroken;
+        continue;
+      }
+      if (c->state == State::kSealing && c->outgoing) {
+        if (avail < kServerAnswerBytes) return true;
+        if (!CheckServerAnswer(c, p)) return false;
+        c->raw_begin += kServerAnswerBytes;
+        continue;
+      }
+      if (c->state == State::kSealing) {
+        if (avail < sizeof(SealProof)) return true;
+        const uint8_t chosen = static_cast<uint8_t>(c->seal->cipher());
+        if (!SameProof(ClientProof(c->pair, c->offered, chosen, c->nc, c->ns),
+                       reinterpret_cast<const unsigned char*>(p))) {
+          Reject(c, absl::StrCat("'", c->peer,
+                                 "' failed the sealed handshake: it does not hold this job's key"));
+          return false;
+        }
+        c->raw_begin += sizeof(SealProof);
+        Admit(c);
+        continue;
+      }
+      if (avail < SealedChannel::kHeaderBytes) return true;
+      const uint32_t n = Get<uint32_t>(p);
+      if (n == 0 || n > SealedChannel::kMaxSegment) {
+        Reject(c, absl::StrCat("a sealed segment of ", n, " bytes from ", c->peer, " (at most ",
+                               SealedChannel::kMaxSegment, ")"));
+        return false;
+      }
+      if (avail < n + SealedChannel::kOverhead) return true;
+      // A segment that lies inside the frame being received opens straight into its buffer;
+      // any other opens in place here and is parsed from the staging buffer.
+      std::byte* into = nullptr;
+      if (c->have_preamble && c->frame < c->lengths.size() &&
+          c->lengths[c->frame] - c->offset >= n) {
+        into = c->buffers[c->frame].get() + c->offset;
+      }
+      if (!c->seal->Open(p, n, into)) {
+        Reject(c, absl::StrCat("sealed segment ", c->seal->opened(), " from ", c->peer,
+                               " fails authentication (altered, replayed, reordered or cut); "
+                               "none of it is used"));
+        return false;
+      }
+      c->in_begin = c->raw_begin + SealedChannel::kHeaderBytes;
+      c->in_end = c->in_begin + n;
+      c->raw_begin += n + SealedChannel::kOverhead;
+      if (into != nullptr) {
+        c->in_begin = c->in_end;  // nothing to parse: the frame has its bytes
+        c->offset += n;
+        if (c->offset == c->lengths[c->frame]) {
+          ++c->frame;
+          c->offset = 0;
+        }
+      }
+      if (!Parse(c)) return false;
+      if (c->in_begin != c->in_end) {
+        Reject(c, absl::StrCat("a sealed segment from ", c->peer,
+                               " ends inside a message's preamble"));
+        return false;
+      }
+    }
+  }
+
+  // The server's side of a sealed hello at p: checks it and answers with the chosen cipher,
+  // a fresh nonce and the server's proof. False when more bytes are needed or c was rejected.
+  bool AnswerSealedHello(Conn* c, const std::byte* p, size_t avail) {
+    if (avail < kHelloFixed) return false;
+    if (std::memcmp(p, kMagic, sizeof(kMagic)) != 0) {
+      Reject(c, "not a Syncline TCP hello");
+      return false;
+    }
+    const uint16_t version = Get<uint16_t>(p + sizeof(kMagic));
+    const size_t id_bytes = Get<uint16_t>(p + sizeof(kMagic) + 2);
+    if (version != kSealedVersion) {
+      Reject(c, version == kVersion
+                    ? absl::StrCat(
+                          "a plaintext hello (from '",
+                          absl::CEscape(std::string(reinterpret_cast<const char*>(p + kHelloFixed),
+                                                    std::min(avail - kHelloFixed, id_bytes))),
+                          "'): this plane is sealed with the job key")
+                    : absl::StrCat("hello of protocol version ", version, ", this build speaks ",
+                                   kSealedVersion));
+      return false;
+    }
+    if (id_bytes == 0 || id_bytes > TcpTransport::kMaxIdBytes) {
+      Reject(c, absl::StrCat("hello with an id of ", id_bytes, " bytes"));
+      return false;
+    }
+    if (avail < kHelloFixed + id_bytes + 2) return false;
+    const size_t target_bytes = Get<uint16_t>(p + kHelloFixed + id_bytes);
+    const size_t need = kHelloFixed + id_bytes + 2 + target_bytes + 1 + sizeof(SealNonce);
+    if (target_bytes > TcpTransport::kMaxIdBytes) {
+      Reject(c, absl::StrCat("hello for an id of ", target_bytes, " bytes"));
+      return false;
+    }
+    if (avail < need) return false;
+    c->peer.assign(reinterpret_cast<const char*>(p + kHelloFixed), id_bytes);
+    const std::string target(reinterpret_cast<const char*>(p + kHelloFixed + id_bytes + 2),
+                             target_bytes);
+    const std::byte* tail = p + kHelloFixed + id_bytes + 2 + target_bytes;
+    c->offered = static_cast<uint8_t>(tail[0]);
+    std::memcpy(c->nc.data(), tail + 1, c->nc.size());
+    c->raw_begin += need;
+    if (!transport_->Allowed(c->peer)) {
+      Reject(c, absl::StrCat("'", c->peer, "' is not a node of this job"));
+      return false;
+    }
+    if (target != id_) {
+      Reject(c, absl::StrCat("'", c->peer, "' wants '", absl::CEscape(target), "', not ", id_));
+      return false;
+    }
+    const uint8_t chosen =
+        ChooseSealCipher(c->offered, LocalSealCiphers(transport_->options_.seal_with_aes));
+    if (chosen == 0) {
+      Reject(c, absl::StrCat("'", c->peer, "' offers no cipher this node runs (mask ", c->offered,
+                             ")"));
+      return false;
+    }
+    c->pair = PairKey(*transport_->options_.key, c->peer, id_);
+    c->ns = FreshSealNonce();
+    c->seal = std::make_unique<SealedChannel>(static_cast<SealCipher>(chosen), c->pair, c->nc,
+                                              c->ns, /*client=*/false);
+    std::vector<std::byte> answer(kServerAnswerBytes);
+    answer[0] = std::byte{chosen};
+    std::memcpy(answer.data() + 1, c->ns.data(), c->ns.size());
+    const SealProof proof = ServerProof(c->pair, c->offered, chosen, c->nc, c->ns);
+    std::memcpy(answer.data() + 1 + c->ns.size(), proof.data(), proof.size());
+    c->queued_bytes += answer.size();
+    c->out.push_back(std::move(answer));
+    c->state = State::kSealing;
+    Flush(c);
+    return c->state != State::kBroken;
+  }
+
+  // The client's side: checks the server's answer, sends its own proof and seals what was
+  // written meanwhile. False when c was rejected.
+  bool CheckServerAnswer(Conn* c, const std::byte* p) {
+    const uint8_t chosen = static_cast<uint8_t>(p[0]);
+    SealNonce ns;
+    std::memcpy(ns.data(), p + 1, ns.size());
+    if (ChooseSealCipher(chosen, c->offered) != chosen ||
+        !SameProof(ServerProof(c->pair, c->offered, chosen, c->nc, ns),
+                   reinterpret_cast<const unsigned char*>(p + 1 + ns.size()))) {
+      Reject(c, absl::StrCat(c->peer, " at ", c->address,
+                             " failed the sealed handshake: it does not hold this job's key"));
+      return false;
+    }
+    c->ns = ns;
+    c->seal = std::make_unique<SealedChannel>(static_cast<SealCipher>(chosen), c->pair, c->nc,
+                                              c->ns, /*client=*/true);
+    const SealProof proof = ClientProof(c->pair, c->offered, chosen, c->nc, c->ns);
+    c->out.emplace_back(reinterpret_cast<const std::byte*>(proof.data()),
+                        reinterpret_cast<const std::byte*>(proof.data()) + proof.size());
+    c->queued_bytes += proof.size();
+    c->state = State::kOpen;
+    for (std::vector<std::byte>& plain : c->unsealed) {
+      c->queued_bytes -= plain.size();
+      std::vector<std::byte> segments;
+      SealCursor all;
+      all.left = plain.size();
+      const size_t size = SealInto(c, {{plain.data(), plain.size()}}, &all, all.left, &segments);
+      c->queued_bytes += size;
+      c->out.push_back(std::move(segments));
+    }
+    c->unsealed.clear();
+    Flush(c);
+    return true;
+  }
+
   void Accept() {
     for (;;) {
       const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -729,7 +1112,7 @@ class TcpEndpoint : public Endpoint {
       if (c->fd < 0 || c->state == State::kBroken || c->state == State::kRetrying) continue;
       short events = POLLIN;
       if (c->state == State::kConnecting) events = POLLOUT;
-      if (c->state == State::kOpen && (!c->out.empty() || c == writing_)) events |= POLLOUT;
+      if (Writable(c) && (!c->out.empty() || c == writing_)) events |= POLLOUT;
       fds.push_back({c->fd, events, 0});
       of.push_back(c);
     }
@@ -756,7 +1139,7 @@ class TcpEndpoint : public Endpoint {
         continue;
       }
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) ReadAll(c);
-      if ((fds[i].revents & POLLOUT) && c->state == State::kOpen) Flush(c);
+      if ((fds[i].revents & POLLOUT) && Writable(c)) Flush(c);
     }
     std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) {
       if (!c->dead) return false;
@@ -775,6 +1158,7 @@ class TcpEndpoint : public Endpoint {
   std::deque<Message> inbox_;
   Conn* writing_ = nullptr;  // a Send waits for it to take bytes
   std::shared_ptr<BufferPool> pool_ = std::make_shared<BufferPool>();
+  std::vector<std::byte> gather_;  // a sealed segment that spans frames, gathered
   int rejected_logged_ = 0;
 };
 
@@ -792,6 +1176,12 @@ void TcpTransport::AllowPeers(const std::vector<std::string>& ids) {
   std::lock_guard<std::mutex> lock(mu_);
   restricted_ = true;
   allowed_.insert(ids.begin(), ids.end());
+}
+
+void TcpTransport::Rejected(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  rejected_.fetch_add(1);
+  last_rejection_ = why;
 }
 
 std::string TcpTransport::last_rejection() const {

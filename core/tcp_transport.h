@@ -25,7 +25,12 @@
 // established connection breaks, the next Send to that peer fails with Unavailable naming the
 // cause; the one after reconnects (a restarted peer is reached again).
 //
-// No encryption or authentication: jobs with a key use ZmqTransport's CURVE instead.
+// Sealed (TcpOptions::key): the hello also carries the server id wanted, the ciphers offered
+// and a nonce, the server answers with its choice, its nonce and its proof, the client sends
+// its proof, and every message after it travels in AEAD segments (core/seal.h). A connection
+// whose end does not hold the job key, or whose segment fails its tag (altered, replayed,
+// reordered, cut), is closed and counted; none of its bytes reach Receive. The ids and lengths
+// of the hello, and the lengths of segments, travel in the clear.
 //
 // Thread-safety: the transport is thread-safe; an endpoint is thread-compatible.
 #ifndef SYNCLINE_CORE_TCP_TRANSPORT_H_
@@ -39,6 +44,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/time/time.h"
+#include "core/job_key.h"
 #include "core/transport.h"
 
 namespace syncline {
@@ -62,6 +68,11 @@ struct TcpOptions {
   // answer is close, and costs at most this much of a core per wait. Zero: always sleep.
   // docs/COLLECTIVES.md measures 0 against 100 us.
   absl::Duration spin = absl::Microseconds(100);
+  // The job's key: when set, every connection is authenticated with keys derived from it and
+  // sealed (core/seal.h); both ends must have the same key. Null: plaintext.
+  std::shared_ptr<const JobKey> key;
+  // With a key: offer AES-256-GCM when the CPU runs it; false leaves XChaCha20-Poly1305 only.
+  bool seal_with_aes = true;
 };
 
 class TcpTransport : public Transport {
@@ -84,13 +95,14 @@ class TcpTransport : public Transport {
  private:
   friend class TcpEndpoint;
   bool Allowed(const std::string& id) const;
+  void Rejected(const std::string& why);
 
   const TcpOptions options_;
   mutable std::mutex mu_;
   bool restricted_ = false;
   absl::flat_hash_set<std::string> allowed_;
-  std::string last_rejection_;  // guarded by mu_
   std::atomic<uint64_t> rejected_{0};
+  std::string last_rejection_;  // guarded by mu_
 };
 
 }  // namespace syncline

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/net.h"
+#include "core/seal.h"
 
 namespace syncline {
 namespace {
@@ -70,8 +71,8 @@ absl::StatusOr<Message> ReceiveWhilePumping(Endpoint& to, Endpoint& from) {
 // Both sides send far more than the kernel buffers before either receives: Send must not
 // block on a peer that is itself blocked sending, and a borrowed buffer overwritten at once
 // after Send must still arrive as it was.
-TEST(TcpTransportTest, TwoPeersSendEachOtherLargeBuffersBeforeReceiving) {
-  TcpTransport transport;
+void SendEachOtherLargeBuffersBeforeReceiving(TcpOptions options) {
+  TcpTransport transport(options);
   auto a = *transport.CreateEndpoint("a");
   auto b = *transport.CreateEndpoint("b");
   const std::string at_a = *a->Bind("tcp://127.0.0.1:0");
@@ -109,6 +110,22 @@ TEST(TcpTransportTest, TwoPeersSendEachOtherLargeBuffersBeforeReceiving) {
   ta.join();
   tb.join();
   EXPECT_EQ(a->counters().messages_received.load(), kMessages);
+}
+
+TEST(TcpTransportTest, TwoPeersSendEachOtherLargeBuffersBeforeReceiving) {
+  SendEachOtherLargeBuffersBeforeReceiving({});
+}
+
+// The same over sealed planes, with either cipher: the segments, the queue of what the
+// kernel did not take and the handshake under load.
+TEST(TcpTransportTest, SealedPeersSendEachOtherLargeBuffersBeforeReceiving) {
+  for (bool aes : {true, false}) {
+    SCOPED_TRACE(aes ? "AES-256-GCM where available" : "XChaCha20-Poly1305");
+    TcpOptions options;
+    options.key = std::make_shared<const JobKey>(JobKey::Generate());
+    options.seal_with_aes = aes;
+    SendEachOtherLargeBuffersBeforeReceiving(options);
+  }
 }
 
 TEST(TcpTransportTest, MessagesSentBeforeThePeerListensWaitForIt) {
@@ -257,6 +274,203 @@ TEST(TcpTransportTest, BadAddressesAndIdsAreRefused) {
   EXPECT_EQ(ep->Connect("b", "tcp://127.0.0.1").code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(ep->Bind("tcp://127.0.0.1:0").ok());
   EXPECT_EQ(ep->Bind("tcp://127.0.0.1:0").status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace syncline
+
+namespace syncline {
+namespace {
+
+// A hand-driven client of a sealed plane: it speaks the handshake itself and sends segments
+// of its own making, as a peer that holds the key (or claims to) but misbehaves would.
+class RawSealedClient {
+ public:
+  RawSealedClient(const std::string& address, const JobKey& key, const std::string& id,
+                  const std::string& target)
+      : fd_(RawConnect(address)), pair_(PairKey(key, id, target)), nc_(FreshSealNonce()) {
+    std::string hello = "SYNCLTCP";
+    const uint16_t version = 2, id_size = id.size(), target_size = target.size();
+    hello.append(reinterpret_cast<const char*>(&version), 2);
+    hello.append(reinterpret_cast<const char*>(&id_size), 2);
+    hello += id;
+    hello.append(reinterpret_cast<const char*>(&target_size), 2);
+    hello += target;
+    hello.push_back(static_cast<char>(offered_));
+    hello.append(reinterpret_cast<const char*>(nc_.data()), nc_.size());
+    Write(hello);
+  }
+  ~RawSealedClient() { close(fd_); }
+
+  // Reads the server's answer (its endpoint must have been driven meanwhile) and sends the
+  // client's proof, or a forged one.
+  bool Finish(Endpoint& server, bool forge_proof) {
+    (void)server.Receive(absl::Now() + absl::Milliseconds(50));
+    unsigned char answer[65];
+    size_t got = 0;
+    while (got < sizeof(answer)) {
+      const ssize_t n = recv(fd_, answer + got, sizeof(answer) - got, 0);
+      if (n <= 0) return false;
+      got += static_cast<size_t>(n);
+    }
+    const uint8_t chosen = answer[0];
+    SealNonce ns;
+    std::memcpy(ns.data(), answer + 1, ns.size());
+    if (!SameProof(ServerProof(pair_, offered_, chosen, nc_, ns), answer + 33)) return false;
+    SealProof proof = ClientProof(pair_, offered_, chosen, nc_, ns);
+    if (forge_proof) proof[0] ^= 1;
+    Write(std::string(reinterpret_cast<const char*>(proof.data()), proof.size()));
+    channel_ = std::make_unique<SealedChannel>(static_cast<SealCipher>(chosen), pair_, nc_, ns,
+                                               /*client=*/true);
+    return true;
+  }
+
+  // The sealed segment of `m` (one message that fits one segment).
+  std::string Segment(const Message& m) {
+    std::string plain;
+    const uint32_t frames = m.frames().size();
+    plain.append(reinterpret_cast<const char*>(&frames), 4);
+    for (const Frame& f : m.frames()) {
+      const uint64_t size = f.size();
+      plain.append(reinterpret_cast<const char*>(&size), 8);
+    }
+    for (const Frame& f : m.frames())
+      plain.append(reinterpret_cast<const char*>(f.data()), f.size());
+    std::string out(plain.size() + SealedChannel::kOverhead, '\0');
+    channel_->Seal(reinterpret_cast<const std::byte*>(plain.data()), plain.size(),
+                   reinterpret_cast<std::byte*>(out.data()));
+    return out;
+  }
+  void Write(const std::string& bytes) {
+    ASSERT_EQ(write(fd_, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  }
+
+ private:
+  const int fd_;
+  const SealKey pair_;
+  const SealNonce nc_;
+  const uint8_t offered_ = LocalSealCiphers();
+  std::unique_ptr<SealedChannel> channel_;
+};
+
+struct SealedServer {
+  SealedServer() {
+    TcpOptions options;
+    options.key = key;
+    transport = std::make_unique<TcpTransport>(options);
+    transport->AllowPeers({"server", "client"});
+    server = *transport->CreateEndpoint("server");
+    address = *server->Bind("tcp://127.0.0.1:0");
+  }
+  // The next message, or DeadlineExceeded when nothing arrives within 200 ms.
+  absl::StatusOr<uint32_t> NextTable() {
+    auto got = server->Receive(absl::Now() + absl::Milliseconds(200));
+    if (!got.ok()) return got.status();
+    if (auto s = got->Parse(); !s.ok()) return s;
+    return got->header().getTable();
+  }
+  std::shared_ptr<const JobKey> key = std::make_shared<const JobKey>(JobKey::Generate());
+  std::unique_ptr<TcpTransport> transport;
+  std::unique_ptr<Endpoint> server;
+  std::string address;
+};
+
+// A node without the key (a plaintext plane), and one with another job's key, reach nothing;
+// each refusal names who and why, on the side that refused.
+TEST(SealedTcpTest, StrangersAndWrongKeysAreRefusedAndNamed) {
+  SealedServer s;
+  {
+    TcpTransport plain;
+    auto client = *plain.CreateEndpoint("client");
+    ASSERT_TRUE(client->Connect("server", s.address).ok());
+    (void)client->Send("server", Numbered(1), Soon());
+    EXPECT_TRUE(RejectedWithin(*s.transport, *s.server, 1));
+    EXPECT_NE(s.transport->last_rejection().find("plaintext hello (from 'client')"),
+              std::string::npos)
+        << s.transport->last_rejection();
+  }
+  {
+    TcpOptions options;
+    options.key = std::make_shared<const JobKey>(JobKey::Generate());
+    TcpTransport other(options);
+    auto client = *other.CreateEndpoint("client");
+    ASSERT_TRUE(client->Connect("server", s.address).ok());
+    std::atomic<bool> done{false};
+    std::thread pump([&] {
+      while (!done) (void)s.server->Receive(absl::Now() + absl::Milliseconds(5));
+    });
+    (void)client->Send("server", Numbered(2), Soon());
+    // The client checks the server's proof first: the refusal is the client's.
+    for (int i = 0; i < 200 && other.rejected_connections() == 0; ++i) {
+      (void)client->Receive(absl::Now() + absl::Milliseconds(5));
+    }
+    done = true;
+    pump.join();
+    EXPECT_NE(other.last_rejection().find("server at " + s.address +
+                                          " failed the sealed handshake: it does not hold this "
+                                          "job's key"),
+              std::string::npos)
+        << other.last_rejection();
+    absl::Status lost = client->Send("server", Numbered(3), Soon());
+    EXPECT_EQ(lost.code(), absl::StatusCode::kUnavailable) << lost;
+    EXPECT_NE(lost.message().find("does not hold this job's key"), std::string::npos) << lost;
+  }
+  {
+    // A client that does not know the key cannot make the client's proof.
+    RawSealedClient forger(s.address, *s.key, "client", "server");
+    ASSERT_TRUE(forger.Finish(*s.server, /*forge_proof=*/true));
+    EXPECT_TRUE(RejectedWithin(*s.transport, *s.server, 2));
+    EXPECT_NE(s.transport->last_rejection().find(
+                  "'client' failed the sealed handshake: it does not hold this job's key"),
+              std::string::npos)
+        << s.transport->last_rejection();
+  }
+  {
+    // A stranger's id with the key is refused before anything else.
+    RawSealedClient stranger(s.address, *s.key, "mallory", "server");
+    EXPECT_TRUE(RejectedWithin(*s.transport, *s.server, 3));
+    EXPECT_NE(s.transport->last_rejection().find("'mallory' is not a node of this job"),
+              std::string::npos);
+  }
+  EXPECT_EQ(s.server->counters().messages_received.load(), 0u);
+}
+
+// A segment replayed, reordered, with a bit flipped or cut short is refused, named, and
+// nothing of it is delivered; the segments before it are.
+TEST(SealedTcpTest, ReplayedReorderedFlippedAndCutSegmentsAreRefused) {
+  SealedServer s;
+  enum Attack { kReplay, kReorder, kFlip, kCut };
+  uint64_t rejected = 0;
+  for (Attack attack : {kReplay, kReorder, kFlip, kCut}) {
+    SCOPED_TRACE(attack);
+    RawSealedClient client(s.address, *s.key, "client", "server");
+    ASSERT_TRUE(client.Finish(*s.server, /*forge_proof=*/false));
+    const std::string first = client.Segment(Numbered(10, {1, 2, 3}));
+    const std::string second = client.Segment(Numbered(11, {4, 5, 6}));
+    client.Write(first);
+    ASSERT_EQ(s.NextTable().value_or(0), 10u);
+    std::string bad = attack == kReplay ? first : second;
+    if (attack == kReorder) {
+      const std::string third = client.Segment(Numbered(12, {7}));
+      bad = third;  // sealed as segment 2, sent as segment 1
+    }
+    if (attack == kFlip) bad[bad.size() / 2] ^= 0x10;
+    if (attack == kCut) bad.resize(bad.size() - 1);
+    client.Write(bad);
+    if (attack == kCut) {
+      // The rest never comes: the connection closes inside the segment.
+      EXPECT_FALSE(s.NextTable().ok());
+      continue;
+    }
+    ++rejected;
+    EXPECT_TRUE(RejectedWithin(*s.transport, *s.server, rejected));
+    EXPECT_NE(s.transport->last_rejection().find("sealed segment 1 from client fails "
+                                                 "authentication"),
+              std::string::npos)
+        << s.transport->last_rejection();
+    EXPECT_FALSE(s.NextTable().ok());
+  }
+  EXPECT_EQ(s.server->counters().messages_received.load(), 4u);  // each attack's first
 }
 
 }  // namespace

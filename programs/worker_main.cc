@@ -89,10 +89,11 @@ int Main(int argc, char** argv) {
     SetLogTag("w" + std::to_string(options.rank));
     SYNCLINE_LOG(INFO) << "joining the running job as w" << options.rank;
   }
-  // All-reduce and hybrid collectives take a direct TCP plane unless the job encrypts its
-  // traffic.
+  // All-reduce and hybrid collectives take a TCP plane of their own, sealed with the job's key
+  // when it has one (CURVE's one ZeroMQ I/O thread was their bottleneck, docs/SECURITY.md).
   CollectivePlane plane;
-  plane.tcp = transport_options->key == nullptr;
+  plane.tcp = true;
+  plane.key = transport_options->key;
   plane.ports = options.ports;
   const NodeExit exit = WorkerNode(transport, options, MakeServerlessBackendFactory(plane),
                                    MakeHybridBackendFactory(plane))

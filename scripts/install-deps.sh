@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache
   libzmq3-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libtomlplusplus-dev
-  gnuplot-nox clang-format clang libsodium-dev libopenblas-dev zlib1g-dev
+  gnuplot-nox clang-format clang libsodium-dev libssl-dev libopenblas-dev zlib1g-dev
   # The Python package (python/): pybind11 for Debian's python3.
   python3-dev pybind11-dev
   # The images `syncline-gen fashion-mnist` converts (/usr/share/datasets/fashion-mnist, 30 MB).

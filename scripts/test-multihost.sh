@@ -105,12 +105,17 @@ cmp "$tmp/restart-ref/params.tsv" "$tmp/restart/params.tsv" ||
   fail "params.tsv after the restart differs from the run without one"
 echo "   $(grep -o 'every node has restored .*' "$tmp/restart.log" | head -1)"
 
-step "all-reduce across hosts (hierarchical: w0 and w3 share host 1) trains the BSP model"
+step "keyed all-reduce across hosts (hierarchical, w0 and w3 share host 1, sealed TCP plane) trains the BSP model"
 ar=(--workers 4 --gen-test-rows 1000 --seed 11 --epochs 2 --gen-rows 6000)
 timeout 120 "$launch" "${ar[@]}" --sync bsp --servers 2 --out "$tmp/ar-bsp" >"$tmp/ar-bsp.log" 2>&1 ||
   fail "local bsp job (4 workers) failed"
 timeout 120 "$launch" "${ar[@]}" --sync allreduce:hier --launcher ssh "${hosts[@]}" \
   --out "$tmp/ar-hier" >"$tmp/ar-hier.log" 2>&1 || fail "all-reduce job across hosts failed"
+# Off loopback the job is keyed, so its collectives take the sealed TCP plane, not CURVE.
+for w in 0 1 2 3; do
+  grep -q "collectives over sealed TCP" "$tmp/ar-hier/logs/w$w.log" ||
+    fail "w$w's collectives did not take the sealed TCP plane"
+done
 python3 - "$tmp/ar-bsp/params.tsv" "$tmp/ar-hier/params.tsv" <<'PY' || fail "all-reduce params differ from bsp"
 import sys
 def load(p):

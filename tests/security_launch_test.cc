@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/job_key.h"
 #include "testing/interfaces.h"
 #include "testing/launch_fixture.h"
 #include "testing/test_util.h"
@@ -149,6 +150,43 @@ TEST_F(SecurityLaunchTest, ARunsFilesAreItsUsersAlone) {
   EXPECT_GT(files, 10);
   EXPECT_EQ(ModeOf(out + "/.syncline-launch.lock"), 0600u);
   EXPECT_EQ(ModeOf(out + "/summary.json"), 0600u);
+}
+
+}  // namespace
+}  // namespace syncline
+
+namespace syncline {
+namespace {
+
+// A keyed job's all-reduce runs over the sealed TCP plane (not CURVE's data endpoints) and
+// trains bit for bit the model of the same job without a key.
+TEST_F(SecurityLaunchTest, AKeyedAllReduceJobIsSealedAndTrainsThePlaintextModel) {
+  const std::string plain = TempDir("sealed_plain");
+  const std::string keyed = TempDir("sealed_keyed");
+  const std::string key_file = keyed + "/given.key";
+  ASSERT_TRUE(JobKey::Generate().Save(key_file).ok());
+  const std::vector<std::string> job = {
+      kLaunch,   "--sync",      "allreduce:hier", "--workers", "3",
+      "--train", Train(),       "--test",         Test(),      "--epochs",
+      "1",       "--optimizer", "adam",           "--lr",      "0.01"};
+  std::vector<std::string> argv = job;
+  argv.insert(argv.end(), {"--out", plain});
+  auto a = RunProcess(argv);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  argv = job;
+  argv.insert(argv.end(), {"--out", keyed, "--key-file", key_file});
+  auto b = RunProcess(argv);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  for (const std::string& out : {plain, keyed}) {
+    const std::string log = ReadFile(out + "/logs/w1.log");
+    EXPECT_NE(
+        log.find(out == keyed ? "collectives over sealed TCP" : "collectives over direct TCP"),
+        std::string::npos)
+        << log;
+  }
+  const std::string want = ReadFile(plain + "/params.tsv");
+  EXPECT_FALSE(want.empty());
+  EXPECT_EQ(ReadFile(keyed + "/params.tsv"), want);
 }
 
 }  // namespace

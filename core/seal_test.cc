@@ -1,0 +1,117 @@
+#include "core/seal.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace syncline {
+namespace {
+
+std::vector<std::byte> Bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::byte> v(n);
+  for (auto& b : v) b = static_cast<std::byte>(rng());
+  return v;
+}
+
+class SealTest : public ::testing::TestWithParam<SealCipher> {
+ protected:
+  void SetUp() override {
+    if (!(LocalSealCiphers() & static_cast<uint8_t>(GetParam()))) {
+      GTEST_SKIP() << SealCipherName(GetParam()) << " does not run on this CPU";
+    }
+  }
+  const JobKey key_ = JobKey::Generate();
+  const SealNonce nc_ = FreshSealNonce(), ns_ = FreshSealNonce();
+  const SealKey pair_ = PairKey(key_, "w0", "w1");
+};
+
+// Sealed segments open to their plaintext, in order, in place, at every size up to the bound.
+TEST_P(SealTest, SegmentsRoundTripInPlace) {
+  SealedChannel client(GetParam(), pair_, nc_, ns_, /*client=*/true);
+  SealedChannel server(GetParam(), pair_, nc_, ns_, /*client=*/false);
+  for (size_t n :
+       {size_t{1}, size_t{15}, size_t{4096}, size_t{65535}, SealedChannel::kMaxSegment}) {
+    const std::vector<std::byte> plain = Bytes(n, static_cast<uint32_t>(n));
+    std::vector<std::byte> record(n + SealedChannel::kOverhead);
+    client.Seal(plain.data(), n, record.data());
+    EXPECT_NE(std::memcmp(record.data() + 4, plain.data(), std::min<size_t>(n, 16)), 0);
+    ASSERT_TRUE(server.Open(record.data(), n)) << n;
+    EXPECT_EQ(std::memcmp(record.data() + 4, plain.data(), n), 0) << n;
+  }
+  // Out of place, straight into a destination of the caller's.
+  const std::vector<std::byte> plain = Bytes(5000, 5);
+  std::vector<std::byte> record(5000 + SealedChannel::kOverhead), into(5000);
+  client.Seal(plain.data(), 5000, record.data());
+  ASSERT_TRUE(server.Open(record.data(), 5000, into.data()));
+  EXPECT_EQ(into, plain);
+  // And the other direction, under its own key.
+  const std::vector<std::byte> back = Bytes(100, 7);
+  record.assign(100 + SealedChannel::kOverhead, std::byte{0});
+  server.Seal(back.data(), 100, record.data());
+  std::vector<std::byte> copy = record;
+  EXPECT_FALSE(server.Open(copy.data(), 100)) << "a segment opened with its own direction's key";
+  ASSERT_TRUE(client.Open(record.data(), 100));
+}
+
+// A flipped bit, a replayed or reordered segment and another session's segment fail the tag.
+TEST_P(SealTest, RefusesAlteredReplayedAndReorderedSegments) {
+  SealedChannel client(GetParam(), pair_, nc_, ns_, true);
+  SealedChannel server(GetParam(), pair_, nc_, ns_, false);
+  SealedChannel other(GetParam(), pair_, nc_, FreshSealNonce(), false);
+  std::vector<std::vector<std::byte>> records;
+  for (uint32_t i = 0; i < 3; ++i) {
+    const std::vector<std::byte> plain = Bytes(1000, i);
+    records.emplace_back(1000 + SealedChannel::kOverhead);
+    client.Seal(plain.data(), 1000, records.back().data());
+  }
+  for (size_t bit : {size_t{0}, size_t{8 * 4 + 3}, size_t{8 * 500}, size_t{8 * 1019 + 7}}) {
+    std::vector<std::byte> flipped = records[0];
+    flipped[bit / 8] ^= std::byte{static_cast<unsigned char>(1u << (bit % 8))};
+    EXPECT_FALSE(server.Open(flipped.data(), 1000)) << "bit " << bit;
+  }
+  std::vector<std::byte> copy = records[0];
+  EXPECT_FALSE(other.Open(copy.data(), 1000)) << "opened under another session's key";
+  copy = records[1];
+  EXPECT_FALSE(server.Open(copy.data(), 1000)) << "segment 1 opened in place of segment 0";
+  copy = records[0];
+  ASSERT_TRUE(server.Open(copy.data(), 1000));
+  copy = records[0];
+  EXPECT_FALSE(server.Open(copy.data(), 1000)) << "a replayed segment opened";
+  copy = records[1];
+  EXPECT_TRUE(server.Open(copy.data(), 1000));
+  EXPECT_EQ(server.opened(), 2u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ciphers, SealTest,
+                         ::testing::Values(SealCipher::kAes256Gcm, SealCipher::kXChaCha20Poly1305),
+                         [](const auto& info) {
+                           return info.param == SealCipher::kAes256Gcm ? "Aes256Gcm"
+                                                                       : "XChaCha20Poly1305";
+                         });
+
+// Proofs depend on the pair, the nonces and the offer; a key of another job gives others.
+TEST(SealHandshakeTest, ProofsBindKeyPairNoncesAndOffer) {
+  const JobKey key = JobKey::Generate();
+  const SealNonce nc = FreshSealNonce(), ns = FreshSealNonce();
+  const SealKey pair = PairKey(key, "w0", "w1");
+  const SealProof proof = ServerProof(pair, 3, 1, nc, ns);
+  EXPECT_TRUE(SameProof(proof, ServerProof(pair, 3, 1, nc, ns).data()));
+  EXPECT_FALSE(SameProof(proof, ClientProof(pair, 3, 1, nc, ns).data()));
+  EXPECT_FALSE(SameProof(proof, ServerProof(PairKey(key, "w1", "w0"), 3, 1, nc, ns).data()));
+  EXPECT_FALSE(SameProof(proof, ServerProof(PairKey(key, "w0", "w2"), 3, 1, nc, ns).data()));
+  EXPECT_FALSE(
+      SameProof(proof, ServerProof(PairKey(JobKey::Generate(), "w0", "w1"), 3, 1, nc, ns).data()));
+  EXPECT_FALSE(SameProof(proof, ServerProof(pair, 3, 1, nc, FreshSealNonce()).data()));
+  EXPECT_FALSE(SameProof(proof, ServerProof(pair, 2, 2, nc, ns).data()));
+  // Length-prefixed ids: "w0"+"1w" is not "w01"+"w".
+  EXPECT_NE(PairKey(key, "w0", "1w"), PairKey(key, "w01", "w"));
+  EXPECT_EQ(ChooseSealCipher(3, 3), 1);
+  EXPECT_EQ(ChooseSealCipher(2, 3), 2);
+  EXPECT_EQ(ChooseSealCipher(1, 2), 0);
+}
+
+}  // namespace
+}  // namespace syncline
