@@ -445,11 +445,13 @@ void KeyedSummary(const std::vector<Row>& rows, bool aes) {
     }
   }
   if (best.empty()) return;
+  const auto cipher =
+      static_cast<SealCipher>(ChooseSealCipher(LocalSealCiphers(aes), LocalSealCiphers(aes)));
   std::printf(
       "\nKeyed planes (one job key) against the plaintext TCP plane, best of ring and doubling; "
-      "sealed: %s\n",
-      SealCipherName(
-          static_cast<SealCipher>(ChooseSealCipher(LocalSealCiphers(aes), LocalSealCiphers(aes)))));
+      "sealed: %s%s%s\n",
+      SealCipherName(cipher), cipher == SealCipher::kAes256Gcm ? " with " : "",
+      cipher == SealCipher::kAes256Gcm ? SealAesImplementation() : "");
   std::printf("%8s  %10s %10s %12s %10s %12s\n", "bytes", "tcp", "sealed", "sealed/tcp", "curve",
               "curve/tcp");
   for (const auto& [bytes, planes] : best) {

@@ -92,6 +92,43 @@ INSTANTIATE_TEST_SUITE_P(Ciphers, SealTest,
                                                                        : "XChaCha20Poly1305";
                          });
 
+// The wire's bytes are pinned: segments sealed from a fixed key and fixed nonces give the same
+// bytes with every AES-256-GCM implementation this build may use (OpenSSL's, or Intel's
+// ipsec-mb where it is installed), so that ends built either way open each other's segments.
+// The expected values were taken with OpenSSL's EVP.
+TEST(SealWireTest, AesGcmSegmentsAreTheStandardOnes) {
+  if (!(LocalSealCiphers() & static_cast<uint8_t>(SealCipher::kAes256Gcm))) {
+    GTEST_SKIP() << "AES-256-GCM does not run on this CPU";
+  }
+  SealKey pair;
+  SealNonce nc, ns;
+  for (size_t i = 0; i < pair.size(); ++i) {
+    pair[i] = static_cast<unsigned char>(i);
+    nc[i] = static_cast<unsigned char>(0x40 + i);
+    ns[i] = static_cast<unsigned char>(0x80 + i);
+  }
+  SealedChannel client(SealCipher::kAes256Gcm, pair, nc, ns, /*client=*/true);
+  SealedChannel server(SealCipher::kAes256Gcm, pair, nc, ns, /*client=*/false);
+  // FNV-1a over a whole record: header, ciphertext and tag.
+  auto digest = [](const std::vector<std::byte>& v) {
+    uint64_t h = 14695981039346656037ull;
+    for (std::byte b : v) h = (h ^ static_cast<uint64_t>(b)) * 1099511628211ull;
+    return h;
+  };
+  std::vector<uint64_t> digests;
+  for (size_t n : {size_t{1}, size_t{100}, size_t{4096}, SealedChannel::kMaxSegment}) {
+    std::vector<std::byte> plain(n);
+    for (size_t i = 0; i < n; ++i) plain[i] = static_cast<std::byte>(i * 7 + n);
+    std::vector<std::byte> record(n + SealedChannel::kOverhead);
+    client.Seal(plain.data(), n, record.data());
+    digests.push_back(digest(record));
+    ASSERT_TRUE(server.Open(record.data(), n));
+    EXPECT_EQ(std::memcmp(record.data() + 4, plain.data(), n), 0);
+  }
+  EXPECT_EQ(digests, (std::vector<uint64_t>{9912049758641860632ull, 3613295492845465573ull,
+                                            9406807524547420839ull, 3870742625858831412ull}));
+}
+
 // Proofs depend on the pair, the nonces and the offer; a key of another job gives others.
 TEST(SealHandshakeTest, ProofsBindKeyPairNoncesAndOffer) {
   const JobKey key = JobKey::Generate();

@@ -821,7 +821,7 @@ class TcpEndpoint : public Endpoint {
   // *out, which grows as needed and never shrinks (a buffer of a batch's size is reused, not
   // zeroed each time); returns the bytes written. Every message starts a segment, so its
   // preamble (at most 516 bytes) is always inside one; a segment is sealed straight from the
-  // piece that holds it, and only one that spans pieces is gathered first.
+  // piece that holds it, and only one that spans small pieces is gathered first.
   size_t SealInto(Conn* c, const std::vector<Piece>& pieces, SealCursor* cursor, size_t most,
                   std::vector<std::byte>* out) {
     constexpr size_t kMax = SealedChannel::kMaxSegment;
@@ -833,10 +833,22 @@ class TcpEndpoint : public Endpoint {
     size_t at = 0;
     cursor->left -= total;
     for (size_t left = total; left > 0;) {
-      const size_t n = std::min(kMax, left);
       while (offset == pieces[piece].size) {
         ++piece;
         offset = 0;
+      }
+      // A large piece (a frame of at least kDirectRead bytes) begins a segment of its own, so
+      // that the receiver opens all of its segments straight into the frame's buffer; small
+      // ones (the preamble, a header frame) share one. Without this a message's first segment
+      // held the preamble, the header and 64 KiB of the payload: gathered here, opened in the
+      // staging buffer and copied into the frame there, a quarter of a 256 KiB segment's bytes.
+      size_t n = std::min(kMax, left);
+      for (size_t p = piece, run = pieces[p].size - offset; run < n && ++p < pieces.size();
+           run += pieces[p].size) {
+        if (pieces[p].size >= kDirectRead) {
+          n = run;
+          break;
+        }
       }
       const std::byte* from = pieces[piece].data + offset;
       if (pieces[piece].size - offset >= n) {
@@ -854,6 +866,9 @@ class TcpEndpoint : public Endpoint {
           offset += take;
         }
         from = gather_.data();
+      }
+      if (out->size() < at + n + SealedChannel::kOverhead) {
+        out->resize(at + n + SealedChannel::kOverhead);  // a segment more, cut at a frame
       }
       c->seal->Seal(from, n, out->data() + at);
       at += n + SealedChannel::kOverhead;
