@@ -37,7 +37,11 @@ TEST_P(SealTest, SegmentsRoundTripInPlace) {
     const std::vector<std::byte> plain = Bytes(n, static_cast<uint32_t>(n));
     std::vector<std::byte> record(n + SealedChannel::kOverhead);
     client.Seal(plain.data(), n, record.data());
-    EXPECT_NE(std::memcmp(record.data() + 4, plain.data(), std::min<size_t>(n, 16)), 0);
+    // Ciphertext that equals the plaintext: a chance of 2^-128 over 16 bytes (one byte of a
+    // 1-byte segment would match once in 256 fresh sessions, so short segments are not asked).
+    if (n >= 16) {
+      EXPECT_NE(std::memcmp(record.data() + 4, plain.data(), 16), 0);
+    }
     ASSERT_TRUE(server.Open(record.data(), n)) << n;
     EXPECT_EQ(std::memcmp(record.data() + 4, plain.data(), n), 0) << n;
   }
