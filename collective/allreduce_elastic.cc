@@ -20,10 +20,12 @@ std::string Names(const std::vector<int>& ranks) {
 
 // What each member tells the others when they meet: the clock of the first round it has not
 // completed, the last completed round's flag, and the examples its model holds.
+// A joiner (`fresh`) holds no model yet: its clock is no one's.
 struct Standing {
   int64_t next_clock = 0;
   int64_t anyone_training = 0;
   double examples_summed = 0;
+  int64_t fresh = 0;
 };
 
 }  // namespace
@@ -50,6 +52,51 @@ absl::Status AllReduceBackend::MakeElastic(ElasticOptions elastic, std::vector<i
   members_ = std::move(members);
   met_at_ = plan_events;
   WatchMembership();
+  return absl::OkStatus();
+}
+
+absl::Status AllReduceBackend::MakeElasticJoiner(ElasticOptions elastic, std::vector<int> members,
+                                                 uint64_t plan_events) {
+  if (auto s = MakeElastic(std::move(elastic), std::move(members), plan_events); !s.ok()) return s;
+  fresh_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status AllReduceBackend::OnArrival(int worker, int64_t first_clock,
+                                         std::span<const int> donors) {
+  if (!elastic_ || !fresh_ || members_[communicator_->rank()] != worker) return absl::OkStatus();
+  const absl::Time began = absl::Now();
+  bool taken_over = false;
+  absl::Status s = AgreeOnRounds({}, &taken_over);
+  // A member left while they agreed: meet again without it (the joiner is still fresh).
+  if (!s.ok() && elastic_->interrupted().ok() && elastic_->plan_events() > met_at_) {
+    s = MeetAgain(&taken_over);
+  }
+  if (!s.ok()) return s;
+  if (fresh_) return absl::InternalError("elastic all-reduce: the joiner took no model");
+  if (next_clock_ > first_clock) {
+    return absl::InternalError(absl::StrFormat(
+        "elastic all-reduce: the members completed clock %d, past this joiner's first clock %d",
+        next_clock_ - 1, first_clock));
+  }
+  catch_up_to_ = first_clock;
+  SYNCLINE_LOG(INFO) << absl::StrFormat(
+      "all-reduce: joined the ring of %s at clock %d with the model of clock %d in %s; answers "
+      "%d rounds before its first",
+      Names(members_), first_clock, next_clock_,
+      absl::FormatDuration(absl::Trunc(absl::Now() - began, absl::Milliseconds(1))),
+      first_clock - next_clock_);
+  return absl::OkStatus();
+}
+
+absl::Status AllReduceBackend::CatchUp(int64_t clock) {
+  if (catch_up_to_ < 0 || clock < catch_up_to_) return absl::OkStatus();
+  // The rounds between the meeting and this joiner's first iteration: it adds nothing, but says
+  // it trains, so that no member takes a round without a batch for the end of the job.
+  while (next_clock_ < catch_up_to_) {
+    if (auto s = ElasticRound(next_clock_, /*training=*/true, 0); !s.ok()) return s;
+  }
+  catch_up_to_ = -1;
   return absl::OkStatus();
 }
 
@@ -171,7 +218,7 @@ absl::Status AllReduceBackend::MeetAgain(bool* taken_over) {
 
 absl::Status AllReduceBackend::AgreeOnRounds(const std::vector<int>& lost, bool* taken_over) {
   const int n = communicator_->size();
-  Standing mine{next_clock_, last_anyone_training_ ? 1 : 0, examples_summed_};
+  Standing mine{next_clock_, last_anyone_training_ ? 1 : 0, examples_summed_, fresh_ ? 1 : 0};
   std::vector<std::byte> block(sizeof(Standing)), all;
   std::memcpy(block.data(), &mine, sizeof(Standing));
   if (auto s = communicator_->AllGatherBytes(block, &all); !s.ok()) return s;
@@ -181,11 +228,20 @@ absl::Status AllReduceBackend::AgreeOnRounds(const std::vector<int>& lost, bool*
   }
   // A member can be one round ahead of another, never more: it completed a round only with
   // every member's contribution, so every member had completed the one before.
-  int64_t newest = standings[0].next_clock;
-  for (const Standing& st : standings) newest = std::max(newest, st.next_clock);
+  int64_t newest = -1;
+  for (const Standing& st : standings) {
+    if (st.fresh == 0) newest = std::max(newest, st.next_clock);
+  }
+  if (newest < 0) {
+    return absl::InternalError("elastic all-reduce: every member is a joiner without a model");
+  }
   int root = -1;
   bool someone_behind = false;
   for (int r = 0; r < n; ++r) {
+    if (standings[r].fresh != 0) {
+      someone_behind = true;  // a joiner takes the model
+      continue;
+    }
     if (standings[r].next_clock == newest && root < 0) root = r;
     if (standings[r].next_clock < newest - 1) {
       return absl::InternalError(absl::StrFormat(
@@ -219,7 +275,7 @@ absl::Status AllReduceBackend::AgreeOnRounds(const std::vector<int>& lost, bool*
   std::vector<float> words((size + sizeof(float) - 1) / sizeof(float), 0.0f);
   if (communicator_->rank() == root && size > 0) std::memcpy(words.data(), state.data(), size);
   if (auto s = communicator_->Broadcast(std::span<float>(words), root); !s.ok()) return s;
-  if (mine.next_clock == newest) return absl::OkStatus();
+  if (!fresh_ && mine.next_clock == newest) return absl::OkStatus();
   state.assign(reinterpret_cast<const char*>(words.data()), size);
   if (auto s = RestoreState(state); !s.ok()) {
     return absl::DataLossError(absl::StrCat("elastic all-reduce: the model of w", members_[root],
@@ -232,7 +288,8 @@ absl::Status AllReduceBackend::AgreeOnRounds(const std::vector<int>& lost, bool*
   examples_summed_ = standings[root].examples_summed;
   last_anyone_training_ = standings[root].anyone_training != 0;
   next_clock_ = newest;
-  *taken_over = true;
+  *taken_over = !fresh_;  // a joiner had no round in progress
+  fresh_ = false;
   SYNCLINE_LOG(INFO) << absl::StrFormat(
       "all-reduce: took the model of w%d, which completed the round of clock %d", members_[root],
       newest - 1);

@@ -169,7 +169,7 @@ CoordinatorOptions CoordinatorOptionsFor(const JobSpec& spec) {
   o.hand_over = HandsOverBatches(spec.sync);
   o.max_restarts = spec.max_restarts;
   o.max_workers = MaxWorkers(spec);
-  o.enter_at_latest_cut = spec.sync.gossip();
+  o.enter_at_latest_cut = spec.sync.gossip() || spec.sync.allreduce();
   o.heartbeat_interval = absl::Seconds(spec.timeouts.heartbeat_interval_s);
   o.heartbeat_timeout = absl::Seconds(spec.timeouts.heartbeat_timeout_s);
   // A user's worker program evaluates with its own test data (its Finish's callback).
