@@ -173,6 +173,14 @@ class AllReduceBackend : public SyncBackend {
   // A joiner (fresh_) holds no model: it takes one, as a member behind does, and counts no
   // clock of its own among the members'.
   absl::Status AgreeOnRounds(const std::vector<int>& lost, bool* taken_over);
+  // A joiner (fresh_): agrees with the members it met, takes the model and the agreed clocks of
+  // earlier departures; meets again if a member left meanwhile. OK at once when not fresh.
+  absl::Status TakeTheModel();
+  // After a collective among the members failed: waits up to the notice timeout for the
+  // coordinator to announce a departure or arrival; whether one came (and the timeline goes on).
+  bool AwaitNotice();
+  // Sends `*bytes` from communicator rank `root` to every member (in *bytes).
+  absl::Status BroadcastBytes(std::string* bytes, int root);
   // A joiner before the iteration of `clock`: answers the members' rounds, adding nothing, up to
   // its first clock (OnArrival), so that it reads the model of that clock.
   absl::Status CatchUp(int64_t clock);

@@ -138,6 +138,91 @@ TEST(ElasticAllReduceTest, ALostRankIsDroppedAtTheNextStepAndTheOthersGoOn) {
   EXPECT_LT(worst, 1e-5);
 }
 
+// 2 ranks train kSteps; after their step `arrival_after` the coordinator announces w2, which
+// meets them, takes their model by broadcast (OnArrival), answers their rounds with nothing up
+// to `first_clock` and trains from there. Elastic: w2 joins that way; else the reference, three
+// ranks from the start, w2 adding nothing before `first_clock`. Returns the three's parameters
+// and examples summed.
+ElasticRun TrainWithAJoiner(bool elastic, int arrival_after, int first_clock) {
+  InprocRanks ranks(elastic ? 2 : 3);
+  InprocRanks met(3, "met");  // the meeting after the arrival: w0, w1, w2
+  EXPECT_TRUE(ranks.connected && met.connected);
+  std::atomic<uint64_t> events{0};
+  std::vector<std::unique_ptr<AllReduceBackend>> backends;
+  for (int r = 0; r < 3; ++r) {
+    const bool joiner = r == 2;
+    Endpoint* endpoint = elastic && joiner ? met.endpoints[r].get() : ranks.endpoints[r].get();
+    const std::vector<std::string>& ids = elastic && joiner ? met.ids : ranks.ids;
+    backends.push_back(std::make_unique<AllReduceBackend>(
+        std::make_unique<Communicator>(endpoint, r, ids), Options()));
+    if (!elastic) continue;
+    ElasticOptions e;
+    e.meet = [&, r](uint64_t plan_events) -> absl::StatusOr<PeerMeeting> {
+      EXPECT_EQ(plan_events, 1u);
+      EXPECT_LT(r, 2) << "the joiner met them once, before its arrival";
+      return PeerMeeting{std::make_unique<Communicator>(met.endpoints[r].get(), r, met.ids),
+                         {0, 1, 2}};
+    };
+    e.plan_events = [&events] { return events.load(); };
+    e.interrupted = [] { return absl::OkStatus(); };
+    e.notice_timeout = absl::Seconds(20);
+    EXPECT_TRUE(joiner ? backends[r]->MakeElasticJoiner(std::move(e), {0, 1, 2}, 1).ok()
+                       : backends[r]->MakeElastic(std::move(e), {0, 1}, 0).ok());
+  }
+  ElasticRun run;
+  run.params.resize(3);
+  run.examples.resize(3);
+  run.members.resize(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      AllReduceBackend& b = *backends[r];
+      if (r == 2 && elastic) {
+        // Bounded: w0 announces the arrival after a few steps.
+        for (int i = 0; i < 20000 && events.load() == 0; ++i) absl::SleepFor(absl::Milliseconds(1));
+        ASSERT_EQ(events.load(), 1u);
+      }
+      ASSERT_TRUE(b.Init(Layout()).ok());
+      if (r == 2 && elastic) {
+        const std::vector<int> donors = {0, 1};
+        const absl::Status arrived = b.OnArrival(2, first_clock, donors);
+        ASSERT_TRUE(arrived.ok()) << arrived;
+      }
+      for (int step = 0; step < kSteps; ++step) {
+        if (r == 2 && step < first_clock) {
+          if (elastic) continue;
+          // The reference's w2 adds nothing before its first clock, as a joiner answers.
+          ASSERT_TRUE(b.EndIteration(step, 0).ok());
+          continue;
+        }
+        Step(b, r, step);
+        if (r == 0 && elastic && step + 1 == arrival_after) events.store(1);
+      }
+      ASSERT_TRUE(b.Finish().ok());
+      run.params[r].assign(b.parameters().begin(), b.parameters().end());
+      run.examples[r] = b.examples_summed();
+      run.members[r] = b.members();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return run;
+}
+
+// A joiner enters the ring at a step boundary: every rank, the joiner too, ends with the same
+// bits, which are those of a job of three from the start whose third rank added nothing before
+// the joiner's first clock (a rank adding nothing adds exact zeros); every model holds each
+// example once.
+TEST(ElasticAllReduceTest, AJoinerTakesTheModelAndTrainsFromItsFirstClock) {
+  const ElasticRun joined = TrainWithAJoiner(/*elastic=*/true, /*arrival_after=*/3, 7);
+  const ElasticRun reference = TrainWithAJoiner(/*elastic=*/false, 3, 7);
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(absl::StrCat("w", r));
+    EXPECT_EQ(joined.members[r], (std::vector<int>{0, 1, 2}));
+    EXPECT_EQ(joined.examples[r], 8.0 * (2 * kSteps + (kSteps - 7)));
+    EXPECT_EQ(joined.params[r], reference.params[0]);
+  }
+}
+
 // Top-K keeps a residual per rank: a model taken over from another rank would not match it.
 TEST(ElasticAllReduceTest, ResidualCodecsAreRefusedNamingTheCodec) {
   InprocRanks ranks(2);
