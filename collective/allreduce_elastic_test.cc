@@ -53,6 +53,24 @@ void Step(AllReduceBackend& b, int r, int step) {
   ASSERT_TRUE(b.EndIteration(step, 8).ok());
 }
 
+// Rank r's elastic options: the coordinator's plan events are `events`, and the one meeting
+// (after the first) is over `met`, the ranks of the job 0, 1, 2, where r is rank `in_met`;
+// -1: r meets no one (a rank that left, or a joiner, which met them before).
+ElasticOptions MeetingOf(InprocRanks& met, int r, int in_met, std::atomic<uint64_t>& events) {
+  ElasticOptions e;
+  e.meet = [&met, r, in_met](uint64_t plan_events) -> absl::StatusOr<PeerMeeting> {
+    EXPECT_EQ(plan_events, 1u);
+    EXPECT_GE(in_met, 0) << "w" << r << " meets no one";
+    const int at = std::max(in_met, 0);
+    return PeerMeeting{std::make_unique<Communicator>(met.endpoints[at].get(), at, met.ids),
+                       {0, 1, 2}};
+  };
+  e.plan_events = [&events] { return events.load(); };
+  e.interrupted = [] { return absl::OkStatus(); };
+  e.notice_timeout = absl::Seconds(20);
+  return e;
+}
+
 // 4 ranks; w3 trains `lost_after` steps and leaves (elastic: the coordinator's plan events go
 // up; else it just stops training and answers the rest with nothing). The others train
 // kSteps. Returns the survivors' parameters, their agreed departure clocks for w3, and their
@@ -74,17 +92,8 @@ ElasticRun Train(bool elastic, int lost_after) {
     backends.push_back(std::make_unique<AllReduceBackend>(
         std::make_unique<Communicator>(ranks.endpoints[r].get(), r, ranks.ids), Options()));
     if (!elastic) continue;
-    ElasticOptions e;
-    e.meet = [&, r](uint64_t plan_events) -> absl::StatusOr<PeerMeeting> {
-      EXPECT_EQ(plan_events, 1u);
-      EXPECT_LT(r, 3) << "the lost rank meets no one";
-      return PeerMeeting{std::make_unique<Communicator>(met.endpoints[r].get(), r, met.ids),
-                         {0, 1, 2}};
-    };
-    e.plan_events = [&events] { return events.load(); };
-    e.interrupted = [] { return absl::OkStatus(); };
-    e.notice_timeout = absl::Seconds(20);
-    EXPECT_TRUE(backends[r]->MakeElastic(std::move(e), {0, 1, 2, 3}, 0).ok());
+    EXPECT_TRUE(
+        backends[r]->MakeElastic(MeetingOf(met, r, r < 3 ? r : -1, events), {0, 1, 2, 3}, 0).ok());
   }
   ElasticRun run;
   run.params.resize(3);
@@ -156,16 +165,7 @@ ElasticRun TrainWithAJoiner(bool elastic, int arrival_after, int first_clock) {
     backends.push_back(std::make_unique<AllReduceBackend>(
         std::make_unique<Communicator>(endpoint, r, ids), Options()));
     if (!elastic) continue;
-    ElasticOptions e;
-    e.meet = [&, r](uint64_t plan_events) -> absl::StatusOr<PeerMeeting> {
-      EXPECT_EQ(plan_events, 1u);
-      EXPECT_LT(r, 2) << "the joiner met them once, before its arrival";
-      return PeerMeeting{std::make_unique<Communicator>(met.endpoints[r].get(), r, met.ids),
-                         {0, 1, 2}};
-    };
-    e.plan_events = [&events] { return events.load(); };
-    e.interrupted = [] { return absl::OkStatus(); };
-    e.notice_timeout = absl::Seconds(20);
+    ElasticOptions e = MeetingOf(met, r, joiner ? -1 : r, events);
     EXPECT_TRUE(joiner ? backends[r]->MakeElasticJoiner(std::move(e), {0, 1, 2}, 1).ok()
                        : backends[r]->MakeElastic(std::move(e), {0, 1}, 0).ok());
   }
