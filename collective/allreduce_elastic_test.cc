@@ -223,6 +223,80 @@ TEST(ElasticAllReduceTest, AJoinerTakesTheModelAndTrainsFromItsFirstClock) {
   }
 }
 
+// A departure, then a join: w2 of 3 leaves after 3 steps (the members w0, w1 meet without it),
+// and after w0's step 6 w3 arrives (the three meet again). The joiner heard w2's departure
+// from the coordinator at a heartbeat clock (1 here): it must take the clock the members agreed
+// on (3) with the model, or it would compute w2's batches as others' and train some twice.
+TEST(ElasticAllReduceTest, AJoinerTakesTheClocksTheMembersAgreedForEarlierDepartures) {
+  InprocRanks ranks(3);
+  InprocRanks without_w2(2, "a");  // after the departure: w0, w1
+  InprocRanks with_w3(3, "b");     // after the arrival: w0, w1, w3
+  ASSERT_TRUE(ranks.connected && without_w2.connected && with_w3.connected);
+  std::atomic<uint64_t> events{0};
+  auto elastic = [&](int r) {
+    ElasticOptions e;
+    e.meet = [&, r](uint64_t plan_events) -> absl::StatusOr<PeerMeeting> {
+      EXPECT_LT(r, 2) << "w" << r << " meets no one";
+      InprocRanks& met = plan_events == 1 ? without_w2 : with_w3;
+      std::vector<int> members = plan_events == 1 ? std::vector<int>{0, 1} : std::vector{0, 1, 3};
+      return PeerMeeting{std::make_unique<Communicator>(met.endpoints[r].get(), r, met.ids),
+                         std::move(members)};
+    };
+    e.plan_events = [&events] { return events.load(); };
+    e.interrupted = [] { return absl::OkStatus(); };
+    e.notice_timeout = absl::Seconds(20);
+    return e;
+  };
+  std::vector<std::unique_ptr<AllReduceBackend>> backends;
+  for (int r = 0; r < 3; ++r) {
+    backends.push_back(std::make_unique<AllReduceBackend>(
+        std::make_unique<Communicator>(ranks.endpoints[r].get(), r, ranks.ids), Options()));
+    ASSERT_TRUE(backends[r]->MakeElastic(elastic(r), {0, 1, 2}, 0).ok());
+  }
+  backends.push_back(std::make_unique<AllReduceBackend>(
+      std::make_unique<Communicator>(with_w3.endpoints[2].get(), 2, with_w3.ids), Options()));
+  ASSERT_TRUE(backends[3]->MakeElasticJoiner(elastic(3), {0, 1, 3}, 2).ok());
+  std::vector<std::vector<float>> params(4);
+  std::vector<double> examples(4);
+  std::optional<int64_t> joiner_heard;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      AllReduceBackend& b = *backends[r];
+      if (r == 3) {
+        // Bounded: w0 announces the arrival after its step 6.
+        for (int i = 0; i < 20000 && events.load() < 2; ++i) absl::SleepFor(absl::Milliseconds(1));
+        ASSERT_EQ(events.load(), 2u);
+      }
+      ASSERT_TRUE(b.Init(Layout()).ok());
+      if (r == 3) {
+        joiner_heard = b.DepartureClock(2, /*the coordinator's=*/1);
+        ASSERT_TRUE(b.OnArrival(3, 9, std::vector<int>{0, 1}).ok());
+      }
+      for (int step = r == 3 ? 9 : 0; step < (r == 2 ? 3 : kSteps); ++step) {
+        Step(b, r, step);
+        if (r == 0 && step == 6) events.store(2);
+      }
+      if (r == 2) {
+        events.store(1);  // w2 leaves
+        return;
+      }
+      ASSERT_TRUE(b.Finish().ok());
+      params[r].assign(b.parameters().begin(), b.parameters().end());
+      examples[r] = b.examples_summed();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(backends[0]->DepartureClock(2, -1), 3);
+  EXPECT_EQ(joiner_heard, 3);
+  for (int r : {0, 1, 3}) {
+    SCOPED_TRACE(absl::StrCat("w", r));
+    EXPECT_EQ(examples[r], 8.0 * (3 + 2 * kSteps + (kSteps - 9)));
+    EXPECT_EQ(params[r], params[0]);
+    EXPECT_EQ(backends[r]->members(), (std::vector<int>{0, 1, 3}));
+  }
+}
+
 // Top-K keeps a residual per rank: a model taken over from another rank would not match it.
 TEST(ElasticAllReduceTest, ResidualCodecsAreRefusedNamingTheCodec) {
   InprocRanks ranks(2);
