@@ -55,6 +55,7 @@ uint64_t AllReduceBackend::bytes_pulled() const {
 
 absl::Status AllReduceBackend::Read(int64_t clock, std::span<const uint64_t> keys,
                                     std::span<float> rows, std::span<float> bias) {
+  if (auto s = CatchUp(clock); !s.ok()) return s;
   return model_.Read(keys, rows, bias);
 }
 
@@ -318,6 +319,7 @@ absl::Status AllReduceBackend::Apply(bool by_union) {
 }
 
 absl::Status AllReduceBackend::EndIteration(int64_t clock, float examples) {
+  if (auto s = CatchUp(clock); !s.ok()) return s;
   absl::Status s = ElasticRound(clock, /*training=*/true, examples);
   return absl::IsOutOfRange(s) ? absl::OkStatus() : s;  // (it trained: never out of range)
 }
@@ -325,6 +327,7 @@ absl::Status AllReduceBackend::EndIteration(int64_t clock, float examples) {
 absl::Status AllReduceBackend::Finish() {
   if (finished_) return absl::OkStatus();
   finished_ = true;
+  catch_up_to_ = -1;  // a joiner left no batch: it answers every round as one that has none
   // Others may have more steps (partitions of unequal size): keep answering their
   // collectives, adding nothing, until a round in which nobody trained.
   for (int64_t clock = next_clock_;; ++clock) {
@@ -401,6 +404,31 @@ absl::Status AllReduceBackend::RestoreState(std::string_view state) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A joiner's first meeting, after its own arrival: the plan events it counts may still grow
+// (the arrival and those before it come after the node table), and a meeting named by a count
+// the coordinator has moved past ends at once, so it meets again after the newest. *met_at:
+// the count it met after. Bounded: each try by the peer timeout, the tries by the events.
+absl::StatusOr<PeerMeeting> MeetAsJoiner(const JobSpec& spec, const NodeTable& table, int rank,
+                                         const CollectivePlane& plane, PeerRendezvous& rendezvous,
+                                         uint64_t* met_at) {
+  while (true) {
+    const uint64_t events = rendezvous.PlanEvents();
+    absl::StatusOr<PeerMeeting> meeting = MeetPeers(spec, table, rank, plane, rendezvous, events);
+    if (meeting.ok()) {
+      *met_at = events;
+      return meeting;
+    }
+    if (!absl::IsAborted(meeting.status()) || !rendezvous.Interrupted().ok() ||
+        rendezvous.PlanEvents() <= events) {
+      return meeting.status();
+    }
+  }
+}
+
+}  // namespace
+
 ServerlessBackendFactory MakeAllReduceBackendFactory(CollectivePlane plane) {
   return [plane](const JobSpec& spec, const ParameterLayout& layout, const NodeTable& table,
                  int rank, Endpoint& endpoint, const std::string& device,
@@ -408,11 +436,27 @@ ServerlessBackendFactory MakeAllReduceBackendFactory(CollectivePlane plane) {
     CollectivePlane bounded = plane;
     bounded.max_message_bytes =
         CollectiveMessageBound(AllReduceBackend::LargestAllReduce(layout, table.MaxWorkers()));
-    auto communicator =
-        ConnectWorkersOfGeneration(spec, table, rank, endpoint, bounded, rendezvous);
+    // A worker that joined the running job meets the members where they meet it, after its
+    // own arrival; the others start over their data endpoints (or the plane).
+    const bool joiner = rank >= table.num_workers;
+    std::vector<int> members(table.num_workers);
+    for (int w = 0; w < table.num_workers; ++w) members[w] = w;
+    uint64_t met_at = rendezvous.PlanEvents();
+    absl::StatusOr<std::unique_ptr<Communicator>> communicator;
+    if (joiner) {
+      absl::StatusOr<PeerMeeting> meeting =
+          MeetAsJoiner(spec, table, rank, bounded, rendezvous, &met_at);
+      if (!meeting.ok()) return meeting.status();
+      communicator = std::move(meeting->communicator);
+      members = std::move(meeting->members);
+    } else {
+      communicator = ConnectWorkersOfGeneration(spec, table, rank, endpoint, bounded, rendezvous);
+    }
     if (!communicator.ok()) return communicator.status();
-    // An elastic collective keeps its dense all-reduces on the CPU: NCCL cannot lose a rank.
-    const bool elastic = spec.sync.allreduce() && MinWorkers(spec) < spec.workers;
+    // An elastic collective keeps its dense all-reduces on the CPU: NCCL cannot lose or gain a
+    // rank.
+    const bool elastic = spec.sync.allreduce() &&
+                         (MinWorkers(spec) < spec.workers || MaxWorkers(spec) > spec.workers);
     auto dense = elastic ? absl::StatusOr<DensePlane>(DensePlane{})
                          : ConnectDenseForWorker(spec, **communicator, device);
     if (!dense.ok()) return dense.status();
@@ -439,18 +483,19 @@ ServerlessBackendFactory MakeAllReduceBackendFactory(CollectivePlane plane) {
     if (elastic) {
       ElasticOptions e;
       // The factory's arguments outlive the backend (worker/worker_node.cc's Link).
-      e.meet = [&spec, &table, rank, plane, &rendezvous](uint64_t plan_events) {
-        return MeetPeers(spec, table, rank, plane, rendezvous, plan_events);
+      e.meet = [&spec, &table, rank, bounded, &rendezvous](uint64_t plan_events) {
+        return MeetPeers(spec, table, rank, bounded, rendezvous, plan_events);
       };
       e.plan_events = [&rendezvous] { return rendezvous.PlanEvents(); };
       e.interrupted = [&rendezvous] { return rendezvous.Interrupted(); };
       e.notice_timeout = table.heartbeat_timeout + absl::Seconds(2);
-      std::vector<int> members(table.num_workers);
-      for (int w = 0; w < table.num_workers; ++w) members[w] = w;
-      if (auto s = backend->MakeElastic(std::move(e), std::move(members), rendezvous.PlanEvents());
-          !s.ok()) {
-        return s;
-      }
+      absl::Status made = joiner
+                              ? backend->MakeElasticJoiner(std::move(e), std::move(members), met_at)
+                              : backend->MakeElastic(std::move(e), std::move(members), met_at);
+      if (!made.ok()) return made;
+    } else if (joiner) {
+      return absl::FailedPreconditionError(
+          "a worker joined an all-reduce that takes no joins (no --max-workers above --workers)");
     }
     return std::unique_ptr<SyncBackend>(std::move(backend));
   };

@@ -104,6 +104,16 @@ class AllReduceBackend : public SyncBackend {
   // of its own (NCCL cannot lose a rank) or with top-K or sign1 (each rank's residual is its
   // own, so a taken-over model would not match it).
   absl::Status MakeElastic(ElasticOptions elastic, std::vector<int> members, uint64_t plan_events);
+  // Elastic, on a worker that joined the running job (--max-workers): the members, this one
+  // among them, met after `plan_events` departures and arrivals, its own arrival the last.
+  // It holds no model yet: its arrival (OnArrival) takes one from a member.
+  absl::Status MakeElasticJoiner(ElasticOptions elastic, std::vector<int> members,
+                                 uint64_t plan_events);
+  // Elastic: on this worker's own arrival, agrees on the rounds with the members it met,
+  // takes the model (and optimizer state) of one that completed the most, and answers their
+  // rounds, adding nothing, up to `first_clock`, where its own iterations count from.
+  // Nothing for others' arrivals: the members meet the joiner when the coordinator counts it.
+  absl::Status OnArrival(int worker, int64_t first_clock, std::span<const int> donors) override;
   // Elastic: the first round that no member completed with lost worker `worker` (its
   // iterations finished), once the members still in the job have met and agreed on it;
   // nullopt until then. `clock` (the coordinator's) otherwise.
@@ -160,7 +170,20 @@ class AllReduceBackend : public SyncBackend {
   // this worker's round in progress was completed by another, whose model it now holds.
   absl::Status MeetAgain(bool* taken_over);
   // The members agree on the rounds done and hand the model to those behind (MeetAgain).
+  // A joiner (fresh_) holds no model: it takes one, as a member behind does, and counts no
+  // clock of its own among the members'.
   absl::Status AgreeOnRounds(const std::vector<int>& lost, bool* taken_over);
+  // A joiner (fresh_): agrees with the members it met, takes the model and the agreed clocks of
+  // earlier departures; meets again if a member left meanwhile. OK at once when not fresh.
+  absl::Status TakeTheModel();
+  // After a collective among the members failed: waits up to the notice timeout for the
+  // coordinator to announce a departure or arrival; whether one came (and the timeline goes on).
+  bool AwaitNotice();
+  // Sends `*bytes` from communicator rank `root` to every member (in *bytes).
+  absl::Status BroadcastBytes(std::string* bytes, int root);
+  // A joiner before the iteration of `clock`: answers the members' rounds, adding nothing, up to
+  // its first clock (OnArrival), so that it reads the model of that clock.
+  absl::Status CatchUp(int64_t clock);
   // The communicator's waits end when the timeline does or the membership changes.
   void WatchMembership();
   // One all-reduce of the buffer; applies it. `training`: this worker still has data.
@@ -224,6 +247,8 @@ class AllReduceBackend : public SyncBackend {
   std::optional<ElasticOptions> elastic_;
   std::vector<int> members_;
   int64_t next_clock_ = 0;      // the first round not completed here
+  bool fresh_ = false;          // a joiner before its arrival: no model of the job's yet
+  int64_t catch_up_to_ = -1;    // a joiner: its first clock, until CatchUp reached it
   absl::Status elastic_error_;  // a meeting between steps failed: the next round says so
   uint64_t met_at_ = 0;
   std::map<int, int64_t> departure_clocks_;

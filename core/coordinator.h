@@ -67,7 +67,9 @@ struct CoordinatorOptions {
   int max_workers = 0;
   // A joiner's first clock is the latest of the donors' cuts instead of the earliest. Gossip
   // peers switch graphs at the joiner's first step, which no donor may have mixed before it
-  // hears the arrival (a donor prepares nothing at or past its own cut until then).
+  // hears the arrival (a donor prepares nothing at or past its own cut until then). An elastic
+  // all-reduce takes the joiner into its ring where the others are, no later than any cut: the
+  // joiner's iterations count on from there, in step with theirs.
   bool enter_at_latest_cut = false;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   // A node silent for this long is declared down.

@@ -353,11 +353,17 @@ absl::Status CheckMembership(const JobSpec& s) {
   }
   if (s.max_workers <= s.workers) return absl::OkStatus();
   const std::string value = absl::StrCat(s.max_workers);
-  if (!HandsOverBatches(s.sync) || s.sync.allreduce()) {
+  if (!HandsOverBatches(s.sync)) {
     return InvalidFlag("max-workers", value,
-                       "is for --sync bsp, ssp, asp and gossip: a worker joins a "
-                       "parameter-server or gossip job (joins of all-reduce ranks are not "
-                       "built)");
+                       "is for --sync bsp, ssp, asp, gossip and allreduce: a worker joins a "
+                       "parameter-server, gossip or all-reduce job");
+  }
+  if (s.sync.allreduce() && residuals) {
+    return InvalidFlag(
+        "max-workers", value,
+        absl::StrCat("cannot be combined with an all-reduce of --compress ", CodecName(t.codec),
+                     ": a joiner takes the others' model but has no residual of "
+                     "its own to match it; use none or fp16"));
   }
   if (s.sync.gossip() && (t.codec.kind == CodecKind::kTopK || t.codec.kind == CodecKind::kSign1)) {
     return InvalidFlag("max-workers", value,

@@ -23,11 +23,15 @@ namespace {
 // with both ends, rather than found later as a request that never returns.
 absl::Status CheckPeersReachable(wire::Role role, int rank, const JoinedJob& job) {
   if (role != wire::Role::WORKER) return absl::OkStatus();
+  // An all-reduce joiner meets the others on endpoints of the meeting, never at the addresses
+  // the table holds (one may be a worker lost meanwhile).
+  const bool meets_workers =
+      (job.spec.sync.serverless() || job.spec.sync.hybrid()) &&
+      !(job.spec.sync.allreduce() && rank >= job.control->table().num_workers);
   std::vector<std::string> problems;
   for (const NodeInfo& peer : job.control->table().nodes) {
     const bool needed =
-        peer.role == wire::Role::SERVER ||
-        ((job.spec.sync.serverless() || job.spec.sync.hybrid()) && peer.role == wire::Role::WORKER);
+        peer.role == wire::Role::SERVER || (meets_workers && peer.role == wire::Role::WORKER);
     if (!needed || peer.address.empty() || (peer.role == role && peer.rank == rank)) continue;
     if (peer.address.rfind("tcp://", 0) != 0) continue;  // in-process endpoints
     if (auto s = ProbeTcp(peer.address, absl::Seconds(5)); !s.ok()) {
@@ -169,7 +173,7 @@ CoordinatorOptions CoordinatorOptionsFor(const JobSpec& spec) {
   o.hand_over = HandsOverBatches(spec.sync);
   o.max_restarts = spec.max_restarts;
   o.max_workers = MaxWorkers(spec);
-  o.enter_at_latest_cut = spec.sync.gossip();
+  o.enter_at_latest_cut = spec.sync.gossip() || spec.sync.allreduce();
   o.heartbeat_interval = absl::Seconds(spec.timeouts.heartbeat_interval_s);
   o.heartbeat_timeout = absl::Seconds(spec.timeouts.heartbeat_timeout_s);
   // A user's worker program evaluates with its own test data (its Finish's callback).

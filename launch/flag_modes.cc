@@ -89,8 +89,8 @@ const std::array<FlagScope, 38> kFlagScopes = {{
      Mismatch::kRefuse, "every step (or round) of the others needs every worker"},
     {"max-restarts", kAllModes & ~kFedAvg, Mismatch::kRefuse,
      "federated rounds are not checkpointed, so there is nothing to roll back to"},
-    {"max-workers", kClockModes | Bit(ModeFamily::kGossip), Mismatch::kRefuse,
-     "the others take no workers that join a running job"},
+    {"max-workers", kClockModes | Bit(ModeFamily::kGossip) | Bit(ModeFamily::kAllReduce),
+     Mismatch::kRefuse, "the others take no workers that join a running job"},
     {"peer-timeout", Modes({ModeFamily::kGossip, ModeFamily::kAllReduce, ModeFamily::kHybrid}),
      Mismatch::kWarn, "only workers that talk to each other wait for peers"},
     // Federated

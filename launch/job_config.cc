@@ -190,9 +190,11 @@ const std::array<Field, 80> kFields = {{
      "Let workers join the running job, up to this many workers in all: start one with "
      "`syncline-worker --coordinator ADDR --join` (the launcher logs ADDR). It enters at the "
      "others' clock with the current model (gossip: every peer takes it into its graph at one "
-     "step, and it starts from its neighbours' models), and the workers still training give it "
-     "every (n+1)-th of their remaining batches (bsp, ssp, asp, gossip; not with checkpoints, "
-     "--max-restarts or gossip's --compress topk/sign1). 0: --workers, no joins"},
+     "step, and it starts from its neighbours' models; allreduce: the ring re-forms with it at a "
+     "step boundary and a member broadcasts it the model), and the workers still training give "
+     "it every (n+1)-th of their remaining batches (bsp, ssp, asp, gossip, allreduce; not with "
+     "checkpoints, --max-restarts or --compress topk/sign1 of gossip and allreduce). 0: "
+     "--workers, no joins"},
     {"heartbeat-interval", FlagGroup::kCheckpoints, &JobConfig::heartbeat_interval_s,
      "Seconds between heartbeats"},
     {"heartbeat-timeout", FlagGroup::kCheckpoints, &JobConfig::heartbeat_timeout_s,

@@ -544,13 +544,15 @@ INSTANTIATE_TEST_SUITE_P(
                      "--checkpoint-every N or --checkpoint-seconds S"},
         ValidateCase{"max_restarts_negative", [](JobConfig& c) { c.max_restarts = -1; },
                      "--max-restarts=-1: must be in [0, 1000]"},
-        ValidateCase{"max_workers_allreduce",
+        ValidateCase{"max_workers_topk_allreduce",
                      [](JobConfig& c) {
                        c.sync = "allreduce";
+                       c.compress = "topk:0.1";
                        c.max_workers = 4;
                      },
-                     "--max-workers=4: is for --sync bsp, ssp, asp and gossip: a worker joins a "
-                     "parameter-server or gossip job (joins of all-reduce ranks are not built)"},
+                     "--max-workers=4: cannot be combined with an all-reduce of --compress "
+                     "topk:0.1: a joiner takes the others' model but has no residual of its own "
+                     "to match it; use none or fp16"},
         ValidateCase{"max_workers_choco_gossip",
                      [](JobConfig& c) {
                        c.sync = "gossip:ring";

@@ -33,10 +33,11 @@ int Main(int argc, char** argv) {
   app.add_flag(
       "--join", join,
       "join a job that is already training (started with --max-workers above "
-      "--workers; --sync bsp, ssp, asp or gossip): the coordinator gives this worker the next "
-      "free rank, it enters at the others' clock with the current model (a gossip peer: its "
-      "neighbours' models), and the workers still training give it a share of their remaining "
-      "batches. Not with --rank");
+      "--workers; --sync bsp, ssp, asp, gossip or allreduce): the coordinator gives this worker "
+      "the next free rank, it enters at the others' clock with the current model (a gossip "
+      "peer: its neighbours' models; all-reduce: a member's, broadcast as the ring re-forms), "
+      "and the workers still training give it a share of their remaining batches. Not with "
+      "--rank");
   std::string device;
   app.add_option("--device", device,
                  "where this worker computes, in place of the job's --device: auto (a GPU when "

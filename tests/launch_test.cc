@@ -684,6 +684,20 @@ class JoinableJob {
     EXPECT_TRUE(pid.ok()) << pid.status();
     return pid.ok() ? *pid : 0;
   }
+  // Starts "joiner" and, once it has joined, "late", which finds no rank left; waits for the
+  // three exits: the job and the joiner end well, the late one with exit 2 naming the limit.
+  void JoinOnceAndRefuseTheNext(const std::string& address) {
+    ASSERT_NE(Join("joiner", address), 0);
+    ASSERT_TRUE(WaitFor("joined at clock")) << output_;
+    ASSERT_NE(Join("late", address), 0);
+    WaitForExits(3);
+    ASSERT_EQ(ended_.size(), 3u) << output_;
+    EXPECT_EQ(ended_["launch"].exit_code, 0) << output_;
+    EXPECT_EQ(ended_["joiner"].exit_code, 0) << output_;
+    EXPECT_EQ(ended_["late"].exit_code, 2) << output_;
+    EXPECT_NE(lines_["late"].find("had its --max-workers 3 workers"), std::string::npos)
+        << lines_["late"];
+  }
   // Waits until the output holds `text`.
   bool WaitFor(const std::string& text) {
     while (absl::Now() < deadline_ && output_.find(text) == std::string::npos) Poll();
@@ -743,16 +757,7 @@ TEST_F(LaunchTest, AWorkerJoinsARunningAspJobAndTrainsAShareOfTheRest) {
                                 " --join"),
               std::string::npos)
         << job.output();
-    ASSERT_NE(job.Join("joiner", address), 0);
-    ASSERT_TRUE(job.WaitFor("joined at clock")) << job.output();
-    ASSERT_NE(job.Join("late", address), 0);
-    auto ended = job.WaitForExits(3);
-    ASSERT_EQ(ended.size(), 3u) << job.output();
-    EXPECT_EQ(ended["launch"].exit_code, 0) << job.output();
-    EXPECT_EQ(ended["joiner"].exit_code, 0) << job.output();
-    EXPECT_EQ(ended["late"].exit_code, 2) << job.output();
-    EXPECT_NE(job.lines("late").find("had its --max-workers 3 workers"), std::string::npos)
-        << job.lines("late");
+    ASSERT_NO_FATAL_FAILURE(job.JoinOnceAndRefuseTheNext(address));
     EXPECT_NE(job.lines("joiner").find("joining the running job as w2"), std::string::npos)
         << job.lines("joiner");
 
@@ -776,6 +781,58 @@ TEST_F(LaunchTest, AWorkerJoinsARunningAspJobAndTrainsAShareOfTheRest) {
     EXPECT_GT(rows, 5) << job.output();
     EXPECT_GT(first_clock, 1) << job.output();  // it entered at the others' clock
   }
+}
+
+// A worker joins a running all-reduce of 2 (--max-workers 3): at a step boundary the ring
+// re-forms over the three, a member broadcasts it the model, the two give it one in three of
+// their remaining batches, and it trains them. Every example of both epochs is in the model
+// once (each worker's own count of what it summed), the summary lists the world growing from
+// 2 to 3, and the test AUC stays within 0.01 of the run without the joiner. A second joiner
+// finds no rank left, and one that asks after the job ended is told that nothing answers.
+TEST_F(LaunchTest, AWorkerJoinsARunningAllReduceAndTrainsAShareOfTheRest) {
+  JoinableJob clean("join_allreduce_clean", "allreduce", Train(), Test(), "2", "10");
+  ASSERT_EQ(clean.WaitForExits(1).at("launch").exit_code, 0) << clean.output();
+  const auto clean_auc = JsonNumber(ReadFile(clean.out() + "/summary.json"), "test_auc");
+  ASSERT_TRUE(clean_auc.has_value()) << clean.output();
+
+  JoinableJob job("join_allreduce", "allreduce", Train(), Test(), "2", "10");
+  const std::string address = job.AddressOnceTraining(20);
+  ASSERT_FALSE(address.empty());
+  ASSERT_NO_FATAL_FAILURE(job.JoinOnceAndRefuseTheNext(address));
+  // The joiner took the model from a member, and the members re-formed their ring with it.
+  EXPECT_NE(job.lines("joiner").find("all-reduce: took the model of w"), std::string::npos)
+      << job.lines("joiner");
+  EXPECT_NE(ReadFile(job.out() + "/logs/w0.log").find("all-reduce re-formed over w0, w1, w2"),
+            std::string::npos);
+
+  const std::string summary = ReadFile(job.out() + "/summary.json");
+  EXPECT_NE(summary.find("\"status\": \"ok\""), std::string::npos) << summary;
+  EXPECT_EQ(JsonNumber(summary, "workers_joined"), 1) << summary;
+  EXPECT_EQ(JsonNumber(summary, "examples_trained"), 2 * 20000) << summary;
+  EXPECT_NE(summary.find("\"world_sizes\": [[0, 2], ["), std::string::npos) << summary;
+  EXPECT_NE(summary.find(", 3]]"), std::string::npos) << summary;
+  // Each of the three models holds every example's gradient once: the members' and the
+  // joiner's, which began from a member's.
+  const std::string said = "the model holds the gradients of ";
+  const std::string joiner_lines = job.lines("joiner");
+  for (const std::string& log :
+       {ReadFile(job.out() + "/logs/w0.log"), ReadFile(job.out() + "/logs/w1.log"), joiner_lines}) {
+    const size_t at = log.rfind(said);
+    ASSERT_NE(at, std::string::npos) << log;
+    EXPECT_EQ(std::atof(log.c_str() + at + said.size()), 2 * 20000.0) << log;
+  }
+  const auto auc = JsonNumber(summary, "test_auc");
+  ASSERT_TRUE(auc.has_value()) << summary;
+  EXPECT_NEAR(*auc, *clean_auc, 0.01);
+  const auto [rows, first_clock] = RowsOfJoiner(job.out(), 2);
+  EXPECT_GT(rows, 5) << job.output();
+  EXPECT_GT(first_clock, 1) << job.output();
+
+  // The job has ended: nothing answers at its address any more.
+  auto after = RunProcess({kWorker, "--coordinator", address, "--join", "--startup-timeout", "1"});
+  EXPECT_NE(after.exit_code, 0) << after.output;
+  EXPECT_NE(after.output.find("to the join request: is the job running?"), std::string::npos)
+      << after.output;
 }
 
 // A peer joins a running gossip job of 3 (--max-workers 4), synchronous and push-sum: every
