@@ -344,7 +344,12 @@ absl::Status RunSecAggClientRound(const SecAggParams& p, int client, int64_t rou
 // ---- server ----
 
 SecAggRelay::SecAggRelay(SecAggRelayOptions options, absl::Time now)
-    : options_(std::move(options)), deadline_(now + options_.first_stage_timeout) {}
+    : options_(std::move(options)),
+      // A round that picked fewer than t clients (Poisson picks under --dp client) cannot be
+      // unmasked: its first stage closes, and aborts, at once instead of at the timeout.
+      deadline_(static_cast<int>(options_.clients.size()) < options_.params.threshold
+                    ? now
+                    : now + options_.first_stage_timeout) {}
 
 std::set<int> SecAggRelay::Expected() const {
   switch (stage_) {

@@ -120,12 +120,15 @@ absl::Status CheckSecAggParams(const SecAggParams& p) {
   return absl::OkStatus();
 }
 
-std::vector<uint32_t> SecAggQuantise(std::span<const float> x, const SecAggParams& p) {
+std::vector<uint32_t> SecAggQuantise(std::span<const float> x, const SecAggParams& p,
+                                     DpRandom& rounding) {
   const double levels = std::ldexp(1.0, p.bits) - 1;
   std::vector<uint32_t> q(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     const double v = std::clamp(static_cast<double>(x[i]), -p.clip, p.clip);
-    q[i] = static_cast<uint32_t>(std::llround((v + p.clip) / (2 * p.clip) * levels));
+    const double level = std::clamp((v + p.clip) / (2 * p.clip) * levels, 0.0, levels);
+    q[i] = static_cast<uint32_t>(
+        std::min<int64_t>(rounding.StochasticRound(level), static_cast<int64_t>(levels)));
   }
   return q;
 }

@@ -17,8 +17,8 @@
 // unmask that peer's input alone. The server keeps only the running sum of masked inputs.
 //
 // The inputs are quantised: each coordinate clipped to [-clip, clip] and mapped to an integer
-// in [0, 2^bits - 1]; n clients' sum fits the modulus 2^32 when n (2^bits - 1) < 2^32, which
-// CheckSecAggParams checks.
+// in [0, 2^bits - 1] with stochastic rounding; n clients' sum fits the modulus 2^32 when n (2^bits
+// - 1) < 2^32, which CheckSecAggParams checks.
 //
 // Thread-safety: SecAggClient and SecAggServer are thread-compatible values; the free functions
 // are thread-safe.
@@ -34,6 +34,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "privacy/dp_random.h"
 
 namespace syncline {
 
@@ -49,8 +50,13 @@ struct SecAggParams {
 // the modulus 2^32, clip > 0.
 absl::Status CheckSecAggParams(const SecAggParams& p);
 
-// x clipped to [-clip, clip] and mapped linearly (rounding to nearest) onto [0, 2^bits - 1].
-std::vector<uint32_t> SecAggQuantise(std::span<const float> x, const SecAggParams& p);
+// x clipped to [-clip, clip] and mapped linearly onto [0, 2^bits - 1], rounded stochastically
+// (up with probability the fraction, so that the quantised value's expectation is the clipped
+// value: the errors of many clients and rounds average out instead of adding up in one
+// direction). `rounding` is the client's own stream (the caller draws it from the operating
+// system, or from the job's key for a run that must repeat).
+std::vector<uint32_t> SecAggQuantise(std::span<const float> x, const SecAggParams& p,
+                                     DpRandom& rounding);
 // The sum of `count` clients' quantised inputs back to the sum of their (clipped) values.
 std::vector<float> SecAggDecodeSum(std::span<const uint32_t> sum, int count, const SecAggParams& p);
 

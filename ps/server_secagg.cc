@@ -102,8 +102,21 @@ void ParameterServer::FinishSecAggRound() {
   if (relay.outcome().ok()) {
     const SecAggParams& p = *options_.federated->secagg;
     const std::vector<uint32_t>& sum = relay.sum();
-    const std::vector<float> values = SecAggDecodeSum(
-        std::span<const uint32_t>(sum.data(), sum.size() - 1), relay.contributors().size(), p);
+    const std::span<const uint32_t> coordinates(sum.data(), sum.size() - 1);
+    std::vector<float> values;
+    if (options_.federated->distributed_dp) {
+      // The clients' noise is in the sum: the values are signed, scaled integers.
+      absl::StatusOr<DistributedDpCodec> codec =
+          DistributedDpCodec::Create(*options_.federated->distributed_dp, coordinates.size());
+      if (!codec.ok()) {
+        SYNCLINE_LOG(ERROR) << "round " << round_ << ": " << codec.status();
+        values.assign(coordinates.size(), 0.0f);
+      } else {
+        values = codec->DecodeSum(coordinates);
+      }
+    } else {
+      values = SecAggDecodeSum(coordinates, relay.contributors().size(), p);
+    }
     const double weight = sum.back();  // the clients' examples, summed exactly
     size_t at = 0;
     std::vector<uint32_t> ids;
