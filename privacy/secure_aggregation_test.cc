@@ -122,6 +122,46 @@ TEST(SecureAggregationTest, DropoutsAreToleratedWhileTSurvive) {
   EXPECT_EQ(*sum, want);
 }
 
+// A corrupt self-mask share no longer gives a wrong sum: the seed it rebuilds does not match
+// its owner's commitment. With more than t reveals the server finds t good shares, unmasks
+// the exact sum and names the revealer of the bad one; with exactly t it refuses, naming the
+// survivor and the revealers.
+TEST(SecureAggregationTest, ACorruptSelfMaskShareIsCaughtByTheCommitment) {
+  Round round({.clients = 5, .threshold = 3, .bits = 12});
+  std::map<int, SecAggKey> commitments;
+  for (int i = 1; i <= 5; ++i) commitments[i] = round.client(i).self_mask_commitment();
+  std::mt19937 rng(9);
+  SecAggServer server(round.params, 40, round.masking, commitments);
+  SecAggServer unchecked(round.params, 40, round.masking);  // no commitments
+  std::vector<uint32_t> want(40, 0);
+  for (int i = 1; i <= 5; ++i) {
+    const std::vector<uint32_t> x = RandomInput(rng, 40, 12);
+    for (size_t k = 0; k < x.size(); ++k) want[k] += x[k];
+    const std::vector<uint32_t> y = *round.client(i).MaskInput(x);
+    ASSERT_TRUE(server.AddMaskedInput(i, y).ok());
+    ASSERT_TRUE(unchecked.AddMaskedInput(i, y).ok());
+  }
+  std::vector<SecAggReveal> reveals;
+  for (int i = 1; i <= 5; ++i) reveals.push_back(*round.client(i).Reveal(server.survivors()));
+  // Client 2 (among the first t, whose shares are tried first) lies about client 4's seed.
+  reveals[1].self_mask_shares.at(4).y[7] ^= 0x5a;
+  std::set<int> corrupt;
+  auto sum = server.Unmask(reveals, &corrupt);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(*sum, want);
+  EXPECT_EQ(corrupt, std::set<int>({2}));
+  // Without the commitment check the same share gives a wrong sum, silently.
+  auto wrong = unchecked.Unmask(reveals);
+  ASSERT_TRUE(wrong.ok()) << wrong.status();
+  EXPECT_NE(*wrong, want);
+  const std::vector<SecAggReveal> first_three(reveals.begin(), reveals.begin() + 3);
+  auto refused = server.Unmask(first_three, &corrupt);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("self-mask shares of client 4 revealed by clients 1, 2, 3 do not rebuild "
+                        "the seed it committed to"));
+}
+
 // Below t the round aborts cleanly: clients reveal nothing, the server unmasks nothing.
 TEST(SecureAggregationTest, FewerThanTSurvivorsAbortTheRound) {
   Round round({.clients = 5, .threshold = 4, .bits = 8});

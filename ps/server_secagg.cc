@@ -99,6 +99,13 @@ void ParameterServer::FinishSecAggRound() {
       lost.push_back(absl::StrCat("w", c));
     }
   }
+  for (int c : relay.corrupt_shares()) {
+    ++stats_.rejected;
+    SYNCLINE_LOG(WARNING) << absl::StrFormat(
+        "round %d: w%d revealed self-mask shares that disagree with their owner's commitment; "
+        "the sum was rebuilt from the other clients' shares",
+        round_, c - 1);
+  }
   if (relay.outcome().ok()) {
     const SecAggParams& p = *options_.federated->secagg;
     const std::vector<uint32_t>& sum = relay.sum();
