@@ -1,7 +1,7 @@
 // The cryptographic core of secure aggregation (Bonawitz et al. 2017, "Practical Secure
 // Aggregation for Privacy-Preserving Machine Learning"), in process: what each client computes
-// and what the server computes, without the messages that carry them between nodes. It is not
-// wired to --secure-aggregation yet (that flag is refused); docs/PRIVACY.md says what is missing.
+// and what the server computes, without the messages that carry them between nodes (those are
+// secagg_protocol.h's); docs/PRIVACY.md says what is missing.
 //
 // Each client u holds two X25519 key pairs: c_u, to encrypt the shares it sends other clients
 // through the server (XChaCha20-Poly1305 under a key both ends derive from their c keys), and
