@@ -511,6 +511,7 @@ struct SecAggKeys {
   encryption @1 :Data;  # X25519: shares sealed to this client
   masking @2 :Data;     # X25519: its pairwise masks
   signing @3 :Data;     # Ed25519: its consistency signature
+  selfMaskCommitment @4 :Data;  # BLAKE2b of its self-mask seed, checked at unmasking
 }
 
 struct SecAggSealed {

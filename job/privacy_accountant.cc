@@ -116,10 +116,13 @@ const char* RdpConversionName(RdpConversion conversion) {
   return conversion == RdpConversion::kTight ? "rdp" : "rdp-classic";
 }
 
-std::string RdpConversionDescription(RdpConversion conversion) {
+std::string RdpConversionDescription(RdpConversion conversion, DpNoiseMechanism mechanism) {
+  const char* of = mechanism == DpNoiseMechanism::kSkellam
+                       ? "Skellam at integer orders, Agarwal-Kairouz-Liu 2021 Thm 3.5"
+                       : "sampled Gaussian";
   return conversion == RdpConversion::kTight
-             ? "rdp (sampled Gaussian, Canonne-Kamath-Steinke 2020 conversion)"
-             : "rdp-classic (sampled Gaussian, Mironov 2017 conversion)";
+             ? absl::StrCat("rdp (", of, ", Canonne-Kamath-Steinke 2020 conversion)")
+             : absl::StrCat("rdp-classic (", of, ", Mironov 2017 conversion)");
 }
 
 const std::vector<double>& DefaultRdpOrders() {
@@ -164,14 +167,32 @@ EpsilonAtOrder RdpToEpsilon(std::span<const double> orders, std::span<const doub
   return best;
 }
 
+double SkellamRdp(double noise_multiplier, double order) {
+  if (!(order >= 2) || order != std::floor(order)) return kInf;
+  const double z = noise_multiplier;
+  const double d2 = std::ldexp(1.0, 16);                  // the smallest D
+  const double d1 = std::sqrt(std::ldexp(1.0, 20)) * d2;  // sqrt(the most coordinates) D
+  const double mu = z * z * d2 * d2;
+  return order / (2 * z * z) +
+         std::min(((2 * order - 1) * d2 * d2 + 6 * d1) / (4 * mu * mu), 3 * d1 / (2 * mu));
+}
+
 absl::StatusOr<RdpAccountant> RdpAccountant::Create(double sampling_rate, double noise_multiplier,
-                                                    double delta, RdpConversion conversion) {
+                                                    double delta, RdpConversion conversion,
+                                                    DpNoiseMechanism mechanism) {
   if (auto s = CheckParameters(sampling_rate, noise_multiplier, delta); !s.ok()) return s;
+  if (mechanism == DpNoiseMechanism::kSkellam && sampling_rate != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the Skellam mechanism is accounted without amplification: sampling rate 1, not ",
+        sampling_rate));
+  }
   RdpAccountant a;
   a.delta_ = delta;
   a.conversion_ = conversion;
   for (double order : DefaultRdpOrders()) {
-    a.step_rdp_.push_back(SampledGaussianRdp(sampling_rate, noise_multiplier, order));
+    a.step_rdp_.push_back(mechanism == DpNoiseMechanism::kSkellam
+                              ? SkellamRdp(noise_multiplier, order)
+                              : SampledGaussianRdp(sampling_rate, noise_multiplier, order));
   }
   return a;
 }
@@ -187,7 +208,8 @@ absl::StatusOr<EpsilonAtOrder> ComputeEpsilon(const DpSgdParameters& p, RdpConve
   if (p.steps < 0) {
     return absl::InvalidArgumentError(absl::StrCat("steps must be >= 0, not ", p.steps));
   }
-  auto accountant = RdpAccountant::Create(p.sampling_rate, p.noise_multiplier, p.delta, conversion);
+  auto accountant =
+      RdpAccountant::Create(p.sampling_rate, p.noise_multiplier, p.delta, conversion, p.mechanism);
   if (!accountant.ok()) return accountant.status();
   return accountant->Spent(p.steps);
 }

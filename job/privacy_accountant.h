@@ -21,6 +21,9 @@
 //  - kClassic: epsilon = rdp + log(1 / delta) / (alpha - 1) (Mironov 2017, Proposition 3),
 //    the figure of older papers (Abadi et al.'s 1.26).
 //
+// Distributed DP under secure aggregation is accounted with the Skellam mechanism's RDP instead
+// (SkellamRdp below), at sampling rate 1.
+//
 // Thread-safety: stateless functions; an RdpAccountant is a value (thread-compatible).
 #ifndef SYNCLINE_JOB_PRIVACY_ACCOUNTANT_H_
 #define SYNCLINE_JOB_PRIVACY_ACCOUNTANT_H_
@@ -37,12 +40,18 @@ namespace syncline {
 
 // RdpConversion, the choice of conversion, is an option type (syncline/options.h).
 
+// Which mechanism a step is. kSkellam: distributed DP under secure aggregation
+// (privacy/distributed_dp.h), the Skellam mechanism of Agarwal, Kairouz and Liu 2021 without
+// amplification by sampling (the sampling rate must be 1: the server sees who takes part).
+enum class DpNoiseMechanism { kSampledGaussian, kSkellam };
+
 // "rdp" (kTight) | "rdp-classic" (kClassic).
 absl::StatusOr<RdpConversion> ParseRdpConversion(std::string_view text);
 const char* RdpConversionName(RdpConversion conversion);
 // The accountant's name with its conversion's source, for summary.json:
 // "rdp (Canonne-Kamath-Steinke 2020 conversion)".
-std::string RdpConversionDescription(RdpConversion conversion);
+std::string RdpConversionDescription(
+    RdpConversion conversion, DpNoiseMechanism mechanism = DpNoiseMechanism::kSampledGaussian);
 
 // dp-accounting's default grid: 99 orders 1.1 .. 10.9, 53 orders 11 .. 63, then 128 .. 1024.
 const std::vector<double>& DefaultRdpOrders();
@@ -52,6 +61,15 @@ const std::vector<double>& DefaultRdpOrders();
 // q = 1 (the Gaussian mechanism's own). Infinity too where the fractional series does not
 // converge within its bound (the order is then of no use).
 double SampledGaussianRdp(double q, double noise_multiplier, double order);
+
+// RDP at integer `order` >= 2 of one step of the Skellam mechanism whose noise has variance
+// (z D)^2 with integer L2 sensitivity D (Agarwal, Kairouz and Liu 2021, Theorem 3.5 for
+// d-dimensional vectors): with mu = (z D)^2, Delta_2 = D and Delta_1 <= sqrt(d) D,
+//     alpha / (2 z^2) + min(((2 alpha - 1) Delta_2^2 + 6 Delta_1) / (4 mu^2), 3 Delta_1 / (2 mu)).
+// The second term falls as D grows and rises with d; it is taken at D = 2^16 and d = 2^20,
+// the limits distributed_dp.h enforces, so the bound holds for every job that runs. Infinity
+// for a fractional order (the theorem is for integer orders).
+double SkellamRdp(double noise_multiplier, double order);
 
 // The best epsilon at `delta` over the orders, with rdp[i] the RDP at orders[i]; the order
 // that gave it.
@@ -68,6 +86,7 @@ struct DpSgdParameters {
   double noise_multiplier = 0;  // z > 0
   int64_t steps = 0;            // >= 0
   double delta = 1e-5;          // in (0, 1)
+  DpNoiseMechanism mechanism = DpNoiseMechanism::kSampledGaussian;
 };
 
 // Composes the steps of one mechanism as they are taken: Spent(t) is the epsilon of the first
@@ -75,8 +94,9 @@ struct DpSgdParameters {
 class RdpAccountant {
  public:
   // InvalidArgument naming the parameter out of range.
-  static absl::StatusOr<RdpAccountant> Create(double sampling_rate, double noise_multiplier,
-                                              double delta, RdpConversion conversion);
+  static absl::StatusOr<RdpAccountant> Create(
+      double sampling_rate, double noise_multiplier, double delta, RdpConversion conversion,
+      DpNoiseMechanism mechanism = DpNoiseMechanism::kSampledGaussian);
   // The epsilon after `steps` steps (0 for none), and its order.
   EpsilonAtOrder Spent(int64_t steps) const;
 

@@ -139,6 +139,41 @@ TEST(PrivacyAccountantTest, CalibrationRoundTrips) {
   EXPECT_NEAR(*z, 4.0, 1e-4);
 }
 
+// The Skellam mechanism of distributed DP (Agarwal, Kairouz and Liu 2021, Theorem 3.5): its RDP
+// is the Gaussian's alpha / (2 z^2) plus a term that vanishes at large integer sensitivity
+// (here D >= 2^16): at most 1e-6 of it over the integer orders, none at fractional ones; a
+// sampling rate below 1 is refused (no amplification against a server that sees the picks);
+// calibration round-trips through it.
+TEST(PrivacyAccountantTest, SkellamIsTheGaussianPlusAVanishingTerm) {
+  for (double z : {0.5, 1.0, 4.0}) {
+    for (double order : {2.0, 7.0, 32.0, 1024.0}) {
+      const double gaussian = order / (2 * z * z);
+      const double skellam = SkellamRdp(z, order);
+      EXPECT_GT(skellam, gaussian) << z << " " << order;
+      EXPECT_LT(skellam, gaussian * (1 + 1e-6)) << z << " " << order;
+      EXPECT_DOUBLE_EQ(SampledGaussianRdp(1, z, order), gaussian);
+    }
+    EXPECT_TRUE(std::isinf(SkellamRdp(z, 2.5)));
+  }
+  EXPECT_THAT(RdpAccountant::Create(0.5, 1, 1e-5, RdpConversion::kTight, DpNoiseMechanism::kSkellam)
+                  .status()
+                  .message(),
+              HasSubstr("without amplification"));
+  for (double target : {1.0, 3.0, 8.0}) {
+    DpSgdParameters p{
+        .sampling_rate = 1, .steps = 30, .delta = 1e-5, .mechanism = DpNoiseMechanism::kSkellam};
+    auto z = CalibrateNoiseMultiplier(p, target, RdpConversion::kTight);
+    ASSERT_TRUE(z.ok()) << z.status();
+    p.noise_multiplier = *z;
+    const double at = ComputeEpsilon(p, RdpConversion::kTight)->epsilon;
+    EXPECT_LE(at, target);
+    EXPECT_GT(at, target * 0.999);
+    // Integer orders only, so never below the Gaussian mechanism's epsilon at the same z.
+    p.mechanism = DpNoiseMechanism::kSampledGaussian;
+    EXPECT_GE(at, ComputeEpsilon(p, RdpConversion::kTight)->epsilon);
+  }
+}
+
 TEST(PrivacyAccountantTest, RefusesParametersOutOfRange) {
   auto bad = [](DpSgdParameters p) { return ComputeEpsilon(p, RdpConversion::kTight).status(); };
   EXPECT_THAT(bad({.sampling_rate = 0, .noise_multiplier = 1, .steps = 1}).message(),

@@ -70,14 +70,6 @@ absl::Status CheckSecureAggregation(const JobSpec& s) {
                        "needs a bounded model (the masks cover one fixed vector); Criteo ids "
                        "are unbounded hashes");
   }
-  if (s.privacy.level != DpLevel::kOff) {
-    // Refused rather than run with the noise added in the clear by the servers.
-    return InvalidFlag("secure-aggregation", "on",
-                       absl::StrCat("cannot be combined with --dp ", DpLevelName(s.privacy.level),
-                                    ": distributed noise (each client's share, added before "
-                                    "masking) is not built, and the servers cannot add noise "
-                                    "to a sum they only see unmasked"));
-  }
   if (s.servers != 1) {
     return InvalidFlag("secure-aggregation", "on",
                        absl::StrCat("needs --servers 1, not ", s.servers,
@@ -218,6 +210,10 @@ absl::StatusOr<PrivacyPlan> PlanPrivacy(const JobSpec& s) {
     }
     case DpLevel::kClient:
       plan.sampling_rate = s.federated.participation;
+      if (UsesDistributedDp(s)) {
+        plan.sampling_rate = 1;  // no amplification: the server sees who takes part
+        plan.mechanism = DpNoiseMechanism::kSkellam;
+      }
       plan.steps = s.federated.rounds;
       plan.expected_batch = s.federated.participation * s.workers;
       return plan;
@@ -244,7 +240,7 @@ absl::StatusOr<RdpAccountant> JobAccountant(const JobSpec& s) {
   auto plan = PlanPrivacy(s);
   if (!plan.ok()) return plan.status();
   return RdpAccountant::Create(plan->sampling_rate, s.privacy.noise_multiplier, s.privacy.delta,
-                               s.privacy.accountant);
+                               s.privacy.accountant, plan->mechanism);
 }
 
 absl::Status ResolvePrivacy(JobSpec& s) {
@@ -255,7 +251,8 @@ absl::Status ResolvePrivacy(JobSpec& s) {
   DpSgdParameters params{.sampling_rate = plan->sampling_rate,
                          .noise_multiplier = p.noise_multiplier,
                          .steps = plan->steps,
-                         .delta = p.delta};
+                         .delta = p.delta,
+                         .mechanism = plan->mechanism};
   const std::string eps_text = absl::StrFormat("%g", p.epsilon);
   if (p.epsilon > 0) {
     absl::StatusOr<double> needed = CalibrateNoiseMultiplier(params, p.epsilon, p.accountant);
@@ -283,6 +280,11 @@ absl::Status ResolvePrivacy(JobSpec& s) {
   if (p.noise_multiplier <= 0) {
     return InvalidFlag("dp", "on", "give --dp-noise-multiplier Z or --dp-epsilon E");
   }
+  if (UsesDistributedDp(s)) {
+    if (absl::StatusOr<double> d = DistributedDpSensitivity(DistributedDpFor(s)); !d.ok()) {
+      return InvalidFlag("secure-aggregation", "on", d.status().message());
+    }
+  }
   p.key = DpKeyHex(p.noise_seed != 0 ? DpKeyFromSeed(p.noise_seed) : FreshDpKey());
   return absl::OkStatus();
 }
@@ -298,6 +300,28 @@ SecAggParams SecureAggregationParams(const JobSpec& spec) {
     ++p.bits;
   }
   return p;
+}
+
+bool UsesDistributedDp(const JobSpec& spec) {
+  return spec.privacy.level == DpLevel::kClient && spec.federated.secure_aggregation;
+}
+
+std::string DpMechanismDescription(const JobSpec& spec) {
+  if (UsesDistributedDp(spec)) {
+    return "skellam, distributed: each client adds its share before masking (Agarwal, Kairouz "
+           "and Liu 2021), accounted without amplification by sampling";
+  }
+  if (spec.privacy.level == DpLevel::kExample) {
+    return "gaussian, each worker adding its share of every step's noise (sampled Gaussian)";
+  }
+  return "gaussian, added by the servers to each round's sum (sampled Gaussian)";
+}
+
+DistributedDpParams DistributedDpFor(const JobSpec& spec) {
+  return DistributedDpParams{.clip = spec.privacy.clip,
+                             .noise_multiplier = spec.privacy.noise_multiplier,
+                             .clients = spec.workers,
+                             .threshold = SecureAggregationParams(spec).threshold};
 }
 
 double SecAggStageTimeoutSeconds(const JobSpec& spec) {

@@ -6,7 +6,10 @@
 //    each example of its partition with probability q, so the step's batch is a Poisson sample
 //    of all N examples. An epoch is ceil(N / (W B)) steps; the job runs --epochs of them.
 //  - client level (DP-FedAvg): a round picks each of the W clients with probability
-//    q = --participation; the job runs --rounds rounds.
+//    q = --participation; the job runs --rounds rounds. Under --secure-aggregation the noise is
+//    distributed (privacy/distributed_dp.h: each client's share of Skellam noise) and the
+//    accountant composes the Skellam mechanism's RDP over the rounds at sampling rate 1: the
+//    server sees which clients take part, so the picks' amplification does not hold against it.
 //
 // Thread-safety: stateless.
 #ifndef SYNCLINE_JOB_PRIVACY_PLAN_H_
@@ -17,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "job/privacy_accountant.h"
+#include "privacy/distributed_dp.h"
 #include "privacy/secure_aggregation.h"
 #include "syncline/job_spec.h"
 
@@ -29,6 +33,7 @@ struct PrivacyPlan {
   // What the noisy sum is divided by: q N expected examples a step (example level; each of
   // the W workers reports q N / W of them), or q W expected clients a round (client level).
   double expected_batch = 0;
+  DpNoiseMechanism mechanism = DpNoiseMechanism::kSampledGaussian;
 };
 
 // The checks of --dp, --server-optimizer and --secure-aggregation (ValidateJobSpec runs them):
@@ -62,6 +67,13 @@ inline constexpr double kSecAggClip = 1 << 20;
 // the k clients a round picks, floor(k / 2) + 1 and at least 2; the bits are the most b for
 // which W (2^b - 1) < 2^32 (28 for 10 workers); the clip is kSecAggClip.
 SecAggParams SecureAggregationParams(const JobSpec& spec);
+// --dp client with --secure-aggregation: the distributed noise's parameters (the clip, the
+// noise multiplier, the W workers and the protocol's threshold t).
+DistributedDpParams DistributedDpFor(const JobSpec& spec);
+// Whether the spec's DP noise is the clients' (distributed) rather than the servers'.
+bool UsesDistributedDp(const JobSpec& spec);
+// The noise mechanism and who adds it, for summary.json and the launcher's plan line.
+std::string DpMechanismDescription(const JobSpec& spec);
 // Each secure-aggregation stage after the first (which covers the clients' local training and
 // ends at --round-timeout) ends this long after the one before: a quarter of --round-timeout,
 // at least 2 s. They are message exchanges only, so a client that misses one is lost.

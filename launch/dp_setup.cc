@@ -32,19 +32,20 @@ absl::StatusOr<std::string> SetUpPrivacy(JobSpec& spec) {
       ComputeEpsilon(DpSgdParameters{.sampling_rate = plan->sampling_rate,
                                      .noise_multiplier = p.noise_multiplier,
                                      .steps = plan->steps,
-                                     .delta = p.delta},
+                                     .delta = p.delta,
+                                     .mechanism = plan->mechanism},
                      p.accountant);
   if (!spent.ok()) return spent.status();
   const bool example = p.level == DpLevel::kExample;
   return absl::StrFormat(
       "--dp %s: %s, sampling rate %.6g, %d %s, clip %g, noise multiplier %.6g%s: epsilon %.4g "
-      "at delta %g (%s)%s",
+      "at delta %g (%s; %s)%s",
       DpLevelName(p.level),
       example ? absl::StrFormat("%d training examples", p.examples)
               : absl::StrFormat("%d clients", spec.workers),
       plan->sampling_rate, plan->steps, example ? "steps" : "rounds", p.clip, p.noise_multiplier,
       calibrated ? absl::StrFormat(" (calibrated to --dp-epsilon %g)", p.epsilon) : "",
-      spent->epsilon, p.delta, RdpConversionName(p.accountant),
+      spent->epsilon, p.delta, RdpConversionName(p.accountant), DpMechanismDescription(spec),
       p.noise_seed != 0 ? "; noise seeded by --dp-noise-seed (not private against whoever "
                           "knows it)"
                         : "");

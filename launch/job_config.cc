@@ -237,15 +237,16 @@ const std::array<Field, 80> kFields = {{
      "beta2 0.99, TAU default 1e-3)"},
     {"secure-aggregation", FlagGroup::kFederated, &JobConfig::secure_aggregation,
      "fedavg: on makes the server learn only the sum of a round's updates (Bonawitz et al. "
-     "2017's masks; needs --servers 1, --aggregate mean, --compress none or fp16; "
-     "docs/PRIVACY.md)"},
+     "2017's masks; needs --servers 1, --aggregate mean, --compress none or fp16; with --dp "
+     "client the clients add Skellam noise shares before masking; docs/PRIVACY.md)"},
     {"secagg-threshold", FlagGroup::kFederated, &JobConfig::secagg_threshold,
      "--secure-aggregation: clients that must survive a round for its sum to be revealed (0: "
      "a majority of the round's clients, floor(k/2)+1); fewer end the round empty"},
     {"dp", FlagGroup::kPrivacy, &JobConfig::dp,
      "Differential privacy: off, example (DP-SGD: per-example clipping, Poisson batches, "
      "Gaussian noise each step; bsp or allreduce) or client (DP-FedAvg: per-client clipping, "
-     "Poisson rounds, noise each round; fedavg). docs/PRIVACY.md"},
+     "Poisson rounds, noise each round; fedavg; the clients' Skellam shares under "
+     "--secure-aggregation on). docs/PRIVACY.md"},
     {"dp-clip", FlagGroup::kPrivacy, &JobConfig::dp_clip,
      "--dp: the L2 norm each example's gradient (each client's round update) is clipped to"},
     {"dp-delta", FlagGroup::kPrivacy, &JobConfig::dp_delta, "--dp: the delta of (epsilon, delta)"},

@@ -318,7 +318,8 @@ void RunReport::AddPrivacyMembers(JsonMembers& j, const WorkerTotals& t) const {
              {"sampling_rate", JsonNumber(plan->sampling_rate)},
              {"steps", absl::StrCat(done)},
              {"steps_planned", absl::StrCat(plan->steps)},
-             {"accountant", JsonString(RdpConversionDescription(p.accountant))},
+             {"accountant", JsonString(RdpConversionDescription(p.accountant, plan->mechanism))},
+             {"mechanism", JsonString(DpMechanismDescription(job_))},
              {"noise", JsonString(p.noise_seed != 0 ? "seeded by --dp-noise-seed: known to whoever "
                                                       "knows the seed"
                                                     : "fresh randomness")}}));

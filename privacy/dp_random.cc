@@ -129,6 +129,72 @@ void DpRandom::AddGaussian(std::span<float> values, double stddev) {
   for (float& v : values) v += static_cast<float>(stddev * Gaussian());
 }
 
+namespace {
+
+// log(lambda^k e^-lambda / k!) for k >= 1, as -bd0(k, lambda) - log(2 pi k) / 2 - stirlerr(k):
+// bd0 = k log(k / lambda) + lambda - k through log1p, so that neither the terms of size
+// lambda log lambda nor lgamma's cancel (Loader 2000, "Fast and accurate computation of
+// binomial probabilities").
+double PoissonLogDensity(double k, double lambda) {
+  const double d = k - lambda;
+  const double bd0 = k * std::log1p(d / lambda) - d;
+  // Stirling's series of log k! - (k log k - k + log(2 pi k) / 2); exact lgamma below 16.
+  double stirlerr;
+  if (k < 16) {
+    stirlerr =
+        std::lgamma(k + 1) - (k * std::log(k) - k + 0.5 * std::log(2 * std::numbers::pi * k));
+  } else {
+    const double k2 = k * k;
+    stirlerr = (1.0 / 12 - (1.0 / 360 - 1.0 / (1260 * k2)) / k2) / k;
+  }
+  return -bd0 - 0.5 * std::log(2 * std::numbers::pi * k) - stirlerr;
+}
+
+}  // namespace
+
+int64_t DpRandom::Poisson(double lambda) {
+  if (!(lambda > 0)) return 0;
+  if (lambda < 10) {
+    // Multiplication of uniforms until the product falls below e^-lambda.
+    const double limit = std::exp(-lambda);
+    int64_t k = 0;
+    double product = UniformPositive();
+    while (product > limit) {
+      ++k;
+      product *= UniformPositive();
+    }
+    return k;
+  }
+  // PTRS (Hörmann 1993, "The transformed rejection method for generating Poisson random
+  // variables"); its constants are the paper's.
+  const double root = std::sqrt(lambda);
+  const double b = 0.931 + 2.53 * root;
+  const double a = -0.059 + 0.02483 * b;
+  const double inv_alpha = 1.1239 + 1.1328 / (b - 3.4);
+  const double v_r = 0.9277 - 3.6224 / (b - 2);
+  while (true) {
+    const double u = Uniform() - 0.5;
+    const double v = UniformPositive();
+    const double us = 0.5 - std::fabs(u);
+    const double k = std::floor((2 * a / us + b) * u + lambda + 0.43);
+    if (us >= 0.07 && v <= v_r) return static_cast<int64_t>(k);
+    if (k < 0 || (us < 0.013 && v > us)) continue;
+    const double log_accept = std::log(v * inv_alpha / (a / (us * us) + b));
+    const double log_density = k == 0 ? -lambda : PoissonLogDensity(k, lambda);
+    if (log_accept <= log_density) return static_cast<int64_t>(k);
+  }
+}
+
+int64_t DpRandom::Skellam(double variance) {
+  if (!(variance > 0)) return 0;
+  return Poisson(variance / 2) - Poisson(variance / 2);
+}
+
+int64_t DpRandom::StochasticRound(double x) {
+  const double low = std::floor(x);
+  return static_cast<int64_t>(low) + (Uniform() < x - low ? 1 : 0);
+}
+
 std::vector<uint32_t> DpRandom::PoissonSample(uint32_t n, double q) {
   std::vector<uint32_t> sample;
   if (!(q > 0) || n == 0) return sample;

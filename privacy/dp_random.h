@@ -44,6 +44,8 @@ enum class DpStream : uint64_t {
   kExampleNoise = 2,     // labels: worker, step
   kClientPicks = 3,      // labels: round
   kRoundNoise = 4,       // labels: table, shard, round
+  kClientNoise = 5,      // labels: client, round (distributed DP under --dp-noise-seed only)
+  kRounding = 6,         // labels: client, round (secure aggregation's stochastic rounding)
 };
 
 class DpRandom {
@@ -60,6 +62,15 @@ class DpRandom {
   double Gaussian();
   // Adds N(0, stddev^2) to every element.
   void AddGaussian(std::span<float> values, double stddev);
+  // Poisson(lambda) for lambda in [0, 2^50], exactly up to double arithmetic: multiplication
+  // of uniforms below 10, else Hörmann 1993's transformed rejection (PTRS), whose acceptance
+  // test uses a log-density that stays accurate for large lambda (Loader 2000's deviance form,
+  // not lgamma, which loses the digits that matter at lambda 1e12).
+  int64_t Poisson(double lambda);
+  // Symmetric Skellam noise of the given variance: Poisson(v/2) - Poisson(v/2).
+  int64_t Skellam(double variance);
+  // floor(x) + 1 with probability x - floor(x), else floor(x): E = x (unbiased rounding).
+  int64_t StochasticRound(double x);
   // The indices in [0, n) of a Poisson sample at rate q in [0, 1]: each one independently with
   // probability q (geometric gaps, so the cost is that of the sample, not of n).
   std::vector<uint32_t> PoissonSample(uint32_t n, double q);

@@ -145,6 +145,8 @@ SecAggPacket SecAggClientRound::Advertise() const {
   k.setEncryption(capnp::Data::Reader(client_.encryption_public_key().data(), kKeyBytes));
   k.setMasking(capnp::Data::Reader(client_.masking_public_key().data(), kKeyBytes));
   k.setSigning(capnp::Data::Reader(sign_public_.data(), kKeyBytes));
+  const SecAggKey commitment = client_.self_mask_commitment();
+  k.setSelfMaskCommitment(capnp::Data::Reader(commitment.data(), kKeyBytes));
   return SecAggPacket{.stage = SecAggStage::kAdvertise, .body = Serialise(m)};
 }
 
@@ -344,7 +346,12 @@ absl::Status RunSecAggClientRound(const SecAggParams& p, int client, int64_t rou
 // ---- server ----
 
 SecAggRelay::SecAggRelay(SecAggRelayOptions options, absl::Time now)
-    : options_(std::move(options)), deadline_(now + options_.first_stage_timeout) {}
+    : options_(std::move(options)),
+      // A round that picked fewer than t clients (Poisson picks under --dp client) cannot be
+      // unmasked: its first stage closes, and aborts, at once instead of at the timeout.
+      deadline_(static_cast<int>(options_.clients.size()) < options_.params.threshold
+                    ? now
+                    : now + options_.first_stage_timeout) {}
 
 std::set<int> SecAggRelay::Expected() const {
   switch (stage_) {
@@ -421,14 +428,15 @@ absl::Status SecAggRelay::Accept(int client, const SecAggPacket& request, size_t
     case SecAggStage::kAdvertise: {
       if (root.getKeys().size() != 1) return bad("must hold exactly its own keys");
       auto k = root.getKeys()[0];
-      SecAggKey e, m, s;
+      SecAggKey e, m, s, b;
       if (k.getClient() != client || !ToKey(k.getEncryption(), &e) || !ToKey(k.getMasking(), &m) ||
-          !ToKey(k.getSigning(), &s)) {
-        return bad("has malformed keys, or another client's");
+          !ToKey(k.getSigning(), &s) || !ToKey(k.getSelfMaskCommitment(), &b)) {
+        return bad("has malformed keys or self-mask commitment, or another client's");
       }
       encryption_keys_[client] = e;
       masking_keys_[client] = m;
       signing_keys_[client] = s;
+      commitments_[client] = b;
       return absl::OkStatus();
     }
     case SecAggStage::kShareKeys: {
@@ -561,9 +569,12 @@ void SecAggRelay::CloseStage(absl::Time now) {
     }
     case SecAggStage::kShareKeys: {
       sharers_ = senders;
-      std::map<int, SecAggKey> masking;
-      for (int c : senders) masking[c] = masking_keys_.at(c);
-      server_.emplace(options_.params, length_, std::move(masking));
+      std::map<int, SecAggKey> masking, commitments;
+      for (int c : senders) {
+        masking[c] = masking_keys_.at(c);
+        commitments[c] = commitments_.at(c);
+      }
+      server_.emplace(options_.params, length_, std::move(masking), std::move(commitments));
       AnswerAll([&](int client) {
         return SecAggPacket{.stage = stage_,
                             .body = message([&](wire::SecAggMessage::Builder root) {
@@ -611,7 +622,7 @@ void SecAggRelay::CloseStage(absl::Time now) {
       break;
     }
     case SecAggStage::kUnmask: {
-      absl::StatusOr<std::vector<uint32_t>> sum = server_->Unmask(reveals_);
+      absl::StatusOr<std::vector<uint32_t>> sum = server_->Unmask(reveals_, &corrupt_shares_);
       if (!sum.ok()) {
         Abort(sum.status());
         return;

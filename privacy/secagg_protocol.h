@@ -18,7 +18,9 @@
 //                reveals anything (a server that told clients different survivor lists, to
 //                get both kinds of share of one client, is caught here).
 //   unmask       each client of U4 reveals b shares of U3 and s shares of U2 \ U3; with t of
-//                them the server removes the masks and holds the sum of U3's inputs.
+//                them the server removes the masks and holds the sum of U3's inputs. Each b
+//                it rebuilds must match the commitment its owner advertised; a corrupt share
+//                is found from another t of them (when more than t revealed) and named.
 // A stage closes when every client expected in it has sent, or at its deadline; fewer than t
 // clients at a close abort the round: the parked requests are answered FAILED_PRECONDITION and
 // nothing is revealed.
@@ -152,6 +154,9 @@ class SecAggRelay {
   // The clients answered at the end (the last stage's senders): those still in the round.
   const std::set<int>& answered() const { return answered_; }
   SecAggStage stage() const { return stage_; }
+  // The clients whose revealed self-mask shares disagreed with a survivor's committed seed
+  // (the sum was rebuilt from others' shares): to be named, and distrusted.
+  const std::set<int>& corrupt_shares() const { return corrupt_shares_; }
 
  private:
   struct Parked {
@@ -173,7 +178,8 @@ class SecAggRelay {
   std::vector<Answer> answers_;
   // What the stages gathered.
   std::map<int, SecAggKey> encryption_keys_, masking_keys_, signing_keys_;
-  std::string keys_body_;                                 // the advertise answer, once
+  std::map<int, SecAggKey> commitments_;  // self-mask commitments, from the advertise stage
+  std::string keys_body_;                 // the advertise answer, once
   std::map<int, std::vector<SecAggSealedShares>> inbox_;  // by recipient
   std::set<int> sharers_;
   std::optional<SecAggServer> server_;
@@ -183,6 +189,7 @@ class SecAggRelay {
   std::vector<SecAggReveal> reveals_;
   std::vector<uint32_t> sum_;
   std::set<int> answered_;
+  std::set<int> corrupt_shares_;
 };
 
 }  // namespace syncline

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 
 namespace syncline {
@@ -120,12 +121,15 @@ absl::Status CheckSecAggParams(const SecAggParams& p) {
   return absl::OkStatus();
 }
 
-std::vector<uint32_t> SecAggQuantise(std::span<const float> x, const SecAggParams& p) {
+std::vector<uint32_t> SecAggQuantise(std::span<const float> x, const SecAggParams& p,
+                                     DpRandom& rounding) {
   const double levels = std::ldexp(1.0, p.bits) - 1;
   std::vector<uint32_t> q(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     const double v = std::clamp(static_cast<double>(x[i]), -p.clip, p.clip);
-    q[i] = static_cast<uint32_t>(std::llround((v + p.clip) / (2 * p.clip) * levels));
+    const double level = std::clamp((v + p.clip) / (2 * p.clip) * levels, 0.0, levels);
+    q[i] = static_cast<uint32_t>(
+        std::min<int64_t>(rounding.StochasticRound(level), static_cast<int64_t>(levels)));
   }
   return q;
 }
@@ -159,7 +163,7 @@ std::vector<ShamirShare> ShamirSplit(const SecAggKey& secret, int n, int t) {
   return shares;
 }
 
-absl::StatusOr<SecAggKey> ShamirCombine(std::span<const ShamirShare> shares, int t) {
+absl::StatusOr<SecAggKey> ShamirEvaluate(std::span<const ShamirShare> shares, int t, uint8_t x) {
   if (t < 1 || static_cast<int>(shares.size()) < t) {
     return absl::FailedPreconditionError(
         absl::StrCat("Shamir: ", shares.size(), " shares, ", t, " needed"));
@@ -173,17 +177,34 @@ absl::StatusOr<SecAggKey> ShamirCombine(std::span<const ShamirShare> shares, int
           absl::StrCat("Shamir: share x ", static_cast<int>(s.x), " is zero or repeated"));
     }
   }
-  SecAggKey secret{};
+  SecAggKey value{};
   for (const ShamirShare& i : used) {
-    // The Lagrange basis polynomial of x_i at 0: prod_{j != i} x_j / (x_j - x_i); in GF(2^8)
-    // subtraction is xor.
+    if (i.x == x) return i.y;  // the polynomial passes through its own shares
+    // The Lagrange basis polynomial of x_i at x: prod_{j != i} (x - x_j) / (x_i - x_j); in
+    // GF(2^8) subtraction is xor.
     uint8_t basis = 1;
     for (const ShamirShare& j : used) {
-      if (j.x != i.x) basis = f.Mul(basis, f.Div(j.x, j.x ^ i.x));
+      if (j.x != i.x) basis = f.Mul(basis, f.Div(x ^ j.x, i.x ^ j.x));
     }
-    for (size_t byte = 0; byte < secret.size(); ++byte) secret[byte] ^= f.Mul(i.y[byte], basis);
+    for (size_t byte = 0; byte < value.size(); ++byte) value[byte] ^= f.Mul(i.y[byte], basis);
   }
-  return secret;
+  return value;
+}
+
+absl::StatusOr<SecAggKey> ShamirCombine(std::span<const ShamirShare> shares, int t) {
+  return ShamirEvaluate(shares, t, 0);
+}
+
+SecAggKey SelfMaskCommitment(const SecAggKey& seed) {
+  (void)SodiumReady();
+  static constexpr std::string_view kLabel = "syncline secagg self-mask commitment";
+  crypto_generichash_state state;
+  crypto_generichash_init(&state, nullptr, 0, 32);
+  crypto_generichash_update(&state, reinterpret_cast<const uint8_t*>(kLabel.data()), kLabel.size());
+  crypto_generichash_update(&state, seed.data(), seed.size());
+  SecAggKey out;
+  crypto_generichash_final(&state, out.data(), out.size());
+  return out;
 }
 
 absl::StatusOr<SecAggClient> SecAggClient::Create(const SecAggParams& p, int index) {
@@ -326,8 +347,13 @@ absl::StatusOr<SecAggReveal> SecAggClient::Reveal(const std::set<int>& survivors
 }
 
 SecAggServer::SecAggServer(const SecAggParams& p, size_t length,
-                           std::map<int, SecAggKey> masking_keys)
-    : params_(p), length_(length), masking_keys_(std::move(masking_keys)), sum_(length, 0) {}
+                           std::map<int, SecAggKey> masking_keys,
+                           std::map<int, SecAggKey> commitments)
+    : params_(p),
+      length_(length),
+      masking_keys_(std::move(masking_keys)),
+      commitments_(std::move(commitments)),
+      sum_(length, 0) {}
 
 absl::Status SecAggServer::AddMaskedInput(int from, std::span<const uint32_t> masked) {
   if (!masking_keys_.contains(from)) {
@@ -348,8 +374,54 @@ absl::Status SecAggServer::AddMaskedInput(int from, std::span<const uint32_t> ma
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<uint32_t>> SecAggServer::Unmask(
-    std::span<const SecAggReveal> reveals) const {
+namespace {
+
+// Survivor v's self-mask seed from `shares` (one per revealer, in `revealers`' order), checked
+// against its commitment: the first t shares, else the first t-subset (of at most
+// kMaxSubsets tried) whose seed matches; the revealers whose shares disagree with that seed go
+// to `corrupt`.
+constexpr int kMaxSubsets = 20000;
+absl::StatusOr<SecAggKey> RebuildCommittedSeed(int v, const std::vector<ShamirShare>& shares,
+                                               const std::vector<int>& revealers, int t,
+                                               const SecAggKey* commitment,
+                                               std::set<int>* corrupt) {
+  absl::StatusOr<SecAggKey> first = ShamirCombine(shares, t);
+  if (!first.ok() || commitment == nullptr || SelfMaskCommitment(*first) == *commitment) {
+    return first;
+  }
+  const int m = static_cast<int>(shares.size());
+  std::vector<int> pick(t);
+  for (int i = 0; i < t; ++i) pick[i] = i;
+  std::vector<ShamirShare> subset(t);
+  for (int tried = 0; tried < kMaxSubsets; ++tried) {
+    for (int i = 0; i < t; ++i) subset[i] = shares[pick[i]];
+    absl::StatusOr<SecAggKey> seed = ShamirCombine(subset, t);
+    if (seed.ok() && SelfMaskCommitment(*seed) == *commitment) {
+      for (int i = 0; i < m; ++i) {
+        absl::StatusOr<SecAggKey> want = ShamirEvaluate(subset, t, shares[i].x);
+        if (want.ok() && *want != shares[i].y && corrupt != nullptr) corrupt->insert(revealers[i]);
+      }
+      return seed;
+    }
+    // The next t-subset in lexicographic order.
+    int i = t - 1;
+    while (i >= 0 && pick[i] == m - t + i) --i;
+    if (i < 0) break;
+    ++pick[i];
+    for (int j = i + 1; j < t; ++j) pick[j] = pick[j - 1] + 1;
+  }
+  std::vector<std::string> names;
+  for (int r : revealers) names.push_back(absl::StrCat(r));
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "secure aggregation: the self-mask shares of client %d revealed by clients %s do not "
+      "rebuild the seed it committed to, and no %d of them do: a share is corrupt",
+      v, absl::StrJoin(names, ", "), t));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<uint32_t>> SecAggServer::Unmask(std::span<const SecAggReveal> reveals,
+                                                           std::set<int>* corrupt) const {
   const int t = params_.threshold;
   std::vector<const SecAggReveal*> usable;
   for (const SecAggReveal& r : reveals) {
@@ -384,10 +456,15 @@ absl::StatusOr<std::vector<uint32_t>> SecAggServer::Unmask(
     }
     return shares;
   };
+  std::vector<int> revealers;
+  for (const SecAggReveal* r : usable) revealers.push_back(r->from);
   for (int v : survivors_) {
     absl::StatusOr<std::vector<ShamirShare>> shares = shares_of(v, true);
     if (!shares.ok()) return shares.status();
-    absl::StatusOr<SecAggKey> b = ShamirCombine(*shares, t);
+    const auto commitment = commitments_.find(v);
+    absl::StatusOr<SecAggKey> b = RebuildCommittedSeed(
+        v, *shares, revealers, t, commitment == commitments_.end() ? nullptr : &commitment->second,
+        corrupt);
     if (!b.ok()) return b.status();
     AddMask(*b, -1, sum);
   }

@@ -1,7 +1,7 @@
 // The cryptographic core of secure aggregation (Bonawitz et al. 2017, "Practical Secure
 // Aggregation for Privacy-Preserving Machine Learning"), in process: what each client computes
-// and what the server computes, without the messages that carry them between nodes. It is not
-// wired to --secure-aggregation yet (that flag is refused); docs/PRIVACY.md says what is missing.
+// and what the server computes, without the messages that carry them between nodes (those are
+// secagg_protocol.h's); docs/PRIVACY.md says what is missing.
 //
 // Each client u holds two X25519 key pairs: c_u, to encrypt the shares it sends other clients
 // through the server (XChaCha20-Poly1305 under a key both ends derive from their c keys), and
@@ -17,8 +17,8 @@
 // unmask that peer's input alone. The server keeps only the running sum of masked inputs.
 //
 // The inputs are quantised: each coordinate clipped to [-clip, clip] and mapped to an integer
-// in [0, 2^bits - 1]; n clients' sum fits the modulus 2^32 when n (2^bits - 1) < 2^32, which
-// CheckSecAggParams checks.
+// in [0, 2^bits - 1] with stochastic rounding; n clients' sum fits the modulus 2^32 when n (2^bits
+// - 1) < 2^32, which CheckSecAggParams checks.
 //
 // Thread-safety: SecAggClient and SecAggServer are thread-compatible values; the free functions
 // are thread-safe.
@@ -34,6 +34,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "privacy/dp_random.h"
 
 namespace syncline {
 
@@ -49,8 +50,13 @@ struct SecAggParams {
 // the modulus 2^32, clip > 0.
 absl::Status CheckSecAggParams(const SecAggParams& p);
 
-// x clipped to [-clip, clip] and mapped linearly (rounding to nearest) onto [0, 2^bits - 1].
-std::vector<uint32_t> SecAggQuantise(std::span<const float> x, const SecAggParams& p);
+// x clipped to [-clip, clip] and mapped linearly onto [0, 2^bits - 1], rounded stochastically
+// (up with probability the fraction, so that the quantised value's expectation is the clipped
+// value: the errors of many clients and rounds average out instead of adding up in one
+// direction). `rounding` is the client's own stream (the caller draws it from the operating
+// system, or from the job's key for a run that must repeat).
+std::vector<uint32_t> SecAggQuantise(std::span<const float> x, const SecAggParams& p,
+                                     DpRandom& rounding);
 // The sum of `count` clients' quantised inputs back to the sum of their (clipped) values.
 std::vector<float> SecAggDecodeSum(std::span<const uint32_t> sum, int count, const SecAggParams& p);
 
@@ -64,6 +70,15 @@ std::vector<ShamirShare> ShamirSplit(const SecAggKey& secret, int n, int t);
 // The secret from t or more shares (the first t are used). FailedPrecondition with fewer than
 // t; InvalidArgument for a repeated or zero x.
 absl::StatusOr<SecAggKey> ShamirCombine(std::span<const ShamirShare> shares, int t);
+// The polynomial through the first t shares, at x (ShamirCombine is x = 0): what the share of
+// holder x must be, to check another share against t trusted ones.
+absl::StatusOr<SecAggKey> ShamirEvaluate(std::span<const ShamirShare> shares, int t, uint8_t x);
+
+// A client's commitment to its self-mask seed, sent when it advertises: BLAKE2b of a label and
+// the seed. Binding (the server checks the seed it rebuilds from shares against it, so a
+// corrupt share is caught, not turned into a wrong sum) and hiding (the seed is 256 random
+// bits).
+SecAggKey SelfMaskCommitment(const SecAggKey& seed);
 
 // What client `from` sends client `to` through the server in the share round: the shares of
 // from's b and s secret key that `to` holds, encrypted to `to`.
@@ -90,6 +105,7 @@ class SecAggClient {
   // Advertised in the first round: the encryption and the masking public keys.
   const SecAggKey& encryption_public_key() const { return c_public_; }
   const SecAggKey& masking_public_key() const { return s_public_; }
+  SecAggKey self_mask_commitment() const { return SelfMaskCommitment(self_seed_); }
 
   // Share round: given every client's public keys (index -> key; these are the clients that
   // advertised), the sealed shares for each of them (itself included). InvalidArgument when
@@ -124,7 +140,10 @@ class SecAggClient {
 // The server's side: the running sum of masked inputs, and the unmasking.
 class SecAggServer {
  public:
-  SecAggServer(const SecAggParams& p, size_t length, std::map<int, SecAggKey> masking_keys);
+  // `commitments`: each client's SelfMaskCommitment, checked against the seed its shares
+  // rebuild (a client with none is not checked).
+  SecAggServer(const SecAggParams& p, size_t length, std::map<int, SecAggKey> masking_keys,
+               std::map<int, SecAggKey> commitments = {});
 
   // Adds client `from`'s masked input to the running sum. InvalidArgument naming the client for
   // an unknown client, a wrong length or a second upload (a replay).
@@ -135,12 +154,19 @@ class SecAggServer {
   // The sum of the survivors' quantised inputs, from the reveals of at least t survivors.
   // FailedPrecondition (the round aborts) with fewer than t survivors or reveals; InvalidArgument
   // naming the client whose reveal holds both kinds of share for one peer or misses a share.
-  absl::StatusOr<std::vector<uint32_t>> Unmask(std::span<const SecAggReveal> reveals) const;
+  // A survivor's self-mask seed must match its commitment: when the first t shares do not
+  // rebuild it, other t-subsets of the reveals are tried; found, the revealers whose shares
+  // disagree with it are added to `corrupt` (when given) and the sum is still exact; not found
+  // (exactly t reveals, or too many bad ones), InvalidArgument naming the survivor and the
+  // revealers.
+  absl::StatusOr<std::vector<uint32_t>> Unmask(std::span<const SecAggReveal> reveals,
+                                               std::set<int>* corrupt = nullptr) const;
 
  private:
   SecAggParams params_;
   size_t length_;
   std::map<int, SecAggKey> masking_keys_;  // the clients that shared keys
+  std::map<int, SecAggKey> commitments_;   // their self-mask commitments
   std::vector<uint32_t> sum_;
   std::set<int> survivors_;
 };

@@ -1088,7 +1088,7 @@ absl::Status ParameterServer::ApplyNoisyRounds(int64_t min_clock) {
       DpRandom noise(
           *key, DpStream::kRoundNoise,
           {table_id, static_cast<uint64_t>(options_.rank), static_cast<uint64_t>(round)});
-      noise.AddGaussian(sum, f.dp_noise_stddev);
+      if (!f.distributed_dp) noise.AddGaussian(sum, f.dp_noise_stddev);
     };
     absl::Status s = table->ApplyNoisyAggregates(
         noised_round_, to, static_cast<float>(1.0 / f.dp_expected_clients), add_noise);
@@ -1129,7 +1129,8 @@ absl::Status ParameterServer::OnMinClockChanged() {
         }
         stats_.aggregates_skipped += *applied;
       }
-    } else if (options_.federated && options_.federated->dp_noise_stddev > 0) {
+    } else if (options_.federated &&
+               (options_.federated->dp_noise_stddev > 0 || options_.federated->distributed_dp)) {
       result = ApplyNoisyRounds(min_clock);
     } else {
       for (auto& [id, table] : tables_) {

@@ -37,6 +37,7 @@
 #include "compression/sparse_rows.h"
 #include "consistency/clock_table.h"
 #include "core/transport.h"
+#include "privacy/distributed_dp.h"
 #include "privacy/secagg_protocol.h"
 #include "ps/request_observer.h"
 #include "ps/server_checkpoint.h"
@@ -135,6 +136,10 @@ struct ServerOptions {
     // sum of the dense tables (in table id order) and the clients' weight is the round's
     // update. The round then waits only for the clients still in it to clock.
     std::optional<SecAggParams> secagg;
+    // --dp client under secure aggregation: the clients added the noise (distributed DP,
+    // privacy/distributed_dp.h); the servers decode the unmasked sum with it, add no noise, and
+    // divide every round by dp_expected_clients as above.
+    std::optional<DistributedDpParams> distributed_dp;
     absl::Duration secagg_stage_timeout = absl::Seconds(15);
   };
   std::optional<Federated> federated;

@@ -105,6 +105,11 @@ ServerOptions ShardOptions(const JobSpec& spec, const NodeTable& table, int rank
     if (spec.privacy.level == DpLevel::kClient) {
       options.federated->dp_key = spec.privacy.key;
       options.federated->dp_noise_stddev = spec.privacy.noise_multiplier * spec.privacy.clip;
+      if (UsesDistributedDp(spec)) {
+        // The clients' shares carry the noise; the servers add none.
+        options.federated->distributed_dp = DistributedDpFor(spec);
+        options.federated->dp_noise_stddev = 0;
+      }
       options.federated->dp_expected_clients =
           spec.federated.participation * static_cast<double>(spec.workers);
     }

@@ -99,11 +99,31 @@ void ParameterServer::FinishSecAggRound() {
       lost.push_back(absl::StrCat("w", c));
     }
   }
+  for (int c : relay.corrupt_shares()) {
+    ++stats_.rejected;
+    SYNCLINE_LOG(WARNING) << absl::StrFormat(
+        "round %d: w%d revealed self-mask shares that disagree with their owner's commitment; "
+        "the sum was rebuilt from the other clients' shares",
+        round_, c - 1);
+  }
   if (relay.outcome().ok()) {
     const SecAggParams& p = *options_.federated->secagg;
     const std::vector<uint32_t>& sum = relay.sum();
-    const std::vector<float> values = SecAggDecodeSum(
-        std::span<const uint32_t>(sum.data(), sum.size() - 1), relay.contributors().size(), p);
+    const std::span<const uint32_t> coordinates(sum.data(), sum.size() - 1);
+    std::vector<float> values;
+    if (options_.federated->distributed_dp) {
+      // The clients' noise is in the sum: the values are signed, scaled integers.
+      absl::StatusOr<DistributedDpCodec> codec =
+          DistributedDpCodec::Create(*options_.federated->distributed_dp, coordinates.size());
+      if (!codec.ok()) {
+        SYNCLINE_LOG(ERROR) << "round " << round_ << ": " << codec.status();
+        values.assign(coordinates.size(), 0.0f);
+      } else {
+        values = codec->DecodeSum(coordinates);
+      }
+    } else {
+      values = SecAggDecodeSum(coordinates, relay.contributors().size(), p);
+    }
     const double weight = sum.back();  // the clients' examples, summed exactly
     size_t at = 0;
     std::vector<uint32_t> ids;

@@ -1179,7 +1179,8 @@ TEST(ParameterServerTest, ASecureAggregationRoundAppliesTheUnmaskedSum) {
           next = clients[w].OnKeys(answer);
           break;
         case SecAggStage::kShareKeys: {
-          std::vector<uint32_t> input = SecAggQuantise(updates[w], p);
+          DpRandom rounding(DpKeyFromSeed(1), DpStream::kRounding, {static_cast<uint64_t>(w)});
+          std::vector<uint32_t> input = SecAggQuantise(updates[w], p, rounding);
           input.push_back(examples[w]);
           next = clients[w].OnShares(answer, input);
           break;
@@ -1213,12 +1214,12 @@ TEST(ParameterServerTest, ASecureAggregationRoundAppliesTheUnmaskedSum) {
   auto model = h.Reply(0);
   ASSERT_TRUE(model.has_value());
   // SGD at lr 1 on the summed update over 10 examples, to the quantisation: 3 clients, each
-  // off by at most half a step of 2 * 8 / (2^20 - 1).
+  // off by less than a step of 2 * 8 / (2^20 - 1) (stochastic rounding).
   const std::vector<float> got = ValuesOf(*model);
   const double step = 16.0 / ((1 << 20) - 1);
   ASSERT_EQ(got.size(), 2u);
-  EXPECT_NEAR(got[0], -(1.5 + 0.25 - 3) / 10, 3 * step / 2 / 10 + 1e-7);
-  EXPECT_NEAR(got[1], -(-2 + 4 + 0.5) / 10, 3 * step / 2 / 10 + 1e-7);
+  EXPECT_NEAR(got[0], -(1.5 + 0.25 - 3) / 10, 3 * step / 10 + 1e-7);
+  EXPECT_NEAR(got[1], -(-2 + 4 + 0.5) / 10, 3 * step / 10 + 1e-7);
 }
 
 // Under BSP with the median, one worker's huge update does not move the model.

@@ -324,28 +324,20 @@ TEST_F(FederatedTest, DpFedAvgWithAWideClipAndEveryClientIsFedAvgPlusItsNoise) {
 // DP-FedAvg at a real noise level and DP-SGD under bsp and allreduce train past chance (4
 // classes), each within the budget it was calibrated to.
 TEST_F(FederatedTest, DpJobsTrainWithinTheirCalibratedBudget) {
+  // DP-FedAvg, and the same under secure aggregation: the clients add the noise (distributed
+  // DP); rounds that pick fewer than the threshold abort at once.
+  // clang-format off
+  const std::vector<std::string> dp_client = {
+      "--sync", "fedavg", "--workers", "8", "--servers", "1", "--rounds", "8", "--lr", "0.2",
+      "--batch-size", "50", "--participation", "0.5", "--dp", "client", "--dp-clip", "2",
+      "--dp-noise-multiplier", "0.3"};
+  // clang-format on
+  std::vector<std::string> dp_client_secagg = dp_client;
+  dp_client_secagg.insert(dp_client_secagg.end(),
+                          {"--secure-aggregation", "on", "--round-timeout", "20"});
   const std::vector<std::pair<std::string, std::vector<std::string>>> jobs = {
-      {"dp_client",
-       {"--sync",
-        "fedavg",
-        "--workers",
-        "8",
-        "--servers",
-        "1",
-        "--rounds",
-        "8",
-        "--lr",
-        "0.2",
-        "--batch-size",
-        "50",
-        "--participation",
-        "0.5",
-        "--dp",
-        "client",
-        "--dp-clip",
-        "2",
-        "--dp-noise-multiplier",
-        "0.3"}},
+      {"dp_client", dp_client},
+      {"dp_client_secagg", dp_client_secagg},
       {"dp_bsp",
        {"--sync", "bsp", "--workers", "2", "--servers", "1", "--epochs", "3", "--lr", "0.5",
         "--batch-size", "50", "--dp", "example", "--dp-clip", "1", "--dp-epsilon", "8"}},
@@ -361,10 +353,42 @@ TEST_F(FederatedTest, DpJobsTrainWithinTheirCalibratedBudget) {
     const std::string summary = ReadFile(out + "/summary.json");
     const double eps = JsonNumber(summary, "privacy.epsilon").value_or(-1);
     EXPECT_GT(eps, 0) << summary;
-    if (name != "dp_client") {
+    if (name.rfind("dp_client", 0) != 0) {
       EXPECT_LE(eps, 8.0 + 1e-9) << summary;
     }
   }
+}
+
+// Distributed DP: --dp client under --secure-aggregation, every client picked, a clip no
+// update reaches and almost no noise is DP-FedAvg with the servers' noise: the same model up to
+// the clients' stochastic rounding (less than 1 / s per client and coordinate, s = (2^20 -
+// sqrt(d)) / 100 here) and the noise. The summary names the mechanism and its accounting
+// (sampling rate 1: no amplification, the server sees who takes part).
+TEST_F(FederatedTest, DistributedDpUnderSecureAggregationIsDpFedAvg) {
+  const std::string central = TempDir("fed_dp_central"), ddp = TempDir("fed_dp_distributed");
+  // clang-format off
+  const std::vector<std::string> common = {
+      "--sync", "fedavg", "--workers", "3", "--servers", "1", "--rounds", "5", "--lr", "0.2",
+      "--batch-size", "100", "--partition", "iid", "--local-steps", "1", "--dp", "client",
+      "--dp-clip", "100", "--dp-noise-multiplier", "1e-6", "--dp-noise-seed", "4"};
+  // clang-format on
+  auto r = RunProcess(Job(central, common));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> flags = common;
+  flags.insert(flags.end(), {"--secure-aggregation", "on"});
+  r = RunProcess(Job(ddp, flags));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("secure aggregation unmasked the sum of w0, w1, w2"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("skellam, distributed"), std::string::npos) << r.output;
+  const ParamsGap gap = CompareParams(central, ddp);
+  // Rounding: 5 rounds of 3 clients' < 1e-4 over 3; noise 1e-4 a round over 3; a margin.
+  EXPECT_LE(gap.worst, 2e-3);
+  EXPECT_GT(gap.moved, 1.0);
+  const std::string summary = ReadFile(ddp + "/summary.json");
+  EXPECT_NE(summary.find("\"mechanism\": \"skellam, distributed"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"sampling_rate\": 1,"), std::string::npos) << summary;
+  EXPECT_GT(JsonNumber(summary, "privacy.epsilon").value_or(-1), 0) << summary;
 }
 
 // What --dp and --server-optimizer refuse before anything starts, each naming why.
@@ -390,8 +414,9 @@ TEST_F(FederatedTest, PrivacyOptionsRefuseWhatTheyCannotProtect) {
 // --secure-aggregation: the servers see only the masked sum, so the model is FedAvg's up to the
 // quantisation. One round makes the bound exact: each coordinate of a client's update
 // n (w_r - w_local) is quantised with a step of 2 C / (2^b - 1) (C = 2^20 weighted units, b =
-// 30 bits for 4 workers), so the round's mean update, and the model, moves by at most
-// k (step / 2) / N from FedAvg's (k clients, N examples), plus float rounding.
+// 30 bits for 4 workers) and rounded stochastically (off by less than a step), so the round's
+// mean update, and the model, moves by less than k step / N from FedAvg's (k clients, N
+// examples), plus float rounding.
 TEST_F(FederatedTest, SecureAggregationGivesFedAvgsModelUpToTheQuantisation) {
   const std::string plain = TempDir("fed_plain"), masked = TempDir("fed_secagg");
   const std::vector<std::string> common = {"--sync",    "fedavg", "--workers",    "4",
@@ -407,7 +432,7 @@ TEST_F(FederatedTest, SecureAggregationGivesFedAvgsModelUpToTheQuantisation) {
             std::string::npos)
       << r.output;
   const double step = 2.0 * (1 << 20) / (std::ldexp(1.0, 30) - 1);
-  const double bound = 4 * (step / 2) / 3000 + 1e-6;  // 1e-6: float32 rounding of weights ~1
+  const double bound = 4 * step / 3000 + 1e-6;  // 1e-6: float32 rounding of weights ~1
   const ParamsGap gap = CompareParams(plain, masked);
   EXPECT_LE(gap.worst, bound);
   EXPECT_GT(gap.moved, 1.0);
@@ -461,8 +486,9 @@ TEST_F(FederatedTest, SecureAggregationRefusesWhatItCannotMask) {
       {{"--workers", "4", "--servers", "1", "--participation", "0.25"},
        "at least 2 clients a round"},
       {{"--workers", "300", "--servers", "1"}, "at most 255 workers"},
-      {{"--workers", "4", "--servers", "1", "--dp", "client", "--dp-noise-multiplier", "1"},
-       "distributed noise"}};
+      {{"--workers", "200", "--servers", "1", "--secagg-threshold", "2", "--dp", "client",
+        "--dp-noise-multiplier", "400"},
+       "200 clients and noise multiplier 400"}};
   for (const auto& [flags, why] : cases) {
     std::vector<std::string> all = fed;
     all.insert(all.end(), flags.begin(), flags.end());

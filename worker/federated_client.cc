@@ -280,7 +280,7 @@ absl::StatusOr<FederatedResult> FederatedClient::Run(
     sent = absl::Now();
     if (options_.secagg) {
       bool lost = false;
-      if (auto s = MaskedUpdate(round, delta, n, silent_after, &lost); !s.ok()) return s;
+      if (auto s = MaskedUpdate(round, delta, weight, silent_after, &lost); !s.ok()) return s;
       result.secagg_lost += lost;
       AddBackendTime(servers_, sent, &exchange);
       // A client that dropped out part-way never ends the round: the servers close it.
@@ -344,7 +344,22 @@ absl::Status FederatedClient::MaskedUpdate(int64_t round, std::span<const float>
         "w%d trained on %g examples this round; the masked weight holds at most %g (%d bits)",
         options_.rank, examples, top, p.bits));
   }
-  std::vector<uint32_t> input = SecAggQuantise(update, p);
+  const DpKey key = options_.randomness_key ? *options_.randomness_key : FreshDpKey();
+  const std::initializer_list<uint64_t> labels = {static_cast<uint64_t>(options_.rank),
+                                                  static_cast<uint64_t>(round)};
+  std::vector<uint32_t> input;
+  if (options_.distributed_dp) {
+    absl::StatusOr<DistributedDpCodec> codec =
+        DistributedDpCodec::Create(*options_.distributed_dp, update.size());
+    if (!codec.ok()) return codec.status();
+    DpRandom noise(key, DpStream::kClientNoise, labels);
+    absl::StatusOr<std::vector<uint32_t>> noised = codec->Encode(update, noise);
+    if (!noised.ok()) return noised.status();
+    input = std::move(*noised);
+  } else {
+    DpRandom rounding(key, DpStream::kRounding, labels);
+    input = SecAggQuantise(update, p, rounding);
+  }
   input.push_back(static_cast<uint32_t>(examples));  // exact: the servers divide by the sum
   const absl::Duration wait = options_.secagg_stage_timeout + absl::Seconds(5);
   const absl::Time first = absl::Now() + absl::Seconds(options_.federated.round_timeout_s) + wait;

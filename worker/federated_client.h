@@ -32,6 +32,7 @@
 #include "data/example_source.h"
 #include "job/federated.h"
 #include "models/model.h"
+#include "privacy/distributed_dp.h"
 #include "privacy/secagg_protocol.h"
 #include "syncline/job_spec.h"
 #include "worker/slowness.h"
@@ -64,6 +65,13 @@ struct FederatedClientOptions {
   // the server (not owned; it outlives the client), and how long each later stage may take.
   std::optional<SecAggParams> secagg;
   SecAggChannel* secagg_channel = nullptr;
+  // --dp client under secure aggregation: this client adds its share of the Skellam noise to
+  // its quantised update before masking (privacy/distributed_dp.h).
+  std::optional<DistributedDpParams> distributed_dp;
+  // The key of its rounding and noise streams: unset, a fresh key from the operating system
+  // every round (nobody else can recompute them); set only under --dp-noise-seed (the job's
+  // key, so that a run repeats, and its noise is known to whoever knows the seed).
+  std::optional<DpKey> randomness_key;
   absl::Duration secagg_stage_timeout = absl::Seconds(15);
 };
 

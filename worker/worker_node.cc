@@ -603,6 +603,12 @@ absl::StatusOr<TrainResult> WorkerRun::TrainFederated(SyncBackend& backend, KVCl
     f.secagg = SecureAggregationParams(spec_);
     f.secagg_channel = &*channel;
     f.secagg_stage_timeout = absl::Seconds(SecAggStageTimeoutSeconds(spec_));
+    if (UsesDistributedDp(spec_)) f.distributed_dp = DistributedDpFor(spec_);
+    if (spec_.privacy.on() && spec_.privacy.noise_seed != 0) {
+      absl::StatusOr<DpKey> key = ParseDpKeyHex(spec_.privacy.key);
+      if (!key.ok()) return key.status();
+      f.randomness_key = *key;
+    }
   }
   FederatedClient client_loop(*model_, backend, layout_, f);
   auto rounds = client_loop.Run(*data_->source, [this, &backend](const TrainProgress& p) {

@@ -6,23 +6,29 @@
 # round's end to the last's, in metrics.csv), the rounds closed short, and per client the bytes
 # it sent and received and its network seconds (for secure aggregation: the protocol's five
 # stages in place of the push), each divided by the rounds it took part in.
-# docs/PRIVACY.md's secure-aggregation table comes from it.
-# Usage: examples/fashion-mnist/secagg.sh [--build DIR] [--out DIR] [--seed S]
+# With --dp it runs instead DP-FedAvg (--dp client, clip 1) at a few epsilons, with the servers'
+# noise (central) and with the clients' Skellam shares under secure aggregation (distributed),
+# and secure aggregation without DP as the baseline; each line then adds the epsilon spent.
+# docs/PRIVACY.md's secure-aggregation tables come from it.
+# Usage: examples/fashion-mnist/secagg.sh [--build DIR] [--out DIR] [--seed S] [--dp]
 #   --build DIR  the build folder (default: build/ in the repository)
 #   --out DIR    results (default runs/fashion-mnist-secagg)
 #   --seed S     the job seed: client picks, dropouts (default 1)
+#   --dp         the DP table (epsilons 3, 8, 30 and 100) instead of the dropout one
 # Exit status: 0 when every run succeeded, 1 otherwise, 2 bad usage.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build="$root/build"
 out="$root/runs/fashion-mnist-secagg"
 seed=1
+dp=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --dp) dp=1; shift ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "secagg.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -57,13 +63,22 @@ for r in csv.DictReader(open(d + "/metrics.csv")):
         ends.setdefault(int(r["clock"]), []).append(float(r["wall_seconds"]))
 first, last = min(ends), max(ends)
 per_round = (max(ends[last]) - min(ends[first])) / max(1, last - first)
-print(f"{name}\taccuracy {s['test_accuracy']:.4f}\twall {s['wall_seconds']:.1f} s"
+eps = f"\tepsilon {s['privacy']['epsilon']:.3g}" if "privacy" in s else ""
+print(f"{name}\taccuracy {s['test_accuracy']:.4f}{eps}\twall {s['wall_seconds']:.1f} s"
       f"\t{per_round:.3f} s/round\tshort {s['rounds']['short']}/{s['rounds']['closed']}"
       f"\tclient rounds {taken}\tbytes/client-round {s['bytes_all'] / taken:.0f}"
       f"\tnetwork s/client-round {net / taken:.3f}")
 EOF
 }
 mkdir -p "$out"
+if [[ $dp == 1 ]]; then
+  run secagg --secure-aggregation on
+  for eps in 3 8 30 100; do
+    run "central-eps$eps" --dp client --dp-clip 1 --dp-epsilon "$eps"
+    run "distributed-eps$eps" --dp client --dp-clip 1 --dp-epsilon "$eps" --secure-aggregation on
+  done
+  exit $status
+fi
 run plain
 run secagg --secure-aggregation on
 run plain-dropout --client-dropout 0.3 --round-timeout 4
