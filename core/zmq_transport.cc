@@ -43,6 +43,7 @@ namespace {
 
 // The sealed data path's message kinds: the first 4 bytes of a message's first frame (of a
 // data message, its sealed meta frame's unused prefix).
+constexpr char kAsk[4] = {'S', 'L', 'H', '0'};
 constexpr char kHello[4] = {'S', 'L', 'H', '1'};
 constexpr char kHelloReply[4] = {'S', 'L', 'H', '2'};
 constexpr char kSealedData[4] = {'S', 'L', 'D', '1'};
@@ -387,6 +388,7 @@ class ZmqEndpoint : public Endpoint {
     std::unique_ptr<SealedChannel> channel;  // null while the client waits for the reply
     uint8_t offered = 0;
     SealNonce nc{};
+    bool hello_sent = false;      // this end is the client of the handshake under way
     std::deque<Message> waiting;  // sent while the session opened
   };
 
@@ -400,17 +402,23 @@ class ZmqEndpoint : public Endpoint {
     if (auto f = failed_.find(peer); f != failed_.end()) {
       return absl::PermissionDeniedError(f->second);
     }
-    if (!servers_.contains(peer)) {
-      return absl::UnavailableError(absl::StrCat("no sealed session with ", peer,
-                                                 ": it has not opened one with the job key"));
+    if (servers_.contains(peer)) {
+      if (auto s = Hello(peer, deadline); !s.ok()) return s;
+      return false;
     }
-    if (auto s = Hello(peer, deadline); !s.ok()) return s;
+    // A peer that connected to us and has sent nothing yet: asked to open a session (the
+    // send fails as any other when it is not connected).
+    std::vector<Frame> ask = {Frame::Copy(kAsk, sizeof(kAsk))};
+    size_t bytes = 0;
+    if (auto s = SendRouted(peer, ask, deadline, /*seal=*/false, &bytes); !s.ok()) return s;
+    sessions_[peer];
     return false;
   }
 
   absl::Status Hello(const std::string& peer, absl::Time deadline) {
     Session& s = sessions_[peer];
     s.channel.reset();
+    s.hello_sent = true;
     s.offered = LocalSealCiphers();
     s.nc = FreshSealNonce();
     std::vector<Frame> hello = {Frame::Copy(HelloBytes(s).data(), kHelloBytes)};
@@ -470,7 +478,9 @@ class ZmqEndpoint : public Endpoint {
   Message Unseal(Message message, std::shared_ptr<ReceivedParts> parts) {
     const std::string& peer = message.peer();
     zmq::message_t& first = parts->Part(0);
-    if (parts->count() == 1 && first.size() == kHelloBytes && HasKind(first, kHello)) {
+    if (parts->count() == 1 && first.size() == sizeof(kAsk) && HasKind(first, kAsk)) {
+      Asked(peer);
+    } else if (parts->count() == 1 && first.size() == kHelloBytes && HasKind(first, kHello)) {
       Answer(peer, static_cast<const unsigned char*>(first.data()));
     } else if (parts->count() == 1 && first.size() == kReplyBytes && HasKind(first, kHelloReply)) {
       Complete(peer, static_cast<const unsigned char*>(first.data()));
@@ -550,6 +560,10 @@ class ZmqEndpoint : public Endpoint {
         return e.second.channel == nullptr || e.second.channel->opened() == 0;
       });
     }
+    if (auto it = sessions_.find(peer);
+        it != sessions_.end() && it->second.hello_sent && id_ < peer) {
+      return;  // both said hello at once: the end with the smaller id is the client
+    }
     SealNonce nc;
     std::memcpy(nc.data(), hello + 5, nc.size());
     const SealNonce ns = FreshSealNonce();
@@ -563,6 +577,7 @@ class ZmqEndpoint : public Endpoint {
     Session& s = sessions_[peer];
     s.channel = std::make_unique<SealedChannel>(static_cast<SealCipher>(chosen), pair, nc, ns,
                                                 /*client=*/false);
+    s.hello_sent = false;
     try {
       zmq::message_t route(peer.data(), peer.size());
       zmq::message_t body(reply.data(), reply.size());
@@ -572,13 +587,43 @@ class ZmqEndpoint : public Endpoint {
     } catch (const zmq::error_t&) {
       // Gone again: its next hello starts over.
     }
+    Flush(peer, s);
+  }
+
+  // A peer that has messages for us and no session: this end connected to it, so it opens
+  // one (again, when the peer lost the last one).
+  void Asked(const std::string& peer) {
+    if (!servers_.contains(peer)) {
+      Refuse(peer, "it asks for a hello, but this endpoint did not connect to it");
+      return;
+    }
+    auto it = sessions_.find(peer);
+    if (it != sessions_.end() && it->second.hello_sent) return;  // the reply is under way
+    (void)Hello(peer, absl::Now() + options_.unreachable_grace);
+  }
+
+  // Sends what waited for the session that just opened.
+  void Flush(const std::string& peer, Session& s) {
+    std::deque<Message> waiting = std::move(s.waiting);
+    s.waiting.clear();
+    for (Message& m : waiting) {
+      size_t bytes = 0;
+      absl::Status sent = SendRouted(peer, m.frames(), absl::Now() + options_.unreachable_grace,
+                                     /*seal=*/true, &bytes);
+      if (!sent.ok()) {
+        SYNCLINE_LOG(WARNING) << id_ << ": a message that waited for the sealed session with "
+                              << peer << " was lost: " << sent.message();
+        continue;
+      }
+      CountSent(peer, bytes);
+    }
   }
 
   // The client's side of a reply: the session opens when the server's proof verifies.
   void Complete(const std::string& peer, const unsigned char* reply) {
     DrainMonitor();  // a reconnect reported before this reply must not end its session
     auto it = sessions_.find(peer);
-    if (it == sessions_.end() || it->second.channel != nullptr) {
+    if (it == sessions_.end() || !it->second.hello_sent) {
       Refuse(peer, "a hello reply nobody asked for");
       return;
     }
@@ -602,19 +647,10 @@ class ZmqEndpoint : public Endpoint {
     }
     s.channel = std::make_unique<SealedChannel>(static_cast<SealCipher>(chosen), pair, s.nc, ns,
                                                 /*client=*/true);
-    std::deque<Message> waiting = std::move(s.waiting);
-    s.waiting.clear();
-    for (Message& m : waiting) {
-      size_t bytes = 0;
-      absl::Status sent = SendRouted(peer, m.frames(), absl::Now() + options_.unreachable_grace,
-                                     /*seal=*/true, &bytes);
-      if (!sent.ok()) {
-        SYNCLINE_LOG(WARNING) << id_ << ": a message that waited for the sealed session with "
-                              << peer << " was lost: " << sent.message();
-        continue;
-      }
-      CountSent(peer, bytes);
-    }
+    SYNCLINE_LOG(INFO) << id_ << ": data to " << peer << " sealed ("
+                       << SealCipherName(static_cast<SealCipher>(chosen)) << ")";
+    s.hello_sent = false;
+    Flush(peer, s);
   }
 
   void Refuse(const std::string& peer, absl::string_view why) {

@@ -17,7 +17,9 @@
 // Send or Receive, takes the reply):
 //   client -> server  "SLH1": the ciphers offered, nonce Nc
 //   server -> client  "SLH2": the cipher chosen, nonce Ns, ServerProof(PairKey(client, server))
-// and both directions' keys come from the pair key and both nonces. The server holds no
+// and both directions' keys come from the pair key and both nonces. An end with messages for
+// a peer that connected to it and has not said hello asks it to ("SLH0"); when both say hello
+// at once, the end with the smaller id is the client. The server holds no
 // proof of the client: the client's first message opens only under keys that need the pair
 // key and the server's fresh Ns. A message is then [meta][frame]...: the meta frame, sealed,
 // lists the frames' sizes; each frame is sealed in place (core/frame_seal.h) with counter

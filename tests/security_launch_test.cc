@@ -189,5 +189,34 @@ TEST_F(SecurityLaunchTest, AKeyedAllReduceJobIsSealedAndTrainsThePlaintextModel)
   EXPECT_EQ(ReadFile(keyed + "/params.tsv"), want);
 }
 
+// A keyed parameter-server job's pushes and pulls travel sealed (not under CURVE) and train
+// bit for bit the model of the same job without a key.
+TEST_F(SecurityLaunchTest, AKeyedParameterServerJobIsSealedAndTrainsThePlaintextModel) {
+  const std::string plain = TempDir("ps_sealed_plain");
+  const std::string keyed = TempDir("ps_sealed_keyed");
+  const std::string key_file = keyed + "/given.key";
+  ASSERT_TRUE(JobKey::Generate().Save(key_file).ok());
+  const std::vector<std::string> job = {kLaunch,  "--servers", "2",       "--workers",   "2",
+                                        "--sync", "bsp",       "--train", Train(),       "--test",
+                                        Test(),   "--epochs",  "1",       "--optimizer", "adam",
+                                        "--lr",   "0.01"};
+  std::vector<std::string> argv = job;
+  argv.insert(argv.end(), {"--out", plain});
+  auto a = RunProcess(argv);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  argv = job;
+  argv.insert(argv.end(), {"--out", keyed, "--key-file", key_file});
+  auto b = RunProcess(argv);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const std::string log = ReadFile(keyed + "/logs/w1.log");
+  for (const char* server : {"ps0", "ps1"}) {
+    EXPECT_NE(log.find(absl::StrCat("w1: data to ", server, " sealed")), std::string::npos) << log;
+  }
+  EXPECT_EQ(ReadFile(plain + "/logs/w1.log").find("sealed"), std::string::npos);
+  const std::string want = ReadFile(plain + "/params.tsv");
+  EXPECT_FALSE(want.empty());
+  EXPECT_EQ(ReadFile(keyed + "/params.tsv"), want);
+}
+
 }  // namespace
 }  // namespace syncline
