@@ -488,6 +488,9 @@ class ZmqEndpoint : public Endpoint {
       absl::Status s = Open(peer, *parts, message);
       if (s.ok()) return message;
       Refuse(peer, s.message());
+      // The peer may not know its session ended (this end refused a message, or restarted):
+      // asked, a peer this end may speak to says hello again.
+      AskForHello(peer);
     } else {
       Refuse(peer, "not a message of the sealed data path");
     }
@@ -600,6 +603,18 @@ class ZmqEndpoint : public Endpoint {
     auto it = sessions_.find(peer);
     if (it != sessions_.end() && it->second.hello_sent) return;  // the reply is under way
     (void)Hello(peer, absl::Now() + options_.unreachable_grace);
+  }
+
+  void AskForHello(const std::string& peer) {
+    try {
+      zmq::message_t route(peer.data(), peer.size());
+      zmq::message_t body(kAsk, sizeof(kAsk));
+      if (socket_.send(route, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        (void)socket_.send(body, zmq::send_flags::none);
+      }
+    } catch (const zmq::error_t&) {
+      // Gone: nothing to ask.
+    }
   }
 
   // Sends what waited for the session that just opened.
