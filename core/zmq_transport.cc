@@ -167,7 +167,7 @@ class ZmqEndpoint : public Endpoint {
       socket_.set(zmq::sockopt::connect_routing_id, peer_id);
       if (sealed_) {
         // Sessions with this peer start at the first send; the monitor says when its
-        // connection breaks or comes back, which ends the session.
+        // connection breaks, which ends the session.
         StartMonitor();
         if (servers_by_address_.size() < kMaxQueuedPeers) servers_by_address_[address] = peer_id;
         servers_.insert(peer_id);
@@ -193,7 +193,9 @@ class ZmqEndpoint : public Endpoint {
     if (frames.empty()) return absl::InvalidArgumentError("cannot send a message without frames");
     size_t bytes = 0;
     if (sealed_) {
-      absl::StatusOr<bool> open = SessionOpen(peer_id, absl::Now() + options_.unreachable_grace);
+      // No waiting here: a server answers through TrySend and must not stall.
+      absl::StatusOr<bool> open = SessionOpen(peer_id, absl::Now() + options_.unreachable_grace,
+                                              /*wait=*/false);
       if (!open.ok()) return open.status();
       if (!*open) return Wait(peer_id, std::move(*message));
     }
@@ -226,7 +228,7 @@ class ZmqEndpoint : public Endpoint {
     std::vector<Frame>& frames = message.frames();
     if (frames.empty()) return absl::InvalidArgumentError("cannot send a message without frames");
     if (sealed_) {
-      absl::StatusOr<bool> open = SessionOpen(peer_id, deadline);
+      absl::StatusOr<bool> open = SessionOpen(peer_id, deadline, /*wait=*/true);
       if (!open.ok()) return open.status();
       if (!*open) return Wait(peer_id, std::move(message));
     }
@@ -237,6 +239,11 @@ class ZmqEndpoint : public Endpoint {
   }
 
   absl::StatusOr<Message> Receive(absl::Time deadline) override {
+    if (!inbox_.empty()) {
+      Message m = std::move(inbox_.front());
+      inbox_.pop_front();
+      return m;
+    }
     while (true) {
       absl::StatusOr<Message> message = ReceiveOne(deadline);
       if (!message.ok() || message->peer() != kForged) return message;
@@ -395,23 +402,45 @@ class ZmqEndpoint : public Endpoint {
   // Whether the session with `peer` is open (true) or its hello is under way (false; the
   // reply completes it while this endpoint is next driven): a peer this endpoint connected to
   // is sent a hello; a peer that connected to us must open one itself.
-  absl::StatusOr<bool> SessionOpen(const std::string& peer, absl::Time deadline) {
+  // With `wait`, the endpoint is driven for up to ZmqOptions::unreachable_grace meanwhile
+  // (messages for the caller wait in inbox_): a peer that is receiving answers at once, and
+  // what is sent next goes out now, not when this endpoint is next used, which may be never.
+  absl::StatusOr<bool> SessionOpen(const std::string& peer, absl::Time deadline, bool wait) {
     DrainMonitor();
     auto it = sessions_.find(peer);
-    if (it != sessions_.end()) return it->second.channel != nullptr;
+    if (it != sessions_.end() && it->second.channel != nullptr) return true;
     if (auto f = failed_.find(peer); f != failed_.end()) {
       return absl::PermissionDeniedError(f->second);
     }
-    if (servers_.contains(peer)) {
-      if (auto s = Hello(peer, deadline); !s.ok()) return s;
-      return false;
+    if (it == sessions_.end()) {
+      if (servers_.contains(peer)) {
+        if (auto s = Hello(peer, deadline); !s.ok()) return s;
+      } else {
+        // A peer that connected to us and has sent nothing yet: asked to open a session (the
+        // send fails as any other when it is not connected).
+        std::vector<Frame> ask = {Frame::Copy(kAsk, sizeof(kAsk))};
+        size_t bytes = 0;
+        if (auto s = SendRouted(peer, ask, deadline, /*seal=*/false, &bytes); !s.ok()) return s;
+        sessions_[peer];
+      }
     }
-    // A peer that connected to us and has sent nothing yet: asked to open a session (the
-    // send fails as any other when it is not connected).
-    std::vector<Frame> ask = {Frame::Copy(kAsk, sizeof(kAsk))};
-    size_t bytes = 0;
-    if (auto s = SendRouted(peer, ask, deadline, /*seal=*/false, &bytes); !s.ok()) return s;
-    sessions_[peer];
+    it = sessions_.find(peer);
+    const absl::Time until = std::min(deadline, absl::Now() + options_.unreachable_grace);
+    while (wait && inbox_.size() < kMaxInbox) {
+      absl::StatusOr<Message> m = ReceiveOne(until);
+      if (m.ok() && m->peer() != kForged) inbox_.push_back(*std::move(m));
+      if (!m.ok() && !absl::IsDeadlineExceeded(m.status())) return m.status();
+      DrainMonitor();
+      it = sessions_.find(peer);
+      if (it != sessions_.end() && it->second.channel != nullptr) return true;
+      if (auto f = failed_.find(peer); f != failed_.end()) {
+        return absl::PermissionDeniedError(f->second);
+      }
+      if (it == sessions_.end() || absl::Now() >= until) break;
+    }
+    if (it == sessions_.end()) {
+      return absl::UnavailableError(absl::StrCat("no sealed session with ", peer));
+    }
     return false;
   }
 
@@ -636,7 +665,6 @@ class ZmqEndpoint : public Endpoint {
 
   // The client's side of a reply: the session opens when the server's proof verifies.
   void Complete(const std::string& peer, const unsigned char* reply) {
-    DrainMonitor();  // a reconnect reported before this reply must not end its session
     auto it = sessions_.find(peer);
     if (it == sessions_.end() || !it->second.hello_sent) {
       Refuse(peer, "a hello reply nobody asked for");
@@ -678,8 +706,7 @@ class ZmqEndpoint : public Endpoint {
   void StartMonitor() {
     if (monitor_ != nullptr) return;
     const std::string address = absl::StrFormat("inproc://syncline-seal-monitor-%p", this);
-    if (zmq_socket_monitor(socket_.handle(), address.c_str(),
-                           ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+    if (zmq_socket_monitor(socket_.handle(), address.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
       throw zmq::error_t();
     }
     monitor_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
@@ -687,24 +714,22 @@ class ZmqEndpoint : public Endpoint {
     monitor_->connect(address);
   }
 
-  // A connection to a server that broke or came back ends the session with it: a server
-  // restarted at that address knows none, and a hello starts a fresh one.
+  // A connection to a server that broke ends the session with it: a server restarted at that
+  // address knows none, and a hello starts a fresh one. (Only breaks: the event of a
+  // connection coming up may arrive after the reply to the hello sent on it.)
   void DrainMonitor() {
     if (monitor_ == nullptr) return;
     zmq::message_t event, address;
     while (monitor_->recv(event, zmq::recv_flags::dontwait)) {
       if (!event.more() || !monitor_->recv(address, zmq::recv_flags::dontwait)) continue;
-      uint16_t kind = 0;
-      if (event.size() >= sizeof(kind)) std::memcpy(&kind, event.data(), sizeof(kind));
       auto server = servers_by_address_.find(address.to_string());
       if (server == servers_by_address_.end()) continue;
       auto it = sessions_.find(server->second);
       if (it == sessions_.end()) continue;
-      // A hello waiting for its connection goes out on it: only an open session ends then.
       // Messages waiting for a session wait for the next one.
-      if (kind == ZMQ_EVENT_DISCONNECTED && !it->second.waiting.empty()) {
+      if (!it->second.waiting.empty()) {
         (void)Hello(server->second, absl::Now() + options_.unreachable_grace);
-      } else if (kind == ZMQ_EVENT_DISCONNECTED || it->second.channel != nullptr) {
+      } else {
         sessions_.erase(it);
       }
     }
@@ -839,6 +864,9 @@ class ZmqEndpoint : public Endpoint {
   absl::flat_hash_map<std::string, std::string> servers_by_address_;  // for the monitor
   absl::flat_hash_map<std::string, std::string> failed_;              // servers whose proof failed
   std::vector<Frame> sealed_frames_;
+  // Received while a send waited for a session, for the caller's next Receive.
+  static constexpr size_t kMaxInbox = 4096;
+  std::deque<Message> inbox_;
   std::unique_ptr<zmq::socket_t> monitor_;  // declared after socket_: closed before it
   uint64_t refusals_logged_ = 0;
 };

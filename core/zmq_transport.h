@@ -27,7 +27,7 @@
 // tag fails (altered, replayed, reordered, cut, another key) or whose layout is wrong is
 // refused, counted and logged naming the peer's routing id; the session with that peer ends
 // (its next HELLO starts a fresh one), and the endpoint serves the others. A client drops its
-// session when its connection to the server breaks or comes back (a socket monitor), so a
+// session when its connection to the server breaks (a socket monitor), so a
 // restarted server is met with a fresh handshake. Routing ids, frame counts and sizes travel
 // in the clear; a stranger may take an id nobody holds yet (no handover, as in plaintext).
 // A listening endpoint bounds what strangers can make it hold (ZmqOptions::connections,
