@@ -60,6 +60,7 @@ struct Settings {
   OptimizerKind optimizer = OptimizerKind::kSgd;
   // Also measure every throughput case on a CURVE cluster (one JobKey for all its nodes).
   bool curve = false;
+  bool curve_data = false;  // the keyed cluster's data path under CURVE, not sealed
 };
 
 SynclineCluster::Options ClusterOptions(const Settings& s,
@@ -67,7 +68,8 @@ SynclineCluster::Options ClusterOptions(const Settings& s,
   return {.max_piece_bytes = s.piece_bytes,
           .update_threads = s.update_threads,
           .optimizer = s.optimizer,
-          .key = std::move(key)};
+          .key = std::move(key),
+          .seal_data = !s.curve_data};
 }
 
 // A throughput case measured with CURVE beside plaintext (row.syncline) and raw ZeroMQ.
@@ -85,11 +87,11 @@ std::string FormatRate(const Throughput& t, size_t bytes) {
 
 std::string CurveHeader() {
   return absl::StrFormat("%-9s %5s %3s %3s %3s %16s %16s %6s %9s %9s %16s", "op", "size", "win",
-                         "srv", "wrk", "plaintext", "CURVE", "ratio", "cpu/req", "cpu/req",
+                         "srv", "wrk", "plaintext", "keyed", "ratio", "cpu/req", "cpu/req",
                          "raw zmq") +
          "\n" +
          absl::StrFormat("%-9s %5s %3s %3s %3s %16s %16s %6s %9s %9s", "", "", "", "", "", "", "",
-                         "", "plain us", "CURVE us");
+                         "", "plain us", "keyed us");
 }
 
 std::string FormatCurve(const CurveRow& c) {
@@ -101,11 +103,11 @@ std::string FormatCurve(const CurveRow& c) {
                          FormatRate(r.raw, r.bytes));
 }
 
-void PrintCurve(const std::vector<CurveRow>& curve_rows) {
+void PrintCurve(const std::vector<CurveRow>& curve_rows, bool curve_data) {
   std::printf(
-      "\nThroughput with CURVE (every connection encrypted and authenticated, one JobKey per "
-      "cluster) vs plaintext Syncline, same turns as above (ratio = CURVE / plaintext; cpu/req "
-      "= process CPU time per request)\n%s\n",
+      "\nThroughput keyed (one JobKey per cluster; data path %s) vs plaintext Syncline, same "
+      "turns as above (ratio = keyed / plaintext; cpu/req = process CPU time per request)\n%s\n",
+      curve_data ? "under CURVE" : "sealed, AES-256-GCM or XChaCha20-Poly1305",
       CurveHeader().c_str());
   for (const CurveRow& c : curve_rows) std::printf("%s\n", FormatCurve(c).c_str());
   std::fflush(stdout);
@@ -184,7 +186,7 @@ absl::Status RunThroughput(const Settings& s, const std::vector<size_t>& table_s
       }
     }
   }
-  if (s.curve) PrintCurve(curve_rows);
+  if (s.curve) PrintCurve(curve_rows, s.curve_data);
   return absl::OkStatus();
 }
 
@@ -295,8 +297,12 @@ std::optional<int> ParseSettings(int argc, char** argv, Settings* settings, std:
   std::vector<int> windows;
   app.add_flag("--quick", quick, "few sizes, one short turn each: a smoke run of a few seconds");
   app.add_flag("--curve", s.curve,
-               "also run each throughput case on a CURVE-encrypted cluster and print CURVE over "
-               "plaintext (latency rows and the CSV stay plaintext)");
+               "also run each throughput case on a keyed cluster (one job key: CURVE, and the "
+               "sealed data path) and print keyed over plaintext (latency rows and the CSV stay "
+               "plaintext)");
+  app.add_flag("--curve-data", s.curve_data,
+               "with --curve: the keyed cluster's data endpoints run CURVE too "
+               "(ZmqOptions::seal_data false), as keyed jobs did before the sealed data path");
   app.add_option("--csv", csv, "also write every row to this CSV file");
   app.add_option("--part", part, "what to measure: all, throughput or latency")
       ->check(CLI::IsMember({"all", "throughput", "latency"}))

@@ -102,6 +102,7 @@ absl::StatusOr<std::unique_ptr<SynclineCluster>> SynclineCluster::Create(
   auto make_transport = [&cluster_options, &all_ids] {
     ZmqOptions options;
     options.key = cluster_options.key;
+    options.seal_data = cluster_options.seal_data;
     auto transport = std::make_unique<ZmqTransport>(std::move(options));
     if (cluster_options.key != nullptr) transport->AllowPeers(all_ids);
     return transport;

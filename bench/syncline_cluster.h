@@ -34,9 +34,12 @@ class SynclineCluster {
     size_t max_piece_bytes = 0;  // KVClient's piece size when not 0
     int update_threads = 1;      // ServerOptions::update_threads
     OptimizerKind optimizer = OptimizerKind::kSgd;
-    // With a key, every node's transport uses CURVE (ZmqOptions::key) and allows the ids of
-    // all the cluster's endpoints; without one, plaintext.
+    // With a key, every node's transport is keyed (ZmqOptions::key: CURVE, and the sealed data
+    // path unless seal_data is false) and allows the ids of all the cluster's endpoints;
+    // without one, plaintext.
     std::shared_ptr<const JobKey> key;
+    // With a key: the data path sealed (ZmqOptions::seal_data, the default) or under CURVE.
+    bool seal_data = true;
   };
   static absl::StatusOr<std::unique_ptr<SynclineCluster>> Create(
       int servers, int workers, const std::vector<size_t>& request_bytes, Options options);

@@ -2,9 +2,11 @@
 
 #include <thread>
 
+#include "core/frame_seal.h"
 #include "core/inproc_transport.h"
 #include "core/job_key.h"
 #include "core/node_table.h"
+#include "core/seal.h"
 #include "core/tcp_transport.h"
 #include "core/zmq_transport.h"
 
@@ -152,6 +154,7 @@ class CurveTest : public testing::Test {
   CurveTest() : key_(std::make_shared<const JobKey>(JobKey::Generate())) {
     ZmqOptions options;
     options.key = key_;
+    options.seal_data = false;  // CURVE on the data endpoints too
     job_ = std::make_unique<ZmqTransport>(options);
     server_ = *job_->CreateEndpoint("ps0");
     address_ = *server_->Bind("tcp://127.0.0.1:0");
@@ -185,6 +188,7 @@ TEST_F(CurveTest, AKeyNotYetAllowedWaitsForTheNodeTable) {
   // The server's transport does not know the job's ids yet: a worker's handshake waits...
   ZmqOptions options;
   options.key = key_;
+  options.seal_data = false;  // CURVE on the data endpoints too
   ZmqTransport worker(options);
   auto w0 = worker.CreateEndpoint("w0");
   ASSERT_TRUE((*w0)->Connect("ps0", address_).ok());
@@ -209,6 +213,7 @@ TEST_F(CurveTest, AnotherJobsKeyIsRefusedByTheZapHandler) {
   job_->AllowPeers(JobEndpointIds(1, 2));
   ZmqOptions options;
   options.key = std::make_shared<const JobKey>(JobKey::Generate());
+  options.seal_data = false;  // CURVE on the data endpoints too
   ZmqTransport other(options);
   // It even knows... nothing: its idea of ps0's public key is wrong too, so the handshake
   // fails before or at the ZAP handler.
@@ -240,6 +245,7 @@ TEST_F(CurveTest, ARestartedNodeTakesItsNameOver) {
   job_->AllowPeers(JobEndpointIds(1, 2));
   ZmqOptions options;
   options.key = key_;
+  options.seal_data = false;  // CURVE on the data endpoints too
   ZmqTransport first_life(options);
   auto old_w1 = first_life.CreateEndpoint("w1");
   ASSERT_TRUE((*old_w1)->Connect("ps0", address_).ok());
@@ -263,6 +269,7 @@ TEST_F(CurveTest, AJobKeyHolderCannotSpeakUnderAnotherNodesId) {
   // key is the job's), yet its messages are dropped, since the key was made for w1.
   ZmqOptions options;
   options.key = key_;
+  options.seal_data = false;  // CURVE on the data endpoints too
   ZmqTransport insider(options);
   zmq::context_t context;
   zmq::socket_t s(context, zmq::socket_type::dealer);
@@ -350,6 +357,300 @@ TEST(ZmqTransportTest, TrySendToAFullQueueKeepsTheMessageForLater) {
   }
   EXPECT_TRUE(again.ok()) << again;
   EXPECT_EQ(received, sent + 1);
+}
+
+}  // namespace
+}  // namespace syncline
+
+namespace syncline {
+namespace {
+
+// The sealed data path of keyed ZeroMQ data endpoints (ZmqOptions::seal_data), and the
+// strangers, wrong keys, replays, reorders and flipped bits it refuses.
+class SealedZmqTest : public testing::Test {
+ protected:
+  SealedZmqTest() : key_(std::make_shared<const JobKey>(JobKey::Generate())) {
+    job_ = std::make_unique<ZmqTransport>(Keyed(key_));
+    job_->AllowPeers(JobEndpointIds(1, 4));
+    server_ = *job_->CreateEndpoint("ps0");
+    address_ = *server_->Bind("tcp://127.0.0.1:0");
+  }
+  static ZmqOptions Keyed(std::shared_ptr<const JobKey> key) {
+    ZmqOptions options;
+    options.key = std::move(key);
+    return options;
+  }
+  static absl::Time Soon() { return absl::Now() + absl::Seconds(5); }
+  // The session opens while both ends are driven: the server takes the hello, the client the
+  // reply (and sends what waited for it). Neither has a message for the caller meanwhile.
+  void Drive(Endpoint& client) {
+    EXPECT_TRUE(
+        absl::IsDeadlineExceeded(server_->Receive(absl::Now() + absl::Milliseconds(300)).status()));
+    EXPECT_TRUE(
+        absl::IsDeadlineExceeded(client.Receive(absl::Now() + absl::Milliseconds(300)).status()));
+  }
+  // A worker of the job sends a request and hears the reply, under its own id.
+  void JobStillServes(const std::string& id = "w1") {
+    auto w = job_->CreateEndpoint(id);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Connect("ps0", address_).ok());
+    ASSERT_TRUE((*w)->Send("ps0", Simple(8, {2.0f, 3.0f}), Soon()).ok());
+    Drive(**w);
+    auto got = server_->Receive(Soon());
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->peer(), id);
+    ASSERT_TRUE(got->Parse().ok());
+    EXPECT_EQ(got->header().getTable(), 8);
+    ASSERT_TRUE(server_->Send(id, Simple(9, {}), Soon()).ok());
+    EXPECT_TRUE((*w)->Receive(Soon()).ok());
+  }
+  // Nothing reaches the caller of the server's Receive within a short while.
+  void ServerHearsNothing() {
+    auto got = server_->Receive(absl::Now() + absl::Milliseconds(500));
+    EXPECT_TRUE(absl::IsDeadlineExceeded(got.status())) << got.status();
+  }
+  std::shared_ptr<const JobKey> key_;
+  std::unique_ptr<ZmqTransport> job_;
+  std::unique_ptr<Endpoint> server_;
+  std::string address_;
+};
+
+std::vector<float> Floats(size_t n, float seed) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = seed + static_cast<float>(i % 1000) * 0.5f;
+  return v;
+}
+
+TEST_F(SealedZmqTest, MessagesOfEverySizeArriveWholeBothWays) {
+  auto w0 = job_->CreateEndpoint("w0");
+  ASSERT_TRUE((*w0)->Connect("ps0", address_).ok());
+  bool first = true;
+  for (size_t n : {size_t{0}, size_t{1}, size_t{1024}, size_t{16384}, size_t{16385}, size_t{262144},
+                   size_t{300000}}) {
+    MessageBuilder b(wire::MsgType::PUSH);
+    b.header().setTable(static_cast<int>(n % 1000));
+    std::vector<float> values = Floats(n, 1.0f);
+    b.AddFrame(Frame::Borrow(std::span<const float>(values)));
+    b.AddFrame(Frame::Own(std::vector<uint64_t>{n, 7}));
+    ASSERT_TRUE((*w0)->Send("ps0", b.Finish(), Soon()).ok()) << n;
+    if (first) Drive(**w0);
+    first = false;
+    auto got = server_->Receive(Soon());
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->peer(), "w0");
+    ASSERT_EQ(got->payload_count(), 2u);
+    ASSERT_TRUE(got->Parse().ok());
+    EXPECT_EQ(got->header().getTable(), static_cast<int>(n % 1000));
+    auto floats = got->payload(0).As<float>();
+    ASSERT_TRUE(floats.ok());
+    EXPECT_TRUE(std::equal(floats->begin(), floats->end(), values.begin(), values.end())) << n;
+    // The answer travels under the server's side of the session.
+    Message answer = Simple(1, Floats(n, 2.0f));
+    ASSERT_TRUE(server_->TrySend("w0", &answer).ok());
+  }
+  for (size_t n : {size_t{0}, size_t{1}, size_t{1024}, size_t{16384}, size_t{16385}, size_t{262144},
+                   size_t{300000}}) {
+    auto back = (*w0)->Receive(Soon());
+    ASSERT_TRUE(back.ok()) << back.status();
+    auto floats = back->payload(0).As<float>();
+    ASSERT_TRUE(floats.ok());
+    const std::vector<float> want = Floats(n, 2.0f);
+    EXPECT_TRUE(std::equal(floats->begin(), floats->end(), want.begin(), want.end())) << n;
+  }
+  EXPECT_EQ(job_->refused_messages(), 0u) << job_->last_refusal();
+}
+
+TEST_F(SealedZmqTest, APlaintextStrangerIsRefusedAndNamed) {
+  ZmqTransport plain;
+  auto stranger = plain.CreateEndpoint("w2");
+  ASSERT_TRUE((*stranger)->Connect("ps0", address_).ok());
+  ASSERT_TRUE((*stranger)->Send("ps0", Simple(5, {3.0f}), Soon()).ok());
+  ServerHearsNothing();
+  EXPECT_GE(job_->refused_messages(), 1u);
+  EXPECT_NE(job_->last_refusal().find("'w2'"), std::string::npos) << job_->last_refusal();
+  JobStillServes();
+}
+
+TEST_F(SealedZmqTest, AnotherJobsKeyIsRefusedBothWays) {
+  ZmqTransport other(Keyed(std::make_shared<const JobKey>(JobKey::Generate())));
+  auto stranger = other.CreateEndpoint("w2");
+  ASSERT_TRUE((*stranger)->Connect("ps0", address_).ok());
+  // The server's answer to its hello does not prove other's key: the client refuses it...
+  ASSERT_TRUE((*stranger)->Send("ps0", Simple(5, {3.0f}), Soon()).ok());
+  Drive(**stranger);
+  absl::Status sent = (*stranger)->Send("ps0", Simple(5, {3.0f}), Soon());
+  EXPECT_TRUE(absl::IsPermissionDenied(sent)) << sent;
+  EXPECT_NE(sent.message().find("ps0"), std::string::npos) << sent;
+  EXPECT_GE(other.refused_messages(), 1u);
+  // ... and nothing of it reaches the server's caller.
+  ServerHearsNothing();
+  JobStillServes();
+}
+
+// A client written by hand, to send what a Syncline endpoint never would.
+class HandClient {
+ public:
+  HandClient(const JobKey& key, const std::string& id, const std::string& address)
+      : key_(key), id_(id), socket_(context_, zmq::socket_type::dealer) {
+    socket_.set(zmq::sockopt::routing_id, id);
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.set(zmq::sockopt::rcvtimeo, 5000);
+    socket_.connect(address);
+  }
+  // The handshake's hello, then (once the server took it) its reply: true when the server's
+  // proof verifies.
+  void Hello() {
+    std::string hello = "SLH1";
+    hello.push_back(static_cast<char>(offered_));
+    hello.append(reinterpret_cast<const char*>(nc_.data()), nc_.size());
+    socket_.send(zmq::buffer(hello));
+  }
+  // The whole handshake, with `server` driven while it takes the hello.
+  bool OpenWith(Endpoint& server) {
+    Hello();
+    if (!absl::IsDeadlineExceeded(server.Receive(absl::Now() + absl::Milliseconds(300)).status())) {
+      return false;
+    }
+    return Open();
+  }
+  bool Open() {
+    const SealNonce nc = nc_;
+    const uint8_t offered = offered_;
+    zmq::message_t reply;
+    if (!socket_.recv(reply) || reply.size() != 69) return false;
+    const auto* r = static_cast<const unsigned char*>(reply.data());
+    SealNonce ns;
+    std::memcpy(ns.data(), r + 5, ns.size());
+    const SealKey pair = PairKey(key_, id_, "ps0");
+    if (!SameProof(ServerProof(pair, offered, r[4], nc, ns), r + 37)) return false;
+    channel_ = std::make_unique<SealedChannel>(static_cast<SealCipher>(r[4]), pair, nc, ns, true);
+    return true;
+  }
+  // Seals a message as an endpoint would: its frame list, then each frame.
+  std::vector<std::vector<std::byte>> Seal(Message m) {
+    std::vector<uint64_t> meta = {m.frames().size()};
+    for (const Frame& f : m.frames()) meta.push_back(f.size());
+    std::vector<std::vector<std::byte>> out;
+    auto seal = [&](const void* data, size_t n) {
+      out.emplace_back(SealedFrameBytes(n));
+      SealFrame(*channel_, static_cast<const std::byte*>(data), n, out.back().data());
+    };
+    seal(meta.data(), meta.size() * sizeof(uint64_t));
+    std::memcpy(out[0].data(), "SLD1", 4);
+    for (const Frame& f : m.frames()) seal(f.data(), f.size());
+    return out;
+  }
+  void Send(const std::vector<std::vector<std::byte>>& parts) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      socket_.send(zmq::buffer(parts[i].data(), parts[i].size()),
+                   i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+  }
+
+ private:
+  const JobKey& key_;
+  std::string id_;
+  zmq::context_t context_;
+  zmq::socket_t socket_;
+  std::unique_ptr<SealedChannel> channel_;
+  const SealNonce nc_ = FreshSealNonce();
+  const uint8_t offered_ = LocalSealCiphers();
+};
+
+TEST_F(SealedZmqTest, AHandClientOfTheJobIsHeard) {
+  HandClient w2(*key_, "w2", address_);
+  ASSERT_TRUE(w2.OpenWith(*server_));
+  w2.Send(w2.Seal(Simple(4, {1.0f})));
+  auto got = server_->Receive(Soon());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->peer(), "w2");
+}
+
+TEST_F(SealedZmqTest, AReplayedMessageIsRefusedAndNamed) {
+  HandClient w2(*key_, "w2", address_);
+  ASSERT_TRUE(w2.OpenWith(*server_));
+  const auto first = w2.Seal(Simple(4, {1.0f}));
+  w2.Send(first);
+  ASSERT_TRUE(server_->Receive(Soon()).ok());
+  w2.Send(first);
+  ServerHearsNothing();
+  EXPECT_EQ(job_->refused_messages(), 1u);
+  EXPECT_NE(job_->last_refusal().find("'w2'"), std::string::npos) << job_->last_refusal();
+  JobStillServes();
+}
+
+TEST_F(SealedZmqTest, AReorderedMessageIsRefused) {
+  HandClient w2(*key_, "w2", address_);
+  ASSERT_TRUE(w2.OpenWith(*server_));
+  const auto first = w2.Seal(Simple(4, {1.0f}));
+  const auto second = w2.Seal(Simple(5, {2.0f}));
+  w2.Send(second);
+  w2.Send(first);
+  ServerHearsNothing();
+  EXPECT_EQ(job_->refused_messages(), 2u) << job_->last_refusal();
+  JobStillServes();
+}
+
+TEST_F(SealedZmqTest, AFlippedBitAnywhereIsRefused) {
+  for (int where = 0; where < 4; ++where) {
+    HandClient w2(*key_, "w2", address_);
+    ASSERT_TRUE(w2.OpenWith(*server_));
+    auto parts = w2.Seal(Simple(4, Floats(20000, 1.0f)));
+    // The frame list, the header, a payload's first and its last segment's tag.
+    std::vector<std::byte>& part = parts[std::min<size_t>(where, 2)];
+    const size_t at = where == 3 ? part.size() - 1 : kSealedFramePrefix + 3;
+    part[at] ^= std::byte{0x10};
+    w2.Send(parts);
+    ServerHearsNothing();
+    EXPECT_EQ(job_->refused_messages(), static_cast<uint64_t>(where + 1));
+    EXPECT_NE(job_->last_refusal().find("'w2'"), std::string::npos) << job_->last_refusal();
+  }
+  JobStillServes();
+}
+
+TEST_F(SealedZmqTest, DataWithoutASessionIsRefused) {
+  // A stranger who copies the layout but has no session (nor key).
+  zmq::context_t context;
+  zmq::socket_t s(context, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::routing_id, "w3");
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(address_);
+  std::vector<std::byte> fake(SealedFrameBytes(16));
+  std::memcpy(fake.data(), "SLD1", 4);
+  s.send(zmq::buffer(fake.data(), fake.size()), zmq::send_flags::sndmore);
+  s.send(zmq::buffer(fake.data(), fake.size()));
+  ServerHearsNothing();
+  EXPECT_NE(job_->last_refusal().find("'w3'"), std::string::npos) << job_->last_refusal();
+  JobStillServes();
+}
+
+// A server that restarts at its address is met with a fresh session (a recovered PS job).
+TEST_F(SealedZmqTest, AClientMeetsARestartedServerWithAFreshSession) {
+  ZmqTransport worker(Keyed(key_));
+  auto w0 = worker.CreateEndpoint("w0");
+  ASSERT_TRUE((*w0)->Connect("ps0", address_).ok());
+  ASSERT_TRUE((*w0)->Send("ps0", Simple(1, {}), Soon()).ok());
+  Drive(**w0);
+  ASSERT_TRUE(server_->Receive(Soon()).ok());
+  server_.reset();
+  job_.reset();
+  ZmqTransport second_life(Keyed(key_));
+  std::unique_ptr<Endpoint> again = *second_life.CreateEndpoint("ps0");
+  absl::StatusOr<std::string> bound = absl::UnavailableError("");
+  for (int attempt = 0; attempt < 50 && !bound.ok(); ++attempt) {
+    bound = again->Bind(address_);
+    if (!bound.ok()) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  absl::Status heard = absl::DeadlineExceededError("");
+  // The client sees the connection break and come back; its next send opens a new session.
+  for (int attempt = 0; attempt < 50 && !heard.ok(); ++attempt) {
+    (void)(*w0)->Send("ps0", Simple(2, {}), Soon());
+    heard = again->Receive(absl::Now() + absl::Milliseconds(200)).status();
+    if (!heard.ok()) (void)(*w0)->Receive(absl::Now() + absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(heard.ok()) << heard;
+  EXPECT_EQ(second_life.refused_messages(), 0u) << second_life.last_refusal();
 }
 
 }  // namespace

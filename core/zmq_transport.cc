@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <new>
 #include <thread>
@@ -20,11 +21,43 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "core/frame_seal.h"
 #include "core/log.h"
 #include "core/net.h"
+#include "core/seal.h"
 
 namespace syncline {
+
+struct ZmqTransport::Refusals {
+  std::atomic<uint64_t> count{0};
+  absl::Mutex mu;
+  std::string last ABSL_GUARDED_BY(mu);
+  void Add(const std::string& why) {
+    count.fetch_add(1);
+    absl::MutexLock lock(&mu);
+    last = why;
+  }
+};
+
 namespace {
+
+// The sealed data path's message kinds: the first 4 bytes of a message's first frame (of a
+// data message, its sealed meta frame's unused prefix).
+constexpr char kAsk[4] = {'S', 'L', 'H', '0'};
+constexpr char kHello[4] = {'S', 'L', 'H', '1'};
+constexpr char kHelloReply[4] = {'S', 'L', 'H', '2'};
+constexpr char kSealedData[4] = {'S', 'L', 'D', '1'};
+constexpr size_t kHelloBytes = 4 + 1 + 32;
+constexpr size_t kReplyBytes = 4 + 1 + 32 + 32;
+// The data endpoints, whose messages the sealed data path carries: "ps<rank>", "w<rank>".
+bool IsDataEndpointId(const std::string& id) {
+  size_t digits = id.starts_with("ps") ? 2 : id.starts_with("w") ? 1 : 0;
+  if (digits == 0 || digits == id.size()) return false;
+  return std::all_of(id.begin() + digits, id.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+bool HasKind(const zmq::message_t& part, const char (&kind)[4]) {
+  return part.size() >= 4 && std::memcmp(part.data(), kind, 4) == 0;
+}
 
 int RemainingMs(absl::Time deadline) {
   if (deadline == absl::InfiniteFuture()) return -1;
@@ -55,12 +88,15 @@ void ReleaseTracked(void* /*data*/, void* hint) {
 class ZmqEndpoint : public Endpoint {
  public:
   ZmqEndpoint(zmq::context_t& context, std::string id, const ZmqOptions& options,
-              std::shared_ptr<const std::atomic<int>> expected_peers, ConnectionGuardStats* stats)
+              std::shared_ptr<const std::atomic<int>> expected_peers, ConnectionGuardStats* stats,
+              std::shared_ptr<ZmqTransport::Refusals> refusals)
       : id_(std::move(id)),
         options_(options),
+        sealed_(options.key != nullptr && options.seal_data && IsDataEndpointId(id_)),
         context_(context),
         expected_peers_(std::move(expected_peers)),
         guard_stats_(stats),
+        refusals_(std::move(refusals)),
         socket_(context, zmq::socket_type::router) {
     socket_.set(zmq::sockopt::routing_id, id_);
     socket_.set(zmq::sockopt::router_mandatory, 1);
@@ -69,13 +105,18 @@ class ZmqEndpoint : public Endpoint {
     // the first connection closes, the name is free again for a restarted peer. With CURVE,
     // only a holder of the job's key can connect at all, and a restarted node takes its id
     // over at once.
-    socket_.set(zmq::sockopt::router_handover, options.key != nullptr ? 1 : 0);
+    // The sealed data path has no CURVE to tell the holders of the key: as plaintext.
+    socket_.set(zmq::sockopt::router_handover, options.key != nullptr && !sealed_ ? 1 : 0);
     // A peer that sends a frame larger than this is disconnected before it is buffered.
     socket_.set(zmq::sockopt::maxmsgsize, options.max_frame_bytes);
     socket_.set(zmq::sockopt::sndhwm, options.high_water_mark);
     socket_.set(zmq::sockopt::rcvhwm, options.high_water_mark);
     socket_.set(zmq::sockopt::linger, 200);
     socket_.set(zmq::sockopt::tcp_keepalive, 1);
+  }
+
+  ~ZmqEndpoint() override {
+    if (monitor_ != nullptr) zmq_socket_monitor(socket_.handle(), nullptr, 0);
   }
 
   const std::string& id() const override { return id_; }
@@ -103,7 +144,7 @@ class ZmqEndpoint : public Endpoint {
       guard_ = std::move(*guard);
     }
     try {
-      if (options_.key != nullptr) {
+      if (options_.key != nullptr && !sealed_) {
         // Options are taken at bind (and connect) time: this listener is a CURVE server.
         socket_.set(zmq::sockopt::curve_server, 1);
         socket_.set(zmq::sockopt::curve_secretkey, options_.key->SecretKeyFor(id_));
@@ -124,7 +165,13 @@ class ZmqEndpoint : public Endpoint {
   absl::Status Connect(const std::string& peer_id, const std::string& address) override {
     try {
       socket_.set(zmq::sockopt::connect_routing_id, peer_id);
-      if (options_.key != nullptr) {
+      if (sealed_) {
+        // Sessions with this peer start at the first send; the monitor says when its
+        // connection breaks, which ends the session.
+        StartMonitor();
+        if (servers_by_address_.size() < kMaxQueuedPeers) servers_by_address_[address] = peer_id;
+        servers_.insert(peer_id);
+      } else if (options_.key != nullptr) {
         // A CURVE client of this peer: it proves to hold the key of `id_`, and the peer must
         // hold the key of `peer_id`.
         socket_.set(zmq::sockopt::curve_server, 0);
@@ -145,13 +192,25 @@ class ZmqEndpoint : public Endpoint {
     std::vector<Frame>& frames = message->frames();
     if (frames.empty()) return absl::InvalidArgumentError("cannot send a message without frames");
     size_t bytes = 0;
+    if (sealed_) {
+      // No waiting here: a server answers through TrySend and must not stall.
+      absl::StatusOr<bool> open = SessionOpen(peer_id, absl::Now() + options_.unreachable_grace,
+                                              /*wait=*/false);
+      if (!open.ok()) return open.status();
+      if (!*open) return Wait(peer_id, std::move(*message));
+    }
     try {
       zmq::message_t route(peer_id.data(), peer_id.size());
       // A routing frame that is refused leaves the message untouched: nothing of it was sent.
       if (!socket_.send(route, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
         return absl::ResourceExhaustedError(absl::StrCat("the queue to ", peer_id, " is full"));
       }
-      if (auto s = SendFrames(peer_id, frames, &bytes, QueuedCounter(peer_id)); !s.ok()) return s;
+      // Sealed once its route is taken: a counter spent is a message sent.
+      const std::vector<Frame>& out = sealed_ ? SealMessage(peer_id, frames, &bytes) : frames;
+      if (auto s = SendFrames(peer_id, out, sealed_ ? nullptr : &bytes, QueuedCounter(peer_id));
+          !s.ok()) {
+        return s;
+      }
     } catch (const zmq::error_t& e) {
       return SendFailure(peer_id, e);
     }
@@ -168,7 +227,36 @@ class ZmqEndpoint : public Endpoint {
   absl::Status Send(const std::string& peer_id, Message message, absl::Time deadline) override {
     std::vector<Frame>& frames = message.frames();
     if (frames.empty()) return absl::InvalidArgumentError("cannot send a message without frames");
+    if (sealed_) {
+      absl::StatusOr<bool> open = SessionOpen(peer_id, deadline, /*wait=*/true);
+      if (!open.ok()) return open.status();
+      if (!*open) return Wait(peer_id, std::move(message));
+    }
     size_t bytes = 0;
+    if (auto s = SendRouted(peer_id, frames, deadline, sealed_, &bytes); !s.ok()) return s;
+    CountSent(peer_id, bytes);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Message> Receive(absl::Time deadline) override {
+    if (!inbox_.empty()) {
+      Message m = std::move(inbox_.front());
+      inbox_.pop_front();
+      return m;
+    }
+    while (true) {
+      absl::StatusOr<Message> message = ReceiveOne(deadline);
+      if (!message.ok() || message->peer() != kForged) return message;
+    }
+  }
+
+ private:
+  class ReceivedParts;
+
+  // Sends the routing frame (waiting for the peer's connection and queue until `deadline`),
+  // then `frames`, sealed with `seal`; adds the plaintext bytes to *bytes.
+  absl::Status SendRouted(const std::string& peer_id, const std::vector<Frame>& frames,
+                          absl::Time deadline, bool seal, size_t* bytes) {
     try {
       zmq::message_t route(peer_id.data(), peer_id.size());
       // Usually the peer is connected and its queue has room: try without waiting first, so
@@ -203,22 +291,14 @@ class ZmqEndpoint : public Endpoint {
           }
         }
       }
-      if (auto s = SendFrames(peer_id, frames, &bytes); !s.ok()) return s;
+      const std::vector<Frame>& out = seal ? SealMessage(peer_id, frames, bytes) : frames;
+      if (auto s = SendFrames(peer_id, out, seal ? nullptr : bytes); !s.ok()) return s;
     } catch (const zmq::error_t& e) {
       return SendFailure(peer_id, e);
     }
-    CountSent(peer_id, bytes);
     return absl::OkStatus();
   }
 
-  absl::StatusOr<Message> Receive(absl::Time deadline) override {
-    while (true) {
-      absl::StatusOr<Message> message = ReceiveOne(deadline);
-      if (!message.ok() || message->peer() != kForged) return message;
-    }
-  }
-
- private:
   static absl::Status SendFailure(const std::string& peer_id, const zmq::error_t& e) {
     if (e.num() == EHOSTUNREACH) {
       return absl::UnavailableError(absl::StrCat("peer ", peer_id, " is not connected"));
@@ -242,7 +322,7 @@ class ZmqEndpoint : public Endpoint {
       } else {
         part = ToZmq(f);
       }
-      *bytes += f.size();
+      if (bytes != nullptr) *bytes += f.size();
       const auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
       if (!socket_.send(part, flags)) {
         return absl::DeadlineExceededError(absl::StrCat("send to ", peer_id, " timed out"));
@@ -268,7 +348,7 @@ class ZmqEndpoint : public Endpoint {
       // handler): a message under another id is dropped.
       zmq::message_t first;
       bool have_first = false;
-      if (options_.key != nullptr && route.more()) {
+      if (options_.key != nullptr && !sealed_ && route.more()) {
         (void)socket_.recv(first);
         have_first = true;
         if (!Authentic(first, message.peer())) {
@@ -301,11 +381,358 @@ class ZmqEndpoint : public Endpoint {
         if (message.frames().empty()) data = parts->AlignHeader(part);
         message.frames().push_back(Frame::Shared(parts, data, part.size()));
       }
+      if (sealed_) return Unseal(std::move(message), std::move(parts));
     } catch (const zmq::error_t& e) {
       return absl::UnavailableError(absl::StrCat("receive failed: ", e.what()));
     }
     counters_.Received(message.peer(), bytes);
     return message;
+  }
+
+  // ---- The sealed data path (ZmqOptions::seal_data; the protocol in zmq_transport.h) ----
+
+  struct Session {
+    std::unique_ptr<SealedChannel> channel;  // null while the client waits for the reply
+    uint8_t offered = 0;
+    SealNonce nc{};
+    bool hello_sent = false;      // this end is the client of the handshake under way
+    std::deque<Message> waiting;  // sent while the session opened
+  };
+
+  // Whether the session with `peer` is open (true) or its hello is under way (false; the
+  // reply completes it while this endpoint is next driven): a peer this endpoint connected to
+  // is sent a hello; a peer that connected to us must open one itself.
+  // With `wait`, the endpoint is driven for up to ZmqOptions::unreachable_grace meanwhile
+  // (messages for the caller wait in inbox_): a peer that is receiving answers at once, and
+  // what is sent next goes out now, not when this endpoint is next used, which may be never.
+  absl::StatusOr<bool> SessionOpen(const std::string& peer, absl::Time deadline, bool wait) {
+    DrainMonitor();
+    auto it = sessions_.find(peer);
+    if (it != sessions_.end() && it->second.channel != nullptr) return true;
+    if (auto f = failed_.find(peer); f != failed_.end()) {
+      return absl::PermissionDeniedError(f->second);
+    }
+    if (it == sessions_.end()) {
+      if (servers_.contains(peer)) {
+        if (auto s = Hello(peer, deadline); !s.ok()) return s;
+      } else {
+        // A peer that connected to us and has sent nothing yet: asked to open a session (the
+        // send fails as any other when it is not connected).
+        std::vector<Frame> ask = {Frame::Copy(kAsk, sizeof(kAsk))};
+        size_t bytes = 0;
+        if (auto s = SendRouted(peer, ask, deadline, /*seal=*/false, &bytes); !s.ok()) return s;
+        sessions_[peer];
+      }
+    }
+    it = sessions_.find(peer);
+    const absl::Time until = std::min(deadline, absl::Now() + options_.unreachable_grace);
+    while (wait && inbox_.size() < kMaxInbox) {
+      absl::StatusOr<Message> m = ReceiveOne(until);
+      if (m.ok() && m->peer() != kForged) inbox_.push_back(*std::move(m));
+      if (!m.ok() && !absl::IsDeadlineExceeded(m.status())) return m.status();
+      DrainMonitor();
+      it = sessions_.find(peer);
+      if (it != sessions_.end() && it->second.channel != nullptr) return true;
+      if (auto f = failed_.find(peer); f != failed_.end()) {
+        return absl::PermissionDeniedError(f->second);
+      }
+      if (it == sessions_.end() || absl::Now() >= until) break;
+    }
+    if (it == sessions_.end()) {
+      return absl::UnavailableError(absl::StrCat("no sealed session with ", peer));
+    }
+    return false;
+  }
+
+  absl::Status Hello(const std::string& peer, absl::Time deadline) {
+    Session& s = sessions_[peer];
+    s.channel.reset();
+    s.hello_sent = true;
+    s.offered = LocalSealCiphers();
+    s.nc = FreshSealNonce();
+    std::vector<Frame> hello = {Frame::Copy(HelloBytes(s).data(), kHelloBytes)};
+    size_t bytes = 0;
+    absl::Status sent = SendRouted(peer, hello, deadline, /*seal=*/false, &bytes);
+    if (!sent.ok()) sessions_.erase(peer);
+    return sent;
+  }
+
+  // Keeps a message for `peer` until its session opens (bounded as ZeroMQ's queue is).
+  absl::Status Wait(const std::string& peer, Message message) {
+    Session& s = sessions_[peer];
+    if (s.waiting.size() >= static_cast<size_t>(std::max(1, options_.high_water_mark))) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the queue to ", peer, " is full while its sealed session opens"));
+    }
+    s.waiting.push_back(std::move(message));
+    return absl::OkStatus();
+  }
+
+  std::array<unsigned char, kHelloBytes> HelloBytes(const Session& s) const {
+    std::array<unsigned char, kHelloBytes> b;
+    std::memcpy(b.data(), kHello, 4);
+    b[4] = s.offered;
+    std::memcpy(b.data() + 5, s.nc.data(), s.nc.size());
+    return b;
+  }
+
+  // The frames that carry `frames` to `peer` under its open session, in
+  // sealed_frames_; adds the plaintext bytes to *bytes.
+  const std::vector<Frame>& SealMessage(const std::string& peer, const std::vector<Frame>& frames,
+                                        size_t* bytes) {
+    SealedChannel& channel = *sessions_.at(peer).channel;
+    sealed_frames_.clear();
+    std::vector<uint64_t> meta(frames.size() + 1);
+    meta[0] = frames.size();
+    for (size_t i = 0; i < frames.size(); ++i) meta[i + 1] = frames[i].size();
+    sealed_frames_.push_back(SealBytes(channel, meta.data(), meta.size() * sizeof(uint64_t)));
+    std::memcpy(const_cast<std::byte*>(sealed_frames_[0].data()), kSealedData, 4);
+    for (const Frame& f : frames) {
+      sealed_frames_.push_back(SealBytes(channel, f.data(), f.size()));
+      *bytes += f.size();
+    }
+    return sealed_frames_;
+  }
+
+  static Frame SealBytes(SealedChannel& channel, const void* data, size_t n) {
+    const size_t size = SealedFrameBytes(n);
+    std::shared_ptr<std::byte[]> out = std::make_shared_for_overwrite<std::byte[]>(size);
+    SealFrame(channel, static_cast<const std::byte*>(data), n, out.get());
+    std::byte* p = out.get();
+    return Frame::Shared(std::move(out), p, size);
+  }
+
+  // A received message of the sealed data path: a handshake is answered or completes a
+  // session (kForged: nothing for the caller), a data message is opened in place.
+  Message Unseal(Message message, std::shared_ptr<ReceivedParts> parts) {
+    const std::string& peer = message.peer();
+    zmq::message_t& first = parts->Part(0);
+    if (parts->count() == 1 && first.size() == sizeof(kAsk) && HasKind(first, kAsk)) {
+      Asked(peer);
+    } else if (parts->count() == 1 && first.size() == kHelloBytes && HasKind(first, kHello)) {
+      Answer(peer, static_cast<const unsigned char*>(first.data()));
+    } else if (parts->count() == 1 && first.size() == kReplyBytes && HasKind(first, kHelloReply)) {
+      Complete(peer, static_cast<const unsigned char*>(first.data()));
+    } else if (HasKind(first, kSealedData)) {
+      absl::Status s = Open(peer, *parts, message);
+      if (s.ok()) return message;
+      Refuse(peer, s.message());
+      // The peer may not know its session ended (this end refused a message, or restarted):
+      // asked, a peer this end may speak to says hello again.
+      AskForHello(peer);
+    } else {
+      Refuse(peer, "not a message of the sealed data path");
+    }
+    Message none;
+    none.set_peer(kForged);
+    return none;
+  }
+
+  // Opens the parts of a data message into message's frames (in place).
+  absl::Status Open(const std::string& peer, ReceivedParts& parts, Message& message) {
+    auto it = sessions_.find(peer);
+    if (it == sessions_.end() || it->second.channel == nullptr) {
+      return absl::UnauthenticatedError("no sealed session with it");
+    }
+    SealedChannel& channel = *it->second.channel;
+    auto fail = [&](absl::string_view why) {
+      sessions_.erase(peer);  // out of step now: its next hello starts afresh
+      return absl::UnauthenticatedError(why);
+    };
+    size_t n = 0;
+    zmq::message_t& meta = parts.Part(0);
+    if (!OpenFrame(channel, static_cast<std::byte*>(meta.data()), meta.size(), &n) ||
+        n % sizeof(uint64_t) != 0 || n < sizeof(uint64_t)) {
+      return fail(
+          "its frame list does not open under the session's key (altered, replayed, "
+          "reordered, or another key)");
+    }
+    uint64_t count = 0;
+    const std::byte* list = static_cast<const std::byte*>(meta.data()) + kSealedFramePrefix;
+    std::memcpy(&count, list, sizeof(count));
+    if (count != parts.count() - 1 || n != (count + 1) * sizeof(uint64_t) || count == 0) {
+      return fail(absl::StrCat("its frame list names ", count, " frames, but ", parts.count() - 1,
+                               " came"));
+    }
+    message.frames().clear();
+    size_t bytes = 0;
+    for (size_t i = 1; i < parts.count(); ++i) {
+      zmq::message_t& part = parts.Part(i);
+      uint64_t want = 0;
+      std::memcpy(&want, list + i * sizeof(uint64_t), sizeof(want));
+      size_t plain = 0;
+      if (!SealedFramePlainBytes(part.size(), &plain) || plain != want) {
+        return fail(absl::StrCat("frame ", i, " has ", part.size(),
+                                 " sealed bytes, not those of the ", want, " its list names"));
+      }
+      if (!OpenFrame(channel, static_cast<std::byte*>(part.data()), part.size(), &plain)) {
+        return fail(absl::StrCat("frame ", i, " does not open under the session's key"));
+      }
+      const std::byte* data = static_cast<const std::byte*>(part.data()) + kSealedFramePrefix;
+      const void* at = i == 1 ? parts.AlignHeader(data, plain) : data;
+      message.frames().push_back(Frame::Shared(parts.shared_from_this(), at, plain));
+      bytes += plain;
+    }
+    counters_.Received(peer, bytes);
+    return absl::OkStatus();
+  }
+
+  // The server's side of a hello: a fresh session, replacing the peer's last one.
+  void Answer(const std::string& peer, const unsigned char* hello) {
+    const uint8_t offered = hello[4];
+    const uint8_t chosen = ChooseSealCipher(offered, LocalSealCiphers());
+    if (chosen == 0) {
+      Refuse(peer,
+             absl::StrFormat("its hello offers ciphers 0x%x, none of which run here", offered));
+      return;
+    }
+    if (sessions_.size() >= kMaxQueuedPeers && !sessions_.contains(peer)) {
+      // A flood of ids: the sessions that never opened a message go first.
+      absl::erase_if(sessions_, [](const auto& e) {
+        return e.second.channel == nullptr || e.second.channel->opened() == 0;
+      });
+    }
+    if (auto it = sessions_.find(peer);
+        it != sessions_.end() && it->second.hello_sent && id_ < peer) {
+      return;  // both said hello at once: the end with the smaller id is the client
+    }
+    SealNonce nc;
+    std::memcpy(nc.data(), hello + 5, nc.size());
+    const SealNonce ns = FreshSealNonce();
+    const SealKey pair = PairKey(*options_.key, peer, id_);
+    const SealProof proof = ServerProof(pair, offered, chosen, nc, ns);
+    std::array<unsigned char, kReplyBytes> reply;
+    std::memcpy(reply.data(), kHelloReply, 4);
+    reply[4] = chosen;
+    std::memcpy(reply.data() + 5, ns.data(), ns.size());
+    std::memcpy(reply.data() + 5 + 32, proof.data(), proof.size());
+    Session& s = sessions_[peer];
+    s.channel = std::make_unique<SealedChannel>(static_cast<SealCipher>(chosen), pair, nc, ns,
+                                                /*client=*/false);
+    s.hello_sent = false;
+    try {
+      zmq::message_t route(peer.data(), peer.size());
+      zmq::message_t body(reply.data(), reply.size());
+      if (socket_.send(route, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        (void)socket_.send(body, zmq::send_flags::none);
+      }
+    } catch (const zmq::error_t&) {
+      // Gone again: its next hello starts over.
+    }
+    Flush(peer, s);
+  }
+
+  // A peer that has messages for us and no session: this end connected to it, so it opens
+  // one (again, when the peer lost the last one).
+  void Asked(const std::string& peer) {
+    if (!servers_.contains(peer)) {
+      Refuse(peer, "it asks for a hello, but this endpoint did not connect to it");
+      return;
+    }
+    auto it = sessions_.find(peer);
+    if (it != sessions_.end() && it->second.hello_sent) return;  // the reply is under way
+    (void)Hello(peer, absl::Now() + options_.unreachable_grace);
+  }
+
+  void AskForHello(const std::string& peer) {
+    try {
+      zmq::message_t route(peer.data(), peer.size());
+      zmq::message_t body(kAsk, sizeof(kAsk));
+      if (socket_.send(route, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        (void)socket_.send(body, zmq::send_flags::none);
+      }
+    } catch (const zmq::error_t&) {
+      // Gone: nothing to ask.
+    }
+  }
+
+  // Sends what waited for the session that just opened.
+  void Flush(const std::string& peer, Session& s) {
+    std::deque<Message> waiting = std::move(s.waiting);
+    s.waiting.clear();
+    for (Message& m : waiting) {
+      size_t bytes = 0;
+      absl::Status sent = SendRouted(peer, m.frames(), absl::Now() + options_.unreachable_grace,
+                                     /*seal=*/true, &bytes);
+      if (!sent.ok()) {
+        SYNCLINE_LOG(WARNING) << id_ << ": a message that waited for the sealed session with "
+                              << peer << " was lost: " << sent.message();
+        continue;
+      }
+      CountSent(peer, bytes);
+    }
+  }
+
+  // The client's side of a reply: the session opens when the server's proof verifies.
+  void Complete(const std::string& peer, const unsigned char* reply) {
+    auto it = sessions_.find(peer);
+    if (it == sessions_.end() || !it->second.hello_sent) {
+      Refuse(peer, "a hello reply nobody asked for");
+      return;
+    }
+    Session& s = it->second;
+    const uint8_t chosen = reply[4];
+    SealNonce ns;
+    std::memcpy(ns.data(), reply + 5, ns.size());
+    const SealKey pair = PairKey(*options_.key, id_, peer);
+    if ((chosen & s.offered) == 0 || (chosen & (chosen - 1)) != 0 ||
+        !SameProof(ServerProof(pair, s.offered, chosen, s.nc, ns), reply + 5 + 32)) {
+      const std::string why =
+          absl::StrCat("sealed data path: ", peer, "'s hello reply does not prove the job key");
+      if (!s.waiting.empty()) {
+        SYNCLINE_LOG(WARNING) << id_ << ": " << s.waiting.size() << " messages to " << peer
+                              << " dropped: " << why;
+      }
+      sessions_.erase(it);
+      failed_[peer] = why;
+      Refuse(peer, "its hello reply does not prove the job key");
+      return;
+    }
+    s.channel = std::make_unique<SealedChannel>(static_cast<SealCipher>(chosen), pair, s.nc, ns,
+                                                /*client=*/true);
+    SYNCLINE_LOG(INFO) << id_ << ": data to " << peer << " sealed ("
+                       << SealCipherName(static_cast<SealCipher>(chosen)) << ")";
+    s.hello_sent = false;
+    Flush(peer, s);
+  }
+
+  void Refuse(const std::string& peer, absl::string_view why) {
+    const std::string text =
+        absl::StrCat(id_, " refused a message from '", absl::CHexEscape(peer), "': ", why);
+    refusals_->Add(text);
+    if (refusals_logged_++ < 10) SYNCLINE_LOG(WARNING) << text;
+  }
+
+  void StartMonitor() {
+    if (monitor_ != nullptr) return;
+    const std::string address = absl::StrFormat("inproc://syncline-seal-monitor-%p", this);
+    if (zmq_socket_monitor(socket_.handle(), address.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
+      throw zmq::error_t();
+    }
+    monitor_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
+    monitor_->set(zmq::sockopt::linger, 0);
+    monitor_->connect(address);
+  }
+
+  // A connection to a server that broke ends the session with it: a server restarted at that
+  // address knows none, and a hello starts a fresh one. (Only breaks: the event of a
+  // connection coming up may arrive after the reply to the hello sent on it.)
+  void DrainMonitor() {
+    if (monitor_ == nullptr) return;
+    zmq::message_t event, address;
+    while (monitor_->recv(event, zmq::recv_flags::dontwait)) {
+      if (!event.more() || !monitor_->recv(address, zmq::recv_flags::dontwait)) continue;
+      auto server = servers_by_address_.find(address.to_string());
+      if (server == servers_by_address_.end()) continue;
+      auto it = sessions_.find(server->second);
+      if (it == sessions_.end()) continue;
+      // Messages waiting for a session wait for the next one.
+      if (!it->second.waiting.empty()) {
+        (void)Hello(server->second, absl::Now() + options_.unreachable_grace);
+      } else {
+        sessions_.erase(it);
+      }
+    }
   }
 
   // Whether `part` came over a connection whose key was made for `peer`. Connections to our
@@ -362,7 +789,7 @@ class ZmqEndpoint : public Endpoint {
 
   // The parts of one received message: the first few inside the owner (constructed as they
   // come: an unused zmq::message_t still costs two library calls), more on the heap.
-  class ReceivedParts {
+  class ReceivedParts : public std::enable_shared_from_this<ReceivedParts> {
    public:
     static constexpr size_t kInline = 3;
     ReceivedParts() = default;
@@ -371,6 +798,8 @@ class ZmqEndpoint : public Endpoint {
     ~ReceivedParts() {
       for (size_t i = 0; i < std::min(count_, kInline); ++i) Inline(i).~message_t();
     }
+    size_t count() const { return count_; }
+    zmq::message_t& Part(size_t i) { return i < kInline ? Inline(i) : *more_[i - kInline]; }
     zmq::message_t& Add() {
       if (count_ < kInline) return *new (inline_[count_++]) zmq::message_t();
       ++count_;
@@ -380,11 +809,13 @@ class ZmqEndpoint : public Endpoint {
     // as 8-byte words (Message::Parse), so a misaligned one is copied here rather than into
     // an allocation of its own.
     const void* AlignHeader(const zmq::message_t& part) {
-      if (reinterpret_cast<uintptr_t>(part.data()) % alignof(uint64_t) == 0 ||
-          part.size() > sizeof(header_)) {
-        return part.data();
+      return AlignHeader(part.data(), part.size());
+    }
+    const void* AlignHeader(const void* data, size_t size) {
+      if (reinterpret_cast<uintptr_t>(data) % alignof(uint64_t) == 0 || size > sizeof(header_)) {
+        return data;
       }
-      std::memcpy(header_, part.data(), part.size());
+      std::memcpy(header_, data, size);
       return header_;
     }
 
@@ -413,9 +844,11 @@ class ZmqEndpoint : public Endpoint {
   absl::flat_hash_set<std::string> heard_from_;
   std::string id_;
   ZmqOptions options_;
+  const bool sealed_;  // the sealed data path (below)
   zmq::context_t& context_;
   const std::shared_ptr<const std::atomic<int>> expected_peers_;
   ConnectionGuardStats* const guard_stats_;
+  const std::shared_ptr<ZmqTransport::Refusals> refusals_;
   // Bytes sent with TrySend that ZeroMQ still holds, per peer (released on ZeroMQ's threads).
   absl::flat_hash_map<std::string, std::shared_ptr<std::atomic<int64_t>>> queued_;
   zmq::socket_t socket_;
@@ -425,6 +858,17 @@ class ZmqEndpoint : public Endpoint {
   absl::flat_hash_set<std::string> connected_;  // peers this endpoint connected to (CURVE)
   int sndtimeo_ms_ = -1;                        // ZeroMQ's defaults: wait forever
   int rcvtimeo_ms_ = -1;
+  // The sealed data path's state (sealed_ only).
+  absl::flat_hash_map<std::string, Session> sessions_;
+  absl::flat_hash_set<std::string> servers_;                          // peers we connected to
+  absl::flat_hash_map<std::string, std::string> servers_by_address_;  // for the monitor
+  absl::flat_hash_map<std::string, std::string> failed_;              // servers whose proof failed
+  std::vector<Frame> sealed_frames_;
+  // Received while a send waited for a session, for the caller's next Receive.
+  static constexpr size_t kMaxInbox = 4096;
+  std::deque<Message> inbox_;
+  std::unique_ptr<zmq::socket_t> monitor_;  // declared after socket_: closed before it
+  uint64_t refusals_logged_ = 0;
 };
 
 }  // namespace
@@ -533,7 +977,8 @@ class ZmqTransport::ZapHandler {
   std::thread thread_;
 };
 
-ZmqTransport::ZmqTransport(ZmqOptions options) : options_(options), context_(options.io_threads) {
+ZmqTransport::ZmqTransport(ZmqOptions options)
+    : options_(options), refusals_(std::make_shared<Refusals>()), context_(options.io_threads) {
   if (options_.key != nullptr) zap_ = std::make_unique<ZapHandler>(context_, options_.key);
 }
 
@@ -544,6 +989,13 @@ void ZmqTransport::AllowPeers(const std::vector<std::string>& ids) {
 
 uint64_t ZmqTransport::refused_connections() const { return zap_ != nullptr ? zap_->refused() : 0; }
 
+uint64_t ZmqTransport::refused_messages() const { return refusals_->count.load(); }
+
+std::string ZmqTransport::last_refusal() const {
+  absl::MutexLock lock(&refusals_->mu);
+  return refusals_->last;
+}
+
 ZmqTransport::~ZmqTransport() = default;
 
 absl::StatusOr<std::unique_ptr<Endpoint>> ZmqTransport::CreateEndpoint(std::string id) {
@@ -552,7 +1004,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> ZmqTransport::CreateEndpoint(std::stri
   }
   try {
     return std::make_unique<ZmqEndpoint>(context_, std::move(id), options_, expected_peers_,
-                                         &guard_stats_);
+                                         &guard_stats_, refusals_);
   } catch (const zmq::error_t& e) {
     return absl::InternalError(absl::StrCat("cannot create a ZeroMQ socket: ", e.what()));
   }

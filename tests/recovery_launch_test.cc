@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/job_key.h"
 #include "testing/launch_fixture.h"
 #include "testing/test_util.h"
 
@@ -292,6 +293,21 @@ TEST_F(RecoveryLaunchTest, ANodeKilledWhileTheJobRollsBackIsReplacedToo) {
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_TRUE(o.params == clean.params) << "params.tsv differs from the clean run's";
   EXPECT_EQ(JsonNumber(o.summary, "restarts"), 2) << o.summary;
+}
+
+// A keyed job (its pushes and pulls on the sealed data path): a killed server's replacement is
+// met with fresh sessions, and the model is the clean unkeyed run's, bit for bit.
+TEST_F(RecoveryLaunchTest, AKeyedJobsReplacedServerIsMetWithFreshSealedSessions) {
+  const Outcome& clean = Clean("bsp");
+  const std::string out = TempDir("recovery_keyed");
+  const std::string key_file = out + "/given.key";
+  ASSERT_TRUE(JobKey::Generate().Save(key_file).ok());
+  std::vector<std::string> job = Job("bsp", out);
+  job.insert(job.end(), {"--key-file", key_file});
+  const Outcome o = RunWithKills(job, out, {{"syncline-ps", 1, 0}});
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_TRUE(o.params == clean.params) << "params.tsv differs from the clean run's";
+  EXPECT_EQ(JsonNumber(o.summary, "restarts"), 1) << o.summary;
 }
 
 // A server that hangs (SIGSTOP: its heartbeats stop, its process lives) is stopped by the

@@ -158,17 +158,11 @@ TEST_F(SecurityLaunchTest, ARunsFilesAreItsUsersAlone) {
 namespace syncline {
 namespace {
 
-// A keyed job's all-reduce runs over the sealed TCP plane (not CURVE's data endpoints) and
-// trains bit for bit the model of the same job without a key.
-TEST_F(SecurityLaunchTest, AKeyedAllReduceJobIsSealedAndTrainsThePlaintextModel) {
-  const std::string plain = TempDir("sealed_plain");
-  const std::string keyed = TempDir("sealed_keyed");
+// Runs `job` once without a key into `plain` and once with a fresh key file into `keyed`.
+void RunPlainAndKeyed(const std::vector<std::string>& job, const std::string& plain,
+                      const std::string& keyed) {
   const std::string key_file = keyed + "/given.key";
   ASSERT_TRUE(JobKey::Generate().Save(key_file).ok());
-  const std::vector<std::string> job = {
-      kLaunch,   "--sync",      "allreduce:hier", "--workers", "3",
-      "--train", Train(),       "--test",         Test(),      "--epochs",
-      "1",       "--optimizer", "adam",           "--lr",      "0.01"};
   std::vector<std::string> argv = job;
   argv.insert(argv.end(), {"--out", plain});
   auto a = RunProcess(argv);
@@ -177,6 +171,19 @@ TEST_F(SecurityLaunchTest, AKeyedAllReduceJobIsSealedAndTrainsThePlaintextModel)
   argv.insert(argv.end(), {"--out", keyed, "--key-file", key_file});
   auto b = RunProcess(argv);
   ASSERT_EQ(b.exit_code, 0) << b.output;
+}
+
+// A keyed job's all-reduce runs over the sealed TCP plane (not CURVE's data endpoints) and
+// trains bit for bit the model of the same job without a key.
+TEST_F(SecurityLaunchTest, AKeyedAllReduceJobIsSealedAndTrainsThePlaintextModel) {
+  const std::string plain = TempDir("sealed_plain");
+  const std::string keyed = TempDir("sealed_keyed");
+  const std::vector<std::string> job = {
+      kLaunch,   "--sync",      "allreduce:hier", "--workers", "3",
+      "--train", Train(),       "--test",         Test(),      "--epochs",
+      "1",       "--optimizer", "adam",           "--lr",      "0.01"};
+  RunPlainAndKeyed(job, plain, keyed);
+  if (HasFatalFailure()) return;
   for (const std::string& out : {plain, keyed}) {
     const std::string log = ReadFile(out + "/logs/w1.log");
     EXPECT_NE(
@@ -184,6 +191,27 @@ TEST_F(SecurityLaunchTest, AKeyedAllReduceJobIsSealedAndTrainsThePlaintextModel)
         std::string::npos)
         << log;
   }
+  const std::string want = ReadFile(plain + "/params.tsv");
+  EXPECT_FALSE(want.empty());
+  EXPECT_EQ(ReadFile(keyed + "/params.tsv"), want);
+}
+
+// A keyed parameter-server job's pushes and pulls travel sealed (not under CURVE) and train
+// bit for bit the model of the same job without a key.
+TEST_F(SecurityLaunchTest, AKeyedParameterServerJobIsSealedAndTrainsThePlaintextModel) {
+  const std::string plain = TempDir("ps_sealed_plain");
+  const std::string keyed = TempDir("ps_sealed_keyed");
+  const std::vector<std::string> job = {kLaunch,  "--servers", "2",       "--workers",   "2",
+                                        "--sync", "bsp",       "--train", Train(),       "--test",
+                                        Test(),   "--epochs",  "1",       "--optimizer", "adam",
+                                        "--lr",   "0.01"};
+  RunPlainAndKeyed(job, plain, keyed);
+  if (HasFatalFailure()) return;
+  const std::string log = ReadFile(keyed + "/logs/w1.log");
+  for (const char* server : {"ps0", "ps1"}) {
+    EXPECT_NE(log.find(absl::StrCat("w1: data to ", server, " sealed")), std::string::npos) << log;
+  }
+  EXPECT_EQ(ReadFile(plain + "/logs/w1.log").find("sealed"), std::string::npos);
   const std::string want = ReadFile(plain + "/params.tsv");
   EXPECT_FALSE(want.empty());
   EXPECT_EQ(ReadFile(keyed + "/params.tsv"), want);
