@@ -3,7 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
@@ -11,12 +15,17 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "data/dataset.h"
 #include "data/partition.h"
 #include "job/federated.h"
+#include "job/privacy_plan.h"
+#include "privacy/dp_random.h"
+#include "privacy/secure_aggregation.h"
 #include "testing/test_util.h"
+#include "worker/federated_client.h"
 
 namespace syncline {
 namespace {
@@ -447,6 +456,116 @@ TEST_F(FederatedTest, SecureAggregationGivesFedAvgsModelUpToTheQuantisation) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NEAR(Accuracy(masked5), Accuracy(plain5), 0.01);
   EXPECT_GT(Accuracy(masked5), 0.5);
+}
+
+// The byte patterns a canary (kTestCanary, planted by the test hook SYNCLINE_TEST_CANARY) takes
+// on its way to a server: the float bytes of each two neighbouring coordinates as the client
+// computed them, and, under secure aggregation with `p`, the fixed-point integers each pair
+// quantises to (either stochastic rounding of each: four pairs). Eight bytes each, so a chance
+// match among B bytes of random-looking data has probability about B * patterns / 2^64 (below
+// 1e-11 for a few MB).
+struct CanaryPatterns {
+  std::vector<std::string> floats, quantised;
+};
+CanaryPatterns CanaryEncodings(const SecAggParams& p) {
+  CanaryPatterns patterns;
+  constexpr size_t k = std::size(kTestCanary);
+  const double levels = std::ldexp(1.0, p.bits) - 1;
+  std::vector<std::array<uint32_t, 2>> rounded;
+  for (float x : kTestCanary) {
+    const double level = (static_cast<double>(x) + p.clip) / (2 * p.clip) * levels;
+    rounded.push_back(
+        {static_cast<uint32_t>(std::floor(level)), static_cast<uint32_t>(std::ceil(level))});
+  }
+  for (size_t i = 0; i + 1 < k; ++i) {
+    patterns.floats.emplace_back(reinterpret_cast<const char*>(&kTestCanary[i]), 8);
+    for (uint32_t a : rounded[i]) {
+      for (uint32_t b : rounded[i + 1]) {
+        const uint32_t pair[2] = {a, b};
+        patterns.quantised.emplace_back(reinterpret_cast<const char*>(pair), 8);
+      }
+    }
+  }
+  // The quantiser itself must give one of these (else the search would look for the wrong
+  // integers).
+  DpRandom rounding(FreshDpKey(), DpStream::kRounding, {0});
+  const std::vector<uint32_t> q = SecAggQuantise(kTestCanary, p, rounding);
+  for (size_t i = 0; i < k; ++i) {
+    EXPECT_TRUE(q[i] == rounded[i][0] || q[i] == rounded[i][1]) << i << ": " << q[i];
+  }
+  return patterns;
+}
+
+// What a server process received (every frame, SYNCLINE_AUDIT_RECEIVED_FRAMES), the job's log
+// (servers' included) and every file the job wrote, of one run with the canary in w1's update.
+struct CanaryRun {
+  std::string received, log, files;
+};
+CanaryRun RunWithCanary(const std::vector<std::string>& argv, const std::string& out,
+                        const std::string& audit) {
+  ::setenv("SYNCLINE_ENABLE_TEST_HOOKS", "1", 1);
+  ::setenv("SYNCLINE_TEST_CANARY", "1", 1);
+  ::setenv("SYNCLINE_AUDIT_RECEIVED_FRAMES", audit.c_str(), 1);
+  auto r = RunProcess(argv);
+  ::unsetenv("SYNCLINE_AUDIT_RECEIVED_FRAMES");
+  ::unsetenv("SYNCLINE_TEST_CANARY");
+  ::unsetenv("SYNCLINE_ENABLE_TEST_HOOKS");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  CanaryRun run{.received = ReadFile(audit), .log = r.output};
+  for (const auto& e : std::filesystem::recursive_directory_iterator(out)) {
+    if (e.is_regular_file()) run.files += ReadFile(e.path().string());
+  }
+  return run;
+}
+
+// The canary a client plants in its update, in every encoding it could take, reaches neither
+// the server's received bytes nor its log nor the job's files under --secure-aggregation; the
+// same recording of the same job without it holds the float bytes (the check can fail).
+TEST_F(FederatedTest, ACanaryInOneUpdateNeverReachesTheServerProcessUnderSecureAggregation) {
+  JobSpec spec;
+  spec.workers = 4;
+  const CanaryPatterns patterns = CanaryEncodings(SecureAggregationParams(spec));
+  const std::vector<std::string> common = {"--sync",    "fedavg", "--workers",    "4",
+                                           "--servers", "1",      "--rounds",     "2",
+                                           "--lr",      "0.1",    "--batch-size", "50"};
+  // The hook is refused unless test hooks are enabled.
+  const std::string refused = TempDir("fed_canary_refused");
+  ::setenv("SYNCLINE_TEST_CANARY", "1", 1);
+  auto r = RunProcess(Job(refused, common));
+  ::unsetenv("SYNCLINE_TEST_CANARY");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("honoured only with SYNCLINE_ENABLE_TEST_HOOKS=1"), std::string::npos)
+      << r.output;
+  const std::string audits = TempDir("fed_canary_audit");
+  const std::string plain = TempDir("fed_canary_plain");
+  const CanaryRun control = RunWithCanary(Job(plain, common), plain, audits + "/plain.bin");
+  ASSERT_GT(control.received.size(), 0u) << control.log;
+  for (const std::string& pattern : patterns.floats) {
+    EXPECT_NE(control.received.find(pattern), std::string::npos)
+        << "the positive control: without secure aggregation the server receives the canary";
+  }
+  std::vector<std::string> on = common;
+  on.insert(on.end(), {"--secure-aggregation", "on"});
+  const std::string masked = TempDir("fed_canary_masked");
+  const CanaryRun run = RunWithCanary(Job(masked, on), masked, audits + "/masked.bin");
+  EXPECT_NE(run.log.find("secure aggregation unmasked the sum of w0, w1, w2, w3"),
+            std::string::npos)
+      << run.log;
+  // The masked inputs arrived: two rounds of four clients' vectors at least.
+  EXPECT_GT(run.received.size(), 2 * 4 * sizeof(uint32_t) * (20 * 4 + 4 + 1)) << run.log;
+  std::vector<std::string> all = patterns.floats;
+  all.insert(all.end(), patterns.quantised.begin(), patterns.quantised.end());
+  for (const std::string& pattern : all) {
+    EXPECT_EQ(run.received.find(pattern), std::string::npos) << "in what the server received";
+    EXPECT_EQ(run.log.find(pattern), std::string::npos) << "in the job's log";
+    EXPECT_EQ(run.files.find(pattern), std::string::npos) << "in the job's files";
+  }
+  // Nor as text, in the log or the files.
+  for (float x : kTestCanary) {
+    const std::string text = absl::StrFormat("%.8g", x);
+    EXPECT_EQ(run.log.find(text), std::string::npos) << text;
+    EXPECT_EQ(run.files.find(text), std::string::npos) << text;
+  }
 }
 
 // Clients vanish before advertising keys, after sharing them and after uploading (a seeded
