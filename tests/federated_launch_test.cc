@@ -67,6 +67,11 @@ class FederatedTest : public testing::Test {
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   static std::string Train() { return *dir_ + "/train.csv"; }
+  // Runs `common` into `plain`, then with `masking` flags added into `masked`; returns the
+  // second run's output (both must succeed).
+  static std::string RunPlainThenMasked(const std::string& plain, const std::string& masked,
+                                        const std::vector<std::string>& common,
+                                        const std::vector<std::string>& masking);
   static std::string Test() { return *dir_ + "/test.csv"; }
   // The softmax job on this data, with `extra` flags, into `out`.
   static std::vector<std::string> Job(const std::string& out, std::vector<std::string> extra) {
@@ -411,6 +416,8 @@ TEST_F(FederatedTest, PrivacyOptionsRefuseWhatTheyCannotProtect) {
       {{"--sync", "bsp", "--workers", "2", "--dp", "client", "--dp-epsilon", "3"},
        "it needs --sync fedavg"},
       {{"--sync", "bsp", "--workers", "2", "--dp-epsilon", "3"}, "--dp is off"},
+      {{"--sync", "fedavg", "--workers", "4", "--secagg-neighbours", "2"},
+       "needs --secure-aggregation"},
       {{"--sync", "bsp", "--workers", "2", "--server-optimizer", "adam"}, "server-optimizer"}};
   for (const auto& [flags, why] : cases) {
     SCOPED_TRACE(absl::StrJoin(flags, " "));
@@ -420,42 +427,70 @@ TEST_F(FederatedTest, PrivacyOptionsRefuseWhatTheyCannotProtect) {
   }
 }
 
+std::string FederatedTest::RunPlainThenMasked(const std::string& plain, const std::string& masked,
+                                              const std::vector<std::string>& common,
+                                              const std::vector<std::string>& masking) {
+  auto r = RunProcess(Job(plain, common));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> with = common;
+  with.insert(with.end(), masking.begin(), masking.end());
+  r = RunProcess(Job(masked, with));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return r.output;
+}
+
+// The gap one masked round may leave from FedAvg's model: each coordinate of a client's update
+// n (w_r - w_local) is quantised with a step of 2 C / (2^b - 1) (C = 2^20 weighted units, b the
+// most bits for which W (2^b - 1) fits 2^32) and rounded stochastically (off by less than a
+// step), so the round's mean update, and the model, moves by less than k step / N from
+// FedAvg's (k clients, N = 3000 examples), plus 1e-6 of float32 rounding of weights near 1.
+double OneRoundQuantisationBound(int workers) {
+  int bits = 1;
+  while (bits < 31 && workers * (std::ldexp(1.0, bits + 1) - 1) < std::ldexp(1.0, 32)) ++bits;
+  const double step = 2.0 * (1 << 20) / (std::ldexp(1.0, bits) - 1);
+  return workers * step / 3000 + 1e-6;
+}
+
 // --secure-aggregation: the servers see only the masked sum, so the model is FedAvg's up to the
-// quantisation. One round makes the bound exact: each coordinate of a client's update
-// n (w_r - w_local) is quantised with a step of 2 C / (2^b - 1) (C = 2^20 weighted units, b =
-// 30 bits for 4 workers) and rounded stochastically (off by less than a step), so the round's
-// mean update, and the model, moves by less than k step / N from FedAvg's (k clients, N
-// examples), plus float rounding.
+// quantisation (exact for one round; OneRoundQuantisationBound), and over five rounds so is
+// the accuracy.
 TEST_F(FederatedTest, SecureAggregationGivesFedAvgsModelUpToTheQuantisation) {
   const std::string plain = TempDir("fed_plain"), masked = TempDir("fed_secagg");
-  const std::vector<std::string> common = {"--sync",    "fedavg", "--workers",    "4",
-                                           "--servers", "1",      "--rounds",     "1",
-                                           "--lr",      "0.1",    "--batch-size", "50"};
-  auto r = RunProcess(Job(plain, common));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  std::vector<std::string> with = common;
-  with.insert(with.end(), {"--secure-aggregation", "on"});
-  r = RunProcess(Job(masked, with));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("secure aggregation unmasked the sum of w0, w1, w2, w3 (3000 examples)"),
+  std::vector<std::string> common = {"--sync",    "fedavg", "--workers",    "4",
+                                     "--servers", "1",      "--rounds",     "1",
+                                     "--lr",      "0.1",    "--batch-size", "50"};
+  const std::string output =
+      RunPlainThenMasked(plain, masked, common, {"--secure-aggregation", "on"});
+  EXPECT_NE(output.find("secure aggregation unmasked the sum of w0, w1, w2, w3 (3000 examples)"),
             std::string::npos)
-      << r.output;
-  const double step = 2.0 * (1 << 20) / (std::ldexp(1.0, 30) - 1);
-  const double bound = 4 * step / 3000 + 1e-6;  // 1e-6: float32 rounding of weights ~1
+      << output;
   const ParamsGap gap = CompareParams(plain, masked);
-  EXPECT_LE(gap.worst, bound);
+  EXPECT_LE(gap.worst, OneRoundQuantisationBound(4));
   EXPECT_GT(gap.moved, 1.0);
-  // Over several rounds the accuracy is FedAvg's.
   const std::string plain5 = TempDir("fed_plain5"), masked5 = TempDir("fed_secagg5");
-  std::vector<std::string> five = common;
-  five[7] = "5";
-  r = RunProcess(Job(plain5, five));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  five.insert(five.end(), {"--secure-aggregation", "on"});
-  r = RunProcess(Job(masked5, five));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  common[7] = "5";
+  RunPlainThenMasked(plain5, masked5, common, {"--secure-aggregation", "on"});
   EXPECT_NEAR(Accuracy(masked5), Accuracy(plain5), 0.01);
   EXPECT_GT(Accuracy(masked5), 0.5);
+}
+
+// Bell et al.'s sparse graph between real processes: 6 clients of 2 neighbours each (each
+// pairs with 2 of the 5 others) give FedAvg's model up to the quantisation, and the server
+// says the graph was used.
+TEST_F(FederatedTest, SecureAggregationOverASparseNeighbourGraph) {
+  const std::string plain = TempDir("fed_sparse_plain"), sparse = TempDir("fed_sparse");
+  const std::vector<std::string> common = {"--sync",    "fedavg", "--workers",    "6",
+                                           "--servers", "1",      "--rounds",     "1",
+                                           "--lr",      "0.1",    "--batch-size", "50"};
+  const std::string output = RunPlainThenMasked(
+      plain, sparse, common, {"--secure-aggregation", "on", "--secagg-neighbours", "2"});
+  EXPECT_NE(output.find("secure aggregation unmasked the sum of w0, w1, w2, w3, w4, w5"),
+            std::string::npos)
+      << output;
+  EXPECT_NE(output.find("each client paired with 2 neighbours"), std::string::npos) << output;
+  const ParamsGap gap = CompareParams(plain, sparse);
+  EXPECT_LE(gap.worst, OneRoundQuantisationBound(6));
+  EXPECT_GT(gap.moved, 1.0);
 }
 
 // The byte patterns a canary (kTestCanary, planted by the test hook SYNCLINE_TEST_CANARY) takes
@@ -604,6 +639,10 @@ TEST_F(FederatedTest, SecureAggregationRefusesWhatItCannotMask) {
        "the clients a round picks"},
       {{"--workers", "4", "--servers", "1", "--participation", "0.25"},
        "at least 2 clients a round"},
+      {{"--workers", "6", "--servers", "1", "--secagg-neighbours", "3"},
+       "an even number in [2, 4]"},
+      {{"--workers", "6", "--servers", "1", "--secagg-neighbours", "2", "--secagg-threshold", "4"},
+       "the 2 neighbours and the client itself hold its shares"},
       {{"--workers", "300", "--servers", "1"}, "at most 255 workers"},
       {{"--workers", "200", "--servers", "1", "--secagg-threshold", "2", "--dp", "client",
         "--dp-noise-multiplier", "400"},
