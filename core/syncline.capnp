@@ -493,6 +493,7 @@ struct JobSpec {
   traceEnd @104 :Int64;
   evalEverySteps @105 :Int64;      # --eval-every N (0: off)
   evalEverySeconds @106 :Float64;  # --eval-every Ns (0: off)
+  secaggNeighbours @107 :Int32;    # --secagg-neighbours (0: every other client)
 }
 
 # Secure aggregation's messages (Bonawitz et al. 2017's rounds; privacy/secagg_protocol.h). Clients

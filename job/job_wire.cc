@@ -127,6 +127,7 @@ void JobSpecToWire(const JobSpec& s, wire::JobSpec::Builder out) {
   out.setServerTau(s.federated.server_optimizer.tau);
   out.setSecureAggregation(s.federated.secure_aggregation);
   out.setSecaggThreshold(s.federated.secagg_threshold);
+  out.setSecaggNeighbours(s.federated.secagg_neighbours);
   out.setDpLevel(static_cast<uint8_t>(s.privacy.level));
   out.setDpClip(s.privacy.clip);
   out.setDpDelta(s.privacy.delta);
@@ -264,6 +265,7 @@ absl::StatusOr<JobSpec> JobSpecFromWire(wire::JobSpec::Reader in) {
   s.federated.server_optimizer.tau = in.getServerTau();
   s.federated.secure_aggregation = in.getSecureAggregation();
   s.federated.secagg_threshold = in.getSecaggThreshold();
+  s.federated.secagg_neighbours = in.getSecaggNeighbours();
   s.privacy.level = static_cast<DpLevel>(in.getDpLevel());
   s.privacy.clip = in.getDpClip();
   s.privacy.delta = in.getDpDelta();

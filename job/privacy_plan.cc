@@ -41,9 +41,13 @@ absl::Status CheckServerOptimizer(const JobSpec& s) {
 absl::Status CheckSecureAggregation(const JobSpec& s) {
   const JobSpec::Federated& f = s.federated;
   const std::string t = absl::StrCat(f.secagg_threshold);
+  const std::string k = absl::StrCat(f.secagg_neighbours);
   if (!f.secure_aggregation) {
     if (f.secagg_threshold != 0) {
       return InvalidFlag("secagg-threshold", t, "needs --secure-aggregation");
+    }
+    if (f.secagg_neighbours != 0) {
+      return InvalidFlag("secagg-neighbours", k, "needs --secure-aggregation");
     }
     return absl::OkStatus();
   }
@@ -91,10 +95,25 @@ absl::Status CheckSecureAggregation(const JobSpec& s) {
     return InvalidFlag("secure-aggregation", "on",
                        "needs at least 2 clients a round (one client's sum is its update)");
   }
-  if (f.secagg_threshold != 0 && (f.secagg_threshold < 2 || f.secagg_threshold > clients)) {
+  if (f.secagg_neighbours < 0 || f.secagg_neighbours % 2 != 0 ||
+      f.secagg_neighbours > s.workers - 1) {
+    return InvalidFlag("secagg-neighbours", k,
+                       absl::StrCat("must be 0 (every other client) or an even number in [2, ",
+                                    s.workers - 1 - (s.workers - 1) % 2,
+                                    "] (a Harary graph is K-regular for even K, below the ",
+                                    s.workers, " clients)"));
+  }
+  // A neighbourhood holds K + 1 shares (the client's own among them).
+  const int holders =
+      f.secagg_neighbours > 0 ? std::min(clients, f.secagg_neighbours + 1) : clients;
+  if (f.secagg_threshold != 0 && (f.secagg_threshold < 2 || f.secagg_threshold > holders)) {
     return InvalidFlag("secagg-threshold", t,
-                       absl::StrCat("must be 0 (a majority of a round's clients) or in [2, ",
-                                    clients, "] (the clients a round picks)"));
+                       f.secagg_neighbours > 0
+                           ? absl::StrCat("must be 0 (a majority of a neighbourhood) or in [2, ",
+                                          holders, "] (the ", f.secagg_neighbours,
+                                          " neighbours and the client itself hold its shares)")
+                           : absl::StrCat("must be 0 (a majority of a round's clients) or in [2, ",
+                                          clients, "] (the clients a round picks)"));
   }
   const SecAggParams p = SecureAggregationParams(s);
   if (absl::Status fits = CheckSecAggParams(p); !fits.ok()) {
@@ -291,9 +310,13 @@ absl::Status ResolvePrivacy(JobSpec& s) {
 
 SecAggParams SecureAggregationParams(const JobSpec& spec) {
   const int clients = ClientsPerRound(spec.workers, spec.federated.participation);
-  SecAggParams p{.clients = spec.workers, .clip = kSecAggClip};
+  SecAggParams p{
+      .clients = spec.workers, .clip = kSecAggClip, .neighbours = spec.federated.secagg_neighbours};
+  // The default: a majority of those who hold a client's shares, the round's clients or its
+  // neighbourhood (K neighbours and itself), whichever is smaller.
+  const int holders = p.neighbours > 0 ? std::min(clients, p.neighbours + 1) : clients;
   p.threshold = spec.federated.secagg_threshold != 0 ? spec.federated.secagg_threshold
-                                                     : std::max(2, clients / 2 + 1);
+                                                     : std::max(2, holders / 2 + 1);
   p.bits = 1;
   while (p.bits < 31 && static_cast<double>(spec.workers) * (std::ldexp(1.0, p.bits + 1) - 1) <
                             std::ldexp(1.0, 32)) {

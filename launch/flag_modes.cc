@@ -39,7 +39,7 @@ struct FlagScope {
 constexpr char kNoServers[] = "gossip and allreduce have no parameter servers";
 constexpr char kRounds[] = "only federated rounds have it";
 
-const std::array<FlagScope, 38> kFlagScopes = {{
+const std::array<FlagScope, 39> kFlagScopes = {{
     // Job
     {"servers", kServerModes, Mismatch::kRefuse, kNoServers},
     {"update-threads", kServerModes, Mismatch::kWarn, kNoServers},
@@ -107,6 +107,7 @@ const std::array<FlagScope, 38> kFlagScopes = {{
     {"server-optimizer", kFedAvg, Mismatch::kRefuse, kRounds},
     {"secure-aggregation", kFedAvg, Mismatch::kRefuse, kRounds},
     {"secagg-threshold", kFedAvg, Mismatch::kRefuse, kRounds},
+    {"secagg-neighbours", kFedAvg, Mismatch::kRefuse, kRounds},
     // Output
     {"eval-every", kAllModes & ~kFedAvg, Mismatch::kRefuse,
      "a federated client trains a replica of its own between rounds; the servers' model is "

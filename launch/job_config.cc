@@ -56,7 +56,7 @@ struct Field {
   const char* help;
 };
 
-const std::array<Field, 80> kFields = {{
+const std::array<Field, 81> kFields = {{
     {"servers", FlagGroup::kJob, &JobConfig::servers,
      "Number of parameter-server processes (1 to 4096); gossip and allreduce have none"},
     {"workers", FlagGroup::kJob, &JobConfig::workers, "Number of worker processes (1 to 4096)"},
@@ -241,7 +241,12 @@ const std::array<Field, 80> kFields = {{
      "client the clients add Skellam noise shares before masking; docs/PRIVACY.md)"},
     {"secagg-threshold", FlagGroup::kFederated, &JobConfig::secagg_threshold,
      "--secure-aggregation: clients that must survive a round for its sum to be revealed (0: "
-     "a majority of the round's clients, floor(k/2)+1); fewer end the round empty"},
+     "a majority of the round's clients, floor(k/2)+1; with --secagg-neighbours K, of a "
+     "neighbourhood, floor((K+1)/2)+1); fewer end the round empty"},
+    {"secagg-neighbours", FlagGroup::kFederated, &JobConfig::secagg_neighbours,
+     "--secure-aggregation: each client masks with and shares its secrets among K others, a "
+     "random K-regular graph per round (Bell et al. 2020; K even), instead of every other "
+     "client: a client's cost grows with K, not with the round's clients (0: every other)"},
     {"dp", FlagGroup::kPrivacy, &JobConfig::dp,
      "Differential privacy: off, example (DP-SGD: per-example clipping, Poisson batches, "
      "Gaussian noise each step; bsp or allreduce) or client (DP-FedAvg: per-client clipping, "
@@ -616,6 +621,7 @@ absl::Status ParsePrivacy(const JobConfig& c, JobSpec& s) {
   }
   s.federated.secure_aggregation = c.secure_aggregation == "on";
   s.federated.secagg_threshold = c.secagg_threshold;
+  s.federated.secagg_neighbours = c.secagg_neighbours;
   if (auto s2 = ParseOneOf("dp", c.dp, ParseDpLevel, "off, example, client", &s.privacy.level);
       !s2.ok()) {
     return s2;

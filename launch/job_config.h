@@ -207,6 +207,7 @@ struct JobConfig {
   // [--secure-aggregation] "on" or "off"; [--secagg-threshold] (JobSpec::Federated).
   std::string secure_aggregation = "off";
   int secagg_threshold = 0;
+  int secagg_neighbours = 0;
   // Differential privacy (JobSpec::Privacy): [--dp] off, example or client; [--dp-clip],
   // [--dp-delta], [--dp-noise-multiplier], [--dp-epsilon], [--dp-accountant] rdp or
   // rdp-classic, [--dp-noise-seed].

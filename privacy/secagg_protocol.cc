@@ -185,7 +185,11 @@ absl::StatusOr<SecAggPacket> SecAggClientRound::OnKeys(const SecAggPacket& answe
     return absl::InvalidArgumentError(absl::StrFormat(
         "client %d: the server's key list does not hold this client's own keys", client_.index()));
   }
-  absl::StatusOr<std::vector<SecAggSealedShares>> sealed = client_.ShareKeys(encryption, masking);
+  std::set<int> advertisers;
+  for (const auto& [c, key] : masking) advertisers.insert(c);
+  graph_ = SecAggHararyGraph(advertisers, params_.neighbours, SecAggGraphSeed(round_, masking));
+  absl::StatusOr<std::vector<SecAggSealedShares>> sealed =
+      client_.ShareKeys(encryption, masking, graph_);
   if (!sealed.ok()) return sealed.status();
   capnp::MallocMessageBuilder m;
   auto out = m.initRoot<wire::SecAggMessage>();
@@ -221,9 +225,9 @@ absl::StatusOr<SecAggPacket> SecAggClientRound::OnShares(const SecAggPacket& ans
         absl::StrFormat("client %d: the server did not relay its own shares", client_.index()));
   }
   if (static_cast<int>(sharers_.size()) < params_.threshold) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("client %d: %d clients shared keys, fewer than the threshold %d",
-                        client_.index(), sharers_.size(), params_.threshold));
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "client %d: %d clients of its neighbourhood shared keys, fewer than the threshold %d",
+        client_.index(), sharers_.size(), params_.threshold));
   }
   if (auto s = client_.ReceiveShares(sealed); !s.ok()) return s;
   absl::StatusOr<std::vector<uint32_t>> masked = client_.MaskInput(input);
@@ -244,7 +248,11 @@ absl::StatusOr<SecAggPacket> SecAggClientRound::OnSurvivors(const SecAggPacket& 
   if (auto s = CheckRound(answer, SecAggStage::kMaskedInput, root.getRound()); !s.ok()) return s;
   survivors_.clear();
   for (int c : root.getSurvivors()) {
-    if (!sharers_.contains(c) || !survivors_.insert(c).second) {
+    // A neighbour must have shared keys with this client; any other survivor must have
+    // advertised (whether it shared keys with its own neighbours, only they can tell).
+    const bool known = SecAggNeighbours(graph_, client_.index(), c) ? sharers_.contains(c)
+                                                                    : signing_keys_.contains(c);
+    if (!known || !survivors_.insert(c).second) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "client %d: the survivor list names client %d, which did not share keys (or twice)",
           client_.index(), c));
@@ -308,6 +316,35 @@ absl::StatusOr<SecAggPacket> SecAggClientRound::OnSignatures(const SecAggPacket&
   return SecAggPacket{.stage = SecAggStage::kUnmask, .body = Serialise(m)};
 }
 
+absl::StatusOr<SecAggPacket> SecAggClientRound::Next(const SecAggPacket& answer,
+                                                     std::span<const uint32_t> input) {
+  if (answer.stage != awaiting_ || awaiting_ == SecAggStage::kUnmask) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "client %d: an answer to the %s stage, while it waits on the %s stage%s", client_.index(),
+        SecAggStageName(answer.stage), SecAggStageName(awaiting_),
+        awaiting_ == SecAggStage::kUnmask ? " (the last: nothing follows it)" : ""));
+  }
+  absl::StatusOr<SecAggPacket> next;
+  switch (answer.stage) {
+    case SecAggStage::kAdvertise:
+      next = OnKeys(answer);
+      break;
+    case SecAggStage::kShareKeys:
+      next = OnShares(answer, input);
+      break;
+    case SecAggStage::kMaskedInput:
+      next = OnSurvivors(answer);
+      break;
+    case SecAggStage::kConsistency:
+      next = OnSignatures(answer);
+      break;
+    case SecAggStage::kUnmask:
+      break;
+  }
+  if (next.ok()) awaiting_ = static_cast<SecAggStage>(static_cast<int>(awaiting_) + 1);
+  return next;
+}
+
 absl::Status RunSecAggClientRound(const SecAggParams& p, int client, int64_t round,
                                   std::span<const uint32_t> input, SecAggChannel& channel,
                                   absl::Time first_deadline, absl::Duration stage_wait,
@@ -322,22 +359,7 @@ absl::Status RunSecAggClientRound(const SecAggParams& p, int client, int64_t rou
     if (!answer.ok()) return answer.status();
     if (stage + 1 == kSecAggStages) return absl::OkStatus();
     if (stage + 1 >= silent_after) return absl::OkStatus();
-    switch (static_cast<SecAggStage>(stage)) {
-      case SecAggStage::kAdvertise:
-        request = r->OnKeys(*answer);
-        break;
-      case SecAggStage::kShareKeys:
-        request = r->OnShares(*answer, input);
-        break;
-      case SecAggStage::kMaskedInput:
-        request = r->OnSurvivors(*answer);
-        break;
-      case SecAggStage::kConsistency:
-        request = r->OnSignatures(*answer);
-        break;
-      case SecAggStage::kUnmask:
-        break;
-    }
+    request = r->Next(*answer, input);
     if (!request.ok()) return request.status();
   }
   return absl::OkStatus();
@@ -452,7 +474,16 @@ absl::Status SecAggRelay::Accept(int client, const SecAggPacket& request, size_t
         x.ciphertext.assign(s.getCiphertext().begin(), s.getCiphertext().end());
         mine.emplace_back(s.getTo(), std::move(x));
       }
-      if (to.size() != encryption_keys_.size()) return bad("misses some advertisers' shares");
+      for (auto& [recipient, sealed] : mine) {
+        if (!SecAggNeighbours(graph_, client, recipient)) {
+          return bad(
+              absl::StrCat("holds a share for client ", recipient, ", which is not its neighbour"));
+        }
+      }
+      const size_t neighbours =
+          std::count_if(encryption_keys_.begin(), encryption_keys_.end(),
+                        [&](const auto& k) { return SecAggNeighbours(graph_, client, k.first); });
+      if (to.size() != neighbours) return bad("misses some of its neighbours' shares");
       for (auto& [recipient, sealed] : mine) inbox_[recipient].push_back(std::move(sealed));
       return absl::OkStatus();
     }
@@ -564,6 +595,11 @@ void SecAggRelay::CloseStage(absl::Time now) {
         }
       });
       AnswerAll([&](int) { return SecAggPacket{.stage = stage_, .body = body}; });
+      // The neighbour graph the clients derive from the same keys.
+      std::map<int, SecAggKey> advertised;
+      for (int c : senders) advertised[c] = masking_keys_.at(c);
+      graph_ = SecAggHararyGraph(senders, options_.params.neighbours,
+                                 SecAggGraphSeed(options_.round, advertised));
       next = SecAggStage::kShareKeys;
       break;
     }
@@ -574,7 +610,7 @@ void SecAggRelay::CloseStage(absl::Time now) {
         masking[c] = masking_keys_.at(c);
         commitments[c] = commitments_.at(c);
       }
-      server_.emplace(options_.params, length_, std::move(masking), std::move(commitments));
+      server_.emplace(options_.params, length_, std::move(masking), std::move(commitments), graph_);
       AnswerAll([&](int client) {
         return SecAggPacket{.stage = stage_,
                             .body = message([&](wire::SecAggMessage::Builder root) {

@@ -8,17 +8,22 @@
 //
 // The stages of round r, with U1 ⊇ U2 ⊇ U3 ⊇ U4 the clients still in it:
 //   advertise    each client sends its encryption, masking and (Ed25519) signing public keys;
-//                the server answers every advertiser (U1) with all of U1's keys.
-//   shareKeys    each client sends its Shamir shares of b_u and s_u, sealed to each of U1; the
-//                server relays to each sender (U2) the shares sealed for it.
+//                the server answers every advertiser (U1) with all of U1's keys. From them
+//                every party derives the round's neighbour graph (SecAggHararyGraph; with
+//                --secagg-neighbours 0 it is complete).
+//   shareKeys    each client sends its Shamir shares of b_u and s_u, sealed to each of its
+//                neighbours in U1; the server relays to each sender (U2) the shares sealed
+//                for it.
 //   maskedInput  each client of U2 sends y_u; the server adds it to its running sum (the only
 //                thing it keeps) and answers the uploaders (U3) with U3.
 //   consistency  each client of U3 signs (r, U3); the server answers the signers (U4) with
 //                all signatures, which each client checks against U1's signing keys before it
 //                reveals anything (a server that told clients different survivor lists, to
 //                get both kinds of share of one client, is caught here).
-//   unmask       each client of U4 reveals b shares of U3 and s shares of U2 \ U3; with t of
-//                them the server removes the masks and holds the sum of U3's inputs. Each b
+//   unmask       each client of U4 reveals b shares of its neighbours in U3 and s shares of
+//                its neighbours in U2 \ U3 (if t of its neighbourhood survive); with t of
+//                each neighbourhood the server removes the masks and holds the sum of U3's
+//                inputs. Each b
 //                it rebuilds must match the commitment its owner advertised; a corrupt share
 //                is found from another t of them (when more than t revealed) and named.
 // A stage closes when every client expected in it has sent, or at its deadline; fewer than t
@@ -74,6 +79,10 @@ class SecAggClientRound {
                                         std::span<const uint32_t> input);
   absl::StatusOr<SecAggPacket> OnSurvivors(const SecAggPacket& answer);
   absl::StatusOr<SecAggPacket> OnSignatures(const SecAggPacket& answer);
+  // The next of the four above, in order (`input` is OnShares'): InvalidArgument for an answer
+  // to another stage than the one this client is waiting on, or to the unmask stage (the
+  // last, which has no next request).
+  absl::StatusOr<SecAggPacket> Next(const SecAggPacket& answer, std::span<const uint32_t> input);
 
  private:
   SecAggClientRound(SecAggClient client, int64_t round)
@@ -85,9 +94,11 @@ class SecAggClientRound {
   SecAggParams params_;
   SecAggKey sign_public_{};
   std::array<uint8_t, 64> sign_secret_{};
-  std::map<int, SecAggKey> signing_keys_;  // U1's, from the advertise answer
-  std::set<int> sharers_;                  // U2: whose shares it received
-  std::set<int> survivors_;                // U3
+  std::map<int, SecAggKey> signing_keys_;           // U1's, from the advertise answer
+  SecAggGraph graph_;                               // the round's neighbour graph over U1
+  SecAggStage awaiting_ = SecAggStage::kAdvertise;  // the answer Next expects
+  std::set<int> sharers_;    // U2 in its neighbourhood: whose shares it received
+  std::set<int> survivors_;  // U3
 };
 
 // Carries a client's request to the server and returns the server's answer: the network
@@ -153,6 +164,8 @@ class SecAggRelay {
   const std::set<int>& contributors() const { return contributors_; }
   // The clients answered at the end (the last stage's senders): those still in the round.
   const std::set<int>& answered() const { return answered_; }
+  // The round's neighbour graph (empty: every client paired with every other).
+  const SecAggGraph& graph() const { return graph_; }
   SecAggStage stage() const { return stage_; }
   // The clients whose revealed self-mask shares disagreed with a survivor's committed seed
   // (the sum was rebuilt from others' shares): to be named, and distrusted.
@@ -179,6 +192,7 @@ class SecAggRelay {
   // What the stages gathered.
   std::map<int, SecAggKey> encryption_keys_, masking_keys_, signing_keys_;
   std::map<int, SecAggKey> commitments_;  // self-mask commitments, from the advertise stage
+  SecAggGraph graph_;                     // the neighbour graph over U1 (empty: complete)
   std::string keys_body_;                 // the advertise answer, once
   std::map<int, std::vector<SecAggSealedShares>> inbox_;  // by recipient
   std::set<int> sharers_;

@@ -118,7 +118,91 @@ absl::Status CheckSecAggParams(const SecAggParams& p) {
     return absl::InvalidArgumentError(
         absl::StrCat("secure aggregation: clip ", p.clip, " must be a positive number"));
   }
+  if (p.neighbours < 0 || p.neighbours > 254 || p.neighbours % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("secure aggregation: ", p.neighbours,
+                     " neighbours; must be 0 (every other client) or an "
+                     "even number in [2, 254] (a Harary graph is k-regular for even k)"));
+  }
+  if (p.neighbours > 0 && p.threshold > p.neighbours + 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "secure aggregation: threshold %d is more than a neighbourhood of %d neighbours and the "
+        "client itself can reveal; use a threshold in [2, %d] or more neighbours",
+        p.threshold, p.neighbours, p.neighbours + 1));
+  }
   return absl::OkStatus();
+}
+
+SecAggKey SecAggGraphSeed(int64_t round, const std::map<int, SecAggKey>& masking_keys) {
+  (void)SodiumReady();
+  static constexpr std::string_view kLabel = "syncline secagg neighbour graph";
+  crypto_generichash_state state;
+  crypto_generichash_init(&state, nullptr, 0, 32);
+  crypto_generichash_update(&state, reinterpret_cast<const uint8_t*>(kLabel.data()), kLabel.size());
+  uint8_t number[8];
+  for (int i = 0; i < 8; ++i)
+    number[i] = static_cast<uint8_t>(static_cast<uint64_t>(round) >> (8 * i));
+  crypto_generichash_update(&state, number, 8);
+  for (const auto& [client, key] : masking_keys) {
+    for (int i = 0; i < 4; ++i) {
+      number[i] = static_cast<uint8_t>(static_cast<uint32_t>(client) >> (8 * i));
+    }
+    crypto_generichash_update(&state, number, 4);
+    crypto_generichash_update(&state, key.data(), key.size());
+  }
+  SecAggKey out;
+  crypto_generichash_final(&state, out.data(), out.size());
+  return out;
+}
+
+SecAggGraph SecAggHararyGraph(const std::set<int>& clients, int k, const SecAggKey& seed) {
+  const int n = static_cast<int>(clients.size());
+  if (k <= 0 || k >= n - 1) return {};
+  (void)SodiumReady();
+  std::vector<int> circle(clients.begin(), clients.end());
+  // Fisher-Yates over a ChaCha20 stream; rejection keeps each draw uniform. A draw is rejected
+  // with probability below n / 2^32, so the stream of 4 (n + 64) bytes is ample; it is extended
+  // if not.
+  std::vector<uint8_t> stream;
+  size_t used = 0;
+  uint64_t block = 0;
+  auto next = [&]() -> uint32_t {
+    if (used + 4 > stream.size()) {
+      stream.assign(4 * (static_cast<size_t>(n) + 64), 0);
+      crypto_stream_chacha20_xor_ic(stream.data(), stream.data(), stream.size(),
+                                    std::array<uint8_t, crypto_stream_chacha20_NONCEBYTES>{}.data(),
+                                    block, seed.data());
+      block += stream.size() / 64;
+      used = 0;
+    }
+    uint32_t v;
+    std::memcpy(&v, stream.data() + used, 4);
+    used += 4;
+    return v;
+  };
+  for (int i = n - 1; i > 0; --i) {
+    const uint32_t bound = static_cast<uint32_t>(i + 1);
+    const uint32_t limit = UINT32_MAX - (UINT32_MAX % bound + 1) % bound;  // accept v <= limit
+    uint32_t v = next();
+    while (v > limit) v = next();
+    std::swap(circle[i], circle[v % bound]);
+  }
+  SecAggGraph graph;
+  for (int i = 0; i < n; ++i) {
+    std::set<int>& closed = graph[circle[i]];
+    closed.insert(circle[i]);
+    for (int j = 1; j <= k / 2; ++j) {
+      closed.insert(circle[(i + j) % n]);
+      closed.insert(circle[(i - j + n) % n]);
+    }
+  }
+  return graph;
+}
+
+bool SecAggNeighbours(const SecAggGraph& graph, int u, int v) {
+  if (graph.empty()) return true;
+  const auto it = graph.find(u);
+  return it != graph.end() && it->second.contains(v);
 }
 
 std::vector<uint32_t> SecAggQuantise(std::span<const float> x, const SecAggParams& p,
@@ -224,19 +308,25 @@ absl::StatusOr<SecAggClient> SecAggClient::Create(const SecAggParams& p, int ind
 }
 
 absl::StatusOr<std::vector<SecAggSealedShares>> SecAggClient::ShareKeys(
-    const std::map<int, SecAggKey>& encryption_keys, const std::map<int, SecAggKey>& masking_keys) {
-  if (static_cast<int>(encryption_keys.size()) < params_.threshold ||
-      encryption_keys.size() != masking_keys.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("client %d: %d clients advertised keys, the threshold is %d", index_,
-                        encryption_keys.size(), params_.threshold));
+    const std::map<int, SecAggKey>& encryption_keys, const std::map<int, SecAggKey>& masking_keys,
+    const SecAggGraph& graph) {
+  c_peers_.clear();
+  s_peers_.clear();
+  for (const auto& [peer, key] : encryption_keys) {
+    if (!SecAggNeighbours(graph, index_, peer)) continue;
+    c_peers_[peer] = key;
+    if (const auto m = masking_keys.find(peer); m != masking_keys.end()) s_peers_[peer] = m->second;
   }
-  c_peers_ = encryption_keys;
-  s_peers_ = masking_keys;
+  if (static_cast<int>(c_peers_.size()) < params_.threshold ||
+      encryption_keys.size() != masking_keys.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "client %d: %d clients of its neighbourhood advertised keys, the threshold is %d", index_,
+        c_peers_.size(), params_.threshold));
+  }
   const std::vector<ShamirShare> b = ShamirSplit(self_seed_, params_.clients, params_.threshold);
   const std::vector<ShamirShare> s = ShamirSplit(s_secret_, params_.clients, params_.threshold);
   std::vector<SecAggSealedShares> out;
-  for (const auto& [to, key] : encryption_keys) {
+  for (const auto& [to, key] : c_peers_) {
     if (to < 1 || to > params_.clients || !masking_keys.contains(to)) {
       return absl::InvalidArgumentError(
           absl::StrCat("client ", index_, ": client ", to, " advertised an incomplete key set"));
@@ -273,7 +363,9 @@ absl::Status SecAggClient::ReceiveShares(std::span<const SecAggSealedShares> sea
           absl::StrCat("client ", index_, ": the shares from client ", m.from, " ", why));
     };
     const auto key = c_peers_.find(m.from);
-    if (m.to != index_ || key == c_peers_.end()) return refuse("are not for this round's peers");
+    if (m.to != index_ || key == c_peers_.end()) {
+      return refuse("are not for this client, or come from outside its neighbourhood");
+    }
     if (m.ciphertext.size() != crypto_aead_xchacha20poly1305_ietf_NPUBBYTES + kPlain +
                                    crypto_aead_xchacha20poly1305_ietf_ABYTES) {
       return refuse("have the wrong length");
@@ -323,6 +415,18 @@ absl::StatusOr<SecAggReveal> SecAggClient::Reveal(const std::set<int>& survivors
                         "nothing is revealed",
                         index_, survivors.size(), params_.threshold));
   }
+  // Its neighbourhood's survivors (itself included): the inputs its reveal helps unmask with
+  // its own. Every survivor, for the complete graph.
+  const int near =
+      static_cast<int>(std::count_if(held_b_.begin(), held_b_.end(), [&](const auto& held) {
+        return survivors.contains(held.first);
+      }));
+  if (near < params_.threshold) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "client %d: %d clients of its neighbourhood survive the round, fewer than the threshold "
+        "%d: nothing is revealed",
+        index_, near, params_.threshold));
+  }
   SecAggReveal reveal{.from = index_};
   for (const auto& [peer, b] : held_b_) {
     const bool survived = survivors.contains(peer);
@@ -348,11 +452,12 @@ absl::StatusOr<SecAggReveal> SecAggClient::Reveal(const std::set<int>& survivors
 
 SecAggServer::SecAggServer(const SecAggParams& p, size_t length,
                            std::map<int, SecAggKey> masking_keys,
-                           std::map<int, SecAggKey> commitments)
+                           std::map<int, SecAggKey> commitments, SecAggGraph graph)
     : params_(p),
       length_(length),
       masking_keys_(std::move(masking_keys)),
       commitments_(std::move(commitments)),
+      graph_(std::move(graph)),
       sum_(length, 0) {}
 
 absl::Status SecAggServer::AddMaskedInput(int from, std::span<const uint32_t> masked) {
@@ -442,9 +547,14 @@ absl::StatusOr<std::vector<uint32_t>> SecAggServer::Unmask(std::span<const SecAg
     }
   }
   std::vector<uint32_t> sum = sum_;
-  auto shares_of = [&](int peer, bool self_mask) -> absl::StatusOr<std::vector<ShamirShare>> {
+  // The shares of `peer`'s b (self_mask) or s key held by the revealers of its neighbourhood,
+  // and those revealers, in order. Each of them holds one (it received peer's shares: both
+  // shared keys); fewer than t of them leave the round masked.
+  auto shares_of = [&](int peer, bool self_mask,
+                       std::vector<int>* revealers) -> absl::StatusOr<std::vector<ShamirShare>> {
     std::vector<ShamirShare> shares;
     for (const SecAggReveal* r : usable) {
+      if (!SecAggNeighbours(graph_, peer, r->from)) continue;
       const auto& m = self_mask ? r->self_mask_shares : r->key_shares;
       const auto it = m.find(peer);
       if (it == m.end()) {
@@ -453,13 +563,19 @@ absl::StatusOr<std::vector<uint32_t>> SecAggServer::Unmask(std::span<const SecAg
                             r->from, self_mask ? "self-mask" : "masking-key", peer));
       }
       shares.push_back(it->second);
+      revealers->push_back(r->from);
+    }
+    if (static_cast<int>(shares.size()) < t) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "secure aggregation: %d clients of %s client %d's neighbourhood revealed, the "
+          "threshold is %d: the round is aborted and its sum stays masked",
+          shares.size(), self_mask ? "surviving" : "lost", peer, t));
     }
     return shares;
   };
-  std::vector<int> revealers;
-  for (const SecAggReveal* r : usable) revealers.push_back(r->from);
   for (int v : survivors_) {
-    absl::StatusOr<std::vector<ShamirShare>> shares = shares_of(v, true);
+    std::vector<int> revealers;
+    absl::StatusOr<std::vector<ShamirShare>> shares = shares_of(v, true, &revealers);
     if (!shares.ok()) return shares.status();
     const auto commitment = commitments_.find(v);
     absl::StatusOr<SecAggKey> b = RebuildCommittedSeed(
@@ -470,7 +586,8 @@ absl::StatusOr<std::vector<uint32_t>> SecAggServer::Unmask(std::span<const SecAg
   }
   for (const auto& [u, public_key] : masking_keys_) {
     if (survivors_.contains(u)) continue;
-    absl::StatusOr<std::vector<ShamirShare>> shares = shares_of(u, false);
+    std::vector<int> revealers;
+    absl::StatusOr<std::vector<ShamirShare>> shares = shares_of(u, false, &revealers);
     if (!shares.ok()) return shares.status();
     absl::StatusOr<SecAggKey> secret = ShamirCombine(*shares, t);
     if (!secret.ok()) return secret.status();
@@ -484,6 +601,7 @@ absl::StatusOr<std::vector<uint32_t>> SecAggServer::Unmask(std::span<const SecAg
           u));
     }
     for (int v : survivors_) {
+      if (v == u || !SecAggNeighbours(graph_, u, v)) continue;
       absl::StatusOr<SecAggKey> seed = Agree(kMaskLabel, *secret, public_key, masking_keys_.at(v));
       if (!seed.ok()) return seed.status();
       // Survivor v added +PRG(s_vu) when u > v, -PRG(s_vu) when u < v: take it back out.

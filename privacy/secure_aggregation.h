@@ -16,6 +16,14 @@
 // share of b (the peer survived) or of s (it dropped), never both: with both the server could
 // unmask that peer's input alone. The server keeps only the running sum of masked inputs.
 //
+// With a neighbour graph (Bell et al. 2020, "Secure Single-Server Aggregation with
+// (Poly)Logarithmic Overhead"), each client pairs its masks with, and splits its secrets among,
+// its k neighbours only (a random k-regular Harary graph that every party derives from the
+// advertised keys, SecAggHararyGraph), instead of every other client: a client's work and
+// bytes grow with k, not n, and the server's with n k. Every t-of-(k+1) share set then lives in
+// one neighbourhood, so the round is unmasked only if each survivor, and each client lost after
+// sharing keys, has t of its neighbourhood (itself included) left to reveal.
+//
 // The inputs are quantised: each coordinate clipped to [-clip, clip] and mapped to an integer
 // in [0, 2^bits - 1] with stochastic rounding; n clients' sum fits the modulus 2^32 when n (2^bits
 // - 1) < 2^32, which CheckSecAggParams checks.
@@ -40,15 +48,35 @@ namespace syncline {
 
 using SecAggKey = std::array<uint8_t, 32>;
 
+// Each client's closed neighbourhood (itself and the clients it pairs with and shares its
+// secrets among), by client number. Empty: every client is every other's neighbour.
+using SecAggGraph = std::map<int, std::set<int>>;
+
 struct SecAggParams {
   int clients = 0;    // n; clients are numbered 1 .. n (a Shamir share's x)
   int threshold = 0;  // t: shares that rebuild a secret, and the fewest survivors of a round
   int bits = 16;      // quantisation bits per coordinate
   double clip = 1;    // each coordinate is clipped to [-clip, clip]
+  // k, even: each client's neighbours in a Harary graph (Bell et al. 2020); 0, or k at least
+  // the round's clients - 1: every other client (Bonawitz et al. 2017). t <= k + 1.
+  int neighbours = 0;
 };
 // InvalidArgument naming the value: 2 <= t <= n <= 255, 1 <= bits <= 31, n (2^bits - 1) below
-// the modulus 2^32, clip > 0.
+// the modulus 2^32, clip > 0, k even in [0, 254] with t <= k + 1 when k > 0.
 absl::Status CheckSecAggParams(const SecAggParams& p);
+
+// The seed of a round's neighbour graph: BLAKE2b of a label, the round and every advertised
+// (client, masking public key) in client order. Clients and server compute it from the same
+// advertised keys; the keys are fresh random points, so nobody picks the graph (the server can
+// only choose whom to leave out of the key list, and docs/PRIVACY.md says what that buys).
+SecAggKey SecAggGraphSeed(int64_t round, const std::map<int, SecAggKey>& masking_keys);
+// The closed neighbourhoods of a random k-regular Harary graph over `clients`: the clients in
+// an order drawn from `seed` (Fisher-Yates over a ChaCha20 stream), each joined to the k/2
+// before and the k/2 after it on that circle. k = 0, or k >= clients.size() - 1: the complete
+// graph, returned empty (every client is every other's neighbour).
+SecAggGraph SecAggHararyGraph(const std::set<int>& clients, int k, const SecAggKey& seed);
+// Whether v is in u's closed neighbourhood (every client is, for the empty complete graph).
+bool SecAggNeighbours(const SecAggGraph& graph, int u, int v);
 
 // x clipped to [-clip, clip] and mapped linearly onto [0, 2^bits - 1], rounded stochastically
 // (up with probability the fraction, so that the quantised value's expectation is the clipped
@@ -108,23 +136,27 @@ class SecAggClient {
   SecAggKey self_mask_commitment() const { return SelfMaskCommitment(self_seed_); }
 
   // Share round: given every client's public keys (index -> key; these are the clients that
-  // advertised), the sealed shares for each of them (itself included). InvalidArgument when
-  // fewer than t advertised.
+  // advertised) and the round's neighbour graph, the sealed shares for each of its neighbours
+  // (itself included; every advertiser with the empty complete graph). InvalidArgument when
+  // fewer than t of its neighbourhood advertised.
   absl::StatusOr<std::vector<SecAggSealedShares>> ShareKeys(
-      const std::map<int, SecAggKey>& encryption_keys,
-      const std::map<int, SecAggKey>& masking_keys);
+      const std::map<int, SecAggKey>& encryption_keys, const std::map<int, SecAggKey>& masking_keys,
+      const SecAggGraph& graph = {});
   // Receives the sealed shares addressed to it; InvalidArgument naming the sender for a share
-  // that does not decrypt (corrupted, or sealed for someone else).
+  // that does not decrypt (corrupted, or sealed for someone else) or that comes from a client
+  // outside its neighbourhood.
   absl::Status ReceiveShares(std::span<const SecAggSealedShares> sealed);
 
   // Masked-input round: y = x + masks (mod 2^32), over the clients whose shares it received.
   absl::StatusOr<std::vector<uint32_t>> MaskInput(std::span<const uint32_t> quantised) const;
 
   // Unmasking round: the server names the clients whose masked input it has (`survivors`,
-  // at least t, including this one). The answer holds a b share for each survivor and an s
-  // share for each other client that shared keys. FailedPrecondition when fewer than t
-  // survive. A client never reveals both kinds for one peer: a second request naming a
-  // different survivor set is refused (FailedPrecondition naming the peer).
+  // at least t, including this one). The answer holds a b share for each surviving neighbour
+  // and an s share for each other neighbour that shared keys. FailedPrecondition when fewer
+  // than t survive, or fewer than t of its own neighbourhood (itself included): a server that
+  // declares a client's neighbours lost would otherwise unmask a sum of few inputs. A client
+  // never reveals both kinds for one peer: a second request naming a different survivor set
+  // is refused (FailedPrecondition naming the peer).
   absl::StatusOr<SecAggReveal> Reveal(const std::set<int>& survivors);
 
  private:
@@ -141,9 +173,10 @@ class SecAggClient {
 class SecAggServer {
  public:
   // `commitments`: each client's SelfMaskCommitment, checked against the seed its shares
-  // rebuild (a client with none is not checked).
+  // rebuild (a client with none is not checked). `graph`: the round's neighbour graph (empty:
+  // complete).
   SecAggServer(const SecAggParams& p, size_t length, std::map<int, SecAggKey> masking_keys,
-               std::map<int, SecAggKey> commitments = {});
+               std::map<int, SecAggKey> commitments = {}, SecAggGraph graph = {});
 
   // Adds client `from`'s masked input to the running sum. InvalidArgument naming the client for
   // an unknown client, a wrong length or a second upload (a replay).
@@ -152,7 +185,8 @@ class SecAggServer {
   const std::set<int>& survivors() const { return survivors_; }
 
   // The sum of the survivors' quantised inputs, from the reveals of at least t survivors.
-  // FailedPrecondition (the round aborts) with fewer than t survivors or reveals; InvalidArgument
+  // FailedPrecondition (the round aborts) with fewer than t survivors or reveals, or a
+  // survivor or lost sharer with fewer than t revealers in its neighbourhood; InvalidArgument
   // naming the client whose reveal holds both kinds of share for one peer or misses a share.
   // A survivor's self-mask seed must match its commitment: when the first t shares do not
   // rebuild it, other t-subsets of the reveals are tried; found, the revealers whose shares
@@ -167,6 +201,7 @@ class SecAggServer {
   size_t length_;
   std::map<int, SecAggKey> masking_keys_;  // the clients that shared keys
   std::map<int, SecAggKey> commitments_;   // their self-mask commitments
+  SecAggGraph graph_;
   std::vector<uint32_t> sum_;
   std::set<int> survivors_;
 };

@@ -20,22 +20,29 @@ using ::testing::HasSubstr;
 
 // A round among n clients in process: keys advertised, shares sealed and delivered through a
 // "server" that only forwards.
+// With p.neighbours > 0 the clients pair along the round's Harary graph (`graph`).
 struct Round {
   SecAggParams params;
   std::vector<SecAggClient> clients;  // index i + 1
   std::map<int, SecAggKey> encryption, masking;
+  SecAggGraph graph;
+  std::map<int, size_t> sent;  // client -> the sealed shares it sent
 
   explicit Round(SecAggParams p) : params(p) {
+    std::set<int> all;
     for (int i = 1; i <= p.clients; ++i) {
       auto c = SecAggClient::Create(p, i);
       EXPECT_TRUE(c.ok()) << c.status();
       clients.push_back(std::move(*c));
       encryption[i] = clients.back().encryption_public_key();
       masking[i] = clients.back().masking_public_key();
+      all.insert(i);
     }
+    graph = SecAggHararyGraph(all, p.neighbours, SecAggGraphSeed(3, masking));
     std::map<int, std::vector<SecAggSealedShares>> inbox;
     for (SecAggClient& c : clients) {
-      auto sealed = c.ShareKeys(encryption, masking);
+      auto sealed = c.ShareKeys(encryption, masking, graph);
+      sent[c.index()] = sealed.ok() ? sealed->size() : 0;
       EXPECT_TRUE(sealed.ok()) << sealed.status();
       for (SecAggSealedShares& s : *sealed) inbox[s.to].push_back(std::move(s));
     }
@@ -160,6 +167,168 @@ TEST(SecureAggregationTest, ACorruptSelfMaskShareIsCaughtByTheCommitment) {
   EXPECT_THAT(refused.status().message(),
               HasSubstr("self-mask shares of client 4 revealed by clients 1, 2, 3 do not rebuild "
                         "the seed it committed to"));
+}
+
+// The neighbour graph (Bell et al. 2020): k-regular, symmetric, each neighbourhood holding its
+// client, connected, fixed by its seed; complete (empty) from k = n - 1 on; and the circle's
+// order is uniform: over 4,000 seeds each of the 10 pairs of 5 clients is joined in half the
+// graphs of degree 2 (a binomial's 4.5 sigma is 0.036).
+TEST(SecureAggregationTest, TheNeighbourGraphIsARandomHararyGraph) {
+  for (int n : {5, 10, 50, 255}) {
+    std::set<int> clients;
+    for (int c = 1; c <= n; ++c) clients.insert(c * 3);  // numbers need not be dense
+    for (int k : {2, 4, 8}) {
+      SecAggKey seed{};
+      seed[0] = static_cast<uint8_t>(n);
+      seed[1] = static_cast<uint8_t>(k);
+      const SecAggGraph g = SecAggHararyGraph(clients, k, seed);
+      if (k >= n - 1) {
+        EXPECT_TRUE(g.empty()) << n << " " << k;
+        continue;
+      }
+      ASSERT_EQ(g.size(), clients.size());
+      for (const auto& [u, closed] : g) {
+        EXPECT_EQ(closed.size(), static_cast<size_t>(k + 1)) << u;
+        EXPECT_TRUE(closed.contains(u));
+        for (int v : closed) EXPECT_TRUE(g.at(v).contains(u)) << u << " " << v;
+      }
+      std::set<int> reached = {*clients.begin()}, frontier = reached;
+      while (!frontier.empty()) {
+        std::set<int> next;
+        for (int u : frontier) {
+          for (int v : g.at(u)) {
+            if (reached.insert(v).second) next.insert(v);
+          }
+        }
+        frontier = next;
+      }
+      EXPECT_EQ(reached, clients) << n << " " << k;
+      EXPECT_EQ(SecAggHararyGraph(clients, k, seed), g);
+      SecAggKey other = seed;
+      other[31] ^= 1;
+      if (n >= 10) {
+        EXPECT_NE(SecAggHararyGraph(clients, k, other), g);
+      }
+    }
+  }
+  const std::set<int> five = {1, 2, 3, 4, 5};
+  EXPECT_TRUE(SecAggNeighbours({}, 1, 5));
+  std::map<std::pair<int, int>, int> joined;
+  constexpr int kSeeds = 4000;
+  for (int r = 0; r < kSeeds; ++r) {
+    const SecAggGraph g = SecAggHararyGraph(five, 2, SecAggGraphSeed(r, {{1, SecAggKey{}}}));
+    for (int u = 1; u <= 5; ++u) {
+      for (int v = u + 1; v <= 5; ++v) joined[{u, v}] += g.at(u).contains(v);
+    }
+  }
+  ASSERT_EQ(joined.size(), 10u);
+  for (const auto& [pair, count] : joined) {
+    EXPECT_NEAR(count / static_cast<double>(kSeeds), 0.5, 0.036)
+        << pair.first << "-" << pair.second;
+  }
+  // The seed covers the round and every advertised key.
+  std::map<int, SecAggKey> keys = {{1, SecAggKey{}}, {2, SecAggKey{}}};
+  const SecAggKey seed = SecAggGraphSeed(1, keys);
+  EXPECT_NE(SecAggGraphSeed(2, keys), seed);
+  keys[2][0] = 1;
+  EXPECT_NE(SecAggGraphSeed(1, keys), seed);
+}
+
+// With k neighbours a client seals k + 1 shares (not n), its reveal names only neighbours, and
+// the unmasked sum is still exact when clients drop after sharing keys and after uploading.
+TEST(SecureAggregationTest, ASparseGraphGivesTheExactSumUnderDropouts) {
+  Round round({.clients = 12, .threshold = 3, .bits = 12, .neighbours = 4});
+  ASSERT_EQ(round.graph.size(), 12u);
+  for (const auto& [c, n] : round.sent) EXPECT_EQ(n, 5u) << c;
+  std::mt19937 rng(5);
+  SecAggServer server(round.params, 40, round.masking, {}, round.graph);
+  // Two clients drop after sharing keys, and only if no neighbourhood loses more than 2 of 5.
+  std::set<int> dropped;
+  for (int u = 1; u <= 12 && dropped.size() < 2; ++u) {
+    if (std::none_of(dropped.begin(), dropped.end(),
+                     [&](int d) { return SecAggNeighbours(round.graph, u, d); })) {
+      dropped.insert(u);
+    }
+  }
+  ASSERT_EQ(dropped.size(), 2u);
+  std::vector<uint32_t> want(40, 0);
+  for (int i = 1; i <= 12; ++i) {
+    if (dropped.contains(i)) continue;
+    const std::vector<uint32_t> x = RandomInput(rng, 40, 12);
+    for (size_t k = 0; k < x.size(); ++k) want[k] += x[k];
+    ASSERT_TRUE(server.AddMaskedInput(i, *round.client(i).MaskInput(x)).ok());
+  }
+  std::vector<SecAggReveal> reveals;
+  for (int i = 1; i <= 12; ++i) {
+    if (dropped.contains(i)) continue;
+    auto r = round.client(i).Reveal(server.survivors());
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (const auto& [peer, share] : r->self_mask_shares) {
+      EXPECT_TRUE(SecAggNeighbours(round.graph, i, peer)) << i << " " << peer;
+    }
+    EXPECT_EQ(r->self_mask_shares.size() + r->key_shares.size(), 5u);
+    reveals.push_back(std::move(*r));
+  }
+  auto sum = server.Unmask(reveals);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(*sum, want);
+  // Against the complete graph's server (every client a neighbour) the same reveals miss
+  // shares: the graph is what the server must unmask with.
+  SecAggServer complete(round.params, 40, round.masking);
+  for (int i = 1; i <= 12; ++i) {
+    if (!dropped.contains(i)) {
+      ASSERT_TRUE(complete.AddMaskedInput(i, *round.client(i).MaskInput(want)).ok());
+    }
+  }
+  EXPECT_THAT(complete.Unmask(reveals).status().message(), HasSubstr("reveal has no"));
+}
+
+// A client whose neighbourhood is lost reveals nothing, and the server cannot unmask a round
+// in which a survivor has fewer than t revealers among its neighbours; a share relayed from
+// outside the neighbourhood is refused.
+TEST(SecureAggregationTest, ASparseRoundWithALostNeighbourhoodAborts) {
+  Round round({.clients = 8, .threshold = 2, .bits = 8, .neighbours = 2});
+  const int u = 1;
+  std::vector<int> lost;
+  for (int v : round.graph.at(u)) {
+    if (v != u) lost.push_back(v);
+  }
+  ASSERT_EQ(lost.size(), 2u);
+  SecAggServer server(round.params, 6, round.masking, {}, round.graph);
+  std::mt19937 rng(6);
+  for (int i = 1; i <= 8; ++i) {
+    if (i == lost[0] || i == lost[1]) continue;
+    ASSERT_TRUE(server.AddMaskedInput(i, *round.client(i).MaskInput(RandomInput(rng, 6, 8))).ok());
+  }
+  auto refused = round.client(u).Reveal(server.survivors());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("1 clients of its neighbourhood survive the round, fewer than the "
+                        "threshold 2"));
+  std::vector<SecAggReveal> reveals;
+  for (int i = 1; i <= 8; ++i) {
+    if (i == u || i == lost[0] || i == lost[1]) continue;
+    auto r = round.client(i).Reveal(server.survivors());
+    if (r.ok()) reveals.push_back(std::move(*r));
+  }
+  auto sum = server.Unmask(reveals);
+  EXPECT_EQ(sum.status().code(), absl::StatusCode::kFailedPrecondition) << sum.status();
+  EXPECT_THAT(sum.status().message(), HasSubstr("the round is aborted"));
+  // A share from a client outside u's neighbourhood (sealed as if the graph were complete).
+  int stranger = 0;
+  for (int i = 1; i <= 8 && stranger == 0; ++i) {
+    if (!SecAggNeighbours(round.graph, u, i)) stranger = i;
+  }
+  ASSERT_NE(stranger, 0);
+  auto sealed = round.client(stranger).ShareKeys(round.encryption, round.masking);
+  ASSERT_TRUE(sealed.ok()) << sealed.status();
+  std::vector<SecAggSealedShares> for_u;
+  for (SecAggSealedShares& s : *sealed) {
+    if (s.to == u) for_u.push_back(std::move(s));
+  }
+  ASSERT_EQ(for_u.size(), 1u);
+  EXPECT_THAT(round.client(u).ReceiveShares(for_u).message(),
+              HasSubstr("come from outside its neighbourhood"));
 }
 
 // Below t the round aborts cleanly: clients reveal nothing, the server unmasks nothing.

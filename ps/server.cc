@@ -4,7 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <new>
 #include <system_error>
@@ -43,6 +46,17 @@ ParameterServer::ParameterServer(Endpoint* endpoint, ServerOptions options)
   }
   if (!options_.checkpoint_root.empty()) {
     checkpoint_writer_ = std::make_unique<CheckpointWriter>(options_.on_checkpoint);
+  }
+  if (const char* audit = std::getenv("SYNCLINE_AUDIT_RECEIVED_FRAMES");
+      audit != nullptr && *audit != '\0') {
+    received_audit_.reset(std::fopen(audit, "ab"));
+    if (received_audit_ == nullptr) {
+      SYNCLINE_LOG(ERROR) << "SYNCLINE_AUDIT_RECEIVED_FRAMES: cannot open " << audit
+                          << " to append: " << std::strerror(errno);
+    } else {
+      SYNCLINE_LOG(WARNING) << "audit aid on: every frame this server receives is appended to "
+                            << audit << " (SYNCLINE_AUDIT_RECEIVED_FRAMES)";
+    }
   }
   if (options_.update_threads > 1) {
     update_pool_ = std::make_unique<UpdatePool>(options_.update_threads);
@@ -234,8 +248,17 @@ absl::Status ParameterServer::ServeUntil(absl::Time deadline) {
       if (absl::Now() >= deadline) return absl::OkStatus();
       continue;
     }
+    if (received_audit_ != nullptr) AuditReceived(*message);
     Handle(std::move(*message));
   }
+}
+
+void ParameterServer::AuditReceived(const Message& message) {
+  for (const Frame& frame : message.frames()) {
+    std::fwrite(frame.data(), 1, frame.size(), received_audit_.get());
+  }
+  // Flushed per message: the file is complete whenever the process ends.
+  std::fflush(received_audit_.get());
 }
 
 void ParameterServer::Reply(const std::string& peer, Message reply) {

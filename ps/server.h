@@ -18,6 +18,7 @@
 #define SYNCLINE_PS_SERVER_H_
 
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <limits>
@@ -232,6 +233,10 @@ class ParameterServer {
   };
 
   absl::Status HandleRequest(Message& message);
+  // The audit aid SYNCLINE_AUDIT_RECEIVED_FRAMES=FILE (off unless set): every frame of every
+  // message this server receives, appended to FILE as it arrived (after the transport's own
+  // decryption), so that a test or an auditor can check which bytes ever reached the server.
+  void AuditReceived(const Message& message);
   absl::Status DeclareTable(Message& message);
   // A new dense table's values from a declaration's values frame (TableInit::values).
   absl::Status LoadInitialValues(ShardTable& table, Message& message);
@@ -329,6 +334,7 @@ class ParameterServer {
   // --secure-aggregation: the open round's protocol, and the picked clients it lost (missing
   // from the round when it closes).
   std::unique_ptr<SecAggRelay> secagg_;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> received_audit_{nullptr, &std::fclose};
   bool secagg_finished_ = false;  // its sum applied (or its abort handled)
   std::vector<int> secagg_lost_;
   // --dp client: the first round whose noisy aggregate is not applied yet.

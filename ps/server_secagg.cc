@@ -145,8 +145,11 @@ void ParameterServer::FinishSecAggRound() {
     std::vector<std::string> names;
     for (int c : relay.contributors()) names.push_back(absl::StrCat("w", c - 1));
     SYNCLINE_LOG(INFO) << absl::StrFormat(
-        "round %d: secure aggregation unmasked the sum of %s (%g examples)%s", round_,
+        "round %d: secure aggregation unmasked the sum of %s (%g examples)%s%s", round_,
         absl::StrJoin(names, ", "), weight,
+        relay.graph().empty() ? ""
+                              : absl::StrCat("; each client paired with ", p.neighbours,
+                                             " neighbours (a random Harary graph)"),
         lost.empty() ? "" : absl::StrCat("; lost ", absl::StrJoin(lost, ", ")));
   } else {
     SYNCLINE_LOG(WARNING) << absl::StrFormat(

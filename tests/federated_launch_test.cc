@@ -3,7 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
@@ -11,12 +15,17 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "data/dataset.h"
 #include "data/partition.h"
 #include "job/federated.h"
+#include "job/privacy_plan.h"
+#include "privacy/dp_random.h"
+#include "privacy/secure_aggregation.h"
 #include "testing/test_util.h"
+#include "worker/federated_client.h"
 
 namespace syncline {
 namespace {
@@ -58,6 +67,11 @@ class FederatedTest : public testing::Test {
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   static std::string Train() { return *dir_ + "/train.csv"; }
+  // Runs `common` into `plain`, then with `masking` flags added into `masked`; returns the
+  // second run's output (both must succeed).
+  static std::string RunPlainThenMasked(const std::string& plain, const std::string& masked,
+                                        const std::vector<std::string>& common,
+                                        const std::vector<std::string>& masking);
   static std::string Test() { return *dir_ + "/test.csv"; }
   // The softmax job on this data, with `extra` flags, into `out`.
   static std::vector<std::string> Job(const std::string& out, std::vector<std::string> extra) {
@@ -402,6 +416,8 @@ TEST_F(FederatedTest, PrivacyOptionsRefuseWhatTheyCannotProtect) {
       {{"--sync", "bsp", "--workers", "2", "--dp", "client", "--dp-epsilon", "3"},
        "it needs --sync fedavg"},
       {{"--sync", "bsp", "--workers", "2", "--dp-epsilon", "3"}, "--dp is off"},
+      {{"--sync", "fedavg", "--workers", "4", "--secagg-neighbours", "2"},
+       "needs --secure-aggregation"},
       {{"--sync", "bsp", "--workers", "2", "--server-optimizer", "adam"}, "server-optimizer"}};
   for (const auto& [flags, why] : cases) {
     SCOPED_TRACE(absl::StrJoin(flags, " "));
@@ -411,42 +427,180 @@ TEST_F(FederatedTest, PrivacyOptionsRefuseWhatTheyCannotProtect) {
   }
 }
 
+std::string FederatedTest::RunPlainThenMasked(const std::string& plain, const std::string& masked,
+                                              const std::vector<std::string>& common,
+                                              const std::vector<std::string>& masking) {
+  auto r = RunProcess(Job(plain, common));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> with = common;
+  with.insert(with.end(), masking.begin(), masking.end());
+  r = RunProcess(Job(masked, with));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return r.output;
+}
+
+// The gap one masked round may leave from FedAvg's model: each coordinate of a client's update
+// n (w_r - w_local) is quantised with a step of 2 C / (2^b - 1) (C = 2^20 weighted units, b the
+// most bits for which W (2^b - 1) fits 2^32) and rounded stochastically (off by less than a
+// step), so the round's mean update, and the model, moves by less than k step / N from
+// FedAvg's (k clients, N = 3000 examples), plus 1e-6 of float32 rounding of weights near 1.
+double OneRoundQuantisationBound(int workers) {
+  int bits = 1;
+  while (bits < 31 && workers * (std::ldexp(1.0, bits + 1) - 1) < std::ldexp(1.0, 32)) ++bits;
+  const double step = 2.0 * (1 << 20) / (std::ldexp(1.0, bits) - 1);
+  return workers * step / 3000 + 1e-6;
+}
+
 // --secure-aggregation: the servers see only the masked sum, so the model is FedAvg's up to the
-// quantisation. One round makes the bound exact: each coordinate of a client's update
-// n (w_r - w_local) is quantised with a step of 2 C / (2^b - 1) (C = 2^20 weighted units, b =
-// 30 bits for 4 workers) and rounded stochastically (off by less than a step), so the round's
-// mean update, and the model, moves by less than k step / N from FedAvg's (k clients, N
-// examples), plus float rounding.
+// quantisation (exact for one round; OneRoundQuantisationBound), and over five rounds so is
+// the accuracy.
 TEST_F(FederatedTest, SecureAggregationGivesFedAvgsModelUpToTheQuantisation) {
   const std::string plain = TempDir("fed_plain"), masked = TempDir("fed_secagg");
-  const std::vector<std::string> common = {"--sync",    "fedavg", "--workers",    "4",
-                                           "--servers", "1",      "--rounds",     "1",
-                                           "--lr",      "0.1",    "--batch-size", "50"};
-  auto r = RunProcess(Job(plain, common));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  std::vector<std::string> with = common;
-  with.insert(with.end(), {"--secure-aggregation", "on"});
-  r = RunProcess(Job(masked, with));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("secure aggregation unmasked the sum of w0, w1, w2, w3 (3000 examples)"),
+  std::vector<std::string> common = {"--sync",    "fedavg", "--workers",    "4",
+                                     "--servers", "1",      "--rounds",     "1",
+                                     "--lr",      "0.1",    "--batch-size", "50"};
+  const std::string output =
+      RunPlainThenMasked(plain, masked, common, {"--secure-aggregation", "on"});
+  EXPECT_NE(output.find("secure aggregation unmasked the sum of w0, w1, w2, w3 (3000 examples)"),
             std::string::npos)
-      << r.output;
-  const double step = 2.0 * (1 << 20) / (std::ldexp(1.0, 30) - 1);
-  const double bound = 4 * step / 3000 + 1e-6;  // 1e-6: float32 rounding of weights ~1
+      << output;
   const ParamsGap gap = CompareParams(plain, masked);
-  EXPECT_LE(gap.worst, bound);
+  EXPECT_LE(gap.worst, OneRoundQuantisationBound(4));
   EXPECT_GT(gap.moved, 1.0);
-  // Over several rounds the accuracy is FedAvg's.
   const std::string plain5 = TempDir("fed_plain5"), masked5 = TempDir("fed_secagg5");
-  std::vector<std::string> five = common;
-  five[7] = "5";
-  r = RunProcess(Job(plain5, five));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  five.insert(five.end(), {"--secure-aggregation", "on"});
-  r = RunProcess(Job(masked5, five));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  common[7] = "5";
+  RunPlainThenMasked(plain5, masked5, common, {"--secure-aggregation", "on"});
   EXPECT_NEAR(Accuracy(masked5), Accuracy(plain5), 0.01);
   EXPECT_GT(Accuracy(masked5), 0.5);
+}
+
+// Bell et al.'s sparse graph between real processes: 6 clients of 2 neighbours each (each
+// pairs with 2 of the 5 others) give FedAvg's model up to the quantisation, and the server
+// says the graph was used.
+TEST_F(FederatedTest, SecureAggregationOverASparseNeighbourGraph) {
+  const std::string plain = TempDir("fed_sparse_plain"), sparse = TempDir("fed_sparse");
+  const std::vector<std::string> common = {"--sync",    "fedavg", "--workers",    "6",
+                                           "--servers", "1",      "--rounds",     "1",
+                                           "--lr",      "0.1",    "--batch-size", "50"};
+  const std::string output = RunPlainThenMasked(
+      plain, sparse, common, {"--secure-aggregation", "on", "--secagg-neighbours", "2"});
+  EXPECT_NE(output.find("secure aggregation unmasked the sum of w0, w1, w2, w3, w4, w5"),
+            std::string::npos)
+      << output;
+  EXPECT_NE(output.find("each client paired with 2 neighbours"), std::string::npos) << output;
+  const ParamsGap gap = CompareParams(plain, sparse);
+  EXPECT_LE(gap.worst, OneRoundQuantisationBound(6));
+  EXPECT_GT(gap.moved, 1.0);
+}
+
+// The byte patterns a canary (kTestCanary, planted by the test hook SYNCLINE_TEST_CANARY) takes
+// on its way to a server: the float bytes of each two neighbouring coordinates as the client
+// computed them, and, under secure aggregation with `p`, the fixed-point integers each pair
+// quantises to (either stochastic rounding of each: four pairs). Eight bytes each, so a chance
+// match among B bytes of random-looking data has probability about B * patterns / 2^64 (below
+// 1e-11 for a few MB).
+struct CanaryPatterns {
+  std::vector<std::string> floats, quantised;
+};
+CanaryPatterns CanaryEncodings(const SecAggParams& p) {
+  CanaryPatterns patterns;
+  constexpr size_t k = std::size(kTestCanary);
+  const double levels = std::ldexp(1.0, p.bits) - 1;
+  std::vector<std::array<uint32_t, 2>> rounded;
+  for (float x : kTestCanary) {
+    const double level = (static_cast<double>(x) + p.clip) / (2 * p.clip) * levels;
+    rounded.push_back(
+        {static_cast<uint32_t>(std::floor(level)), static_cast<uint32_t>(std::ceil(level))});
+  }
+  for (size_t i = 0; i + 1 < k; ++i) {
+    patterns.floats.emplace_back(reinterpret_cast<const char*>(&kTestCanary[i]), 8);
+    for (uint32_t a : rounded[i]) {
+      for (uint32_t b : rounded[i + 1]) {
+        const uint32_t pair[2] = {a, b};
+        patterns.quantised.emplace_back(reinterpret_cast<const char*>(pair), 8);
+      }
+    }
+  }
+  // The quantiser itself must give one of these (else the search would look for the wrong
+  // integers).
+  DpRandom rounding(FreshDpKey(), DpStream::kRounding, {0});
+  const std::vector<uint32_t> q = SecAggQuantise(kTestCanary, p, rounding);
+  for (size_t i = 0; i < k; ++i) {
+    EXPECT_TRUE(q[i] == rounded[i][0] || q[i] == rounded[i][1]) << i << ": " << q[i];
+  }
+  return patterns;
+}
+
+// What a server process received (every frame, SYNCLINE_AUDIT_RECEIVED_FRAMES), the job's log
+// (servers' included) and every file the job wrote, of one run with the canary in w1's update.
+struct CanaryRun {
+  std::string received, log, files;
+};
+CanaryRun RunWithCanary(const std::vector<std::string>& argv, const std::string& out,
+                        const std::string& audit) {
+  ::setenv("SYNCLINE_ENABLE_TEST_HOOKS", "1", 1);
+  ::setenv("SYNCLINE_TEST_CANARY", "1", 1);
+  ::setenv("SYNCLINE_AUDIT_RECEIVED_FRAMES", audit.c_str(), 1);
+  auto r = RunProcess(argv);
+  ::unsetenv("SYNCLINE_AUDIT_RECEIVED_FRAMES");
+  ::unsetenv("SYNCLINE_TEST_CANARY");
+  ::unsetenv("SYNCLINE_ENABLE_TEST_HOOKS");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  CanaryRun run{.received = ReadFile(audit), .log = r.output};
+  for (const auto& e : std::filesystem::recursive_directory_iterator(out)) {
+    if (e.is_regular_file()) run.files += ReadFile(e.path().string());
+  }
+  return run;
+}
+
+// The canary a client plants in its update, in every encoding it could take, reaches neither
+// the server's received bytes nor its log nor the job's files under --secure-aggregation; the
+// same recording of the same job without it holds the float bytes (the check can fail).
+TEST_F(FederatedTest, ACanaryInOneUpdateNeverReachesTheServerProcessUnderSecureAggregation) {
+  JobSpec spec;
+  spec.workers = 4;
+  const CanaryPatterns patterns = CanaryEncodings(SecureAggregationParams(spec));
+  const std::vector<std::string> common = {"--sync",    "fedavg", "--workers",    "4",
+                                           "--servers", "1",      "--rounds",     "2",
+                                           "--lr",      "0.1",    "--batch-size", "50"};
+  // The hook is refused unless test hooks are enabled.
+  const std::string refused = TempDir("fed_canary_refused");
+  ::setenv("SYNCLINE_TEST_CANARY", "1", 1);
+  auto r = RunProcess(Job(refused, common));
+  ::unsetenv("SYNCLINE_TEST_CANARY");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("honoured only with SYNCLINE_ENABLE_TEST_HOOKS=1"), std::string::npos)
+      << r.output;
+  const std::string audits = TempDir("fed_canary_audit");
+  const std::string plain = TempDir("fed_canary_plain");
+  const CanaryRun control = RunWithCanary(Job(plain, common), plain, audits + "/plain.bin");
+  ASSERT_GT(control.received.size(), 0u) << control.log;
+  for (const std::string& pattern : patterns.floats) {
+    EXPECT_NE(control.received.find(pattern), std::string::npos)
+        << "the positive control: without secure aggregation the server receives the canary";
+  }
+  std::vector<std::string> on = common;
+  on.insert(on.end(), {"--secure-aggregation", "on"});
+  const std::string masked = TempDir("fed_canary_masked");
+  const CanaryRun run = RunWithCanary(Job(masked, on), masked, audits + "/masked.bin");
+  EXPECT_NE(run.log.find("secure aggregation unmasked the sum of w0, w1, w2, w3"),
+            std::string::npos)
+      << run.log;
+  // The masked inputs arrived: two rounds of four clients' vectors at least.
+  EXPECT_GT(run.received.size(), 2 * 4 * sizeof(uint32_t) * (20 * 4 + 4 + 1)) << run.log;
+  std::vector<std::string> all = patterns.floats;
+  all.insert(all.end(), patterns.quantised.begin(), patterns.quantised.end());
+  for (const std::string& pattern : all) {
+    EXPECT_EQ(run.received.find(pattern), std::string::npos) << "in what the server received";
+    EXPECT_EQ(run.log.find(pattern), std::string::npos) << "in the job's log";
+    EXPECT_EQ(run.files.find(pattern), std::string::npos) << "in the job's files";
+  }
+  // Nor as text, in the log or the files.
+  for (float x : kTestCanary) {
+    const std::string text = absl::StrFormat("%.8g", x);
+    EXPECT_EQ(run.log.find(text), std::string::npos) << text;
+    EXPECT_EQ(run.files.find(text), std::string::npos) << text;
+  }
 }
 
 // Clients vanish before advertising keys, after sharing them and after uploading (a seeded
@@ -485,6 +639,10 @@ TEST_F(FederatedTest, SecureAggregationRefusesWhatItCannotMask) {
        "the clients a round picks"},
       {{"--workers", "4", "--servers", "1", "--participation", "0.25"},
        "at least 2 clients a round"},
+      {{"--workers", "6", "--servers", "1", "--secagg-neighbours", "3"},
+       "an even number in [2, 4]"},
+      {{"--workers", "6", "--servers", "1", "--secagg-neighbours", "2", "--secagg-threshold", "4"},
+       "the 2 neighbours and the client itself hold its shares"},
       {{"--workers", "300", "--servers", "1"}, "at most 255 workers"},
       {{"--workers", "200", "--servers", "1", "--secagg-threshold", "2", "--dp", "client",
         "--dp-noise-multiplier", "400"},

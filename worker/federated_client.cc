@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <iterator>
 #include <numeric>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "core/log.h"
 #include "core/random.h"
@@ -150,6 +154,24 @@ absl::StatusOr<std::vector<uint64_t>> KeysOfSource(const Model& model, ExampleSo
 
 }  // namespace
 
+absl::StatusOr<int> TestCanaryRank() {
+  const char* canary = std::getenv("SYNCLINE_TEST_CANARY");
+  if (canary == nullptr || *canary == '\0') return -1;
+  const char* enabled = std::getenv("SYNCLINE_ENABLE_TEST_HOOKS");
+  if (enabled == nullptr || std::string_view(enabled) != "1") {
+    return absl::InvalidArgumentError(
+        "SYNCLINE_TEST_CANARY is a test hook that plants values in a client's update; it is "
+        "honoured only with SYNCLINE_ENABLE_TEST_HOOKS=1 (unset it for a real job)");
+  }
+  int rank = -1;
+  if (!absl::SimpleAtoi(canary, &rank) || rank < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "SYNCLINE_TEST_CANARY is '%s'; it takes the rank of the client that plants the canary",
+        canary));
+  }
+  return rank;
+}
+
 FederatedClient::FederatedClient(const Model& model, SyncBackend& servers,
                                  const ParameterLayout& layout, FederatedClientOptions options)
     : model_(model), servers_(servers), layout_(layout), options_(options) {}
@@ -161,6 +183,9 @@ absl::StatusOr<FederatedResult> FederatedClient::Run(
     return absl::InvalidArgumentError(
         "a federated client of a dense model needs the number of features");
   }
+  absl::StatusOr<int> canary_rank = TestCanaryRank();
+  if (!canary_rank.ok()) return canary_rank.status();
+  const bool canary = *canary_rank == options_.rank;
   LocalBackend local(static_cast<float>(f.prox_mu), options_.local_optimizer);
   if (auto s = local.Init(layout_); !s.ok()) return s;
   // A dense model is pulled whole; a sparse one by the rows the client's data holds.
@@ -274,6 +299,9 @@ absl::StatusOr<FederatedResult> FederatedClient::Run(
                  options_.dp_clip);
     } else {
       for (float& d : delta) d *= n;
+    }
+    if (canary) {
+      std::copy_n(kTestCanary, std::min(std::size(kTestCanary), delta.size()), delta.begin());
     }
     std::span<const float> delta_bias(delta.data() + row_floats, layout_.bias_dim);
     absl::Status pushed;

@@ -41,6 +41,16 @@
 
 namespace syncline {
 
+// A TEST HOOK, not a feature: with SYNCLINE_ENABLE_TEST_HOOKS=1 and SYNCLINE_TEST_CANARY=R in
+// its environment, client wR sets the first coordinates of every round update it sends to
+// these values (after the weighting by its examples or the --dp clip, before secure
+// aggregation quantises and masks it), so that a test can look for them in every byte a
+// server received (tests/federated_launch_test.cc). A canary without the enabling variable
+// is refused: no production job runs with a planted update by accident.
+inline constexpr float kTestCanary[4] = {1234.5677f, -2718.2817f, 3141.5928f, -1618.0339f};
+// The rank SYNCLINE_TEST_CANARY names (-1: no canary), or InvalidArgument naming the variable.
+absl::StatusOr<int> TestCanaryRank();
+
 struct FederatedClientOptions {
   JobSpec::Federated federated;
   int rank = 0;

@@ -114,6 +114,9 @@ struct JobSpec {
     // al. 2017; ps/secure_aggregation.h), while at least secagg_threshold clients survive.
     bool secure_aggregation = false;
     int secagg_threshold = 0;  // [--secagg-threshold] 0: a majority of the round's clients
+    // [--secagg-neighbours] K: each client pairs with K others (Bell et al. 2020's sparse
+    // graph); 0: with every other client.
+    int secagg_neighbours = 0;
     bool operator==(const Federated&) const = default;
   } federated;
 
