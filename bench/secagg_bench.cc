@@ -159,11 +159,11 @@ int Main(int argc, char** argv) {
     for (int c = 1; c <= n; ++c) order.push_back(c);
     std::shuffle(order.begin(), order.end(), rng);
     const std::set<int> lost(order.begin(), order.begin() + static_cast<int>(s.drop * n));
-    // A third of a neighbourhood must reveal; the complete graph's threshold is a third of all.
-    SecAggParams complete{.clients = n, .threshold = std::max(2, n / 3), .bits = bits};
+    // The jobs' default thresholds: a majority of those who hold a client's shares.
+    SecAggParams complete{.clients = n, .threshold = std::max(2, n / 2 + 1), .bits = bits};
     SecAggParams sparse = complete;
     sparse.neighbours = s.neighbours;
-    sparse.threshold = std::max(2, (s.neighbours + 1) / 3);
+    sparse.threshold = std::max(2, std::min(n, s.neighbours + 1) / 2 + 1);
     const Cost base = Best(complete, inputs, lost, s.repeat);
     const Cost graph = Best(sparse, inputs, lost, s.repeat);
     if (!base.unmasked || !graph.unmasked) return 1;

@@ -95,25 +95,36 @@ absl::Status CheckSecureAggregation(const JobSpec& s) {
     return InvalidFlag("secure-aggregation", "on",
                        "needs at least 2 clients a round (one client's sum is its update)");
   }
+  const int most_neighbours = s.workers - 1 - (s.workers - 1) % 2;
   if (f.secagg_neighbours < 0 || f.secagg_neighbours % 2 != 0 ||
       f.secagg_neighbours > s.workers - 1) {
-    return InvalidFlag("secagg-neighbours", k,
-                       absl::StrCat("must be 0 (every other client) or an even number in [2, ",
-                                    s.workers - 1 - (s.workers - 1) % 2,
-                                    "] (a Harary graph is K-regular for even K, below the ",
-                                    s.workers, " clients)"));
+    return InvalidFlag(
+        "secagg-neighbours", k,
+        most_neighbours < 2
+            ? absl::StrCat("must be 0: with ", s.workers,
+                           " workers every client already pairs with every other")
+            : absl::StrCat("must be 0 (every other client) or an even number in [2, ",
+                           most_neighbours, "] (a Harary graph is K-regular for even K, below the ",
+                           s.workers, " clients)"));
   }
-  // A neighbourhood holds K + 1 shares (the client's own among them).
+  // A neighbourhood holds K + 1 shares (the client's own among them). With a neighbour graph
+  // the threshold must be a majority of them: with fewer, two disjoint groups of t exist in a
+  // neighbourhood, and a server that showed them different survivor lists could collect a
+  // client's self-mask shares from one and its masking-key shares from the other.
   const int holders =
       f.secagg_neighbours > 0 ? std::min(clients, f.secagg_neighbours + 1) : clients;
-  if (f.secagg_threshold != 0 && (f.secagg_threshold < 2 || f.secagg_threshold > holders)) {
-    return InvalidFlag("secagg-threshold", t,
-                       f.secagg_neighbours > 0
-                           ? absl::StrCat("must be 0 (a majority of a neighbourhood) or in [2, ",
-                                          holders, "] (the ", f.secagg_neighbours,
-                                          " neighbours and the client itself hold its shares)")
-                           : absl::StrCat("must be 0 (a majority of a round's clients) or in [2, ",
-                                          clients, "] (the clients a round picks)"));
+  const int lowest = f.secagg_neighbours > 0 ? std::max(2, holders / 2 + 1) : 2;
+  if (f.secagg_threshold != 0 && (f.secagg_threshold < lowest || f.secagg_threshold > holders)) {
+    return InvalidFlag(
+        "secagg-threshold", t,
+        f.secagg_neighbours > 0
+            ? absl::StrCat("must be 0 (a majority of a neighbourhood) or in [", lowest, ", ",
+                           holders, "]: a majority of the ", holders,
+                           " clients who hold a client's shares (its neighbours and itself), so "
+                           "that two groups shown different survivor lists cannot each rebuild "
+                           "one kind of its secrets")
+            : absl::StrCat("must be 0 (a majority of a round's clients) or in [2, ", clients,
+                           "] (the clients a round picks)"));
   }
   const SecAggParams p = SecureAggregationParams(s);
   if (absl::Status fits = CheckSecAggParams(p); !fits.ok()) {

@@ -68,12 +68,15 @@ bool ToKey(capnp::Data::Reader data, SecAggKey* key) {
   return true;
 }
 
-// What a consistency signature covers: the round and the survivor list, in order.
-std::vector<uint8_t> SignedSurvivors(int64_t round, const std::set<int>& survivors) {
+// What a consistency signature covers: the round, the seed of its neighbour graph (so every
+// signer derived the same graph from the same key list) and the survivor list, in order.
+std::vector<uint8_t> SignedSurvivors(int64_t round, const SecAggKey& graph_seed,
+                                     const std::set<int>& survivors) {
   static constexpr char kLabel[] = "syncline secagg survivors";
   std::vector<uint8_t> m(kLabel, kLabel + sizeof(kLabel));
   for (int i = 0; i < 8; ++i)
     m.push_back(static_cast<uint8_t>(static_cast<uint64_t>(round) >> (8 * i)));
+  m.insert(m.end(), graph_seed.begin(), graph_seed.end());
   for (int s : survivors) {
     for (int i = 0; i < 4; ++i)
       m.push_back(static_cast<uint8_t>(static_cast<uint32_t>(s) >> (8 * i)));
@@ -187,7 +190,8 @@ absl::StatusOr<SecAggPacket> SecAggClientRound::OnKeys(const SecAggPacket& answe
   }
   std::set<int> advertisers;
   for (const auto& [c, key] : masking) advertisers.insert(c);
-  graph_ = SecAggHararyGraph(advertisers, params_.neighbours, SecAggGraphSeed(round_, masking));
+  graph_seed_ = SecAggGraphSeed(round_, masking);
+  graph_ = SecAggHararyGraph(advertisers, params_.neighbours, graph_seed_);
   absl::StatusOr<std::vector<SecAggSealedShares>> sealed =
       client_.ShareKeys(encryption, masking, graph_);
   if (!sealed.ok()) return sealed.status();
@@ -264,7 +268,7 @@ absl::StatusOr<SecAggPacket> SecAggClientRound::OnSurvivors(const SecAggPacket& 
         "client %d: %d survivors (threshold %d)%s", client_.index(), survivors_.size(),
         params_.threshold, survivors_.contains(client_.index()) ? "" : ", without this client"));
   }
-  const std::vector<uint8_t> text = SignedSurvivors(round_, survivors_);
+  const std::vector<uint8_t> text = SignedSurvivors(round_, graph_seed_, survivors_);
   std::array<uint8_t, kSignatureBytes> signature;
   crypto_sign_detached(signature.data(), nullptr, text.data(), text.size(), sign_secret_.data());
   capnp::MallocMessageBuilder m;
@@ -281,7 +285,7 @@ absl::StatusOr<SecAggPacket> SecAggClientRound::OnSignatures(const SecAggPacket&
   if (!parsed.ok()) return parsed.status();
   auto root = (*parsed)->root();
   if (auto s = CheckRound(answer, SecAggStage::kConsistency, root.getRound()); !s.ok()) return s;
-  const std::vector<uint8_t> text = SignedSurvivors(round_, survivors_);
+  const std::vector<uint8_t> text = SignedSurvivors(round_, graph_seed_, survivors_);
   std::set<int> signers;
   for (auto sig : root.getSignatures()) {
     const int c = sig.getClient();
@@ -304,7 +308,7 @@ absl::StatusOr<SecAggPacket> SecAggClientRound::OnSignatures(const SecAggPacket&
         absl::StrFormat("client %d: %d clients signed the survivor list (threshold %d)",
                         client_.index(), signers.size(), params_.threshold));
   }
-  absl::StatusOr<SecAggReveal> reveal = client_.Reveal(survivors_);
+  absl::StatusOr<SecAggReveal> reveal = client_.Reveal(survivors_, graph_);
   if (!reveal.ok()) return reveal.status();
   capnp::MallocMessageBuilder m;
   auto out = m.initRoot<wire::SecAggMessage>();
@@ -505,7 +509,7 @@ absl::Status SecAggRelay::Accept(int client, const SecAggPacket& request, size_t
     case SecAggStage::kConsistency: {
       if (root.getSignatures().size() != 1) return bad("must hold exactly its own signature");
       auto sig = root.getSignatures()[0];
-      const std::vector<uint8_t> text = SignedSurvivors(options_.round, contributors_);
+      const std::vector<uint8_t> text = SignedSurvivors(options_.round, graph_seed_, contributors_);
       if (sig.getClient() != client || sig.getSignature().size() != kSignatureBytes ||
           crypto_sign_verify_detached(sig.getSignature().begin(), text.data(), text.size(),
                                       signing_keys_.at(client).data()) != 0) {
@@ -598,8 +602,8 @@ void SecAggRelay::CloseStage(absl::Time now) {
       // The neighbour graph the clients derive from the same keys.
       std::map<int, SecAggKey> advertised;
       for (int c : senders) advertised[c] = masking_keys_.at(c);
-      graph_ = SecAggHararyGraph(senders, options_.params.neighbours,
-                                 SecAggGraphSeed(options_.round, advertised));
+      graph_seed_ = SecAggGraphSeed(options_.round, advertised);
+      graph_ = SecAggHararyGraph(senders, options_.params.neighbours, graph_seed_);
       next = SecAggStage::kShareKeys;
       break;
     }
@@ -633,6 +637,14 @@ void SecAggRelay::CloseStage(absl::Time now) {
     }
     case SecAggStage::kMaskedInput: {
       contributors_ = server_->survivors();
+      if (const int pieces = SecAggPieces(graph_, contributors_); pieces > 1) {
+        Abort(absl::FailedPreconditionError(absl::StrFormat(
+            "secure aggregation: round %d aborted in its masked input stage: the %d uploaders "
+            "fall into %d pieces of the neighbour graph, whose sums would each be unmasked; "
+            "nothing is revealed",
+            options_.round, contributors_.size(), pieces)));
+        return;
+      }
       const std::string body = message([&](wire::SecAggMessage::Builder root) {
         auto list = root.initSurvivors(static_cast<unsigned>(contributors_.size()));
         unsigned i = 0;

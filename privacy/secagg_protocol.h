@@ -16,12 +16,14 @@
 //                for it.
 //   maskedInput  each client of U2 sends y_u; the server adds it to its running sum (the only
 //                thing it keeps) and answers the uploaders (U3) with U3.
-//   consistency  each client of U3 signs (r, U3); the server answers the signers (U4) with
-//                all signatures, which each client checks against U1's signing keys before it
+//   consistency  each client of U3 signs (r, the graph's seed, U3), so that every signer
+//                derived the same graph from the same keys; the server answers the signers (U4)
+//                with all signatures, which each client checks against U1's signing keys before it
 //                reveals anything (a server that told clients different survivor lists, to
 //                get both kinds of share of one client, is caught here).
 //   unmask       each client of U4 reveals b shares of its neighbours in U3 and s shares of
-//                its neighbours in U2 \ U3 (if t of its neighbourhood survive); with t of
+//                its neighbours in U2 \ U3 (if t of its neighbourhood survive and U3 is one
+//                piece of the graph: else each piece's sum could be unmasked); with t of
 //                each neighbourhood the server removes the masks and holds the sum of U3's
 //                inputs. Each b
 //                it rebuilds must match the commitment its owner advertised; a corrupt share
@@ -94,8 +96,9 @@ class SecAggClientRound {
   SecAggParams params_;
   SecAggKey sign_public_{};
   std::array<uint8_t, 64> sign_secret_{};
-  std::map<int, SecAggKey> signing_keys_;           // U1's, from the advertise answer
-  SecAggGraph graph_;                               // the round's neighbour graph over U1
+  std::map<int, SecAggKey> signing_keys_;  // U1's, from the advertise answer
+  SecAggKey graph_seed_{};                 // its seed, covered by the consistency signature
+  SecAggGraph graph_;                      // the round's neighbour graph over U1
   SecAggStage awaiting_ = SecAggStage::kAdvertise;  // the answer Next expects
   std::set<int> sharers_;    // U2 in its neighbourhood: whose shares it received
   std::set<int> survivors_;  // U3
@@ -192,6 +195,7 @@ class SecAggRelay {
   // What the stages gathered.
   std::map<int, SecAggKey> encryption_keys_, masking_keys_, signing_keys_;
   std::map<int, SecAggKey> commitments_;  // self-mask commitments, from the advertise stage
+  SecAggKey graph_seed_{};                // its seed (SecAggGraphSeed)
   SecAggGraph graph_;                     // the neighbour graph over U1 (empty: complete)
   std::string keys_body_;                 // the advertise answer, once
   std::map<int, std::vector<SecAggSealedShares>> inbox_;  // by recipient

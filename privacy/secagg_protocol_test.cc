@@ -185,6 +185,28 @@ TEST(SecAggProtocolTest, ASparseGraphRoundGivesTheExactSumWithLosses) {
   EXPECT_LT(sparse.seen.size(), all.seen.size() * 3 / 4);
 }
 
+// The consistency signature covers the graph's seed, so a client shown another key list than
+// the others (here, one changed masking key: it derives another graph seed) is caught there:
+// the server cannot give clients different neighbour graphs unseen. (Such a server can also
+// spoil the sum; what the test shows is that the lie is seen.)
+TEST(SecAggProtocolTest, AClientShownAnotherKeyListFailsTheConsistencyStage) {
+  auto inputs = RandomInputs(6, kParams.bits, 10);
+  Faults f;
+  f.on_answer = [](int client, SecAggPacket& p) {
+    if (client != 1 || p.stage != SecAggStage::kAdvertise) return;
+    Rewrite(p, [](wire::SecAggMessage::Builder m) {
+      for (auto k : m.getKeys()) {
+        if (k.getClient() == 6) k.getMasking()[0] ^= 1;
+      }
+    });
+  };
+  Outcome out = RunRound(kParams, inputs, f);
+  ASSERT_TRUE(out.client_errors.contains(1));
+  EXPECT_THAT(out.client_errors.at(1).message(),
+              HasSubstr("client 1's consistency request of round 7 has a signature that does not "
+                        "verify"));
+}
+
 // A client takes the server's answers in stage order only: one for a later stage (a server
 // skipping the key exchange, say) is refused naming both stages, and nothing follows unmask.
 TEST(SecAggProtocolTest, AnAnswerOutOfOrderIsRefused) {

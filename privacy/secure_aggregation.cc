@@ -168,7 +168,8 @@ SecAggGraph SecAggHararyGraph(const std::set<int>& clients, int k, const SecAggK
   uint64_t block = 0;
   auto next = [&]() -> uint32_t {
     if (used + 4 > stream.size()) {
-      stream.assign(4 * (static_cast<size_t>(n) + 64), 0);
+      // Whole 64-byte blocks, so that the next refill starts where this one ended.
+      stream.assign(64 * ((4 * (static_cast<size_t>(n) + 64) + 63) / 64), 0);
       crypto_stream_chacha20_xor_ic(stream.data(), stream.data(), stream.size(),
                                     std::array<uint8_t, crypto_stream_chacha20_NONCEBYTES>{}.data(),
                                     block, seed.data());
@@ -203,6 +204,28 @@ bool SecAggNeighbours(const SecAggGraph& graph, int u, int v) {
   if (graph.empty()) return true;
   const auto it = graph.find(u);
   return it != graph.end() && it->second.contains(v);
+}
+
+int SecAggPieces(const SecAggGraph& graph, const std::set<int>& clients) {
+  if (clients.empty()) return 0;
+  if (graph.empty()) return 1;
+  std::set<int> unseen = clients;
+  int pieces = 0;
+  while (!unseen.empty()) {
+    ++pieces;
+    std::vector<int> stack = {*unseen.begin()};
+    unseen.erase(unseen.begin());
+    while (!stack.empty()) {
+      const int u = stack.back();
+      stack.pop_back();
+      const auto it = graph.find(u);
+      if (it == graph.end()) continue;
+      for (int v : it->second) {
+        if (unseen.erase(v) > 0) stack.push_back(v);
+      }
+    }
+  }
+  return pieces;
 }
 
 std::vector<uint32_t> SecAggQuantise(std::span<const float> x, const SecAggParams& p,
@@ -408,7 +431,8 @@ absl::StatusOr<std::vector<uint32_t>> SecAggClient::MaskInput(
   return y;
 }
 
-absl::StatusOr<SecAggReveal> SecAggClient::Reveal(const std::set<int>& survivors) {
+absl::StatusOr<SecAggReveal> SecAggClient::Reveal(const std::set<int>& survivors,
+                                                  const SecAggGraph& graph) {
   if (static_cast<int>(survivors.size()) < params_.threshold) {
     return absl::FailedPreconditionError(
         absl::StrFormat("client %d: %d clients survive the round, fewer than the threshold %d: "
@@ -426,6 +450,12 @@ absl::StatusOr<SecAggReveal> SecAggClient::Reveal(const std::set<int>& survivors
         "client %d: %d clients of its neighbourhood survive the round, fewer than the threshold "
         "%d: nothing is revealed",
         index_, near, params_.threshold));
+  }
+  if (const int pieces = SecAggPieces(graph, survivors); pieces > 1) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "client %d: the survivors fall into %d pieces of the neighbour graph, whose sums would "
+        "each be unmasked: nothing is revealed",
+        index_, pieces));
   }
   SecAggReveal reveal{.from = index_};
   for (const auto& [peer, b] : held_b_) {
@@ -538,6 +568,12 @@ absl::StatusOr<std::vector<uint32_t>> SecAggServer::Unmask(std::span<const SecAg
         "aborted and its sum stays masked",
         survivors_.size(), usable.size(), t));
   }
+  if (const int pieces = SecAggPieces(graph_, survivors_); pieces > 1) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "secure aggregation: the survivors fall into %d pieces of the neighbour graph: the "
+        "round is aborted and its sum stays masked",
+        pieces));
+  }
   for (const SecAggReveal* r : usable) {
     for (const auto& [peer, share] : r->self_mask_shares) {
       if (r->key_shares.contains(peer)) {
@@ -586,6 +622,11 @@ absl::StatusOr<std::vector<uint32_t>> SecAggServer::Unmask(std::span<const SecAg
   }
   for (const auto& [u, public_key] : masking_keys_) {
     if (survivors_.contains(u)) continue;
+    // A lost client with no surviving neighbour left no mask in the sum.
+    if (std::none_of(survivors_.begin(), survivors_.end(),
+                     [&](int v) { return SecAggNeighbours(graph_, u, v); })) {
+      continue;
+    }
     std::vector<int> revealers;
     absl::StatusOr<std::vector<ShamirShare>> shares = shares_of(u, false, &revealers);
     if (!shares.ok()) return shares.status();

@@ -62,7 +62,9 @@ struct SecAggParams {
   int neighbours = 0;
 };
 // InvalidArgument naming the value: 2 <= t <= n <= 255, 1 <= bits <= 31, n (2^bits - 1) below
-// the modulus 2^32, clip > 0, k even in [0, 254] with t <= k + 1 when k > 0.
+// the modulus 2^32, clip > 0, k even in [0, 254] with t <= k + 1 when k > 0. (A job also
+// wants t a majority of those who hold a client's shares, job/privacy_plan.cc: with fewer, two
+// groups shown different survivor lists could each rebuild one kind of a client's secrets.)
 absl::Status CheckSecAggParams(const SecAggParams& p);
 
 // The seed of a round's neighbour graph: BLAKE2b of a label, the round and every advertised
@@ -77,6 +79,11 @@ SecAggKey SecAggGraphSeed(int64_t round, const std::map<int, SecAggKey>& masking
 SecAggGraph SecAggHararyGraph(const std::set<int>& clients, int k, const SecAggKey& seed);
 // Whether v is in u's closed neighbourhood (every client is, for the empty complete graph).
 bool SecAggNeighbours(const SecAggGraph& graph, int u, int v);
+// The connected pieces of the graph among `clients` only (edges between two of them). The
+// masks inside a piece cancel in its own sum, so a server that unmasks a round whose
+// survivors fall into several pieces learns each piece's sum: a round goes on only when its
+// survivors are one piece (always, for the complete graph).
+int SecAggPieces(const SecAggGraph& graph, const std::set<int>& clients);
 
 // x clipped to [-clip, clip] and mapped linearly onto [0, 2^bits - 1], rounded stochastically
 // (up with probability the fraction, so that the quantised value's expectation is the clipped
@@ -154,10 +161,13 @@ class SecAggClient {
   // at least t, including this one). The answer holds a b share for each surviving neighbour
   // and an s share for each other neighbour that shared keys. FailedPrecondition when fewer
   // than t survive, or fewer than t of its own neighbourhood (itself included): a server that
-  // declares a client's neighbours lost would otherwise unmask a sum of few inputs. A client
+  // declares a client's neighbours lost would otherwise unmask a sum of few inputs; and when
+  // `graph` (the round's) falls apart among the survivors (SecAggPieces), whose pieces' sums
+  // would each be unmasked. A client
   // never reveals both kinds for one peer: a second request naming a different survivor set
   // is refused (FailedPrecondition naming the peer).
-  absl::StatusOr<SecAggReveal> Reveal(const std::set<int>& survivors);
+  absl::StatusOr<SecAggReveal> Reveal(const std::set<int>& survivors,
+                                      const SecAggGraph& graph = {});
 
  private:
   SecAggClient() = default;
