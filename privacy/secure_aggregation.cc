@@ -623,8 +623,9 @@ absl::StatusOr<std::vector<uint32_t>> SecAggServer::Unmask(std::span<const SecAg
   for (const auto& [u, public_key] : masking_keys_) {
     if (survivors_.contains(u)) continue;
     // A lost client with no surviving neighbour left no mask in the sum.
+    const int lost = u;  // a structured binding cannot be captured before C++20's P1091
     if (std::none_of(survivors_.begin(), survivors_.end(),
-                     [&](int v) { return SecAggNeighbours(graph_, u, v); })) {
+                     [&](int v) { return SecAggNeighbours(graph_, lost, v); })) {
       continue;
     }
     std::vector<int> revealers;
