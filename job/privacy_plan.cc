@@ -107,12 +107,11 @@ absl::Status CheckSecureAggregation(const JobSpec& s) {
                            most_neighbours, "] (a Harary graph is K-regular for even K, below the ",
                            s.workers, " clients)"));
   }
-  // A neighbourhood holds K + 1 shares (the client's own among them). With a neighbour graph
-  // the threshold must be a majority of them: with fewer, two disjoint groups of t exist in a
-  // neighbourhood, and a server that showed them different survivor lists could collect a
-  // client's self-mask shares from one and its masking-key shares from the other.
-  const int holders =
-      f.secagg_neighbours > 0 ? std::min(clients, f.secagg_neighbours + 1) : clients;
+  // With a neighbour graph the threshold must be a majority of a client's share holders: with
+  // fewer, two disjoint groups of t exist in a neighbourhood, and a server that showed them
+  // different survivor lists could collect a client's self-mask shares from one and its
+  // masking-key shares from the other.
+  const int holders = SecAggShareHolders(s);
   const int lowest = f.secagg_neighbours > 0 ? std::max(2, holders / 2 + 1) : 2;
   if (f.secagg_threshold != 0 && (f.secagg_threshold < lowest || f.secagg_threshold > holders)) {
     return InvalidFlag(
@@ -319,15 +318,19 @@ absl::Status ResolvePrivacy(JobSpec& s) {
   return absl::OkStatus();
 }
 
-SecAggParams SecureAggregationParams(const JobSpec& spec) {
+int SecAggShareHolders(const JobSpec& spec) {
   const int clients = ClientsPerRound(spec.workers, spec.federated.participation);
+  const int neighbours = spec.federated.secagg_neighbours;
+  return neighbours > 0 ? std::min(clients, neighbours + 1) : clients;
+}
+
+SecAggParams SecureAggregationParams(const JobSpec& spec) {
   SecAggParams p{
       .clients = spec.workers, .clip = kSecAggClip, .neighbours = spec.federated.secagg_neighbours};
-  // The default: a majority of those who hold a client's shares, the round's clients or its
-  // neighbourhood (K neighbours and itself), whichever is smaller.
-  const int holders = p.neighbours > 0 ? std::min(clients, p.neighbours + 1) : clients;
-  p.threshold = spec.federated.secagg_threshold != 0 ? spec.federated.secagg_threshold
-                                                     : std::max(2, holders / 2 + 1);
+  // The default: a majority of those who hold a client's shares.
+  p.threshold = spec.federated.secagg_threshold != 0
+                    ? spec.federated.secagg_threshold
+                    : std::max(2, SecAggShareHolders(spec) / 2 + 1);
   p.bits = 1;
   while (p.bits < 31 && static_cast<double>(spec.workers) * (std::ldexp(1.0, p.bits + 1) - 1) <
                             std::ldexp(1.0, 32)) {

@@ -64,9 +64,13 @@ inline constexpr double kSecAggClip = 1 << 20;
 
 // The secure-aggregation parameters of a job (privacy/secure_aggregation.h): the W workers
 // are clients 1..W (rank + 1); the threshold is --secagg-threshold, or with 0 a majority of
-// the k clients a round picks, floor(k / 2) + 1 and at least 2; the bits are the most b for
-// which W (2^b - 1) < 2^32 (28 for 10 workers); the clip is kSecAggClip.
+// the h share holders (SecAggShareHolders), floor(h / 2) + 1 and at least 2; the bits are the most
+// b for which W (2^b - 1) < 2^32 (28 for 10 workers); the clip is kSecAggClip.
 SecAggParams SecureAggregationParams(const JobSpec& spec);
+// Who holds one client's Shamir shares: the clients of a round, or with
+// --secagg-neighbours K its neighbourhood of K + 1 (itself included), whichever is fewer.
+// The default threshold is a majority of them; with K, a given one must be too.
+int SecAggShareHolders(const JobSpec& spec);
 // --dp client with --secure-aggregation: the distributed noise's parameters (the clip, the
 // noise multiplier, the W workers and the protocol's threshold t).
 DistributedDpParams DistributedDpFor(const JobSpec& spec);

@@ -84,6 +84,16 @@ std::vector<uint8_t> SignedSurvivors(int64_t round, const SecAggKey& graph_seed,
   return m;
 }
 
+// The round's neighbour graph over the advertisers in `masking` (SecAggHararyGraph), with its
+// seed in *seed: what every client and the relay derive from the same advertise answer.
+SecAggGraph RoundGraph(int64_t round, const std::map<int, SecAggKey>& masking, int neighbours,
+                       SecAggKey* seed) {
+  *seed = SecAggGraphSeed(round, masking);
+  std::set<int> advertisers;
+  for (const auto& [c, key] : masking) advertisers.insert(c);
+  return SecAggHararyGraph(advertisers, neighbours, *seed);
+}
+
 void WriteShares(const std::map<int, ShamirShare>& shares,
                  capnp::List<wire::SecAggShare>::Builder out) {
   unsigned i = 0;
@@ -188,10 +198,7 @@ absl::StatusOr<SecAggPacket> SecAggClientRound::OnKeys(const SecAggPacket& answe
     return absl::InvalidArgumentError(absl::StrFormat(
         "client %d: the server's key list does not hold this client's own keys", client_.index()));
   }
-  std::set<int> advertisers;
-  for (const auto& [c, key] : masking) advertisers.insert(c);
-  graph_seed_ = SecAggGraphSeed(round_, masking);
-  graph_ = SecAggHararyGraph(advertisers, params_.neighbours, graph_seed_);
+  graph_ = RoundGraph(round_, masking, params_.neighbours, &graph_seed_);
   absl::StatusOr<std::vector<SecAggSealedShares>> sealed =
       client_.ShareKeys(encryption, masking, graph_);
   if (!sealed.ok()) return sealed.status();
@@ -599,11 +606,10 @@ void SecAggRelay::CloseStage(absl::Time now) {
         }
       });
       AnswerAll([&](int) { return SecAggPacket{.stage = stage_, .body = body}; });
-      // The neighbour graph the clients derive from the same keys.
+      // The neighbour graph the clients derive from the keys in that answer.
       std::map<int, SecAggKey> advertised;
       for (int c : senders) advertised[c] = masking_keys_.at(c);
-      graph_seed_ = SecAggGraphSeed(options_.round, advertised);
-      graph_ = SecAggHararyGraph(senders, options_.params.neighbours, graph_seed_);
+      graph_ = RoundGraph(options_.round, advertised, options_.params.neighbours, &graph_seed_);
       next = SecAggStage::kShareKeys;
       break;
     }

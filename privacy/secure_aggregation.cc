@@ -48,21 +48,43 @@ const Gf256& Field() {
   return field;
 }
 
+// BLAKE2b-256 of a label and then of what is added, in order: each use names its own label.
+class LabelledHash {
+ public:
+  explicit LabelledHash(std::string_view label) {
+    crypto_generichash_init(&state_, nullptr, 0, 32);
+    Add(reinterpret_cast<const uint8_t*>(label.data()), label.size());
+  }
+  LabelledHash& Add(const uint8_t* data, size_t n) {
+    crypto_generichash_update(&state_, data, n);
+    return *this;
+  }
+  LabelledHash& Add(const SecAggKey& key) { return Add(key.data(), key.size()); }
+  // `bytes` bytes of v, least significant first.
+  LabelledHash& AddLittleEndian(uint64_t v, int bytes) {
+    uint8_t number[8];
+    for (int i = 0; i < bytes; ++i) number[i] = static_cast<uint8_t>(v >> (8 * i));
+    return Add(number, static_cast<size_t>(bytes));
+  }
+  SecAggKey Final() {
+    SecAggKey out;
+    crypto_generichash_final(&state_, out.data(), out.size());
+    return out;
+  }
+
+ private:
+  crypto_generichash_state state_;
+};
+
 // BLAKE2b of a label, an agreed secret and the two public keys in a fixed order: the same
 // 32 bytes at both ends.
 SecAggKey DeriveKey(std::string_view label, const uint8_t* shared, const SecAggKey& a,
                     const SecAggKey& b) {
-  const SecAggKey& lo = std::min(a, b);
-  const SecAggKey& hi = std::max(a, b);
-  crypto_generichash_state state;
-  crypto_generichash_init(&state, nullptr, 0, 32);
-  crypto_generichash_update(&state, reinterpret_cast<const uint8_t*>(label.data()), label.size());
-  crypto_generichash_update(&state, shared, crypto_scalarmult_BYTES);
-  crypto_generichash_update(&state, lo.data(), lo.size());
-  crypto_generichash_update(&state, hi.data(), hi.size());
-  SecAggKey out;
-  crypto_generichash_final(&state, out.data(), out.size());
-  return out;
+  return LabelledHash(label)
+      .Add(shared, crypto_scalarmult_BYTES)
+      .Add(std::min(a, b))
+      .Add(std::max(a, b))
+      .Final();
 }
 
 // The agreed key of `label` between secret key `mine` and public key `theirs`.
@@ -135,24 +157,12 @@ absl::Status CheckSecAggParams(const SecAggParams& p) {
 
 SecAggKey SecAggGraphSeed(int64_t round, const std::map<int, SecAggKey>& masking_keys) {
   (void)SodiumReady();
-  static constexpr std::string_view kLabel = "syncline secagg neighbour graph";
-  crypto_generichash_state state;
-  crypto_generichash_init(&state, nullptr, 0, 32);
-  crypto_generichash_update(&state, reinterpret_cast<const uint8_t*>(kLabel.data()), kLabel.size());
-  uint8_t number[8];
-  for (int i = 0; i < 8; ++i)
-    number[i] = static_cast<uint8_t>(static_cast<uint64_t>(round) >> (8 * i));
-  crypto_generichash_update(&state, number, 8);
+  LabelledHash hash("syncline secagg neighbour graph");
+  hash.AddLittleEndian(static_cast<uint64_t>(round), 8);
   for (const auto& [client, key] : masking_keys) {
-    for (int i = 0; i < 4; ++i) {
-      number[i] = static_cast<uint8_t>(static_cast<uint32_t>(client) >> (8 * i));
-    }
-    crypto_generichash_update(&state, number, 4);
-    crypto_generichash_update(&state, key.data(), key.size());
+    hash.AddLittleEndian(static_cast<uint32_t>(client), 4).Add(key);
   }
-  SecAggKey out;
-  crypto_generichash_final(&state, out.data(), out.size());
-  return out;
+  return hash.Final();
 }
 
 SecAggGraph SecAggHararyGraph(const std::set<int>& clients, int k, const SecAggKey& seed) {
@@ -304,14 +314,7 @@ absl::StatusOr<SecAggKey> ShamirCombine(std::span<const ShamirShare> shares, int
 
 SecAggKey SelfMaskCommitment(const SecAggKey& seed) {
   (void)SodiumReady();
-  static constexpr std::string_view kLabel = "syncline secagg self-mask commitment";
-  crypto_generichash_state state;
-  crypto_generichash_init(&state, nullptr, 0, 32);
-  crypto_generichash_update(&state, reinterpret_cast<const uint8_t*>(kLabel.data()), kLabel.size());
-  crypto_generichash_update(&state, seed.data(), seed.size());
-  SecAggKey out;
-  crypto_generichash_final(&state, out.data(), out.size());
-  return out;
+  return LabelledHash("syncline secagg self-mask commitment").Add(seed).Final();
 }
 
 absl::StatusOr<SecAggClient> SecAggClient::Create(const SecAggParams& p, int index) {
