@@ -445,6 +445,7 @@ TEST_F(ElasticAllReduceTest, AKilledWorkerIsDroppedAndEveryExampleIsTrainedOnce)
     EXPECT_EQ(ExamplesInTheModel(out, r), 3 * 20000.0) << "w" << r;
   }
   EXPECT_EQ(ExamplesInTheModel(out, 2), std::nullopt) << "w2 was killed before its end";
+  EXPECT_EQ(JsonNumber(o.summary, "examples_trained"), 3 * 20000.0) << o.summary;
   const auto auc = JsonNumber(o.summary, "test_auc");
   const auto clean_auc = JsonNumber(clean.summary, "test_auc");
   ASSERT_TRUE(auc.has_value() && clean_auc.has_value()) << o.summary;
