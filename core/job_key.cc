@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
@@ -31,6 +33,14 @@ constexpr char kControlSuffix[] = ".ctl";
 constexpr char kCoordinator[] = "coordinator";  // core/node_table.h's kCoordinatorId
 
 bool IsControlPrincipal(std::string_view principal) { return principal.ends_with(kControlSuffix); }
+
+// A node's data id as a key file may name it: a principal of its own (no '@'), not a control
+// one, and no '#' (which marks a control key's incarnation).
+bool IsNodeName(std::string_view node) {
+  return !node.empty() && node.size() <= 255 && KeyPrincipal(node) == node &&
+         !IsControlPrincipal(node) && node.find('#') == std::string_view::npos &&
+         node.find_first_of(" \t\r\n/") == std::string_view::npos;
+}
 
 std::string Hex(const JobKey::Bytes& b) {
   return absl::BytesToHexString(
@@ -131,9 +141,37 @@ std::string KeyPrincipal(std::string_view id) {
   return std::string(id.substr(0, id.find('@')));
 }
 
+JobKey::JobKey() : state_(std::make_unique<State>()) {}
+
+JobKey::JobKey(JobKey&& other) noexcept { *this = std::move(other); }
+
+JobKey& JobKey::operator=(JobKey&& other) noexcept {
+  authority_ = std::exchange(other.authority_, false);
+  secret_ = other.secret_;
+  sodium_memzero(other.secret_.data(), other.secret_.size());
+  state_ = std::move(other.state_);
+  node_ = std::move(other.node_);
+  other.node_.clear();
+  incarnation_ = other.incarnation_;
+  data_secret_ = other.data_secret_;
+  control_secret_ = other.control_secret_;
+  sodium_memzero(other.data_secret_.data(), other.data_secret_.size());
+  sodium_memzero(other.control_secret_.data(), other.control_secret_.size());
+  publics_ = std::move(other.publics_);
+  other.publics_.clear();
+  return *this;
+}
+
+JobKey::~JobKey() {
+  sodium_memzero(secret_.data(), secret_.size());
+  sodium_memzero(data_secret_.data(), data_secret_.size());
+  sodium_memzero(control_secret_.data(), control_secret_.size());
+}
+
 JobKey JobKey::Generate() {
   InitSodium();
   JobKey key;
+  key.authority_ = true;
   randombytes_buf(key.secret_.data(), key.secret_.size());
   return key;
 }
@@ -141,7 +179,7 @@ JobKey JobKey::Generate() {
 absl::StatusOr<JobKey> JobKey::Load(const std::string& path, std::string_view node) {
   struct stat st = {};
   if (!node.empty() && stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    return Load(absl::StrCat(path, "/", std::string(node), ".key"));
+    return Load(absl::StrCat(path, "/", std::string(node), ".key"), node);
   }
   absl::StatusOr<std::string> text = ReadPrivateFile(path);
   if (!text.ok()) return text.status();
@@ -157,6 +195,7 @@ absl::StatusOr<JobKey> JobKey::Load(const std::string& path, std::string_view no
           absl::StrCat(path, ": the key must be ", 2 * kBytes, " lowercase hex digits"));
     }
     JobKey key;
+    key.authority_ = true;
     key.secret_ = *secret;
     return key;
   }
@@ -166,14 +205,19 @@ absl::StatusOr<JobKey> JobKey::Load(const std::string& path, std::string_view no
   }
   JobKey key;
   bool data = false, control = false;
+  absl::flat_hash_set<std::string> seen;  // each line's key word (and peer) once
   for (int number = 2; std::getline(in, line); ++number) {
-    const std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    const std::vector<std::string> words =
+        absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
     if (words.empty()) continue;
     auto bad = [&](std::string_view why) {
       return absl::InvalidArgumentError(absl::StrCat(path, " line ", number, ": ", std::string(why),
                                                      " (is it a node's key file?)"));
     };
+    const std::string what = words[0] == "peer" && words.size() > 1 ? "peer " + words[1] : words[0];
+    if (!seen.insert(what).second) return bad(absl::StrCat("a second '", what, "' line"));
     if (words[0] == "node" && words.size() == 2) {
+      if (!IsNodeName(words[1])) return bad(absl::StrCat("'", words[1], "' is not a node's id"));
       key.node_ = words[1];
     } else if (words[0] == "incarnation" && words.size() == 2) {
       if (!absl::SimpleAtoi(words[1], &key.incarnation_) || key.incarnation_ < 0) {
@@ -185,6 +229,9 @@ absl::StatusOr<JobKey> JobKey::Load(const std::string& path, std::string_view no
       (words[0] == "data" ? key.data_secret_ : key.control_secret_) = *secret;
       (words[0] == "data" ? data : control) = true;
     } else if (words[0] == "peer" && words.size() == 3) {
+      if (words[1] != kCoordinator && !IsNodeName(words[1])) {
+        return bad(absl::StrCat("'", words[1], "' is not a node's id"));
+      }
       const std::optional<Bytes> pub = FromHex(words[2]);
       if (!pub) return bad("a public key must be 64 lowercase hex digits");
       key.publics_[words[1]] = *pub;
@@ -192,12 +239,11 @@ absl::StatusOr<JobKey> JobKey::Load(const std::string& path, std::string_view no
       return bad(absl::StrCat("'", absl::CHexEscape(line.substr(0, 40)), "' is not a key line"));
     }
   }
-  if (key.node_.empty() || KeyPrincipal(key.node_) != key.node_ || IsControlPrincipal(key.node_) ||
-      !data || !control) {
+  if (key.node_.empty() || !data || !control || !key.publics_.contains(kCoordinator)) {
     return absl::InvalidArgumentError(
         absl::StrCat(path,
-                     ": a node's key file names its node and holds its data and control "
-                     "secrets"));
+                     ": a node's key file names its node, holds its data and control "
+                     "secrets and the coordinator's public key"));
   }
   if (!node.empty() && node != key.node_) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is the key of ", key.node_, ", not of ",
@@ -223,17 +269,27 @@ absl::Status JobKey::SaveNodeKey(const std::string& path, const std::string& nod
     return absl::FailedPreconditionError(
         absl::StrCat("the key of node ", node_, " cannot make another node's"));
   }
-  if (node.empty() || KeyPrincipal(node) != node || IsControlPrincipal(node)) {
+  if (!IsNodeName(node)) {
     return absl::InvalidArgumentError(absl::StrCat("'", node, "' is not a node's data id"));
+  }
+  if (incarnation < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("incarnation ", incarnation, " of ", node));
   }
   std::string text = absl::StrCat(kNodeHeader, "\nnode ", node, "\nincarnation ", incarnation,
                                   "\ndata ", Hex(DeriveSecret(node, 0)), "\ncontrol ",
                                   Hex(DeriveSecret(node + kControlSuffix, incarnation)), "\n");
-  absl::StrAppend(&text, "peer ", kCoordinator, " ",
-                  Hex(PublicFromSecret(DeriveSecret(kCoordinator, 0))), "\n");
+  absl::StrAppend(&text, "peer ", kCoordinator, " ", Hex(*PublicOf(kCoordinator)), "\n");
   for (const std::string& peer : peers) {
     if (peer == node) continue;
-    absl::StrAppend(&text, "peer ", peer, " ", Hex(PublicFromSecret(DeriveSecret(peer, 0))), "\n");
+    if (!IsNodeName(peer)) {
+      return absl::InvalidArgumentError(absl::StrCat("'", peer, "' is not a node's data id"));
+    }
+    absl::StrAppend(&text, "peer ", peer, " ", Hex(*PublicOf(peer)), "\n");
+  }
+  if (text.size() > kMaxKeyFileBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a node's key file for ", peers.size(),
+                                                   " peers would pass the ", kMaxKeyFileBytes,
+                                                   "-byte limit of key files"));
   }
   return WritePrivateFile(path, text);
 }
@@ -248,14 +304,16 @@ JobKey::Bytes JobKey::DeriveSecret(std::string_view principal, int incarnation) 
 }
 
 int JobKey::IncarnationOf(std::string_view principal) const {
-  if (!IsControlPrincipal(principal)) return 0;
-  absl::MutexLock lock(&incarnations_->mu);
-  auto it = incarnations_->of.find(
+  if (!IsControlPrincipal(principal) || state_ == nullptr) return 0;
+  if (!authority()) return principal == node_ + kControlSuffix ? incarnation_ : 0;
+  absl::MutexLock lock(&state_->mu);
+  auto it = state_->incarnations.find(
       std::string(principal.substr(0, principal.size() - std::strlen(kControlSuffix))));
-  return it == incarnations_->of.end() ? 0 : it->second;
+  return it == state_->incarnations.end() ? 0 : it->second;
 }
 
 std::optional<JobKey::Bytes> JobKey::SecretOf(std::string_view principal) const {
+  if (principal.empty() || state_ == nullptr) return std::nullopt;
   if (authority()) return DeriveSecret(principal, IncarnationOf(principal));
   if (principal == node_) return data_secret_;
   if (principal == node_ + kControlSuffix) return control_secret_;
@@ -263,10 +321,30 @@ std::optional<JobKey::Bytes> JobKey::SecretOf(std::string_view principal) const 
 }
 
 std::optional<JobKey::Bytes> JobKey::PublicOf(std::string_view principal) const {
-  if (authority()) return PublicFromSecret(*SecretOf(principal));
-  auto it = publics_.find(std::string(principal));
-  if (it == publics_.end()) return std::nullopt;
-  return it->second;
+  if (principal.empty() || state_ == nullptr) return std::nullopt;
+  if (!authority()) {
+    auto it = publics_.find(std::string(principal));
+    if (it == publics_.end()) return std::nullopt;
+    return it->second;
+  }
+  // The job's key: derived once per principal and incarnation.
+  const std::string name = UserIdFor(std::string(principal));
+  {
+    absl::MutexLock lock(&state_->mu);
+    if (auto it = state_->publics.find(name); it != state_->publics.end()) return it->second;
+  }
+  const Bytes pub = PublicFromSecret(*SecretOf(principal));
+  absl::MutexLock lock(&state_->mu);
+  if (state_->publics.size() >= kMaxCached) state_->publics.clear();
+  state_->publics[name] = pub;
+  return pub;
+}
+
+std::string JobKey::UserIdFor(const std::string& id) const {
+  std::string principal = KeyPrincipal(id);
+  const int incarnation = IncarnationOf(principal);
+  if (incarnation > 0) absl::StrAppend(&principal, "#", incarnation);
+  return principal;
 }
 
 bool JobKey::Holds(std::string_view id) const { return SecretOf(KeyPrincipal(id)).has_value(); }
@@ -283,6 +361,15 @@ std::string JobKey::PublicKeyFor(const std::string& id) const {
 
 std::optional<JobKey::Bytes> JobKey::PairKey(std::string_view context, const std::string& client_id,
                                              const std::string& server_id) const {
+  if (state_ == nullptr) return std::nullopt;
+  // Computed once per pair of ids (and incarnations): a hello then costs a lookup.
+  const std::string cache_key =
+      absl::StrCat(std::string(context), "\n", UserIdFor(client_id), "\n", client_id, "\n",
+                   UserIdFor(server_id), "\n", server_id);
+  {
+    absl::MutexLock lock(&state_->mu);
+    if (auto it = state_->pairs.find(cache_key); it != state_->pairs.end()) return it->second;
+  }
   const std::string client = KeyPrincipal(client_id), server = KeyPrincipal(server_id);
   // One end's secret, the other's public key: whichever this key holds.
   std::optional<Bytes> mine = SecretOf(client);
@@ -314,6 +401,9 @@ std::optional<JobKey::Bytes> JobKey::PairKey(std::string_view context, const std
   Bytes out;
   crypto_generichash_final(&state, out.data(), out.size());
   sodium_memzero(shared.data(), shared.size());
+  absl::MutexLock lock(&state_->mu);
+  if (state_->pairs.size() >= kMaxCached) state_->pairs.clear();
+  state_->pairs[cache_key] = out;
   return out;
 }
 
@@ -322,8 +412,9 @@ int JobKey::IncarnationOfNode(const std::string& node) const {
 }
 
 void JobKey::SetIncarnation(const std::string& node, int incarnation) {
-  absl::MutexLock lock(&incarnations_->mu);
-  incarnations_->of[node] = incarnation;
+  if (!authority()) return;
+  absl::MutexLock lock(&state_->mu);
+  state_->incarnations[node] = incarnation;
 }
 
 }  // namespace syncline

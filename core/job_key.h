@@ -72,11 +72,13 @@ class JobKey {
   absl::Status SaveNodeKey(const std::string& path, const std::string& node, int incarnation,
                            const std::vector<std::string>& peers) const;
 
-  JobKey(JobKey&&) = default;
-  JobKey& operator=(JobKey&&) = default;
+  // A moved-from key holds nothing: neither the job's key nor a node's.
+  JobKey(JobKey&& other) noexcept;
+  JobKey& operator=(JobKey&& other) noexcept;
+  ~JobKey();
 
   // Whether this is the job's key (every secret derivable) rather than one node's.
-  bool authority() const { return node_.empty(); }
+  bool authority() const { return authority_; }
   // The node whose key this is ("" for the job's key), and its control incarnation.
   const std::string& node() const { return node_; }
   int incarnation() const { return incarnation_; }
@@ -87,6 +89,10 @@ class JobKey {
   // this key does not hold, PublicKeyFor for a peer it knows no key of.
   std::string SecretKeyFor(const std::string& id) const;
   std::string PublicKeyFor(const std::string& id) const;
+  // The name a connection made with `id`'s key goes by now (the ZAP handler's User-Id): its
+  // principal, and for a control principal of a later incarnation "#<incarnation>" after it
+  // ("w1.ctl#1"). A connection of an earlier incarnation thus no longer goes by the name.
+  std::string UserIdFor(const std::string& id) const;
   // The key of sealed connections from `client_id` to `server_id` (core/seal.h), computed by
   // an end that holds either id; nullopt when this key holds neither, or knows no public key
   // of the other end.
@@ -99,19 +105,26 @@ class JobKey {
   int IncarnationOfNode(const std::string& node) const;
 
  private:
-  struct Incarnations {
+  // What changes after construction: the control incarnations (the job's key), and the keys
+  // computed so far (a hello costs a hash lookup, not a scalar multiplication, after the
+  // first with that peer; at most kMaxCached of each).
+  struct State {
     absl::Mutex mu;
-    absl::flat_hash_map<std::string, int> of ABSL_GUARDED_BY(mu);
+    absl::flat_hash_map<std::string, int> incarnations ABSL_GUARDED_BY(mu);
+    absl::flat_hash_map<std::string, Bytes> publics ABSL_GUARDED_BY(mu);
+    absl::flat_hash_map<std::string, Bytes> pairs ABSL_GUARDED_BY(mu);
   };
-  JobKey() = default;
+  static constexpr size_t kMaxCached = 4096;
+  JobKey();
   // The job's key: the secret of `principal` at `incarnation` (control principals only > 0).
   Bytes DeriveSecret(std::string_view principal, int incarnation) const;
   std::optional<Bytes> SecretOf(std::string_view principal) const;
   std::optional<Bytes> PublicOf(std::string_view principal) const;
   int IncarnationOf(std::string_view principal) const;
 
-  Bytes secret_{};  // the job's secret (authority only)
-  std::unique_ptr<Incarnations> incarnations_ = std::make_unique<Incarnations>();
+  bool authority_ = false;
+  Bytes secret_{};                // the job's secret (authority only)
+  std::unique_ptr<State> state_;  // null in a moved-from key
   // A node's key: its name, control incarnation, the secrets of its data and control
   // principals, and the public keys it knows, by principal.
   std::string node_;

@@ -186,6 +186,64 @@ TEST_F(NodeKeyTest, AnotherNodesFileOrABrokenOneIsRefusedByName) {
   EXPECT_NE(broken.status().message().find("line 3"), std::string::npos) << broken.status();
   chmod((dir_ + "/w1.key").c_str(), 0640);
   EXPECT_EQ(JobKey::Load(dir_, "w1").status().code(), absl::StatusCode::kPermissionDenied);
+  // A file in the folder under another node's name.
+  ASSERT_TRUE(job_.SaveNodeKey(dir_ + "/w1.key", "ps0", 0, nodes_).ok());
+  EXPECT_NE(JobKey::Load(dir_, "w1").status().message().find("is the key of ps0, not of w1"),
+            std::string::npos);
+}
+
+TEST_F(NodeKeyTest, AKeyFileWithASecondLineOfAKindOrWithoutTheCoordinatorIsRefused) {
+  const std::string text = FileText(dir_ + "/w0.key");
+  const auto with = [&](const std::string& extra, const std::string& drop) {
+    std::string t = text;
+    if (!drop.empty()) t.erase(t.find(drop), t.find('\n', t.find(drop)) - t.find(drop) + 1);
+    std::ofstream(dir_ + "/x.key") << t << extra;
+    chmod((dir_ + "/x.key").c_str(), 0600);
+    return JobKey::Load(dir_ + "/x.key").status();
+  };
+  EXPECT_TRUE(with("", "").ok());
+  EXPECT_NE(with("node w1\n", "").message().find("a second 'node' line"), std::string::npos);
+  EXPECT_NE(with("peer ps0 " + std::string(64, 'a') + "\n", "").message().find("a second"),
+            std::string::npos);
+  EXPECT_NE(with("peer w1.ctl " + std::string(64, 'a') + "\n", "").message().find("not a node"),
+            std::string::npos);
+  EXPECT_NE(with("", "peer coordinator").message().find("the coordinator's public key"),
+            std::string::npos);
+}
+
+TEST_F(NodeKeyTest, OnlyPlainNodeIdsGetKeyFiles) {
+  for (const std::string bad : {"", "w1.ctl", "w1@g2", "w1#1", "w 1", "../w1"}) {
+    EXPECT_EQ(job_.SaveNodeKey(dir_ + "/bad.key", bad, 0, nodes_).code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  EXPECT_EQ(job_.SaveNodeKey(dir_ + "/bad.key", "w1", -1, nodes_).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(job_.SaveNodeKey(dir_ + "/bad.key", "w1", 0, {"w0", "w1.ctl"}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(job_.Holds(""));
+  EXPECT_EQ(job_.SecretKeyFor("@x"), "");
+}
+
+TEST_F(NodeKeyTest, AMovedFromKeyHoldsNothing) {
+  JobKey moved = JobKey::Generate();
+  const std::string w1 = moved.PublicKeyFor("w1");
+  JobKey to = std::move(moved);
+  EXPECT_EQ(to.PublicKeyFor("w1"), w1);
+  EXPECT_FALSE(moved.authority());  // NOLINT(bugprone-use-after-move): what is left
+  EXPECT_FALSE(moved.Holds("w1"));
+  EXPECT_EQ(moved.PublicKeyFor("w1"), "");
+  EXPECT_FALSE(moved.PairKey("x", "w0", "ps0").has_value());
+}
+
+TEST_F(NodeKeyTest, AControlKeysNameCarriesItsIncarnation) {
+  EXPECT_EQ(job_.UserIdFor("w1.ctl"), "w1.ctl");
+  EXPECT_EQ(job_.UserIdFor("w1@g2.5"), "w1");
+  job_.SetIncarnation("w1", 2);
+  EXPECT_EQ(job_.UserIdFor("w1.ctl"), "w1.ctl#2");
+  EXPECT_EQ(job_.UserIdFor("w1"), "w1");
+  ASSERT_TRUE(job_.SaveNodeKey(dir_ + "/w1.key", "w1", 2, nodes_).ok());
+  EXPECT_EQ(Node("w1").UserIdFor("w1.ctl"), "w1.ctl#2");
 }
 
 }  // namespace

@@ -7,11 +7,15 @@
 #include <intel-ipsec-mb.h>
 #endif
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
+
+#include "absl/strings/escaping.h"
+#include "core/log.h"
 
 namespace syncline {
 namespace {
@@ -103,7 +107,16 @@ SealNonce FreshSealNonce() {
 SealKey PairKey(const JobKey& key, const std::string& client_id, const std::string& server_id) {
   if (std::optional<SealKey> pair = key.PairKey(kPairContext, client_id, server_id)) return *pair;
   // Neither end's secret, or no public key of the other end: a random key, which no proof of
-  // the other end matches, so the handshake is refused and names the peer.
+  // the other end matches, so the handshake is refused and names the peer. Said here too (a
+  // few times: a stranger may try many ids).
+  static std::atomic<int> said{0};
+  if (said.fetch_add(1) < 10) {
+    SYNCLINE_LOG(WARNING) << "sealed plane: no key of the pair " << absl::CHexEscape(client_id)
+                          << " -> " << absl::CHexEscape(server_id) << " here ("
+                          << (key.authority() ? std::string("the job's key")
+                                              : "the key of node " + key.node())
+                          << "): its handshake will fail";
+  }
   InitSodium();
   SealKey random;
   randombytes_buf(random.data(), random.size());

@@ -365,8 +365,23 @@ TEST(NodeKeyTransportTest, OnlyTheReplacementsControlKeyIsAcceptedAfterARestart)
   };
   EXPECT_TRUE(heard(0));
   EXPECT_FALSE(heard(1));  // not started by the launcher yet
+  // A connection of incarnation 0 that is still open when the restart comes (under another
+  // name, so that the replacement's can be made): from then on its messages are dropped.
+  ASSERT_TRUE(job->SaveNodeKey(dir + "/w0-0.key", "w0", 0, nodes).ok());
+  ZmqOptions old_options;
+  old_options.key = std::make_shared<const JobKey>(*JobKey::Load(dir + "/w0-0.key", "w0"));
+  ZmqTransport old_transport(old_options);
+  auto old_control = *old_transport.CreateEndpoint("w0.ctl");
+  ASSERT_TRUE(old_control->Connect(kCoordinatorId, address).ok());
+  ASSERT_TRUE(
+      old_control->Send(kCoordinatorId, Simple(1, {}), absl::Now() + absl::Seconds(2)).ok());
+  ASSERT_TRUE(coordinator->Receive(absl::Now() + absl::Seconds(2)).ok());
+  job->SetIncarnation("w0", 1);
   job->SetIncarnation("w1", 1);
   coordinator_transport.AllowPeers(JobEndpointIds(1, 2));
+  ASSERT_TRUE(
+      old_control->Send(kCoordinatorId, Simple(2, {}), absl::Now() + absl::Seconds(2)).ok());
+  EXPECT_FALSE(coordinator->Receive(absl::Now() + absl::Seconds(1)).ok());
   EXPECT_TRUE(heard(1));
   const uint64_t refused = coordinator_transport.refused_connections();
   EXPECT_FALSE(heard(0));

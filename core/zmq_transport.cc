@@ -750,8 +750,11 @@ class ZmqEndpoint : public Endpoint {
   // and ZeroMQ routes its messages under that id.
   bool Authentic(zmq::message_t& part, const std::string& peer) {
     const char* user = zmq_msg_gets(part.handle(), "User-Id");
-    // The ZAP handler names the key's principal: "w1" for "w1" and "w1@g2.5" alike.
-    if (user != nullptr && *user != '\0' ? KeyPrincipal(peer) == user : connected_.contains(peer)) {
+    // The ZAP handler names the key's principal ("w1" for "w1" and "w1@g2.5" alike), and a
+    // control key's incarnation after a restart ("w1.ctl#1"): the failed node's connection no
+    // longer goes by the name.
+    if (user != nullptr && *user != '\0' ? options_.key->UserIdFor(peer) == user
+                                         : connected_.contains(peer)) {
       return true;
     }
     if (forged_logged_++ < 10) {
@@ -905,12 +908,14 @@ class ZmqTransport::ZapHandler {
 
   void Allow(const std::vector<std::string>& ids) {
     absl::MutexLock lock(&mu_);
-    // Rebuilt each time: a node started again in place presents its new control key, and its
-    // old one is refused from now on (JobKey::SetIncarnation).
+    // Every id allowed so far, its keys looked up again each time: a node started again in
+    // place presents its new control key, and its old one is refused from now on
+    // (JobKey::SetIncarnation).
+    allowed_.insert(ids.begin(), ids.end());
     ids_by_key_.clear();
-    for (const std::string& id : ids) {
+    for (const std::string& id : allowed_) {
       const std::string key = key_->PublicKeyFor(id);
-      if (!key.empty()) ids_by_key_[key] = KeyPrincipal(id);
+      if (!key.empty()) ids_by_key_[key] = key_->UserIdFor(id);
     }
     complete_ = true;
   }
@@ -990,6 +995,7 @@ class ZmqTransport::ZapHandler {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> refused_{0};
   absl::Mutex mu_;
+  absl::flat_hash_set<std::string> allowed_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::string> ids_by_key_ ABSL_GUARDED_BY(mu_);
   bool complete_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

@@ -96,9 +96,10 @@ void AddClusterFlags(CLI::App& app, LaunchFlags& f) {
   app.add_option_function<std::string>(
          "--node-keys", [&cluster](const std::string& v) { cluster.node_keys = v == "on"; },
          "on (default): every node gets a key of its own, OUT/keys/<id>.key, derived from the "
-         "job key, which the launcher keeps: a node cannot act as, or read the traffic of, "
-         "another; a node restarted in place gets a new one. off: every node gets the job key "
-         "(also the case when workers may join, --max-workers)")
+         "job key, which the launcher keeps: holding only its own, a node cannot act as, or "
+         "read the traffic of, another (files of one user: docs/SECURITY.md); a node "
+         "restarted in place gets a new one. off: every node gets the job key (also the case "
+         "when workers may join, --max-workers)")
       ->check(CLI::IsMember({"on", "off"}));
   app.option_defaults()->group(before);
 }

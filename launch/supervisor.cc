@@ -404,19 +404,18 @@ class Supervision {
     }
     auto child = std::find_if(processes_.begin(), processes_.end(),
                               [&](const ProcessSpec& p) { return p.label == e.label; });
-    if (child == processes_.end() ||
-        !coordinator_.Restart(node->first, node->second, reason, clock, dir)) {
-      return false;
-    }
-    timer_.OnRollback();
+    if (child == processes_.end()) return false;
     // The replacement's own key (its next incarnation's), which the coordinator accepts from
-    // now on in place of the failed one's.
+    // now on in place of the failed one's: before the coordinator waits for a registration.
     if (rekey_) {
       if (absl::Status s = rekey_(node->first, node->second); !s.ok()) {
-        Fail(absl::StrCat("cannot restart ", e.label, ": ", s.message()), 1);
-        return true;
+        not_restarted_ = absl::StrCat("not restarted: ", s.message());
+        SYNCLINE_LOG(ERROR) << "cannot restart " << e.label << ": " << s.message();
+        return false;
       }
     }
+    if (!coordinator_.Restart(node->first, node->second, reason, clock, dir)) return false;
+    timer_.OnRollback();
     ++out_.restarts;
     hung_.erase(e.label);
     report_.OnRestart(e.label);

@@ -265,7 +265,15 @@ absl::StatusOr<ZmqOptions> TransportOptions(LaunchFlags& f, const JobSpec& spec,
       const fs::path dir = fs::absolute(f.config.out) / "keys";
       std::error_code error;
       fs::create_directories(dir, error);
-      fs::permissions(dir, fs::perms::owner_all, error);
+      if (!error) fs::permissions(dir, fs::perms::owner_all, error);
+      if (error) {
+        return absl::UnavailableError(absl::StrCat("cannot make the folder of node keys ",
+                                                   dir.string(), ": ", error.message()));
+      }
+      // An earlier run's keys go: only this job's nodes have keys here.
+      for (const auto& entry : fs::directory_iterator(dir, error)) {
+        if (entry.path().extension() == ".key") fs::remove(entry.path(), error);
+      }
       const std::vector<std::string> nodes = NodeIds(spec);
       for (const std::string& node : nodes) {
         if (auto s = (*authority)->SaveNodeKey((dir / (node + ".key")).string(), node, 0, nodes);
@@ -350,7 +358,12 @@ void AnnounceCoordinator(const LaunchFlags& f, const JobSpec& spec, const std::s
   }
   if (f.external_workers) {
     std::cout << "coordinator " << address << "  (waiting for " << spec.workers
-              << " external workers, ranks 0.." << spec.workers - 1 << ")" << std::endl;
+              << " external workers, ranks 0.." << spec.workers - 1 << ")"
+              << (!cluster.node_key_dir.empty()
+                      ? "; each with --key-file " + cluster.node_key_dir + " (its own key inside)"
+                  : transport_options.key ? "; each with --key-file " + cluster.key_file
+                                          : std::string())
+              << std::endl;
   }
 }
 
