@@ -34,6 +34,7 @@ recovery_args() {
       --runs) runs=$2; shift 2 ;;
       --build) build=$2; shift 2 ;;
       --out) out=$2; shift 2 ;;
+      --keys) keys=$2; shift 2 ;;
       -h|--help)
         # (The caller has changed to the repository root.)
         awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "bench/${0##*/}"
@@ -41,6 +42,10 @@ recovery_args() {
       *) recovery_usage "$1" ;;
     esac
   done
+  case "${keys:=none}" in
+    none | job | node) ;;
+    *) echo "${0##*/}: --keys must be none, job or node, not $keys" >&2; exit 2 ;;
+  esac
   case "$node" in
     ps[01]) binary=syncline-ps; rank=${node#ps} ;;
     w[0-3]) binary=syncline-worker; rank=${node#w} ;;
@@ -65,6 +70,13 @@ recovery_setup() {
     --features 10000 --nnz 20 --seed 11 >/dev/null
   job=(--servers 2 --workers 4 --sync bsp --train "$out/train.libsvm" --test "$out/test.libsvm"
     --epochs 3 --batch-size 64 --min-step-ms 10 --heartbeat-interval 0.1)
+  # --keys job|node: a keyed job (every connection authenticated and encrypted), its nodes
+  # holding the one job key or keys of their own (a replacement then gets a new one).
+  if [ "${keys:-none}" != none ]; then
+    (umask 077 && printf 'syncline-job-key v1\n%s\n' \
+      "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$out/job.key")
+    job+=(--key-file "$out/job.key" --node-keys "$([ "$keys" = node ] && echo on || echo off)")
+  fi
 }
 
 ms() { date +%s%3N; }

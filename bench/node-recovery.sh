@@ -6,6 +6,10 @@
 # the medians.
 #
 #   bench/node-recovery.sh [--node ps1|w1] [--runs N] [--build DIR] [--out DIR]
+#                          [--keys none|job|node]
+#
+# --keys: plaintext on loopback (none, the default), or keyed with one job key for every node
+# (job) or a key of each node's own (node: a replacement gets its next incarnation's).
 #
 # The job: logreg on 20k generated examples, 2 servers, 4 workers, batch 64, 10 ms a step
 # (--min-step-ms, so that the kill lands mid-run), heartbeats every 0.1 s, a checkpoint every

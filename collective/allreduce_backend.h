@@ -159,6 +159,7 @@ class AllReduceBackend : public SyncBackend {
   uint64_t dense_rounds() const { return dense_rounds_; }
   // The examples whose gradients the model holds (every round's sum, of every member).
   double examples_summed() const { return examples_summed_; }
+  double ExamplesInModel() const override { return elastic_ ? examples_summed_ : -1; }
   // The job's ranks of the workers in the collective now.
   const std::vector<int>& members() const { return members_; }
 

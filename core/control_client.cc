@@ -158,6 +158,7 @@ void ControlClient::ReportWorkerDone(const WorkerDoneReport& r) {
   stats.setBytesPulled(r.bytes_pulled);
   SetStepSeconds(r.step_seconds, stats.initStepSeconds());
   stats.setDevice(r.device);
+  stats.setExamplesInModel(r.examples_in_model);
   Send(b.Finish());
 }
 

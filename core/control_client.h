@@ -79,8 +79,9 @@ struct WorkerDoneReport {
   uint64_t examples = 0;
   uint64_t bytes_pushed = 0;
   uint64_t bytes_pulled = 0;
-  StepSeconds step_seconds;  // of its iterations since it (re)started training
-  std::string device;        // where it computed ("cpu")
+  StepSeconds step_seconds;       // of its iterations since it (re)started training
+  std::string device;             // where it computed ("cpu")
+  double examples_in_model = -1;  // WorkerStats.examplesInModel
 };
 
 // The final model on the test set.

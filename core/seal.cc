@@ -7,15 +7,20 @@
 #include <intel-ipsec-mb.h>
 #endif
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
+
+#include "absl/strings/escaping.h"
+#include "core/log.h"
 
 namespace syncline {
 namespace {
 
-constexpr char kPairContext[] = "syncline tcp plane pair key v1:";
+constexpr char kPairContext[] = "syncline sealed pair key v2:";
 
 // BLAKE2b-256 keyed with `key` over a label, the offer, the choice and both nonces.
 std::array<unsigned char, 32> Keyed(const SealKey& key, const char* label, uint8_t offered,
@@ -100,14 +105,22 @@ SealNonce FreshSealNonce() {
 }
 
 SealKey PairKey(const JobKey& key, const std::string& client_id, const std::string& server_id) {
-  // Length-prefixed, so that no two pairs of ids give the same input.
-  std::string input;
-  for (const std::string* id : {&client_id, &server_id}) {
-    input.push_back(static_cast<char>(id->size() & 0xff));
-    input.push_back(static_cast<char>(id->size() >> 8));
-    input += *id;
+  if (std::optional<SealKey> pair = key.PairKey(kPairContext, client_id, server_id)) return *pair;
+  // Neither end's secret, or no public key of the other end: a random key, which no proof of
+  // the other end matches, so the handshake is refused and names the peer. Said here too (a
+  // few times: a stranger may try many ids).
+  static std::atomic<int> said{0};
+  if (said.fetch_add(1) < 10) {
+    SYNCLINE_LOG(WARNING) << "sealed plane: no key of the pair " << absl::CHexEscape(client_id)
+                          << " -> " << absl::CHexEscape(server_id) << " here ("
+                          << (key.authority() ? std::string("the job's key")
+                                              : "the key of node " + key.node())
+                          << "): its handshake will fail";
   }
-  return key.DeriveKey(kPairContext, input);
+  InitSodium();
+  SealKey random;
+  randombytes_buf(random.data(), random.size());
+  return random;
 }
 
 SealProof ServerProof(const SealKey& pair, uint8_t offered, uint8_t chosen, const SealNonce& nc,

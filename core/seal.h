@@ -6,13 +6,15 @@
 //   client -> server  hello: its id, the server id it wants, the ciphers it offers, nonce Nc
 //   server -> client  the chosen cipher, nonce Ns, ServerProof(K, ...)
 //   client -> server  ClientProof(K, ...)
-// K, the pair key, is BLAKE2b keyed with the job secret over both ids (JobKey::DeriveKey);
-// endpoint ids carry the job's generation after a rollback (core/node_table.h's
-// PeerEndpointId), so a generation's keys are its own. Each proof is BLAKE2b keyed with K over
-// its role, the offer, the choice and both fresh 32-byte nonces: only a holder of the job key
-// can make one, and a recorded handshake fails against the other end's fresh nonce. The two
-// directions' session keys come from K and both nonces (SessionKeys), so no two sessions share
-// a key and a segment of one session means nothing in another.
+// K, the pair key, is BLAKE2b over X25519 of one end's secret and the other's public key, both
+// ids and both public keys (JobKey::PairKey): either end computes it, from the job's key or from
+// its own node's key, and no other node can (core/job_key.h); endpoint ids carry the job's
+// generation after a rollback (core/node_table.h's PeerEndpointId), so a generation's keys are its
+// own. Each proof is BLAKE2b keyed with K over its role, the offer, the choice and both fresh
+// 32-byte nonces: only an end of the pair (or the job key's holder) can make one, and a recorded
+// handshake fails against the other end's fresh nonce. The two directions' session keys come from K
+// and both nonces (SessionKeys), so no two sessions share a key and a segment of one session means
+// nothing in another.
 //
 // Segments: [u32 plaintext length n][n bytes of ciphertext][16-byte tag], the length as
 // associated data, the nonce a per-direction counter that is never sent: a segment that was
@@ -52,7 +54,8 @@ using SealKey = std::array<unsigned char, 32>;
 using SealProof = std::array<unsigned char, 32>;
 
 SealNonce FreshSealNonce();
-// The key of connections from `client_id` to `server_id`.
+// The key of connections from `client_id` to `server_id`; a random one (which no proof of the
+// other end matches) when `key` holds neither end's secret or knows no key of the other.
 SealKey PairKey(const JobKey& key, const std::string& client_id, const std::string& server_id);
 // The proofs of the two ends, over the offer, the choice and both nonces.
 SealProof ServerProof(const SealKey& pair, uint8_t offered, uint8_t chosen, const SealNonce& nc,

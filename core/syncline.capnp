@@ -223,6 +223,9 @@ struct WorkerStats {
   # Iterations this process trained (steps is the clock it stopped at, which counts a joiner's
   # entry clock and a resumed checkpoint's); -1: as steps.
   stepsTrained @6 :Int64 = -1;
+  # An elastic all-reduce's count of the examples whose gradients the model holds (every
+  # member's, the departed ones' included, as the survivors summed them); -1: not counted.
+  examplesInModel @7 :Float64 = -1;
 }
 
 struct Evaluation {

@@ -239,28 +239,42 @@ TEST_F(CurveTest, AStrangerWhoKnowsTheServersPublicKeyIsRefusedByTheZapHandler) 
   JobStillServes();
 }
 
-// A node that restarts (same key, same id) while its old connection still looks alive takes
-// its name over at once: with CURVE only the key's holder can.
-TEST_F(CurveTest, ARestartedNodeTakesItsNameOver) {
+// A second connection under a live node's id is refused even with the node's key: ZeroMQ
+// would hand the name over before anything checks the key that connected. Once the first
+// connection closes, the node's replacement gets its name.
+TEST_F(CurveTest, ANameIsTakenOnlyOnceItsConnectionCloses) {
   job_->AllowPeers(JobEndpointIds(1, 2));
   ZmqOptions options;
   options.key = key_;
   options.seal_data = false;  // CURVE on the data endpoints too
-  ZmqTransport first_life(options);
-  auto old_w1 = first_life.CreateEndpoint("w1");
-  ASSERT_TRUE((*old_w1)->Connect("ps0", address_).ok());
-  ASSERT_TRUE((*old_w1)->Send("ps0", Simple(1, {}), absl::Now() + absl::Seconds(5)).ok());
+  auto first_life = std::make_unique<ZmqTransport>(options);
+  auto old_w1 = *first_life->CreateEndpoint("w1");
+  ASSERT_TRUE(old_w1->Connect("ps0", address_).ok());
+  ASSERT_TRUE(old_w1->Send("ps0", Simple(1, {}), absl::Now() + absl::Seconds(5)).ok());
   ASSERT_TRUE(server_->Receive(absl::Now() + absl::Seconds(5)).ok());
   ZmqTransport second_life(options);
-  auto new_w1 = second_life.CreateEndpoint("w1");
-  ASSERT_TRUE((*new_w1)->Connect("ps0", address_).ok());
-  ASSERT_TRUE((*new_w1)->Send("ps0", Simple(2, {}), absl::Now() + absl::Seconds(5)).ok());
-  auto got = server_->Receive(absl::Now() + absl::Seconds(5));
+  auto new_w1 = *second_life.CreateEndpoint("w1");
+  ASSERT_TRUE(new_w1->Connect("ps0", address_).ok());
+  (void)new_w1->Send("ps0", Simple(2, {}), absl::Now() + absl::Seconds(1));
+  EXPECT_FALSE(server_->Receive(absl::Now() + absl::Seconds(1)).ok());
+  // Replies still reach the first connection.
+  ASSERT_TRUE(server_->Send("w1", Simple(3, {}), absl::Now() + absl::Seconds(5)).ok());
+  EXPECT_TRUE(old_w1->Receive(absl::Now() + absl::Seconds(5)).ok());
+  old_w1.reset();
+  first_life.reset();
+  // The node's replacement (a new process: a new connection) is heard once the name is free.
+  ZmqTransport replacement(options);
+  auto next_w1 = *replacement.CreateEndpoint("w1");
+  ASSERT_TRUE(next_w1->Connect("ps0", address_).ok());
+  absl::StatusOr<Message> got = absl::DeadlineExceededError("");
+  for (int attempt = 0; attempt < 50 && !got.ok(); ++attempt) {
+    (void)next_w1->Send("ps0", Simple(4, {}), absl::Now() + absl::Seconds(1));
+    got = server_->Receive(absl::Now() + absl::Milliseconds(200));
+  }
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->peer(), "w1");
-  // Replies now go to the new connection.
-  ASSERT_TRUE(server_->Send("w1", Simple(3, {}), absl::Now() + absl::Seconds(5)).ok());
-  EXPECT_TRUE((*new_w1)->Receive(absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(server_->Send("w1", Simple(5, {}), absl::Now() + absl::Seconds(5)).ok());
+  EXPECT_TRUE(next_w1->Receive(absl::Now() + absl::Seconds(5)).ok());
 }
 
 TEST_F(CurveTest, AJobKeyHolderCannotSpeakUnderAnotherNodesId) {
@@ -282,6 +296,96 @@ TEST_F(CurveTest, AJobKeyHolderCannotSpeakUnderAnotherNodesId) {
   SendRaw(s, Simple(5, {3.0f}));
   EXPECT_FALSE(server_->Receive(absl::Now() + absl::Seconds(1)).ok());
   JobStillServes();
+}
+
+// Per-node keys (core/job_key.h): w0's key cannot act as w1, on the wire or in a transport.
+TEST_F(CurveTest, ANodesOwnKeyCannotSpeakUnderAnotherNodesId) {
+  job_->AllowPeers(JobEndpointIds(1, 2));
+  const std::string dir = testing::TempDir();
+  const std::vector<std::string> nodes = {"ps0", "w0", "w1"};
+  ASSERT_TRUE(key_->SaveNodeKey(dir + "/w0.key", "w0", 0, nodes).ok());
+  auto w0_key = JobKey::Load(dir + "/w0.key");
+  ASSERT_TRUE(w0_key.ok()) << w0_key.status();
+  ZmqOptions options;
+  options.key = std::make_shared<const JobKey>(*std::move(w0_key));
+  options.seal_data = false;  // CURVE on the data endpoints too
+  ZmqTransport w0(options);
+  // Its transport will not make w1's endpoint...
+  auto as_w1 = w0.CreateEndpoint("w1");
+  EXPECT_EQ(as_w1.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(as_w1.status().message().find("keys of node w0, not of w1"), std::string::npos)
+      << as_w1.status();
+  // ... and on the wire, w1's id with w0's key pair is dropped: the key was made for w0.
+  zmq::context_t context;
+  zmq::socket_t s(context, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::routing_id, "w1");
+  s.set(zmq::sockopt::curve_serverkey, options.key->PublicKeyFor("ps0"));
+  s.set(zmq::sockopt::curve_publickey, options.key->PublicKeyFor("w0"));
+  s.set(zmq::sockopt::curve_secretkey, options.key->SecretKeyFor("w0"));
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(address_);
+  SendRaw(s, Simple(5, {3.0f}));
+  EXPECT_FALSE(server_->Receive(absl::Now() + absl::Seconds(1)).ok());
+  // It holds the name w1 while it is connected (a second connection under a live name is
+  // refused; docs/SECURITY.md says what a squatter can do), and leaves.
+  s.close();
+  absl::SleepFor(absl::Milliseconds(300));
+  // Under its own id, w0 is heard.
+  auto own = w0.CreateEndpoint("w0");
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_TRUE(Reaches(**own));
+  JobStillServes();
+}
+
+// A node restarted in place (--max-restarts) gets its next incarnation's control key; the
+// coordinator then accepts that key alone, so the holder of the old one cannot take the
+// node's identity back.
+TEST(NodeKeyTransportTest, OnlyTheReplacementsControlKeyIsAcceptedAfterARestart) {
+  auto job = std::make_shared<JobKey>(JobKey::Generate());
+  ZmqOptions coordinator_options;
+  coordinator_options.key = job;
+  ZmqTransport coordinator_transport(coordinator_options);
+  auto coordinator = *coordinator_transport.CreateEndpoint(kCoordinatorId);
+  const std::string address = *coordinator->Bind("tcp://127.0.0.1:0");
+  coordinator_transport.AllowPeers(JobEndpointIds(1, 2));
+  const std::string dir = testing::TempDir();
+  const std::vector<std::string> nodes = {"ps0", "w0", "w1"};
+  // Whether the control endpoint of w1, with the key of `incarnation`, is heard as "w1.ctl".
+  auto heard = [&](int incarnation) {
+    const std::string path = absl::StrCat(dir, "/w1-", incarnation, ".key");
+    EXPECT_TRUE(job->SaveNodeKey(path, "w1", incarnation, nodes).ok());
+    ZmqOptions options;
+    options.key = std::make_shared<const JobKey>(*JobKey::Load(path, "w1"));
+    ZmqTransport transport(options);
+    auto control = *transport.CreateEndpoint("w1.ctl");
+    EXPECT_TRUE(control->Connect(kCoordinatorId, address).ok());
+    (void)control->Send(kCoordinatorId, Simple(1, {}), absl::Now() + absl::Seconds(2));
+    auto got = coordinator->Receive(absl::Now() + absl::Seconds(2));
+    return got.ok() && got->peer() == "w1.ctl";
+  };
+  EXPECT_TRUE(heard(0));
+  EXPECT_FALSE(heard(1));  // not started by the launcher yet
+  // A connection of incarnation 0 that is still open when the restart comes (under another
+  // name, so that the replacement's can be made): from then on its messages are dropped.
+  ASSERT_TRUE(job->SaveNodeKey(dir + "/w0-0.key", "w0", 0, nodes).ok());
+  ZmqOptions old_options;
+  old_options.key = std::make_shared<const JobKey>(*JobKey::Load(dir + "/w0-0.key", "w0"));
+  ZmqTransport old_transport(old_options);
+  auto old_control = *old_transport.CreateEndpoint("w0.ctl");
+  ASSERT_TRUE(old_control->Connect(kCoordinatorId, address).ok());
+  ASSERT_TRUE(
+      old_control->Send(kCoordinatorId, Simple(1, {}), absl::Now() + absl::Seconds(2)).ok());
+  ASSERT_TRUE(coordinator->Receive(absl::Now() + absl::Seconds(2)).ok());
+  job->SetIncarnation("w0", 1);
+  job->SetIncarnation("w1", 1);
+  coordinator_transport.AllowPeers(JobEndpointIds(1, 2));
+  ASSERT_TRUE(
+      old_control->Send(kCoordinatorId, Simple(2, {}), absl::Now() + absl::Seconds(2)).ok());
+  EXPECT_FALSE(coordinator->Receive(absl::Now() + absl::Seconds(1)).ok());
+  EXPECT_TRUE(heard(1));
+  const uint64_t refused = coordinator_transport.refused_connections();
+  EXPECT_FALSE(heard(0));
+  EXPECT_GT(coordinator_transport.refused_connections(), refused);
 }
 
 // A reply to a peer that was connected and is gone fails at once: the grace that lets a new
@@ -564,6 +668,24 @@ TEST_F(SealedZmqTest, AHandClientOfTheJobIsHeard) {
   auto got = server_->Receive(Soon());
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->peer(), "w2");
+}
+
+// Per-node keys: w0's own key opens a session as w0, and none as w2 (it cannot compute the
+// pair key of w2 and ps0, so the server's proof never verifies, and nothing it seals opens).
+TEST_F(SealedZmqTest, ANodesOwnKeyOpensSessionsAsItselfOnly) {
+  const std::string path = testing::TempDir() + "/sealed-w0.key";
+  ASSERT_TRUE(key_->SaveNodeKey(path, "w0", 0, {"ps0", "w0", "w1", "w2", "w3"}).ok());
+  auto w0_key = JobKey::Load(path, "w0");
+  ASSERT_TRUE(w0_key.ok()) << w0_key.status();
+  HandClient as_w2(*w0_key, "w2", address_);
+  EXPECT_FALSE(as_w2.OpenWith(*server_));
+  HandClient w0(*w0_key, "w0", address_);
+  ASSERT_TRUE(w0.OpenWith(*server_));
+  w0.Send(w0.Seal(Simple(4, {1.0f})));
+  auto got = server_->Receive(Soon());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->peer(), "w0");
+  JobStillServes();
 }
 
 TEST_F(SealedZmqTest, AReplayedMessageIsRefusedAndNamed) {

@@ -100,13 +100,15 @@ class ZmqEndpoint : public Endpoint {
         socket_(context, zmq::socket_type::router) {
     socket_.set(zmq::sockopt::routing_id, id_);
     socket_.set(zmq::sockopt::router_mandatory, 1);
-    // Plaintext: a second connection under a live peer's id is refused (ZeroMQ drops it), so
-    // another process cannot take over a worker's or server's name while it is alive; once
-    // the first connection closes, the name is free again for a restarted peer. With CURVE,
-    // only a holder of the job's key can connect at all, and a restarted node takes its id
-    // over at once.
-    // The sealed data path has no CURVE to tell the holders of the key: as plaintext.
-    socket_.set(zmq::sockopt::router_handover, options.key != nullptr && !sealed_ ? 1 : 0);
+    // A second connection under a live peer's id is refused (ZeroMQ leaves it nameless, and
+    // what it sends is lost), so no other process can take over a node's name while it is
+    // alive; once the first connection closes, the name is free for the node's replacement (a
+    // new process, whose connection comes after its predecessor's closed). Not even under
+    // CURVE: ZeroMQ hands a name over before anything can check it against the key that
+    // connected (a holder of w0's key would take w1's name and the replies meant for w1,
+    // though every message it sent were dropped as not w1's; the ZAP handler is told the
+    // listener's own id, not the peer's).
+    socket_.set(zmq::sockopt::router_handover, 0);
     // A peer that sends a frame larger than this is disconnected before it is buffered.
     socket_.set(zmq::sockopt::maxmsgsize, options.max_frame_bytes);
     socket_.set(zmq::sockopt::sndhwm, options.high_water_mark);
@@ -174,8 +176,15 @@ class ZmqEndpoint : public Endpoint {
       } else if (options_.key != nullptr) {
         // A CURVE client of this peer: it proves to hold the key of `id_`, and the peer must
         // hold the key of `peer_id`.
+        const std::string server_key = options_.key->PublicKeyFor(peer_id);
+        if (server_key.empty()) {
+          return absl::PermissionDeniedError(
+              absl::StrCat("cannot connect to ", peer_id,
+                           ": this node's key file has no public key "
+                           "of it (is it a node of this job?)"));
+        }
         socket_.set(zmq::sockopt::curve_server, 0);
-        socket_.set(zmq::sockopt::curve_serverkey, options_.key->PublicKeyFor(peer_id));
+        socket_.set(zmq::sockopt::curve_serverkey, server_key);
         socket_.set(zmq::sockopt::curve_publickey, options_.key->PublicKeyFor(id_));
         socket_.set(zmq::sockopt::curve_secretkey, options_.key->SecretKeyFor(id_));
       }
@@ -741,7 +750,13 @@ class ZmqEndpoint : public Endpoint {
   // and ZeroMQ routes its messages under that id.
   bool Authentic(zmq::message_t& part, const std::string& peer) {
     const char* user = zmq_msg_gets(part.handle(), "User-Id");
-    if (user != nullptr && *user != '\0' ? peer == user : connected_.contains(peer)) return true;
+    // The ZAP handler names the key's principal ("w1" for "w1" and "w1@g2.5" alike), and a
+    // control key's incarnation after a restart ("w1.ctl#1"): the failed node's connection no
+    // longer goes by the name.
+    if (user != nullptr && *user != '\0' ? options_.key->UserIdFor(peer) == user
+                                         : connected_.contains(peer)) {
+      return true;
+    }
     if (forged_logged_++ < 10) {
       SYNCLINE_LOG(WARNING) << id_ << ": dropped a message under the id '" << absl::CHexEscape(peer)
                             << "' from a connection authenticated as '"
@@ -893,7 +908,15 @@ class ZmqTransport::ZapHandler {
 
   void Allow(const std::vector<std::string>& ids) {
     absl::MutexLock lock(&mu_);
-    for (const std::string& id : ids) ids_by_key_[key_->PublicKeyFor(id)] = id;
+    // Every id allowed so far, its keys looked up again each time: a node started again in
+    // place presents its new control key, and its old one is refused from now on
+    // (JobKey::SetIncarnation).
+    allowed_.insert(ids.begin(), ids.end());
+    ids_by_key_.clear();
+    for (const std::string& id : allowed_) {
+      const std::string key = key_->PublicKeyFor(id);
+      if (!key.empty()) ids_by_key_[key] = key_->UserIdFor(id);
+    }
     complete_ = true;
   }
   uint64_t refused() const { return refused_.load(); }
@@ -972,6 +995,7 @@ class ZmqTransport::ZapHandler {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> refused_{0};
   absl::Mutex mu_;
+  absl::flat_hash_set<std::string> allowed_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::string> ids_by_key_ ABSL_GUARDED_BY(mu_);
   bool complete_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
@@ -1001,6 +1025,11 @@ ZmqTransport::~ZmqTransport() = default;
 absl::StatusOr<std::unique_ptr<Endpoint>> ZmqTransport::CreateEndpoint(std::string id) {
   if (id.empty() || id.size() > 255) {
     return absl::InvalidArgumentError("endpoint id must have 1 to 255 bytes");
+  }
+  if (options_.key != nullptr && !options_.key->Holds(id)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the key file holds the keys of node ", options_.key->node(), ", not of ",
+                     KeyPrincipal(id), ": give this node its own key (the launcher's OUT/keys)"));
   }
   try {
     return std::make_unique<ZmqEndpoint>(context_, std::move(id), options_, expected_peers_,

@@ -59,9 +59,9 @@ inline std::optional<int> AddNodeFlags(CLI::App& app, NodeOptions* options, cons
           },
           "PORT"));
   app.add_option("--key-file", options->key_file,
-                 "the job key (mode 0600) that authenticates and encrypts this node's "
-                 "connections with CURVE; syncline-launch writes it as OUT/job.key "
-                 "[SYNCLINE_KEY_FILE]");
+                 "the key (mode 0600) that authenticates and encrypts this node's "
+                 "connections: its own (syncline-launch writes OUT/keys/<id>.key per node), "
+                 "the folder of them (OUT/keys), or the job's (OUT/job.key) [SYNCLINE_KEY_FILE]");
   app.add_flag("--insecure", options->insecure,
                "talk plaintext to a coordinator off loopback (trusted networks only) "
                "[SYNCLINE_INSECURE=1]");

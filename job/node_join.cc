@@ -255,7 +255,7 @@ absl::Status NodeOptionsFromEnvironment(NodeOptions* options) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ZmqOptions> NodeTransportOptions(const NodeOptions& options) {
+absl::StatusOr<ZmqOptions> NodeTransportOptions(const NodeOptions& options, wire::Role role) {
   // The addresses first, so that a mistyped one is named as such (and is bad input).
   if (!options.coordinator.empty()) {
     if (auto hp = ParseTcpAddress(options.coordinator); !hp.ok()) {
@@ -274,7 +274,8 @@ absl::StatusOr<ZmqOptions> NodeTransportOptions(const NodeOptions& options) {
   }
   ZmqOptions zmq;
   if (!options.key_file.empty()) {
-    auto key = JobKey::Load(options.key_file);
+    // The job's key, this node's own key, or the folder of node keys that holds it.
+    auto key = JobKey::Load(options.key_file, DataEndpointId(role, options.rank));
     if (!key.ok()) return key.status();
     zmq.key = std::make_shared<const JobKey>(*std::move(key));
     return zmq;

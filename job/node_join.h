@@ -117,10 +117,13 @@ std::optional<absl::Duration> ParseStartupTimeout(std::string_view text);
 // nullopt otherwise.
 std::optional<int> ParseMetricsPort(std::string_view text);
 
-// The transport settings `options` ask for: CURVE with the job key of options.key_file, or
-// plaintext. FailedPrecondition when the coordinator is off loopback and there is neither a
-// key nor `insecure`; the key file's own problems (missing, readable by others) as Load says.
-absl::StatusOr<ZmqOptions> NodeTransportOptions(const NodeOptions& options);
+// The transport settings `options` ask for: the keys of options.key_file (the job's key, the
+// node's own key, or the launcher's folder of node keys, from which the key of the node of
+// `role` and options.rank is read; core/job_key.h), or plaintext. FailedPrecondition when the
+// coordinator is off loopback and there is neither a key nor `insecure`; the key file's own
+// problems (missing, readable by others) as Load says.
+absl::StatusOr<ZmqOptions> NodeTransportOptions(const NodeOptions& options,
+                                                wire::Role role = wire::Role::WORKER);
 
 // The ZeroMQ address a node's data endpoint binds for `options` (see NodeOptions::bind), with
 // port 0 standing for "a port in options.ports".

@@ -28,7 +28,11 @@ std::vector<std::pair<std::string, std::string>> NodeEnvironment(const ClusterOp
   if (!o.ports.any()) {
     env.emplace_back("SYNCLINE_PORT_RANGE", absl::StrCat(o.ports.first, "-", o.ports.last));
   }
-  if (!o.key_file.empty()) env.emplace_back("SYNCLINE_KEY_FILE", o.key_file);
+  if (!o.node_key_dir.empty()) {
+    env.emplace_back("SYNCLINE_KEY_FILE", o.node_key_dir);
+  } else if (!o.key_file.empty()) {
+    env.emplace_back("SYNCLINE_KEY_FILE", o.key_file);
+  }
   if (o.key_file.empty() && o.insecure) env.emplace_back("SYNCLINE_INSECURE", "1");
   // Any free port (in the port range): the coordinator lists each for Prometheus.
   if (o.metrics) env.emplace_back("SYNCLINE_METRICS_PORT", "0");

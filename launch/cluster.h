@@ -54,6 +54,10 @@ struct ClusterOptions {
   std::string launcher_args;
   // The job key (core/job_key.h); empty: plaintext (off loopback only with `insecure`).
   std::string key_file;
+  // Per-node keys (core/job_key.h): the folder of the nodes' own key files (OUT/keys), which
+  // every node is given in place of the job's key; empty: each node gets `key_file`.
+  std::string node_key_dir;
+  bool node_keys = true;  // --node-keys
   bool insecure = false;
   // The folder the nodes start in (relative paths of the job are relative to it).
   std::string working_dir;

@@ -103,6 +103,7 @@ void RunReport::OnWorkerDone(int worker, wire::WorkerStats::Reader s) {
     w.steps = s.getSteps();
     w.steps_trained = s.getStepsTrained() >= 0 ? s.getStepsTrained() : s.getSteps();
     w.examples = s.getExamples();
+    examples_in_model_ = std::max(examples_in_model_, s.getExamplesInModel());
     w.bytes_pushed = s.getBytesPushed();
     w.bytes_pulled = s.getBytesPulled();
     w.split = ReadStepSplit(s.getStepSeconds());

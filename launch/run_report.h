@@ -197,6 +197,8 @@ class RunReport : public CoordinatorObserver {
   // clock its batches are handed over from, as the coordinator has it) and arrival.
   std::vector<std::pair<int64_t, int>> world_sizes_ ABSL_GUARDED_BY(mu_);
   double examples_trained_ ABSL_GUARDED_BY(mu_) = 0;  // the servers' largest count
+  // An elastic all-reduce's: the largest count of a worker that finished (-1: none).
+  double examples_in_model_ ABSL_GUARDED_BY(mu_) = -1;
   // Lost workers: the clock their batches were handed over from, and the most iterations a
   // server had seen each finish (the difference is trained twice).
   std::map<int, int64_t> handed_from_ ABSL_GUARDED_BY(mu_);

@@ -143,9 +143,12 @@ void RunReport::AddProgressMembers(JsonMembers& j, const WorkerTotals& t) const 
   j.Add("steps_per_worker", absl::StrCat(t.max_steps));
   j.Add("examples", absl::StrCat(t.examples));
   // Examples of the iterations finished, as the servers counted them (the lost workers' too).
-  // Without servers the workers count them: a lost worker's up to its last progress report.
+  // Without servers the workers count them: a lost worker's up to its last progress report,
+  // unless the survivors of an elastic all-reduce counted every member's sums.
   double trained = examples_trained_;
-  if (job_.servers == 0) {
+  if (job_.servers == 0 && examples_in_model_ >= 0) {
+    trained = examples_in_model_;
+  } else if (job_.servers == 0) {
     trained = 0;
     for (const auto& [rank, w] : workers_) {
       trained += static_cast<double>(w.done ? w.examples : w.reported_examples);

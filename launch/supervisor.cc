@@ -208,7 +208,7 @@ class Supervision {
  public:
   Supervision(const JobSpec& spec, const std::vector<ProcessSpec>& processes,
               Coordinator& coordinator, RunReport& report, CheckpointTracker& checkpoints,
-              int64_t restore_clock, const std::atomic<int>& signal)
+              int64_t restore_clock, const std::atomic<int>& signal, RekeyNode rekey)
       : spec_(spec),
         processes_(processes),
         coordinator_(coordinator),
@@ -216,6 +216,7 @@ class Supervision {
         checkpoints_(checkpoints),
         restore_clock_(restore_clock),
         signal_(signal),
+        rekey_(std::move(rekey)),
         group_([this](std::string_view label, OutputStream stream, std::string_view line) {
           OnLine(label, stream, line);
         }),
@@ -403,10 +404,17 @@ class Supervision {
     }
     auto child = std::find_if(processes_.begin(), processes_.end(),
                               [&](const ProcessSpec& p) { return p.label == e.label; });
-    if (child == processes_.end() ||
-        !coordinator_.Restart(node->first, node->second, reason, clock, dir)) {
-      return false;
+    if (child == processes_.end()) return false;
+    // The replacement's own key (its next incarnation's), which the coordinator accepts from
+    // now on in place of the failed one's: before the coordinator waits for a registration.
+    if (rekey_) {
+      if (absl::Status s = rekey_(node->first, node->second); !s.ok()) {
+        not_restarted_ = absl::StrCat("not restarted: ", s.message());
+        SYNCLINE_LOG(ERROR) << "cannot restart " << e.label << ": " << s.message();
+        return false;
+      }
     }
+    if (!coordinator_.Restart(node->first, node->second, reason, clock, dir)) return false;
     timer_.OnRollback();
     ++out_.restarts;
     hung_.erase(e.label);
@@ -455,6 +463,7 @@ class Supervision {
   CheckpointTracker& checkpoints_;
   const int64_t restore_clock_;
   const std::atomic<int>& signal_;
+  const RekeyNode rekey_;
   std::map<std::string, std::string, std::less<>> last_error_, last_other_;
   ProcessGroup group_;
   const absl::Time start_;
@@ -478,8 +487,9 @@ class Supervision {
 
 JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& processes,
                      Coordinator& coordinator, RunReport& report, CheckpointTracker& checkpoints,
-                     int64_t restore_clock, const std::atomic<int>& signal) {
-  return Supervision(spec, processes, coordinator, report, checkpoints, restore_clock, signal)
+                     int64_t restore_clock, const std::atomic<int>& signal, RekeyNode rekey) {
+  return Supervision(spec, processes, coordinator, report, checkpoints, restore_clock, signal,
+                     std::move(rekey))
       .Run();
 }
 

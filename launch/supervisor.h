@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,10 @@ struct JobOutcome {
   absl::Duration wall;
 };
 
+// Called before a failed node's replacement starts (--max-restarts): gives it a key of its own
+// (per-node keys, core/job_key.h). An error fails the job.
+using RekeyNode = std::function<absl::Status(wire::Role role, int rank)>;
+
 // Runs the job: `coordinator` (not yet running) on a thread of its own, and `processes`, the
 // children that start its nodes (launch/cluster.h's NodeProcesses: one per node, or one
 // mpirun or srun for all). `signal` is polled: a non-zero value is an interruption by that
@@ -48,7 +53,8 @@ struct JobOutcome {
 // and the job rolls back to the newest complete checkpoint (Coordinator::Restart).
 JobOutcome Supervise(const JobSpec& spec, const std::vector<ProcessSpec>& processes,
                      Coordinator& coordinator, RunReport& report, CheckpointTracker& checkpoints,
-                     int64_t restore_clock, const std::atomic<int>& signal);
+                     int64_t restore_clock, const std::atomic<int>& signal,
+                     RekeyNode rekey = nullptr);
 
 }  // namespace syncline
 

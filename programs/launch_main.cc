@@ -219,12 +219,24 @@ absl::StatusOr<int64_t> PrepareRunFolder(const LaunchFlags& f, JobSpec& spec) {
   return PrepareCheckpoints(&spec, f.resume, f.resume_if_any);
 }
 
+// The data ids of the job's nodes: servers, then workers.
+std::vector<std::string> NodeIds(const JobSpec& spec) {
+  std::vector<std::string> ids;
+  for (int r = 0; r < spec.servers; ++r) ids.push_back(DataEndpointId(wire::Role::SERVER, r));
+  for (int r = 0; r < spec.workers; ++r) ids.push_back(DataEndpointId(wire::Role::WORKER, r));
+  return ids;
+}
+
 // The transport's settings. Off loopback every connection is authenticated and encrypted,
 // with a key of this job's own unless one was given (a file all hosts can read: a shared
-// folder).
-absl::StatusOr<ZmqOptions> TransportOptions(LaunchFlags& f, bool loopback) {
+// folder). With per-node keys (--node-keys on, the default) the nodes get keys of their own,
+// OUT/keys/<id>.key, derived from it; `*authority` is then the job's key, which the
+// launcher's coordinator holds alone.
+absl::StatusOr<ZmqOptions> TransportOptions(LaunchFlags& f, const JobSpec& spec, bool loopback,
+                                            std::shared_ptr<JobKey>* authority) {
   ClusterOptions& cluster = f.cluster;
   cluster.insecure = f.insecure;
+  cluster.node_key_dir.clear();
   ZmqOptions transport_options;
   if (!cluster.key_file.empty() || (!f.insecure && !loopback)) {
     absl::StatusOr<JobKey> key = absl::UnknownError("");
@@ -236,10 +248,59 @@ absl::StatusOr<ZmqOptions> TransportOptions(LaunchFlags& f, bool loopback) {
       cluster.key_file = fs::absolute(cluster.key_file).string();
       key = JobKey::Load(cluster.key_file);
       if (!key.ok()) return key.status();
+      if (!key->authority()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--key-file ", cluster.key_file, " is the key of node ", key->node(),
+                         ", not a job key: give the job's (OUT/job.key of the run that made it)"));
+      }
     }
-    transport_options.key = std::make_shared<const JobKey>(*std::move(key));
+    *authority = std::make_shared<JobKey>(*std::move(key));
+    transport_options.key = *authority;
+    const bool joins = MaxWorkers(spec) > spec.workers;
+    if (cluster.node_keys && joins) {
+      std::cout << "every node gets the job key: a worker that joins (--max-workers) has no key "
+                   "of its own yet"
+                << std::endl;
+    } else if (cluster.node_keys) {
+      const fs::path dir = fs::absolute(f.config.out) / "keys";
+      std::error_code error;
+      fs::create_directories(dir, error);
+      if (!error) fs::permissions(dir, fs::perms::owner_all, error);
+      if (error) {
+        return absl::UnavailableError(absl::StrCat("cannot make the folder of node keys ",
+                                                   dir.string(), ": ", error.message()));
+      }
+      // An earlier run's keys go: only this job's nodes have keys here.
+      for (const auto& entry : fs::directory_iterator(dir, error)) {
+        if (entry.path().extension() == ".key") fs::remove(entry.path(), error);
+      }
+      const std::vector<std::string> nodes = NodeIds(spec);
+      for (const std::string& node : nodes) {
+        if (auto s = (*authority)->SaveNodeKey((dir / (node + ".key")).string(), node, 0, nodes);
+            !s.ok()) {
+          return s;
+        }
+      }
+      cluster.node_key_dir = dir.string();
+    }
   }
   return transport_options;
+}
+
+// Gives the replacement of a failed node a key of its own (the next incarnation's), and makes
+// the coordinator accept that key alone for the node's control connection.
+absl::Status RekeyNode(const JobSpec& spec, const ClusterOptions& cluster, JobKey& key,
+                       ZmqTransport& transport, wire::Role role, int rank) {
+  if (cluster.node_key_dir.empty()) return absl::OkStatus();
+  const std::vector<std::string> nodes = NodeIds(spec);
+  const std::string node = DataEndpointId(role, rank);
+  const int incarnation = key.IncarnationOfNode(node) + 1;
+  const std::string path = (fs::path(cluster.node_key_dir) / (node + ".key")).string();
+  if (auto s = key.SaveNodeKey(path, node, incarnation, nodes); !s.ok()) return s;
+  key.SetIncarnation(node, incarnation);
+  transport.AllowPeers(JobEndpointIds(spec.servers, MaxWorkers(spec), false));
+  SYNCLINE_LOG(INFO) << node << "'s replacement gets the key of incarnation " << incarnation;
+  return absl::OkStatus();
 }
 
 // The coordinator on the first free port of --port-range, as the nodes take theirs (any port
@@ -276,9 +337,11 @@ void AnnounceCoordinator(const LaunchFlags& f, const JobSpec& spec, const std::s
   const ClusterOptions& cluster = f.cluster;
   if (cluster.kind != LauncherKind::kLocal) {
     std::cout << "coordinator " << address << ", nodes by " << LauncherName(cluster.kind) << ", "
-              << (transport_options.key ? "CURVE with key " + cluster.key_file
-                  : loopback            ? std::string("plaintext on loopback")
-                                        : std::string("plaintext (--insecure)"))
+              << (!cluster.node_key_dir.empty() ? "keys of their own in " + cluster.node_key_dir +
+                                                      " (the job's: " + cluster.key_file + ")"
+                  : transport_options.key ? "CURVE with key " + cluster.key_file
+                  : loopback              ? std::string("plaintext on loopback")
+                                          : std::string("plaintext (--insecure)"))
               << std::endl;
   }
   const bool joins = MaxWorkers(spec) > spec.workers;
@@ -295,7 +358,12 @@ void AnnounceCoordinator(const LaunchFlags& f, const JobSpec& spec, const std::s
   }
   if (f.external_workers) {
     std::cout << "coordinator " << address << "  (waiting for " << spec.workers
-              << " external workers, ranks 0.." << spec.workers - 1 << ")" << std::endl;
+              << " external workers, ranks 0.." << spec.workers - 1 << ")"
+              << (!cluster.node_key_dir.empty()
+                      ? "; each with --key-file " + cluster.node_key_dir + " (its own key inside)"
+                  : transport_options.key ? "; each with --key-file " + cluster.key_file
+                                          : std::string())
+              << std::endl;
   }
 }
 
@@ -312,7 +380,8 @@ int RunJob(LaunchFlags& f, const JobSpec& spec, int64_t restore_clock) {
   absl::StatusOr<std::string> bind_ip = CoordinatorBindIp(f.cluster);
   if (!bind_ip.ok()) return Refuse(bind_ip.status().message());
   const bool loopback = ListensOnlyOnLoopback(f.cluster, *bind_ip);
-  absl::StatusOr<ZmqOptions> transport_options = TransportOptions(f, loopback);
+  std::shared_ptr<JobKey> authority;
+  absl::StatusOr<ZmqOptions> transport_options = TransportOptions(f, spec, loopback, &authority);
   if (!transport_options.ok()) return Refuse(transport_options.status().message());
   ZmqTransport transport(*transport_options);
   transport.AllowPeers(
@@ -358,8 +427,12 @@ int RunJob(LaunchFlags& f, const JobSpec& spec, int64_t restore_clock) {
   sa.sa_handler = OnSignal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  const JobOutcome outcome =
-      Supervise(spec, *processes, **coordinator, report, checkpoints, restore_clock, g_signal);
+  const JobOutcome outcome = Supervise(
+      spec, *processes, **coordinator, report, checkpoints, restore_clock, g_signal,
+      [&](wire::Role role, int rank) {
+        return authority == nullptr ? absl::OkStatus()
+                                    : RekeyNode(spec, f.cluster, *authority, transport, role, rank);
+      });
   std::cerr << (*observers)->Finish(spec);
   // A worker started with its address after the job's end would wait for its startup timeout.
   std::error_code ec;

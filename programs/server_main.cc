@@ -30,7 +30,7 @@ int Main(int argc, char** argv) {
     return kExitBadInput;
   }
   SetLogTag("ps" + std::to_string(options.rank));
-  absl::StatusOr<ZmqOptions> transport_options = NodeTransportOptions(options);
+  absl::StatusOr<ZmqOptions> transport_options = NodeTransportOptions(options, wire::Role::SERVER);
   if (!transport_options.ok()) {
     SYNCLINE_LOG(ERROR) << transport_options.status();
     return kExitBadInput;

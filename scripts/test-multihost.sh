@@ -4,8 +4,9 @@
 # netns stand-in for ssh) and through Open MPI's mpirun across the hosts, and requires the
 # trained parameters (params.tsv) to be byte-identical; a server SIGKILLed on its host is
 # restarted there (--max-restarts) and the job ends with the same parameters. Then, on CURVE (the default off
-# loopback): strangers (plaintext, and another job's key) hammer a server under a worker's id
-# while a job runs, and the job must finish; a host's link is cut, and the node on it must be
+# loopback): strangers (plaintext, and another job's key) hammer a server under a worker's id,
+# and a node's own key speaks as another node to the coordinator, while a job runs, and the job
+# must finish; a host's link is cut, and the node on it must be
 # named within the heartbeat timeout; a world of the wrong size (mpirun -np 3 for a job of 4)
 # must fail within seconds, naming both sizes.
 # Skips (exit 77) where the machine cannot make network namespaces or has no mpirun.
@@ -59,10 +60,14 @@ cd "$tmp"
 step "local launch (the reference)"
 timeout 120 "$launch" "${job[@]}" --out "$tmp/local" >"$tmp/local.log" 2>&1 || fail "local job failed"
 
-step "ssh launch across 3 hosts, CURVE"
+step "ssh launch across 3 hosts, keyed (a key of its own per node)"
 timeout 120 "$launch" "${job[@]}" --launcher ssh "${hosts[@]}" --out "$tmp/ssh" \
   >"$tmp/ssh.log" 2>&1 || fail "ssh job failed"
-grep -q "CURVE with key" "$tmp/ssh.log" || fail "the ssh job did not use CURVE"
+grep -q "keys of their own in $tmp/ssh/keys" "$tmp/ssh.log" ||
+  fail "the ssh job's nodes did not get keys of their own"
+for node in ps0 ps1 w0 w1; do
+  grep -q "^node $node\$" "$tmp/ssh/keys/$node.key" || fail "no key of $node's own"
+done
 [ "$(stat -c %a "$tmp/ssh/job.key")" = 600 ] || fail "job.key is not mode 600"
 for i in 1 2 3; do
   grep -qh "listening at tcp://$(netns_host_ip "$P" "$i"):" "$tmp"/ssh/logs/*.log ||
@@ -180,11 +185,24 @@ echo "   ps0 at $ps0 ($(date +%T.%N))"
 # nobody holds is heard, and its pushes refused by name.
 "$build/tests/syncline-stranger" "$ps0" w7 1 >"$tmp/stranger-free-id.log" 2>&1 ||
   fail "stranger (plaintext, a free id) did not run"
+# An insider: w0's own key (per-node keys, the default) speaking to the coordinator as another
+# node's control endpoint. As live w1's, its connection is refused (a live name is never
+# handed over) and w1 trains on; as w5's, a name nobody holds, it connects (its key is the
+# job's), and every message is dropped, since the key was made for w0.
+coordinator=$(grep -o 'coordinator tcp://[^,]*' "$tmp/guarded.log" | head -1 | cut -d' ' -f2)
+[ -n "$coordinator" ] || fail "the guarded job did not say where its coordinator is"
+[ -f "$tmp/guarded/keys/w0.key" ] || fail "the guarded job's nodes have no keys of their own"
+"$build/tests/syncline-stranger" "$coordinator" w1.ctl 1 "$tmp/guarded/keys/w0.key" "" \
+  coordinator >"$tmp/stranger-insider.log" 2>&1 || fail "stranger (w0's key as w1) did not run"
+"$build/tests/syncline-stranger" "$coordinator" w5.ctl 1 "$tmp/guarded/keys/w0.key" "" \
+  coordinator >"$tmp/stranger-insider-free.log" 2>&1 || fail "stranger (w0's key as w5) did not run"
 echo "   strangers done ($(date +%T.%N))"
 kill -0 "$launcher" 2>/dev/null || fail "the job ended before the strangers were done: make it longer"
 wait "$launcher" || fail "the job with strangers about failed"
 grep -qE "refused a CURVE connection|refused a message from 'w7'" "$tmp/guarded/logs/ps0.log" ||
   fail "ps0 did not log refusing the strangers"
+grep -q "dropped a message under the id 'w5.ctl' from a connection authenticated as 'w0.ctl'" \
+  "$tmp/guarded.log" || fail "the coordinator did not drop w0's key speaking as w5"
 grep -q "0 rejected" "$tmp/guarded/logs/ps0.log" ||
   fail "ps0 rejected requests: a stranger's push got through to the request handler"
 

@@ -295,8 +295,9 @@ TEST_F(RecoveryLaunchTest, ANodeKilledWhileTheJobRollsBackIsReplacedToo) {
   EXPECT_EQ(JsonNumber(o.summary, "restarts"), 2) << o.summary;
 }
 
-// A keyed job (its pushes and pulls on the sealed data path): a killed server's replacement is
-// met with fresh sessions, and the model is the clean unkeyed run's, bit for bit.
+// A keyed job (its pushes and pulls on the sealed data path, each node with a key of its own):
+// a killed server's replacement gets the key of its next incarnation, is met with fresh
+// sessions, and the model is the clean unkeyed run's, bit for bit.
 TEST_F(RecoveryLaunchTest, AKeyedJobsReplacedServerIsMetWithFreshSealedSessions) {
   const Outcome& clean = Clean("bsp");
   const std::string out = TempDir("recovery_keyed");
@@ -308,6 +309,8 @@ TEST_F(RecoveryLaunchTest, AKeyedJobsReplacedServerIsMetWithFreshSealedSessions)
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_TRUE(o.params == clean.params) << "params.tsv differs from the clean run's";
   EXPECT_EQ(JsonNumber(o.summary, "restarts"), 1) << o.summary;
+  EXPECT_NE(ReadFile(out + "/keys/ps1.key").find("\nincarnation 1\n"), std::string::npos);
+  EXPECT_NE(ReadFile(out + "/keys/ps0.key").find("\nincarnation 0\n"), std::string::npos);
 }
 
 // A server that hangs (SIGSTOP: its heartbeats stop, its process lives) is stopped by the
@@ -442,6 +445,7 @@ TEST_F(ElasticAllReduceTest, AKilledWorkerIsDroppedAndEveryExampleIsTrainedOnce)
     EXPECT_EQ(ExamplesInTheModel(out, r), 3 * 20000.0) << "w" << r;
   }
   EXPECT_EQ(ExamplesInTheModel(out, 2), std::nullopt) << "w2 was killed before its end";
+  EXPECT_EQ(JsonNumber(o.summary, "examples_trained"), 3 * 20000.0) << o.summary;
   const auto auc = JsonNumber(o.summary, "test_auc");
   const auto clean_auc = JsonNumber(clean.summary, "test_auc");
   ASSERT_TRUE(auc.has_value() && clean_auc.has_value()) << o.summary;

@@ -4,7 +4,10 @@
 // keeps sending well-formed pushes of NaN that would poison the table if they were accepted.
 // SERVER_KEY_FILE (the job's own key) gives it the server's public key, which is not secret:
 // then the handshake reaches the server's ZAP handler, which must refuse its client key.
-// Usage: syncline-stranger ADDRESS ID SECONDS [KEY_FILE [SERVER_KEY_FILE]]
+// KEY_FILE may be a node's own key (OUT/keys/w0.key) while ID is another node's: an insider
+// then speaks under ID with its own node's key pair, which the server must not take for ID's.
+// SERVER_ID (default ps0) is the id of the endpoint at ADDRESS, e.g. "coordinator".
+// Usage: syncline-stranger ADDRESS ID SECONDS [KEY_FILE [SERVER_KEY_FILE [SERVER_ID]]]
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -17,7 +20,8 @@
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::cerr << "usage: syncline-stranger ADDRESS ID SECONDS [KEY_FILE [SERVER_KEY_FILE]]\n";
+    std::cerr << "usage: syncline-stranger ADDRESS ID SECONDS [KEY_FILE [SERVER_KEY_FILE "
+                 "[SERVER_ID]]]\n";
     return 2;
   }
   const std::string address = argv[1], id = argv[2];
@@ -29,15 +33,21 @@ int main(int argc, char** argv) {
   socket.set(zmq::sockopt::sndhwm, 10);
   if (argc > 4) {
     auto key = syncline::JobKey::Load(argv[4]);
-    auto server = syncline::JobKey::Load(argc > 5 ? argv[5] : argv[4]);
+    auto server = syncline::JobKey::Load(argc > 5 && *argv[5] != '\0' ? argv[5] : argv[4]);
+    const std::string server_id = argc > 6 ? argv[6] : "ps0";
     if (!key.ok() || !server.ok()) {
       std::cerr << "syncline-stranger: " << (key.ok() ? server.status() : key.status()).message()
                 << "\n";
       return 2;
     }
-    socket.set(zmq::sockopt::curve_serverkey, server->PublicKeyFor("ps0"));
-    socket.set(zmq::sockopt::curve_publickey, key->PublicKeyFor(id));
-    socket.set(zmq::sockopt::curve_secretkey, key->SecretKeyFor(id));
+    // The key pair of ID, or, for a node's key that does not hold ID, of that node's own
+    // endpoint of the same kind.
+    const std::string own = key->Holds(id)         ? id
+                            : id.ends_with(".ctl") ? key->node() + ".ctl"
+                                                   : key->node();
+    socket.set(zmq::sockopt::curve_serverkey, server->PublicKeyFor(server_id));
+    socket.set(zmq::sockopt::curve_publickey, key->PublicKeyFor(own));
+    socket.set(zmq::sockopt::curve_secretkey, key->SecretKeyFor(own));
   }
   socket.connect(address);
   int sent = 0;

@@ -132,6 +132,10 @@ class SyncBackend {
   // caller may free the spans. Finish() does this itself.
   virtual void Settle(absl::Duration max_wait) {}
 
+  // After Finish: the examples whose gradients the model holds, every worker's, where the
+  // backend counts them (an elastic all-reduce); -1 where it does not.
+  virtual double ExamplesInModel() const { return -1; }
+
   // Mean staleness (in iterations) of the reads served since the last call.
   virtual double TakeMeanStaleness() { return 0; }
   // Decentralised backends: mean distance of this replica from its neighbours' since the last

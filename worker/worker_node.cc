@@ -718,14 +718,16 @@ void WorkerRun::ReportDone(const TrainResult& result, SyncBackend& backend) {
   const int64_t began = result.joined_at >= 0   ? result.joined_at
                         : table_.generation > 0 ? 0
                                                 : *first_step_;
-  control_.ReportWorkerDone(
-      WorkerDoneReport{.steps = result.steps,
-                       .steps_trained = std::max<int64_t>(0, result.steps - began),
-                       .examples = result.examples,
-                       .bytes_pushed = earlier_pushed_ + backend.bytes_pushed(),
-                       .bytes_pulled = earlier_pulled_ + backend.bytes_pulled(),
-                       .step_seconds = ToStepSeconds(result.times),
-                       .device = device_.device});
+  control_.ReportWorkerDone(WorkerDoneReport{
+      .steps = result.steps,
+      .steps_trained = std::max<int64_t>(0, result.steps - began),
+      .examples = result.examples,
+      .bytes_pushed = earlier_pushed_ + backend.bytes_pushed(),
+      .bytes_pulled = earlier_pulled_ + backend.bytes_pulled(),
+      .step_seconds = ToStepSeconds(result.times),
+      .device = device_.device,
+      // Not after a rollback: the count is not in the checkpoints.
+      .examples_in_model = control_.generation() == 0 ? backend.ExamplesInModel() : -1});
   // Said once the coordinator has been told: the job needs nothing more of this worker's
   // training.
   (void)control_.Flush(absl::Now() + absl::Seconds(1));
