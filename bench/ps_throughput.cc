@@ -32,6 +32,7 @@
 #include "bench/report.h"
 #include "bench/syncline_cluster.h"
 #include "core/command_line.h"
+#include "core/heap_reuse.h"
 #include "core/job_key.h"
 #include "job/options.h"
 #include "optim/optimizer.h"
@@ -61,6 +62,8 @@ struct Settings {
   // Also measure every throughput case on a CURVE cluster (one JobKey for all its nodes).
   bool curve = false;
   bool curve_data = false;  // the keyed cluster's data path under CURVE, not sealed
+  // The heap as the node programs keep it (core/heap_reuse.h), or glibc's default.
+  std::string heap = "node";
 };
 
 SynclineCluster::Options ClusterOptions(const Settings& s,
@@ -296,6 +299,11 @@ std::optional<int> ParseSettings(int argc, char** argv, Settings* settings, std:
   std::vector<std::string> ops, sizes, topologies, latency_sizes;
   std::vector<int> windows;
   app.add_flag("--quick", quick, "few sizes, one short turn each: a smoke run of a few seconds");
+  app.add_option("--heap", s.heap,
+                 "node: malloc keeps freed memory for reuse, as the node programs do "
+                 "(core/heap_reuse.h); default: glibc's own thresholds")
+      ->check(CLI::IsMember({"node", "default"}))
+      ->capture_default_str();
   app.add_flag("--curve", s.curve,
                "also run each throughput case on a keyed cluster (one job key: CURVE, and the "
                "sealed data path) and print keyed over plaintext (latency rows and the CSV stay "
@@ -374,6 +382,13 @@ int Main(int argc, char** argv) {
   Settings s;
   std::string csv;
   if (auto exit_code = ParseSettings(argc, argv, &s, &csv)) return *exit_code;
+  // Before any thread starts (mallopt).
+  if (s.heap == "node" && !KeepFreedHeapForReuse()) {
+    std::fprintf(stderr,
+                 "syncline-bench-ps: this C library's malloc cannot be tuned: --heap default\n");
+  }
+  std::printf("heap: %s\n", s.heap == "node" ? "freed memory kept for reuse (as the node programs)"
+                                             : "glibc's default thresholds");
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Row> rows;
   if (absl::Status st = Run(s, rows); !st.ok()) {

@@ -76,7 +76,7 @@ absl::StatusOr<std::string> ReadPrivateFile(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     return absl::NotFoundError(
-        absl::StrCat("cannot read the job key ", path, ": ", std::strerror(errno)));
+        absl::StrCat("cannot read the key file ", path, ": ", std::strerror(errno)));
   }
   struct stat st = {};
   std::string text(kMaxKeyFileBytes + 1, '\0');
@@ -84,11 +84,12 @@ absl::StatusOr<std::string> ReadPrivateFile(const std::string& path) {
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) n = read(fd, text.data(), text.size());
   close(fd);
   if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat("the job key ", path, " is not a regular file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the key file ", path, " is not a regular file"));
   }
   if ((st.st_mode & 077) != 0) {
     return absl::PermissionDeniedError(
-        absl::StrFormat("the job key %s may be read by others (mode %04o): run chmod 600 %s", path,
+        absl::StrFormat("the key file %s may be read by others (mode %04o): run chmod 600 %s", path,
                         st.st_mode & 07777, path));
   }
   if (n < 0 || n > static_cast<ssize_t>(kMaxKeyFileBytes)) {

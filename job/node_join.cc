@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "core/descriptor_limit.h"
+#include "core/heap_reuse.h"
 #include "core/log.h"
 #include "core/node_table.h"
 #include "job/job_spec.h"
@@ -46,6 +47,7 @@ absl::Status CheckPeersReachable(wire::Role role, int rank, const JoinedJob& job
 }  // namespace
 
 void PrepareProcess() {
+  KeepFreedHeapForReuse();
   RaiseDescriptorLimit();
   umask(077);
 }

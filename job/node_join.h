@@ -87,7 +87,8 @@ struct NodeExit {
   }
 };
 
-// What every Syncline program does first: raises RLIMIT_NOFILE's soft limit to its hard limit
+// What every Syncline program does first: keeps the heap it frees for reuse
+// (core/heap_reuse.h), raises RLIMIT_NOFILE's soft limit to its hard limit
 // (core/descriptor_limit.h), and makes the files and folders it creates private to its user
 // (umask 077): checkpoints, embedding stores, logs and generated data hold the model and the
 // data. docs/SECURITY.md says how to share a run folder on purpose.

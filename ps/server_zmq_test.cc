@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/time/clock.h"
+#include "core/heap_reuse.h"
 #include "core/zmq_transport.h"
 #include "ps/server.h"
 #include "ps/server_test_requests.h"
@@ -22,17 +23,7 @@ using testing_util::SparseTable;
 
 // Sanitizers keep freed memory (ASan's quarantine holds up to 256 MiB of it): what a test
 // measures of resident memory there is theirs, not the code's.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+constexpr bool kSanitized = SYNCLINE_SANITIZER_HEAP;
 
 uint64_t ResidentBytes() {
   std::ifstream statm("/proc/self/statm");
