@@ -7,10 +7,10 @@
 // whose free top passes twice its (adaptive) mmap threshold: with 8 requests of 1 MiB in
 // flight, every message then costs fresh pages (faults, zeroing, memory-cgroup charges) and,
 // on free, TLB shootdowns across the cores. Keeping blocks up to 32 MiB on the heap and up to
-// 128 MiB of free memory per arena removes that: 1 MiB sealed pulls with 8 in flight went
-// from 0.45-0.49 of plaintext to 0.55-0.60, and their CPU per request from 969-1,118 µs to
-// 623-696 µs (bench/ps_throughput.cc --heap, docs/PERFORMANCE.md, "Encryption"). The price is that
-// memory a node freed stays in its resident set until it allocates again (up to the trim
+// 32 MiB of free memory per arena removes that: 1 MiB sealed pulls with 8 in flight went from
+// 0.49-0.55 of plaintext to 0.61-0.66, and their CPU per request from 1,070-1,139 µs to
+// 705-731 µs (bench/ps_throughput.cc --heap, docs/PERFORMANCE.md, "Encryption"). The price is
+// that memory a node freed stays in its resident set until it allocates again (up to the trim
 // threshold per arena), as with tcmalloc or jemalloc.
 //
 // Thread-safety: call once, at the start of main, before threads start (mallopt is not meant
@@ -36,7 +36,7 @@
 namespace syncline {
 
 inline constexpr size_t kHeapMmapThreshold = size_t{32} << 20;
-inline constexpr size_t kHeapTrimThreshold = size_t{128} << 20;
+inline constexpr size_t kHeapTrimThreshold = size_t{32} << 20;
 
 // Sets malloc's mmap threshold to kHeapMmapThreshold and its trim threshold to
 // kHeapTrimThreshold. False where the C library is not glibc or a sanitizer's allocator
