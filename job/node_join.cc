@@ -298,8 +298,9 @@ absl::StatusOr<ZmqOptions> NodeTransportOptions(const NodeOptions& options, wire
   if (!off.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         off,
-        ": give the job key (--key-file or SYNCLINE_KEY_FILE, the launcher's OUT/job.key) or, "
-        "on a trusted network, --insecure"));
+        ": give the node's key (--key-file or SYNCLINE_KEY_FILE: the launcher's OUT/keys, or "
+        "its OUT/job.key with --node-keys off or --max-workers) or, on a trusted network, "
+        "--insecure"));
   }
   return zmq;
 }

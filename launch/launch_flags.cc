@@ -90,15 +90,19 @@ void AddClusterFlags(CLI::App& app, LaunchFlags& f) {
   app.add_option("--sbatch-args", f.sbatch_args, "extra arguments for sbatch, e.g. '--wait'");
   app.add_flag("--insecure", f.insecure,
                "Off loopback, send plaintext without authentication (trusted networks only). "
-               "Default: CURVE encryption with a per-job key, OUT/job.key");
+               "Default: every connection encrypted and authenticated, each node with a key of "
+               "its own (OUT/keys) derived from the job key (OUT/job.key)");
   app.add_option("--key-file", cluster.key_file,
-                 "the job key to use instead of a new OUT/job.key (a file every host can read)");
+                 "the job key to use instead of a new OUT/job.key (an earlier run's job.key; a "
+                 "node's key file is refused): read by the launcher, and by every host only "
+                 "with --node-keys off or --max-workers");
   app.add_option_function<std::string>(
          "--node-keys", [&cluster](const std::string& v) { cluster.node_keys = v == "on"; },
          "on (default): every node gets a key of its own, OUT/keys/<id>.key, derived from the "
          "job key, which the launcher keeps: holding only its own, a node cannot act as, or "
          "read the traffic of, another (files of one user: docs/SECURITY.md); a node "
-         "restarted in place gets a new one. off: every node gets the job key (also the case "
+         "restarted in place gets a new control key. off: every node gets the job key (also the "
+         "case "
          "when workers may join, --max-workers)")
       ->check(CLI::IsMember({"on", "off"}));
   app.option_defaults()->group(before);

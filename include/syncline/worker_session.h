@@ -84,9 +84,10 @@ struct SessionOptions {
   int world_size = 0;
   // How long to wait for every node of the job to join.
   absl::Duration startup_timeout = absl::Seconds(120);
-  // The job key (syncline-launch's OUT/job.key) when the job is off loopback: connections are
-  // then CURVE-encrypted and authenticated. Empty: plaintext, refused off loopback unless
-  // `insecure`.
+  // The key when the job is keyed (off loopback): this worker's own (syncline-launch's
+  // OUT/keys/w<rank>.key), the folder OUT/keys, or the job's OUT/job.key (which gives it the
+  // whole job's authority; needed with --node-keys off or --max-workers). Connections are then
+  // encrypted and authenticated. Empty: plaintext, refused off loopback unless `insecure`.
   std::string key_file;
   bool insecure = false;
   // Where this worker serves its Prometheus /metrics page, on its data address's host: a port,
