@@ -24,8 +24,8 @@ namespace {
 
 constexpr char kHeader[] = "syncline-job-key v1";
 constexpr char kNodeHeader[] = "syncline-node-key v1";
-// A job's key file is two short lines; a node's lists a public key per peer (a 64-byte line
-// each), so 1 MiB holds some 14,000 of them.
+// A job's key file is two short lines; a node's lists a public key per peer (a line of about
+// 75 bytes each), so 1 MiB holds some 13,000 of them.
 constexpr size_t kMaxKeyFileBytes = 1 << 20;
 // Keeps the derived keys of this format apart from any other use of the secret.
 constexpr char kContext[] = "syncline curve25519 endpoint key v1:";
@@ -372,15 +372,16 @@ std::optional<JobKey::Bytes> JobKey::PairKey(std::string_view context, const std
     if (auto it = state_->pairs.find(cache_key); it != state_->pairs.end()) return it->second;
   }
   const std::string client = KeyPrincipal(client_id), server = KeyPrincipal(server_id);
-  // One end's secret, the other's public key: whichever this key holds.
-  std::optional<Bytes> mine = SecretOf(client);
-  std::optional<Bytes> theirs = PublicOf(server);
-  if (!mine || !theirs) {
-    mine = SecretOf(server);
-    theirs = PublicOf(client);
-  }
   const std::optional<Bytes> client_public = PublicOf(client), server_public = PublicOf(server);
-  if (!mine || !theirs || !client_public || !server_public) return std::nullopt;
+  if (!client_public || !server_public) return std::nullopt;
+  // One end's secret, the other's public key: whichever end this key holds.
+  std::optional<Bytes> mine = SecretOf(client);
+  const Bytes* theirs = &*server_public;
+  if (!mine) {
+    mine = SecretOf(server);
+    theirs = &*client_public;
+  }
+  if (!mine) return std::nullopt;
   Bytes shared;
   // Refuses a public key of small order (an all-zero result).
   if (crypto_scalarmult(shared.data(), mine->data(), theirs->data()) != 0) return std::nullopt;

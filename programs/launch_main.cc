@@ -227,6 +227,17 @@ std::vector<std::string> NodeIds(const JobSpec& spec) {
   return ids;
 }
 
+// Every endpoint id the coordinator's transport accepts: the nodes', the joiners'.
+std::vector<std::string> AllowedIds(const JobSpec& spec) {
+  return JobEndpointIds(spec.servers, MaxWorkers(spec), MaxWorkers(spec) > spec.workers);
+}
+
+// Writes node `node`'s key file of `incarnation` into the folder of node keys `dir`.
+absl::Status WriteNodeKey(const JobKey& key, const fs::path& dir, const JobSpec& spec,
+                          const std::string& node, int incarnation) {
+  return key.SaveNodeKey((dir / (node + ".key")).string(), node, incarnation, NodeIds(spec));
+}
+
 // The transport's settings. Off loopback every connection is authenticated and encrypted,
 // with a key of this job's own unless one was given (a file all hosts can read: a shared
 // folder). With per-node keys (--node-keys on, the default) the nodes get keys of their own,
@@ -274,12 +285,8 @@ absl::StatusOr<ZmqOptions> TransportOptions(LaunchFlags& f, const JobSpec& spec,
       for (const auto& entry : fs::directory_iterator(dir, error)) {
         if (entry.path().extension() == ".key") fs::remove(entry.path(), error);
       }
-      const std::vector<std::string> nodes = NodeIds(spec);
-      for (const std::string& node : nodes) {
-        if (auto s = (*authority)->SaveNodeKey((dir / (node + ".key")).string(), node, 0, nodes);
-            !s.ok()) {
-          return s;
-        }
+      for (const std::string& node : NodeIds(spec)) {
+        if (auto s = WriteNodeKey(**authority, dir, spec, node, 0); !s.ok()) return s;
       }
       cluster.node_key_dir = dir.string();
     }
@@ -292,13 +299,11 @@ absl::StatusOr<ZmqOptions> TransportOptions(LaunchFlags& f, const JobSpec& spec,
 absl::Status RekeyNode(const JobSpec& spec, const ClusterOptions& cluster, JobKey& key,
                        ZmqTransport& transport, wire::Role role, int rank) {
   if (cluster.node_key_dir.empty()) return absl::OkStatus();
-  const std::vector<std::string> nodes = NodeIds(spec);
   const std::string node = DataEndpointId(role, rank);
   const int incarnation = key.IncarnationOfNode(node) + 1;
-  const std::string path = (fs::path(cluster.node_key_dir) / (node + ".key")).string();
-  if (auto s = key.SaveNodeKey(path, node, incarnation, nodes); !s.ok()) return s;
+  if (auto s = WriteNodeKey(key, cluster.node_key_dir, spec, node, incarnation); !s.ok()) return s;
   key.SetIncarnation(node, incarnation);
-  transport.AllowPeers(JobEndpointIds(spec.servers, MaxWorkers(spec), false));
+  transport.AllowPeers(AllowedIds(spec));
   SYNCLINE_LOG(INFO) << node << "'s replacement gets the key of incarnation " << incarnation;
   return absl::OkStatus();
 }
@@ -384,8 +389,7 @@ int RunJob(LaunchFlags& f, const JobSpec& spec, int64_t restore_clock) {
   absl::StatusOr<ZmqOptions> transport_options = TransportOptions(f, spec, loopback, &authority);
   if (!transport_options.ok()) return Refuse(transport_options.status().message());
   ZmqTransport transport(*transport_options);
-  transport.AllowPeers(
-      JobEndpointIds(spec.servers, MaxWorkers(spec), MaxWorkers(spec) > spec.workers));
+  transport.AllowPeers(AllowedIds(spec));
   // Metrics, Prometheus's targets, TensorBoard and the trace (docs/OBSERVABILITY.md).
   absl::StatusOr<std::unique_ptr<JobObservers>> observers = JobObservers::Start(
       JobObserversOptions{.out = f.config.out,
